@@ -1,0 +1,124 @@
+"""Strategy interfaces, the model protocols they drive, and the Hypotheses they return.
+
+A strategy is model-agnostic: tests drive it with hand-written probability tables.
+Shapes: B batch, N hypotheses kept per sentence, T output length, V vocabulary, L lengths.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+import torch
+from torch import Tensor
+
+from atnat.models.registry import Registry
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """Ids of the special symbols every vocabulary in atnat has."""
+
+    pad: int = 0  # padding; never predicted
+    bos: int = 1  # first decoder input of an AT decoder
+    eos: int = 2  # end of sentence; emitted by AT decoders, absent from NAT outputs
+    unk: int = 3  # unknown piece
+    mask: int = 4  # masked slot (CMLM, NAT mask inputs)
+    blank: int = 5  # CTC blank
+
+
+@dataclass
+class Hypotheses:
+    """The n-best output of a strategy for a batch.
+
+    tokens: (B, N, T) ids, padded with `pad` after the end; an AT hypothesis ends with EOS when it
+        finished, NAT hypotheses carry no EOS. positional_scores: (B, N, T) log-prob of each token,
+        0 at padding. scores: (B, N) the ranking score (after length normalisation / penalty), best
+        first. lengths: (B, N) tokens per hypothesis, EOS included. n_steps: decoder passes run.
+    history: optional per-iteration token snapshots (mask-predict), each (B, T).
+    """
+
+    tokens: Tensor
+    positional_scores: Tensor
+    scores: Tensor
+    lengths: Tensor
+    n_steps: int
+    history: list[Tensor] | None = None
+
+    def sequences(self, special: SpecialTokens, n: int = 0) -> list[list[int]]:
+        """The n-th best hypothesis of every sentence as a list of ids, without EOS and padding."""
+        out = []
+        for row, length in zip(self.tokens[:, n].tolist(), self.lengths[:, n].tolist()):
+            out.append([t for t in row[:length] if t not in (special.eos, special.pad)])
+        return out
+
+
+class StepModel(Protocol):
+    """What AT strategies drive: one incremental decoder step with an explicit, caller-owned state."""
+
+    def step(self, prev_tokens: Tensor, state: Any) -> tuple[Tensor, Any]:
+        """prev_tokens (B,) -> log_probs (B, V) over the next token, and the new state."""
+
+    def reorder_state(self, state: Any, order: Tensor) -> Any:
+        """Select/duplicate batch rows of the state: order (B',) indexes the current batch."""
+
+
+class ParallelModel(Protocol):
+    """What NAT strategies drive: a length distribution and one parallel decoder pass."""
+
+    def predict_length(self, memory: Any) -> Tensor:
+        """-> (B, Lmax+1) log-probs over absolute target lengths 0..Lmax."""
+
+    def forward_parallel(self, tokens: Tensor, memory: Any, padding_mask: Tensor) -> Tensor:
+        """tokens (B, T) decoder inputs (mask ids where unknown), padding_mask (B, T) True at pad
+        -> log_probs (B, T, V)."""
+
+    def reorder_memory(self, memory: Any, order: Tensor) -> Any:
+        """Select/duplicate batch rows of the encoder memory: order (B',)."""
+
+
+class CTCModel(Protocol):
+    """What the CTC strategy drives: one pass over the upsampled source, no length prediction."""
+
+    def forward_ctc(self, memory: Any) -> tuple[Tensor, Tensor]:
+        """-> log_probs (B, T', V) over output slots incl. blank, padding_mask (B, T') True at pad."""
+
+
+class SequenceScorer(Protocol):
+    """An AT model scoring given candidates in one teacher-forced pass (NPD re-ranking)."""
+
+    def score_sequences(self, memory: Any, tokens: Tensor, padding_mask: Tensor) -> Tensor:
+        """tokens (B, T) without BOS/EOS -> (B,) sum of log-probs incl. the final EOS."""
+
+
+class Strategy(ABC):
+    """Base of all search strategies. Subclasses are frozen dataclasses whose fields are options.
+
+    `requires` names the model capability the strategy drives ("step", "parallel" or "ctc");
+    a decoder lists its capabilities, and a mismatch is refused when a config is read.
+    """
+
+    requires: ClassVar[str] = ""
+
+    @abstractmethod
+    def search(self, model: Any, memory_or_state: Any, *, src_lengths: Tensor,
+               special: SpecialTokens) -> Hypotheses:
+        """Decode a batch. src_lengths (B,) source lengths (for max length = a * S + b)."""
+
+
+STRATEGIES: Registry[Strategy] = Registry("strategy", Strategy)
+register_strategy = STRATEGIES.register
+
+
+def max_lengths(src_lengths: Tensor, a: float, b: int, cap: int) -> Tensor:
+    """Per-sentence output budget `a * S + b`, at least 1 and at most cap: (B,) long."""
+    return (src_lengths.float() * a + b).floor().long().clamp(min=1, max=cap)
+
+
+def pad_stack(seqs: list[Tensor], pad: float | int, length: int | None = None) -> Tensor:
+    """Stack 1-D tensors of varying length into (len(seqs), length) padded with `pad`."""
+    length = max((s.numel() for s in seqs), default=0) if length is None else length
+    out = torch.full((len(seqs), length), pad, dtype=seqs[0].dtype if seqs else torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : s.numel()] = s
+    return out

@@ -1,0 +1,224 @@
+"""Run configuration: YAML -> frozen dataclasses, validated before anything trains.
+
+Every unknown key, unknown name or incompatible decoder/strategy pair fails here with one
+message naming the file, the key and the valid choices.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from atnat.decoding.base import STRATEGIES
+from atnat.models.config import ModelConfig
+from atnat.models.decoders.base import DECODERS, LossConfig
+from atnat.models.errors import AtnatError
+from atnat.models.seq2seq import OptimConfig, build_config
+
+from atnat.experiments.tasks import TASKS
+
+
+class ConfigError(AtnatError):
+    """A configuration mistake; the message names the file and key."""
+
+
+def check_keys(cls, data: Any, where: str) -> dict:
+    """Ensure `data` is a mapping whose keys are fields of dataclass `cls`."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__} {data!r}")
+    valid = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in data if k not in valid]
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(valid) or '(none)'}")
+    return data
+
+
+def make(cls, data: Any, where: str):
+    """Build dataclass `cls` from `data`, turning type/value errors into ConfigErrors at `where`."""
+    data = check_keys(cls, data, where)
+    try:
+        return build_config(cls, data)
+    except ConfigError:
+        raise
+    except AtnatError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{where}: {err}") from None
+
+
+def named(section: Any, where: str) -> tuple[str, dict]:
+    """`{name: x, **options}` (or a bare string) -> (name, options)."""
+    if isinstance(section, str):
+        return section, {}
+    if not isinstance(section, dict) or "name" not in section:
+        raise ConfigError(f"{where}: expected a name or a mapping with a 'name' key, got {section!r}")
+    opts = dict(section)
+    return opts.pop("name"), opts
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """How long and on what to train."""
+
+    max_steps: int = 2000  # optimizer steps
+    max_epochs: int = 10000  # upper bound on epochs (max_steps usually ends training first)
+    max_tokens: int = 4096  # token budget of a training batch (padded source or target tokens)
+    max_sentences: int | None = None  # cap on sentences per batch
+    max_len: int = 256  # training pairs longer than this (in tokens) are dropped
+    val_every_steps: int = 500  # validation (and checkpoint) interval in optimizer steps
+    accelerator: str = "auto"  # Lightning accelerator: auto | cpu | gpu
+    devices: Any = 1  # devices for one run (>1 uses DDP)
+    precision: str = "32-true"  # Lightning precision, e.g. bf16-mixed on GPU
+    early_stop_patience: int | None = None  # stop after this many validations without val/loss gain
+    num_threads: int | None = None  # torch CPU threads (None: torch's default)
+    progress_bar: bool = True  # Lightning's progress bar
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """What to decode after training."""
+
+    split: str = "test"  # split decoded and scored
+    strategies: tuple = ({"name": "greedy"},)  # strategies, each {name: ..., options...}
+    max_tokens: int = 6000  # token budget of an evaluation batch
+    n_bootstrap: int = 1000  # bootstrap resamples for BLEU confidence intervals
+
+
+@dataclass(frozen=True)
+class DistillSettings:
+    """Sequence-level knowledge distillation (Kim & Rush 2016) from a teacher run."""
+
+    teacher: str  # run directory (or checkpoint file) of the AT teacher
+    strategy: dict = field(default_factory=lambda: {"name": "beam", "beam_size": 5})  # teacher decoding
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run: a task, a decoder, sizes, and how to train and evaluate."""
+
+    name: str
+    task: dict
+    decoder: dict
+    model: dict = field(default_factory=dict)
+    loss: dict = field(default_factory=dict)
+    optim: dict = field(default_factory=dict)
+    train: TrainSettings = TrainSettings()
+    eval: EvalSettings = EvalSettings()
+    distill: DistillSettings | None = None
+    seed: int = 1
+    output_dir: str = ""
+
+    @property
+    def task_name(self) -> str:
+        return named(self.task, "task")[0]
+
+    @property
+    def decoder_name(self) -> str:
+        return named(self.decoder, "decoder")[0]
+
+    def strategy_specs(self) -> list[tuple[str, dict]]:
+        return [named(s, f"eval.strategies[{i}]") for i, s in enumerate(self.eval.strategies)]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def validate(cfg: RunConfig, where: str) -> None:
+    """Instantiate every named part once so a mistake fails before training starts."""
+    task_name, task_opts = named(cfg.task, f"{where}: task")
+    task_cls = _lookup(TASKS, task_name, f"{where}: task.name")
+    make(task_cls.Options, task_opts, f"{where}: task ({task_name})")
+    dec_name, dec_opts = named(cfg.decoder, f"{where}: decoder")
+    dec_cls = _lookup(DECODERS, dec_name, f"{where}: decoder.name")
+    make(dec_cls.Options, dec_opts, f"{where}: decoder ({dec_name})")
+    make(ModelConfig, cfg.model, f"{where}: model")
+    make(LossConfig, cfg.loss, f"{where}: loss")
+    make(OptimConfig, cfg.optim, f"{where}: optim")
+    if cfg.distill is not None:
+        name, opts = named(cfg.distill.strategy, f"{where}: distill.strategy")
+        make(_lookup(STRATEGIES, name, f"{where}: distill.strategy.name"), opts, f"{where}: distill.strategy")
+    for i, (name, opts) in enumerate(cfg.strategy_specs()):
+        strat_cls = _lookup(STRATEGIES, name, f"{where}: eval.strategies[{i}].name")
+        make(strat_cls, opts, f"{where}: eval.strategies[{i}] ({name})")
+        if strat_cls.requires not in dec_cls.capabilities:
+            usable = [n for n in STRATEGIES.names() if STRATEGIES.get(n).requires in dec_cls.capabilities]
+            raise ConfigError(f"{where}: eval.strategies[{i}]: strategy {name!r} cannot drive decoder "
+                              f"{dec_name!r} (it needs {strat_cls.requires!r}, the decoder offers "
+                              f"{sorted(dec_cls.capabilities)}); usable: {', '.join(usable)}")
+
+
+def _lookup(registry, name: str, where: str):
+    try:
+        return registry.get(name)
+    except AtnatError as err:
+        raise ConfigError(f"{where}: {err}") from None
+
+
+def run_config_from_dict(data: Any, where: str) -> RunConfig:
+    data = dict(check_keys(RunConfig, data, where))
+    for key in ("name", "task", "decoder"):
+        if key not in data:
+            raise ConfigError(f"{where}: missing required key {key!r}")
+    data["train"] = make(TrainSettings, data.get("train"), f"{where}: train")
+    ev = dict(check_keys(EvalSettings, data.get("eval"), f"{where}: eval"))
+    if "strategies" in ev:
+        if not isinstance(ev["strategies"], list) or not ev["strategies"]:
+            raise ConfigError(f"{where}: eval.strategies must be a non-empty list")
+        ev["strategies"] = tuple(ev["strategies"])
+    data["eval"] = make(EvalSettings, ev, f"{where}: eval")
+    if data.get("distill") is not None:
+        data["distill"] = make(DistillSettings, data["distill"], f"{where}: distill")
+    for key in ("model", "loss", "optim"):
+        if data.get(key) is None:
+            data[key] = {}
+        elif not isinstance(data[key], dict):
+            raise ConfigError(f"{where}: {key}: expected a mapping, got {data[key]!r}")
+    try:
+        cfg = RunConfig(**data)
+    except TypeError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    validate(cfg, where)
+    return cfg
+
+
+def load_yaml(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+
+
+def load_run_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
+    data = load_yaml(path)
+    if isinstance(data, dict):
+        data = deep_update(data, overrides or {})
+    return run_config_from_dict(data, str(path))
+
+
+def deep_update(base: dict, upd: dict) -> dict:
+    out = dict(base)
+    for k, v in upd.items():
+        out[k] = deep_update(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def parse_override(text: str) -> dict:
+    """`train.max_steps=100` -> {"train": {"max_steps": 100}} (value parsed as YAML)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected KEY.PATH=VALUE")
+    key, value = text.split("=", 1)
+    out: dict = {}
+    cur = out
+    parts = key.split(".")
+    for p in parts[:-1]:
+        cur = cur.setdefault(p, {})
+    cur[parts[-1]] = yaml.safe_load(value)
+    return out

@@ -1,0 +1,107 @@
+"""Encoded datasets, token-budget batching with length bucketing, and collation into `Batch`."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import Sampler
+
+from atnat.models.batch import Batch
+from atnat.models.errors import AtnatError
+
+from atnat.experiments.tokenize import SPECIAL
+
+
+@dataclass
+class EncodedSplit:
+    """One split as id lists: src[i], tgt[i] without BOS/EOS."""
+
+    src: list[list[int]]
+    tgt: list[list[int]]
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __getitem__(self, i: int) -> tuple[int, list[int], list[int]]:
+        return i, self.src[i], self.tgt[i]
+
+
+def encode_split(tokenizer, sources: list[str], targets: list[str], *, name: str,
+                 max_len: int | None = None, drop_long: bool = False) -> EncodedSplit:
+    """Encode a split; with `drop_long` (training) pairs longer than max_len are dropped, else cut."""
+    src = [tokenizer.encode(s) for s in sources]
+    tgt = [tokenizer.encode(t) for t in targets]
+    if max_len is not None:
+        if drop_long:
+            keep = [i for i in range(len(src)) if 0 < len(src[i]) <= max_len and 0 < len(tgt[i]) <= max_len]
+            src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
+        else:
+            src, tgt = [s[:max_len] for s in src], [t[:max_len] for t in tgt]
+    if not src:
+        raise AtnatError(f"split {name!r} has no usable sentence pairs")
+    return EncodedSplit(src, tgt)
+
+
+def collate(items: list[tuple[int, list[int], list[int]]], pad: int = SPECIAL.pad) -> Batch:
+    """Pad a list of (id, src, tgt) into a Batch (B, S) / (B, T)."""
+    ids = torch.tensor([i for i, _, _ in items])
+    sl = torch.tensor([max(len(s), 1) for _, s, _ in items])
+    tl = torch.tensor([len(t) for _, _, t in items])
+    src = torch.full((len(items), int(sl.max())), pad, dtype=torch.long)
+    tgt = torch.full((len(items), max(int(tl.max()), 1)), pad, dtype=torch.long)
+    for row, (_, s, t) in enumerate(items):
+        src[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+        tgt[row, : len(t)] = torch.tensor(t, dtype=torch.long)
+    return Batch(src, tgt, sl, tl, ids)
+
+
+class TokenBudgetSampler(Sampler[list[int]]):
+    """Batches of similar length whose padded size stays within `max_tokens` (source or target).
+
+    Sentences are sorted by length (with a little noise when shuffling), cut into batches, and
+    the batches are shuffled each epoch; evaluation keeps a fixed order.
+    """
+
+    def __init__(self, split: EncodedSplit, max_tokens: int, *, shuffle: bool, seed: int = 0,
+                 max_sentences: int | None = None):
+        self.split, self.max_tokens, self.shuffle, self.seed = split, max_tokens, shuffle, seed
+        self.max_sentences = max_sentences
+        self.epoch = 0
+        self._batches = self._make(random.Random(seed)) if not shuffle else None
+
+    def _make(self, rng: random.Random) -> list[list[int]]:
+        sizes = [max(len(s), len(t) + 1) for s, t in zip(self.split.src, self.split.tgt)]
+        noise = [rng.random() if self.shuffle else 0.0 for _ in sizes]
+        order = sorted(range(len(sizes)), key=lambda i: (sizes[i] + noise[i], i))
+        batches, cur, longest = [], [], 0
+        for i in order:
+            longest_new = max(longest, sizes[i])
+            full = self.max_sentences is not None and len(cur) >= self.max_sentences
+            if cur and (longest_new * (len(cur) + 1) > self.max_tokens or full):
+                batches.append(cur)
+                cur, longest_new = [], sizes[i]
+            cur.append(i)
+            longest = longest_new
+        if cur:
+            batches.append(cur)
+        if self.shuffle:
+            rng.shuffle(batches)
+        return batches
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        batches = self._batches if self._batches is not None else self._make(random.Random(self.seed + self.epoch))
+        self.epoch += 1
+        return iter(batches)
+
+    def __len__(self) -> int:
+        return len(self._batches if self._batches is not None else self._make(random.Random(self.seed)))
+
+
+def make_loader(split: EncodedSplit, max_tokens: int, *, shuffle: bool, seed: int = 0,
+                max_sentences: int | None = None):
+    sampler = TokenBudgetSampler(split, max_tokens, shuffle=shuffle, seed=seed, max_sentences=max_sentences)
+    return torch.utils.data.DataLoader(split, batch_sampler=sampler, collate_fn=collate, num_workers=0)

@@ -1,0 +1,99 @@
+"""Tokenizers: whitespace symbols (synthetic tasks) and sentencepiece (real text).
+
+Every vocabulary starts with the special symbols of atnat.decoding.base.SpecialTokens (ids 0..5),
+so all decoders share one id convention. A tokenizer serialises to a dict stored in checkpoints.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Iterable
+
+from atnat.decoding.base import SpecialTokens
+from atnat.models.errors import AtnatError
+
+SPECIAL_SYMBOLS = ("<pad>", "<s>", "</s>", "<unk>", "<mask>", "<blank>")
+SPECIAL = SpecialTokens()
+
+
+class SymbolTokenizer:
+    """Whitespace-separated symbols from a fixed list (synthetic tasks): exact round trip."""
+
+    kind = "symbols"
+
+    def __init__(self, symbols: list[str]):
+        self.symbols = list(SPECIAL_SYMBOLS) + [s for s in symbols if s not in SPECIAL_SYMBOLS]
+        self.index = {s: i for i, s in enumerate(self.symbols)}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.symbols)
+
+    def encode(self, text: str) -> list[int]:
+        return [self.index.get(tok, SPECIAL.unk) for tok in text.split()]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return " ".join(self.symbols[i] for i in ids if i >= len(SPECIAL_SYMBOLS))
+
+    def to_state(self) -> dict:
+        return {"kind": self.kind, "symbols": self.symbols[len(SPECIAL_SYMBOLS):]}
+
+
+class SentencePieceTokenizer:
+    """A sentencepiece model (unigram by default) with atnat's special ids; detokenises exactly."""
+
+    kind = "sentencepiece"
+
+    def __init__(self, model_proto: bytes):
+        import sentencepiece as spm
+
+        self.proto = model_proto
+        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+
+    @classmethod
+    def train(cls, texts: Iterable[str], *, vocab_size: int, cache_dir: Path,
+              model_type: str = "unigram") -> "SentencePieceTokenizer":
+        """Train on `texts` (or load the cached model trained on the same texts and settings)."""
+        import sentencepiece as spm
+
+        lines = [t for t in texts if t.strip()]
+        key = hashlib.sha256("\n".join(lines).encode() + f"|{vocab_size}|{model_type}".encode()).hexdigest()[:16]
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        path = cache_dir / f"spm-{key}.model"
+        if not path.exists():
+            import io
+
+            buf = io.BytesIO()
+            try:
+                spm.SentencePieceTrainer.train(
+                    sentence_iterator=iter(lines), model_writer=buf, vocab_size=vocab_size,
+                    model_type=model_type, character_coverage=1.0, pad_id=0, bos_id=1, eos_id=2, unk_id=3,
+                    user_defined_symbols=list(SPECIAL_SYMBOLS[4:]), minloglevel=2,
+                    hard_vocab_limit=False, num_threads=2)
+            except RuntimeError as err:
+                raise AtnatError(f"sentencepiece training failed (vocab_size={vocab_size}): {err}") from err
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(buf.getvalue())
+            tmp.replace(path)
+        return cls(path.read_bytes())
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.sp.encode(text)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.sp.decode([i for i in ids if i >= len(SPECIAL_SYMBOLS)])
+
+    def to_state(self) -> dict:
+        return {"kind": self.kind, "model_proto": self.proto}
+
+
+def tokenizer_from_state(state: dict):
+    if state["kind"] == "symbols":
+        return SymbolTokenizer(state["symbols"])
+    if state["kind"] == "sentencepiece":
+        return SentencePieceTokenizer(state["model_proto"])
+    raise AtnatError(f"unknown tokenizer kind {state['kind']!r} in checkpoint")

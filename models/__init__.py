@@ -1,0 +1,1 @@
+"""Neural modules: the shared encoder, the decoder families and the LightningModule."""

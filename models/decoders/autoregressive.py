@@ -1,0 +1,191 @@
+"""The autoregressive Transformer decoder: teacher forcing in training, KV-cached `step` at
+inference, plus two options against exposure bias (input noise and scheduled sampling)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from atnat.models.batch import Batch
+from atnat.models.decoders.base import Decoder, register_decoder
+from atnat.models.encoder import EncoderOut
+from atnat.models.errors import AtnatError
+from atnat.models.losses import Loss, label_smoothed_nll, token_accuracy
+
+SCHEDULES = ("none", "linear", "exponential", "inverse_sigmoid")
+
+
+@dataclass(frozen=True)
+class ATOptions:
+    """Options of the AT decoder (defaults: plain teacher forcing)."""
+
+    input_noise: float = 0.0  # fraction of teacher-forced inputs replaced by random tokens
+    scheduled_sampling: str = "none"  # none | linear | exponential | inverse_sigmoid (Bengio et al. 2015)
+    sampling_k: float = 2000.0  # schedule speed: steps to reach max (linear), k of the exp/sigmoid decay
+    sampling_max: float = 0.25  # largest probability of feeding the model's own prediction
+
+    def __post_init__(self):
+        if self.scheduled_sampling not in SCHEDULES:
+            raise AtnatError(f"decoder option scheduled_sampling={self.scheduled_sampling!r}; "
+                             f"valid: {', '.join(SCHEDULES)}")
+
+
+def sampling_probability(schedule: str, step: int, k: float, cap: float) -> float:
+    """Probability of replacing a gold input by the model's prediction at a training step."""
+    if schedule == "none":
+        return 0.0
+    if schedule == "linear":
+        gold = 1.0 - step / max(k, 1.0)
+    elif schedule == "exponential":
+        gold = (1.0 - 1.0 / max(k, 1.0)) ** step
+    else:  # inverse sigmoid: gold = k / (k + exp(step / k))
+        gold = k / (k + math.exp(min(step / k, 700.0)))
+    return min(cap, max(0.0, 1.0 - gold))
+
+
+@dataclass
+class ATState:
+    """Incremental decoding state, owned by the search strategy.
+
+    self_k/self_v (L, R, H, C, Dh): cached self-attention keys/values of R rows with capacity C
+    (written in place at position t). cross_k/cross_v (L, M, H, S, Dh): encoder keys/values of M
+    memory rows; `group` > 0 says rows are laid out as M contiguous groups of `group` rows (a beam),
+    so cross-attention runs the group's queries together instead of copying memory per row.
+    """
+
+    self_k: Tensor
+    self_v: Tensor
+    cross_k: Tensor
+    cross_v: Tensor
+    memory_mask: Tensor  # (M, 1, 1, S) True where attendable
+    row_to_memory: Tensor  # (R,) memory row of each decoder row
+    group: int
+    t: int = 0
+
+
+@register_decoder("at")
+class AutoregressiveDecoder(Decoder):
+    """Causal self-attention + cross-attention (Vaswani et al. 2017)."""
+
+    capabilities = frozenset({"step"})
+    Options = ATOptions
+
+    # ---- training ---------------------------------------------------------------------------
+    def forward(self, prev_tokens: Tensor, memory: EncoderOut, need_weights=False):
+        """Teacher-forced pass: prev_tokens (B, T) starting with BOS -> logits (B, T, V), attns."""
+        x = self.embed(prev_tokens)  # (B, T, D)
+        return self.run_layers(x, memory, self_mask=None, causal=True, need_weights=need_weights)
+
+    def shift(self, batch: Batch) -> tuple[Tensor, Tensor]:
+        """Targets -> (decoder inputs BOS y, outputs y EOS): (B, T+1) each."""
+        sp = self.special
+        b = batch.tgt.size(0)
+        bos = batch.tgt.new_full((b, 1), sp.bos)
+        prev = torch.cat([bos, batch.tgt], 1)  # (B, T+1)
+        out = torch.cat([batch.tgt, batch.tgt.new_full((b, 1), sp.pad)], 1)  # (B, T+1)
+        out = out.scatter(1, batch.tgt_lengths.unsqueeze(1), sp.eos)
+        return prev, out
+
+    def noisy_inputs(self, prev: Tensor, step: int, memory: EncoderOut) -> Tensor:
+        """Apply input noise and scheduled sampling to teacher-forced inputs (B, T)."""
+        opt, sp = self.options, self.special
+        keep = prev.ne(sp.pad) & prev.ne(sp.bos)
+        if opt.input_noise > 0:
+            noise = torch.randint(6, self.vocab_size, prev.shape, device=prev.device)
+            flip = (torch.rand(prev.shape, device=prev.device) < opt.input_noise) & keep
+            prev = torch.where(flip, noise, prev)
+        p = sampling_probability(opt.scheduled_sampling, step, opt.sampling_k, opt.sampling_max)
+        if p > 0:
+            with torch.no_grad():  # first pass: the model's own predictions under teacher forcing
+                logits, _ = self.forward(prev, memory)
+            predicted = torch.cat([prev[:, :1], logits[:, :-1].argmax(-1)], 1)  # (B, T)
+            flip = (torch.rand(prev.shape, device=prev.device) < p) & keep
+            prev = torch.where(flip, predicted, prev)
+        return prev
+
+    def loss(self, batch: Batch, memory: EncoderOut, *, step: int = 0) -> dict[str, Loss]:
+        prev, out = self.shift(batch)
+        if self.training:
+            prev = self.noisy_inputs(prev, step, memory)
+        logits, attns = self.forward(prev, memory, need_weights=self.wants_attention)
+        lp = F.log_softmax(logits.float(), -1)  # (B, T+1, V)
+        pad = self.special.pad
+        parts = {"tokens": Loss(label_smoothed_nll(lp, out, smoothing=self.loss_cfg.label_smoothing,
+                                                   ignore_index=pad)),
+                 "token_accuracy": Loss(token_accuracy(lp.detach(), out, pad), 0.0)}
+        parts.update(self.guided_attention_part(attns, memory, batch.tgt_lengths + 1))
+        return parts
+
+    def score_sequences(self, memory: EncoderOut, tokens: Tensor, padding_mask: Tensor) -> Tensor:
+        """Teacher-forced total log-prob of given outputs incl. EOS: tokens (B, T) -> (B,)."""
+        lengths = (~padding_mask).sum(1)
+        tgt = tokens.masked_fill(padding_mask, self.special.pad)
+        batch = Batch(tgt, tgt, lengths, lengths, lengths)
+        prev, out = self.shift(batch)
+        logits, _ = self.forward(prev, memory)
+        lp = F.log_softmax(logits.float(), -1).gather(-1, out.unsqueeze(-1)).squeeze(-1)  # (B, T+1)
+        return lp.masked_fill(out.eq(self.special.pad), 0.0).sum(1)
+
+    # ---- incremental inference (the StepModel protocol) --------------------------------------
+    def init_state(self, memory: EncoderOut, capacity: int = 64) -> ATState:
+        """Cache the encoder keys/values of every layer once; empty self-attention caches."""
+        kv = [layer.cross_attn.project_kv(memory.states) for layer in self.layers]
+        cross_k = torch.stack([k for k, _ in kv])  # (L, B, H, S, Dh)
+        cross_v = torch.stack([v for _, v in kv])
+        n_layers, b, h, _, dh = cross_k.shape
+        empty = cross_k.new_zeros(n_layers, b, h, capacity, dh)  # (L, B, H, C, Dh)
+        rows = torch.arange(b, device=cross_k.device)
+        return ATState(empty, empty.clone(), cross_k, cross_v, memory.attn_mask, rows, group=1)
+
+    def _grow(self, state: ATState) -> ATState:
+        """Double the self-attention cache capacity (amortised O(1) per step)."""
+        pad = torch.zeros_like(state.self_k)
+        return replace(state, self_k=torch.cat([state.self_k, pad], 3), self_v=torch.cat([state.self_v, pad], 3))
+
+    def _cross(self, layer, h: Tensor, state: ATState, i: int) -> tuple[Tensor, None]:
+        attn = layer.cross_attn
+        q = attn.project_q(h)  # (R, H, 1, Dh)
+        m, g = state.cross_k.size(1), state.group
+        if g > 1:  # run the g queries of a group against their one memory row
+            r, hh, _, dh = q.shape
+            q = q.view(m, g, hh, dh).transpose(1, 2)  # (M, H, g, Dh)
+            out, _ = attn.attend(q, state.cross_k[i], state.cross_v[i], mask=state.memory_mask)  # (M, g, D)
+            return out.reshape(r, 1, -1), None  # (R, 1, D)
+        out, _ = attn.attend(q, state.cross_k[i], state.cross_v[i], mask=state.memory_mask)
+        return out, None
+
+    def step(self, prev_tokens: Tensor, state: ATState) -> tuple[Tensor, ATState]:
+        """prev_tokens (R,) -> log-probs (R, V) of the next token; the cache is extended in place."""
+        if state.t >= state.self_k.size(3):
+            state = self._grow(state)
+        t = state.t
+        x = self.embed(prev_tokens.unsqueeze(1), offset=t)  # (R, 1, D)
+        for i, layer in enumerate(self.layers):
+            def self_block(h, i=i, attn=layer.self_attn):
+                k, v = attn.project_kv(h)  # (R, H, 1, Dh)
+                state.self_k[i, :, :, t] = k[:, :, 0]
+                state.self_v[i, :, :, t] = v[:, :, 0]
+                return attn.attend(attn.project_q(h), state.self_k[i, :, :, : t + 1], state.self_v[i, :, :, : t + 1])
+            x, _ = layer.res_self(x, self_block)
+            x, _ = layer.res_cross(x, lambda h, i=i, layer=layer: self._cross(layer, h, state, i))
+            x, _ = layer.res_ffn(x, lambda h, layer=layer: (layer.ffn(h), None))
+        logits = self.output(self.final_norm(x[:, 0]))  # (R, V)
+        return F.log_softmax(logits.float(), -1), replace(state, t=t + 1)
+
+    def reorder_state(self, state: ATState, order: Tensor) -> ATState:
+        """Keep rows `order` (R',). Memory stays shared per group when the new rows form
+        contiguous equal groups over all memory rows (beam search); else it is copied per row."""
+        rows = state.row_to_memory.index_select(0, order)
+        new = replace(state, self_k=state.self_k.index_select(1, order),
+                      self_v=state.self_v.index_select(1, order), row_to_memory=rows)
+        m, r = state.cross_k.size(1), order.numel()
+        if r % m == 0:
+            expected = torch.arange(m, device=order.device).repeat_interleave(r // m)
+            if torch.equal(rows, expected):
+                return replace(new, group=r // m)
+        return replace(new, cross_k=state.cross_k.index_select(1, rows), cross_v=state.cross_v.index_select(1, rows),
+                       memory_mask=state.memory_mask.index_select(0, rows),
+                       row_to_memory=torch.arange(r, device=order.device), group=1)

@@ -1,0 +1,119 @@
+"""The decoder interface every decoder family implements, the shared decoder layer, the registry.
+
+A decoder is one file: subclass `Decoder`, set `capabilities` and `Options`, decorate with
+`@register_decoder("name")`. Capabilities name what strategies can drive it: "step" (AT search),
+"parallel" (NAT strategies with a length distribution), "ctc" (CTC collapse).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from atnat.decoding.base import SpecialTokens
+from atnat.models.batch import Batch
+from atnat.models.config import ModelConfig
+from atnat.models.encoder import EncoderOut
+from atnat.models.layers import FeedForward, MultiHeadAttention, Residual, TokenEmbedding
+from atnat.models.losses import Loss, guided_attention_loss
+from atnat.models.registry import Registry
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """A decoder without options of its own."""
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Loss settings common to all decoders."""
+
+    label_smoothing: float = 0.1  # epsilon of label-smoothed cross-entropy
+    length_weight: float = 0.1  # weight of the length-prediction loss (NAT decoders)
+    guided_attention_weight: float = 0.0  # weight of the diagonal-prior cross-attention loss; 0 = off
+    guided_attention_sigma: float = 0.2  # width g of the diagonal prior
+    guided_attention_layers: tuple[int, ...] = (-1,)  # decoder layers whose cross-attention is guided
+    guided_attention_heads: tuple[int, ...] | None = None  # heads guided (None = all)
+
+
+class DecoderLayer(nn.Module):
+    """Self-attention (causal for AT, full for NAT) -> cross-attention -> FFN, each residual."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.dropout)
+        self.res_self = Residual(cfg.d_model, cfg.dropout, cfg.pre_ln)
+        self.res_cross = Residual(cfg.d_model, cfg.dropout, cfg.pre_ln)
+        self.res_ffn = Residual(cfg.d_model, cfg.dropout, cfg.pre_ln)
+
+    def forward(self, x: Tensor, memory: EncoderOut, *, self_mask: Tensor | None, causal: bool,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """x (B, T, D) -> (B, T, D) and the cross-attention weights (B, H, T, S) if asked."""
+        x, _ = self.res_self(x, lambda h: self.self_attn(h, h, mask=self_mask, is_causal=causal))
+        x, weights = self.res_cross(x, lambda h: self.cross_attn(
+            h, memory.states, mask=memory.attn_mask, need_weights=need_weights))
+        x, _ = self.res_ffn(x, lambda h: (self.ffn(h), None))
+        return x, weights
+
+
+class Decoder(nn.Module, ABC):
+    """Base of every decoder family.
+
+    Training contract: `loss(batch, memory, step=) -> dict[str, Loss]`. Inference contracts are
+    the protocols in atnat.decoding.base (StepModel, ParallelModel, CTCModel) per capability.
+    """
+
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+    Options: ClassVar[type] = NoOptions
+    registered_name: ClassVar[str] = ""
+
+    def __init__(self, cfg: ModelConfig, options: Any, *, embed: TokenEmbedding, vocab_size: int,
+                 special: SpecialTokens, loss_cfg: LossConfig):
+        super().__init__()
+        self.cfg, self.options, self.special, self.loss_cfg = cfg, options, special, loss_cfg
+        self.embed = embed
+        self.vocab_size = vocab_size
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_ln else nn.Identity()
+        self.output = nn.Linear(cfg.d_model, vocab_size)
+        if cfg.tie_embeddings:
+            self.output.weight = embed.tokens.weight
+
+    @abstractmethod
+    def loss(self, batch: Batch, memory: EncoderOut, *, step: int = 0) -> dict[str, Loss]:
+        """Named, weighted loss parts for one batch (logged as {stage}/{name})."""
+
+    def run_layers(self, x: Tensor, memory: EncoderOut, *, self_mask: Tensor | None, causal: bool,
+                   need_weights: bool = False) -> tuple[Tensor, list[Tensor | None]]:
+        """All layers over a full sequence: x (B, T, D) -> logits (B, T, V), cross-attn per layer."""
+        guided = {i % len(self.layers) for i in self.loss_cfg.guided_attention_layers}
+        attns = []
+        for i, layer in enumerate(self.layers):
+            x, w = layer(x, memory, self_mask=self_mask, causal=causal,
+                         need_weights=need_weights and (i in guided or need_weights == "all"))
+            attns.append(w)
+        return self.output(self.final_norm(x)), attns
+
+    def guided_attention_part(self, attns: list[Tensor | None], memory: EncoderOut,
+                              tgt_lengths: Tensor) -> dict[str, Loss]:
+        """The diagonal-prior loss on the guided layers/heads, or nothing when it is off."""
+        if self.loss_cfg.guided_attention_weight <= 0:
+            return {}
+        heads = self.loss_cfg.guided_attention_heads
+        maps = [a if heads is None else a[:, list(heads)] for a in attns if a is not None]
+        value = torch.stack([guided_attention_loss(a, memory.lengths, tgt_lengths,
+                                                   self.loss_cfg.guided_attention_sigma) for a in maps]).mean()
+        return {"guided_attention": Loss(value, self.loss_cfg.guided_attention_weight)}
+
+    @property
+    def wants_attention(self) -> bool:
+        return self.loss_cfg.guided_attention_weight > 0
+
+
+DECODERS: Registry[Decoder] = Registry("decoder", Decoder, entry_point_group="atnat.decoders")
+register_decoder = DECODERS.register

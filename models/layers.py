@@ -1,0 +1,136 @@
+"""Transformer building blocks: multi-head attention, feed-forward, positional encodings, layers.
+
+Shapes: B batch, S source length, T target length, D model width, H heads, Dh = D / H.
+Attention masks are boolean with True where a query may attend (the SDPA convention).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention over H heads (Vaswani et al. 2017, section 3.2.2).
+
+    The fast path is `F.scaled_dot_product_attention`; `need_weights=True` takes an explicit
+    softmax path that also returns the (B, H, T, S) weights (guided-attention loss, figures).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.h, self.dh, self.dropout = n_heads, d_model // n_heads, dropout
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.h, self.dh).transpose(1, 2)  # (B, H, T, Dh)
+
+    def project_q(self, x: Tensor) -> Tensor:
+        return self.split_heads(self.q_proj(x))  # (B, H, T, Dh)
+
+    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        k, v = self.kv_proj(x).chunk(2, dim=-1)
+        return self.split_heads(k), self.split_heads(v)  # 2 x (B, H, S, Dh)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None,
+               is_causal: bool = False, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """q (B, H, T, Dh), k/v (B, H, S, Dh), mask broadcastable to (B, H, T, S) -> (B, T, D)."""
+        p = self.dropout if self.training else 0.0
+        if not need_weights:
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal)
+            weights = None
+        else:
+            scores = q @ k.transpose(-1, -2) / math.sqrt(self.dh)  # (B, H, T, S)
+            if is_causal:
+                t, s = scores.shape[-2:]
+                causal = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)
+                mask = causal if mask is None else mask & causal
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = scores.softmax(-1)
+            ctx = F.dropout(weights, p, self.training) @ v  # (B, H, T, Dh)
+        b, _, t, _ = ctx.shape
+        out = ctx.transpose(1, 2).reshape(b, t, self.h * self.dh)  # (B, T, D)
+        return self.out_proj(out), weights
+
+    def forward(self, query: Tensor, key_value: Tensor, *, mask: Tensor | None = None,
+                is_causal: bool = False, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        k, v = self.project_kv(key_value)
+        return self.attend(self.project_q(query), k, v, mask=mask, is_causal=is_causal,
+                           need_weights=need_weights)
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: Linear -> ReLU -> dropout -> Linear."""
+
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Dropout(dropout),
+                                 nn.Linear(ffn_dim, d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+def sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
+    """The fixed sin/cos table of the paper (section 3.5): (n_positions, D)."""
+    pos = torch.arange(n_positions, dtype=torch.float).unsqueeze(1)  # (P, 1)
+    freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(n_positions, d_model)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq[: d_model // 2])
+    return table
+
+
+class TokenEmbedding(nn.Module):
+    """Token embedding scaled by sqrt(D) plus positional encoding (sinusoidal or learned), dropout."""
+
+    def __init__(self, vocab_size: int, d_model: int, *, max_positions: int, learned_pos: bool,
+                 dropout: float, pad: int):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=pad)
+        nn.init.normal_(self.tokens.weight, std=d_model**-0.5)
+        nn.init.zeros_(self.tokens.weight[pad])
+        self.scale = math.sqrt(d_model)
+        self.max_positions = max_positions
+        if learned_pos:
+            self.positions = nn.Parameter(torch.randn(max_positions, d_model) * 0.02)
+        else:
+            self.register_buffer("positions", sinusoidal_table(max_positions, d_model), persistent=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def add_positions(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x (B, T, D) of already-scaled vectors -> x + positions[offset:offset+T], dropout."""
+        t = x.size(1)
+        if offset + t > self.max_positions:
+            raise ValueError(f"sequence of {offset + t} positions exceeds max_positions={self.max_positions}")
+        return self.dropout(x + self.positions[offset: offset + t])
+
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        """tokens (B, T) -> (B, T, D)."""
+        return self.add_positions(self.tokens(tokens) * self.scale, offset)
+
+
+class Residual(nn.Module):
+    """Residual + LayerNorm around a sublayer: post-LN (paper) or pre-LN."""
+
+    def __init__(self, d_model: int, dropout: float, pre_ln: bool):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.pre_ln = pre_ln
+
+    def forward(self, x: Tensor, sublayer) -> tuple[Tensor, Tensor | None]:
+        """`sublayer(h) -> (out, extra)`; returns (new x, extra)."""
+        if self.pre_ln:
+            out, extra = sublayer(self.norm(x))
+            return x + self.dropout(out), extra
+        out, extra = sublayer(x)
+        return self.norm(x + self.dropout(out)), extra

@@ -1,0 +1,82 @@
+"""Training losses, each returned as a named, weighted part of the total."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+@dataclass
+class Loss:
+    """One named part of the training objective: total = sum(weight * value).
+
+    A part with weight 0 is only logged (e.g. an accuracy)."""
+
+    value: Tensor
+    weight: float = 1.0
+
+
+def total_loss(parts: dict[str, Loss]) -> Tensor:
+    weighted = [p.weight * p.value for p in parts.values() if p.weight != 0]
+    if not weighted:
+        raise ValueError("no loss part has a non-zero weight")
+    return torch.stack(weighted).sum()
+
+
+def label_smoothed_nll(log_probs: Tensor, target: Tensor, *, smoothing: float, ignore_index: int,
+                       mask: Tensor | None = None) -> Tensor:
+    """Mean label-smoothed NLL over non-ignored positions.
+
+    log_probs (..., V), target (...). Smoothing spreads `smoothing` uniformly over the vocabulary
+    (Szegedy et al. 2016). `mask` (...) True selects the positions that count (default: target !=
+    ignore_index).
+    """
+    keep = target.ne(ignore_index) if mask is None else mask & target.ne(ignore_index)
+    lp = log_probs[keep]  # (N, V)
+    tgt = target[keep]  # (N,)
+    if tgt.numel() == 0:
+        return log_probs.sum() * 0.0
+    nll = -lp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)  # (N,)
+    smooth = -lp.mean(-1)  # (N,)
+    return ((1.0 - smoothing) * nll + smoothing * smooth).mean()
+
+
+def token_accuracy(log_probs: Tensor, target: Tensor, ignore_index: int) -> Tensor:
+    keep = target.ne(ignore_index)
+    correct = (log_probs.argmax(-1) == target) & keep
+    return correct.sum().float() / keep.sum().clamp(min=1)
+
+
+def ctc_loss(log_probs: Tensor, input_mask: Tensor, target: Tensor, target_lengths: Tensor,
+             blank: int) -> Tensor:
+    """CTC (Graves et al. 2006) mean over sentences of per-token-normalised loss.
+
+    log_probs (B, T', V), input_mask (B, T') True at padding, target (B, T) padded.
+    """
+    input_lengths = (~input_mask).sum(1)
+    loss = F.ctc_loss(log_probs.transpose(0, 1).float(), target, input_lengths, target_lengths,  # (T', B, V)
+                      blank=blank, reduction="none", zero_infinity=True)
+    return (loss / target_lengths.clamp(min=1)).mean()
+
+
+def guided_attention_weights(src_lengths: Tensor, tgt_lengths: Tensor, s_max: int, t_max: int,
+                             sigma: float) -> Tensor:
+    """Diagonal-prior penalty W[t, s] = 1 - exp(-(s/S - t/T)^2 / (2 sigma^2)) (Tachibana et al.
+    2018), zero at padding: (B, T, S)."""
+    s = torch.arange(s_max, device=src_lengths.device).float()[None, None, :]  # (1, 1, S)
+    t = torch.arange(t_max, device=src_lengths.device).float()[None, :, None]  # (1, T, 1)
+    S = src_lengths.float().clamp(min=1)[:, None, None]
+    T = tgt_lengths.float().clamp(min=1)[:, None, None]
+    w = 1.0 - torch.exp(-((s / S - t / T) ** 2) / (2 * sigma**2))  # (B, T, S)
+    valid = (s < S) & (t < T)
+    return w * valid
+
+
+def guided_attention_loss(attn: Tensor, src_lengths: Tensor, tgt_lengths: Tensor, sigma: float) -> Tensor:
+    """attn (B, H, T, S) cross-attention weights -> mean penalty per valid (t, s) cell of the prior."""
+    b, _, t_max, s_max = attn.shape
+    w = guided_attention_weights(src_lengths, tgt_lengths, s_max, t_max, sigma)  # (B, T, S)
+    penalty = (attn * w.unsqueeze(1)).sum((-1, -2))  # (B, H)
+    return (penalty / tgt_lengths.float().clamp(min=1)[:, None]).mean()

@@ -1,0 +1,79 @@
+"""Name -> class registries (decoders, strategies, tasks, metrics), with entry-point plugins."""
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import Callable, Generic, TypeVar
+
+from atnat.models.errors import AtnatError
+
+T = TypeVar("T")
+
+
+class RegistryError(AtnatError):
+    """Duplicate name, wrong base class, or unknown name."""
+
+
+class Registry(Generic[T]):
+    """A small registry of classes of one kind, keyed by a short name.
+
+    `@REG.register("name")` adds a class; `REG.get("name")` returns it. Third-party packages add
+    entries through the entry-point group `entry_point_group` (loaded lazily, once).
+    """
+
+    def __init__(self, kind: str, base: type, entry_point_group: str | None = None):
+        self.kind = kind
+        self.base = base
+        self.entry_point_group = entry_point_group
+        self._items: dict[str, type] = {}
+        self._plugins_loaded = entry_point_group is None
+
+    def register(self, name: str) -> Callable[[type[T]], type[T]]:
+        def add(cls: type[T]) -> type[T]:
+            if not (isinstance(cls, type) and issubclass(cls, self.base)):
+                raise RegistryError(
+                    f"cannot register {cls!r} as {self.kind} {name!r}: "
+                    f"it must be a subclass of {self.base.__name__}"
+                )
+            if name in self._items and self._items[name] is not cls:
+                raise RegistryError(
+                    f"{self.kind} {name!r} is already registered "
+                    f"(by {self._items[name].__module__}.{self._items[name].__qualname__})"
+                )
+            self._items[name] = cls
+            cls.registered_name = name  # type: ignore[attr-defined]
+            return cls
+
+        return add
+
+    def unregister(self, name: str) -> None:
+        """Remove an entry (tests and interactive sessions that re-define a class)."""
+        self._items.pop(name, None)
+
+    def _load_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        for ep in entry_points(group=self.entry_point_group):
+            try:
+                ep.load()  # importing the module runs its @register decorators
+            except Exception as err:  # a broken plugin must not hide the built-in entries
+                raise RegistryError(
+                    f"plugin {ep.name!r} of entry-point group {self.entry_point_group!r} "
+                    f"failed to load ({ep.value}): {err}"
+                ) from err
+
+    def get(self, name: str) -> type[T]:
+        if name not in self._items:
+            self._load_plugins()
+        if name not in self._items:
+            raise RegistryError(
+                f"unknown {self.kind} {name!r}; known {self.kind}s: {', '.join(self.names()) or '(none)'}"
+            )
+        return self._items[name]
+
+    def names(self) -> list[str]:
+        self._load_plugins()
+        return sorted(self._items)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._items or name in self.names()

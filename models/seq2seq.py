@@ -1,0 +1,165 @@
+"""Seq2SeqModule: the shared encoder + any registered decoder, trained with Lightning."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pytorch_lightning as pl
+import sacrebleu
+import torch
+from torch import Tensor
+
+from atnat.decoding.base import STRATEGIES, Hypotheses, SpecialTokens, Strategy
+from atnat.models.batch import Batch
+from atnat.models.config import ModelConfig
+from atnat.models.decoders.base import DECODERS, Decoder, LossConfig
+from atnat.models.encoder import EncoderOut, TransformerEncoder
+from atnat.models.errors import AtnatError
+from atnat.models.layers import TokenEmbedding
+from atnat.models.losses import total_loss
+
+# The strategy validation decodes with, per decoder capability.
+VALIDATION_STRATEGY = {"step": "greedy", "parallel": "parallel", "ctc": "ctc"}
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """Adam and its learning-rate schedule."""
+
+    lr: float = 5e-4  # peak learning rate
+    schedule: str = "inverse_sqrt"  # inverse_sqrt (paper: linear warm-up, then 1/sqrt(step)) | constant
+    warmup_steps: int = 400  # warm-up length of the inverse_sqrt schedule
+    betas: tuple[float, float] = (0.9, 0.98)  # Adam betas of the paper
+    eps: float = 1e-9  # Adam epsilon
+    weight_decay: float = 0.0  # decoupled weight decay (AdamW) when > 0
+    clip_norm: float = 1.0  # gradient clipping by global norm (0 = off); applied by the Trainer
+
+    def __post_init__(self):
+        if self.schedule not in ("inverse_sqrt", "constant"):
+            raise AtnatError(f"optim.schedule={self.schedule!r}; valid: inverse_sqrt, constant")
+
+
+def lr_factor(step: int, schedule: str, warmup: int) -> float:
+    """Multiplier of the peak lr at an optimizer step (1-based)."""
+    if schedule == "constant":
+        return 1.0
+    step = max(step, 1)
+    return min(step / max(warmup, 1), math.sqrt(max(warmup, 1) / step))
+
+
+def build_config(cls, data: dict | None):
+    """A frozen dataclass from a plain dict (lists become tuples where the field is a tuple)."""
+    data = dict(data or {})
+    for f in dataclasses.fields(cls):
+        if isinstance(data.get(f.name), list):
+            data[f.name] = tuple(data[f.name])
+    return cls(**data)
+
+
+class Seq2SeqModule(pl.LightningModule):
+    """Encoder + decoder + losses + optimisation + validation BLEU. Hyper-parameters are plain
+    dicts so a checkpoint rebuilds the model on its own (`load_from_checkpoint`)."""
+
+    def __init__(self, *, vocab_size: int, decoder: str, model: dict | None = None,
+                 decoder_options: dict | None = None, loss: dict | None = None, optim: dict | None = None,
+                 special: dict | None = None):
+        super().__init__()
+        self.save_hyperparameters()
+        self.model_cfg = build_config(ModelConfig, model)
+        self.loss_cfg = build_config(LossConfig, loss)
+        self.optim_cfg = build_config(OptimConfig, optim)
+        self.special = SpecialTokens(**(special or {}))
+        cfg = self.model_cfg
+        embed = TokenEmbedding(vocab_size, cfg.d_model, max_positions=cfg.max_positions,
+                               learned_pos=cfg.learned_positions, dropout=cfg.dropout, pad=self.special.pad)
+        tgt_embed = embed if cfg.tie_embeddings else TokenEmbedding(
+            vocab_size, cfg.d_model, max_positions=cfg.max_positions, learned_pos=cfg.learned_positions,
+            dropout=cfg.dropout, pad=self.special.pad)
+        self.encoder = TransformerEncoder(cfg, embed)
+        decoder_cls = DECODERS.get(decoder)
+        options = build_config(decoder_cls.Options, decoder_options)
+        self.decoder: Decoder = decoder_cls(cfg, options, embed=tgt_embed, vocab_size=vocab_size,
+                                            special=self.special, loss_cfg=self.loss_cfg)
+        self.tokenizer_state: dict | None = None  # set by the trainer; saved in checkpoints
+        self.detokenize: Callable[[list[int]], str] | None = None
+        self.bleu_tokenize = "13a"
+        self._val_outputs: list[tuple[list[int], list[int]]] = []
+
+    # ---- forward pieces ----------------------------------------------------------------------
+    def encode(self, src: Tensor, src_lengths: Tensor | None = None) -> EncoderOut:
+        return self.encoder(src, src.eq(self.special.pad))
+
+    def loss_parts(self, batch: Batch) -> dict:
+        memory = self.encode(batch.src)
+        return self.decoder.loss(batch, memory, step=self.global_step)
+
+    def _common_step(self, batch: Batch, stage: str) -> Tensor:
+        parts = self.loss_parts(batch)
+        loss = total_loss(parts)
+        bs = len(batch)
+        self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=bs, sync_dist=stage != "train")
+        for name, part in parts.items():
+            self.log(f"{stage}/{name}", part.value.detach(), batch_size=bs, sync_dist=stage != "train")
+        return loss
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        return self._common_step(batch, "train")
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._common_step(batch, "val")
+        name = VALIDATION_STRATEGY[sorted(self.decoder.capabilities)[0]]
+        hyps = self.decode(batch.src, batch.src_lengths, STRATEGIES.get(name)())
+        refs = [t[:n] for t, n in zip(batch.tgt.tolist(), batch.tgt_lengths.tolist())]
+        self._val_outputs.extend(zip(hyps.sequences(self.special), refs))
+
+    def on_validation_epoch_end(self) -> None:
+        outs, self._val_outputs = self._val_outputs, []
+        if not outs:
+            return
+        exact = sum(h == r for h, r in outs) / len(outs)
+        self.log("val/exact_match", exact, prog_bar=True)
+        if self.detokenize is not None:
+            hyps = [self.detokenize(h) for h, _ in outs]
+            refs = [self.detokenize(r) for _, r in outs]
+            bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize=self.bleu_tokenize).score
+            self.log("val/bleu", bleu, prog_bar=True)
+
+    # ---- inference ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def decode(self, src: Tensor, src_lengths: Tensor, strategy: Strategy, **kwargs: Any) -> Hypotheses:
+        """Decode a batch with any strategy the decoder supports. src (B, S)."""
+        check_compatible(self.decoder, strategy)
+        memory = self.encode(src)
+        if strategy.requires == "step":
+            state = self.decoder.init_state(memory)
+            return strategy.search(self.decoder, state, src_lengths=src_lengths, special=self.special, **kwargs)
+        return strategy.search(self.decoder, memory, src_lengths=src_lengths, special=self.special, **kwargs)
+
+    # ---- optimisation ------------------------------------------------------------------------
+    def configure_optimizers(self):
+        o = self.optim_cfg
+        opt_cls = torch.optim.AdamW if o.weight_decay > 0 else torch.optim.Adam
+        opt = opt_cls(self.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda step: lr_factor(step + 1, o.schedule, o.warmup_steps))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["atnat_tokenizer"] = self.tokenizer_state
+        checkpoint["atnat_bleu_tokenize"] = self.bleu_tokenize
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.tokenizer_state = checkpoint.get("atnat_tokenizer")
+        self.bleu_tokenize = checkpoint.get("atnat_bleu_tokenize", "13a")
+
+
+def check_compatible(decoder: Decoder, strategy: Strategy) -> None:
+    """Refuse a strategy the decoder cannot drive, naming the ones it can."""
+    if strategy.requires not in decoder.capabilities:
+        usable = [n for n in STRATEGIES.names() if STRATEGIES.get(n).requires in decoder.capabilities]
+        raise AtnatError(
+            f"strategy {getattr(strategy, 'registered_name', type(strategy).__name__)!r} needs a decoder "
+            f"with capability {strategy.requires!r}, but decoder "
+            f"{decoder.registered_name!r} has {sorted(decoder.capabilities)}; usable strategies: {', '.join(usable)}")
