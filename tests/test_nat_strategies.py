@@ -1,0 +1,310 @@
+"""NAT strategies on hand-written tables: exact tokens, per-token log-probs, scores and passes."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from atnat.decoding.base import STRATEGIES
+from atnat.decoding.ctc import CTC, ctc_collapse
+from atnat.decoding.length_beam import LengthBeam, pick_best, top_lengths
+from atnat.decoding.mask_predict import MaskPredict, lowest_slots, remask_schedule
+from atnat.decoding.npd import NoisyParallel
+from atnat.decoding.parallel import Parallel
+from atnat.models.errors import AtnatError
+from tests.nat_tables import (A, B, BLANK, C, D, MASK, PAD, SPECIAL, FakeCTC, ids,
+                              nat_model, sampling_model)
+
+log = math.log
+
+
+def run(strategy, model, *sentences, src_lengths=None, **kw):
+    src = torch.tensor(src_lengths or [3] * len(sentences))
+    return strategy.search(model, ids(*sentences), src_lengths=src, special=SPECIAL, **kw)
+
+
+def best(hyp, b=0, n=0):
+    """(tokens, positional log-probs, score) of hypothesis n of sentence b, without padding."""
+    k = int(hyp.lengths[b, n])
+    return (hyp.tokens[b, n, :k].tolist(), hyp.positional_scores[b, n, :k].tolist(),
+            float(hyp.scores[b, n]))
+
+
+def approx(values):
+    return pytest.approx(values, abs=1e-5)
+
+
+# ---------------------------------------------------------------- length helpers, length-beam
+
+def test_top_lengths_skip_zero_clamp_and_fill():
+    lp = torch.tensor([[0.5, 0.1, 0.3, 0.05, 0.05], [0.1, 0.2, 0.1, 0.1, 0.5]]).log()
+    assert top_lengths(lp, 2, 4).tolist() == [[2, 1], [4, 1]]
+    assert top_lengths(lp, 2, torch.tensor([4, 3])).tolist() == [[2, 1], [3, 1]]
+    assert top_lengths(lp, 6, 4).tolist() == [[2, 1, 3, 4, 2, 2], [4, 1, 2, 3, 4, 4]]
+    assert pick_best(torch.tensor([0.1, 0.3, 0.3, -1.0, 2.0, 0.0]), 3).tolist() == [1, 4]
+
+
+def test_length_beam_picks_mean_log_prob_not_sum_and_sorts():
+    model = nat_model()
+    hyp = run(LengthBeam(length_beam=3), model, 1)
+    assert hyp.lengths.tolist() == [[3, 2, 1]]  # predicted order 2, 3, 1; length 0 skipped
+    assert best(hyp, n=0) == ([C, D, A], approx([log(.9), log(.8), log(.4)]),
+                              approx((log(.9) + log(.8) + log(.4)) / 3))
+    assert best(hyp, n=1) == ([A, B], approx([log(.5), log(.6)]), approx((log(.5) + log(.6)) / 2))
+    assert best(hyp, n=2)[0] == [D]
+    assert hyp.n_steps == 1 and len(model.calls) == 1
+    assert model.orders[0].tolist() == [0, 0, 0]
+    assert model.mask_counts() == [[2, 3, 1]] and model.untouched()
+
+
+def test_parallel_with_length_beam_equals_length_beam():
+    a, b = run(Parallel(length_beam=3), nat_model(), 1, 0), run(LengthBeam(), nat_model(), 1, 0)
+    for name in ("tokens", "positional_scores", "scores", "lengths"):
+        assert torch.equal(getattr(a, name), getattr(b, name))
+
+
+def test_parallel_predicted_length_argmax():
+    model = nat_model()
+    hyp = run(Parallel(), model, 1)
+    assert best(hyp) == ([A, B], approx([log(.5), log(.6)]), approx((log(.5) + log(.6)) / 2))
+    assert model.orders == [] and model.untouched()
+
+
+def test_parallel_fixed_length_cut_at_first_eos():
+    model = nat_model()
+    strategy = Parallel(length="fixed", fixed_len_a=1.0, fixed_len_b=1)
+    hyp = run(strategy, model, 2, 3, src_lengths=[2, 1])
+    assert model.length_calls == 0
+    assert model.calls[0]["tokens"].tolist() == [[MASK] * 3, [MASK, MASK, PAD]]
+    assert best(hyp, 0) == ([A], approx([log(.7)]), approx(log(.7)))
+    assert best(hyp, 1) == ([B, C], approx([log(.8), log(.7)]), approx((log(.8) + log(.7)) / 2))
+    assert hyp.tokens[0, 0].tolist() == [A, PAD, PAD]  # EOS and what follows are cut
+    assert hyp.sequences(SPECIAL) == [[A], [B, C]]
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"length": "oracle"}, "length"), ({"length_beam": 0}, "length_beam"),
+    ({"length": "fixed", "length_beam": 2}, "length_beam"),
+])
+def test_parallel_refuses_bad_options(options, field):
+    with pytest.raises(AtnatError, match=field):
+        Parallel(**options)
+    with pytest.raises(AtnatError, match="predicted, fixed"):
+        Parallel(length="oracle")
+
+
+# ---------------------------------------------------------------- mask-predict
+
+def test_remask_schedule_and_lowest_slots():
+    assert remask_schedule(torch.tensor([4, 3, 1]), 4).tolist() == [
+        [4, 3, 1], [3, 2, 0], [2, 1, 0], [1, 0, 0]]
+    assert remask_schedule(torch.tensor([4]), 10).flatten().tolist() == [4, 3, 3, 2, 2, 2, 1, 1, 0, 0]
+    probs = torch.tensor([[-0.1, -2.0, -0.5, 0.0], [-3.0, -0.2, -0.2, 0.0]])
+    pad = torch.tensor([[False] * 4, [False, False, False, True]])
+    assert lowest_slots(probs, pad, torch.tensor([2, 3])).tolist() == [
+        [False, True, True, False], [True, True, True, False]]
+
+
+EXPECTED_REFINE = {  # iterations -> (tokens, per-token probabilities, masked slots per pass)
+    1: ([A, C, C, D], [.9, .5, .6, .7], [4]),
+    2: ([A, B, C, D], [.9, .8, .6, .7], [4, 2]),
+    4: ([A, B, C, D], [.9, .8, .95, .85], [4, 3, 2, 1]),
+}
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 4])
+def test_mask_predict_exact_after_t_iterations(iterations):
+    model = nat_model()
+    hyp = run(MaskPredict(iterations=iterations), model, 0)
+    tokens, probs, counts = EXPECTED_REFINE[iterations]
+    logs = [log(p) for p in probs]
+    assert best(hyp) == (tokens, approx(logs), approx(sum(logs) / 4))
+    assert hyp.n_steps == iterations == len(model.calls)
+    assert model.mask_counts() == [[n] for n in counts]
+    assert model.untouched()
+
+
+def test_mask_predict_only_masked_slots_are_updated():
+    model = nat_model()
+    hyp = run(MaskPredict(iterations=4, record_history=True), model, 0)
+    assert [h.tolist() for h in hyp.history] == [
+        [[A, C, C, D]], [[A, B, C, D]], [[A, B, C, A]], [[A, B, C, D]]]
+    for call, before, after in zip(model.calls[1:], hyp.history, hyp.history[1:]):
+        kept = call["tokens"] != MASK
+        assert torch.equal(after[kept], before[kept])  # slot 0 stays a, though d scores .99 there
+        assert torch.equal(call["tokens"][kept], before[kept])
+
+
+def test_mask_predict_early_stop_and_schedule_seen_by_model():
+    stopped = nat_model()
+    hyp = run(MaskPredict(iterations=10), stopped, 0)
+    assert hyp.n_steps == 3 and stopped.mask_counts() == [[4], [3], [3]]
+    assert best(hyp)[:2] == ([A, B, C, D], approx([log(.9), log(.8), log(.6), log(.7)]))
+    full = nat_model()
+    hyp = run(MaskPredict(iterations=10, early_stop=False), full, 0)
+    assert full.mask_counts() == [[4], [3], [3], [2], [2], [2], [1], [1]]  # then 0: no pass
+    assert hyp.n_steps == 8
+    assert best(hyp)[:2] == ([A, B, C, D], approx([log(.9), log(.8), log(.95), log(.85)]))
+
+
+def test_mask_predict_winner_among_lengths_and_history():
+    model = nat_model()
+    hyp = run(MaskPredict(iterations=10, length_beam=2, record_history=True), model, 0)
+    assert hyp.n_steps == 3  # length 3 stops changing after pass 1, length 4 after pass 2
+    assert model.mask_counts() == [[4, 3], [3, 2], [3]]  # one call per pass; converged rows leave
+    assert [o.tolist() for o in model.orders] == [[0, 0], [0]]
+    assert best(hyp, n=0) == ([C, C, C], approx([log(.97)] * 3), approx(log(.97)))
+    assert best(hyp, n=1)[0] == [A, B, C, D]
+    assert [h.tolist() for h in hyp.history] == [[[C, C, C, PAD]]] * 3
+    assert run(MaskPredict(), nat_model(), 0).history is None
+
+
+@pytest.mark.parametrize("early_stop, third", [(True, A), (False, B)])
+def test_mask_predict_batch_equals_each_alone(early_stop, third):
+    strategy = MaskPredict(iterations=4, length_beam=2, early_stop=early_stop)
+    together = run(strategy, nat_model(), 0, 1)
+    for b, sid in enumerate((0, 1)):
+        alone = run(strategy, nat_model(), sid)
+        for n in range(2):
+            tokens, positional, score = best(alone, 0, n)
+            assert best(together, b, n) == (tokens, approx(positional), approx(score))
+    # sentence 1, length 3: "c d a" converges at once under early stop (sentence 0 goes on);
+    # without it, slot 2 is re-masked alone at pass 3 and becomes b given d
+    probs = [.9, .8, .4 if third == A else .7]
+    assert best(together, 1) == ([C, D, third], approx([log(p) for p in probs]),
+                                 approx(sum(log(p) for p in probs) / 3))
+
+
+# ---------------------------------------------------------------- noisy parallel decoding
+
+TEACHER = {(A, B): -0.6, (C, D, A): -1.2, (D,): -0.5}
+
+
+def teacher(seen):
+    def scorer(tokens, padding_mask, sentence_index):
+        seen.append((tokens.clone(), padding_mask.clone(), sentence_index.clone()))
+        rows = [tuple(t for t, p in zip(r, m) if not p) for r, m in
+                zip(tokens.tolist(), padding_mask.tolist())]
+        return torch.tensor([TEACHER.get(r, -50.0) for r in rows])
+    return scorer
+
+
+@pytest.mark.parametrize("normalize, order, score", [
+    (True, [[A, B], [D], [C, D, A]], -0.6 / 3), (False, [[D], [A, B], [C, D, A]], -0.5)])
+def test_npd_teacher_reranks(normalize, order, score):
+    model, seen = nat_model(), []
+    hyp = run(NoisyParallel(length_beam=3, normalize=normalize), model, 1, scorer=teacher(seen))
+    assert [best(hyp, n=n)[0] for n in range(3)] == order  # the NAT alone ranks c d a first
+    assert float(hyp.scores[0, 0]) == approx(score)
+    assert best(hyp)[1] == approx([log(.5), log(.6)] if normalize else [log(.3)])
+    assert hyp.n_steps == 1 and len(model.calls) == 1 and len(seen) == 1
+    assert seen[0][2].tolist() == [0, 0, 0] and seen[0][0].shape == (3, 3)
+    assert model.untouched()
+
+
+def test_npd_batch_sentence_index_and_needs_teacher():
+    seen = []
+    hyp = run(NoisyParallel(length_beam=3), nat_model(), 0, 1, scorer=teacher(seen))
+    assert seen[0][2].tolist() == [0, 0, 0, 1, 1, 1]
+    assert best(hyp, 1)[0] == [A, B]
+    with pytest.raises(AtnatError, match="AT teacher"):
+        run(NoisyParallel(), nat_model(), 0)
+
+
+def test_npd_samples_from_the_same_pass():
+    def sample(**options):
+        model, seen = sampling_model(), []
+        hyp = run(NoisyParallel(length_beam=1, samples_per_length=16, **options), model, 4,
+                  scorer=teacher(seen))
+        assert len(model.calls) == 1 and seen[0][0].shape == (17, 2)
+        return seen[0][0], hyp
+
+    drawn, hyp = sample()
+    assert drawn[0].tolist() == [A, C]  # the argmax candidate comes first
+    assert set(drawn[:, 0].tolist()) == {A, B} and set(drawn[:, 1].tolist()) == {C, D}
+    assert torch.equal(sample()[0], drawn)  # same seed, same samples
+    assert not torch.equal(sample(seed=1)[0], drawn)
+    assert (sample(temperature=1e-3)[0] == torch.tensor([A, C])).all()  # cold: argmax only
+    first = {A: .55, B: .45}
+    for n in range(17):
+        tokens, positional, _ = best(hyp, n=n)
+        assert positional[0] == approx(log(first[tokens[0]]))
+
+
+# ---------------------------------------------------------------- CTC
+
+def test_ctc_collapse_hand_alignments():
+    alignments = torch.tensor([
+        [A, A, BLANK, A, B, B, C],  # blank between repeats keeps both
+        [BLANK, BLANK, BLANK, BLANK, BLANK, BLANK, BLANK],  # all blanks: empty output
+        [C, C, C, D, D, A, A],  # padding after slot 3 ignored
+    ])
+    pad = torch.zeros(3, 7, dtype=torch.bool)
+    pad[2, 4:] = True
+    slot_lp = torch.arange(21, dtype=torch.float).reshape(3, 7).neg()
+    tokens, scores = ctc_collapse(alignments, pad, BLANK, slot_lp)
+    assert tokens == [[A, A, B, C], [], [C, D]]
+    assert scores == [[0.0, -3.0, -4.0, -6.0], [], [-14.0, -17.0]]
+
+
+CTC_ROWS = {
+    0: [{A: .6}, {A: .7}, {BLANK: .8}, {A: .5}, {B: .9}, {B: .6}],
+    1: [{BLANK: .9}, {C: .8}, {C: .7}],
+}
+
+
+def test_ctc_best_path_end_to_end_with_padding():
+    model = FakeCTC(CTC_ROWS)
+    hyp = run(CTC(), model, 0, 1)
+    assert best(hyp, 0) == ([A, A, B], approx([log(.6), log(.5), log(.9)]),
+                            approx(sum(log(p) for p in (.6, .7, .8, .5, .9, .6))))
+    assert best(hyp, 1) == ([C], approx([log(.8)]), approx(log(.9) + log(.8) + log(.7)))
+    assert hyp.n_steps == 1 and model.untouched()
+    assert best(run(CTC(), FakeCTC(CTC_ROWS), 1)) == best(hyp, 1)
+
+
+def labelings(rows):
+    """Exact log-probability of every output, summed over all alignments (brute force)."""
+    symbols = [BLANK, A, B]
+    totals = {}
+    for path in itertools.product(symbols, repeat=len(rows)):
+        out = tuple(s for i, s in enumerate(path) if s != BLANK and (i == 0 or path[i - 1] != s))
+        p = math.prod(row.get(s, 0.0) for row, s in zip(rows, path))
+        totals[out] = totals.get(out, 0.0) + p
+    return {out: log(p) for out, p in totals.items() if p > 0}
+
+
+def test_ctc_prefix_beam_search_matches_brute_force():
+    rows = [{BLANK: .5, A: .3, B: .2}, {BLANK: .4, A: .4, B: .2},
+            {BLANK: .2, A: .3, B: .5}, {BLANK: .6, A: .1, B: .3}]
+    exact = sorted(labelings(rows).items(), key=lambda kv: -kv[1])
+    model = FakeCTC({0: rows, 1: rows[:2]})
+    hyp = run(CTC(beam_size=32), model, 0, 1)
+    found = [(tuple(best(hyp, 0, n)[0]), float(hyp.scores[0, n])) for n in range(len(exact))]
+    assert [s for _, s in found] == approx([s for _, s in exact])
+    assert dict(found) == approx(dict(exact))
+    assert float(hyp.scores[0, len(exact)]) == float("-inf")
+    short = sorted(labelings(rows[:2]).items(), key=lambda kv: -kv[1])[0]
+    assert (tuple(best(hyp, 1)[0]), float(hyp.scores[1, 0])) == (short[0], approx(short[1]))
+    assert model.untouched()
+
+
+def test_ctc_beam_prefers_the_output_best_path_misses():
+    rows = {0: [{BLANK: .6, A: .4}, {BLANK: .6, A: .4}]}
+    assert best(run(CTC(), FakeCTC(rows), 0))[0] == []  # best path: blank blank (.36)
+    hyp = run(CTC(beam_size=2), FakeCTC(rows), 0)
+    assert best(hyp)[0] == [A] and float(hyp.scores[0, 0]) == approx(log(.64))
+    assert best(hyp, n=1)[0] == [] and float(hyp.scores[0, 1]) == approx(log(.36))
+
+
+# ---------------------------------------------------------------- registry
+
+def test_registered_with_requirements():
+    expected = {"parallel": "parallel", "length-beam": "parallel", "mask-predict": "parallel",
+                "npd": "parallel", "ctc": "ctc"}
+    for name, needs in expected.items():
+        assert STRATEGIES.get(name).requires == needs
+    with pytest.raises(AtnatError, match="beam_size"):
+        CTC(beam_size=0)
