@@ -1,0 +1,155 @@
+"""Corpus translation quality: BLEU and chrF with bootstrap CIs, paired significance, exact match.
+
+All BLEU/chrF numbers come from sacrebleu so they match what its CLI prints and carry its
+reproducibility signatures. sacrebleu seeds its resampling from the environment variable
+``SACREBLEU_SEED`` (read when a bootstrap or a ``PairedTest`` starts); we set it for the
+duration of each call and restore it afterwards, so results depend only on the ``seed`` argument.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.significance import PairedTest
+
+from atnat.models.errors import AtnatError
+
+_SEED_ENV = "SACREBLEU_SEED"
+
+
+@dataclass(frozen=True)
+class Quality:
+    """Corpus-level quality of one system on one test set."""
+
+    bleu: float  # corpus BLEU, 0..100
+    chrf: float  # corpus chrF2, 0..100
+    bleu_ci_low: float | None  # lower end of sacrebleu's 95% bootstrap CI; None without bootstrap
+    bleu_ci_high: float | None  # upper end of that CI; None without bootstrap
+    bleu_signature: str  # sacrebleu signature, e.g. "nrefs:1|bs:1000|seed:12345|case:mixed|..."
+    chrf_signature: str  # sacrebleu chrF signature
+    n_sentences: int  # number of hypothesis/reference pairs scored
+
+
+def check_parallel(hyps: Sequence[object], refs: Sequence[object], what: str = "hypotheses") -> None:
+    """Raise AtnatError unless hyps and refs are non-empty and equally many (one ref per hyp)."""
+    if len(hyps) != len(refs):
+        raise AtnatError(
+            f"{what} and references differ in count: {len(hyps)} {what} vs {len(refs)} references; "
+            "expected one reference per hypothesis"
+        )
+    if len(hyps) == 0:
+        raise AtnatError(f"no {what} to score: got 0 {what} and 0 references")
+
+
+def _check_seed(seed: int) -> None:
+    # sacrebleu's PairedTest treats a seed of 0 as "unseeded" and numpy rejects negatives.
+    if not isinstance(seed, int) or seed < 1:
+        raise AtnatError(
+            f"seed must be a positive integer (sacrebleu treats 0 as unseeded), got {seed!r}"
+        )
+
+
+@contextlib.contextmanager
+def _sacrebleu_seed(seed: int) -> Iterator[None]:
+    """Temporarily set SACREBLEU_SEED, which sacrebleu reads when it starts resampling."""
+    old = os.environ.get(_SEED_ENV)
+    os.environ[_SEED_ENV] = str(seed)
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[_SEED_ENV]
+        else:
+            os.environ[_SEED_ENV] = old
+
+
+def bleu_metric(tokenize: str) -> BLEU:
+    """The sacrebleu BLEU scorer used throughout (default settings, chosen tokeniser)."""
+    # force=True: with tokenize="none" the input is tokenised on purpose; skip sacrebleu's warning.
+    return BLEU(tokenize=tokenize, force=tokenize == "none")
+
+
+def corpus_quality(
+    hyps: list[str],
+    refs: list[str],
+    *,
+    tokenize: str = "13a",
+    n_bootstrap: int = 1000,
+    seed: int = 12345,
+) -> Quality:
+    """Corpus BLEU and chrF of detokenised hyps against one reference each, with a BLEU CI.
+
+    The CI is sacrebleu's: bootstrap mean +/- half the width of the 2.5..97.5 percentile range
+    over ``n_bootstrap`` resamples (None when n_bootstrap <= 1). Use tokenize="none" for synthetic
+    tasks whose tokens are space-separated symbols.
+    """
+    check_parallel(hyps, refs)
+    _check_seed(seed)
+    bleu, chrf = bleu_metric(tokenize), CHRF()
+    with _sacrebleu_seed(seed):
+        b = bleu.corpus_score(hyps, [refs], n_bootstrap=max(n_bootstrap, 1))
+    c = chrf.corpus_score(hyps, [refs])
+    low = high = None
+    if n_bootstrap > 1:
+        # sacrebleu stores the bootstrap estimate on the score as _mean / _ci (see Score.estimate_ci).
+        low, high = float(b._mean - b._ci), float(b._mean + b._ci)
+    return Quality(
+        bleu=float(b.score),
+        chrf=float(c.score),
+        bleu_ci_low=low,
+        bleu_ci_high=high,
+        bleu_signature=str(bleu.get_signature()),
+        chrf_signature=str(chrf.get_signature()),
+        n_sentences=len(hyps),
+    )
+
+
+def paired_significance(
+    baseline: list[str],
+    systems: Mapping[str, list[str]],
+    refs: list[str],
+    *,
+    method: Literal["bs", "ar"] = "bs",
+    n: int = 1000,
+    tokenize: str = "13a",
+    seed: int = 12345,
+) -> dict[str, float]:
+    """p-value of the BLEU difference between each system and the baseline (sacrebleu PairedTest).
+
+    method "bs" is paired bootstrap resampling (Koehn 2004), "ar" approximate randomisation;
+    n is the number of resamples / trials. A system whose corpus BLEU equals the baseline's gets
+    p = 1.0: sacrebleu counts only resampled differences strictly greater than the observed one,
+    which would report p = 1/(n+1) for two identical systems.
+    """
+    if method not in ("bs", "ar"):
+        raise AtnatError(f"paired test method must be 'bs' or 'ar', got {method!r}")
+    if n < 1:
+        raise AtnatError(f"number of paired-test samples must be >= 1, got {n}")
+    if not systems:
+        raise AtnatError("paired_significance needs at least one system besides the baseline")
+    _check_seed(seed)
+    check_parallel(baseline, refs, "baseline hypotheses")
+    for name, hyps in systems.items():
+        check_parallel(hyps, refs, f"hypotheses of system {name!r}")
+    names = list(systems)
+    named = [("__baseline__", baseline)] + [(name, systems[name]) for name in names]
+    with _sacrebleu_seed(seed):
+        test = PairedTest(named, {"BLEU": bleu_metric(tokenize)}, [refs], test_type=method, n_samples=n)
+        _, scores = test()
+    base, results = scores["BLEU"][0], scores["BLEU"][1:]
+    return {
+        name: 1.0 if res.score == base.score else float(res.p_value)
+        for name, res in zip(names, results)
+    }
+
+
+def exact_match(hyps: Sequence[str | Sequence[int]], refs: Sequence[str | Sequence[int]]) -> float:
+    """Fraction of hypotheses identical to their reference (strings or token-id lists)."""
+    check_parallel(hyps, refs)
+    same = sum(tuple(h) == tuple(r) for h, r in zip(hyps, refs))
+    return same / len(hyps)

@@ -1,0 +1,102 @@
+"""Corpus quality metrics: values agree with sacrebleu, CIs and p-values are seeded and sane."""
+
+import os
+
+import pytest
+import sacrebleu
+from sacrebleu.metrics import BLEU
+
+from atnat.experiments.metrics import corpus_quality, exact_match, paired_significance
+from atnat.models.errors import AtnatError
+
+REFS = [
+    "the cat sat on the mat",
+    "a quick brown fox jumps over the lazy dog",
+    "we went to the market yesterday",
+    "it is raining again today",
+]
+HYPS = [
+    "the cat sat on a mat",
+    "the quick brown fox jumped over a lazy dog",
+    "we went to market yesterday",
+    "it rains again today",
+]
+
+
+def _corpus(n_copies: int = 10) -> tuple[list[str], list[str], list[str]]:
+    """A test set where `good` is much closer to the references than `bad`."""
+    refs = [f"{r} number {i}" for i in range(n_copies) for r in REFS]
+    good = [f"{h} number {i}" for i in range(n_copies) for h in HYPS]
+    bad = [f"sorry no idea {i}" for i in range(n_copies) for _ in REFS]
+    return refs, good, bad
+
+
+def test_identical_text_scores_100():
+    q = corpus_quality(REFS, REFS, n_bootstrap=1)
+    assert q.bleu == pytest.approx(100.0)
+    assert q.chrf == pytest.approx(100.0)
+    assert q.n_sentences == 4
+
+
+def test_scores_equal_sacrebleu_computed_directly():
+    q = corpus_quality(HYPS, REFS, n_bootstrap=1)
+    assert q.bleu == pytest.approx(sacrebleu.corpus_bleu(HYPS, [REFS]).score)
+    assert q.chrf == pytest.approx(sacrebleu.corpus_chrf(HYPS, [REFS]).score)
+    assert 0 < q.bleu < 100
+    assert "tok:13a" in q.bleu_signature and "nc:6" in q.chrf_signature
+    assert q.bleu_ci_low is None and q.bleu_ci_high is None
+
+
+def test_tokenize_none_keeps_symbols_whole():
+    hyps, refs = ["x y z w."], ["x y z w ."]
+    assert corpus_quality(hyps, refs, n_bootstrap=1).bleu == pytest.approx(100.0)  # 13a splits "."
+    q = corpus_quality(hyps, refs, tokenize="none", n_bootstrap=1)
+    assert q.bleu == pytest.approx(BLEU(tokenize="none").corpus_score(hyps, [refs]).score)
+    assert q.bleu < 100 and "tok:none" in q.bleu_signature
+
+
+def test_bootstrap_ci_brackets_score_and_is_seeded():
+    refs, good, _ = _corpus()
+    old = os.environ.get("SACREBLEU_SEED")
+    a = corpus_quality(good, refs, n_bootstrap=200, seed=7)
+    b = corpus_quality(good, refs, n_bootstrap=200, seed=7)
+    c = corpus_quality(good, refs, n_bootstrap=200, seed=8)
+    assert a.bleu_ci_low < a.bleu < a.bleu_ci_high
+    assert (a.bleu_ci_low, a.bleu_ci_high) == (b.bleu_ci_low, b.bleu_ci_high)
+    assert (a.bleu_ci_low, a.bleu_ci_high) != (c.bleu_ci_low, c.bleu_ci_high)
+    assert "bs:200" in a.bleu_signature and "seed:7" in a.bleu_signature
+    assert os.environ.get("SACREBLEU_SEED") == old  # the seed is not left behind
+
+
+@pytest.mark.parametrize("method", ["bs", "ar"])
+def test_paired_significance(method):
+    refs, good, bad = _corpus()
+    p = paired_significance(bad, {"same": list(bad), "better": good}, refs, method=method, n=200)
+    assert p["same"] == 1.0
+    assert p["better"] < 0.01
+    again = paired_significance(bad, {"same": list(bad), "better": good}, refs, method=method, n=200)
+    assert again == p
+
+
+def test_paired_significance_rejects_bad_input():
+    with pytest.raises(AtnatError, match="'sys'.*3 .* 4 references"):
+        paired_significance(HYPS, {"sys": HYPS[:3]}, REFS, n=10)
+    with pytest.raises(AtnatError, match="method"):
+        paired_significance(HYPS, {"sys": HYPS}, REFS, method="t-test", n=10)
+    with pytest.raises(AtnatError, match="seed"):
+        paired_significance(HYPS, {"sys": HYPS}, REFS, n=10, seed=0)
+
+
+def test_mismatched_counts_raise_naming_counts():
+    with pytest.raises(AtnatError, match="3 hypotheses vs 4 references"):
+        corpus_quality(HYPS[:3], REFS)
+    with pytest.raises(AtnatError, match="0 hypotheses"):
+        corpus_quality([], [])
+
+
+def test_exact_match_on_strings_and_ids():
+    assert exact_match(["a b", "c", "d"], ["a b", "c ", "d"]) == pytest.approx(2 / 3)
+    assert exact_match([[1, 2], [3], []], [[1, 2], [3, 4], []]) == pytest.approx(2 / 3)
+    assert exact_match([(1, 2)], [[1, 2]]) == 1.0
+    with pytest.raises(AtnatError, match="2 hypotheses vs 1 references"):
+        exact_match([[1], [2]], [[1]])
