@@ -22,6 +22,7 @@ class Registry(Generic[T]):
 
     def __init__(self, kind: str, base: type, entry_point_group: str | None = None):
         self.kind = kind
+        self.plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
         self.base = base
         self.entry_point_group = entry_point_group
         self._items: dict[str, type] = {}
@@ -67,7 +68,7 @@ class Registry(Generic[T]):
             self._load_plugins()
         if name not in self._items:
             raise RegistryError(
-                f"unknown {self.kind} {name!r}; known {self.kind}s: {', '.join(self.names()) or '(none)'}"
+                f"unknown {self.kind} {name!r}; known {self.plural}: {', '.join(self.names()) or '(none)'}"
             )
         return self._items[name]
 

@@ -81,6 +81,8 @@ class Decoder(nn.Module, ABC):
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_ln else nn.Identity()
         self.output = nn.Linear(cfg.d_model, vocab_size)
+        self.record_attention = False  # probes set this to keep the last layer's cross-attention
+        self.recorded_attention: Tensor | None = None
         if cfg.tie_embeddings:
             self.output.weight = embed.tokens.weight
 
@@ -92,11 +94,14 @@ class Decoder(nn.Module, ABC):
                    need_weights: bool = False) -> tuple[Tensor, list[Tensor | None]]:
         """All layers over a full sequence: x (B, T, D) -> logits (B, T, V), cross-attn per layer."""
         guided = {i % len(self.layers) for i in self.loss_cfg.guided_attention_layers}
+        last = len(self.layers) - 1
         attns = []
         for i, layer in enumerate(self.layers):
-            x, w = layer(x, memory, self_mask=self_mask, causal=causal,
-                         need_weights=need_weights and (i in guided or need_weights == "all"))
+            want = (need_weights and i in guided) or (self.record_attention and i == last)
+            x, w = layer(x, memory, self_mask=self_mask, causal=causal, need_weights=want)
             attns.append(w)
+        if self.record_attention:
+            self.recorded_attention = attns[last]  # (B, H, T, S), for probes and figures
         return self.output(self.final_norm(x)), attns
 
     def guided_attention_part(self, attns: list[Tensor | None], memory: EncoderOut,

@@ -1,0 +1,202 @@
+"""The `atnat` command line: train, translate, distill, run (grids), report, bench, list."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from atnat.models.errors import AtnatError
+
+
+def cmd_train(args) -> None:
+    from atnat.experiments.config import load_run_config, parse_override
+    from atnat.experiments.runner import run_cell
+
+    overrides: dict = {}
+    for item in args.set or []:
+        from atnat.experiments.config import deep_update
+        overrides = deep_update(overrides, parse_override(item))
+    cfg = load_run_config(args.config, overrides)
+    run_dir = Path(args.output_dir or cfg.output_dir or Path("runs") / cfg.name)
+    result = run_cell(cfg, run_dir)
+    print_rows(result.rows)
+
+
+def print_rows(rows: list[dict]) -> None:
+    import pandas as pd
+
+    cols = ["strategy", "bleu", "chrf", "exact_match", "latency_ms_b1", "throughput_sents_s", "decoder_passes"]
+    df = pd.DataFrame(rows)
+    print(df[[c for c in cols if c in df]].round(3).to_string(index=False))
+
+
+def cmd_translate(args) -> None:
+    import torch
+
+    from atnat.experiments.data import collate
+    from atnat.experiments.evaluate import build_strategy, needs_teacher
+    from atnat.experiments.train import load_module
+
+    module, tokenizer = load_module(args.checkpoint)
+    teacher = load_module(args.teacher)[0] if args.teacher else None
+    spec = {"name": args.strategy, **strategy_options(args)}
+    _, strategy = build_strategy(spec)
+    lines = [line.rstrip("\n") for line in sys.stdin]
+    ids = [tokenizer.encode(line) for line in lines]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out: list[str] = [""] * len(ids)
+    with torch.no_grad():
+        for start in range(0, len(order), args.batch_size):
+            chunk = order[start: start + args.batch_size]
+            batch = collate([(i, ids[i], []) for i in chunk])
+            hyps = module.decode(batch.src, batch.src_lengths, strategy, **needs_teacher(strategy, teacher, batch.src))
+            for i, h in zip(chunk, hyps.sequences(module.special)):
+                out[i] = tokenizer.decode(h)
+    sys.stdout.write("".join(line + "\n" for line in out))
+
+
+def strategy_options(args) -> dict:
+    import yaml
+
+    opts = {}
+    if args.beam is not None:
+        key = "beam_size" if args.strategy in ("beam", "ctc") else "length_beam"
+        opts[key] = args.beam
+    if args.iterations is not None:
+        opts["iterations"] = args.iterations
+    for item in args.option or []:
+        if "=" not in item:
+            raise AtnatError(f"--option {item!r}: expected NAME=VALUE")
+        k, v = item.split("=", 1)
+        opts[k] = yaml.safe_load(v)
+    return opts
+
+
+def cmd_distill(args) -> None:
+    import json
+
+    from atnat.experiments.distill import distilled_targets, distill_sources
+    from atnat.experiments.tasks import read_lines
+
+    spec = {"name": args.strategy, **strategy_options(args)}
+    if args.input:
+        from atnat.experiments.train import load_module
+
+        module, tokenizer = load_module(args.teacher)
+        sources = read_lines(Path(args.input), "distillation input")
+        lines = distill_sources(module, tokenizer, sources, spec)
+        meta = {"teacher": args.teacher, "lines": len(lines)}
+    else:  # the teacher run's own training split
+        from atnat.experiments.config import run_config_from_dict
+        from atnat.experiments.distill import teacher_dir
+        from atnat.experiments.train import load_task
+
+        cfg_path = teacher_dir(args.teacher) / "config.json"
+        if not cfg_path.is_file():
+            raise AtnatError(f"{cfg_path} not found: give --input SOURCE_FILE or a teacher run directory")
+        cfg = run_config_from_dict(json.loads(cfg_path.read_text()), str(cfg_path))
+        src, tgt = load_task(cfg).splits["train"]
+        lines, meta = distilled_targets(args.teacher, src, tgt, spec)
+    Path(args.output).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    print(f"wrote {len(lines)} lines to {args.output} ({json.dumps(meta)})", file=sys.stderr)
+
+
+def cmd_run(args) -> None:
+    from atnat.experiments.runner import run_grid
+
+    run_grid(args.grid, results_root=Path(args.results), dry_run=args.dry_run, only=args.only,
+             smoke=args.smoke)
+
+
+def cmd_report(args) -> None:
+    from atnat.experiments.report import write_report
+
+    md, html = write_report(Path(args.results_dir))
+    print(f"wrote {md} and {html}")
+
+
+def cmd_bench(args) -> None:
+    from atnat.experiments.bench import main as bench_main
+
+    bench_main(args.bench_args)
+
+
+def cmd_list(args) -> None:
+    import atnat.decoding  # noqa: F401
+    import atnat.models.decoders  # noqa: F401
+    from atnat.decoding.base import STRATEGIES
+    from atnat.experiments.tasks import TASKS
+    from atnat.models.decoders.base import DECODERS
+
+    for title, reg in (("decoders", DECODERS), ("strategies", STRATEGIES), ("tasks", TASKS)):
+        print(f"{title}:")
+        for name in reg.names():
+            cls = reg.get(name)
+            extra = f"  [{', '.join(sorted(cls.capabilities))}]" if title == "decoders" else (
+                f"  [needs {cls.requires}]" if title == "strategies" else "")
+            doc = (cls.__doc__ or "").strip().split("\n")[0]
+            print(f"  {name:14s}{extra}  {doc}")
+
+
+def add_strategy_args(p) -> None:
+    p.add_argument("--strategy", default="greedy", help="registered strategy name (see `atnat list`)")
+    p.add_argument("--beam", type=int, help="beam size (beam, ctc) or length beam (NAT strategies)")
+    p.add_argument("--iterations", type=int, help="mask-predict iterations")
+    p.add_argument("--option", action="append", metavar="NAME=VALUE", help="any other strategy option")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="atnat", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train and evaluate one run from a YAML config")
+    p.add_argument("config")
+    p.add_argument("--output-dir")
+    p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value")
+    p.set_defaults(fn=cmd_train)
+    p = sub.add_parser("translate", help="translate stdin to stdout with a trained checkpoint")
+    p.add_argument("--checkpoint", required=True, help="checkpoint file or run directory")
+    p.add_argument("--teacher", help="AT teacher checkpoint for npd re-ranking")
+    p.add_argument("--batch-size", type=int, default=64)
+    add_strategy_args(p)
+    p.set_defaults(fn=cmd_translate)
+    p = sub.add_parser("distill", help="write sequence-level distilled targets with an AT teacher")
+    p.add_argument("--teacher", required=True, help="teacher checkpoint file or run directory")
+    p.add_argument("--input", help="source file (default: the teacher run's training sources)")
+    p.add_argument("--output", required=True)
+    add_strategy_args(p)
+    p.set_defaults(fn=cmd_distill, strategy="beam", beam=5)
+    p = sub.add_parser("run", help="run an experiment grid and write results/<grid>/")
+    p.add_argument("grid")
+    p.add_argument("--results", default="results", help="folder that receives results/<grid>/")
+    p.add_argument("--dry-run", action="store_true", help="list the cells and exit")
+    p.add_argument("--only", action="append", help="run only cells whose name contains this")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes: check a grid end to end in minutes")
+    p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("report", help="regenerate report.md/report.html from a results folder")
+    p.add_argument("results_dir")
+    p.set_defaults(fn=cmd_report)
+    p = sub.add_parser("bench", help="decoding/training speed benchmarks (see `atnat bench -h`)")
+    p.add_argument("bench_args", nargs=argparse.REMAINDER)
+    p.set_defaults(fn=cmd_bench)
+    p = sub.add_parser("list", help="registered decoders, strategies and tasks")
+    p.set_defaults(fn=cmd_list)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    import atnat.decoding  # noqa: F401  (register built-ins)
+    import atnat.models.decoders  # noqa: F401
+    try:
+        args.fn(args)
+    except AtnatError as err:
+        print(f"atnat: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("atnat: interrupted; finished work is kept (run the same command to resume)", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Sequence-level knowledge distillation (Kim & Rush 2016): an AT teacher re-writes the training
+targets; students train on its outputs. Results are cached in the teacher's run directory."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import sacrebleu
+
+from atnat.models.errors import AtnatError
+
+from atnat.experiments.data import encode_split
+from atnat.experiments.evaluate import build_strategy, decode_split, write_json_atomic
+
+
+def distill_sources(teacher, tokenizer, sources: list[str], strategy_spec, *, max_tokens: int = 8000) -> list[str]:
+    """Teacher outputs (detokenised) for `sources`, in order; one line per source, checked."""
+    label, strategy = build_strategy(strategy_spec)
+    split = encode_split(tokenizer, sources, sources, name="distillation input")
+    out = decode_split(teacher, split, strategy, max_tokens=max_tokens)
+    lines = [tokenizer.decode(h).replace("\n", " ") for h in out.hyps]
+    if len(lines) != len(sources):
+        raise AtnatError(f"distillation produced {len(lines)} lines for {len(sources)} sources")
+    return lines
+
+
+def teacher_dir(teacher: str | Path) -> Path:
+    path = Path(teacher)
+    return path.parent.parent if path.is_file() else path
+
+
+def distilled_targets(teacher_path: str | Path, sources: list[str], references: list[str], strategy_spec,
+                      *, max_tokens: int = 8000) -> tuple[list[str], dict]:
+    """Distilled training targets, cached as `<teacher run>/distill/<strategy>/train.txt` with a
+    `meta.json` recording the teacher, the strategy, the line count and BLEU against the references."""
+    from atnat.experiments.train import load_module
+
+    label, _ = build_strategy(strategy_spec)
+    cache = teacher_dir(teacher_path) / "distill" / label
+    text_path, meta_path = cache / "train.txt", cache / "meta.json"
+    if text_path.exists() and meta_path.exists():
+        lines = text_path.read_text(encoding="utf-8").split("\n")[:-1]
+        if len(lines) == len(sources):
+            return lines, json.loads(meta_path.read_text())
+    module, tokenizer = load_module(teacher_path)
+    lines = distill_sources(module, tokenizer, sources, strategy_spec, max_tokens=max_tokens)
+    bleu = sacrebleu.corpus_bleu(lines, [references], tokenize=module.bleu_tokenize)
+    meta = {"teacher": str(teacher_path), "strategy": label, "lines": len(lines),
+            "bleu_vs_references": bleu.score, "bleu_signature": str(bleu.format(signature=True))}
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = text_path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tmp.replace(text_path)
+    write_json_atomic(meta_path, meta)
+    return lines, meta

@@ -1,0 +1,129 @@
+"""Every user mistake gets one clear error naming what and where (and nothing is lost)."""
+import pytest
+
+from atnat.decoding.base import STRATEGIES
+from atnat.experiments.config import ConfigError, run_config_from_dict
+from atnat.experiments.tasks import TASKS, ParallelOptions, ParallelTask
+from atnat.models.errors import AtnatError
+from atnat.models.registry import Registry, RegistryError
+
+import atnat.decoding  # noqa: F401
+import atnat.models.decoders  # noqa: F401
+
+BASE = {"name": "x", "task": {"name": "copy"}, "decoder": {"name": "at"}}
+
+
+def config(**upd):
+    return run_config_from_dict({**BASE, **upd}, "grid.yaml")
+
+
+def test_unknown_top_level_key_names_file_key_and_valid_keys():
+    with pytest.raises(ConfigError, match=r"grid.yaml: unknown key 'trian'; valid keys: name, task"):
+        config(trian={})
+
+
+def test_unknown_nested_key():
+    with pytest.raises(ConfigError, match=r"grid.yaml: train: unknown key 'max_step'.*max_steps"):
+        config(train={"max_step": 3})
+
+
+def test_unknown_decoder_lists_known_ones():
+    with pytest.raises(ConfigError, match=r"decoder.name: unknown decoder 'transformr'; known decoders: .*at"):
+        config(decoder={"name": "transformr"})
+
+
+def test_unknown_task_and_strategy():
+    with pytest.raises(ConfigError, match=r"unknown task 'cpy'; known tasks: .*copy.*reverse"):
+        config(task={"name": "cpy"})
+    with pytest.raises(ConfigError, match=r"eval.strategies\[1\].name: unknown strategy 'bean'; known strategies: .*beam"):
+        config(eval={"strategies": ["greedy", {"name": "bean"}]})
+
+
+def test_unknown_option_of_a_decoder_task_and_strategy():
+    with pytest.raises(ConfigError, match=r"decoder \(at\): unknown key 'beam'; valid keys: input_noise"):
+        config(decoder={"name": "at", "beam": 3})
+    with pytest.raises(ConfigError, match=r"task \(copy\): unknown key 'length'; valid keys: vocab"):
+        config(task={"name": "copy", "length": 3})
+    with pytest.raises(ConfigError, match=r"strategies\[0\] \(beam\): unknown key 'beam'; valid keys: beam_size"):
+        config(eval={"strategies": [{"name": "beam", "beam": 3}]})
+
+
+def test_bad_option_value_is_named():
+    with pytest.raises(ConfigError, match=r"scheduled_sampling='sometimes'; valid: none, linear"):
+        config(decoder={"name": "at", "scheduled_sampling": "sometimes"})
+
+
+def test_strategy_that_cannot_drive_the_decoder_is_refused_at_config_time():
+    with pytest.raises(ConfigError, match=r"strategy 'mask-predict' cannot drive decoder 'at'.*usable: beam, greedy"):
+        config(eval={"strategies": ["mask-predict"]})
+
+
+def test_registry_rejects_duplicates_and_wrong_base():
+    class Base:
+        pass
+
+    reg = Registry("widget", Base)
+
+    @reg.register("a")
+    class A(Base):
+        pass
+
+    with pytest.raises(RegistryError, match="widget 'a' is already registered"):
+        @reg.register("a")
+        class B(Base):
+            pass
+
+    with pytest.raises(RegistryError, match="must be a subclass of Base"):
+        reg.register("c")(int)
+    with pytest.raises(RegistryError, match="unknown widget 'z'; known widgets: a"):
+        reg.get("z")
+
+
+def parallel_task(tmp_path, **files):
+    paths = {}
+    for key, content in files.items():
+        p = tmp_path / key
+        p.write_bytes(content if isinstance(content, bytes) else content.encode())
+        paths[key] = str(p)
+    return ParallelTask(ParallelOptions(files=paths, vocab_size=30), cache_dir=tmp_path / "spm")
+
+
+GOOD = "a b c\nd e f\n"
+
+
+def all_files(**override):
+    files = {f"{s}_{side}": GOOD for s in ("train", "valid", "test") for side in ("src", "tgt")}
+    files.update(override)
+    return files
+
+
+def test_unequal_line_counts_name_both_files_and_counts(tmp_path):
+    task = parallel_task(tmp_path, **all_files(valid_tgt="x\ny\nz\n"))
+    with pytest.raises(AtnatError, match=r"valid: .*valid_src has 2 lines but .*valid_tgt has 3"):
+        task.load()
+
+
+def test_missing_and_empty_files(tmp_path):
+    task = parallel_task(tmp_path, **all_files(test_src=""))
+    with pytest.raises(AtnatError, match=r"test source: .*test_src is empty"):
+        task.load()
+    task = ParallelTask(ParallelOptions(data_dir=str(tmp_path / "nowhere")), cache_dir=tmp_path)
+    with pytest.raises(AtnatError, match=r"train source: file .*nowhere/train.en does not exist"):
+        task.load()
+
+
+def test_non_utf8_names_the_line(tmp_path):
+    task = parallel_task(tmp_path, **all_files(train_tgt=b"fine\nbad \xff byte\n"))
+    with pytest.raises(AtnatError, match=r"train target: .*train_tgt line 2 is not valid UTF-8"):
+        task.load()
+
+
+def test_unknown_file_key(tmp_path):
+    task = ParallelTask(ParallelOptions(files={"training_src": "x"}), cache_dir=tmp_path)
+    with pytest.raises(AtnatError, match=r"task.files: unknown key\(s\) \['training_src'\]; valid: train_src"):
+        task.load()
+
+
+def test_registries_list_builtins():
+    assert {"copy", "reverse", "sort", "fertility", "dialect", "parallel"} <= set(TASKS.names())
+    assert {"greedy", "beam", "parallel", "mask-predict", "length-beam", "npd", "ctc"} <= set(STRATEGIES.names())
