@@ -1,0 +1,276 @@
+"""The grid report: numbers read back from report.md and report.html, figures, notes, errors."""
+
+from __future__ import annotations
+
+import base64
+import re
+import struct
+from html.parser import HTMLParser
+
+import pandas as pd
+import pytest
+
+from atnat.experiments import report as report_module
+from atnat.experiments.report import load_results, markdown_table, pareto_front, write_report
+from atnat.models.errors import AtnatError
+from tests import fixtures_results as fx
+
+FIGURES = ("quality_vs_speed", "position_accuracy", "prefix_corruption", "bleu_by_length", "iterations",
+           "attention", "speed")  # fmt: skip
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def md_tables(text: str) -> list[tuple[str, list[dict[str, str]]]]:
+    """Markdown tables in document order, each with the heading above it; rows as header -> cell."""
+    tables: list[tuple[str, list[dict[str, str]]]] = []
+    heading, block = "", []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            block.append([c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]])
+            continue
+        if block:
+            header, rows = block[0], block[2:]  # block[1] is the |---| separator
+            tables.append((heading, [dict(zip(header, r)) for r in rows]))
+            block = []
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip()
+    return tables
+
+
+class _HtmlTables(HTMLParser):
+    """Collects every <table> as rows of cell texts, plus every <img src>."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self.srcs, self.cell = [], [], None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self.cell = ""
+        elif tag == "img":
+            self.srcs.append(dict(attrs)["src"])
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.tables[-1][-1].append(self.cell)
+            self.cell = None
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell += data
+
+
+def tables_under(text: str, heading: str) -> list[list[dict[str, str]]]:
+    return [rows for h, rows in md_tables(text) if h == heading]
+
+
+def html_content(text: str) -> _HtmlTables:
+    parser = _HtmlTables()
+    parser.feed(text)
+    return parser
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == PNG_MAGIC and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """The full fixture folder, reported once: (root, markdown text, html text)."""
+    root = fx.build_results(tmp_path_factory.mktemp("full"))
+    md, html = write_report(root)
+    assert (md, html) == (root / "report.md", root / "report.html")
+    return root, md.read_text(encoding="utf-8"), html.read_text(encoding="utf-8")
+
+
+def row_of(table: list[dict[str, str]], cell: str, strategy: str) -> dict[str, str]:
+    (row,) = [r for r in table if r["Cell"] == cell and r["Strategy"] == strategy]
+    return row
+
+
+def test_overview_numbers_read_back(report):
+    _, md, _ = report
+    copy = tables_under(md, "Task `copy`")[0]
+    at = row_of(copy, "copy-at-s1", "greedy")
+    assert at["BLEU [95% CI]"] == "37.12 [35.80, 38.44]"
+    assert (at["chrF"], at["Exact %"], at["Latency ms (b=1)"]) == ("61.3", "12.5", "12.3")
+    assert (at["Speed-up ×"], at["Throughput sent/s"], at["Passes"]) == ("1.00", "1520", "11.2")
+    assert at["p vs AT"] == "–"  # the baseline is not tested against itself
+    cmlm = row_of(copy, "copy-cmlm-kd-s1", "mask-predict-4")
+    assert (cmlm["Length exact / ±1 %"], cmlm["Repetition %"]) == ("45.0 / 80.0", "3.4")
+    assert cmlm["p vs AT"] == "0.040"
+    assert (cmlm["Latency ms (b=1)"], cmlm["Thr. speed-up ×"]) == ("3.20", "2.70")
+    assert row_of(copy, "copy-cmlm-kd-s1", "length-beam-3")["p vs AT"] == "<0.001"
+    assert row_of(copy, "copy-ctc-s1", "ctc")["Length exact / ±1 %"] == "–"
+
+
+def test_every_finished_row_appears_once_with_its_bleu_and_speedup(report):
+    _, md, _ = report
+    for r in fx.ROWS:
+        if r["status"] != "ok":
+            continue
+        row = row_of(tables_under(md, f"Task `{r['task']}`")[0], r["cell"], r["strategy"])
+        assert row["BLEU [95% CI]"].split()[0] == f"{r['bleu']:.2f}"
+        assert float(row["Speed-up ×"]) == pytest.approx(r["speedup_vs_at"], abs=0.005)
+
+
+def test_at_baselines_first_and_empty_columns_left_out(report):
+    _, md, _ = report
+    copy, dialect = tables_under(md, "Task `copy`")[0], tables_under(md, "Task `dialect`")[0]
+    assert [r["Cell"] for r in copy] == ["copy-at-s1", "copy-at-s1", "copy-cmlm-kd-s1", "copy-cmlm-kd-s1",
+                                         "copy-ctc-s1"]  # fmt: skip
+    assert "Mixing %" not in copy[0]  # no copy cell has a mixing rate
+    assert [r["Mixing %"] for r in dialect] == ["2.0", "31.5"]
+
+
+def test_failed_cell_listed_with_its_message_not_in_overview(report):
+    _, md, _ = report
+    ((failed,),) = tables_under(md, "Failed cells")
+    assert failed["Cell"] == fx.FAILED_CELL and failed["Status"] == "failed"
+    assert failed["Error"] == " ".join(fx.FAILED_ERROR.split())  # pipe kept, newline flattened
+    assert all(r["Cell"] != fx.FAILED_CELL for r in tables_under(md, "Task `copy`")[0])
+
+
+def test_summary_is_phrased_from_the_numbers(report):
+    _, md, _ = report
+    summary = md.split("\n\n")[1]
+    assert "best AT system is `copy-at-s1 / beam5` at 38.05 BLEU" in summary
+    assert "best NAT system is `copy-cmlm-kd-s1 / mask-predict-4` at 35.50 BLEU (-2.55" in summary
+    assert "speed-up over AT greedy of 3.86× at batch 1 and 2.70× in large-batch throughput" in summary
+    assert "`dialect-nat-s1 / parallel` at 41.87 BLEU (-10.53" in summary and "8.00×" in summary
+    # length-beam-3 (3.01×, 35.20) is dominated by mask-predict-4 (3.86×, 35.50)
+    assert "front holds `copy-at-s1 / beam5`, `copy-at-s1 / greedy`, `copy-cmlm-kd-s1 / mask-predict-4`, " \
+           "`copy-ctc-s1 / ctc`." in summary  # fmt: skip
+    assert "5 of 6 cells finished; 1 failed" in summary
+    assert f"To reproduce: `{fx.COMMAND}`" in md
+
+
+def test_every_figure_is_a_png_linked_from_the_markdown(report):
+    root, md, _ = report
+    for name in FIGURES:
+        path = root / "figures" / f"{name}.png"
+        width, height = png_size(path.read_bytes())
+        assert width > 100 and height > 100
+        assert f"](figures/{name}.png)" in md
+    assert "Note:" not in md
+
+
+def test_html_is_self_contained_and_shows_the_same_tables(report):
+    root, md, html = report
+    content = html_content(html)
+    assert len(content.srcs) == len(FIGURES)
+    for src in content.srcs:
+        assert src.startswith("data:image/png;base64,")
+        png_size(base64.b64decode(src.split(",", 1)[1]))
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//|figures/)""", html)
+    assert "<link" not in html and "<script" not in html
+    markdown = [rows for _, rows in md_tables(md)]
+    assert len(content.tables) == len(markdown)
+    for html_rows, md_rows in zip(content.tables, markdown):
+        assert [dict(zip(html_rows[0], r)) for r in html_rows[1:]] == md_rows
+    assert "37.12 [35.80, 38.44]" in html
+
+
+def test_samples_side_by_side_first_indices_at_first(report):
+    _, md, _ = report
+    (copy,) = tables_under(md, "Task `copy`")[1:]
+    assert [r["#"] for r in copy] == ["0", "1", "2"]
+    assert list(copy[0])[:4] == ["#", "Source", "Reference", "copy-at-s1 / greedy"]
+    assert copy[1]["Reference"] == "ref copy source 1"
+    assert copy[2]["copy-ctc-s1 / ctc"] == "hyp copy-ctc-s1 ctc 2"
+
+
+def test_environment_table(report):
+    _, md, _ = report
+    ((env_rows),) = tables_under(md, "Environment")
+    env = {r["Field"]: r["Value"] for r in env_rows}
+    assert env["torch"] == "2.13.0" and env["device"] == "cpu (2 threads)"
+    assert env["wall_time_s"] == "754 s (12.6 min)"
+
+
+def test_missing_optional_files_give_notes_and_remove_stale_figures(tmp_path):
+    optional = [f"curves/{name}.csv" for name in fx.CURVE_FILES] + ["samples.csv", "environment.json"]
+    root = fx.build_results(tmp_path, omit=optional)
+    (root / "figures").mkdir()
+    (root / "figures" / "attention.png").write_bytes(PNG_MAGIC)  # from an earlier, fuller run
+    md = write_report(root)[0].read_text(encoding="utf-8")
+    notes = [line for line in md.splitlines() if line.startswith("> Note:")]
+    assert len(notes) == 5 + 1 + 2  # one per curve figure, samples, environment (+ reproduce)
+    for name in fx.CURVE_FILES:
+        assert any(n.endswith(f"not drawn, no data for it in curves/{name}.csv.") for n in notes)
+    assert sorted(p.stem for p in (root / "figures").iterdir()) == ["quality_vs_speed", "speed"]
+    assert "37.12 [35.80, 38.44]" in md
+
+
+def test_header_only_curve_file_counts_as_empty(tmp_path):
+    others = [f"curves/{name}.csv" for name in fx.CURVE_FILES if name != "iterations"]
+    root = fx.build_results(tmp_path, omit=others)
+    (root / "curves" / "iterations.csv").write_text("cell,strategy,iteration,bleu\n")
+    md = write_report(root)[0].read_text(encoding="utf-8")
+    assert "no data for it in curves/iterations.csv." in md
+    assert not (root / "figures" / "iterations.png").exists()
+
+
+def test_missing_results_csv_raises(tmp_path):
+    root = fx.build_results(tmp_path, omit=["results.csv"])
+    with pytest.raises(AtnatError, match=r"results\.csv not found"):
+        write_report(root)
+
+
+@pytest.mark.parametrize("column", ["bleu", "status", "speedup_vs_at"])
+def test_missing_required_column_raises_naming_it(tmp_path, column):
+    root = fx.build_results(tmp_path, drop_columns=[column])
+    with pytest.raises(AtnatError, match=rf"results\.csv: missing required column\(s\) {column};"):
+        load_results(root)
+
+
+def test_malformed_optional_file_raises_naming_it(tmp_path):
+    root = fx.build_results(tmp_path)
+    fx.curves()["attention"].drop(columns=["weight"]).to_csv(root / "curves" / "attention.csv", index=False)
+    with pytest.raises(AtnatError, match=r"attention\.csv: missing required column\(s\) weight"):
+        load_results(root)
+
+
+def test_non_numeric_value_raises_naming_column_and_row(tmp_path):
+    root = fx.build_results(tmp_path)
+    table = fx.results_frame().astype({"bleu": object})
+    table.loc[2, "bleu"] = "n/a?"
+    table.to_csv(root / "results.csv", index=False)
+    with pytest.raises(AtnatError, match=r"column bleu must be numeric; data row 3 has 'n/a\?'"):
+        load_results(root)
+
+
+def test_pareto_front_exact_points():
+    df = pd.DataFrame(
+        {"name": ["a", "b", "c", "d", "e", "f", "g", "h"],
+         "x": [1.0, 2.0, 2.0, 3.0, 0.5, 3.0, None, 1.0],
+         "y": [5.0, 4.0, 3.0, 1.0, 5.0, 1.0, 9.0, 4.0]}  # fmt: skip
+    )
+    front = pareto_front(df, "x", "y")
+    # c < b in y at equal x; e < a in x at equal y; f duplicates d (both kept); g has no x; h < a
+    assert list(front["name"]) == ["a", "b", "d", "f"]
+    assert list(front.index) == [0, 1, 3, 5]  # original rows, unchanged
+    assert pareto_front(df.iloc[:0], "x", "y").empty
+
+
+def test_summary_without_at_baseline_or_speedups(tmp_path):
+    root = fx.build_results(tmp_path)
+    table = fx.results_frame()
+    table = table[table["decoder"] != "at"].assign(speedup_vs_at=None, throughput_speedup_vs_at=None)
+    table.to_csv(root / "results.csv", index=False)
+    summary = report_module._summary(load_results(root))
+    assert summary.startswith("On `copy`, there is no AT baseline; the best NAT system is "
+                              "`copy-cmlm-kd-s1 / mask-predict-4` at 35.50 BLEU.")  # fmt: skip
+    assert "speed-up" not in summary and "Pareto" not in summary
+    assert summary.endswith("3 of 4 cells finished; 1 failed (listed below).")
+
+
+def test_markdown_table_escapes_pipes_newlines_and_tags():
+    frame = pd.DataFrame({"a|b": ["x | y", "<unk> z\nw"], "p": ["<0.001", "1"]})
+    assert markdown_table(frame).splitlines() == [
+        "| a\\|b | p |", "|---|---|", "| x \\| y | <0.001 |", "| \\<unk> z w | 1 |"]
