@@ -11,7 +11,7 @@ axes:                                 # dotted key -> values; cartesian product 
 zip: [[task, model.d_model]]          # axes that vary together instead of crossing
 exclude: [{cell: cmlm-kd, task: dialect}]                                 # label matches
 seeds: [1]
-smoke: {train: {max_steps: 20}}       # merged into every cell by `atnat run --smoke`
+smoke: {train: {max_steps: 20}, speed: {repeats: 1}}   # merged in by `atnat run --smoke`
 ```
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from atnat.experiments.config import ConfigError, deep_update, load_yaml, run_config_from_dict, RunConfig
+from atnat.experiments.config import ConfigError, RunConfig, deep_update, load_yaml, make, run_config_from_dict
 
 GRID_KEYS = ("name", "description", "base", "cells", "axes", "zip", "exclude", "seeds", "smoke", "speed")
 
@@ -111,6 +111,10 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
         raise ConfigError(f"{where}: cells must map a cell name to its settings")
     seeds = data.get("seeds") or [1]
     base = data.get("base") or {}
+    smoke_cfg = dict(data.get("smoke") or {}) if smoke else None
+    speed = dict(data.get("speed") or {})
+    if smoke_cfg and "speed" in smoke_cfg:
+        speed.update(smoke_cfg.pop("speed") or {})
     runs_dir = (results_dir or Path("results") / name) / "runs"
     cells = []
     for combo in expand_axes(data.get("axes") or {}, data.get("zip"), where):
@@ -120,8 +124,11 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
                 if excluded(labels, data.get("exclude")):
                     continue
                 cells.append(make_cell(name, base, combo, variant, dict(settings or {}), seed, labels,
-                                       data.get("smoke") if smoke else None, f"{where}: cells.{variant}"))
-    grid = Grid(name, path, cells, speed=data.get("speed") or {}, description=data.get("description", ""))
+                                       smoke_cfg, f"{where}: cells.{variant}"))
+    from atnat.experiments.evaluate import SpeedSettings
+
+    make(SpeedSettings, speed, f"{where}: speed")
+    grid = Grid(name, path, cells, speed=speed, description=data.get("description", ""))
     resolve_teachers(grid, runs_dir, where)
     return grid
 

@@ -55,6 +55,13 @@ def test_grouped_cross_attention_equals_per_row_memory():
             a, grouped = dec.step(tok, grouped)
             b, copied = dec.step(tok, copied)
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        # finished sentence 1 leaves the beam: groups stay shared over the remaining memory rows
+        keep = torch.tensor([1, 0, 5, 4])
+        sub_g, sub_c = dec.reorder_state(grouped, keep), dec.reorder_state(copied, keep)
+        assert sub_g.group == 2 and sub_g.cross_k.size(1) == 2
+        a, _ = dec.step(prev[keep // 2, 0], sub_g)
+        b, _ = dec.step(prev[keep // 2, 0], sub_c)
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
         # a reorder that breaks the group layout falls back to per-row memory, same numbers
         odd = torch.tensor([5, 0, 2])
         a, _ = dec.step(prev[odd // 2, 0], dec.reorder_state(grouped, odd))

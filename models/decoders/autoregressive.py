@@ -176,16 +176,39 @@ class AutoregressiveDecoder(Decoder):
         return F.log_softmax(logits.float(), -1), replace(state, t=t + 1)
 
     def reorder_state(self, state: ATState, order: Tensor) -> ATState:
-        """Keep rows `order` (R',). Memory stays shared per group when the new rows form
-        contiguous equal groups over all memory rows (beam search); else it is copied per row."""
+        """Keep rows `order` (R',). Only the t filled cache positions are copied. Memory stays
+        shared per group while the rows form contiguous groups that share a memory row (beam
+        search, also after finished sentences leave); otherwise it is copied per row."""
+        t, r = state.t, order.numel()
         rows = state.row_to_memory.index_select(0, order)
-        new = replace(state, self_k=state.self_k.index_select(1, order),
-                      self_v=state.self_v.index_select(1, order), row_to_memory=rows)
-        m, r = state.cross_k.size(1), order.numel()
-        if r % m == 0:
-            expected = torch.arange(m, device=order.device).repeat_interleave(r // m)
-            if torch.equal(rows, expected):
-                return replace(new, group=r // m)
+        n_layers, _, h, cap, dh = state.self_k.shape
+        self_k = state.self_k.new_empty(n_layers, r, h, cap, dh)  # (L, R', H, C, Dh)
+        self_v = torch.empty_like(self_k)
+        if t:
+            self_k[:, :, :, :t] = state.self_k[:, :, :, :t].index_select(1, order)
+            self_v[:, :, :, :t] = state.self_v[:, :, :, :t].index_select(1, order)
+        new = replace(state, self_k=self_k, self_v=self_v)
+        g = self._group_size(rows, state)
+        if g:
+            mem = rows[::g]  # the memory row of each group
+            m = state.cross_k.size(1)
+            if mem.numel() != m or not torch.equal(mem, torch.arange(m, device=mem.device)):
+                new = replace(new, cross_k=state.cross_k.index_select(1, mem),
+                              cross_v=state.cross_v.index_select(1, mem),
+                              memory_mask=state.memory_mask.index_select(0, mem))
+            groups = torch.arange(r // g, device=order.device).repeat_interleave(g)
+            return replace(new, row_to_memory=groups, group=g)
         return replace(new, cross_k=state.cross_k.index_select(1, rows), cross_v=state.cross_v.index_select(1, rows),
                        memory_mask=state.memory_mask.index_select(0, rows),
                        row_to_memory=torch.arange(r, device=order.device), group=1)
+
+    @staticmethod
+    def _group_size(rows: Tensor, state: ATState) -> int:
+        """The size g of contiguous row groups sharing one memory row (0 if none fits)."""
+        r, m = rows.numel(), state.cross_k.size(1)
+        for g in dict.fromkeys((state.group, r // m if r % m == 0 else 0)):
+            if g > 1 and r % g == 0:
+                grid = rows.view(-1, g)  # (groups, g)
+                if bool((grid == grid[:, :1]).all()):
+                    return g
+        return 0
