@@ -39,7 +39,8 @@ def encode_split(tokenizer, sources: list[str], targets: list[str], *, name: str
         else:
             src, tgt = [s[:max_len] for s in src], [t[:max_len] for t in tgt]
     if not src:
-        raise AtnatError(f"split {name!r} has no usable sentence pairs")
+        raise AtnatError(f"split {name!r} has no usable sentence pairs: all {len(sources)} are empty on one side"
+                         + (f" or longer than max_len={max_len} tokens" if max_len else ""))
     return EncodedSplit(src, tgt)
 
 

@@ -204,7 +204,7 @@ def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Pat
         samples += [{"strategy": label, "index": i, "source": src[i], "reference": refs_txt[i],
                      "hypothesis": hyp_txt[i]} for i in range(min(n_samples, len(src)))]
     frames = {k: pd.concat(v, ignore_index=True) for k, v in curves.items() if v}
-    frames.update(run_probes(module, split, free_running=first))
+    frames.update(run_probes(module, split, free_running=first, strategy=rows[0]["strategy"]))
     result = EvalResult(rows, frames, pd.DataFrame(samples))
     write_json_atomic(run_dir / "metrics.json", {"rows": rows})
     return result

@@ -84,8 +84,9 @@ def attention_map(module: Seq2SeqModule, split: EncodedSplit, index: int = 0) ->
 
 
 def run_probes(module: Seq2SeqModule, split: EncodedSplit, *, free_running: list[list[int]] | None,
-               max_tokens: int = 4000) -> dict[str, pd.DataFrame]:
-    """All probes of one run, as long-format frames keyed by curve name."""
+               strategy: str, max_tokens: int = 4000) -> dict[str, pd.DataFrame]:
+    """All probes of one run, as long-format frames keyed by curve name; `strategy` labels the
+    free-running outputs (the run's first strategy)."""
     oracle, refs, corr = [], [], {k: [] for k in CORRUPTED}
     is_at = "step" in module.decoder.capabilities
     for batch in make_loader(split, max_tokens, shuffle=False):
@@ -104,7 +105,7 @@ def run_probes(module: Seq2SeqModule, split: EncodedSplit, *, free_running: list
     if free_running is not None:
         frames.append(accuracy_by_position(free_running, split.tgt).assign(mode="free_running"))
     if frames:
-        out["position_accuracy"] = pd.concat(frames, ignore_index=True)
+        out["position_accuracy"] = pd.concat(frames, ignore_index=True).assign(strategy=strategy)
     if is_at:
         import numpy as np
 

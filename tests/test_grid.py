@@ -1,0 +1,130 @@
+"""Grid expansion, grid config errors, and a tiny grid end to end through the CLI (with resume)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from atnat.experiments.cli import main
+from atnat.experiments.config import ConfigError
+from atnat.experiments.grid import load_grid, run_order
+
+TINY = {
+    "name": "tiny",
+    "base": {
+        "task": {"name": "copy", "vocab": 6, "min_len": 2, "max_len": 4, "n_train": 200, "n_valid": 10, "n_test": 12},
+        "model": {"d_model": 16, "n_heads": 2, "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 1, "dropout": 0.0},
+        "train": {"max_steps": 8, "max_tokens": 256, "val_every_steps": 4, "progress_bar": False, "num_threads": 1},
+        "eval": {"n_bootstrap": 10},
+    },
+    "cells": {
+        "at": {"decoder": {"name": "at"}, "eval": {"strategies": ["greedy", {"name": "beam", "beam_size": 2}]}},
+        "cmlm-kd": {"decoder": {"name": "cmlm"}, "teacher": "at",
+                    "distill": {"strategy": {"name": "greedy"}},
+                    "eval": {"strategies": [{"name": "mask-predict", "iterations": 2}]}},
+    },
+    "seeds": [1],
+    "speed": {"latency_sentences": 2, "throughput_sentences": 4, "repeats": 1, "warmup": 0},
+}
+
+
+def write_grid(tmp_path, data=TINY, name="tiny.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_expansion_axes_zip_exclude_seeds_and_teacher_order(tmp_path):
+    data = {**TINY, "axes": {"task.vocab": [5, 6], "model.d_model": {"small": 16, "big": 32},
+                             "train.max_steps": [3, 4]},
+            "zip": [["task.vocab", "train.max_steps"]], "exclude": [{"cell": "cmlm-kd", "model.d_model": "big"}],
+            "seeds": [1, 2]}
+    grid = load_grid(write_grid(tmp_path, data))
+    # 2 zipped values x 2 widths x 2 variants x 2 seeds, minus cmlm-kd on big (2 x 2 seeds)
+    assert len(grid.cells) == 2 * 2 * 2 * 2 - 4
+    names = [c.name for c in grid.cells]
+    assert "5-small-at-s1" in names and "6-big-at-s2" in names and "6-big-cmlm-kd-s1" not in names
+    cell = grid.by_name()["5-small-cmlm-kd-s2"]
+    assert cell.config.task["vocab"] == 5 and cell.config.train.max_steps == 3 and cell.config.model["d_model"] == 16
+    assert cell.teacher == "5-small-at-s2" and cell.config.distill.teacher.endswith("runs/5-small-at-s2")
+    order = [c.name for c in run_order(grid)]
+    assert all(order.index(c.teacher) < order.index(c.name) for c in grid.cells if c.teacher)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"cels": {}}, r"unknown key 'cels'; valid keys: name, description"),
+    ({"cells": {"x": {"decoder": {"name": "cmlm"}, "teacher": "nobody"}}}, r"teacher names 'nobody'"),
+    ({"cells": {"x": {"decoder": {"name": "at"}, "eval": {"strategies": ["ctc"]}}}}, r"cannot drive decoder 'at'"),
+    ({"zip": [["task.vocab"]]}, r"zip names axis 'task.vocab', which is not in axes"),
+    ({"speed": {"repeat": 3}}, r"speed: unknown key 'repeat'; valid keys: latency_sentences"),
+])
+def test_grid_config_errors_name_file_and_key(tmp_path, change, message):
+    path = write_grid(tmp_path, {**TINY, **change})
+    with pytest.raises(ConfigError, match=message):
+        load_grid(path)
+    assert f"{path}" in str(pytest.raises(ConfigError, load_grid, path).value)
+
+
+def md_table_rows(md: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in md.splitlines()
+            if line.startswith("|") and not set(line) <= set("|-: ")]
+
+
+def test_tiny_grid_end_to_end_through_the_cli(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path)
+    assert main(["run", str(grid), "--results", "res"]) == 0
+    out = tmp_path / "res" / "tiny"
+    df = pd.read_csv(out / "results.csv")
+    assert list(df.strategy) == ["greedy", "beam2", "mask-predict-2"]
+    assert (df.status == "ok").all() and df.bleu.between(0, 100).all()
+    assert df.loc[df.strategy == "greedy", "speedup_vs_at"].iloc[0] == pytest.approx(1.0)
+    assert bool(df.loc[df.decoder == "cmlm", "distilled"].iloc[0])
+    assert json.loads((out / "runs" / "tiny-cmlm-kd-s1" / "distill.json").read_text())["lines"] == 200
+    md = (out / "report.md").read_text()
+    rows = md_table_rows(md)
+    for _, r in df.iterrows():  # every BLEU of the table appears in the report's tables
+        assert any(f"{r.bleu:.2f}" in " ".join(row) for row in rows), r.bleu
+    assert (out / "report.html").exists() and (out / "environment.json").exists()
+    # the report is regenerated from the folder alone
+    (out / "report.md").unlink()
+    assert main(["report", str(out)]) == 0 and (out / "report.md").read_text() == md
+
+
+def run_cli(args, cwd, **kw):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "atnat.experiments.cli", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
+
+
+def test_killed_grid_resumes_without_retraining_finished_cells(tmp_path):
+    grid = write_grid(tmp_path)
+    proc = run_cli(["run", str(grid), "--results", "res"], tmp_path)
+    first = tmp_path / "res" / "tiny" / "runs" / "tiny-at-s1"
+    deadline = time.time() + 240
+    while not (first / "metrics.json").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)  # killed as hard as it gets, mid-grid
+    proc.wait()
+    assert json.loads((first / "metrics.json").read_text())["status"] == "ok"
+    stamp = (first / "checkpoints" / "best.ckpt").stat().st_mtime
+    done = run_cli(["run", str(grid), "--results", "res"], tmp_path)
+    log = done.communicate(timeout=300)[0].decode()
+    assert done.returncode == 0, log
+    assert (first / "checkpoints" / "best.ckpt").stat().st_mtime == stamp  # not retrained
+    df = pd.read_csv(tmp_path / "res" / "tiny" / "results.csv")
+    assert list(df.strategy) == ["greedy", "beam2", "mask-predict-2"] and (df.status == "ok").all()
+    # an uninterrupted run of the same grid ends with the same quality numbers
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    ref = run_cli(["run", str(grid), "--results", "res"], fresh)
+    assert ref.communicate(timeout=300)[0] is not None and ref.returncode == 0
+    ref_df = pd.read_csv(fresh / "res" / "tiny" / "results.csv")
+    cols = ["cell", "strategy", "bleu", "exact_match", "repetition_rate", "length_exact"]
+    pd.testing.assert_frame_equal(df[cols], ref_df[cols])
