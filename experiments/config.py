@@ -135,7 +135,7 @@ def validate(cfg: RunConfig, where: str) -> None:
     make(task_cls.Options, task_opts, f"{where}: task ({task_name})")
     dec_name, dec_opts = named(cfg.decoder, f"{where}: decoder")
     dec_cls = _lookup(DECODERS, dec_name, f"{where}: decoder.name")
-    make(dec_cls.Options, dec_opts, f"{where}: decoder ({dec_name})")
+    dec_options = make(dec_cls.Options, dec_opts, f"{where}: decoder ({dec_name})")
     make(ModelConfig, cfg.model, f"{where}: model")
     make(LossConfig, cfg.loss, f"{where}: loss")
     make(OptimConfig, cfg.optim, f"{where}: optim")
@@ -144,7 +144,10 @@ def validate(cfg: RunConfig, where: str) -> None:
         make(_lookup(STRATEGIES, name, f"{where}: distill.strategy.name"), opts, f"{where}: distill.strategy")
     for i, (name, opts) in enumerate(cfg.strategy_specs()):
         strat_cls = _lookup(STRATEGIES, name, f"{where}: eval.strategies[{i}].name")
-        make(strat_cls, opts, f"{where}: eval.strategies[{i}] ({name})")
+        strategy = make(strat_cls, opts, f"{where}: eval.strategies[{i}] ({name})")
+        problem = dec_cls.strategy_problem(dec_options, strategy)
+        if problem:
+            raise ConfigError(f"{where}: eval.strategies[{i}] ({name}): {problem}")
         if strat_cls.requires not in dec_cls.capabilities:
             usable = [n for n in STRATEGIES.names() if STRATEGIES.get(n).requires in dec_cls.capabilities]
             raise ConfigError(f"{where}: eval.strategies[{i}]: strategy {name!r} cannot drive decoder "

@@ -183,7 +183,7 @@ def failures_table(failed: pd.DataFrame) -> pd.DataFrame:
     for (cell, error), part in failed.groupby(["cell", "error"], sort=False):
         message = " ".join(error.split()) or "(no error message recorded)"
         rows.append({"Cell": cell, "Task": part["task"].iloc[0], "Decoder": part["decoder"].iloc[0],
-                     "Strategy": ", ".join(dict.fromkeys(part["strategy"])), "Status": part["status"].iloc[0],
+                     "Strategy": ", ".join(dict.fromkeys(part["strategy"].dropna().astype(str))) or "–", "Status": part["status"].iloc[0],
                      "Error": message if len(message) <= 300 else message[:299] + "…"})  # fmt: skip
     return pd.DataFrame(rows)
 

@@ -20,9 +20,6 @@ from atnat.models.errors import AtnatError
 from atnat.models.layers import TokenEmbedding
 from atnat.models.losses import total_loss
 
-# The strategy validation decodes with, per decoder capability.
-VALIDATION_STRATEGY = {"step": "greedy", "parallel": "parallel", "ctc": "ctc"}
-
 
 @dataclass(frozen=True)
 class OptimConfig:
@@ -109,8 +106,8 @@ class Seq2SeqModule(pl.LightningModule):
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._common_step(batch, "val")
-        name = VALIDATION_STRATEGY[sorted(self.decoder.capabilities)[0]]
-        hyps = self.decode(batch.src, batch.src_lengths, STRATEGIES.get(name)())
+        spec = dict(self.decoder.validation_strategy(self.decoder.options))
+        hyps = self.decode(batch.src, batch.src_lengths, STRATEGIES.get(spec.pop("name"))(**spec))
         refs = [t[:n] for t, n in zip(batch.tgt.tolist(), batch.tgt_lengths.tolist())]
         self._val_outputs.extend(zip(hyps.sequences(self.special), refs))
 
@@ -157,6 +154,9 @@ class Seq2SeqModule(pl.LightningModule):
 
 def check_compatible(decoder: Decoder, strategy: Strategy) -> None:
     """Refuse a strategy the decoder cannot drive, naming the ones it can."""
+    problem = decoder.strategy_problem(decoder.options, strategy)
+    if problem:
+        raise AtnatError(problem)
     if strategy.requires not in decoder.capabilities:
         usable = [n for n in STRATEGIES.names() if STRATEGIES.get(n).requires in decoder.capabilities]
         raise AtnatError(

@@ -127,3 +127,14 @@ def test_unknown_file_key(tmp_path):
 def test_registries_list_builtins():
     assert {"copy", "reverse", "sort", "fertility", "dialect", "parallel"} <= set(TASKS.names())
     assert {"greedy", "beam", "parallel", "mask-predict", "length-beam", "npd", "ctc"} <= set(STRATEGIES.names())
+
+
+def test_fixed_length_nat_and_strategy_length_mode_must_agree():
+    with pytest.raises(ConfigError, match=r"strategies\[0\] \(mask-predict\): nat with length: fixed has no length predictor"):
+        config(decoder={"name": "nat", "length": "fixed"}, eval={"strategies": ["mask-predict"]})
+    with pytest.raises(ConfigError, match=r"needs a nat trained with length: fixed"):
+        config(decoder={"name": "nat"}, eval={"strategies": [{"name": "parallel", "length": "fixed"}]})
+    with pytest.raises(ConfigError, match=r"fixed_len_a/b = 2.0/10 but the decoder was trained with 1.0/2"):
+        config(decoder={"name": "nat", "length": "fixed", "fixed_len_a": 1.0, "fixed_len_b": 2},
+               eval={"strategies": [{"name": "parallel", "length": "fixed"}]})
+    config(decoder={"name": "nat", "length": "fixed"}, eval={"strategies": [{"name": "parallel", "length": "fixed"}]})

@@ -49,10 +49,10 @@ def test_expansion_axes_zip_exclude_seeds_and_teacher_order(tmp_path):
     # 2 zipped values x 2 widths x 2 variants x 2 seeds, minus cmlm-kd on big (2 x 2 seeds)
     assert len(grid.cells) == 2 * 2 * 2 * 2 - 4
     names = [c.name for c in grid.cells]
-    assert "5-small-at-s1" in names and "6-big-at-s2" in names and "6-big-cmlm-kd-s1" not in names
-    cell = grid.by_name()["5-small-cmlm-kd-s2"]
+    assert "5-3-small-at-s1" in names and "6-4-big-at-s2" in names and "6-4-big-cmlm-kd-s1" not in names
+    cell = grid.by_name()["5-3-small-cmlm-kd-s2"]
     assert cell.config.task["vocab"] == 5 and cell.config.train.max_steps == 3 and cell.config.model["d_model"] == 16
-    assert cell.teacher == "5-small-at-s2" and cell.config.distill.teacher.endswith("runs/5-small-at-s2")
+    assert cell.teacher == "5-3-small-at-s2" and cell.config.distill.teacher.endswith("runs/5-3-small-at-s2")
     order = [c.name for c in run_order(grid)]
     assert all(order.index(c.teacher) < order.index(c.name) for c in grid.cells if c.teacher)
 
@@ -86,7 +86,7 @@ def test_tiny_grid_end_to_end_through_the_cli(tmp_path, monkeypatch, capsys):
     assert (df.status == "ok").all() and df.bleu.between(0, 100).all()
     assert df.loc[df.strategy == "greedy", "speedup_vs_at"].iloc[0] == pytest.approx(1.0)
     assert bool(df.loc[df.decoder == "cmlm", "distilled"].iloc[0])
-    assert json.loads((out / "runs" / "tiny-cmlm-kd-s1" / "distill.json").read_text())["lines"] == 200
+    assert json.loads((out / "runs" / "cmlm-kd-s1" / "distill.json").read_text())["lines"] == 200
     md = (out / "report.md").read_text()
     rows = md_table_rows(md)
     for _, r in df.iterrows():  # every BLEU of the table appears in the report's tables
@@ -106,7 +106,7 @@ def run_cli(args, cwd, **kw):
 def test_killed_grid_resumes_without_retraining_finished_cells(tmp_path):
     grid = write_grid(tmp_path)
     proc = run_cli(["run", str(grid), "--results", "res"], tmp_path)
-    first = tmp_path / "res" / "tiny" / "runs" / "tiny-at-s1"
+    first = tmp_path / "res" / "tiny" / "runs" / "at-s1"
     deadline = time.time() + 240
     while not (first / "metrics.json").exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.2)

@@ -86,6 +86,17 @@ class Decoder(nn.Module, ABC):
         if cfg.tie_embeddings:
             self.output.weight = embed.tokens.weight
 
+    @classmethod
+    def strategy_problem(cls, options: Any, strategy: Any) -> str | None:
+        """Why `strategy` cannot decode a decoder built with `options` (None if it can). Checked
+        when a config is read and before decoding, beyond the capability match."""
+        return None
+
+    @classmethod
+    def validation_strategy(cls, options: Any) -> dict:
+        """The strategy validation decodes with (a {name: ..., options} spec)."""
+        return {"name": {"step": "greedy", "parallel": "parallel", "ctc": "ctc"}[sorted(cls.capabilities)[0]]}
+
     @abstractmethod
     def loss(self, batch: Batch, memory: EncoderOut, *, step: int = 0) -> dict[str, Loss]:
         """Named, weighted loss parts for one batch (logged as {stage}/{name})."""
