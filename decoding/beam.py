@@ -32,7 +32,7 @@ from torch import Tensor
 from atnat.decoding.base import (
     Hypotheses, SpecialTokens, StepModel, Strategy, register_strategy,
 )
-from atnat.decoding.greedy import check_lengths, length_budget
+from atnat.decoding.greedy import LengthLimits, length_budget
 from atnat.decoding.processors import NEG_INF, apply_processors_, at_processors
 from atnat.models.errors import AtnatError
 
@@ -68,7 +68,7 @@ class _Pool:
 
 @register_strategy("beam")
 @dataclass(frozen=True)
-class Beam(Strategy):
+class Beam(LengthLimits, Strategy):
     """Beam search with length normalisation; returns the n_best hypotheses, best first."""
 
     requires = "step"
@@ -78,14 +78,9 @@ class Beam(Strategy):
     length_norm: str = "gnmt"  # ranking of finished hypotheses: "none", "length" or "gnmt"
     alpha: float = 1.0  # GNMT length-penalty exponent: lp = ((5 + |Y|) / 6) ** alpha
     stopping: str = "heuristic"  # when a sentence stops: "heuristic", "exact" or "fairseq"
-    max_len_a: float = 2.0  # max content tokens = floor(a * source length + b) ...
-    max_len_b: int = 10  # ... (see max_len_a) ...
-    max_len_cap: int = 1024  # ... and never more than this
-    min_len: int = 0  # EOS forbidden before this many content tokens
-    no_repeat_ngram: int = 0  # forbid repeating any n-gram of this order (0: off)
 
     def __post_init__(self) -> None:
-        check_lengths(self)
+        super().__post_init__()
         if self.length_norm not in LENGTH_NORMS:
             raise AtnatError(f"Beam.length_norm must be one of {', '.join(LENGTH_NORMS)}; "
                              f"got {self.length_norm!r}")

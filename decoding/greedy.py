@@ -46,12 +46,9 @@ def length_budget(cfg: Any, src_lengths: Tensor) -> tuple[Tensor, int, set[int]]
     return max_len, int(max_len.max()), set(max_len.tolist())
 
 
-@register_strategy("greedy")
 @dataclass(frozen=True)
-class Greedy(Strategy):
-    """Arg-max decoding over a step function; N = 1 hypothesis per sentence."""
-
-    requires = "step"
+class LengthLimits:
+    """Length options shared by the AT strategies (greedy, beam)."""
 
     max_len_a: float = 2.0  # max content tokens = floor(a * source length + b) ...
     max_len_b: int = 10  # ... (see max_len_a) ...
@@ -61,6 +58,14 @@ class Greedy(Strategy):
 
     def __post_init__(self) -> None:
         check_lengths(self)
+
+
+@register_strategy("greedy")
+@dataclass(frozen=True)
+class Greedy(LengthLimits, Strategy):
+    """Arg-max decoding over a step function; N = 1 hypothesis per sentence."""
+
+    requires = "step"
 
     def search(self, model: StepModel, state: Any, *, src_lengths: Tensor,
                special: SpecialTokens) -> Hypotheses:
