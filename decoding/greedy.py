@@ -55,9 +55,14 @@ class LengthLimits:
     max_len_cap: int = 1024  # ... and never more than this
     min_len: int = 0  # EOS forbidden before this many content tokens
     no_repeat_ngram: int = 0  # forbid repeating any n-gram of this order (0: off)
+    attention_window: tuple[int, int] | None = None  # decode-time monotonic cross-attention window
+    # (back, forward) around the source position attended last; handed to the model's init_state
 
     def __post_init__(self) -> None:
         check_lengths(self)
+        w = self.attention_window
+        if w is not None and not (len(w) == 2 and all(isinstance(x, int) and x >= 0 for x in w)):
+            raise AtnatError(f"{type(self).__name__}.attention_window must be [back, forward] (integers >= 0), got {w!r}")
 
 
 @register_strategy("greedy")

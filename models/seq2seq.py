@@ -130,7 +130,7 @@ class Seq2SeqModule(pl.LightningModule):
         check_compatible(self.decoder, strategy)
         memory = self.encode(src)
         if strategy.requires == "step":
-            state = self.decoder.init_state(memory)
+            state = self.decoder.init_state(memory, window=getattr(strategy, "attention_window", None))
             return strategy.search(self.decoder, state, src_lengths=src_lengths, special=self.special, **kwargs)
         return strategy.search(self.decoder, memory, src_lengths=src_lengths, special=self.special, **kwargs)
 

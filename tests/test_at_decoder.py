@@ -116,3 +116,27 @@ def test_at_learns_task_to_99_percent_exact_match(task):
     assert exact_match(hyps, refs) >= 0.99
     hyps, refs, _ = decode_split(module, data, Beam(beam_size=4))
     assert exact_match(hyps, refs) >= 0.99
+
+
+def test_monotonic_attention_window():
+    model = make_model(seed=2)
+    src, _ = random_batch(b=3, s=7)
+    lengths = src.ne(0).sum(1)
+    plain = model.decode(src, lengths, Greedy(max_len_a=1.0, max_len_b=2))
+    wide = model.decode(src, lengths, Greedy(max_len_a=1.0, max_len_b=2, attention_window=(100, 100)))
+    assert wide.sequences(model.special) == plain.sequences(model.special)  # a window covering all is no window
+    torch.testing.assert_close(wide.scores, plain.scores)
+    dec, memory = model.decoder, model.encode(src)
+    state = dec.init_state(memory, window=(0, 1))
+    state = dec.reorder_state(state, torch.arange(3).repeat_interleave(2))  # beam layout
+    focus, tok = [], torch.ones(6, dtype=torch.long)
+    with torch.no_grad():
+        for _ in range(6):
+            band = dec._window_mask(state).view(6, -1)  # (R, S)
+            assert (band.sum(-1) <= 2).all() and (band.sum(-1) >= 1).all()
+            _, state = dec.step(tok, state)
+            focus.append(state.focus.clone())
+    focus = torch.stack(focus)  # (steps, R)
+    assert (focus[1:] >= focus[:-1]).all() and (focus[1:] - focus[:-1] <= 1).all()  # moves forward, <= 1 a step
+    windowed = model.decode(src, lengths, Beam(beam_size=2, max_len_a=1.0, max_len_b=2, attention_window=(1, 2)))
+    assert windowed.tokens.shape[0] == 3

@@ -64,6 +64,8 @@ class ATState:
     row_to_memory: Tensor  # (R,) memory row of each decoder row
     group: int
     t: int = 0
+    window: tuple[int, int] | None = None  # decode-time monotonic attention window (back, forward)
+    focus: Tensor | None = None  # (R,) source position each row attended last (window centre)
 
 
 @register_decoder("at")
@@ -130,32 +132,44 @@ class AutoregressiveDecoder(Decoder):
         return lp.masked_fill(out.eq(self.special.pad), 0.0).sum(1)
 
     # ---- incremental inference (the StepModel protocol) --------------------------------------
-    def init_state(self, memory: EncoderOut, capacity: int = 64) -> ATState:
-        """Cache the encoder keys/values of every layer once; empty self-attention caches."""
+    def init_state(self, memory: EncoderOut, capacity: int = 64,
+                   window: tuple[int, int] | None = None) -> ATState:
+        """Cache the encoder keys/values of every layer once; empty self-attention caches.
+        `window` = (back, forward) restricts cross-attention to a band around the source position
+        attended last, which only moves forward (guided attention at decode time)."""
         kv = [layer.cross_attn.project_kv(memory.states) for layer in self.layers]
         cross_k = torch.stack([k for k, _ in kv])  # (L, B, H, S, Dh)
         cross_v = torch.stack([v for _, v in kv])
         n_layers, b, h, _, dh = cross_k.shape
         empty = cross_k.new_zeros(n_layers, b, h, capacity, dh)  # (L, B, H, C, Dh)
         rows = torch.arange(b, device=cross_k.device)
-        return ATState(empty, empty.clone(), cross_k, cross_v, memory.attn_mask, rows, group=1)
+        focus = torch.zeros(b, dtype=torch.long, device=cross_k.device) if window else None
+        return ATState(empty, empty.clone(), cross_k, cross_v, memory.attn_mask, rows, group=1,
+                       window=tuple(window) if window else None, focus=focus)
 
     def _grow(self, state: ATState) -> ATState:
         """Double the self-attention cache capacity (amortised O(1) per step)."""
         pad = torch.zeros_like(state.self_k)
         return replace(state, self_k=torch.cat([state.self_k, pad], 3), self_v=torch.cat([state.self_v, pad], 3))
 
-    def _cross(self, layer, h: Tensor, state: ATState, i: int) -> tuple[Tensor, None]:
+    def _window_mask(self, state: ATState) -> Tensor:
+        """(M, 1, g, S) band [focus - back, focus + forward] within each row's source."""
+        back, fwd = state.window
+        m, g = state.cross_k.size(1), max(state.group, 1)
+        s = torch.arange(state.memory_mask.size(-1), device=state.focus.device)[None, :]  # (1, S)
+        band = (s >= (state.focus - back)[:, None]) & (s <= (state.focus + fwd)[:, None])  # (R, S)
+        return band.view(m, g, -1).unsqueeze(1) & state.memory_mask  # (M, 1, g, S)
+
+    def _cross(self, layer, h: Tensor, state: ATState, i: int) -> tuple[Tensor, Tensor | None]:
         attn = layer.cross_attn
         q = attn.project_q(h)  # (R, H, 1, Dh)
-        m, g = state.cross_k.size(1), state.group
-        if g > 1:  # run the g queries of a group against their one memory row
-            r, hh, _, dh = q.shape
-            q = q.view(m, g, hh, dh).transpose(1, 2)  # (M, H, g, Dh)
-            out, _ = attn.attend(q, state.cross_k[i], state.cross_v[i], mask=state.memory_mask)  # (M, g, D)
-            return out.reshape(r, 1, -1), None  # (R, 1, D)
-        out, _ = attn.attend(q, state.cross_k[i], state.cross_v[i], mask=state.memory_mask)
-        return out, None
+        r, hh, _, dh = q.shape
+        m, g = state.cross_k.size(1), max(state.group, 1)
+        mask = state.memory_mask if state.window is None else self._window_mask(state)
+        last = state.window is not None and i == len(self.layers) - 1  # its attention moves the window
+        q = q.view(m, g, hh, dh).transpose(1, 2)  # (M, H, g, Dh): a group's queries share one memory row
+        out, w = attn.attend(q, state.cross_k[i], state.cross_v[i], mask=mask, need_weights=last)  # (M, g, D)
+        return out.reshape(r, 1, -1), None if w is None else w.transpose(1, 2).reshape(r, hh, -1)  # (R, H, S)
 
     def step(self, prev_tokens: Tensor, state: ATState) -> tuple[Tensor, ATState]:
         """prev_tokens (R,) -> log-probs (R, V) of the next token; the cache is extended in place."""
@@ -170,9 +184,11 @@ class AutoregressiveDecoder(Decoder):
                 state.self_v[i, :, :, t] = v[:, :, 0]
                 return attn.attend(attn.project_q(h), state.self_k[i, :, :, : t + 1], state.self_v[i, :, :, : t + 1])
             x, _ = layer.res_self(x, self_block)
-            x, _ = layer.res_cross(x, lambda h, i=i, layer=layer: self._cross(layer, h, state, i))
+            x, weights = layer.res_cross(x, lambda h, i=i, layer=layer: self._cross(layer, h, state, i))
             x, _ = layer.res_ffn(x, lambda h, layer=layer: (layer.ffn(h), None))
         logits = self.output(self.final_norm(x[:, 0]))  # (R, V)
+        if weights is not None:  # monotonic: the window centre never moves back
+            state = replace(state, focus=torch.maximum(state.focus, weights.mean(1).argmax(-1)))
         return F.log_softmax(logits.float(), -1), replace(state, t=t + 1)
 
     def reorder_state(self, state: ATState, order: Tensor) -> ATState:
@@ -187,7 +203,8 @@ class AutoregressiveDecoder(Decoder):
         if t:
             self_k[:, :, :, :t] = state.self_k[:, :, :, :t].index_select(1, order)
             self_v[:, :, :, :t] = state.self_v[:, :, :, :t].index_select(1, order)
-        new = replace(state, self_k=self_k, self_v=self_v)
+        new = replace(state, self_k=self_k, self_v=self_v,
+                      focus=None if state.focus is None else state.focus.index_select(0, order))
         g = self._group_size(rows, state)
         if g:
             mem = rows[::g]  # the memory row of each group
