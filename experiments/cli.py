@@ -41,6 +41,9 @@ def cmd_translate(args) -> None:
     teacher = load_module(args.teacher)[0] if args.teacher else None
     spec = {"name": args.strategy, **strategy_options(args)}
     _, strategy = build_strategy(spec)
+    from atnat.models.seq2seq import check_compatible
+
+    check_compatible(module.decoder, strategy)  # refuse before reading any input
     lines = [line.rstrip("\n") for line in sys.stdin]
     ids = [tokenizer.encode(line) for line in lines]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
@@ -58,9 +61,16 @@ def cmd_translate(args) -> None:
 def strategy_options(args) -> dict:
     import yaml
 
+    import dataclasses
+
+    from atnat.decoding.base import STRATEGIES
+
+    fields = {f.name for f in dataclasses.fields(STRATEGIES.get(args.strategy))}
     opts = {}
     if args.beam is not None:
-        key = "beam_size" if args.strategy in ("beam", "ctc") else "length_beam"
+        key = next((k for k in ("beam_size", "length_beam") if k in fields), None)
+        if key is None:
+            raise AtnatError(f"--beam does not apply to strategy {args.strategy!r} (it has no beam_size or length_beam)")
         opts[key] = args.beam
     if args.iterations is not None:
         opts["iterations"] = args.iterations
@@ -78,6 +88,8 @@ def cmd_distill(args) -> None:
     from atnat.experiments.distill import distilled_targets, distill_sources
     from atnat.experiments.tasks import read_lines
 
+    if args.strategy == "beam" and args.beam is None:
+        args.beam = 5
     spec = {"name": args.strategy, **strategy_options(args)}
     if args.input:
         from atnat.experiments.train import load_module
@@ -164,7 +176,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--input", help="source file (default: the teacher run's training sources)")
     p.add_argument("--output", required=True)
     add_strategy_args(p)
-    p.set_defaults(fn=cmd_distill, strategy="beam", beam=5)
+    p.set_defaults(fn=cmd_distill, strategy="beam")
     p = sub.add_parser("run", help="run an experiment grid and write results/<grid>/")
     p.add_argument("grid")
     p.add_argument("--results", default="results", help="folder that receives results/<grid>/")

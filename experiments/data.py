@@ -96,10 +96,20 @@ class TokenBudgetSampler(Sampler[list[int]]):
     def __iter__(self):
         batches = self._batches if self._batches is not None else self._make(random.Random(self.seed + self.epoch))
         self.epoch += 1
+        rank, world = shard()
+        if world > 1:  # DDP: every rank takes its own share of the same shuffled batches
+            batches = batches[rank::world][: len(batches) // world]
         return iter(batches)
 
     def __len__(self) -> int:
         return len(self._batches if self._batches is not None else self._make(random.Random(self.seed)))
+
+
+def shard() -> tuple[int, int]:
+    """(rank, world size) of the running distributed job, (0, 1) outside one."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
 
 
 def make_loader(split: EncodedSplit, max_tokens: int, *, shuffle: bool, seed: int = 0,

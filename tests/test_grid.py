@@ -128,3 +128,22 @@ def test_killed_grid_resumes_without_retraining_finished_cells(tmp_path):
     ref_df = pd.read_csv(fresh / "res" / "tiny" / "results.csv")
     cols = ["cell", "strategy", "bleu", "exact_match", "repetition_rate", "length_exact"]
     pd.testing.assert_frame_equal(df[cols], ref_df[cols])
+
+
+def test_translate_and_distill_cli_on_a_trained_run(tmp_path, monkeypatch, capsys):
+    import io
+
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"]}})
+    assert main(["run", str(grid), "--results", "res"]) == 0
+    run = tmp_path / "res" / "tiny" / "runs" / "at-s1"
+    lines = (run / "references.txt").read_text().split("\n")[:3]
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines) + "\n"))
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", str(run), "--strategy", "beam", "--beam", "2"]) == 0
+    out = capsys.readouterr().out.split("\n")
+    assert len(out) == 4 and out[-1] == ""  # one line per input line, in order
+    assert main(["distill", "--teacher", str(run), "--output", "kd.txt", "--strategy", "greedy"]) == 0
+    assert len((tmp_path / "kd.txt").read_text().split("\n")[:-1]) == 200
+    assert main(["translate", "--checkpoint", str(run), "--strategy", "mask-predict"]) == 2
+    assert "strategy 'mask-predict' needs a decoder with capability 'parallel'" in capsys.readouterr().err
