@@ -132,7 +132,7 @@ class AutoregressiveDecoder(Decoder):
         return lp.masked_fill(out.eq(self.special.pad), 0.0).sum(1)
 
     # ---- incremental inference (the StepModel protocol) --------------------------------------
-    def init_state(self, memory: EncoderOut, capacity: int = 64,
+    def init_state(self, memory: EncoderOut, capacity: int = 16,
                    window: tuple[int, int] | None = None) -> ATState:
         """Cache the encoder keys/values of every layer once; empty self-attention caches.
         `window` = (back, forward) restricts cross-attention to a band around the source position
@@ -192,17 +192,14 @@ class AutoregressiveDecoder(Decoder):
         return F.log_softmax(logits.float(), -1), replace(state, t=t + 1)
 
     def reorder_state(self, state: ATState, order: Tensor) -> ATState:
-        """Keep rows `order` (R',). Only the t filled cache positions are copied. Memory stays
+        """Keep rows `order` (R',). The cache is copied whole (capacity grows by doubling from 16,
+        so at most 2x the filled part): one contiguous copy beats a strided one. Memory stays
         shared per group while the rows form contiguous groups that share a memory row (beam
         search, also after finished sentences leave); otherwise it is copied per row."""
-        t, r = state.t, order.numel()
+        r = order.numel()
         rows = state.row_to_memory.index_select(0, order)
-        n_layers, _, h, cap, dh = state.self_k.shape
-        self_k = state.self_k.new_empty(n_layers, r, h, cap, dh)  # (L, R', H, C, Dh)
-        self_v = torch.empty_like(self_k)
-        if t:
-            self_k[:, :, :, :t] = state.self_k[:, :, :, :t].index_select(1, order)
-            self_v[:, :, :, :t] = state.self_v[:, :, :, :t].index_select(1, order)
+        self_k = state.self_k.index_select(1, order)  # (L, R', H, C, Dh): one contiguous copy,
+        self_v = state.self_v.index_select(1, order)  # cheaper than copying the strided prefix [:t]
         new = replace(state, self_k=self_k, self_v=self_v,
                       focus=None if state.focus is None else state.focus.index_select(0, order))
         g = self._group_size(rows, state)
