@@ -3,12 +3,11 @@ Hugging Face peer of identical dimensions (experiments/bench_hf.py).
 
 decode: every system decodes the same random sources (B x S ids) with random weights and emits
 exactly L tokens per sentence (AT: min = max length; NAT: the predicted length forced to L), so
-throughputs compare equal work. A timed call is the whole decode, encoder included. We warm up,
-synchronise (CUDA), take the median of repeats and count decoder passes (design.md, "Measuring
-speed honestly"). Per row we also record the peak resident memory during the timed repeats and
-the RSS growth over them (a leak shows up as a positive rss_delta_mb).
-train: target tokens/s of forward + backward + clip + Adam step per decoder, bf16 autocast and
-MFU (6 x params x target tokens per step) on CUDA.
+throughputs compare equal work. A timed call is the whole decode, encoder included. Warm-up, CUDA
+sync, median of repeats, decoder passes counted (design.md, "Measuring speed honestly"); per row
+also the peak memory of its timed calls and the RSS growth over them (a leak: rss_delta_mb > 0).
+train: target tokens/s of forward + backward + clip + Adam step per decoder; on CUDA bf16
+autocast and MFU (6 x params x target tokens per step).
 """
 from __future__ import annotations
 
@@ -16,16 +15,22 @@ import argparse
 import gc
 import math
 import re
-import time
+import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 import torch
 
+import atnat.models.decoders  # noqa: F401  (registers the decoders)
+from atnat.decoding import beam, ctc, greedy, mask_predict, parallel
 from atnat.experiments import bench_hf
 from atnat.experiments.metrics.speed import current_rss_mb, measure, peak_memory_mb, reset_peak
+from atnat.models.batch import Batch
 from atnat.models.errors import AtnatError
+from atnat.models.losses import total_loss
+from atnat.models.seq2seq import Seq2SeqModule
 
 FULL = dict(d_model=256, n_heads=4, ffn_dim=1024, encoder_layers=3, decoder_layers=3, dropout=0.0)
 TINY = dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=1, decoder_layers=1, dropout=0.0)
@@ -35,7 +40,8 @@ STRATEGIES = ("greedy", "beam5", "parallel", "mask-predict-4", "mask-predict-10"
 HF_BEAMS = {"greedy": 1, "beam5": 5}  # our strategies that have a Hugging Face peer
 COLUMNS = ["system", "strategy", "batch", "src_len", "out_len", "median_s", "tokens_per_s",
            "sents_per_s", "ratio_vs_hf", "speedup_vs_at_greedy", "passes", "peak_mem_mb",
-           "device", "threads", "repeats", "min_s", "tokens_out", "slots", "rss_delta_mb"]
+           "device", "threads", "repeats", "min_s", "tokens_out", "slots"]
+LEAK_BATCH, LEAK_STRATEGY = 64, "beam5"  # the shape whose memory growth over repeated calls we report
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16 tensor-core peaks
 
 
@@ -49,7 +55,6 @@ class Spec:
     src_len: int = SRC_LEN
     repeats: int = 5
     warmup: int = 2
-    budget_s: float = 60.0  # per row: fewer repeats (>= min(3, repeats)) when a call is this slow
     device: str = "cpu"
     threads: int = 2
     hf: bool = True  # add the Hugging Face peer rows when transformers is importable
@@ -67,10 +72,8 @@ def make_spec(*, tiny=False, sweep=False, **kw) -> Spec:
 
 def check_spec(spec: Spec) -> None:
     """Refuse settings that cannot be measured, naming the option."""
-    if spec.device not in ("cpu", "cuda"):
-        raise AtnatError(f"--device must be cpu or cuda, got {spec.device!r}")
-    if spec.device == "cuda" and not torch.cuda.is_available():
-        raise AtnatError("--device cuda: no CUDA device is available to torch")
+    if spec.device != "cpu" and (spec.device != "cuda" or not torch.cuda.is_available()):
+        raise AtnatError(f"--device {spec.device}: not available (cpu, or cuda with a CUDA device)")
     if spec.repeats < 1 or spec.warmup < 0 or spec.threads < 1:
         raise AtnatError(f"need --repeats >= 1, warm-up >= 0 and --threads >= 1; got repeats="
                          f"{spec.repeats}, warmup={spec.warmup}, threads={spec.threads}")
@@ -100,42 +103,32 @@ def ctc_upsample(out_len: int, src_len: int) -> int:
 
 def our_strategy(name: str, out_len: int):
     """-> (decoder family, strategy object) of a benchmark strategy name, pinned to out_len."""
-    from atnat.decoding.beam import Beam
-    from atnat.decoding.ctc import CTC
-    from atnat.decoding.greedy import Greedy
-    from atnat.decoding.mask_predict import MaskPredict
-    from atnat.decoding.parallel import Parallel
-
     pinned = dict(min_len=out_len, max_len_a=0.0, max_len_b=out_len, max_len_cap=out_len)
     if name == "greedy":
-        return "at", Greedy(**pinned)
+        return "at", greedy.Greedy(**pinned)
     if name == "beam5":
-        return "at", Beam(beam_size=5, **pinned)
+        return "at", beam.Beam(beam_size=5, **pinned)
     if name == "parallel":
-        return "nat", Parallel()
+        return "nat", parallel.Parallel()
     if name.startswith("mask-predict-"):  # early stop off: every iteration really runs
-        return "cmlm", MaskPredict(iterations=int(name.rsplit("-", 1)[1]), early_stop=False)
-    return "ctc", CTC()
+        return "cmlm", mask_predict.MaskPredict(iterations=int(name.rsplit("-", 1)[1]), early_stop=False)
+    return "ctc", ctc.CTC()
 
 
-class Models:
+class Models(dict):
     """Random-weight Seq2SeqModules of one size, built once per (decoder, CTC upsampling)."""
 
     def __init__(self, spec: Spec):
-        self.spec, self.cache = spec, {}
+        super().__init__()
+        self.spec = spec
 
     def get(self, decoder: str, upsample: int = 0):
-        key = (decoder, upsample)
-        if key not in self.cache:
-            import atnat.models.decoders  # noqa: F401  (registers the decoders)
-            from atnat.models.seq2seq import Seq2SeqModule
-
+        if (decoder, upsample) not in self:
             torch.manual_seed(0)
-            self.cache[key] = Seq2SeqModule(
+            self[decoder, upsample] = Seq2SeqModule(
                 vocab_size=self.spec.vocab, decoder=decoder, model=self.spec.model,
-                decoder_options={"upsample": upsample} if decoder == "ctc" else None,
-            ).eval().to(self.spec.device)
-        return self.cache[key]
+                decoder_options={"upsample": upsample} if decoder == "ctc" else None).eval().to(self.spec.device)
+        return self[decoder, upsample]
 
 
 def our_fn(module, strategy, src, out_len: int):
@@ -152,68 +145,99 @@ def check_ours(hyps, name: str, out_len: int, special) -> float:
     """Refuse an output that is not exactly out_len tokens without EOS (CTC: any length);
     -> mean tokens per sentence."""
     lengths = hyps.lengths[:, 0]
-    if name != "ctc":
-        if bool((lengths != out_len).any()) or bool((hyps.tokens[:, 0] == special.eos).any()):
-            raise AtnatError(f"ours/{name} emitted lengths {sorted(set(lengths.tolist()))}, "
-                             f"expected exactly {out_len} tokens and no EOS")
+    if name != "ctc" and bool((lengths != out_len).any() | (hyps.tokens[:, 0] == special.eos).any()):
+        raise AtnatError(f"ours/{name} emitted lengths {sorted(set(lengths.tolist()))}, "
+                         f"expected exactly {out_len} tokens and no EOS")
     return float(lengths.float().mean())
 
 
-def _cpu_peak_mb(reset: bool = False) -> float | None:
-    """Peak RSS (VmHWM, MiB) of this process, first reset to the current RSS when asked (Linux
-    >= 4.0: /proc/self/clear_refs); None where /proc refuses."""
-    try:
-        if reset:
-            Path("/proc/self/clear_refs").write_text("5")
-        return int(re.search(r"VmHWM:\s+(\d+)", Path("/proc/self/status").read_text()).group(1)) / 1024
-    except (OSError, AttributeError):
-        return None
+@dataclass
+class System:
+    """One row to measure: `fn` decodes the shape's batch; `first()` runs it once untimed, checks
+    the output and returns its counts (passes, tokens_out, slots)."""
+
+    system: str
+    name: str
+    fn: Callable
+    first: Callable[[], dict]
 
 
-def timed(fn, spec: Spec) -> dict:
-    """Run fn once untimed (its output is returned for checks; it counts as one warm-up), then
-    measure; -> timing, peak memory during the timed repeats and RSS growth over them."""
-    start = time.perf_counter()
-    out = fn()
-    first = time.perf_counter() - start
-    repeats = max(min(3, spec.repeats), min(spec.repeats, int(spec.budget_s / max(first, 1e-9))))
-    for _ in range(max(0, spec.warmup - 1)):
-        fn()
-    gc.collect(1)  # young generations only: a full collection costs ~0.2 s here
-    rss = current_rss_mb()
-    reset_peak(spec.device)
-    hwm = spec.device == "cpu" and _cpu_peak_mb(reset=True) is not None
-    t = measure(fn, warmup=0, repeats=repeats, device=spec.device)
-    peak = _cpu_peak_mb() if hwm else peak_memory_mb(spec.device)
-    gc.collect(1)
-    return dict(out=out, median_s=t.median_s, min_s=t.min_s, repeats=repeats, peak_mem_mb=peak,
-                rss_delta_mb=current_rss_mb() - rss)
-
-
-def row(system: str, name: str, batch: int, out_len: int, spec: Spec, t: dict, **counts) -> dict:
-    """One CSV row; counts: passes, tokens_out, slots (ratios are added once all rows exist)."""
-    t = {k: v for k, v in t.items() if k != "out"}
-    return dict(system=system, strategy=name, batch=batch, src_len=spec.src_len, out_len=out_len,
-                tokens_per_s=batch * out_len / t["median_s"], sents_per_s=batch / t["median_s"],
-                device=spec.device, threads=spec.threads, **t, **counts)
-
-
-def our_row(models: Models, name: str, src, out_len: int, spec: Spec) -> dict:
+def our_system(models: Models, name: str, src, out_len: int, spec: Spec) -> System:
+    """Our strategy `name` on its random-weight model, pinned to out_len tokens."""
     decoder, strategy = our_strategy(name, out_len)
     k = ctc_upsample(out_len, spec.src_len) if decoder == "ctc" else 0
     module = models.get(decoder, k)
-    t = timed(our_fn(module, strategy, src, out_len), spec)
-    tokens = check_ours(t["out"], name, out_len, module.special)
-    return row("ours", name, src.size(0), out_len, spec, t, passes=t["out"].n_steps,
-               tokens_out=tokens, slots=k * spec.src_len if k else out_len)
+    fn = our_fn(module, strategy, src, out_len)
+
+    def first() -> dict:
+        hyps = fn()
+        return dict(passes=hyps.n_steps, tokens_out=check_ours(hyps, name, out_len, module.special),
+                    slots=k * spec.src_len if k else out_len)
+    return System("ours", name, fn, first)
 
 
-def hf_row(hf_model, name: str, src, out_len: int, spec: Spec) -> dict:
-    fn = bench_hf.generate_fn(hf_model, src, HF_BEAMS[name], out_len)
-    ids, passes = bench_hf.count_decoder_passes(hf_model, fn)
-    tokens = bench_hf.check_output(ids, src.size(0), out_len)
-    t = timed(fn, spec)
-    return row("hf", name, src.size(0), out_len, spec, t, passes=passes, tokens_out=tokens, slots=out_len)
+def peak_probe(spec: Spec):
+    """Reset the peak-memory counter of spec.device; -> a callable reading the peak since (MiB).
+    CPU: this process's VmHWM, reset via /proc/self/clear_refs (Linux >= 4.0; else peak since start)."""
+    reset_peak(spec.device)
+    if spec.device == "cpu":
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+            status = Path("/proc/self/status")
+            return lambda: int(re.search(r"VmHWM:\s+(\d+)", status.read_text()).group(1)) / 1024
+        except OSError:
+            pass
+    return lambda: peak_memory_mb(spec.device)
+
+
+def shape_systems(models: Models, hf_model, src, out_len: int, spec: Spec) -> list[System]:
+    """Every strategy of ours at one shape, each followed by its HF peer when it has one."""
+    systems = []
+    for name in STRATEGIES:
+        systems.append(our_system(models, name, src, out_len, spec))
+        if hf_model is not None and name in HF_BEAMS:
+            systems.append(System("hf", name, *bench_hf.peer(hf_model, HF_BEAMS[name], src, out_len)))
+    return systems
+
+
+def timed_call(fn, spec: Spec) -> tuple[float, float]:
+    """One timed call -> seconds, peak memory during it (MiB)."""
+    gc.collect(1)  # young generations only: a full collection costs ~0.2 s here
+    peak = peak_probe(spec)
+    return measure(fn, warmup=0, repeats=1, device=spec.device).median_s, peak()
+
+
+def leak_check(system: System, batch: int, spec: Spec) -> dict:
+    """Memory in use (CPU: RSS; CUDA: allocated tensors) before and after `repeats` consecutive
+    calls of an already warm system, and the peak during them: a leak grows call after call."""
+    used = current_rss_mb if spec.device == "cpu" else lambda: torch.cuda.memory_allocated() / 2**20
+    gc.collect()
+    before, peak = used(), peak_probe(spec)
+    for _ in range(spec.repeats):
+        system.fn()
+    gc.collect()
+    after = used()
+    return dict(system=system.system, strategy=system.name, batch=batch, calls=spec.repeats,
+                before_mb=before, after_mb=after, delta_mb=after - before, peak_mb=peak(), device=spec.device)
+
+
+def time_round_robin(systems: list[System], spec: Spec) -> list[dict]:
+    """Time the systems of one shape in rounds (each round calls every system once), so a load
+    change on a shared machine hits all alike; the checked first call is one warm-up. -> per
+    system: counts, median/min seconds, repeats, peak memory of its timed calls."""
+    stats = [dict(s.first(), times=[], peak_mem_mb=0.0, repeats=spec.repeats) for s in systems]
+    for _ in range(spec.warmup - 1):
+        for s in systems:
+            s.fn()
+    for _ in range(spec.repeats):
+        for s, st in zip(systems, stats):
+            seconds, peak = timed_call(s.fn, spec)
+            st["times"].append(seconds)
+            st["peak_mem_mb"] = max(st["peak_mem_mb"], peak)
+    for st in stats:
+        times = st.pop("times")
+        st.update(median_s=statistics.median(times), min_s=min(times))
+    return stats
 
 
 def add_ratios(df: pd.DataFrame) -> pd.DataFrame:
@@ -239,25 +263,23 @@ def run_decode(spec: Spec, log=print) -> pd.DataFrame:
     models = Models(spec)
     hf_model = bench_hf.build_marian(spec.model, spec.vocab).to(spec.device) if use_hf else None
     gen = torch.Generator().manual_seed(0)
-    rows = []
+    rows, memory = [], []
     with torch.inference_mode():
         for batch, out_len in spec.shapes:
             src = torch.randint(6, spec.vocab, (batch, spec.src_len), generator=gen).to(spec.device)
-            for name in STRATEGIES:
-                rows.append(our_row(models, name, src, out_len, spec))
-                if use_hf and name in HF_BEAMS:
-                    rows.append(hf_row(hf_model, name, src, out_len, spec))
-                log(f"  batch {batch:3d} len {out_len:3d} {name:16s} " + "  ".join(
-                    f"{r['system']} {r['median_s'] * 1e3:9.1f} ms" for r in rows if
-                    (r["strategy"], r["batch"], r["out_len"]) == (name, batch, out_len)))
-    return add_ratios(pd.DataFrame(rows))
-
-
-def format_table(df: pd.DataFrame) -> str:
-    """The printed table: the main columns, rounded."""
-    cols = ["system", "strategy", "batch", "out_len", "median_s", "tokens_per_s", "sents_per_s",
-            "ratio_vs_hf", "speedup_vs_at_greedy", "passes", "peak_mem_mb", "rss_delta_mb"]
-    return df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")
+            systems = shape_systems(models, hf_model, src, out_len, spec)
+            for system, stats in zip(systems, time_round_robin(systems, spec)):
+                rows.append(dict(system=system.system, strategy=system.name, batch=batch, src_len=spec.src_len,
+                                 out_len=out_len, tokens_per_s=batch * out_len / stats["median_s"],
+                                 sents_per_s=batch / stats["median_s"], device=spec.device,
+                                 threads=spec.threads, **stats))
+                log(f"  batch {batch:3d} len {out_len:3d} {system.system:4s} {system.name:16s} "
+                    f"{stats['median_s'] * 1e3:10.1f} ms")
+                if (batch, out_len, system.name) == (LEAK_BATCH, OUT_LEN, LEAK_STRATEGY):
+                    memory.append(leak_check(system, batch, spec))
+    df = add_ratios(pd.DataFrame(rows))
+    df.attrs["memory"] = memory  # leak-check rows (none without a batch-64 shape)
+    return df
 
 
 def plot_sweep(csv: str | Path) -> Path:
@@ -267,53 +289,26 @@ def plot_sweep(csv: str | Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    csv = Path(csv)
-    df = pd.read_csv(csv)
-    df["system / strategy"] = df.system + " / " + df.strategy
-    fig = Figure(figsize=(13, 5))
+    csv, fig = Path(csv), Figure(figsize=(13, 5))
+    df = pd.read_csv(csv).assign(label=lambda d: d.system + " / " + d.strategy)
     FigureCanvasAgg(fig)
     left, right = fig.subplots(1, 2)
-    sns.lineplot(data=df[df.batch == 1], x="out_len", y="median_s", hue="system / strategy",
+    sns.lineplot(data=df[df.batch == 1], x="out_len", y="median_s", hue="label",
                  marker="o", ax=left, legend=False)
     left.set(yscale="log", xlabel="output tokens", ylabel="latency per batch-1 call (s)",
              title="latency vs output length (batch 1)")
-    sns.lineplot(data=df[df.out_len == OUT_LEN], x="batch", y="sents_per_s", hue="system / strategy",
+    sns.lineplot(data=df[df.out_len == OUT_LEN], x="batch", y="sents_per_s", hue="label",
                  marker="o", ax=right)
     right.set(xscale="log", yscale="log", xlabel="batch size", ylabel="sentences / s",
               title=f"throughput vs batch size (length {OUT_LEN})")
     right.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
-    png = csv.with_suffix(".png")
-    fig.savefig(png, dpi=100)
-    return png
-
-
-def random_batch(batch: int, spec: Spec, tgt_len: int):
-    """A Batch of random ids (no padding) on spec.device."""
-    from atnat.models.batch import Batch
-
-    gen = torch.Generator().manual_seed(1)
-    src = torch.randint(6, spec.vocab, (batch, spec.src_len), generator=gen)
-    tgt = torch.randint(6, spec.vocab, (batch, tgt_len), generator=gen)
-    full = lambda n: torch.full((batch,), n, dtype=torch.long)  # noqa: E731
-    return Batch(src, tgt, full(spec.src_len), full(tgt_len), torch.arange(batch)).to(spec.device)
-
-
-def peak_flops(device: str, override_tflops: float | None) -> float:
-    """Dense bf16 peak FLOP/s of the CUDA device (by name), or NaN when unknown / on CPU."""
-    if override_tflops:
-        return override_tflops * 1e12
-    if device != "cuda":
-        return float("nan")
-    name = torch.cuda.get_device_name()
-    return next((v * 1e12 for k, v in PEAK_TFLOPS.items() if k in name), float("nan"))
+    fig.savefig(csv.with_suffix(".png"), dpi=100)
+    return csv.with_suffix(".png")
 
 
 def train_row(decoder: str, spec: Spec, batch, steps: int, peak: float) -> dict:
     """Time forward + backward + grad clip (1.0, as the Trainer) + Adam step of one decoder."""
-    from atnat.models.losses import total_loss
-    from atnat.models.seq2seq import Seq2SeqModule
-
     torch.manual_seed(0)
     module = Seq2SeqModule(vocab_size=spec.vocab, decoder=decoder,
                            model={**spec.model, "dropout": 0.1}).to(spec.device).train()
@@ -328,8 +323,7 @@ def train_row(decoder: str, spec: Spec, batch, steps: int, peak: float) -> dict:
         torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
         opt.step()
     t = measure(step, warmup=spec.warmup, repeats=steps, device=spec.device)
-    params = sum(p.numel() for p in module.parameters())
-    tokens = int(batch.tgt_lengths.sum())
+    params, tokens = sum(p.numel() for p in module.parameters()), int(batch.tgt_lengths.sum())
     flops = 6 * params * tokens
     return dict(decoder=decoder, batch=len(batch), src_len=spec.src_len, tgt_len=batch.tgt.size(1),
                 tgt_tokens=tokens, median_s=t.median_s, tokens_per_s=tokens / t.median_s, params=params,
@@ -339,15 +333,20 @@ def train_row(decoder: str, spec: Spec, batch, steps: int, peak: float) -> dict:
 
 def run_train(spec: Spec, *, steps: int, tokens: int, peak_tflops: float | None = None,
               log=print) -> pd.DataFrame:
-    """Training throughput of the AT and every NAT decoder on one token-budget batch."""
+    """Training throughput of the AT and every NAT decoder on one token-budget batch; MFU against
+    the dense bf16 peak (peak_tflops, else by CUDA device name; NaN when unknown or on CPU)."""
     check_spec(spec)
     if steps < 1 or tokens < OUT_LEN:
         raise AtnatError(f"need --steps >= 1 and --tokens >= {OUT_LEN}; got {steps}, {tokens}")
     torch.set_num_threads(spec.threads)
-    batch = random_batch(tokens // OUT_LEN, spec, OUT_LEN)
+    b, gen = tokens // OUT_LEN, torch.Generator().manual_seed(1)
+    src, tgt = (torch.randint(6, spec.vocab, (b, n), generator=gen) for n in (spec.src_len, OUT_LEN))
+    batch = Batch(src, tgt, torch.full((b,), spec.src_len), torch.full((b,), OUT_LEN), torch.arange(b)).to(spec.device)
+    name = torch.cuda.get_device_name() if spec.device == "cuda" else "-"
+    peak = (peak_tflops or next((v for k, v in PEAK_TFLOPS.items() if k in name), float("nan"))) * 1e12
     rows = []
     for decoder in ("at", "nat", "cmlm", "ctc"):
-        rows.append(train_row(decoder, spec, batch, steps, peak_flops(spec.device, peak_tflops)))
+        rows.append(train_row(decoder, spec, batch, steps, peak))
         log(f"  {decoder:5s} {rows[-1]['median_s']:.3f} s/step  {rows[-1]['tokens_per_s']:.0f} tgt tokens/s")
     return pd.DataFrame(rows)
 
@@ -363,29 +362,29 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--tiny", action="store_true", help="tiny model, 1 repeat (tests)")
         p.add_argument("--warmup", type=int, help="untimed calls first (default 2; tiny 1)")
     dec, tr = sub.choices["decode"], sub.choices["train"]
-    dec.add_argument("--sweep", action="store_true", help=f"lengths {SWEEP_LENGTHS} at batch 1, "
-                     f"batches {SWEEP_BATCHES} at length {OUT_LEN}")
+    dec.add_argument("--sweep", action="store_true", help=f"lengths {SWEEP_LENGTHS}, batches {SWEEP_BATCHES}")
     dec.add_argument("--repeats", type=int, help="timed calls per row (default 5; tiny 1)")
-    dec.add_argument("--budget-s", type=float, help="per row: cut repeats (not below 3) when "
-                     "repeats x first call would exceed this (default 60)")
     dec.add_argument("--no-hf", action="store_true", help="skip the Hugging Face peer")
     tr.add_argument("--steps", type=int, default=5, help="timed training steps (default 5)")
     tr.add_argument("--tokens", type=int, help="target tokens per batch (default 4096; tiny 256)")
     tr.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: by GPU name)")
+    tr.set_defaults(sweep=False, repeats=None, no_hf=False)
     return ap
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    spec = make_spec(tiny=args.tiny, sweep=getattr(args, "sweep", False), threads=args.threads,
-                     device=args.device, warmup=args.warmup, repeats=getattr(args, "repeats", None),
-                     budget_s=getattr(args, "budget_s", None), hf=not getattr(args, "no_hf", False))
+    spec = make_spec(tiny=args.tiny, sweep=args.sweep, threads=args.threads, device=args.device,
+                     warmup=args.warmup, repeats=args.repeats, hf=not args.no_hf)
     check_spec(spec)
     print(f"atnat bench {args.what}: d_model {spec.model['d_model']}, vocab {spec.vocab}, "
           f"{spec.device}, {spec.threads} threads, torch {torch.__version__}")
     if args.what == "decode":
         df = run_decode(spec)
-        print(format_table(df))
+        memory = pd.DataFrame(df.attrs["memory"])
+        cols = [c for c in COLUMNS if c not in ("src_len", "device", "threads", "min_s", "slots", "repeats")]
+        print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
+        print("memory over repeated calls:\n" + memory.to_string(index=False, float_format="{:.1f}".format))
     else:
         df = run_train(spec, steps=args.steps, tokens=args.tokens or (256 if args.tiny else 4096),
                        peak_tflops=args.peak_tflops)
@@ -393,6 +392,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         df.to_csv(args.out, index=False)
+        if df.attrs.get("memory"):
+            memory.to_csv(Path(args.out).with_name(Path(args.out).stem + "_memory.csv"), index=False)
         print(f"wrote {args.out}")
-        if getattr(args, "sweep", False):
+        if args.sweep:
             print(f"wrote {plot_sweep(args.out)}")

@@ -84,6 +84,17 @@ def count_decoder_passes(hf_model, fn) -> tuple[Tensor, int]:
     return out, len(calls)
 
 
+def peer(hf_model, num_beams: int, src: Tensor, out_len: int):
+    """-> (fn, first): `fn` runs generate on src (B, S); `first()` runs it once with the pass
+    counter, checks the output and returns passes, tokens_out, slots (bench.System's contract)."""
+    fn = generate_fn(hf_model, src, num_beams, out_len)
+
+    def first() -> dict:
+        ids, passes = count_decoder_passes(hf_model, fn)
+        return dict(passes=passes, tokens_out=check_output(ids, src.size(0), out_len), slots=out_len)
+    return fn, first
+
+
 def check_output(ids: Tensor, batch: int, out_len: int) -> float:
     """Refuse an HF output that is not exactly out_len content tokens per sentence (after the
     decoder-start id), with no EOS or pad; -> tokens per sentence."""

@@ -1,0 +1,208 @@
+"""`atnat bench`: a tiny decode run yields every row with equal work across systems and ratios
+that follow from the medians; the KV-cached fast paths equal a no-cache reference; the HF peer
+emits exactly the forced number of tokens; the training benchmark runs every decoder."""
+from dataclasses import dataclass
+
+import pandas as pd
+from numpy.testing import assert_allclose
+import pytest
+import torch
+import torch.nn.functional as F
+
+import atnat.decoding  # noqa: F401  (registers strategies)
+import atnat.models.decoders  # noqa: F401  (registers decoders)
+from atnat.decoding.beam import Beam
+from atnat.decoding.greedy import Greedy
+from atnat.decoding.processors import forbidden_ids
+from atnat.experiments import bench, bench_hf
+from atnat.models.encoder import EncoderOut
+from atnat.models.errors import AtnatError
+from atnat.models.seq2seq import Seq2SeqModule
+
+HF = bench_hf.available()
+PASSES = {"greedy": 30, "beam5": 30, "parallel": 1, "mask-predict-4": 4, "mask-predict-10": 10, "ctc": 1}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    spec = bench.make_spec(tiny=True, threads=1, warmup=1, repeats=1)
+    return bench.run_decode(spec, log=lambda *_: None)
+
+
+def test_tiny_decode_has_every_row_and_column(tiny):
+    assert list(tiny.columns) == bench.COLUMNS
+    ours = {(s, b) for s in bench.STRATEGIES for b in (1, 64)}
+    hf = {(s, b) for s in ("greedy", "beam5") for b in (1, 64)} if HF else set()
+    assert set(zip(tiny.strategy[tiny.system == "ours"], tiny.batch[tiny.system == "ours"])) == ours
+    assert set(zip(tiny.strategy[tiny.system == "hf"], tiny.batch[tiny.system == "hf"])) == hf
+    assert len(tiny) == len(ours) + len(hf)
+    assert (tiny.median_s > 0).all() and (tiny.peak_mem_mb > 0).all()
+    assert (tiny.threads == 1).all() and (tiny.device == "cpu").all() and (tiny.src_len == 20).all()
+    memory = pd.DataFrame(tiny.attrs["memory"])  # the leak check: beam 5 at batch 64, ours and HF
+    assert list(memory.system) == (["ours", "hf"] if HF else ["ours"])
+    assert (memory.strategy == "beam5").all() and (memory.batch == 64).all() and (memory.calls == 1).all()
+    assert (memory.delta_mb == memory.after_mb - memory.before_mb).all() and (memory.peak_mb > 0).all()
+
+
+def test_every_system_does_the_same_work(tiny):
+    assert (tiny.out_len == 30).all()
+    fixed = tiny[tiny.strategy != "ctc"]
+    assert (fixed.tokens_out == 30).all()  # every AT/NAT/HF sentence has exactly 30 tokens
+    assert (tiny.passes == tiny.strategy.map(PASSES)).all()  # HF passes counted by a hook
+    assert (tiny.slots[tiny.strategy == "ctc"] == 60).all()  # 3 x 20 upsampled slots
+
+
+def test_ratios_follow_from_the_medians(tiny):
+    assert_allclose(tiny.tokens_per_s, tiny.batch * tiny.out_len / tiny.median_s)
+    key = ["strategy", "batch"]
+    at = tiny[(tiny.system == "ours") & (tiny.strategy == "greedy")].set_index("batch").median_s
+    speed = at.loc[tiny.batch].to_numpy() / tiny.median_s.to_numpy()  # same tokens: time ratio
+    assert_allclose(tiny.speedup_vs_at_greedy, speed)
+    if not HF:
+        assert tiny.ratio_vs_hf.isna().all()
+        return
+    joined = tiny[tiny.system == "ours"].merge(tiny[tiny.system == "hf"], on=key, suffixes=("", "_hf"))
+    assert len(joined) == 4
+    assert_allclose(joined.ratio_vs_hf, joined.median_s_hf / joined.median_s)  # same tokens
+    assert_allclose(joined.ratio_vs_hf, joined.tokens_per_s / joined.tokens_per_s_hf)
+    assert tiny.ratio_vs_hf[tiny.system == "hf"].isna().all()
+    assert tiny.ratio_vs_hf[~tiny.strategy.isin(["greedy", "beam5"])].isna().all()
+
+
+def test_add_ratios_definition():
+    base = dict(src_len=20, out_len=30, batch=1)
+    df = pd.DataFrame([dict(base, system="ours", strategy="greedy", tokens_per_s=300.0),
+                       dict(base, system="hf", strategy="greedy", tokens_per_s=100.0),
+                       dict(base, system="ours", strategy="parallel", tokens_per_s=6000.0)])
+    for col in bench.COLUMNS:
+        df[col] = df.get(col, 0)
+    out = bench.add_ratios(df).set_index(["system", "strategy"])
+    assert out.ratio_vs_hf[("ours", "greedy")] == 3.0
+    assert out.speedup_vs_at_greedy[("ours", "parallel")] == 20.0
+    assert out.speedup_vs_at_greedy[("hf", "greedy")] == pytest.approx(1 / 3)
+
+
+def small_model(seed=0):
+    torch.manual_seed(seed)
+    model = dict(d_model=32, n_heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
+    return Seq2SeqModule(vocab_size=40, decoder="at", model=model).eval()
+
+
+def sources(b=4, s=7, seed=1):
+    src = torch.randint(6, 40, (b, s), generator=torch.Generator().manual_seed(seed))
+    src[-1, s - 2:] = 0  # one padded sentence
+    return src, src.ne(0).sum(1)
+
+
+def reference_greedy(module, src, length):
+    """Greedy by full recomputation: the teacher-forced forward on the growing prefix, no cache."""
+    memory = module.encode(src)
+    prefix = torch.ones(src.size(0), 1, dtype=torch.long)  # BOS
+    banned = list(forbidden_ids(module.special)) + [module.special.eos]  # EOS: min length
+    for _ in range(length):
+        logits, _ = module.decoder(prefix, memory)
+        lp = F.log_softmax(logits[:, -1].float(), -1)
+        lp[:, banned] = float("-inf")
+        prefix = torch.cat([prefix, lp.argmax(-1, keepdim=True)], 1)
+    return prefix[:, 1:]
+
+
+@torch.no_grad()
+def test_greedy_equals_full_recomputation():
+    module = small_model()
+    src, lengths = sources()
+    hyps = module.decode(src, lengths, Greedy(min_len=12, max_len_a=0.0, max_len_b=12))
+    assert torch.equal(hyps.tokens[:, 0], reference_greedy(module, src, 12))
+
+
+@dataclass
+class NoCacheState:
+    prefix: torch.Tensor  # (R, t) decoder inputs so far, BOS first
+    memory: EncoderOut  # R rows
+
+
+class NoCacheModel:
+    """StepModel by full recomputation: every step re-runs the teacher-forced decoder."""
+
+    def __init__(self, decoder):
+        self.decoder = decoder
+
+    def step(self, prev, state):
+        prefix = torch.cat([state.prefix, prev[:, None]], 1)
+        logits, _ = self.decoder(prefix, state.memory)
+        return F.log_softmax(logits[:, -1].float(), -1), NoCacheState(prefix, state.memory)
+
+    def reorder_state(self, state, order):
+        return NoCacheState(state.prefix[order], state.memory.index_select(order))
+
+
+@pytest.mark.parametrize("strategy", [Beam(beam_size=5, min_len=10, max_len_a=0.0, max_len_b=10),
+                                      Beam(beam_size=5, max_len_a=1.0, max_len_b=3)])
+@torch.no_grad()
+def test_cached_beam_equals_no_cache_beam(strategy):
+    module = small_model(seed=2)
+    src, lengths = sources(seed=3)
+    fast = module.decode(src, lengths, strategy)
+    memory = module.encode(src)
+    start = NoCacheState(torch.empty(src.size(0), 0, dtype=torch.long), memory)
+    slow = strategy.search(NoCacheModel(module.decoder), start, src_lengths=lengths, special=module.special)
+    torch.testing.assert_close(fast.scores, slow.scores, atol=1e-4, rtol=0)
+    assert torch.equal(fast.tokens, slow.tokens)
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+@pytest.mark.parametrize("beams", [1, 5])
+def test_hf_and_ours_emit_exactly_30_tokens(beams):
+    spec = bench.make_spec(tiny=True)
+    hf = bench_hf.build_marian(spec.model, spec.vocab)
+    src = torch.randint(6, spec.vocab, (3, 20), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        ids, passes = bench_hf.count_decoder_passes(hf, bench_hf.generate_fn(hf, src, beams, 30))
+        assert bench_hf.check_output(ids, 3, 30) == 30 and passes == 30
+        module = bench.Models(spec).get("at")
+        _, strategy = bench.our_strategy("greedy" if beams == 1 else "beam5", 30)
+        assert bench.check_ours(bench.our_fn(module, strategy, src, 30)(), "greedy", 30, module.special) == 30
+    with pytest.raises(AtnatError, match="EOS or pad"):
+        bench_hf.check_output(torch.cat([ids[:, :-1], torch.full((3, 1), 2)], 1), 3, 30)
+    with pytest.raises(AtnatError, match="shape"):
+        bench_hf.check_output(ids[:, :-1], 3, 30)
+
+
+def test_forced_length_and_short_outputs_are_refused():
+    module = bench.Models(bench.make_spec(tiny=True)).get("cmlm")
+    _, strategy = bench.our_strategy("mask-predict-4", 17)
+    src = torch.randint(6, 64, (2, 20))
+    with torch.inference_mode():
+        hyps = bench.our_fn(module, strategy, src, 17)()
+    assert hyps.lengths.tolist() == [[17], [17]] and hyps.n_steps == 4
+    with pytest.raises(AtnatError, match="expected exactly 18"):
+        bench.check_ours(hyps, "mask-predict-4", 18, module.special)
+
+
+def test_bad_options_are_user_errors():
+    with pytest.raises(AtnatError, match="repeats"):
+        bench.run_decode(bench.make_spec(tiny=True, repeats=0))
+    if not torch.cuda.is_available():
+        with pytest.raises(AtnatError, match="cuda"):
+            bench.main(["decode", "--tiny", "--device", "cuda"])
+
+
+def test_train_benchmark_runs_every_decoder():
+    spec = bench.make_spec(tiny=True, threads=1, warmup=0)
+    df = bench.run_train(spec, steps=1, tokens=120, log=lambda *_: None)
+    assert list(df.decoder) == ["at", "nat", "cmlm", "ctc"]
+    assert (df.tgt_tokens == 120).all() and (df.tokens_per_s > 0).all()
+    assert (df.flops_per_step == 6 * df.params * df.tgt_tokens).all() and df.mfu.isna().all()
+
+
+def test_cli_prints_table_writes_csv_and_sweep_png(tiny, tmp_path, monkeypatch, capsys):
+    seen = []
+    monkeypatch.setattr(bench, "run_decode", lambda spec: seen.append(spec) or tiny)
+    csv = tmp_path / "sweep.csv"
+    bench.main(["decode", "--sweep", "--threads", "1", "--repeats", "2", "--out", str(csv)])
+    assert seen[0].shapes == ((1, 10), (1, 30), (1, 50), (1, 100), (8, 30), (64, 30), (256, 30))
+    assert seen[0].repeats == 2 and seen[0].threads == 1 and seen[0].model == bench.FULL
+    assert "speedup_vs_at_greedy" in capsys.readouterr().out
+    assert list(pd.read_csv(csv).columns) == bench.COLUMNS
+    assert (tmp_path / "sweep.png").stat().st_size > 1000
+    assert len(pd.read_csv(tmp_path / "sweep_memory.csv")) == len(tiny.attrs["memory"])
