@@ -84,7 +84,7 @@ def _load_table(root: Path) -> pd.DataFrame:
     labels = ["cell", "task", "decoder", "strategy"]
     table[labels] = table[labels].astype(str)
     table["status"] = table["status"].fillna("").astype(str).str.strip().str.lower()
-    table["error"] = table["error"].fillna("").astype(str)
+    table["error"] = table["error"].astype(object).fillna("").astype(str)
     flags = table["guided_attention"].astype(str).str.strip().str.lower()
     table["guided_attention"] = flags.isin(["true", "1", "1.0", "yes"])  # CSV spellings of True
     return table
