@@ -1,7 +1,8 @@
 """Evaluate a trained run: decode a split with each strategy, score, time, and probe it.
 
-Writes `hyps/<strategy>.txt` and `metrics.json` (atomically) into the run directory and returns
-the rows and curves the grid runner tabulates. Timings are medians of repeats after warm-up.
+Writes `hyps/<strategy>.txt` and `references.txt` into the run directory and returns the rows and
+curves the grid runner tabulates (the runner writes `metrics.json` last, as the completion mark).
+Timings are medians of repeats after warm-up.
 """
 from __future__ import annotations
 
@@ -177,7 +178,7 @@ class EvalResult:
 def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Path, *,
              teacher: Seq2SeqModule | None = None, speed: SpeedSettings = SpeedSettings(),
              n_samples: int = 5) -> EvalResult:
-    """Decode cfg.eval.split with every strategy of the run; write hyps and metrics.json."""
+    """Decode cfg.eval.split with every strategy of the run; write hyps and references."""
     from atnat.experiments.probes import run_probes
 
     src, tgt = task.splits[cfg.eval.split]
@@ -205,9 +206,7 @@ def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Pat
                      "hypothesis": hyp_txt[i]} for i in range(min(n_samples, len(src)))]
     frames = {k: pd.concat(v, ignore_index=True) for k, v in curves.items() if v}
     frames.update(run_probes(module, split, free_running=first, strategy=rows[0]["strategy"]))
-    result = EvalResult(rows, frames, pd.DataFrame(samples))
-    write_json_atomic(run_dir / "metrics.json", {"rows": rows})
-    return result
+    return EvalResult(rows, frames, pd.DataFrame(samples))  # the runner writes metrics.json last
 
 
 def iteration_bleu(history: list[list[list[int]]], refs: list[str], task: TaskData) -> pd.DataFrame:
