@@ -29,6 +29,14 @@ def teacher_dir(teacher: str | Path) -> Path:
     return path.parent.parent if path.is_file() else path
 
 
+def checkpoint_stamp(teacher: str | Path) -> str:
+    """Identifies the teacher's weights (size and mtime of its best checkpoint)."""
+    path = Path(teacher)
+    path = path / "checkpoints" / "best.ckpt" if path.is_dir() else path
+    st = path.stat() if path.exists() else None
+    return f"{st.st_size}-{st.st_mtime_ns}" if st else ""
+
+
 def distilled_targets(teacher_path: str | Path, sources: list[str], references: list[str], strategy_spec,
                       *, max_tokens: int = 8000) -> tuple[list[str], dict]:
     """Distilled training targets, cached as `<teacher run>/distill/<strategy>/train.txt` with a
@@ -38,14 +46,16 @@ def distilled_targets(teacher_path: str | Path, sources: list[str], references: 
     label, _ = build_strategy(strategy_spec)
     cache = teacher_dir(teacher_path) / "distill" / label
     text_path, meta_path = cache / "train.txt", cache / "meta.json"
-    if text_path.exists() and meta_path.exists():
+    stamp = checkpoint_stamp(teacher_path)
+    if text_path.exists() and meta_path.exists():  # reuse only for the same teacher weights
         lines = text_path.read_text(encoding="utf-8").split("\n")[:-1]
-        if len(lines) == len(sources):
-            return lines, json.loads(meta_path.read_text())
+        meta = json.loads(meta_path.read_text())
+        if len(lines) == len(sources) and meta.get("checkpoint") == stamp:
+            return lines, meta
     module, tokenizer = load_module(teacher_path)
     lines = distill_sources(module, tokenizer, sources, strategy_spec, max_tokens=max_tokens)
     bleu = sacrebleu.corpus_bleu(lines, [references], tokenize=module.bleu_tokenize)
-    meta = {"teacher": str(teacher_path), "strategy": label, "lines": len(lines),
+    meta = {"teacher": str(teacher_path), "checkpoint": stamp, "strategy": label, "lines": len(lines),
             "bleu_vs_references": bleu.score, "bleu_signature": str(bleu.format(signature=True))}
     cache.mkdir(parents=True, exist_ok=True)
     tmp = text_path.with_suffix(".tmp")

@@ -87,7 +87,7 @@ def run_probes(module: Seq2SeqModule, split: EncodedSplit, *, free_running: list
                strategy: str, max_tokens: int = 4000) -> dict[str, pd.DataFrame]:
     """All probes of one run, as long-format frames keyed by curve name; `strategy` labels the
     free-running outputs (the run's first strategy)."""
-    oracle, refs, corr = [], [], {k: [] for k in CORRUPTED}
+    oracle, corr = [], {k: [] for k in CORRUPTED}
     is_at = "step" in module.decoder.capabilities
     for batch in make_loader(split, max_tokens, shuffle=False):
         batch = batch.to(module.device)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import platform
 import subprocess
-import sys
 import time
 from pathlib import Path
 

@@ -145,5 +145,17 @@ def test_translate_and_distill_cli_on_a_trained_run(tmp_path, monkeypatch, capsy
     assert len(out) == 4 and out[-1] == ""  # one line per input line, in order
     assert main(["distill", "--teacher", str(run), "--output", "kd.txt", "--strategy", "greedy"]) == 0
     assert len((tmp_path / "kd.txt").read_text().split("\n")[:-1]) == 200
+    # the distillation cache is reused for the same teacher weights and redone when they change
+    from atnat.experiments.distill import distilled_targets
+
+    src = ["w1 w2", "w3"]
+    _, meta = distilled_targets(run, src, src, {"name": "greedy"})
+    cached = run / "distill" / "greedy" / "train.txt"
+    cached.write_text("stale\nstale\n")
+    assert distilled_targets(run, src, src, {"name": "greedy"})[0] == ["stale", "stale"]
+    ckpt = run / "checkpoints" / "best.ckpt"
+    os.utime(ckpt, ns=(ckpt.stat().st_atime_ns, ckpt.stat().st_mtime_ns + 10**9))
+    fresh, meta2 = distilled_targets(run, src, src, {"name": "greedy"})
+    assert fresh != ["stale", "stale"] and meta2["checkpoint"] != meta["checkpoint"]
     assert main(["translate", "--checkpoint", str(run), "--strategy", "mask-predict"]) == 2
     assert "strategy 'mask-predict' needs a decoder with capability 'parallel'" in capsys.readouterr().err
