@@ -19,7 +19,8 @@ def cmd_train(args) -> None:
     cfg = load_run_config(args.config, overrides)
     run_dir = Path(args.output_dir or cfg.output_dir or Path("runs") / cfg.name)
     result = run_cell(cfg, run_dir)
-    print_rows(result.rows)
+    if result is not None:  # None: a helper rank of a multi-device run
+        print_rows(result.rows)
 
 
 def print_rows(rows: list[dict]) -> None:
@@ -116,8 +117,17 @@ def cmd_distill(args) -> None:
 def cmd_run(args) -> None:
     from atnat.experiments.runner import run_grid
 
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
+    if args.workers is not None and args.workers < 1:
+        raise AtnatError(f"--workers {args.workers}: expected a positive number of worker processes")
     run_grid(args.grid, results_root=Path(args.results), dry_run=args.dry_run, only=args.only,
-             smoke=args.smoke)
+             smoke=args.smoke, workers=args.workers, devices=devices)
+
+
+def cmd_cell(args) -> None:
+    from atnat.experiments.runner import run_named_cell
+
+    run_named_cell(args.grid, args.cell, results_root=Path(args.results), smoke=args.smoke)
 
 
 def cmd_report(args) -> None:
@@ -183,7 +193,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="list the cells and exit")
     p.add_argument("--only", action="append", help="run only cells whose name contains this")
     p.add_argument("--smoke", action="store_true", help="tiny sizes: check a grid end to end in minutes")
+    p.add_argument("--workers", type=int, help="cells run at once, one process each (GPUs 0..N-1 when present)")
+    p.add_argument("--devices", help="comma-separated GPU ids: one worker process per GPU, e.g. 0,1,2,3")
     p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("cell", help="run one cell of a grid (what `run --workers` starts in each process)")
+    p.add_argument("grid")
+    p.add_argument("cell", help="cell name (see `atnat run GRID --dry-run`)")
+    p.add_argument("--results", default="results", help="folder that receives results/<grid>/")
+    p.add_argument("--smoke", action="store_true", help="the grid's smoke sizes")
+    p.set_defaults(fn=cmd_cell)
     p = sub.add_parser("report", help="regenerate report.md/report.html from a results folder")
     p.add_argument("results_dir")
     p.set_defaults(fn=cmd_report)

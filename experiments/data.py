@@ -61,13 +61,14 @@ class TokenBudgetSampler(Sampler[list[int]]):
     """Batches of similar length whose padded size stays within `max_tokens` (source or target).
 
     Sentences are sorted by length (with a little noise when shuffling), cut into batches, and
-    the batches are shuffled each epoch; evaluation keeps a fixed order.
+    the batches are shuffled each epoch; evaluation keeps a fixed order. With `distributed`, each
+    DDP rank takes every world-th batch of the same shuffled list (equal counts on all ranks).
     """
 
     def __init__(self, split: EncodedSplit, max_tokens: int, *, shuffle: bool, seed: int = 0,
-                 max_sentences: int | None = None):
+                 max_sentences: int | None = None, distributed: bool = False):
         self.split, self.max_tokens, self.shuffle, self.seed = split, max_tokens, shuffle, seed
-        self.max_sentences = max_sentences
+        self.max_sentences, self.distributed = max_sentences, distributed
         self.epoch = 0
         self._batches = self._make(random.Random(seed)) if not shuffle else None
 
@@ -96,13 +97,15 @@ class TokenBudgetSampler(Sampler[list[int]]):
     def __iter__(self):
         batches = self._batches if self._batches is not None else self._make(random.Random(self.seed + self.epoch))
         self.epoch += 1
-        rank, world = shard()
+        rank, world = shard() if self.distributed else (0, 1)
         if world > 1:  # DDP: every rank takes its own share of the same shuffled batches
             batches = batches[rank::world][: len(batches) // world]
         return iter(batches)
 
     def __len__(self) -> int:
-        return len(self._batches if self._batches is not None else self._make(random.Random(self.seed)))
+        n = len(self._batches if self._batches is not None else self._make(random.Random(self.seed)))
+        world = shard()[1] if self.distributed else 1
+        return n // world if world > 1 else n
 
 
 def shard() -> tuple[int, int]:
@@ -113,6 +116,7 @@ def shard() -> tuple[int, int]:
 
 
 def make_loader(split: EncodedSplit, max_tokens: int, *, shuffle: bool, seed: int = 0,
-                max_sentences: int | None = None):
-    sampler = TokenBudgetSampler(split, max_tokens, shuffle=shuffle, seed=seed, max_sentences=max_sentences)
+                max_sentences: int | None = None, distributed: bool = False):
+    sampler = TokenBudgetSampler(split, max_tokens, shuffle=shuffle, seed=seed, max_sentences=max_sentences,
+                                 distributed=distributed)
     return torch.utils.data.DataLoader(split, batch_sampler=sampler, collate_fn=collate, num_workers=0)

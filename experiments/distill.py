@@ -2,6 +2,7 @@
 targets; students train on its outputs. Results are cached in the teacher's run directory."""
 from __future__ import annotations
 
+import fcntl
 import json
 from pathlib import Path
 
@@ -41,10 +42,18 @@ def distilled_targets(teacher_path: str | Path, sources: list[str], references: 
                       *, max_tokens: int = 8000) -> tuple[list[str], dict]:
     """Distilled training targets, cached as `<teacher run>/distill/<strategy>/train.txt` with a
     `meta.json` recording the teacher, the strategy, the line count and BLEU against the references."""
+    label, _ = build_strategy(strategy_spec)
+    cache = teacher_dir(teacher_path) / "distill" / label
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as lock:  # students started at once by parallel workers: one decodes
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _cached_or_decoded(teacher_path, cache, sources, references, strategy_spec, max_tokens)
+
+
+def _cached_or_decoded(teacher_path, cache: Path, sources, references, strategy_spec, max_tokens):
     from atnat.experiments.train import load_module
 
     label, _ = build_strategy(strategy_spec)
-    cache = teacher_dir(teacher_path) / "distill" / label
     text_path, meta_path = cache / "train.txt", cache / "meta.json"
     stamp = checkpoint_stamp(teacher_path)
     if text_path.exists() and meta_path.exists():  # reuse only for the same teacher weights
@@ -57,7 +66,6 @@ def distilled_targets(teacher_path: str | Path, sources: list[str], references: 
     bleu = sacrebleu.corpus_bleu(lines, [references], tokenize=module.bleu_tokenize)
     meta = {"teacher": str(teacher_path), "checkpoint": stamp, "strategy": label, "lines": len(lines),
             "bleu_vs_references": bleu.score, "bleu_signature": str(bleu.format(signature=True))}
-    cache.mkdir(parents=True, exist_ok=True)
     tmp = text_path.with_suffix(".tmp")
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
     tmp.replace(text_path)

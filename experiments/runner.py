@@ -22,11 +22,12 @@ from atnat.experiments.config import RunConfig
 from atnat.experiments.evaluate import EvalResult, SpeedSettings, evaluate, write_json_atomic
 from atnat.experiments.grid import Cell, load_grid, run_order
 from atnat.experiments.table import environment, tabulate
-from atnat.experiments.train import load_module, load_task, prepare_data, train
+from atnat.experiments.train import helper_rank, load_module, load_task, prepare_data, train
 
 
-def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings = SpeedSettings()) -> EvalResult:
-    """Train (resuming if possible) and evaluate one run; writes everything into run_dir."""
+def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings = SpeedSettings()) -> EvalResult | None:
+    """Train (resuming if possible) and evaluate one run; writes everything into run_dir.
+    Returns None in the helper ranks of a DDP run: rank 0 alone evaluates and writes results."""
     run_dir.mkdir(parents=True, exist_ok=True)
     task = load_task(cfg)
     targets, teacher, distill_meta = None, None, None
@@ -42,14 +43,17 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings = SpeedSettings
         teacher = load_module(cfg.distill.teacher)[0]
     started = time.time()
     best = train(cfg, run_dir, prepare_data(cfg, task, targets))
+    if best is None:
+        return None
     train_time = time.time() - started
     module, _ = load_module(best)
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     result = evaluate(module, task, cfg, run_dir, teacher=teacher, speed=speed)
     steps = int(torch.load(best, map_location="cpu", weights_only=False).get("global_step", 0))
+    devices = json.loads((run_dir / "train.json").read_text())["world_size"]
     for row in result.rows:
-        row.update(train_steps=steps, train_time_s=train_time,
+        row.update(train_steps=steps, train_time_s=train_time, train_devices=devices,
                    distill_bleu=distill_meta["bleu_vs_references"] if distill_meta else float("nan"))
     save_cell_outputs(run_dir, result)
     return result
@@ -89,8 +93,12 @@ def describe(cell: Cell) -> dict:
 
 
 def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = False,
-             only: list[str] | None = None, smoke: bool = False) -> Path:
-    """Run every cell of a grid (teachers first), then write results.csv and the report."""
+             only: list[str] | None = None, smoke: bool = False, workers: int | None = None,
+             devices: list[str] | None = None) -> Path:
+    """Run every cell of a grid (teachers first), then write results.csv and the report.
+
+    With `workers` > 1 or `devices`, cells run in parallel worker processes, one per device (see
+    scheduler.py); a cell that trains on several devices (DDP) always runs in its own process."""
     name = load_grid(path, smoke=smoke).name  # validate everything before anything runs
     out = results_root / (name + ("-smoke" if smoke else ""))
     grid = load_grid(path, smoke=smoke, results_dir=out)
@@ -99,26 +107,69 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
         print(pd.DataFrame([describe(c) | {"strategies": len(c.config.eval.strategies)} for c in cells])
               .to_string(index=False))
         return out
-    speed = SpeedSettings(**grid.speed)
+    from atnat.experiments.scheduler import make_lanes
+
+    lanes = make_lanes(workers, devices)
+    parallel = len(lanes) > 1 or any(c.config.train.devices not in (1, "1") for c in cells)  # DDP: own process
+    if parallel and lanes[0].gpu is None and len(lanes) > 1:
+        print(f"note: {len(lanes)} cells share this machine's CPU at once; their speed columns are measured "
+              "under that load (the report says so)", file=sys.stderr)
     started = time.time()
     from rich.progress import Progress
 
     with Progress(transient=False) as progress:
         bar = progress.add_task(f"grid {grid.name}", total=len(cells))
-        for cell in cells:
-            run_dir = Path(cell.config.output_dir)
-            progress.update(bar, description=f"{grid.name}: {cell.name}")
-            if cell_status(run_dir) != "ok":
-                run_one(cell, run_dir, speed)
-            progress.advance(bar)
+        if parallel:
+            _run_in_workers(grid, cells, lanes, progress, bar, results_root=results_root, smoke=smoke)
+        else:
+            speed = SpeedSettings(**grid.speed)
+            for cell in cells:
+                run_dir = Path(cell.config.output_dir)
+                progress.update(bar, description=f"{grid.name}: {cell.name}")
+                if cell_status(run_dir) != "ok":
+                    run_one(cell, run_dir, speed)
+                progress.advance(bar)
     table = tabulate(grid, out, describe)
     command = "atnat " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else f"atnat run {path}"
-    write_json_atomic(out / "environment.json", environment(grid, time.time() - started, command))
+    env = environment(grid, time.time() - started, command)
+    env["parallel_cells"] = len(lanes) if parallel else 1
+    env["lanes"] = ", ".join(lane.gpu or "cpu" for lane in lanes)
+    write_json_atomic(out / "environment.json", env)
     from atnat.experiments.report import write_report
 
     write_report(out)
     print(f"results: {out / 'results.csv'} ({len(table)} rows); report: {out / 'report.md'}")
     return out
+
+
+def _run_in_workers(grid, cells, lanes, progress, bar, *, results_root: Path, smoke: bool) -> None:
+    from atnat.experiments.scheduler import run_parallel
+
+    def status(cell: Cell) -> str | None:
+        return cell_status(Path(cell.config.output_dir))
+
+    def finished(cell: Cell, state: str, seconds: float) -> None:
+        progress.console.print(f"{cell.name}: {state} ({seconds:.0f} s)")
+        progress.advance(bar)
+
+    todo = [c for c in cells if status(c) != "ok"]
+    progress.advance(bar, len(cells) - len(todo))
+    run_parallel(grid.path, todo, lanes, results_root=results_root, smoke=smoke, status=status,
+                 mark_failed=lambda cell, message: record_failure(cell, Path(cell.config.output_dir), message),
+                 on_finish=finished)
+
+
+def run_named_cell(path, cell_name: str, *, results_root: Path = Path("results"), smoke: bool = False) -> None:
+    """Run one cell of a grid (what `atnat run --workers` launches per process); skips it when done."""
+    name = load_grid(path, smoke=smoke).name
+    grid = load_grid(path, smoke=smoke, results_dir=results_root / (name + ("-smoke" if smoke else "")))
+    cells = grid.by_name()
+    if cell_name not in cells:
+        raise AtnatError(f"{path}: no cell named {cell_name!r} (cells: {', '.join(cells)})")
+    cell = cells[cell_name]
+    run_dir = Path(cell.config.output_dir)
+    if cell_status(run_dir) != "ok":
+        run_one(cell, run_dir, SpeedSettings(**grid.speed))
 
 
 def run_one(cell: Cell, run_dir: Path, speed: SpeedSettings) -> None:
@@ -128,8 +179,16 @@ def run_one(cell: Cell, run_dir: Path, speed: SpeedSettings) -> None:
     except KeyboardInterrupt:
         raise
     except Exception as err:  # noqa: BLE001  (any failure of a cell is recorded, the grid goes on)
-        run_dir.mkdir(parents=True, exist_ok=True)
+        if helper_rank():  # a DDP helper rank: rank 0 records the failure
+            raise
         message = str(err) if isinstance(err, AtnatError) else f"{type(err).__name__}: {err}"
-        (run_dir / "error.log").write_text(traceback.format_exc())
-        write_json_atomic(run_dir / "metrics.json", {"status": "failed", "error": message, "rows": []})
-        print(f"cell {cell.name} failed: {message} (see {run_dir / 'error.log'})", file=sys.stderr)
+        record_failure(cell, run_dir, message, traceback.format_exc())
+
+
+def record_failure(cell: Cell, run_dir: Path, message: str, trace: str = "") -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if trace:
+        (run_dir / "error.log").write_text(trace)
+    write_json_atomic(run_dir / "metrics.json", {"status": "failed", "error": message, "rows": []})
+    where = f" (see {run_dir / 'error.log'})" if trace else ""
+    print(f"cell {cell.name} failed: {message}{where}", file=sys.stderr)

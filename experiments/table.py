@@ -115,7 +115,7 @@ def environment(grid: Grid, wall_time: float, command: str) -> dict:
     import torch
 
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent,
                                 timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""

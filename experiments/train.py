@@ -89,8 +89,9 @@ def make_trainer(cfg: RunConfig, run_dir: Path) -> pl.Trainer:
         use_distributed_sampler=False, log_every_n_steps=min(50, max(1, t.val_every_steps // 4)))
 
 
-def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None) -> Path:
-    """Train (or resume) the run in `run_dir`; returns the best checkpoint's path."""
+def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None) -> Path | None:
+    """Train (or resume) the run in `run_dir`; returns the best checkpoint's path, or None in the
+    non-zero ranks of a multi-device (DDP) run, whose work ends with training."""
     quiet_lightning()
     run_dir.mkdir(parents=True, exist_ok=True)
     if cfg.train.num_threads:
@@ -101,15 +102,25 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None) -> Pa
     module = build_module(cfg, data.task)
     t = cfg.train
     train_loader = make_loader(data.encoded["train"], t.max_tokens, shuffle=True, seed=cfg.seed,
-                               max_sentences=t.max_sentences)
+                               max_sentences=t.max_sentences, distributed=True)
     val_loader = make_loader(data.encoded["valid"], cfg.eval.max_tokens, shuffle=False)
     last = run_dir / "checkpoints" / "last.ckpt"
     trainer = make_trainer(cfg, run_dir)
     trainer.fit(module, train_loader, val_loader, ckpt_path=str(last) if last.exists() else None)
     best = run_dir / "checkpoints" / "best.ckpt"
     if not best.exists():  # no validation ran (tiny runs): keep what we have
-        trainer.save_checkpoint(best)
+        trainer.save_checkpoint(best)  # collective under DDP: every rank calls it, rank 0 writes
+    if not trainer.is_global_zero:
+        return None
+    info = {"world_size": trainer.world_size, "accelerator": type(trainer.accelerator).__name__,
+            "precision": str(trainer.precision), "global_step": trainer.global_step}
+    (run_dir / "train.json").write_text(json.dumps(info, indent=2))
     return best
+
+
+def helper_rank() -> bool:
+    """True in the extra processes of a multi-device (DDP) run, which Lightning starts with LOCAL_RANK > 0."""
+    return int(os.environ.get("LOCAL_RANK", "0") or 0) > 0 or int(os.environ.get("NODE_RANK", "0") or 0) > 0
 
 
 def load_module(checkpoint: str | Path, map_location: str = "cpu") -> tuple[Seq2SeqModule, object]:

@@ -116,12 +116,13 @@ class Seq2SeqModule(pl.LightningModule):
         if not outs:
             return
         exact = sum(h == r for h, r in outs) / len(outs)
-        self.log("val/exact_match", exact, prog_bar=True)
+        # every DDP rank validates on the whole split, so syncing averages equal values
+        self.log("val/exact_match", exact, prog_bar=True, sync_dist=True)
         if self.detokenize is not None:
             hyps = [self.detokenize(h) for h, _ in outs]
             refs = [self.detokenize(r) for _, r in outs]
             bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize=self.bleu_tokenize).score
-            self.log("val/bleu", bleu, prog_bar=True)
+            self.log("val/bleu", bleu, prog_bar=True, sync_dist=True)
 
     # ---- inference ---------------------------------------------------------------------------
     @torch.no_grad()

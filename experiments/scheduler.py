@@ -1,0 +1,129 @@
+"""Run a grid's cells in parallel worker processes: one process per device (or per CPU lane).
+
+Each cell runs as `atnat cell GRID CELL` in its own process, pinned to its GPU(s) through
+CUDA_VISIBLE_DEVICES, with its output in `<run dir>/worker.log`. A student starts once its
+teacher has finished; a student whose teacher failed is marked failed without running. A cell
+that asks for several devices (`train.devices: k`, DDP) takes k lanes at once. Interrupting the
+grid stops the workers; their cells resume from their last checkpoints on the next run.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from atnat.experiments.config import ConfigError
+from atnat.experiments.grid import Cell
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Where one worker process runs: a GPU id, or None for a CPU lane."""
+
+    gpu: str | None
+
+
+def make_lanes(workers: int | None, devices: list[str] | None) -> list[Lane]:
+    """`--devices 0,1` -> one lane per GPU; else `--workers N` lanes (GPUs 0..N-1 when that many exist)."""
+    if devices:
+        return [Lane(str(d)) for d in devices]
+    n = workers or 1
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= n:
+        return [Lane(str(i)) for i in range(n)]
+    return [Lane(None) for _ in range(n)]
+
+
+def lanes_needed(cell: Cell, lanes: list[Lane]) -> int:
+    """Lanes a cell occupies: its DDP device count (every lane for `auto`/-1)."""
+    devices = cell.config.train.devices
+    if isinstance(devices, (list, tuple)):
+        want = len(devices)
+    elif isinstance(devices, int) and devices > 0:
+        want = devices
+    else:  # "auto" or -1: everything this grid has
+        want = len(lanes)
+    if want > len(lanes) and lanes[0].gpu is not None:
+        raise ConfigError(f"cell {cell.name}: train.devices asks for {want} GPUs, but the grid runs on "
+                          f"{len(lanes)} ({', '.join(lane.gpu for lane in lanes)})")
+    return min(want, len(lanes))
+
+
+def cell_command(grid_path: Path, cell: Cell, results_root: Path, smoke: bool) -> list[str]:
+    cmd = [sys.executable, "-m", "atnat.experiments.cli", "cell", str(grid_path), cell.name,
+           "--results", str(results_root)]
+    return cmd + (["--smoke"] if smoke else [])
+
+
+def worker_env(lanes: list[Lane], n_lanes_total: int) -> dict[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if lanes[0].gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(lane.gpu for lane in lanes)
+    elif "OMP_NUM_THREADS" not in os.environ:  # share the CPU cores between the lanes
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) * len(lanes) // n_lanes_total))
+    return env
+
+
+@dataclass
+class Running:
+    cell: Cell
+    proc: subprocess.Popen
+    lanes: list[Lane]
+    log: object
+    started: float
+
+
+def run_parallel(grid_path: Path, cells: list[Cell], lanes: list[Lane], *, results_root: Path, smoke: bool,
+                 status, mark_failed, on_finish=lambda cell, status, seconds: None) -> None:
+    """Run `cells` (teachers first) on `lanes`; `status(cell)` reads a cell's finished state,
+    `mark_failed(cell, message)` records a failure the worker could not record itself."""
+    needs = {c.name: lanes_needed(c, lanes) for c in cells}  # refuse impossible requests up front
+    pending, free, running = list(cells), list(lanes), []
+    state = {c.name: status(c) for c in cells}
+    try:
+        while pending or running:
+            for job in [j for j in running if j.proc.poll() is not None]:
+                running.remove(job)
+                job.log.close()
+                free += job.lanes
+                state[job.cell.name] = status(job.cell)
+                if state[job.cell.name] not in ("ok", "failed"):
+                    log = Path(job.cell.config.output_dir) / "worker.log"
+                    mark_failed(job.cell, f"worker exited with code {job.proc.returncode}; see {log}")
+                    state[job.cell.name] = "failed"
+                on_finish(job.cell, state[job.cell.name], time.time() - job.started)
+            for cell in list(pending):
+                teacher = state[cell.teacher] if cell.teacher in state else "ok"  # else: not in this run
+                if teacher == "failed":
+                    mark_failed(cell, f"teacher cell {cell.teacher} failed")
+                    state[cell.name] = "failed"
+                    pending.remove(cell)
+                    on_finish(cell, "failed", 0.0)
+                elif teacher == "ok" and needs[cell.name] <= len(free):
+                    taken, free = free[: needs[cell.name]], free[needs[cell.name]:]
+                    running.append(start(grid_path, cell, taken, len(lanes), results_root, smoke))
+                    pending.remove(cell)
+            time.sleep(0.2)
+    finally:
+        for job in running:  # interrupted: stop the workers (their cells resume next time)
+            job.proc.terminate()
+        for job in running:
+            try:
+                job.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                job.proc.kill()
+            job.log.close()
+
+
+def start(grid_path: Path, cell: Cell, lanes: list[Lane], n_lanes: int, results_root: Path,
+          smoke: bool) -> Running:
+    run_dir = Path(cell.config.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = open(run_dir / "worker.log", "ab")
+    proc = subprocess.Popen(cell_command(grid_path, cell, results_root, smoke), stdout=log,
+                            stderr=subprocess.STDOUT, env=worker_env(lanes, n_lanes))
+    return Running(cell, proc, lanes, log, time.time())

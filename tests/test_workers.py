@@ -1,0 +1,159 @@
+"""Cells in parallel worker processes, DDP training of one cell (CPU, 2 processes), bf16 training."""
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from atnat.experiments import data as data_module
+from atnat.experiments import scheduler
+from atnat.experiments.cli import main
+from atnat.experiments.config import ConfigError
+from atnat.experiments.data import encode_split, make_loader
+from atnat.experiments.grid import load_grid
+from atnat.experiments.scheduler import Lane, lanes_needed, make_lanes, run_parallel, worker_env
+from atnat.experiments.tokenize import SymbolTokenizer
+
+from tests.test_grid import TINY, run_cli, write_grid
+
+STUDENT = {"decoder": {"name": "nat"}, "teacher": "at", "distill": {"strategy": {"name": "greedy"}},
+           "eval": {"strategies": ["parallel"]}}
+
+
+def test_training_batches_are_split_between_ranks_and_evaluation_batches_are_not(monkeypatch):
+    words = [f"w{i}" for i in range(9)]
+    lines = [" ".join(words[: 1 + i % 8]) for i in range(60)]
+    split = encode_split(SymbolTokenizer(words), lines, lines, name="train")
+    seen = []
+    for rank in (0, 1):
+        monkeypatch.setattr(data_module, "shard", lambda rank=rank: (rank, 2))
+        loader = make_loader(split, 24, shuffle=True, seed=3, distributed=True)
+        seen.append([b.ids.tolist() for b in loader])
+        assert len(loader) == len(seen[-1])
+        evaluation = [b.ids.tolist() for b in make_loader(split, 24, shuffle=False)]
+        assert sorted(i for b in evaluation for i in b) == list(range(60))  # every rank sees all of it
+    full = make_loader(split, 24, shuffle=True, seed=3).batch_sampler._make(__import__("random").Random(3))
+    assert len(seen[0]) == len(seen[1]) == len(full) // 2  # equal counts, or DDP would hang
+    ids0, ids1 = {i for b in seen[0] for i in b}, {i for b in seen[1] for i in b}
+    assert not ids0 & ids1 and len(ids0) + len(ids1) > 40  # disjoint shares of one shuffled list
+
+
+def test_lanes_follow_devices_and_refuse_impossible_gpu_requests(tmp_path):
+    assert make_lanes(None, ["2", "5"]) == [Lane("2"), Lane("5")]
+    assert all(lane.gpu is None for lane in make_lanes(3, None))  # no GPU on this machine
+    env = worker_env([Lane("2"), Lane("5")], 4)
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,5"
+    grid = load_grid(write_grid(tmp_path, {**TINY, "cells": {"at": {"decoder": {"name": "at"},
+                                                                        "train": {"devices": 3}}}}))
+    cell = grid.cells[0]
+    assert lanes_needed(cell, [Lane(None)] * 2) == 2  # CPU lanes: takes what there is
+    with pytest.raises(ConfigError, match=r"cell at-s1: train.devices asks for 3 GPUs, but the grid runs on 2 \(0, 1\)"):
+        lanes_needed(cell, [Lane("0"), Lane("1")])
+
+
+def test_parallel_grid_matches_a_sequential_run_and_orders_teachers(tmp_path, monkeypatch):
+    data = {**TINY, "cells": {**TINY["cells"], "nat-kd": STUDENT}}
+    grid = write_grid(tmp_path, data)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(grid), "--results", "par", "--workers", "2"]) == 0
+    assert main(["run", str(grid), "--results", "seq"]) == 0
+    par, seq = (pd.read_csv(tmp_path / r / "tiny" / "results.csv") for r in ("par", "seq"))
+    assert (par.status == "ok").all() and len(par) == 4
+    cols = ["cell", "strategy", "bleu", "exact_match", "repetition_rate", "length_exact", "train_devices"]
+    pd.testing.assert_frame_equal(par[cols], seq[cols])
+    runs = tmp_path / "par" / "tiny" / "runs"
+    teacher_done = (runs / "at-s1" / "metrics.json").stat().st_mtime
+    for student in ("cmlm-kd-s1", "nat-kd-s1"):  # students started after their teacher finished
+        assert (runs / student / "distill.json").stat().st_mtime >= teacher_done
+        assert (runs / student / "worker.log").exists()
+    env = json.loads((tmp_path / "par" / "tiny" / "environment.json").read_text())
+    assert env["parallel_cells"] == 2 and env["lanes"] == "cpu, cpu"
+    assert "Speed caveat: 2 cells ran at once" in (tmp_path / "par" / "tiny" / "report.md").read_text()
+    assert "Speed caveat" not in (tmp_path / "seq" / "tiny" / "report.md").read_text()
+
+
+def test_failed_teacher_fails_its_students_without_running_them(tmp_path, monkeypatch):
+    broken = {"decoder": {"name": "at"}, "train": {"max_len": 1}}  # drops every pair: fails at run time
+    grid = write_grid(tmp_path, {**TINY, "cells": {"at": broken, "nat-kd": STUDENT}})
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(grid), "--results", "res", "--workers", "2"]) == 0
+    df = pd.read_csv(tmp_path / "res" / "tiny" / "results.csv").set_index("cell")
+    assert df.loc["at-s1", "status"] == "failed" and "no usable sentence pairs" in df.loc["at-s1", "error"]
+    assert df.loc["nat-kd-s1", "error"] == "teacher cell at-s1 failed"
+    assert not (tmp_path / "res" / "tiny" / "runs" / "nat-kd-s1" / "worker.log").exists()
+
+
+def test_a_worker_that_dies_is_recorded_as_failed(tmp_path, monkeypatch):
+    grid = load_grid(write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"]}}), results_dir=tmp_path)
+    monkeypatch.setattr(scheduler, "cell_command", lambda *a: [sys.executable, "-c", "raise SystemExit(3)"])
+    failures, finished = {}, []
+    run_parallel(grid.path, grid.cells, [Lane(None)], results_root=tmp_path, smoke=False,
+                 status=lambda cell: None, mark_failed=lambda cell, msg: failures.update({cell.name: msg}),
+                 on_finish=lambda cell, state, s: finished.append((cell.name, state)))
+    assert finished == [("at-s1", "failed")]
+    assert failures["at-s1"].startswith("worker exited with code 3; see ")
+
+
+def test_one_cell_trains_with_ddp_on_two_cpu_processes(tmp_path):
+    import yaml
+
+    cfg = {**{k: v for k, v in TINY["base"].items()}, "name": "ddp", "decoder": {"name": "at"}}
+    cfg["train"] = {**cfg["train"], "devices": 2, "accelerator": "cpu"}
+    path = tmp_path / "ddp.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = run_cli(["train", str(path), "--output-dir", "run"], tmp_path)
+    log = proc.communicate(timeout=240)[0].decode()
+    assert proc.returncode == 0, log
+    info = json.loads((tmp_path / "run" / "train.json").read_text())
+    assert info["world_size"] == 2 and info["global_step"] == 8
+    rows = json.loads((tmp_path / "run" / "metrics.json").read_text())["rows"]
+    assert [r["train_devices"] for r in rows] == [2]
+    assert log.count("strategy  bleu") == 1  # only rank 0 evaluated and printed
+
+
+@pytest.mark.parametrize("decoder, strategy", [
+    ({"name": "at"}, "greedy"), ({"name": "nat", "glat": True}, "parallel"),
+    ({"name": "cmlm"}, "mask-predict"), ({"name": "ctc", "glat": True}, "ctc")])
+def test_bf16_mixed_training_runs_for_every_decoder_family(tmp_path, decoder, strategy):
+    from atnat.experiments.config import run_config_from_dict
+    from atnat.experiments.runner import run_cell
+
+    raw = {**TINY["base"], "name": "bf16", "decoder": decoder, "loss": {"guided_attention_weight": 0.5},
+           "eval": {"n_bootstrap": 10, "strategies": [strategy]}}
+    raw["train"] = {**raw["train"], "precision": "bf16-mixed", "accelerator": "cpu"}
+    result = run_cell(run_config_from_dict(raw, "test"), tmp_path / "run")
+    info = json.loads((tmp_path / "run" / "train.json").read_text())
+    assert info["precision"] == "bf16-mixed" and info["global_step"] == 8
+    losses = pd.read_csv(tmp_path / "run" / "logs" / "metrics.csv")["val/loss"].dropna()
+    assert len(losses) and losses.map(lambda v: v == v and abs(v) < 1e4).all()  # finite
+    assert result.rows[0]["bleu"] == result.rows[0]["bleu"]  # evaluated (fp32 weights from the checkpoint)
+
+
+def test_students_distilling_at_once_share_one_teacher_decode(tmp_path, monkeypatch):
+    import threading
+    import time
+    import types
+
+    from atnat.experiments import distill, train
+
+    calls = []
+
+    def slow_decode(module, tokenizer, sources, spec, max_tokens):
+        calls.append(1)
+        time.sleep(0.3)  # a second student arriving now must wait for this one, not decode again
+        return [s.upper() for s in sources]
+
+    monkeypatch.setattr(distill, "distill_sources", slow_decode)
+    monkeypatch.setattr(train, "load_module", lambda path: (types.SimpleNamespace(bleu_tokenize="none"), None))
+    teacher = tmp_path / "teacher"
+    (teacher / "checkpoints").mkdir(parents=True)
+    (teacher / "checkpoints" / "best.ckpt").write_bytes(b"weights")
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(distill.distilled_targets(
+        teacher, ["a b", "c"], ["a b", "c"], {"name": "greedy"}))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and [lines for lines, _ in out] == [["A B", "C"]] * 2
