@@ -1,7 +1,6 @@
 """Cells in parallel worker processes, DDP training of one cell (CPU, 2 processes), bf16 training."""
 import json
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
