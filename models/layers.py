@@ -12,6 +12,30 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+class OutputProjection(nn.Linear):
+    """The vocabulary projection: nn.Linear (same parameters, state dict and training path) that, at
+    inference on CPU, multiplies by a cached (in, out) copy of its weight. For the few rows of
+    step-wise decoding that layout is faster with the CPU BLAS (A/B in one process on this project's
+    2-core AVX2 machine, D=256, V=8000: AT greedy at batch 1 1.15x, beam 5 1.09x, greedy at batch 64
+    1.05x; the same trick on the FFN gained nothing). The copy is rebuilt when the weight changes
+    (optimizer step, load_state_dict, `.to()`), so it never serves stale weights."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._cache: tuple[int, int, Tensor] | None = None  # (data_ptr, version, (in, out) weight)
+
+    def forward(self, x: Tensor) -> Tensor:
+        w = self.weight
+        if self.training or torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != w.dtype:
+            return F.linear(x, w, self.bias)
+        version = -1 if w.is_inference() else w._version  # inference tensors have no version counter
+        if self._cache is None or self._cache[:2] != (w.data_ptr(), version):
+            self._cache = (w.data_ptr(), version, w.detach().t().contiguous())
+        flat = x.reshape(-1, x.size(-1))  # (N, D)
+        out = torch.addmm(self.bias, flat, self._cache[2]) if self.bias is not None else flat @ self._cache[2]
+        return out.view(*x.shape[:-1], out.size(-1))  # (..., V)
+
+
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention over H heads (Vaswani et al. 2017, section 3.2.2).
 
@@ -23,21 +47,41 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-        self.h, self.dh, self.dropout = n_heads, d_model // n_heads, dropout
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        self.h, self.dh, self.dropout, self.d = n_heads, d_model // n_heads, dropout, d_model
+        # one (3D, D) projection, rows q | k | v: self-attention projects all three in one matmul,
+        # cross-attention uses row slices (views, no copy) for the query and the memory
+        self.in_weight = nn.Parameter(torch.empty(3 * d_model, d_model))
+        self.in_bias = nn.Parameter(torch.empty(3 * d_model))
+        for rows in (slice(0, d_model), slice(d_model, 3 * d_model)):  # nn.Linear's init, per part
+            nn.init.kaiming_uniform_(self.in_weight[rows], a=math.sqrt(5))
+            nn.init.uniform_(self.in_bias[rows], -d_model**-0.5, d_model**-0.5)
         self.out_proj = nn.Linear(d_model, d_model)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        """Read checkpoints written before the fused projection (q_proj + kv_proj)."""
+        if prefix + "q_proj.weight" in state_dict:
+            for kind in ("weight", "bias"):
+                state_dict[prefix + f"in_{kind}"] = torch.cat([state_dict.pop(prefix + f"q_proj.{kind}"),
+                                                               state_dict.pop(prefix + f"kv_proj.{kind}")])
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def split_heads(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape
         return x.view(b, t, self.h, self.dh).transpose(1, 2)  # (B, H, T, Dh)
 
     def project_q(self, x: Tensor) -> Tensor:
-        return self.split_heads(self.q_proj(x))  # (B, H, T, Dh)
+        d = self.d
+        return self.split_heads(F.linear(x, self.in_weight[:d], self.in_bias[:d]))  # (B, H, T, Dh)
 
     def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        k, v = self.kv_proj(x).chunk(2, dim=-1)
+        d = self.d
+        k, v = F.linear(x, self.in_weight[d:], self.in_bias[d:]).chunk(2, dim=-1)
         return self.split_heads(k), self.split_heads(v)  # 2 x (B, H, S, Dh)
+
+    def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention: q, k, v of x (B, T, D) in one matmul -> 3 x (B, H, T, Dh)."""
+        q, k, v = F.linear(x, self.in_weight, self.in_bias).chunk(3, dim=-1)
+        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None,
                is_causal: bool = False, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -62,9 +106,11 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query: Tensor, key_value: Tensor, *, mask: Tensor | None = None,
                 is_causal: bool = False, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        k, v = self.project_kv(key_value)
-        return self.attend(self.project_q(query), k, v, mask=mask, is_causal=is_causal,
-                           need_weights=need_weights)
+        if query is key_value:
+            q, k, v = self.project_qkv(query)
+        else:
+            q, (k, v) = self.project_q(query), self.project_kv(key_value)
+        return self.attend(q, k, v, mask=mask, is_causal=is_causal, need_weights=need_weights)
 
 
 class FeedForward(nn.Module):

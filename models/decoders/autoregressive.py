@@ -60,7 +60,7 @@ class ATState:
     self_v: Tensor
     cross_k: Tensor
     cross_v: Tensor
-    memory_mask: Tensor  # (M, 1, 1, S) True where attendable
+    memory_mask: Tensor | None  # (M, 1, 1, S) True where attendable; None: no padding at all
     row_to_memory: Tensor  # (R,) memory row of each decoder row
     group: int
     t: int = 0
@@ -144,7 +144,8 @@ class AutoregressiveDecoder(Decoder):
         empty = cross_k.new_zeros(n_layers, b, h, capacity, dh)  # (L, B, H, C, Dh)
         rows = torch.arange(b, device=cross_k.device)
         focus = torch.zeros(b, dtype=torch.long, device=cross_k.device) if window else None
-        return ATState(empty, empty.clone(), cross_k, cross_v, memory.attn_mask, rows, group=1,
+        mask = None if bool(memory.attn_mask.all()) else memory.attn_mask  # no padding: SDPA needs no mask
+        return ATState(empty, empty.clone(), cross_k, cross_v, mask, rows, group=1,
                        window=tuple(window) if window else None, focus=focus)
 
     def _grow(self, state: ATState) -> ATState:
@@ -156,9 +157,10 @@ class AutoregressiveDecoder(Decoder):
         """(M, 1, g, S) band [focus - back, focus + forward] within each row's source."""
         back, fwd = state.window
         m, g = state.cross_k.size(1), max(state.group, 1)
-        s = torch.arange(state.memory_mask.size(-1), device=state.focus.device)[None, :]  # (1, S)
+        s = torch.arange(state.cross_k.size(3), device=state.focus.device)[None, :]  # (1, S)
         band = (s >= (state.focus - back)[:, None]) & (s <= (state.focus + fwd)[:, None])  # (R, S)
-        return band.view(m, g, -1).unsqueeze(1) & state.memory_mask  # (M, 1, g, S)
+        band = band.view(m, g, -1).unsqueeze(1)  # (M, 1, g, S)
+        return band if state.memory_mask is None else band & state.memory_mask
 
     def _cross(self, layer, h: Tensor, state: ATState, i: int) -> tuple[Tensor, Tensor | None]:
         attn = layer.cross_attn
@@ -179,10 +181,10 @@ class AutoregressiveDecoder(Decoder):
         x = self.embed(prev_tokens.unsqueeze(1), offset=t)  # (R, 1, D)
         for i, layer in enumerate(self.layers):
             def self_block(h, i=i, attn=layer.self_attn):
-                k, v = attn.project_kv(h)  # (R, H, 1, Dh)
+                q, k, v = attn.project_qkv(h)  # (R, H, 1, Dh)
                 state.self_k[i, :, :, t] = k[:, :, 0]
                 state.self_v[i, :, :, t] = v[:, :, 0]
-                return attn.attend(attn.project_q(h), state.self_k[i, :, :, : t + 1], state.self_v[i, :, :, : t + 1])
+                return attn.attend(q, state.self_k[i, :, :, : t + 1], state.self_v[i, :, :, : t + 1])
             x, _ = layer.res_self(x, self_block)
             x, weights = layer.res_cross(x, lambda h, i=i, layer=layer: self._cross(layer, h, state, i))
             x, _ = layer.res_ffn(x, lambda h, layer=layer: (layer.ffn(h), None))
@@ -208,12 +210,11 @@ class AutoregressiveDecoder(Decoder):
             m = state.cross_k.size(1)
             if mem.numel() != m or not torch.equal(mem, torch.arange(m, device=mem.device)):
                 new = replace(new, cross_k=state.cross_k.index_select(1, mem),
-                              cross_v=state.cross_v.index_select(1, mem),
-                              memory_mask=state.memory_mask.index_select(0, mem))
+                              cross_v=state.cross_v.index_select(1, mem), memory_mask=_rows(state.memory_mask, mem))
             groups = torch.arange(r // g, device=order.device).repeat_interleave(g)
             return replace(new, row_to_memory=groups, group=g)
         return replace(new, cross_k=state.cross_k.index_select(1, rows), cross_v=state.cross_v.index_select(1, rows),
-                       memory_mask=state.memory_mask.index_select(0, rows),
+                       memory_mask=_rows(state.memory_mask, rows),
                        row_to_memory=torch.arange(r, device=order.device), group=1)
 
     @staticmethod
@@ -226,3 +227,7 @@ class AutoregressiveDecoder(Decoder):
                 if bool((grid == grid[:, :1]).all()):
                     return g
         return 0
+
+
+def _rows(mask: Tensor | None, rows: Tensor) -> Tensor | None:
+    return None if mask is None else mask.index_select(0, rows)

@@ -17,7 +17,7 @@ from atnat.decoding.base import SpecialTokens
 from atnat.models.batch import Batch
 from atnat.models.config import ModelConfig
 from atnat.models.encoder import EncoderOut
-from atnat.models.layers import FeedForward, MultiHeadAttention, Residual, TokenEmbedding
+from atnat.models.layers import FeedForward, MultiHeadAttention, OutputProjection, Residual, TokenEmbedding
 from atnat.models.losses import Loss, guided_attention_loss
 from atnat.models.registry import Registry
 
@@ -80,7 +80,7 @@ class Decoder(nn.Module, ABC):
         self.vocab_size = vocab_size
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_ln else nn.Identity()
-        self.output = nn.Linear(cfg.d_model, vocab_size)
+        self.output = OutputProjection(cfg.d_model, vocab_size)
         self.record_attention = False  # probes set this to keep the last layer's cross-attention
         self.recorded_attention: Tensor | None = None
         if cfg.tie_embeddings:
