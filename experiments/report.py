@@ -270,11 +270,10 @@ def _reproduce(g: GridResults) -> Block:
 def _overview(g: GridResults) -> list[Block]:
     blocks = [Block("heading", "Overview", 2)]
     env = g.environment or {}
-    shared_cpu = int(env.get("parallel_cells") or 1) > 1 and "cpu" in str(env.get("lanes", ""))
-    if shared_cpu:
-        blocks.append(Block("note", f"Speed caveat: {env['parallel_cells']} cells ran at once on the same CPU, "
-                            "so latency, throughput and speed-ups were measured under load; rerun without "
-                            "--workers for clean timings."))
+    if env.get("shared_device_timings"):
+        blocks.append(Block("note", f"Speed caveat: {env['parallel_cells']} cells ran at once on shared devices "
+                            f"({env.get('lanes')}), so latency, throughput and speed-ups were measured under "
+                            "load; rerun with one cell per device for clean timings."))
     ok = _ok(g.table)
     for task, part in ok.groupby("task", sort=False):
         blocks += [Block("heading", f"Task `{task}`", 3), Block("table", frame=overview_table(part))]

@@ -107,13 +107,13 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
         print(pd.DataFrame([describe(c) | {"strategies": len(c.config.eval.strategies)} for c in cells])
               .to_string(index=False))
         return out
-    from atnat.experiments.scheduler import make_lanes
+    from atnat.experiments.scheduler import make_lanes, shared
 
     lanes = make_lanes(workers, devices)
     parallel = len(lanes) > 1 or any(c.config.train.devices not in (1, "1") for c in cells)  # DDP: own process
-    if parallel and lanes[0].gpu is None and len(lanes) > 1:
-        print(f"note: {len(lanes)} cells share this machine's CPU at once; their speed columns are measured "
-              "under that load (the report says so)", file=sys.stderr)
+    if shared(lanes):
+        print(f"note: {len(lanes)} cells run at once on {'the CPU' if lanes[0].gpu is None else 'shared GPUs'}; "
+              "their speed columns are measured under that load (the report says so)", file=sys.stderr)
     started = time.time()
     from rich.progress import Progress
 
@@ -134,6 +134,7 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
     env = environment(grid, time.time() - started, command)
     env["parallel_cells"] = len(lanes) if parallel else 1
     env["lanes"] = ", ".join(lane.gpu or "cpu" for lane in lanes)
+    env["shared_device_timings"] = parallel and shared(lanes)
     write_json_atomic(out / "environment.json", env)
     from atnat.experiments.report import write_report
 

@@ -27,15 +27,21 @@ class Lane:
 
 
 def make_lanes(workers: int | None, devices: list[str] | None) -> list[Lane]:
-    """`--devices 0,1` -> one lane per GPU; else `--workers N` lanes (GPUs 0..N-1 when that many exist)."""
+    """`--devices 0,1` -> one lane per listed GPU (`0,0` runs two cells on GPU 0); else `--workers N`
+    lanes over the visible GPUs in turn (N > GPUs shares them), or CPU lanes without a GPU."""
     if devices:
         return [Lane(str(d)) for d in devices]
     n = workers or 1
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.device_count() >= n:
-        return [Lane(str(i)) for i in range(n)]
+    if torch.cuda.is_available():
+        return [Lane(str(i % torch.cuda.device_count())) for i in range(n)]
     return [Lane(None) for _ in range(n)]
+
+
+def shared(lanes: list[Lane]) -> bool:
+    """True when two lanes run on the same device, so their timings disturb each other."""
+    return len({lane.gpu for lane in lanes}) < len(lanes)
 
 
 def lanes_needed(cell: Cell, lanes: list[Lane]) -> int:
@@ -47,10 +53,22 @@ def lanes_needed(cell: Cell, lanes: list[Lane]) -> int:
         want = devices
     else:  # "auto" or -1: everything this grid has
         want = len(lanes)
-    if want > len(lanes) and lanes[0].gpu is not None:
+    gpus = list(dict.fromkeys(lane.gpu for lane in lanes))
+    if lanes[0].gpu is not None and want > len(gpus):
         raise ConfigError(f"cell {cell.name}: train.devices asks for {want} GPUs, but the grid runs on "
-                          f"{len(lanes)} ({', '.join(lane.gpu for lane in lanes)})")
+                          f"{len(gpus)} ({', '.join(gpus)})")
     return min(want, len(lanes))
+
+
+def take(free: list[Lane], n: int) -> list[Lane] | None:
+    """n free lanes, on n different GPUs for a multi-GPU cell (CPU lanes: any n); None if not now."""
+    if n == 1 or free[:1] and free[0].gpu is None:
+        return free[:n] if len(free) >= n else None
+    picked: list[Lane] = []
+    for lane in free:
+        if all(lane.gpu != p.gpu for p in picked):
+            picked.append(lane)
+    return picked[:n] if len(picked) >= n else None
 
 
 def cell_command(grid_path: Path, cell: Cell, results_root: Path, smoke: bool) -> list[str]:
@@ -62,8 +80,8 @@ def cell_command(grid_path: Path, cell: Cell, results_root: Path, smoke: bool) -
 def worker_env(lanes: list[Lane], n_lanes_total: int) -> dict[str, str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if lanes[0].gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(lane.gpu for lane in lanes)
-    elif "OMP_NUM_THREADS" not in os.environ:  # share the CPU cores between the lanes
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(dict.fromkeys(lane.gpu for lane in lanes))
+    if "OMP_NUM_THREADS" not in os.environ:  # share the CPU cores between the lanes
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) * len(lanes) // n_lanes_total))
     return env
 
@@ -103,8 +121,8 @@ def run_parallel(grid_path: Path, cells: list[Cell], lanes: list[Lane], *, resul
                     state[cell.name] = "failed"
                     pending.remove(cell)
                     on_finish(cell, "failed", 0.0)
-                elif teacher == "ok" and needs[cell.name] <= len(free):
-                    taken, free = free[: needs[cell.name]], free[needs[cell.name]:]
+                elif teacher == "ok" and (taken := take(free, needs[cell.name])) is not None:
+                    free = [lane for lane in free if not any(lane is t for t in taken)]
                     running.append(start(grid_path, cell, taken, len(lanes), results_root, smoke))
                     pending.remove(cell)
             time.sleep(0.2)

@@ -43,12 +43,17 @@ def test_lanes_follow_devices_and_refuse_impossible_gpu_requests(tmp_path):
     assert all(lane.gpu is None for lane in make_lanes(3, None))  # no GPU on this machine
     env = worker_env([Lane("2"), Lane("5")], 4)
     assert env["CUDA_VISIBLE_DEVICES"] == "2,5"
+    assert worker_env([Lane("0")], 3)["CUDA_VISIBLE_DEVICES"] == "0"  # `--devices 0,0,0`: 3 cells on GPU 0
+    assert scheduler.shared([Lane("0"), Lane("0")]) and not scheduler.shared([Lane("0"), Lane("1")])
     grid = load_grid(write_grid(tmp_path, {**TINY, "cells": {"at": {"decoder": {"name": "at"},
                                                                         "train": {"devices": 3}}}}))
     cell = grid.cells[0]
     assert lanes_needed(cell, [Lane(None)] * 2) == 2  # CPU lanes: takes what there is
     with pytest.raises(ConfigError, match=r"cell at-s1: train.devices asks for 3 GPUs, but the grid runs on 2 \(0, 1\)"):
-        lanes_needed(cell, [Lane("0"), Lane("1")])
+        lanes_needed(cell, [Lane("0"), Lane("1"), Lane("1")])
+    a, b, c = Lane("0"), Lane("0"), Lane("1")
+    assert scheduler.take([a, b, c], 2) == [a, c]  # a DDP cell gets two different GPUs
+    assert scheduler.take([a, b], 2) is None and scheduler.take([a, b], 1) == [a]
 
 
 def test_parallel_grid_matches_a_sequential_run_and_orders_teachers(tmp_path, monkeypatch):
@@ -67,8 +72,8 @@ def test_parallel_grid_matches_a_sequential_run_and_orders_teachers(tmp_path, mo
         assert (runs / student / "distill.json").stat().st_mtime >= teacher_done
         assert (runs / student / "worker.log").exists()
     env = json.loads((tmp_path / "par" / "tiny" / "environment.json").read_text())
-    assert env["parallel_cells"] == 2 and env["lanes"] == "cpu, cpu"
-    assert "Speed caveat: 2 cells ran at once" in (tmp_path / "par" / "tiny" / "report.md").read_text()
+    assert env["parallel_cells"] == 2 and env["lanes"] == "cpu, cpu" and env["shared_device_timings"]
+    assert "Speed caveat: 2 cells ran at once on shared devices (cpu, cpu)" in (tmp_path / "par" / "tiny" / "report.md").read_text()
     assert "Speed caveat" not in (tmp_path / "seq" / "tiny" / "report.md").read_text()
 
 
