@@ -58,6 +58,10 @@ class LengthLimits:
     attention_window: tuple[int, int] | None = None  # decode-time monotonic cross-attention window
     # (back, forward) around the source position attended last; handed to the model's init_state
 
+    def max_steps(self, src_lengths: Tensor) -> int:
+        """The most steps the search can run for these sources (one host sync)."""
+        return int(max_lengths(src_lengths, self.max_len_a, self.max_len_b, self.max_len_cap).max())
+
     def __post_init__(self) -> None:
         check_lengths(self)
         w = self.attention_window

@@ -58,6 +58,7 @@ class Spec:
     device: str = "cpu"
     threads: int = 2
     hf: bool = True  # add the Hugging Face peer rows when transformers is importable
+    compile: str | None = None  # torch.compile mode: adds "ours-compiled" rows (static-cache AT step)
 
 
 def make_spec(*, tiny=False, sweep=False, **kw) -> Spec:
@@ -122,13 +123,17 @@ class Models(dict):
         super().__init__()
         self.spec = spec
 
-    def get(self, decoder: str, upsample: int = 0):
-        if (decoder, upsample) not in self:
+    def get(self, decoder: str, upsample: int = 0, compile_mode: str | None = None):
+        """compile_mode: the same weights (same seed) with the static-cache step under torch.compile."""
+        key = (decoder, upsample, compile_mode)
+        if key not in self:
             torch.manual_seed(0)
-            self[decoder, upsample] = Seq2SeqModule(
+            self[key] = Seq2SeqModule(
                 vocab_size=self.spec.vocab, decoder=decoder, model=self.spec.model,
                 decoder_options={"upsample": upsample} if decoder == "ctc" else None).eval().to(self.spec.device)
-        return self[decoder, upsample]
+            if compile_mode:
+                self[key].decoder.use_static_cache(True, compile_mode)
+        return self[key]
 
 
 def our_fn(module, strategy, src, out_len: int):
@@ -162,18 +167,19 @@ class System:
     first: Callable[[], dict]
 
 
-def our_system(models: Models, name: str, src, out_len: int, spec: Spec) -> System:
-    """Our strategy `name` on its random-weight model, pinned to out_len tokens."""
+def our_system(models: Models, name: str, src, out_len: int, spec: Spec, compiled: bool = False) -> System:
+    """Our strategy `name` on its random-weight model, pinned to out_len tokens (`compiled`: the
+    AT model with the static-cache step under torch.compile, spec.compile mode)."""
     decoder, strategy = our_strategy(name, out_len)
     k = ctc_upsample(out_len, spec.src_len) if decoder == "ctc" else 0
-    module = models.get(decoder, k)
+    module = models.get(decoder, k, spec.compile if compiled else None)
     fn = our_fn(module, strategy, src, out_len)
 
     def first() -> dict:
         hyps = fn()
         return dict(passes=hyps.n_steps, tokens_out=check_ours(hyps, name, out_len, module.special),
                     slots=k * spec.src_len if k else out_len)
-    return System("ours", name, fn, first)
+    return System("ours-compiled" if compiled else "ours", name, fn, first)
 
 
 def peak_probe(spec: Spec):
@@ -195,6 +201,8 @@ def shape_systems(models: Models, hf_model, src, out_len: int, spec: Spec) -> li
     systems = []
     for name in STRATEGIES:
         systems.append(our_system(models, name, src, out_len, spec))
+        if spec.compile and name in HF_BEAMS:  # the AT strategies, before/after side by side
+            systems.append(our_system(models, name, src, out_len, spec, compiled=True))
         if hf_model is not None and name in HF_BEAMS:
             systems.append(System("hf", name, *bench_hf.peer(hf_model, HF_BEAMS[name], src, out_len)))
     return systems
@@ -248,19 +256,19 @@ def add_ratios(df: pd.DataFrame) -> pd.DataFrame:
     at = df[(df.system == "ours") & (df.strategy == "greedy")][[*shape, "tokens_per_s"]]
     out = df.merge(hf, on=["strategy", *shape], how="left").merge(
         at.rename(columns={"tokens_per_s": "_at"}), on=shape, how="left")
-    out["ratio_vs_hf"] = (out.tokens_per_s / out._hf).where(out.system == "ours")
+    out["ratio_vs_hf"] = (out.tokens_per_s / out._hf).where(out.system != "hf")
     out["speedup_vs_at_greedy"] = out.tokens_per_s / out._at
     return out[COLUMNS]
 
 
-def run_decode(spec: Spec, log=print) -> pd.DataFrame:
+def run_decode(spec: Spec, log=print, models: Models | None = None) -> pd.DataFrame:
     """Measure every strategy (and its HF peer) at every shape of spec; -> the CSV's frame."""
     check_spec(spec)
     torch.set_num_threads(spec.threads)
     use_hf = spec.hf and bench_hf.available()
     if spec.hf and not use_hf:
         log(f"transformers is not installed ({bench_hf.INSTALL_HINT}): Hugging Face rows skipped")
-    models = Models(spec)
+    models = models if models is not None else Models(spec)
     hf_model = bench_hf.build_marian(spec.model, spec.vocab).to(spec.device) if use_hf else None
     gen = torch.Generator().manual_seed(0)
     rows, memory = [], []
@@ -365,17 +373,20 @@ def parser() -> argparse.ArgumentParser:
     dec.add_argument("--sweep", action="store_true", help=f"lengths {SWEEP_LENGTHS}, batches {SWEEP_BATCHES}")
     dec.add_argument("--repeats", type=int, help="timed calls per row (default 5; tiny 1)")
     dec.add_argument("--no-hf", action="store_true", help="skip the Hugging Face peer")
+    dec.add_argument("--compile", choices=["default", "reduce-overhead", "max-autotune"],
+                     help="add ours-compiled rows: the AT step with a static cache under torch.compile "
+                          "(reduce-overhead = CUDA graphs on a GPU)")
     tr.add_argument("--steps", type=int, default=5, help="timed training steps (default 5)")
     tr.add_argument("--tokens", type=int, help="target tokens per batch (default 4096; tiny 256)")
     tr.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: by GPU name)")
-    tr.set_defaults(sweep=False, repeats=None, no_hf=False)
+    tr.set_defaults(sweep=False, repeats=None, no_hf=False, compile=None)
     return ap
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     spec = make_spec(tiny=args.tiny, sweep=args.sweep, threads=args.threads, device=args.device,
-                     warmup=args.warmup, repeats=args.repeats, hf=not args.no_hf)
+                     warmup=args.warmup, repeats=args.repeats, hf=not args.no_hf, compile=args.compile)
     check_spec(spec)
     print(f"atnat bench {args.what}: d_model {spec.model['d_model']}, vocab {spec.vocab}, "
           f"{spec.device}, {spec.threads} threads, torch {torch.__version__}")

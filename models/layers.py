@@ -159,6 +159,10 @@ class TokenEmbedding(nn.Module):
             raise ValueError(f"sequence of {offset + t} positions exceeds max_positions={self.max_positions}")
         return self.dropout(x + self.positions[offset: offset + t])
 
+    def add_positions_at(self, x: Tensor, positions: Tensor) -> Tensor:
+        """x (B, T, D) + the encodings of positions (T,) given as a device tensor (no host sync)."""
+        return self.dropout(x + self.positions.index_select(0, positions))
+
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """tokens (B, T) -> (B, T, D)."""
         return self.add_positions(self.tokens(tokens) * self.scale, offset)

@@ -131,7 +131,11 @@ class Seq2SeqModule(pl.LightningModule):
         check_compatible(self.decoder, strategy)
         memory = self.encode(src)
         if strategy.requires == "step":
-            state = self.decoder.init_state(memory, window=getattr(strategy, "attention_window", None))
+            window = getattr(strategy, "attention_window", None)
+            if getattr(self.decoder, "static_cache", False) and hasattr(strategy, "max_steps"):
+                state = self.decoder.init_state(memory, window=window, max_steps=strategy.max_steps(src_lengths))
+            else:
+                state = self.decoder.init_state(memory, window=window)
             return strategy.search(self.decoder, state, src_lengths=src_lengths, special=self.special, **kwargs)
         return strategy.search(self.decoder, memory, src_lengths=src_lengths, special=self.special, **kwargs)
 

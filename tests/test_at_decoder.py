@@ -140,3 +140,39 @@ def test_monotonic_attention_window():
     assert (focus[1:] >= focus[:-1]).all() and (focus[1:] - focus[:-1] <= 1).all()  # moves forward, <= 1 a step
     windowed = model.decode(src, lengths, Beam(beam_size=2, max_len_a=1.0, max_len_b=2, attention_window=(1, 2)))
     assert windowed.tokens.shape[0] == 3
+
+
+@pytest.mark.parametrize("strategy", [Greedy(max_len_a=1.0, max_len_b=3), Beam(beam_size=3, max_len_a=1.0, max_len_b=3),
+                                      Beam(beam_size=2, n_best=2, length_norm="none", max_len_b=5, max_len_a=0.5)])
+def test_static_cache_step_equals_the_growing_cache(strategy):
+    """Fixed-shape step (full-capacity cache, position mask, step index on the device) decodes
+    exactly like the growing cache: padded batch, rows finishing at different steps."""
+    model = make_model()
+    src, _ = random_batch(b=4, s=7)
+    lengths = src.ne(0).sum(1)
+    ref = model.decode(src, lengths, strategy)
+    model.decoder.use_static_cache(True)
+    memory = model.encode(src)
+    state = model.decoder.init_state(memory, max_steps=strategy.max_steps(lengths))
+    assert state.pos is not None and state.self_k.size(3) == 16  # rounded up, never grows
+    out = model.decode(src, lengths, strategy)
+    assert torch.equal(out.tokens, ref.tokens) and out.n_steps == ref.n_steps
+    torch.testing.assert_close(out.scores, ref.scores, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.positional_scores, ref.positional_scores, atol=1e-5, rtol=1e-5)
+    model.decoder.use_static_cache(False)
+    assert model.decoder.init_state(memory).pos is None
+
+
+def test_static_cache_refuses_more_steps_than_planned():
+    from atnat.models.errors import AtnatError
+
+    model = make_model()
+    model.decoder.use_static_cache(True)
+    src, _ = random_batch(b=1)
+    state = model.decoder.init_state(model.encode(src), max_steps=3)  # capacity 16
+    prev = torch.ones(1, dtype=torch.long)
+    with torch.no_grad():
+        for _ in range(16):
+            _, state = model.decoder.step(prev, state)
+        with pytest.raises(AtnatError, match="static KV cache of 16 positions is full"):
+            model.decoder.step(prev, state)

@@ -206,3 +206,22 @@ def test_cli_prints_table_writes_csv_and_sweep_png(tiny, tmp_path, monkeypatch, 
     assert list(pd.read_csv(csv).columns) == bench.COLUMNS
     assert (tmp_path / "sweep.png").stat().st_size > 1000
     assert len(pd.read_csv(tmp_path / "sweep_memory.csv")) == len(tiny.attrs["memory"])
+
+
+def test_compiled_static_step_rows_sit_beside_the_eager_ones(monkeypatch):
+    """--compile: the AT strategies again with the static-cache step under torch.compile, same
+    weights, same outputs, with their own ratio to the HF peer (greedy only: one compilation)."""
+    monkeypatch.setattr(bench, "STRATEGIES", ("greedy",))
+    spec = bench.make_spec(tiny=True, threads=1, warmup=1, repeats=1, compile="default", hf=False,
+                           shapes=((2, 6),))
+    models = bench.Models(spec)
+    df = bench.run_decode(spec, log=lambda *_: None, models=models)
+    assert list(df.system) == ["ours", "ours-compiled"] and (df.passes == 6).all()
+    src = torch.randint(6, spec.vocab, (2, spec.src_len))
+    _, strategy = bench.our_strategy("greedy", 6)
+    eager, fast = models.get("at"), models.get("at", 0, "default")
+    assert fast.decoder.static_cache and not eager.decoder.static_cache
+    with torch.inference_mode():
+        a, b = (bench.our_fn(m, strategy, src, 6)() for m in (eager, fast))
+    assert torch.equal(a.tokens, b.tokens)
+    torch.testing.assert_close(a.scores, b.scores, atol=1e-4, rtol=1e-4)

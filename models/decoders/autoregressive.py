@@ -66,6 +66,7 @@ class ATState:
     t: int = 0
     window: tuple[int, int] | None = None  # decode-time monotonic attention window (back, forward)
     focus: Tensor | None = None  # (R,) source position each row attended last (window centre)
+    pos: Tensor | None = None  # static cache: 0-dim step index on the device (shapes never change)
 
 
 @register_decoder("at")
@@ -74,6 +75,21 @@ class AutoregressiveDecoder(Decoder):
 
     capabilities = frozenset({"step"})
     Options = ATOptions
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.static_cache = False  # see use_static_cache
+        self._static_impl = self._static_step
+
+    def use_static_cache(self, enabled: bool = True, compile_mode: str | None = None) -> None:
+        """Decode with a fixed-shape step: the KV cache is allocated once for the strategy's
+        maximum length and every step attends over all of it under a position mask, with the step
+        index kept on the device. Shapes then never change from step to step, which is what
+        `torch.compile` (`compile_mode`: "default", "reduce-overhead" = CUDA graphs, "max-autotune")
+        needs to compile the step once. Not used with a monotonic attention window."""
+        self.static_cache = enabled
+        self._static_impl = self._static_step if not compile_mode else torch.compile(
+            self._static_step, mode=compile_mode, dynamic=None)
 
     # ---- training ---------------------------------------------------------------------------
     def forward(self, prev_tokens: Tensor, memory: EncoderOut, need_weights=False):
@@ -133,10 +149,14 @@ class AutoregressiveDecoder(Decoder):
 
     # ---- incremental inference (the StepModel protocol) --------------------------------------
     def init_state(self, memory: EncoderOut, capacity: int = 16,
-                   window: tuple[int, int] | None = None) -> ATState:
+                   window: tuple[int, int] | None = None, max_steps: int | None = None) -> ATState:
         """Cache the encoder keys/values of every layer once; empty self-attention caches.
         `window` = (back, forward) restricts cross-attention to a band around the source position
-        attended last, which only moves forward (guided attention at decode time)."""
+        attended last, which only moves forward (guided attention at decode time). With the static
+        cache on and `max_steps` known, the cache holds max_steps (rounded up to 16) positions."""
+        static = self.static_cache and window is None and max_steps is not None
+        if static:
+            capacity = -(-max_steps // 16) * 16
         kv = [layer.cross_attn.project_kv(memory.states) for layer in self.layers]
         cross_k = torch.stack([k for k, _ in kv])  # (L, B, H, S, Dh)
         cross_v = torch.stack([v for _, v in kv])
@@ -145,8 +165,9 @@ class AutoregressiveDecoder(Decoder):
         rows = torch.arange(b, device=cross_k.device)
         focus = torch.zeros(b, dtype=torch.long, device=cross_k.device) if window else None
         mask = None if bool(memory.attn_mask.all()) else memory.attn_mask  # no padding: SDPA needs no mask
+        pos = torch.zeros((), dtype=torch.long, device=cross_k.device) if static else None
         return ATState(empty, empty.clone(), cross_k, cross_v, mask, rows, group=1,
-                       window=tuple(window) if window else None, focus=focus)
+                       window=tuple(window) if window else None, focus=focus, pos=pos)
 
     def _grow(self, state: ATState) -> ATState:
         """Double the self-attention cache capacity (amortised O(1) per step)."""
@@ -173,8 +194,31 @@ class AutoregressiveDecoder(Decoder):
         out, w = attn.attend(q, state.cross_k[i], state.cross_v[i], mask=mask, need_weights=last)  # (M, g, D)
         return out.reshape(r, 1, -1), None if w is None else w.transpose(1, 2).reshape(r, hh, -1)  # (R, H, S)
 
+    def _static_step(self, prev_tokens: Tensor, state: ATState) -> Tensor:
+        """The fixed-shape step (see use_static_cache): prev_tokens (R,) -> log-probs (R, V)."""
+        pos, cap = state.pos, state.self_k.size(3)
+        at = pos.view(1)
+        x = self.embed.add_positions_at(self.embed.tokens(prev_tokens.unsqueeze(1)) * self.embed.scale, at)
+        valid = (torch.arange(cap, device=pos.device) <= pos).view(1, 1, 1, cap)  # filled positions
+        for i, layer in enumerate(self.layers):
+            def self_block(h, i=i, attn=layer.self_attn):
+                q, k, v = attn.project_qkv(h)  # (R, H, 1, Dh)
+                state.self_k[i].index_copy_(2, at, k)  # (R, H, C, Dh) at column pos
+                state.self_v[i].index_copy_(2, at, v)
+                return attn.attend(q, state.self_k[i], state.self_v[i], mask=valid)
+            x, _ = layer.res_self(x, self_block)
+            x, _ = layer.res_cross(x, lambda h, i=i, layer=layer: self._cross(layer, h, state, i))
+            x, _ = layer.res_ffn(x, lambda h, layer=layer: (layer.ffn(h), None))
+        return F.log_softmax(self.output(self.final_norm(x[:, 0])).float(), -1)  # (R, V)
+
     def step(self, prev_tokens: Tensor, state: ATState) -> tuple[Tensor, ATState]:
         """prev_tokens (R,) -> log-probs (R, V) of the next token; the cache is extended in place."""
+        if state.pos is not None:
+            if state.t >= state.self_k.size(3):
+                raise AtnatError(f"static KV cache of {state.self_k.size(3)} positions is full: the strategy "
+                                 "ran more steps than the max_steps given to init_state")
+            logp = self._static_impl(prev_tokens, state)
+            return logp, replace(state, t=state.t + 1, pos=state.pos + 1)
         if state.t >= state.self_k.size(3):
             state = self._grow(state)
         t = state.t
