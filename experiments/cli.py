@@ -38,8 +38,11 @@ def cmd_translate(args) -> None:
     from atnat.experiments.evaluate import build_strategy, needs_teacher
     from atnat.experiments.train import load_module
 
-    module, tokenizer = load_module(args.checkpoint)
-    teacher = load_module(args.teacher)[0] if args.teacher else None
+    from atnat.experiments.train import inference_device
+
+    device = inference_device(args.device)
+    module, tokenizer = load_module(args.checkpoint, map_location=device)
+    teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
     spec = {"name": args.strategy, **strategy_options(args)}
     _, strategy = build_strategy(spec)
     from atnat.models.seq2seq import check_compatible
@@ -52,7 +55,7 @@ def cmd_translate(args) -> None:
     with torch.no_grad():
         for start in range(0, len(order), args.batch_size):
             chunk = order[start: start + args.batch_size]
-            batch = collate([(i, ids[i], []) for i in chunk])
+            batch = collate([(i, ids[i], []) for i in chunk]).to(module.device)
             hyps = module.decode(batch.src, batch.src_lengths, strategy, **needs_teacher(strategy, teacher, batch.src))
             for i, h in zip(chunk, hyps.sequences(module.special)):
                 out[i] = tokenizer.decode(h)
@@ -92,10 +95,13 @@ def cmd_distill(args) -> None:
     if args.strategy == "beam" and args.beam is None:
         args.beam = 5
     spec = {"name": args.strategy, **strategy_options(args)}
+    from atnat.experiments.train import inference_device
+
+    device = inference_device(args.device)
     if args.input:
         from atnat.experiments.train import load_module
 
-        module, tokenizer = load_module(args.teacher)
+        module, tokenizer = load_module(args.teacher, map_location=device)
         sources = read_lines(Path(args.input), "distillation input")
         lines = distill_sources(module, tokenizer, sources, spec)
         meta = {"teacher": args.teacher, "lines": len(lines)}
@@ -109,7 +115,7 @@ def cmd_distill(args) -> None:
             raise AtnatError(f"{cfg_path} not found: give --input SOURCE_FILE or a teacher run directory")
         cfg = run_config_from_dict(json.loads(cfg_path.read_text()), str(cfg_path))
         src, tgt = load_task(cfg).splits["train"]
-        lines, meta = distilled_targets(args.teacher, src, tgt, spec)
+        lines, meta = distilled_targets(args.teacher, src, tgt, spec, device=device)
     Path(args.output).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     print(f"wrote {len(lines)} lines to {args.output} ({json.dumps(meta)})", file=sys.stderr)
 
@@ -161,6 +167,8 @@ def cmd_list(args) -> None:
 
 
 def add_strategy_args(p) -> None:
+    p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto",
+                   help="where to decode (auto: the GPU when one is visible)")
     p.add_argument("--strategy", default="greedy", help="registered strategy name (see `atnat list`)")
     p.add_argument("--beam", type=int, help="beam size (beam, ctc) or length beam (NAT strategies)")
     p.add_argument("--iterations", type=int, help="mask-predict iterations")

@@ -39,7 +39,7 @@ def checkpoint_stamp(teacher: str | Path) -> str:
 
 
 def distilled_targets(teacher_path: str | Path, sources: list[str], references: list[str], strategy_spec,
-                      *, max_tokens: int = 8000) -> tuple[list[str], dict]:
+                      *, max_tokens: int = 8000, device: str = "cpu") -> tuple[list[str], dict]:
     """Distilled training targets, cached as `<teacher run>/distill/<strategy>/train.txt` with a
     `meta.json` recording the teacher, the strategy, the line count and BLEU against the references."""
     label, _ = build_strategy(strategy_spec)
@@ -47,10 +47,10 @@ def distilled_targets(teacher_path: str | Path, sources: list[str], references: 
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / ".lock", "w") as lock:  # students started at once by parallel workers: one decodes
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _cached_or_decoded(teacher_path, cache, sources, references, strategy_spec, max_tokens)
+        return _cached_or_decoded(teacher_path, cache, sources, references, strategy_spec, max_tokens, device)
 
 
-def _cached_or_decoded(teacher_path, cache: Path, sources, references, strategy_spec, max_tokens):
+def _cached_or_decoded(teacher_path, cache: Path, sources, references, strategy_spec, max_tokens, device):
     from atnat.experiments.train import load_module
 
     label, _ = build_strategy(strategy_spec)
@@ -61,7 +61,7 @@ def _cached_or_decoded(teacher_path, cache: Path, sources, references, strategy_
         meta = json.loads(meta_path.read_text())
         if len(lines) == len(sources) and meta.get("checkpoint") == stamp:
             return lines, meta
-    module, tokenizer = load_module(teacher_path)
+    module, tokenizer = load_module(teacher_path, map_location=device)
     lines = distill_sources(module, tokenizer, sources, strategy_spec, max_tokens=max_tokens)
     bleu = sacrebleu.corpus_bleu(lines, [references], tokenize=module.bleu_tokenize)
     meta = {"teacher": str(teacher_path), "checkpoint": stamp, "strategy": label, "lines": len(lines),

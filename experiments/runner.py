@@ -22,7 +22,9 @@ from atnat.experiments.config import RunConfig
 from atnat.experiments.evaluate import EvalResult, SpeedSettings, evaluate, write_json_atomic
 from atnat.experiments.grid import Cell, load_grid, run_order
 from atnat.experiments.table import environment, tabulate
-from atnat.experiments.train import helper_rank, load_module, load_task, prepare_data, train
+from atnat.experiments.train import (
+    helper_rank, inference_device, load_module, load_task, prepare_data, train,
+)
 
 
 def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings = SpeedSettings()) -> EvalResult | None:
@@ -30,23 +32,25 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings = SpeedSettings
     Returns None in the helper ranks of a DDP run: rank 0 alone evaluates and writes results."""
     run_dir.mkdir(parents=True, exist_ok=True)
     task = load_task(cfg)
+    device = inference_device(cfg.train.accelerator)  # decoding runs where training ran
     targets, teacher, distill_meta = None, None, None
     if cfg.distill is not None:
         from atnat.experiments.distill import distilled_targets
 
         src, tgt = task.splits["train"]
-        targets, distill_meta = distilled_targets(cfg.distill.teacher, src, tgt, cfg.distill.strategy)
+        targets, distill_meta = distilled_targets(cfg.distill.teacher, src, tgt, cfg.distill.strategy,
+                                                  device=device)
         write_json_atomic(run_dir / "distill.json", distill_meta)
     if any(_name(s) == "npd" for s in cfg.eval.strategies):
         if cfg.distill is None:
             raise AtnatError(f"run {cfg.name}: strategy npd needs an AT teacher; set distill.teacher")
-        teacher = load_module(cfg.distill.teacher)[0]
+        teacher = load_module(cfg.distill.teacher, map_location=device)[0]
     started = time.time()
     best = train(cfg, run_dir, prepare_data(cfg, task, targets))
     if best is None:
         return None
     train_time = time.time() - started
-    module, _ = load_module(best)
+    module, _ = load_module(best, map_location=device)
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     result = evaluate(module, task, cfg, run_dir, teacher=teacher, speed=speed)

@@ -72,6 +72,7 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     warnings.filterwarnings("ignore", ".*LeafSpec.*")
     warnings.filterwarnings("ignore", ".*treespec.*")
+    warnings.filterwarnings("ignore", ".*smaller than the logging interval.*")
 
 
 def make_trainer(cfg: RunConfig, run_dir: Path) -> pl.Trainer:
@@ -116,6 +117,14 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None) -> Pa
             "precision": str(trainer.precision), "global_step": trainer.global_step}
     (run_dir / "train.json").write_text(json.dumps(info, indent=2))
     return best
+
+
+def inference_device(accelerator: str = "auto") -> str:
+    """Where a run decodes (evaluation, distillation, translation): the GPU when its accelerator
+    allows one and one is visible, else the CPU."""
+    if accelerator == "cpu" or not torch.cuda.is_available():
+        return "cpu"
+    return "cuda"
 
 
 def helper_rank() -> bool:

@@ -149,7 +149,7 @@ def test_students_distilling_at_once_share_one_teacher_decode(tmp_path, monkeypa
         return [s.upper() for s in sources]
 
     monkeypatch.setattr(distill, "distill_sources", slow_decode)
-    monkeypatch.setattr(train, "load_module", lambda path: (types.SimpleNamespace(bleu_tokenize="none"), None))
+    monkeypatch.setattr(train, "load_module", lambda path, map_location: (types.SimpleNamespace(bleu_tokenize="none"), None))
     teacher = tmp_path / "teacher"
     (teacher / "checkpoints").mkdir(parents=True)
     (teacher / "checkpoints" / "best.ckpt").write_bytes(b"weights")
@@ -161,3 +161,15 @@ def test_students_distilling_at_once_share_one_teacher_decode(tmp_path, monkeypa
     for t in threads:
         t.join()
     assert len(calls) == 1 and [lines for lines, _ in out] == [["A B", "C"]] * 2
+
+
+def test_decoding_runs_on_the_gpu_when_the_run_may_use_one(monkeypatch):
+    import torch
+
+    from atnat.experiments.train import inference_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert inference_device("auto") == "cuda" and inference_device("gpu") == "cuda"
+    assert inference_device("cpu") == "cpu"  # a CPU run evaluates on the CPU even on a GPU box
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert inference_device("auto") == "cpu" and inference_device("gpu") == "cpu"
