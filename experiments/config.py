@@ -67,6 +67,7 @@ class TrainSettings:
 
     max_steps: int = 2000  # optimizer steps
     max_epochs: int = 10000  # upper bound on epochs (max_steps usually ends training first)
+    max_time_s: float | None = None  # wall-clock training budget in seconds (resumed runs count the time spent)
     max_tokens: int = 4096  # token budget of a training batch (padded source or target tokens)
     max_sentences: int | None = None  # cap on sentences per batch
     max_len: int = 256  # training pairs longer than this (in tokens) are dropped
@@ -77,6 +78,10 @@ class TrainSettings:
     early_stop_patience: int | None = None  # stop after this many validations without val/loss gain
     num_threads: int | None = None  # torch CPU threads (None: torch's default)
     progress_bar: bool = True  # Lightning's progress bar
+
+    def __post_init__(self) -> None:
+        if self.max_time_s is not None and not (isinstance(self.max_time_s, (int, float)) and self.max_time_s > 0):
+            raise ValueError(f"max_time_s must be a positive number of seconds or null, got {self.max_time_s!r}")
 
 
 @dataclass(frozen=True)

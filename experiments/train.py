@@ -1,6 +1,7 @@
 """Train one run: data -> Seq2SeqModule -> Lightning Trainer, resumable from its last checkpoint."""
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -83,6 +84,7 @@ def make_trainer(cfg: RunConfig, run_dir: Path) -> pl.Trainer:
         callbacks.append(EarlyStopping("val/loss", patience=t.early_stop_patience, mode="min"))
     return pl.Trainer(
         max_steps=t.max_steps, max_epochs=t.max_epochs, val_check_interval=t.val_every_steps,
+        max_time=None if t.max_time_s is None else datetime.timedelta(seconds=t.max_time_s),
         check_val_every_n_epoch=None, accelerator=t.accelerator, devices=t.devices, precision=t.precision,
         gradient_clip_val=cfg.optim.get("clip_norm", 1.0) or None, callbacks=callbacks,
         default_root_dir=run_dir, logger=pl.loggers.CSVLogger(run_dir, name="logs", version=""),

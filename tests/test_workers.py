@@ -173,3 +173,20 @@ def test_decoding_runs_on_the_gpu_when_the_run_may_use_one(monkeypatch):
     assert inference_device("cpu") == "cpu"  # a CPU run evaluates on the CPU even on a GPU box
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert inference_device("auto") == "cpu" and inference_device("gpu") == "cpu"
+
+
+def test_a_wall_clock_budget_ends_training_and_the_run_still_evaluates(tmp_path):
+    import time
+
+    from atnat.experiments.config import run_config_from_dict
+    from atnat.experiments.runner import run_cell
+
+    raw = {**TINY["base"], "name": "budget", "decoder": {"name": "at"}}
+    raw["train"] = {**raw["train"], "max_steps": 10**6, "val_every_steps": 50, "max_time_s": 2}
+    started = time.time()
+    result = run_cell(run_config_from_dict(raw, "test"), tmp_path / "run")
+    info = json.loads((tmp_path / "run" / "train.json").read_text())
+    assert 0 < info["global_step"] < 10**6 and time.time() - started < 60
+    assert result.rows and result.rows[0]["train_steps"] > 0
+    with pytest.raises(ConfigError, match=r"train: max_time_s must be a positive number of seconds or null, got -1"):
+        run_config_from_dict({**raw, "train": {**raw["train"], "max_time_s": -1}}, "test")
