@@ -101,7 +101,7 @@ def run_parallel(grid_path: Path, cells: list[Cell], lanes: list[Lane], *, resul
     `mark_failed(cell, message)` records a failure the worker could not record itself."""
     needs = {c.name: lanes_needed(c, lanes) for c in cells}  # refuse impossible requests up front
     pending, free, running = list(cells), list(lanes), []
-    state = {c.name: status(c) for c in cells}
+    state: dict[str, str | None] = {c.name: None for c in cells}  # to run (a failed one is retried)
     try:
         while pending or running:
             for job in [j for j in running if j.proc.poll() is not None]:

@@ -86,6 +86,12 @@ def test_failed_teacher_fails_its_students_without_running_them(tmp_path, monkey
     assert df.loc["at-s1", "status"] == "failed" and "no usable sentence pairs" in df.loc["at-s1", "error"]
     assert df.loc["nat-kd-s1", "error"] == "teacher cell at-s1 failed"
     assert not (tmp_path / "res" / "tiny" / "runs" / "nat-kd-s1" / "worker.log").exists()
+    # fixed and run again: the failed teacher is retried first, then its student runs
+    fixed = {"decoder": {"name": "at"}, "train": {"max_len": 256}}
+    grid = write_grid(tmp_path, {**TINY, "cells": {"at": fixed, "nat-kd": STUDENT}})
+    assert main(["run", str(grid), "--results", "res", "--workers", "2"]) == 0
+    df = pd.read_csv(tmp_path / "res" / "tiny" / "results.csv")
+    assert (df.status == "ok").all() and set(df.cell) == {"at-s1", "nat-kd-s1"}
 
 
 def test_a_worker_that_dies_is_recorded_as_failed(tmp_path, monkeypatch):
