@@ -6,6 +6,7 @@ Attention masks are boolean with True where a query may attend (the SDPA convent
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -15,24 +16,26 @@ from torch import Tensor, nn
 class OutputProjection(nn.Linear):
     """The vocabulary projection: nn.Linear (same parameters, state dict and training path) that, at
     inference on CPU, multiplies by a cached (in, out) copy of its weight. For the few rows of
-    step-wise decoding that layout is faster with the CPU BLAS (A/B in one process on this project's
-    2-core AVX2 machine, D=256, V=8000: AT greedy at batch 1 1.15x, beam 5 1.09x, greedy at batch 64
-    1.05x; the same trick on the FFN gained nothing). The copy is rebuilt when the weight changes
-    (optimizer step, load_state_dict, `.to()`), so it never serves stale weights."""
+    step-wise decoding that layout is faster with the CPU BLAS (three round-robin A/B runs in one
+    process on this project's 2-core AVX2 machine, D=256, V=8000: AT greedy at batch 1 1.06-1.15x,
+    beam 5 1.01-1.09x, greedy at batch 64 1.03-1.05x; the same trick on the FFN gained nothing).
+    The copy is rebuilt when the weight changes (optimizer step, load_state_dict, `.to()`, a new
+    parameter, `.data` assignment), so it never serves stale weights."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._cache: tuple[int, int, Tensor] | None = None  # (data_ptr, version, (in, out) weight)
+        self._cache: tuple | None = None  # (weight ref, data_ptr, version, (in, out) copy)
 
     def forward(self, x: Tensor) -> Tensor:
         w = self.weight
         if self.training or torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != w.dtype:
             return F.linear(x, w, self.bias)
         version = -1 if w.is_inference() else w._version  # inference tensors have no version counter
-        if self._cache is None or self._cache[:2] != (w.data_ptr(), version):
-            self._cache = (w.data_ptr(), version, w.detach().t().contiguous())
+        c = self._cache
+        if c is None or c[0]() is not w or c[1:3] != (w.data_ptr(), version):  # same tensor, storage, edits
+            self._cache = c = (weakref.ref(w), w.data_ptr(), version, w.detach().t().contiguous())
         flat = x.reshape(-1, x.size(-1))  # (N, D)
-        out = torch.addmm(self.bias, flat, self._cache[2]) if self.bias is not None else flat @ self._cache[2]
+        out = torch.addmm(self.bias, flat, c[3]) if self.bias is not None else flat @ c[3]
         return out.view(*x.shape[:-1], out.size(-1))  # (..., V)
 
 

@@ -42,6 +42,10 @@ def test_output_projection_inference_path_matches_linear_and_follows_weight_chan
         torch.testing.assert_close(proj(x), F.linear(x, proj.weight, proj.bias))
         proj.load_state_dict({"weight": torch.zeros(50, 8), "bias": torch.ones(50)})
         assert torch.equal(proj(x), torch.ones(4, 3, 50))
+        proj.weight = torch.nn.Parameter(torch.full((50, 8), 2.0))  # a new tensor (its address may be reused)
+        torch.testing.assert_close(proj(x), F.linear(x, proj.weight, proj.bias))
+        proj.weight.data = torch.ones(50, 8)  # same tensor, new storage, no version bump
+        torch.testing.assert_close(proj(x), F.linear(x, proj.weight, proj.bias))
     with torch.inference_mode():
         fresh = OutputProjection(8, 50).eval()  # parameters are inference tensors here
         torch.testing.assert_close(fresh(x), F.linear(x, fresh.weight, fresh.bias))
