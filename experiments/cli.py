@@ -48,6 +48,10 @@ def cmd_translate(args) -> None:
     from atnat.models.seq2seq import check_compatible
 
     check_compatible(module.decoder, strategy)  # refuse before reading any input
+    if args.compile:
+        if not hasattr(module.decoder, "use_static_cache"):
+            raise AtnatError(f"--compile applies to the AT step; decoder {module.decoder.registered_name!r} has none")
+        module.decoder.use_static_cache(True, args.compile)
     lines = [line.rstrip("\n") for line in sys.stdin]
     ids = [tokenizer.encode(line) for line in lines]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
@@ -187,6 +191,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, help="checkpoint file or run directory")
     p.add_argument("--teacher", help="AT teacher checkpoint for npd re-ranking")
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--compile", choices=["default", "reduce-overhead", "max-autotune"],
+                   help="AT only: fixed-shape step under torch.compile (pays at small batches; see results/bench)")
     add_strategy_args(p)
     p.set_defaults(fn=cmd_translate)
     p = sub.add_parser("distill", help="write sequence-level distilled targets with an AT teacher")

@@ -159,3 +159,21 @@ def test_translate_and_distill_cli_on_a_trained_run(tmp_path, monkeypatch, capsy
     assert fresh != ["stale", "stale"] and meta2["checkpoint"] != meta["checkpoint"]
     assert main(["translate", "--checkpoint", str(run), "--strategy", "mask-predict"]) == 2
     assert "strategy 'mask-predict' needs a decoder with capability 'parallel'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_translate_with_the_compiled_step_gives_the_same_translations(tmp_path, monkeypatch, capsys):
+    import io
+
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"]}})
+    assert main(["run", str(grid), "--results", "res"]) == 0
+    run = tmp_path / "res" / "tiny" / "runs" / "at-s1"
+    text = "\n".join((run / "references.txt").read_text().split("\n")[:5]) + "\n"
+    outs = []
+    for extra in ([], ["--compile", "default"]):
+        monkeypatch.setattr("sys.stdin", io.StringIO(text))
+        capsys.readouterr()
+        assert main(["translate", "--checkpoint", str(run), "--strategy", "beam", "--beam", "2", *extra]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] and len(outs[0].split("\n")) == 6
