@@ -359,17 +359,46 @@ def run_train(spec: Spec, *, steps: int, tokens: int, peak_tflops: float | None 
     return pd.DataFrame(rows)
 
 
+def run_profile(spec: Spec, name: str, batch: int, out_len: int, *, calls: int = 5, top: int = 15) -> pd.DataFrame:
+    """Where one of our strategies spends its time: torch.profiler over `calls` warm decodes of a
+    (batch, out_len) shape -> the top ops by self time, with their share of the total."""
+    from torch.profiler import ProfilerActivity, profile
+
+    check_spec(spec)
+    torch.set_num_threads(spec.threads)
+    src = torch.randint(6, spec.vocab, (batch, spec.src_len), generator=torch.Generator().manual_seed(0))
+    system = our_system(Models(spec), name, src.to(spec.device), out_len, spec, compiled=bool(spec.compile))
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if spec.device == "cuda" else [])
+    with torch.inference_mode():
+        system.first()
+        with profile(activities=activities, record_shapes=True) as prof:
+            for _ in range(calls):
+                system.fn()
+    rows = [dict(op=e.key, shapes=str(e.input_shapes)[:60], calls=e.count // calls,
+                 self_ms=e.self_device_time_total / 1e3 / calls if spec.device == "cuda" else e.self_cpu_time_total / 1e3 / calls)
+            for e in prof.key_averages(group_by_input_shape=True)]
+    df = pd.DataFrame(rows).sort_values("self_ms", ascending=False)
+    df["share"] = df.self_ms / df.self_ms.sum()
+    return df.head(top).reset_index(drop=True)
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="atnat bench", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
-    for name in ("decode", "train"):
+    for name in ("decode", "train", "profile"):
         p = sub.add_parser(name)
         p.add_argument("--out", help="CSV to write (a --sweep also writes a PNG next to it)")
         p.add_argument("--threads", type=int, help="torch threads for every system (default 2)")
         p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
         p.add_argument("--tiny", action="store_true", help="tiny model, 1 repeat (tests)")
         p.add_argument("--warmup", type=int, help="untimed calls first (default 2; tiny 1)")
-    dec, tr = sub.choices["decode"], sub.choices["train"]
+    dec, tr, prof = sub.choices["decode"], sub.choices["train"], sub.choices["profile"]
+    prof.add_argument("--strategy", choices=STRATEGIES, default="greedy")
+    prof.add_argument("--batch", type=int, default=1)
+    prof.add_argument("--out-len", type=int, default=OUT_LEN)
+    prof.add_argument("--calls", type=int, default=5, help="profiled calls (after one warm-up)")
+    prof.add_argument("--compile", choices=["default", "reduce-overhead", "max-autotune"])
+    prof.set_defaults(sweep=False, repeats=None, no_hf=True)
     dec.add_argument("--sweep", action="store_true", help=f"lengths {SWEEP_LENGTHS}, batches {SWEEP_BATCHES}")
     dec.add_argument("--repeats", type=int, help="timed calls per row (default 5; tiny 1)")
     dec.add_argument("--no-hf", action="store_true", help="skip the Hugging Face peer")
@@ -390,7 +419,11 @@ def main(argv: list[str] | None = None) -> None:
     check_spec(spec)
     print(f"atnat bench {args.what}: d_model {spec.model['d_model']}, vocab {spec.vocab}, "
           f"{spec.device}, {spec.threads} threads, torch {torch.__version__}")
-    if args.what == "decode":
+    if args.what == "profile":
+        df = run_profile(spec, args.strategy, args.batch, args.out_len, calls=args.calls)
+        print(f"ours/{args.strategy}, batch {args.batch}, {args.out_len} tokens: self time per call by op")
+        print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    elif args.what == "decode":
         df = run_decode(spec)
         memory = pd.DataFrame(df.attrs["memory"])
         cols = [c for c in COLUMNS if c not in ("src_len", "device", "threads", "min_s", "slots", "repeats")]

@@ -225,3 +225,13 @@ def test_compiled_static_step_rows_sit_beside_the_eager_ones(monkeypatch):
         a, b = (bench.our_fn(m, strategy, src, 6)() for m in (eager, fast))
     assert torch.equal(a.tokens, b.tokens)
     torch.testing.assert_close(a.scores, b.scores, atol=1e-4, rtol=1e-4)
+
+
+def test_profile_lists_where_a_strategy_spends_its_time(capsys):
+    spec = bench.make_spec(tiny=True, threads=1)
+    df = bench.run_profile(spec, "greedy", batch=2, out_len=6, calls=2, top=5)
+    assert len(df) == 5 and (df.self_ms.diff().dropna() <= 0).all()  # sorted, largest first
+    assert df.share.between(0, 1).all() and df.share.sum() <= 1.0 + 1e-9
+    assert any(op in " ".join(df.op) for op in ("addmm", "linear", "mm"))  # the matmuls show up
+    bench.main(["profile", "--tiny", "--strategy", "parallel", "--batch", "1", "--calls", "1"])
+    assert "ours/parallel, batch 1, 30 tokens: self time per call by op" in capsys.readouterr().out
