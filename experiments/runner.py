@@ -96,6 +96,13 @@ def describe(cell: Cell) -> dict:
             "options": ", ".join(f"{k}={v}" for k, v in dec_opts.items()), "teacher": cell.teacher or ""}
 
 
+def load_grid_into(path, results_root: Path, smoke: bool):
+    """The validated grid whose cells write under `results_root/<grid name>[-smoke]`, and that folder."""
+    name = load_grid(path, smoke=smoke).name  # validate everything before anything runs
+    out = results_root / (name + ("-smoke" if smoke else ""))
+    return load_grid(path, smoke=smoke, results_dir=out), out
+
+
 def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = False,
              only: list[str] | None = None, smoke: bool = False, workers: int | None = None,
              devices: list[str] | None = None) -> Path:
@@ -103,9 +110,7 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
 
     With `workers` > 1 or `devices`, cells run in parallel worker processes, one per device (see
     scheduler.py); a cell that trains on several devices (DDP) always runs in its own process."""
-    name = load_grid(path, smoke=smoke).name  # validate everything before anything runs
-    out = results_root / (name + ("-smoke" if smoke else ""))
-    grid = load_grid(path, smoke=smoke, results_dir=out)
+    grid, out = load_grid_into(path, results_root, smoke)
     cells = [c for c in run_order(grid) if not only or any(o in c.name for o in only)]
     if dry_run:
         print(pd.DataFrame([describe(c) | {"strategies": len(c.config.eval.strategies)} for c in cells])
@@ -166,8 +171,7 @@ def _run_in_workers(grid, cells, lanes, progress, bar, *, results_root: Path, sm
 
 def run_named_cell(path, cell_name: str, *, results_root: Path = Path("results"), smoke: bool = False) -> None:
     """Run one cell of a grid (what `atnat run --workers` launches per process); skips it when done."""
-    name = load_grid(path, smoke=smoke).name
-    grid = load_grid(path, smoke=smoke, results_dir=results_root / (name + ("-smoke" if smoke else "")))
+    grid, _ = load_grid_into(path, results_root, smoke)
     cells = grid.by_name()
     if cell_name not in cells:
         raise AtnatError(f"{path}: no cell named {cell_name!r} (cells: {', '.join(cells)})")
