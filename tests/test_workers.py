@@ -196,3 +196,13 @@ def test_a_wall_clock_budget_ends_training_and_the_run_still_evaluates(tmp_path)
     assert result.rows and result.rows[0]["train_steps"] > 0
     with pytest.raises(ConfigError, match=r"train: max_time_s must be a positive number of seconds or null, got -1"):
         run_config_from_dict({**raw, "train": {**raw["train"], "max_time_s": -1}}, "test")
+
+
+def test_cell_command_names_the_grid_and_the_valid_cells(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path)
+    assert main(["cell", str(grid), "nope-s1", "--results", "res"]) == 2
+    err = capsys.readouterr().err
+    assert f"{grid}: no cell named 'nope-s1' (cells: at-s1, cmlm-kd-s1)" in err
+    assert main(["run", str(grid), "--workers", "0"]) == 2
+    assert "--workers 0: expected a positive number of worker processes" in capsys.readouterr().err
