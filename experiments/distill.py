@@ -2,11 +2,11 @@
 targets; students train on its outputs. Results are cached in the teacher's run directory."""
 from __future__ import annotations
 
-import fcntl
 import json
 from pathlib import Path
 
 import sacrebleu
+from filelock import FileLock
 
 from atnat.models.errors import AtnatError
 
@@ -45,8 +45,7 @@ def distilled_targets(teacher_path: str | Path, sources: list[str], references: 
     label, _ = build_strategy(strategy_spec)
     cache = teacher_dir(teacher_path) / "distill" / label
     cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "w") as lock:  # students started at once by parallel workers: one decodes
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with FileLock(cache / ".lock"):  # students started at once by parallel workers: one decodes
         return _cached_or_decoded(teacher_path, cache, sources, references, strategy_spec, max_tokens, device)
 
 

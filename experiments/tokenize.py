@@ -9,6 +9,8 @@ import hashlib
 from pathlib import Path
 from typing import Iterable
 
+from filelock import FileLock
+
 from atnat.decoding.base import SpecialTokens
 from atnat.models.errors import AtnatError
 
@@ -54,28 +56,33 @@ class SentencePieceTokenizer:
     def train(cls, texts: Iterable[str], *, vocab_size: int, cache_dir: Path,
               model_type: str = "unigram") -> "SentencePieceTokenizer":
         """Train on `texts` (or load the cached model trained on the same texts and settings)."""
-        import sentencepiece as spm
-
         lines = [t for t in texts if t.strip()]
         key = hashlib.sha256("\n".join(lines).encode() + f"|{vocab_size}|{model_type}".encode()).hexdigest()[:16]
         cache_dir.mkdir(parents=True, exist_ok=True)
         path = cache_dir / f"spm-{key}.model"
-        if not path.exists():
-            import io
-
-            buf = io.BytesIO()
-            try:
-                spm.SentencePieceTrainer.train(
-                    sentence_iterator=iter(lines), model_writer=buf, vocab_size=vocab_size,
-                    model_type=model_type, character_coverage=1.0, pad_id=0, bos_id=1, eos_id=2, unk_id=3,
-                    user_defined_symbols=list(SPECIAL_SYMBOLS[4:]), minloglevel=2,
-                    hard_vocab_limit=False, num_threads=2)
-            except RuntimeError as err:
-                raise AtnatError(f"sentencepiece training failed (vocab_size={vocab_size}): {err}") from err
-            tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(buf.getvalue())
-            tmp.replace(path)
+        with FileLock(path.with_suffix(".lock")):  # cells started at once by parallel workers: one trains
+            if not path.exists():
+                cls._train_to(path, lines, vocab_size, model_type)
         return cls(path.read_bytes())
+
+    @staticmethod
+    def _train_to(path: Path, lines: list[str], vocab_size: int, model_type: str) -> None:
+        import io
+
+        import sentencepiece as spm
+
+        buf = io.BytesIO()
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(lines), model_writer=buf, vocab_size=vocab_size,
+                model_type=model_type, character_coverage=1.0, pad_id=0, bos_id=1, eos_id=2, unk_id=3,
+                user_defined_symbols=list(SPECIAL_SYMBOLS[4:]), minloglevel=2,
+                hard_vocab_limit=False, num_threads=2)
+        except RuntimeError as err:
+            raise AtnatError(f"sentencepiece training failed (vocab_size={vocab_size}): {err}") from err
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(buf.getvalue())
+        tmp.replace(path)
 
     @property
     def vocab_size(self) -> int:

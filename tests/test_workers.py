@@ -206,3 +206,27 @@ def test_cell_command_names_the_grid_and_the_valid_cells(tmp_path, monkeypatch, 
     assert f"{grid}: no cell named 'nope-s1' (cells: at-s1, cmlm-kd-s1)" in err
     assert main(["run", str(grid), "--workers", "0"]) == 2
     assert "--workers 0: expected a positive number of worker processes" in capsys.readouterr().err
+
+
+def test_cells_starting_together_train_one_sentencepiece_model(tmp_path, monkeypatch):
+    import threading
+
+    from atnat.experiments.tokenize import SentencePieceTokenizer
+
+    trained = []
+    real = SentencePieceTokenizer._train_to
+
+    def counting(path, lines, vocab_size, model_type):
+        trained.append(path)
+        real(path, lines, vocab_size, model_type)
+
+    monkeypatch.setattr(SentencePieceTokenizer, "_train_to", staticmethod(counting))
+    texts = [f"the cat number {i} sat on mat {i % 7}" for i in range(300)]
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(SentencePieceTokenizer.train(
+        texts, vocab_size=60, cache_dir=tmp_path))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(trained) == 1 and len({tok.proto for tok in out}) == 1 and len(out) == 3
