@@ -28,6 +28,7 @@ from atnat.decoding import beam, ctc, greedy, mask_predict, parallel
 from atnat.experiments import bench_hf
 from atnat.experiments.metrics.speed import current_rss_mb, measure, peak_memory_mb, reset_peak
 from atnat.models.batch import Batch
+from atnat.models.decoders.autoregressive import COMPILE_MODES
 from atnat.models.errors import AtnatError
 from atnat.models.losses import total_loss
 from atnat.models.seq2seq import Seq2SeqModule
@@ -397,12 +398,12 @@ def parser() -> argparse.ArgumentParser:
     prof.add_argument("--batch", type=int, default=1)
     prof.add_argument("--out-len", type=int, default=OUT_LEN)
     prof.add_argument("--calls", type=int, default=5, help="profiled calls (after one warm-up)")
-    prof.add_argument("--compile", choices=["default", "reduce-overhead", "max-autotune"])
+    prof.add_argument("--compile", choices=COMPILE_MODES)
     prof.set_defaults(sweep=False, repeats=None, no_hf=True)
     dec.add_argument("--sweep", action="store_true", help=f"lengths {SWEEP_LENGTHS}, batches {SWEEP_BATCHES}")
     dec.add_argument("--repeats", type=int, help="timed calls per row (default 5; tiny 1)")
     dec.add_argument("--no-hf", action="store_true", help="skip the Hugging Face peer")
-    dec.add_argument("--compile", choices=["default", "reduce-overhead", "max-autotune"],
+    dec.add_argument("--compile", choices=COMPILE_MODES,
                      help="add ours-compiled rows: the AT step with a static cache under torch.compile "
                           "(reduce-overhead = CUDA graphs on a GPU)")
     tr.add_argument("--steps", type=int, default=5, help="timed training steps (default 5)")

@@ -36,9 +36,7 @@ def cmd_translate(args) -> None:
 
     from atnat.experiments.data import collate
     from atnat.experiments.evaluate import build_strategy, needs_teacher
-    from atnat.experiments.train import load_module
-
-    from atnat.experiments.train import inference_device
+    from atnat.experiments.train import inference_device, load_module
 
     device = inference_device(args.device)
     module, tokenizer = load_module(args.checkpoint, map_location=device)
@@ -180,6 +178,8 @@ def add_strategy_args(p) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
+    from atnat.models.decoders.autoregressive import COMPILE_MODES
+
     ap = argparse.ArgumentParser(prog="atnat", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train and evaluate one run from a YAML config")
@@ -191,7 +191,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, help="checkpoint file or run directory")
     p.add_argument("--teacher", help="AT teacher checkpoint for npd re-ranking")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--compile", choices=["default", "reduce-overhead", "max-autotune"],
+    p.add_argument("--compile", choices=COMPILE_MODES,
                    help="AT only: fixed-shape step under torch.compile (pays at small batches; see results/bench)")
     add_strategy_args(p)
     p.set_defaults(fn=cmd_translate)

@@ -46,13 +46,12 @@ def distilled_targets(teacher_path: str | Path, sources: list[str], references: 
     cache = teacher_dir(teacher_path) / "distill" / label
     cache.mkdir(parents=True, exist_ok=True)
     with FileLock(cache / ".lock"):  # students started at once by parallel workers: one decodes
-        return _cached_or_decoded(teacher_path, cache, sources, references, strategy_spec, max_tokens, device)
+        return _cached_or_decoded(teacher_path, cache, label, sources, references, strategy_spec, max_tokens, device)
 
 
-def _cached_or_decoded(teacher_path, cache: Path, sources, references, strategy_spec, max_tokens, device):
+def _cached_or_decoded(teacher_path, cache: Path, label: str, sources, references, strategy_spec, max_tokens, device):
     from atnat.experiments.train import load_module
 
-    label, _ = build_strategy(strategy_spec)
     text_path, meta_path = cache / "train.txt", cache / "meta.json"
     stamp = checkpoint_stamp(teacher_path)
     if text_path.exists() and meta_path.exists():  # reuse only for the same teacher weights

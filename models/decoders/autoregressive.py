@@ -16,6 +16,7 @@ from atnat.models.errors import AtnatError
 from atnat.models.losses import Loss, label_smoothed_nll, token_accuracy
 
 SCHEDULES = ("none", "linear", "exponential", "inverse_sigmoid")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")  # torch.compile modes for the static step
 
 
 @dataclass(frozen=True)
