@@ -61,6 +61,9 @@ def named(section: Any, where: str) -> tuple[str, dict]:
     return opts.pop("name"), opts
 
 
+LOGGERS = ("csv", "tensorboard")
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     """How long and on what to train."""
@@ -75,13 +78,33 @@ class TrainSettings:
     accelerator: str = "auto"  # Lightning accelerator: auto | cpu | gpu
     devices: Any = 1  # devices for one run (>1 uses DDP)
     precision: str = "32-true"  # Lightning precision, e.g. bf16-mixed on GPU
-    early_stop_patience: int | None = None  # stop after this many validations without val/loss gain
+    early_stop_patience: int | None = None  # stop after this many validations without checkpoint_metric gain
     num_threads: int | None = None  # torch CPU threads (None: torch's default)
     progress_bar: bool = True  # Lightning's progress bar
+    checkpoint_metric: str = "loss"  # selects checkpoints: "loss" (val/loss, lowest) or "bleu" (val/bleu,
+    # highest; validation decodes greedily (AT) or in one pass (NAT))
+    keep: int = 1  # checkpoints kept: the `keep` best by checkpoint_metric (average: best), or the last
+    # `keep` validation checkpoints (average: last)
+    average: str = "none"  # "none": evaluate the best checkpoint; "best"/"last": the mean of the weights of
+    # the `keep` best / last checkpoints (written to checkpoints/averaged.ckpt)
+    ema: float | None = None  # exponential moving average of the weights with this decay (e.g. 0.999),
+    # updated every step; validation, checkpoints and evaluation use the averaged weights
+    loggers: tuple[str, ...] = ("csv",)  # training logs under logs/: "csv" (metrics.csv), "tensorboard"
 
     def __post_init__(self) -> None:
         if self.max_time_s is not None and not (isinstance(self.max_time_s, (int, float)) and self.max_time_s > 0):
             raise ValueError(f"max_time_s must be a positive number of seconds or null, got {self.max_time_s!r}")
+        choices = {"checkpoint_metric": ("loss", "bleu"), "average": ("none", "best", "last")}
+        for name, valid in choices.items():
+            if getattr(self, name) not in valid:
+                raise ValueError(f"{name}={getattr(self, name)!r}; valid: {', '.join(valid)}")
+        if not (isinstance(self.keep, int) and self.keep >= 1):
+            raise ValueError(f"keep must be an integer >= 1, got {self.keep!r}")
+        if self.ema is not None and not (isinstance(self.ema, (int, float)) and 0 < self.ema < 1):
+            raise ValueError(f"ema must be a decay between 0 and 1 (e.g. 0.999) or null, got {self.ema!r}")
+        unknown = [name for name in self.loggers if name not in LOGGERS]
+        if unknown:
+            raise ValueError(f"loggers: unknown logger {unknown[0]!r}; valid: {', '.join(LOGGERS)}")
 
 
 @dataclass(frozen=True)

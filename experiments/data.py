@@ -61,8 +61,12 @@ class TokenBudgetSampler(Sampler[list[int]]):
     """Batches of similar length whose padded size stays within `max_tokens` (source or target).
 
     Sentences are sorted by length (with a little noise when shuffling), cut into batches, and
-    the batches are shuffled each epoch; evaluation keeps a fixed order. With `distributed`, each
-    DDP rank takes every world-th batch of the same shuffled list (equal counts on all ranks).
+    the batches are shuffled per epoch (seeded by seed + epoch; the trainer's ResumeState callback
+    calls `set_epoch`, since Lightning only sets the epoch of a loader's plain sampler);
+    evaluation keeps a fixed order. With `distributed`, each DDP rank takes every world-th batch of
+    the same shuffled list (equal counts on all ranks). Resumable: `state_dict` records the epoch
+    and how many of its batches were trained (`trained`, kept up to date by the trainer's
+    ResumeState callback); after `load_state_dict` the next pass over that epoch skips them.
     """
 
     def __init__(self, split: EncodedSplit, max_tokens: int, *, shuffle: bool, seed: int = 0,
@@ -70,6 +74,8 @@ class TokenBudgetSampler(Sampler[list[int]]):
         self.split, self.max_tokens, self.shuffle, self.seed = split, max_tokens, shuffle, seed
         self.max_sentences, self.distributed = max_sentences, distributed
         self.epoch = 0
+        self.trained = 0  # batches of the current epoch already trained on
+        self._skip: tuple[int, int] | None = None  # (epoch, batches) to skip after a resume
         self._batches = self._make(random.Random(seed)) if not shuffle else None
 
     def _make(self, rng: random.Random) -> list[list[int]]:
@@ -94,18 +100,42 @@ class TokenBudgetSampler(Sampler[list[int]]):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "trained": self.trained}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch = int(state["epoch"])
+        self._skip = (self.epoch, int(state["trained"]))
+
     def __iter__(self):
+        return self._iterate()
+
+    def _iterate(self):
+        """A generator: the skip after a resume is applied when iteration really starts (Lightning
+        creates an iterator it may discard before the epoch begins)."""
         batches = self._batches if self._batches is not None else self._make(random.Random(self.seed + self.epoch))
-        self.epoch += 1
         rank, world = shard() if self.distributed else (0, 1)
         if world > 1:  # DDP: every rank takes its own share of the same shuffled batches
             batches = batches[rank::world][: len(batches) // world]
-        return iter(batches)
+        if self._skip is not None and self._skip[0] == self.epoch:
+            batches = batches[self._skip[1]:]
+            self._skip = None
+        yield from batches
 
     def __len__(self) -> int:
         n = len(self._batches if self._batches is not None else self._make(random.Random(self.seed)))
         world = shard()[1] if self.distributed else 1
         return n // world if world > 1 else n
+
+
+class ResumableLoader(torch.utils.data.DataLoader):
+    """A DataLoader whose position Lightning saves in checkpoints (its `_Stateful` protocol)."""
+
+    def state_dict(self) -> dict:
+        return self.batch_sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.batch_sampler.load_state_dict(state)
 
 
 def shard() -> tuple[int, int]:
@@ -119,4 +149,7 @@ def make_loader(split: EncodedSplit, max_tokens: int, *, shuffle: bool, seed: in
                 max_sentences: int | None = None, distributed: bool = False):
     sampler = TokenBudgetSampler(split, max_tokens, shuffle=shuffle, seed=seed, max_sentences=max_sentences,
                                  distributed=distributed)
-    return torch.utils.data.DataLoader(split, batch_sampler=sampler, collate_fn=collate, num_workers=0)
+    # its own generator: creating an iterator draws a seed, which must not move the global torch RNG
+    # (dropout, masking), or a resumed run would draw different numbers than an uninterrupted one
+    return ResumableLoader(split, batch_sampler=sampler, collate_fn=collate, num_workers=0,
+                           generator=torch.Generator().manual_seed(seed))

@@ -32,8 +32,10 @@ def teacher_dir(teacher: str | Path) -> Path:
 
 def checkpoint_stamp(teacher: str | Path) -> str:
     """Identifies the teacher's weights (size and mtime of its best checkpoint)."""
+    from atnat.experiments.train import evaluation_checkpoint
+
     path = Path(teacher)
-    path = path / "checkpoints" / "best.ckpt" if path.is_dir() else path
+    path = evaluation_checkpoint(path) if path.is_dir() else path
     st = path.stat() if path.exists() else None
     return f"{st.st_size}-{st.st_mtime_ns}" if st else ""
 

@@ -16,8 +16,10 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from atnat.models.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
 
+from atnat.experiments.checkpoints import AtomicCheckpointIO, ResumeState, average_checkpoints, resume_point
 from atnat.experiments.config import RunConfig, make, named
 from atnat.experiments.data import EncodedSplit, encode_split, make_loader
+from atnat.experiments.logs import make_loggers
 from atnat.experiments.tasks import TASKS, TaskData
 
 CACHE_DIR = Path(os.environ.get("ATNAT_CACHE", Path.home() / ".cache" / "atnat"))
@@ -76,25 +78,47 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", ".*smaller than the logging interval.*")
 
 
-def make_trainer(cfg: RunConfig, run_dir: Path) -> pl.Trainer:
+def selection(t) -> tuple[str, str]:
+    """(monitored metric, mode) that selects checkpoints (train.checkpoint_metric)."""
+    return ("val/bleu", "max") if t.checkpoint_metric == "bleu" else ("val/loss", "min")
+
+
+def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
+    """The Lightning Trainer of a run: checkpoint selection and averaging, EMA, exact resume
+    (`sampler`: the training loader's TokenBudgetSampler), atomic checkpoint files, logs."""
     t = cfg.train
-    callbacks = [ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="best", monitor="val/loss",
-                                 mode="min", save_last=True, save_top_k=1, enable_version_counter=False)]
+    monitor, mode = selection(t)
+    ckpt_dir = run_dir / "checkpoints"
+    several = t.keep > 1 or t.average == "best"
+    callbacks = [ResumeState(sampler),
+                 ModelCheckpoint(dirpath=ckpt_dir, filename="top-{step}" if several else "best", monitor=monitor,
+                                 mode=mode, save_last=True, save_top_k=t.keep if t.average != "last" else 1,
+                                 enable_version_counter=False, auto_insert_metric_name=False)]
+    if t.average == "last":  # the last `keep` validation checkpoints
+        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="step-{step}", monitor="step", mode="max",
+                                         save_top_k=t.keep, enable_version_counter=False,
+                                         auto_insert_metric_name=False))
     if t.early_stop_patience:
-        callbacks.append(EarlyStopping("val/loss", patience=t.early_stop_patience, mode="min"))
+        callbacks.append(EarlyStopping(monitor, patience=t.early_stop_patience, mode=mode))
+    if t.ema is not None:
+        from pytorch_lightning.callbacks.weight_averaging import EMAWeightAveraging
+
+        callbacks.append(EMAWeightAveraging(decay=t.ema))
     return pl.Trainer(
         max_steps=t.max_steps, max_epochs=t.max_epochs, val_check_interval=t.val_every_steps,
         max_time=None if t.max_time_s is None else datetime.timedelta(seconds=t.max_time_s),
         check_val_every_n_epoch=None, accelerator=t.accelerator, devices=t.devices, precision=t.precision,
         gradient_clip_val=cfg.optim.get("clip_norm", 1.0) or None, callbacks=callbacks,
-        default_root_dir=run_dir, logger=pl.loggers.CSVLogger(run_dir, name="logs", version=""),
+        default_root_dir=run_dir, logger=make_loggers(t.loggers, run_dir) or False,
+        plugins=[AtomicCheckpointIO()],
         enable_progress_bar=t.progress_bar, enable_model_summary=False, num_sanity_val_steps=0,
         use_distributed_sampler=False, log_every_n_steps=min(50, max(1, t.val_every_steps // 4)))
 
 
 def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None) -> Path | None:
-    """Train (or resume) the run in `run_dir`; returns the best checkpoint's path, or None in the
-    non-zero ranks of a multi-device (DDP) run, whose work ends with training."""
+    """Train (or resume) the run in `run_dir`; returns the checkpoint evaluation uses (see
+    `evaluation_checkpoint`), or None in the non-zero ranks of a multi-device (DDP) run, whose work
+    ends with training."""
     quiet_lightning()
     run_dir.mkdir(parents=True, exist_ok=True)
     if cfg.train.num_threads:
@@ -107,18 +131,49 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None) -> Pa
     train_loader = make_loader(data.encoded["train"], t.max_tokens, shuffle=True, seed=cfg.seed,
                                max_sentences=t.max_sentences, distributed=True)
     val_loader = make_loader(data.encoded["valid"], cfg.eval.max_tokens, shuffle=False)
-    last = run_dir / "checkpoints" / "last.ckpt"
-    trainer = make_trainer(cfg, run_dir)
-    trainer.fit(module, train_loader, val_loader, ckpt_path=str(last) if last.exists() else None)
+    trainer = make_trainer(cfg, run_dir, train_loader.batch_sampler)
+    resume = resume_point(run_dir / "checkpoints", set_aside=not helper_rank())  # every DDP rank resumes
+    trainer.fit(module, train_loader, val_loader, ckpt_path=str(resume) if resume else None)
     best = run_dir / "checkpoints" / "best.ckpt"
-    if not best.exists():  # no validation ran (tiny runs): keep what we have
-        trainer.save_checkpoint(best)  # collective under DDP: every rank calls it, rank 0 writes
+    if not any(isinstance(c, ModelCheckpoint) and c.best_model_path for c in trainer.callbacks):
+        trainer.save_checkpoint(best)  # no validation ran (tiny runs): keep what we have; collective under DDP
     if not trainer.is_global_zero:
         return None
+    chosen = select_weights(trainer, t, run_dir / "checkpoints")
     info = {"world_size": trainer.world_size, "accelerator": type(trainer.accelerator).__name__,
-            "precision": str(trainer.precision), "global_step": trainer.global_step}
+            "precision": str(trainer.precision), "global_step": trainer.global_step,
+            "evaluated_checkpoint": chosen.name}
     (run_dir / "train.json").write_text(json.dumps(info, indent=2))
-    return best
+    return chosen
+
+
+def select_weights(trainer: pl.Trainer, t, ckpt_dir: Path) -> Path:
+    """The checkpoint evaluation uses: best.ckpt, or averaged.ckpt (train.average) written here."""
+    best = ckpt_dir / "best.ckpt"
+    selector = next(c for c in trainer.callbacks if isinstance(c, ModelCheckpoint))
+    if t.average == "none":
+        if selector.best_model_path and Path(selector.best_model_path) != best:  # keep > 1: copy the best
+            AtomicCheckpointIO().save_checkpoint(torch.load(selector.best_model_path, map_location="cpu",
+                                                            weights_only=False), best)
+        return best
+    if t.average == "best":
+        ranked = sorted(selector.best_k_models.items(), key=lambda kv: float(kv[1]), reverse=selector.mode == "max")
+        paths = [Path(p) for p, _ in ranked]
+    else:
+        steps = next(c for c in trainer.callbacks if isinstance(c, ModelCheckpoint) and c.monitor == "step")
+        paths = sorted((Path(p) for p in steps.best_k_models), key=lambda p: int(p.stem.split("-")[-1]))
+    if not paths:  # no validation ran: nothing to average
+        return best
+    out = ckpt_dir / "averaged.ckpt"
+    average_checkpoints(paths, out, {"average": t.average, "metric": t.checkpoint_metric,
+                                     "checkpoints": [p.name for p in paths]})
+    return out
+
+
+def evaluation_checkpoint(run_dir: Path) -> Path:
+    """The weights a finished run is evaluated (and used as a teacher) with."""
+    averaged = run_dir / "checkpoints" / "averaged.ckpt"
+    return averaged if averaged.is_file() else run_dir / "checkpoints" / "best.ckpt"
 
 
 def inference_device(accelerator: str = "auto") -> str:
@@ -140,7 +195,7 @@ def load_module(checkpoint: str | Path, map_location: str = "cpu") -> tuple[Seq2
 
     path = Path(checkpoint)
     if path.is_dir():
-        path = path / "checkpoints" / "best.ckpt"
+        path = evaluation_checkpoint(path)
     if not path.is_file():
         raise AtnatError(f"checkpoint {path} does not exist")
     module = Seq2SeqModule.load_from_checkpoint(path, map_location=map_location, weights_only=False)

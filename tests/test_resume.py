@@ -1,0 +1,147 @@
+"""Exact resume, atomic checkpoints, damaged checkpoints set aside, appended training logs."""
+import csv
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from atnat.experiments import train as train_module
+from atnat.experiments.checkpoints import resume_point
+from atnat.experiments.config import run_config_from_dict
+from atnat.experiments.train import train
+
+RUN = {
+    "name": "resume",
+    "task": {"name": "fertility", "vocab": 8, "min_len": 2, "max_len": 5, "n_train": 160, "n_valid": 8, "n_test": 8},
+    "decoder": {"name": "at", "input_noise": 0.1},  # input noise: the torch RNG matters
+    "model": {"d_model": 16, "n_heads": 2, "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 1, "dropout": 0.1},
+    "train": {"max_steps": 28, "max_tokens": 96, "val_every_steps": 7, "progress_bar": False, "num_threads": 1},
+    "eval": {"n_bootstrap": 10},
+}
+
+
+class Kill(pl.Callback):
+    """Stops training with an error a few steps after the first last.ckpt (as a kill would)."""
+
+    def __init__(self, at_step: int):
+        self.at_step = at_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step >= self.at_step:
+            raise SystemError("killed")
+
+
+def weights(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+
+
+def run_training(tmp_path: Path, name: str, monkeypatch, kill_at: int | None = None, **train_opts) -> Path:
+    cfg = run_config_from_dict({**RUN, "train": {**RUN["train"], **train_opts}}, "test")
+    run_dir = tmp_path / name
+    if kill_at is not None:
+        make = train_module.make_trainer
+
+        def with_kill(*args, **kwargs):
+            trainer = make(*args, **kwargs)
+            trainer.callbacks.insert(0, Kill(kill_at))
+            return trainer
+
+        monkeypatch.setattr(train_module, "make_trainer", with_kill)
+        with pytest.raises(SystemError, match="killed"):
+            train(cfg, run_dir)
+        monkeypatch.setattr(train_module, "make_trainer", make)
+    train(cfg, run_dir)
+    return run_dir
+
+
+def test_a_resumed_run_trains_exactly_like_an_uninterrupted_one(tmp_path, monkeypatch):
+    # 160 pairs in batches of <= 96 padded tokens: about 12 batches an epoch, so the kill at step 17
+    # falls mid-epoch in the second epoch, after the checkpoint of step 14
+    whole = run_training(tmp_path, "whole", monkeypatch)
+    resumed = run_training(tmp_path, "resumed", monkeypatch, kill_at=17)
+    a, b = weights(whole / "checkpoints" / "last.ckpt"), weights(resumed / "checkpoints" / "last.ckpt")
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
+    assert torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 28
+
+
+def test_the_training_log_is_appended_across_a_resume(tmp_path, monkeypatch):
+    run = run_training(tmp_path, "resumed", monkeypatch, kill_at=17)
+    with open(run / "logs" / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    first = [r for r in rows if r["attempt"] == "1"]
+    second = [r for r in rows if r["attempt"] == "2"]
+    assert first and second, "the first attempt's rows were lost on resume"
+    val_steps = sorted({int(r["step"]) for r in first if r.get("val/loss")})
+    assert val_steps and val_steps[0] < 14  # early validations of the first attempt survive
+    assert max(int(r["step"]) for r in second) >= 25
+
+
+def test_a_damaged_last_checkpoint_is_set_aside_and_the_previous_one_resumes(tmp_path, monkeypatch, capsys):
+    run = run_training(tmp_path, "run", monkeypatch, kill_at=17)  # trained to the end: last.ckpt at step 28
+    ckpts = run / "checkpoints"
+    last = ckpts / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:1000])  # truncated, as after a full disk
+    chosen = resume_point(ckpts)
+    err = capsys.readouterr().err
+    assert chosen == ckpts / "best.ckpt"
+    assert f"checkpoint {last} is damaged" in err and "resuming from" in err
+    assert not last.exists() and list(ckpts.glob("last.ckpt.damaged-*"))
+    (ckpts / "best.ckpt").write_bytes(b"not a zip")
+    assert resume_point(ckpts) is None  # nothing loadable: a fresh start, with a message
+    assert "training starts afresh" in capsys.readouterr().err
+
+
+def test_checkpoints_are_written_through_a_temporary_file(tmp_path, monkeypatch):
+    from atnat.experiments.checkpoints import AtomicCheckpointIO
+
+    target = tmp_path / "x.ckpt"
+    AtomicCheckpointIO().save_checkpoint({"a": torch.ones(2)}, target)
+    original = target.read_bytes()
+
+    def fail(obj, f, *a, **k):
+        f.write(b"partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", fail)
+    with pytest.raises(OSError, match="No space left"):
+        AtomicCheckpointIO().save_checkpoint({"a": torch.zeros(2)}, target)
+    assert target.read_bytes() == original  # the old file is whole
+    assert [p.name for p in tmp_path.iterdir()] == ["x.ckpt"]  # no temporary left behind
+
+
+@pytest.mark.slow
+def test_a_cell_killed_mid_training_resumes_to_the_same_metrics(tmp_path):
+    """The issue's scenario through the CLI: kill -9 after the first last.ckpt, run again."""
+    import json
+    import signal
+    import time
+
+    import pandas as pd
+
+    from tests.test_grid import TINY, run_cli, write_grid
+
+    data = {**TINY, "cells": {"at": TINY["cells"]["at"]},
+            "base": {**TINY["base"], "train": {**TINY["base"]["train"], "max_steps": 400, "val_every_steps": 25},
+                     "model": {**TINY["base"]["model"], "dropout": 0.1}}}
+    grid = write_grid(tmp_path, data)
+    proc = run_cli(["run", str(grid), "--results", "res"], tmp_path)
+    run = tmp_path / "res" / "tiny" / "runs" / "at-s1"
+    deadline = time.time() + 240
+    while not (run / "checkpoints" / "last.ckpt").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (run / "metrics.json").exists(), "the kill came too late to test a mid-training resume"
+    resumed = run_cli(["run", str(grid), "--results", "res"], tmp_path)
+    assert resumed.communicate(timeout=600)[0] is not None and resumed.returncode == 0
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    whole = run_cli(["run", str(grid), "--results", "res"], fresh)
+    assert whole.communicate(timeout=600)[0] is not None and whole.returncode == 0
+    cols = ["cell", "strategy", "bleu", "chrf", "exact_match", "repetition_rate", "length_exact"]
+    a = pd.read_csv(tmp_path / "res" / "tiny" / "results.csv")[cols]
+    b = pd.read_csv(fresh / "res" / "tiny" / "results.csv")[cols]
+    pd.testing.assert_frame_equal(a, b)
+    assert json.loads((run / "train.json").read_text())["global_step"] == 400
