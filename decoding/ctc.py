@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from atnat.decoding.base import Hypotheses, SpecialTokens, Strategy, register_strategy
-from atnat.decoding.length_beam import check_positive
+from atnat.decoding.length_beam import argmax_ordinary, check_positive, never_emitted
 
 NEG_INF = float("-inf")
 
@@ -52,8 +52,9 @@ def ctc_collapse(ids: Tensor, padding_mask: Tensor, blank: int,
 
 
 def best_path(log_probs: Tensor, padding_mask: Tensor, special: SpecialTokens) -> Hypotheses:
-    """log_probs (B, T', V) -> Hypotheses (B, 1, T); score = log-prob of the best path."""
-    slot_scores, ids = log_probs.max(dim=-1)  # (B, T')
+    """log_probs (B, T', V) -> Hypotheses (B, 1, T); score = log-prob of the best path (over
+    blank and ordinary tokens: a slot never emits pad, bos, eos or mask)."""
+    slot_scores, ids = argmax_ordinary(log_probs, never_emitted(special, allow_blank=True), ~padding_mask)  # (B, T')
     slot_scores = slot_scores.masked_fill(padding_mask, 0.0)
     keep = kept_slots(ids, padding_mask, special.blank)  # (B, T')
     tokens, lengths = compact(ids, keep, special.pad)  # (B, T)
@@ -83,8 +84,9 @@ def child_of(beams: Beams) -> Tensor:
     return (same | ~inside).all(dim=3) & one_longer & alive[:, :, None] & alive[:, None, :]
 
 
-def beam_step(beams: Beams, lp: Tensor, blank: int) -> Beams:
-    """Advance by one slot with its log-probs lp (B, V); keep the K best distinct prefixes."""
+def beam_step(beams: Beams, lp: Tensor, blank: int, banned: Tensor | None = None) -> Beams:
+    """Advance by one slot with its log-probs lp (B, V); keep the K best distinct prefixes.
+    `banned` (n,) ids are never appended (pad, bos, eos, mask)."""
     (B, K), V = beams.length.shape, lp.size(1)
     total = torch.logaddexp(beams.blank, beams.nonblank)  # (B, K)
     last = beams.last.clamp(min=0)  # (B, K)
@@ -93,6 +95,8 @@ def beam_step(beams: Beams, lp: Tensor, blank: int) -> Beams:
     repeat = torch.arange(V, device=lp.device) == beams.last[:, :, None]  # (B, K, V)
     ext = lp[:, None, :] + torch.where(repeat, beams.blank[..., None], total[..., None])  # (B,K,V)
     ext[:, :, blank] = NEG_INF  # ext is a fresh tensor
+    if banned is not None:
+        ext[:, :, banned] = NEG_INF
     child = child_of(beams)  # (B, K', K)
     gained = ext.gather(2, last[:, None, :].expand(B, K, K)).transpose(1, 2)  # (B, K', K)
     stay_nonblank = torch.logaddexp(stay_nonblank, gained.masked_fill(~child, NEG_INF).logsumexp(2))
@@ -134,8 +138,9 @@ def prefix_beam_search(log_probs: Tensor, padding_mask: Tensor, special: Special
                   length=torch.zeros(B, K, dtype=torch.long, device=dev),
                   last=torch.full((B, K), -1, dtype=torch.long, device=dev),
                   blank=alive_first, nonblank=dead)  # one alive beam: the empty prefix
+    banned = torch.tensor(never_emitted(special, allow_blank=True), device=dev)
     for t in range(T):
-        moved = beam_step(beams, log_probs[:, t], special.blank)
+        moved = beam_step(beams, log_probs[:, t], special.blank, banned)
         active = ~padding_mask[:, t]  # (B,)
         beams = Beams(*(torch.where(active.view(B, *[1] * (new.dim() - 1)), new, old)
                         for new, old in zip(moved, beams)))

@@ -1,7 +1,9 @@
 """Length candidates shared by the NAT strategies, and the one-pass `length-beam` strategy.
 
-Every sentence tries its l most likely lengths; the C = B * l candidates (sentence-major: rows
-b*l .. b*l+l-1 belong to sentence b) go through the decoder together, one batch per pass.
+Every sentence tries l lengths, the predicted one and its neighbours (argmax, -1, +1, ...); the
+C = B * l candidates (sentence-major: rows b*l .. b*l+l-1 belong to sentence b) go through the
+decoder together, one batch per pass. NAT outputs never contain special symbols: an arg-max that
+lands on one (pad, bos, eos, mask, blank) takes the best ordinary token instead.
 """
 from __future__ import annotations
 
@@ -23,22 +25,29 @@ def check_positive(strategy: str, **fields: int | float) -> None:
 
 
 def top_lengths(length_log_probs: Tensor, l: int, max_len: int | Tensor) -> Tensor:
-    """(B, Lmax+1) log-probs over lengths -> (B, l) the l most likely lengths, best first.
+    """(B, Lmax+1) log-probs over lengths -> (B, l) length candidates: the most likely length and
+    its neighbours in the order argmax, -1, +1, -2, +2, ... (fairseq's length beam), skipping
+    lengths below 1 or above max_len (int or (B,)).
 
-    Length 0 is never chosen; lengths above max_len (int or (B,)) are clamped to it. When l
-    exceeds the Lmax non-zero lengths, the best length fills the remaining columns.
+    Neighbours rather than the l most likely classes: a peaked predictor's runner-up classes can be
+    absurd (a 70-token candidate for an 8-token source); candidates are then ranked by the output's
+    mean token log-prob. When fewer than l lengths are valid, the best one fills the rest.
     """
     B, width = length_log_probs.shape
     if width < 2:
         raise AtnatError(f"the length predictor covers no length >= 1 (it returned {width} column)")
-    never_zero = torch.full_like(length_log_probs[:, :1], float("-inf"))
-    scores = torch.cat([never_zero, length_log_probs[:, 1:]], dim=1)  # (B, Lmax+1)
-    k = min(l, width - 1)
-    top = scores.sort(dim=1, descending=True, stable=True).indices[:, :k]  # (B, k)
-    if k < l:
-        top = torch.cat([top, top[:, :1].expand(B, l - k)], dim=1)  # (B, l)
-    cap = torch.as_tensor(max_len, device=top.device).reshape(-1, 1)  # (B or 1, 1)
-    return top.clamp(min=1).minimum(cap)
+    cap = torch.as_tensor(max_len, device=length_log_probs.device).reshape(-1, 1)  # (B or 1, 1)
+    best = length_log_probs[:, 1:].argmax(dim=1, keepdim=True) + 1  # (B, 1), never length 0
+    best = best.minimum(cap).clamp(min=1)
+    steps = torch.arange(1, l + 1, device=best.device)
+    offsets = torch.stack([-steps, steps], dim=1).flatten()  # -1, +1, -2, +2, ...
+    offsets = torch.cat([offsets.new_zeros(1), offsets])  # (2l+1,)
+    cand = best + offsets[None, :]  # (B, 2l+1)
+    valid = (cand >= 1) & (cand <= cap)
+    order = (~valid).long().argsort(dim=1, stable=True)  # valid candidates first, in offset order
+    cand = cand.gather(1, order)[:, :l]  # (B, l)
+    enough = valid.sum(dim=1, keepdim=True) > torch.arange(l, device=best.device)[None, :]  # (B, l)
+    return torch.where(enough, cand, best)
 
 
 def all_mask_inputs(lengths: Tensor, special: SpecialTokens) -> tuple[Tensor, Tensor]:
@@ -62,17 +71,38 @@ def expand_candidates(model: Any, memory: Any, lengths: Tensor,
     return tokens, padding_mask, memory
 
 
-def best_tokens(log_probs: Tensor, padding_mask: Tensor,
-                special: SpecialTokens) -> tuple[Tensor, Tensor]:
-    """log_probs (C, T, V) -> argmax tokens (C, T) (pad at padding) and their log-probs (0 at pad)."""
-    scores, tokens = log_probs.max(dim=-1)  # (C, T)
+def never_emitted(special: SpecialTokens, *, allow_eos: bool = False, allow_blank: bool = False) -> list[int]:
+    """Special ids a NAT output may not contain: pad, bos, mask, and eos/blank unless allowed."""
+    ids = [special.pad, special.bos, special.mask]
+    return ids + ([] if allow_eos else [special.eos]) + ([] if allow_blank else [special.blank])
+
+
+def argmax_ordinary(log_probs: Tensor, banned: list[int], keep: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """(..., T, V) -> best scores and tokens (..., T) among the ids not in `banned`. Only the rows
+    whose plain arg-max is banned (and `keep` True) are searched again, on a masked copy (one sync)."""
+    scores, tokens = log_probs.max(dim=-1)  # (..., T)
+    ban = torch.tensor(banned, device=tokens.device)
+    bad = torch.isin(tokens, ban) if keep is None else torch.isin(tokens, ban) & keep
+    if bool(bad.any()):
+        redo = log_probs[bad].index_fill(-1, ban, float("-inf")).max(dim=-1)  # (n_bad,) each
+        scores, tokens = scores.clone(), tokens.clone()
+        scores[bad], tokens[bad] = redo.values, redo.indices
+    return scores, tokens
+
+
+def best_tokens(log_probs: Tensor, padding_mask: Tensor, special: SpecialTokens, *,
+                allow_eos: bool = False) -> tuple[Tensor, Tensor]:
+    """log_probs (C, T, V) -> argmax tokens (C, T) (pad at padding) and their log-probs (0 at pad);
+    never a special symbol (eos only with `allow_eos`: fixed-length decoding ends at it)."""
+    scores, tokens = argmax_ordinary(log_probs, never_emitted(special, allow_eos=allow_eos), ~padding_mask)
     return tokens.masked_fill(padding_mask, special.pad), scores.masked_fill(padding_mask, 0.0)
 
 
 def argmax_pass(model: Any, tokens: Tensor, memory: Any, padding_mask: Tensor,
-                special: SpecialTokens) -> tuple[Tensor, Tensor]:
+                special: SpecialTokens, *, allow_eos: bool = False) -> tuple[Tensor, Tensor]:
     """One decoder pass on inputs (C, T) -> argmax tokens (C, T) and their log-probs (C, T)."""
-    return best_tokens(model.forward_parallel(tokens, memory, padding_mask), padding_mask, special)
+    return best_tokens(model.forward_parallel(tokens, memory, padding_mask), padding_mask, special,
+                       allow_eos=allow_eos)
 
 
 def mean_log_prob(positional_scores: Tensor, lengths: Tensor) -> Tensor:
@@ -124,7 +154,7 @@ def decode_lengths(model: Any, memory: Any, lengths: Tensor, special: SpecialTok
 
 
 def predicted_lengths(model: Any, memory: Any, l: int) -> Tensor:
-    """The model's l most likely lengths per sentence: (B, l), within its predictor's range."""
+    """l length candidates per sentence around the model's predicted length: (B, l) (see top_lengths)."""
     length_log_probs = model.predict_length(memory)  # (B, Lmax+1)
     return top_lengths(length_log_probs, l, length_log_probs.size(1) - 1)
 
@@ -132,12 +162,12 @@ def predicted_lengths(model: Any, memory: Any, l: int) -> Tensor:
 @register_strategy("length-beam")
 @dataclass(frozen=True)
 class LengthBeam(Strategy):
-    """One parallel pass over the l most likely lengths; each sentence keeps all l candidates,
+    """One parallel pass over l lengths around the predicted one; each sentence keeps all l candidates,
     ranked by mean token log-prob (Gu et al. 2018's length beam without a teacher)."""
 
     requires: ClassVar[str] = "parallel"
 
-    length_beam: int = 3  # lengths tried per sentence (the predictor's top-l, never 0)
+    length_beam: int = 3  # lengths tried per sentence (argmax, -1, +1, ...; never 0)
 
     def __post_init__(self) -> None:
         check_positive("length-beam", length_beam=self.length_beam)

@@ -70,7 +70,7 @@ class MaskPredict(Strategy):
     requires: ClassVar[str] = "parallel"
 
     iterations: int = 10  # T: decoder passes at most, the first one included
-    length_beam: int = 1  # predicted lengths tried per sentence (the predictor's top-l)
+    length_beam: int = 1  # predicted lengths tried per sentence (argmax, -1, +1, ...)
     early_stop: bool = True  # freeze a candidate after a pass that changed none of its tokens
     record_history: bool = False  # keep the winner's tokens after every pass, each (B, T)
 

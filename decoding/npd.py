@@ -1,6 +1,6 @@
 """`npd`: noisy parallel decoding (Gu et al. 2018): many NAT candidates, re-ranked by an AT teacher.
 
-Candidates are the argmax output for each of the l most likely lengths, plus optional samples
+Candidates are the argmax output for each of l lengths around the predicted one (argmax, -1, +1, ...), plus optional samples
 drawn from the same pass's distributions; all come from ONE NAT pass. The teacher scores them all
 in one teacher-forced batch through the `scorer` the caller passes.
 n_steps counts NAT passes only (always 1); npd always adds exactly one teacher pass on top.
@@ -17,6 +17,7 @@ from atnat.decoding.base import Hypotheses, SpecialTokens, Strategy, register_st
 from atnat.decoding.length_beam import (
     best_tokens,
     check_positive,
+    never_emitted,
     collect,
     expand_candidates,
     predicted_lengths,
@@ -35,7 +36,9 @@ def sample_tokens(log_probs: Tensor, padding_mask: Tensor, n: int, *, temperatur
     """
     C, T, V = log_probs.shape
     safe = log_probs.masked_fill(padding_mask[..., None], 0.0)  # (C, T, V) pad rows harmless
-    probs = (safe / temperature).softmax(dim=-1).reshape(C * T, V)  # (C*T, V)
+    banned = torch.tensor(never_emitted(special), device=log_probs.device)
+    allowed = (safe / temperature).index_fill(-1, banned, float("-inf"))  # never a special symbol
+    probs = allowed.softmax(dim=-1).reshape(C * T, V)  # (C*T, V)
     ids = torch.multinomial(probs, n, replacement=True, generator=generator)  # (C*T, n)
     ids = ids.reshape(C, T, n)  # (C, T, n)
     scores = safe.gather(2, ids).transpose(1, 2)  # (C, n, T)
@@ -50,7 +53,7 @@ class NoisyParallel(Strategy):
 
     requires: ClassVar[str] = "parallel"
 
-    length_beam: int = 5  # predicted lengths tried per sentence (the predictor's top-l)
+    length_beam: int = 5  # predicted lengths tried per sentence (argmax, -1, +1, ...)
     samples_per_length: int = 0  # extra candidates per length, sampled from the same pass
     temperature: float = 1.0  # sampling temperature (divides the log-probs)
     seed: int = 0  # seed of the sampling generator (same seed, same candidates)

@@ -71,7 +71,7 @@ class Parallel(Strategy):
         slots = (src_lengths.float() * self.fixed_len_a + self.fixed_len_b).floor().long()
         slots = slots.clamp(min=1)  # (B,)
         tokens, padding_mask = all_mask_inputs(slots, special)  # (B, T)
-        tokens, positional = argmax_pass(model, tokens, memory_or_state, padding_mask, special)
+        tokens, positional = argmax_pass(model, tokens, memory_or_state, padding_mask, special, allow_eos=True)
         tokens, positional, lengths = cut_at_eos(tokens, positional, slots, special)
         return collect(tokens, positional, lengths, mean_log_prob(positional, lengths), 1,
                        n_steps=1)

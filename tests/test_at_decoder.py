@@ -176,3 +176,19 @@ def test_static_cache_refuses_more_steps_than_planned():
             _, state = model.decoder.step(prev, state)
         with pytest.raises(AtnatError, match="static KV cache of 16 positions is full"):
             model.decoder.step(prev, state)
+
+
+def test_score_sequences_charges_a_pad_id_inside_a_candidate():
+    model = make_model(seed=1)
+    src, prev = random_batch()
+    memory = model.encode(src)
+    tokens = prev[:, 1:].clone()
+    tokens[0, 1] = model.special.pad  # a pad id in the middle of a candidate (not padding)
+    mask = torch.zeros_like(tokens, dtype=torch.bool)
+    with torch.no_grad():
+        got = model.decoder.score_sequences(memory, tokens, mask)
+        inputs = torch.cat([prev[:, :1], tokens], 1)  # BOS y
+        outputs = torch.cat([tokens, torch.full_like(tokens[:, :1], model.special.eos)], 1)  # y EOS
+        lp = model.decoder(inputs, memory)[0].float().log_softmax(-1)
+        every = lp.gather(-1, outputs.unsqueeze(-1)).squeeze(-1).sum(1)  # each position, the pad too
+    torch.testing.assert_close(got, every, atol=1e-4, rtol=1e-4)

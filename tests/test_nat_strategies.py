@@ -38,25 +38,32 @@ def approx(values):
 
 # ---------------------------------------------------------------- length helpers, length-beam
 
-def test_top_lengths_skip_zero_clamp_and_fill():
+def test_length_candidates_are_the_argmax_and_its_neighbours_skip_zero_clamp_and_fill():
     lp = torch.tensor([[0.5, 0.1, 0.3, 0.05, 0.05], [0.1, 0.2, 0.1, 0.1, 0.5]]).log()
-    assert top_lengths(lp, 2, 4).tolist() == [[2, 1], [4, 1]]
-    assert top_lengths(lp, 2, torch.tensor([4, 3])).tolist() == [[2, 1], [3, 1]]
-    assert top_lengths(lp, 6, 4).tolist() == [[2, 1, 3, 4, 2, 2], [4, 1, 2, 3, 4, 4]]
+    assert top_lengths(lp, 2, 4).tolist() == [[2, 1], [4, 3]]  # argmax, then -1, +1, ...; never 0
+    assert top_lengths(lp, 3, 4).tolist() == [[2, 1, 3], [4, 3, 2]]
+    assert top_lengths(lp, 2, torch.tensor([4, 3])).tolist() == [[2, 1], [3, 2]]  # per-sentence cap
+    assert top_lengths(lp, 6, 4).tolist() == [[2, 1, 3, 4, 2, 2], [4, 3, 2, 1, 4, 4]]  # too few: best fills
+
+
+def test_length_candidates_ignore_a_far_away_runner_up_of_a_peaked_predictor():
+    probs = torch.full((1, 71), 1e-6)
+    probs[0, 8], probs[0, 70] = 0.9, 0.09  # an 8-token sentence, and an absurd 70-token mode
+    assert top_lengths(probs.log(), 3, 70).tolist() == [[8, 7, 9]]
     assert pick_best(torch.tensor([0.1, 0.3, 0.3, -1.0, 2.0, 0.0]), 3).tolist() == [1, 4]
 
 
 def test_length_beam_picks_mean_log_prob_not_sum_and_sorts():
     model = nat_model()
     hyp = run(LengthBeam(length_beam=3), model, 1)
-    assert hyp.lengths.tolist() == [[3, 2, 1]]  # predicted order 2, 3, 1; length 0 skipped
+    assert hyp.lengths.tolist() == [[3, 2, 1]]  # candidates 2 (argmax), 1, 3; length 0 skipped
     assert best(hyp, n=0) == ([C, D, A], approx([log(.9), log(.8), log(.4)]),
                               approx((log(.9) + log(.8) + log(.4)) / 3))
     assert best(hyp, n=1) == ([A, B], approx([log(.5), log(.6)]), approx((log(.5) + log(.6)) / 2))
     assert best(hyp, n=2)[0] == [D]
     assert hyp.n_steps == 1 and len(model.calls) == 1
     assert model.orders[0].tolist() == [0, 0, 0]
-    assert model.mask_counts() == [[2, 3, 1]] and model.untouched()
+    assert model.mask_counts() == [[2, 1, 3]] and model.untouched()
 
 
 def test_parallel_with_length_beam_equals_length_beam():
@@ -163,11 +170,11 @@ def test_mask_predict_winner_among_lengths_and_history():
 
 @pytest.mark.parametrize("early_stop, third", [(True, A), (False, B)])
 def test_mask_predict_batch_equals_each_alone(early_stop, third):
-    strategy = MaskPredict(iterations=4, length_beam=2, early_stop=early_stop)
+    strategy = MaskPredict(iterations=4, length_beam=3, early_stop=early_stop)
     together = run(strategy, nat_model(), 0, 1)
     for b, sid in enumerate((0, 1)):
         alone = run(strategy, nat_model(), sid)
-        for n in range(2):
+        for n in range(3):
             tokens, positional, score = best(alone, 0, n)
             assert best(together, b, n) == (tokens, approx(positional), approx(score))
     # sentence 1, length 3: "c d a" converges at once under early stop (sentence 0 goes on);
@@ -308,3 +315,36 @@ def test_registered_with_requirements():
         assert STRATEGIES.get(name).requires == needs
     with pytest.raises(AtnatError, match="beam_size"):
         CTC(beam_size=0)
+
+
+# ---------------------------------------------------------------- special symbols never emitted
+
+def special_model() -> FakeParallel:
+    """Sentence 5, length 3: the arg-max of slot 0 is pad, of slot 1 mask, of slot 2 eos."""
+    from tests.nat_tables import FakeParallel, Slot
+
+    EOS = SPECIAL.eos
+    tables = {(5, 3): [Slot({PAD: 0.5, A: 0.3}), Slot({MASK: 0.6, B: 0.2}), Slot({EOS: 0.7, C: 0.1})]}
+    return FakeParallel(lengths={5: {3: 1.0}}, tables=tables)
+
+
+@pytest.mark.parametrize("strategy", [Parallel(), LengthBeam(length_beam=1), MaskPredict(iterations=2)])
+def test_nat_strategies_never_emit_special_symbols(strategy):
+    tokens, positional, _ = best(run(strategy, special_model(), 5))
+    assert tokens == [A, B, C]
+    assert positional == approx([log(.3), log(.2), log(.1)])  # the model's own log-probs of them
+
+
+def test_npd_samples_never_contain_special_symbols():
+    strategy = NoisyParallel(length_beam=1, samples_per_length=40, temperature=3.0)
+    hyp = run(strategy, special_model(), 5, scorer=lambda t, m, i: torch.zeros(t.size(0)))
+    assert not torch.isin(hyp.tokens, torch.tensor([SPECIAL.bos, SPECIAL.eos, MASK, BLANK])).any()
+    assert bool((hyp.tokens[0, :, :3] != PAD).all())  # no pad inside a candidate
+
+
+def test_ctc_never_emits_special_symbols_but_blank():
+    rows = {0: [{SPECIAL.eos: 0.6, A: 0.3}, {BLANK: 0.9}, {PAD: 0.5, B: 0.4}, {SPECIAL.bos: 0.8, C: 0.1}]}
+    for beam in (1, 3):
+        tokens, _, _ = best(CTC(beam_size=beam).search(FakeCTC(rows), ids(0), src_lengths=torch.tensor([2]),
+                                                       special=SPECIAL))
+        assert tokens == [A, B, C], beam

@@ -146,7 +146,8 @@ class AutoregressiveDecoder(Decoder):
         prev, out = self.shift(batch)
         logits, _ = self.forward(prev, memory)
         lp = F.log_softmax(logits.float(), -1).gather(-1, out.unsqueeze(-1)).squeeze(-1)  # (B, T+1)
-        return lp.masked_fill(out.eq(self.special.pad), 0.0).sum(1)
+        counted = torch.arange(out.size(1), device=out.device)[None, :] <= lengths[:, None]  # (B, T+1) y, EOS
+        return lp.masked_fill(~counted, 0.0).sum(1)  # a pad id inside a candidate is scored, not free
 
     # ---- incremental inference (the StepModel protocol) --------------------------------------
     def init_state(self, memory: EncoderOut, capacity: int = 16,
