@@ -1,0 +1,82 @@
+"""Checkpoint selection and averaging, EMA weights, training loggers."""
+import json
+
+import pytest
+import torch
+
+from atnat.experiments.checkpoints import average_state_dicts
+from atnat.experiments.config import ConfigError, run_config_from_dict
+from atnat.experiments.train import evaluation_checkpoint, train
+
+from tests.test_resume import RUN, run_training, weights
+
+
+def test_averaging_identical_checkpoints_gives_the_same_model():
+    torch.manual_seed(0)
+    state = {"w": torch.randn(7, 5), "b": torch.randn(5) * 1e-3, "steps": torch.tensor(3)}
+    out = average_state_dicts([state, state, state])
+    assert all(torch.equal(out[k], state[k]) for k in state)  # exact, not approximately
+
+
+def test_the_average_of_two_known_weight_sets_is_exact():
+    a = {"w": torch.tensor([1.0, -2.0, 0.5]), "n": torch.tensor([1])}
+    b = {"w": torch.tensor([3.0, 4.0, 0.25]), "n": torch.tensor([2])}
+    out = average_state_dicts([a, b])
+    assert torch.equal(out["w"], torch.tensor([2.0, 1.0, 0.375]))
+    assert torch.equal(out["n"], torch.tensor([2]))  # integer buffers come from the last checkpoint
+    with pytest.raises(Exception, match="different parameters"):
+        average_state_dicts([a, {"v": a["w"], "n": a["n"]}])
+
+
+def test_average_last_writes_the_mean_of_the_last_checkpoints_and_evaluation_uses_it(tmp_path, monkeypatch):
+    run = run_training(tmp_path, "avg", monkeypatch, keep=3, average="last")
+    ckpts = run / "checkpoints"
+    steps = sorted(ckpts.glob("step-*.ckpt"), key=lambda p: int(p.stem.split("-")[1]))
+    assert [p.name for p in steps] == ["step-14.ckpt", "step-21.ckpt", "step-28.ckpt"]  # val every 7, keep 3
+    expected = average_state_dicts([weights(p) for p in steps])
+    got = weights(ckpts / "averaged.ckpt")
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+    assert evaluation_checkpoint(run) == ckpts / "averaged.ckpt"
+    assert json.loads((run / "train.json").read_text())["evaluated_checkpoint"] == "averaged.ckpt"
+    note = torch.load(ckpts / "averaged.ckpt", weights_only=False)["atnat_selection"]
+    assert note["checkpoints"] == [p.name for p in steps]
+
+
+def test_average_best_by_bleu_keeps_the_best_checkpoints(tmp_path, monkeypatch):
+    run = run_training(tmp_path, "best", monkeypatch, keep=2, average="best", checkpoint_metric="bleu")
+    tops = sorted(p.name for p in (run / "checkpoints").glob("top-*.ckpt"))
+    assert len(tops) == 2 and (run / "checkpoints" / "averaged.ckpt").exists()
+    state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["callbacks"]
+    monitors = {v["monitor"] for k, v in state.items() if k.startswith("ModelCheckpoint")}
+    assert monitors == {"val/bleu"}
+    note = torch.load(run / "checkpoints" / "averaged.ckpt", weights_only=False)["atnat_selection"]
+    assert sorted(note["checkpoints"]) == tops and note["metric"] == "bleu"
+
+
+def test_ema_weights_are_evaluated_and_resume_exactly(tmp_path, monkeypatch):
+    whole = run_training(tmp_path, "whole", monkeypatch, ema=0.9)
+    resumed = run_training(tmp_path, "resumed", monkeypatch, kill_at=17, ema=0.9)
+    a = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=False)
+    b = torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=False)
+    for key in ("state_dict", "current_model_state"):  # the EMA weights and the raw ones
+        assert all(torch.equal(a[key][k], b[key][k]) for k in a[key]), key
+    assert not all(torch.equal(a["state_dict"][k], a["current_model_state"][k]) for k in a["state_dict"])
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"average": "mean"}, "average='mean'; valid: none, best, last"),
+    ({"checkpoint_metric": "acc"}, "checkpoint_metric='acc'; valid: loss, bleu"),
+    ({"keep": 0}, "keep must be an integer >= 1"),
+    ({"ema": 1.5}, "ema must be a decay between 0 and 1"),
+    ({"loggers": ["wandb"]}, "unknown logger 'wandb'; valid: csv, tensorboard"),
+])
+def test_bad_selection_options_are_refused_when_read(change, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        run_config_from_dict({**RUN, "train": {**RUN["train"], **change}}, "x.yaml")
+
+
+def test_tensorboard_logger_writes_event_files_beside_the_csv_log(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    run = run_training(tmp_path, "tb", monkeypatch, loggers=["csv", "tensorboard"])
+    assert (run / "logs" / "metrics.csv").exists()
+    assert list((run / "logs" / "tensorboard").glob("events.out.tfevents.*"))
