@@ -153,3 +153,31 @@ def exact_match(hyps: Sequence[str | Sequence[int]], refs: Sequence[str | Sequen
     check_parallel(hyps, refs)
     same = sum(tuple(h) == tuple(r) for h, r in zip(hyps, refs))
     return same / len(hyps)
+
+
+_COMPOUND = __import__("re").compile(r"(\S)-(\S)")
+
+
+def moses_tokenize(lines: Sequence[str], lang: str, *, compound_split: bool = False) -> list[str]:
+    """Moses-tokenised lines (sacremoses, no escaping); with `compound_split`, hyphenated compounds
+    are split as in the WMT en-de evaluations of NAT papers (`a-b` -> `a ##AT##-##AT## b`)."""
+    from sacremoses import MosesTokenizer
+
+    tok = MosesTokenizer(lang=lang)
+    out = [tok.tokenize(line, escape=False, return_str=True) for line in lines]
+    if compound_split:
+        out = [_COMPOUND.sub(r"\1 ##AT##-##AT## \2", line) for line in out]  # one pass, as the papers' script
+    return out
+
+
+def tokenized_bleu(hyps: list[str], refs: Sequence[list[str]] | list[str], *, lang: str,
+                   compound_split: bool = False) -> float:
+    """BLEU on Moses-tokenised text, as NAT papers report it (multi-bleu.perl on tokenised output):
+    comparable with their tables, NOT with sacreBLEU, and always labelled as such. `refs`: one list
+    of references, or several reference streams."""
+    streams = [refs] if refs and isinstance(refs[0], str) else list(refs)
+    for stream in streams:
+        check_parallel(hyps, stream)
+    tokenised = [moses_tokenize(s, lang, compound_split=compound_split) for s in streams]
+    hyp_tok = moses_tokenize(hyps, lang, compound_split=compound_split)
+    return float(bleu_metric("none").corpus_score(hyp_tok, tokenised).score)
