@@ -114,7 +114,16 @@ class EvalSettings:
     split: str = "test"  # split decoded and scored
     strategies: tuple = ({"name": "greedy"},)  # strategies, each {name: ..., options...}
     max_tokens: int = 6000  # token budget of an evaluation batch
-    n_bootstrap: int = 1000  # bootstrap resamples for BLEU confidence intervals
+    n_bootstrap: int = 1000  # resamples for BLEU confidence intervals and the paired significance tests
+    significance: str = "bs"  # paired test against the AT baseline: "bs" bootstrap resampling (Koehn 2004)
+    # or "ar" approximate randomisation (Riezler & Maxwell 2005); Holm-corrected per task
+    compound_split: bool = False  # tokenised BLEU splits hyphenated compounds (##AT##), as WMT en-de papers
+
+    def __post_init__(self) -> None:
+        if self.significance not in ("bs", "ar"):
+            raise ValueError(f"significance={self.significance!r}; valid: bs, ar")
+        if not (isinstance(self.n_bootstrap, int) and self.n_bootstrap >= 1):
+            raise ValueError(f"n_bootstrap must be an integer >= 1, got {self.n_bootstrap!r}")
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
-"""Evaluate a trained run: decode a split with each strategy, score, time, and probe it.
+"""Evaluate a trained run: decode a split with each strategy, score it, and probe the model.
 
-Writes `hyps/<strategy>.txt` and `references.txt` into the run directory and returns the rows and
-curves the grid runner tabulates (the runner writes `metrics.json` last, as the completion mark).
-Timings are medians of repeats after warm-up.
+Writes `hyps/<strategy>.txt` and `references.txt` (plus `references-<k>.txt` for further reference
+streams) into the run directory and returns the rows and curves the grid runner tabulates (the
+runner writes `metrics.json` last, as the completion mark). Speed is measured apart, by the timing
+phase (timing.py): every system of a task side by side in one process.
 """
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -21,23 +21,25 @@ from atnat.models.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule, check_compatible
 
 from atnat.experiments.config import RunConfig, make, named
-from atnat.experiments.data import EncodedSplit, collate, encode_split, make_loader
-from atnat.experiments.metrics import (conditional_error_rate, corpus_quality, exact_match,
-                                       length_accuracy, repetition_rate, variant_mixing_rate)
+from atnat.experiments.data import EncodedSplit, encode_split, make_loader
+from atnat.experiments.checkpoints import atomic_write_bytes
+from atnat.experiments.metrics import (closest_references, conditional_error_rate, corpus_quality, exact_match,
+                                       length_accuracy, repetition_rate, tokenized_bleu, variant_mixing_rate)
 from atnat.experiments.metrics.error_propagation import bleu_by_length
-from atnat.experiments.metrics.speed import measure, peak_memory_mb, reset_peak
 from atnat.experiments.tasks import TaskData
 
 
 @dataclass(frozen=True)
 class SpeedSettings:
-    """How decoding speed is measured."""
+    """How the timing phase measures decoding speed (see timing.py)."""
 
     latency_sentences: int = 32  # sentences decoded one at a time for latency at batch 1
     throughput_sentences: int = 512  # sentences decoded in large batches for throughput
     throughput_batch: int = 64  # sentences per batch in the throughput measurement
-    repeats: int = 3  # timed repeats (median reported)
-    warmup: int = 1  # untimed warm-up runs
+    repeats: int = 3  # timed repeats of every call (the median of each call's repeats is used)
+    warmup: int = 1  # untimed passes over every call before timing
+    bootstrap: int = 1000  # resamples of the sentences (batches) for the speed-up confidence intervals
+    threads: int | None = None  # torch CPU threads while timing (None: torch's default)
 
 
 def build_strategy(spec) -> tuple[str, Strategy]:
@@ -66,7 +68,8 @@ def strategy_label(name: str, s: Strategy) -> str:
 
 
 def teacher_scorer(teacher: Seq2SeqModule | None, src: torch.Tensor) -> dict:
-    """Keyword arguments for strategies that re-rank with an AT teacher (npd), else {}."""
+    """Keyword arguments for strategies that re-rank with an AT teacher (npd), else {}. The
+    teacher's encoder runs here, once per batch (a cost that belongs to the strategy's time)."""
     if teacher is None:
         return {}
     memory = teacher.encode(src)
@@ -92,21 +95,23 @@ def decode_split(module: Seq2SeqModule, split: EncodedSplit, strategy: Strategy,
     hist: list | None = None
     passes = 0
     dev = module.device
-    for batch in make_loader(split, max_tokens, shuffle=False, max_sentences=max_sentences):
-        src, lengths = batch.src.to(dev), batch.src_lengths.to(dev)
-        out = module.decode(src, lengths, strategy, **needs_teacher(strategy, teacher, src))
-        passes += out.n_steps
-        for i, h in zip(batch.ids.tolist(), out.sequences(module.special)):
-            hyps[i] = h
-        if out.history is not None:
-            hist = hist if hist is not None else [None] * len(split)
-            n = out.lengths[:, 0].tolist()
-            for row, i in enumerate(batch.ids.tolist()):
-                hist[i] = [h[row, : n[row]].tolist() for h in out.history]
+    with torch.inference_mode():
+        for batch in make_loader(split, max_tokens, shuffle=False, max_sentences=max_sentences):
+            src, lengths = batch.src.to(dev), batch.src_lengths.to(dev)
+            out = module.decode(src, lengths, strategy, **needs_teacher(strategy, teacher, src))
+            passes += out.n_steps
+            for i, h in zip(batch.ids.tolist(), out.sequences(module.special)):
+                hyps[i] = h
+            if out.history is not None:
+                hist = hist if hist is not None else [None] * len(split)
+                n = out.lengths[:, 0].tolist()
+                for row, i in enumerate(batch.ids.tolist()):
+                    hist[i] = [h[row, : n[row]].tolist() for h in out.history]
     return Decoded(hyps, passes, hist)
 
 
 def needs_teacher(strategy: Strategy, teacher: Seq2SeqModule | None, src: torch.Tensor) -> dict:
+    """The scorer keyword of a strategy that re-ranks with a teacher (npd); {} for the others."""
     if getattr(strategy, "registered_name", "") != "npd":
         return {}
     if teacher is None:
@@ -115,57 +120,34 @@ def needs_teacher(strategy: Strategy, teacher: Seq2SeqModule | None, src: torch.
     return teacher_scorer(teacher, src)
 
 
-def time_decoding(module, split: EncodedSplit, strategy: Strategy, speed: SpeedSettings,
-                  teacher=None) -> dict:
-    """Latency at batch 1, throughput at a large batch, passes per sentence, peak memory."""
-    dev = module.device
-    n1 = min(speed.latency_sentences, len(split))
-    singles = [collate([split[i]]) for i in range(n1)]
-    passes = []
-
-    def run_singles():
-        passes.clear()
-        for b in singles:
-            src = b.src.to(dev)
-            out = module.decode(src, b.src_lengths.to(dev), strategy, **needs_teacher(strategy, teacher, src))
-            passes.append(out.n_steps + (1 if teacher is not None and needs_teacher(strategy, teacher, src) else 0))
-
-    latency = measure(run_singles, warmup=speed.warmup, repeats=speed.repeats, device=dev)
-    nt = min(speed.throughput_sentences, len(split))
-    order = sorted(range(nt), key=lambda i: len(split.src[i]))
-    batches = [collate([split[i] for i in order[j: j + speed.throughput_batch]])
-               for j in range(0, nt, speed.throughput_batch)]
-
-    def run_batches():
-        for b in batches:
-            src = b.src.to(dev)
-            module.decode(src, b.src_lengths.to(dev), strategy, **needs_teacher(strategy, teacher, src))
-
-    reset_peak(dev)
-    through = measure(run_batches, warmup=speed.warmup, repeats=speed.repeats, device=dev)
-    return {"latency_ms_b1": 1000 * latency.median_s / n1, "throughput_sents_s": nt / through.median_s,
-            "decoder_passes": sum(passes) / max(len(passes), 1), "peak_memory_mb": peak_memory_mb(dev)}
-
-
-def score_outputs(hyps: list[list[int]], refs: list[list[int]], ref_txt: list[str], task: TaskData, *,
-                  n_bootstrap: int, detok: Callable[[list[int]], str]) -> tuple[dict, list[str]]:
-    """Quality metrics of detokenised outputs against raw references; error metrics on ids."""
+def score_outputs(hyps: list[list[int]], refs: list[list[list[int]]], ref_txt: list[list[str]], task: TaskData, *,
+                  n_bootstrap: int, detok: Callable[[list[int]], str],
+                  compound_split: bool = False) -> tuple[dict, list[str]]:
+    """Quality metrics of detokenised outputs against raw reference streams (`ref_txt`: one or more
+    lists of strings); exact match, lengths and error metrics on ids against the closest of the
+    reference streams `refs` (each a list of id lists)."""
     hyp_txt = [detok(h) for h in hyps]
     q = corpus_quality(hyp_txt, ref_txt, tokenize=task.bleu_tokenize, n_bootstrap=n_bootstrap)
-    lengths = length_accuracy([len(h) for h in hyps], [len(r) for r in refs])
+    closest = closest_references(hyps, refs)
+    lengths = length_accuracy([len(h) for h in hyps], [len(r) for r in closest])
     row = {"bleu": q.bleu, "chrf": q.chrf, "bleu_ci_low": q.bleu_ci_low, "bleu_ci_high": q.bleu_ci_high,
-           "bleu_signature": q.bleu_signature, "exact_match": exact_match(hyps, refs),
+           "bleu_tok": tokenized_bleu(hyp_txt, ref_txt, lang=task.lang, compound_split=compound_split),
+           "bleu_signature": q.bleu_signature, "bleu_tokenize": task.bleu_tokenize, "n_refs": len(ref_txt),
+           "exact_match": exact_match(hyps, closest),
            "repetition_rate": repetition_rate(hyps), "length_exact": lengths.exact,
            "length_within1": lengths.within_1, "length_mae": lengths.mean_abs_error,
-           "cond_error_delta": conditional_error_rate(hyps, refs).delta,
+           "cond_error_excess": conditional_error_rate(hyps, closest).excess,
            "mixing_rate": variant_mixing_rate(hyps, task.token_variant) if task.token_variant else float("nan")}
     return row, hyp_txt
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a text file through a temporary file in the same folder and a rename."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
 def write_json_atomic(path: Path, data) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2, default=str))
 
 
 @dataclass
@@ -176,44 +158,61 @@ class EvalResult:
 
 
 def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Path, *,
-             teacher: Seq2SeqModule | None = None, speed: SpeedSettings = SpeedSettings(),
-             n_samples: int = 5) -> EvalResult:
-    """Decode cfg.eval.split with every strategy of the run; write hyps and references."""
+             teacher: Seq2SeqModule | None = None, n_samples: int = 5) -> EvalResult:
+    """Decode cfg.eval.split with every strategy of the run; score it; write hyps and references."""
     from atnat.experiments.probes import run_probes
 
     src, tgt = task.splits[cfg.eval.split]
     split = encode_split(task.tokenizer, src, tgt, name=cfg.eval.split, max_len=cfg.train.max_len)
+    refs_txt = task.references(cfg.eval.split)  # raw references: BLEU on detokenised text (sacrebleu default)
+    refs_ids = [split.tgt] + [[task.tokenizer.encode(r)[: cfg.train.max_len] for r in stream]
+                              for stream in refs_txt[1:]]
+    write_references(run_dir, refs_txt)
     (run_dir / "hyps").mkdir(parents=True, exist_ok=True)
-    refs_txt = list(tgt)  # raw references: BLEU is computed on detokenised text (sacrebleu default)
-    (run_dir / "references.txt").write_text("\n".join(refs_txt) + "\n", encoding="utf-8")
     rows, curves, samples, first = [], {"bleu_by_length": [], "iterations": []}, [], None
     for spec in cfg.eval.strategies:
         label, strategy = build_strategy(spec)
         decoded = decode_split(module, split, strategy, max_tokens=cfg.eval.max_tokens, teacher=teacher)
-        row, hyp_txt = score_outputs(decoded.hyps, split.tgt, refs_txt, task, n_bootstrap=cfg.eval.n_bootstrap,
-                                     detok=task.tokenizer.decode)
+        row, hyp_txt = score_outputs(decoded.hyps, refs_ids, refs_txt, task, n_bootstrap=cfg.eval.n_bootstrap,
+                                     detok=task.tokenizer.decode, compound_split=cfg.eval.compound_split)
         row.update(strategy=label, strategy_name=strategy.registered_name,
                    iterations=getattr(strategy, "iterations", float("nan")))
-        row.update(time_decoding(module, split, strategy, speed, teacher))
         rows.append(row)
         first = first if first is not None else decoded.hyps
-        (run_dir / "hyps" / f"{label}.txt").write_text("\n".join(hyp_txt) + "\n", encoding="utf-8")
-        curves["bleu_by_length"].append(bleu_by_length(hyp_txt, refs_txt, tokenize=task.bleu_tokenize)
+        write_text_atomic(run_dir / "hyps" / f"{label}.txt", "\n".join(hyp_txt) + "\n")
+        curves["bleu_by_length"].append(bleu_by_length(hyp_txt, refs_txt[0], tokenize=task.bleu_tokenize)
                                         .assign(strategy=label))
         if decoded.history:
             curves["iterations"].append(iteration_bleu(decoded.history, refs_txt, task).assign(strategy=label))
-        samples += [{"strategy": label, "index": i, "source": src[i], "reference": refs_txt[i],
+        samples += [{"strategy": label, "index": i, "source": src[i], "reference": refs_txt[0][i],
                      "hypothesis": hyp_txt[i]} for i in range(min(n_samples, len(src)))]
     frames = {k: pd.concat(v, ignore_index=True) for k, v in curves.items() if v}
     frames.update(run_probes(module, split, free_running=first, strategy=rows[0]["strategy"]))
     return EvalResult(rows, frames, pd.DataFrame(samples))  # the runner writes metrics.json last
 
 
-def iteration_bleu(history: list[list[list[int]]], refs: list[str], task: TaskData) -> pd.DataFrame:
+def write_references(run_dir: Path, streams: list[list[str]]) -> None:
+    """references.txt (the test targets) and references-2.txt ... for further reference streams."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for k, stream in enumerate(streams, 1):
+        name = "references.txt" if k == 1 else f"references-{k}.txt"
+        write_text_atomic(run_dir / name, "\n".join(stream) + "\n")
+
+
+def read_references(run_dir: Path) -> list[list[str]] | None:
+    """The reference streams written by write_references (None if the run has none)."""
+    first = run_dir / "references.txt"
+    if not first.exists():
+        return None
+    paths = [first] + sorted(run_dir.glob("references-*.txt"), key=lambda p: int(p.stem.split("-")[1]))
+    return [p.read_text(encoding="utf-8").split("\n")[:-1] for p in paths]
+
+
+def iteration_bleu(history: list[list[list[int]]], refs: list[list[str]], task: TaskData) -> pd.DataFrame:
     """BLEU after each mask-predict iteration (sentences that stopped early keep their last output)."""
     n_iter = max(len(h) for h in history)
     out = []
     for it in range(n_iter):
         hyps = [task.tokenizer.decode(h[min(it, len(h) - 1)]) for h in history]
-        out.append({"iteration": it + 1, "bleu": sacrebleu.corpus_bleu(hyps, [refs], tokenize=task.bleu_tokenize).score})
+        out.append({"iteration": it + 1, "bleu": sacrebleu.corpus_bleu(hyps, refs, tokenize=task.bleu_tokenize).score})
     return pd.DataFrame(out)

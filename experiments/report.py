@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from atnat.experiments import figures
+from atnat.experiments.aggregate import INTERVALS, aggregate_seeds, beyond_spread, robust_front, significant
 from atnat.experiments.figures import pareto_front, system_label
 from atnat.models.errors import AtnatError
 
@@ -30,6 +31,13 @@ NUMERIC_COLUMNS = (
 )  # fmt: skip
 REQUIRED_COLUMNS = ("cell", "task", "decoder", "strategy", "guided_attention", *NUMERIC_COLUMNS,
                     "status", "error")  # fmt: skip
+# Columns added since the first results folders: read when present, NaN (or empty) when absent.
+OPTIONAL_NUMERIC = (
+    "seed", "bleu_tok", "bleu_p_holm", "latency_ms_b1_ci_low", "latency_ms_b1_ci_high", "speedup_ci_low",
+    "speedup_ci_high", "throughput_speedup_ci_low", "throughput_speedup_ci_high", "decode_memory_mb",
+    "cond_error_excess", "timing_spread", "n_refs",
+)  # fmt: skip
+OPTIONAL_TEXT = ("family", "p_baseline", "speed_baseline")
 SAMPLE_COLUMNS = ("cell", "strategy", "index", "source", "reference", "hypothesis")
 
 
@@ -81,6 +89,11 @@ def _load_table(root: Path) -> pd.DataFrame:
     table = _read_csv(path, REQUIRED_COLUMNS, NUMERIC_COLUMNS)
     if table is None:
         raise AtnatError(f"{path}: results.csv has no rows")
+    extra = {col: pd.to_numeric(table[col], errors="coerce") if col in table else float("nan")
+             for col in OPTIONAL_NUMERIC}
+    extra |= {col: table[col].fillna("").astype(str) if col in table else "" for col in OPTIONAL_TEXT}
+    table = table.assign(**extra)
+    table["family"] = table["family"].where(table["family"] != "", table["cell"])
     labels = ["cell", "task", "decoder", "strategy"]
     table[labels] = table[labels].astype(str)
     table["status"] = table["status"].fillna("").astype(str).str.strip().str.lower()
@@ -144,35 +157,65 @@ def _length(r: pd.Series) -> str:
     return f"{_pct(r['length_exact'])} / {_pct(r['length_within1'])}" if both else DASH
 
 
-def _bleu_ci(r: pd.Series) -> str:
-    ci = pd.notna(r["bleu_ci_low"]) and pd.notna(r["bleu_ci_high"])
-    return _num(r["bleu"], 2) + (f" [{r['bleu_ci_low']:.2f}, {r['bleu_ci_high']:.2f}]" if ci else "")
+def _spread(r: pd.Series, col: str, digits: int) -> str:
+    """mean ± sd over seeds; with one seed, the value and its 95% interval when it has one."""
+    if pd.isna(r[col]):
+        return DASH
+    if r.get("n_seeds", 1) > 1:
+        return f"{r[col]:.{digits}f} ± {r[f'{col}_sd']:.{digits}f}"
+    low, high = INTERVALS.get(col, (None, None))
+    ci = low and pd.notna(r.get(low)) and pd.notna(r.get(high))
+    return f"{r[col]:.{digits}f}" + (f" [{r[low]:.{digits}f}, {r[high]:.{digits}f}]" if ci else "")
 
 
-# header, source columns (a column is left out when they are all empty for a task), format(row)
+def _p(r: pd.Series) -> str:
+    return _pvalue(r.get("bleu_p_holm_max", r.get("bleu_p_holm")))
+
+
+# header, source columns (a column is left out when they are all empty for a task), format(row of
+# aggregate_seeds). {speed_base} and {p_base} in a header name the task's baselines.
 OVERVIEW_COLUMNS = (
-    ("Cell", ("cell",), lambda r: r["cell"]),
+    ("System", ("family",), lambda r: r["family"]),
     ("Strategy", ("strategy",), lambda r: r["strategy"]),
-    ("BLEU [95% CI]", ("bleu",), _bleu_ci),
+    ("Seeds", ("n_seeds",), lambda r: str(int(r["n_seeds"]))),
+    ("Mixing %", ("mixing_rate",), lambda r: _pct(r["mixing_rate"])),
+    ("BLEU", ("bleu",), lambda r: _spread(r, "bleu", 2)),
+    ("Tok. BLEU", ("bleu_tok",), lambda r: _num(r["bleu_tok"], 2)),
     ("chrF", ("chrf",), lambda r: _num(r["chrf"], 1)),
     ("Exact %", ("exact_match",), lambda r: _pct(r["exact_match"])),
     ("Latency ms (b=1)", ("latency_ms_b1",), lambda r: _auto(r["latency_ms_b1"])),
-    ("Speed-up ×", ("speedup_vs_at",), lambda r: _num(r["speedup_vs_at"], 2)),
+    ("Speed-up × vs {speed_base} (b=1)", ("speedup_vs_at",), lambda r: _spread(r, "speedup_vs_at", 2)),
     ("Throughput sent/s", ("throughput_sents_s",), lambda r: _auto(r["throughput_sents_s"])),
-    ("Thr. speed-up ×", ("throughput_speedup_vs_at",), lambda r: _num(r["throughput_speedup_vs_at"], 2)),
+    ("Thr. speed-up ×", ("throughput_speedup_vs_at",), lambda r: _spread(r, "throughput_speedup_vs_at", 2)),
     ("Passes", ("decoder_passes",), lambda r: _num(r["decoder_passes"], 1)),
+    ("Memory MiB", ("decode_memory_mb",), lambda r: _auto(r["decode_memory_mb"])),
     ("Repetition %", ("repetition_rate",), lambda r: _pct(r["repetition_rate"])),
     ("Length exact / ±1 %", ("length_exact", "length_within1"), _length),
-    ("Mixing %", ("mixing_rate",), lambda r: _pct(r["mixing_rate"])),
-    ("p vs AT", ("bleu_p_vs_at",), lambda r: _pvalue(r["bleu_p_vs_at"])),
+    ("Error excess", ("cond_error_excess",), lambda r: _num(r["cond_error_excess"], 3)),
+    ("p vs {p_base} (Holm)", ("bleu_p_holm",), _p),
 )  # fmt: skip
 
 
+def _baseline_names(part: pd.DataFrame) -> dict[str, str]:
+    """{speed_base}, {p_base}: the baselines named in a task's speed and p-value headers."""
+    def name(col: str, fallback: str) -> str:
+        values = [v for v in part[col].astype(str) if v]
+        if not values:
+            return fallback
+        strategy = values[0].split(" / ")[-1]
+        return f"AT {strategy}"
+    return {"speed_base": name("speed_baseline", "AT greedy"), "p_base": name("p_baseline", "AT")}
+
+
 def overview_table(part: pd.DataFrame) -> pd.DataFrame:
-    """Formatted rows of one task's finished cells, AT baselines first, otherwise in grid order."""
-    rows = part.assign(_nat=part["decoder"] != "at").sort_values("_nat", kind="stable")
-    keep = [(h, fmt) for h, cols, fmt in OVERVIEW_COLUMNS
-            if h in {"Cell", "Strategy"} or rows[list(cols)].notna().to_numpy().any()]  # fmt: skip
+    """Formatted rows of one task's systems (mean over seeds), AT first, otherwise in grid order."""
+    agg = aggregate_seeds(part)
+    rows = agg.assign(_nat=agg["decoder"] != "at").sort_values("_nat", kind="stable")
+    several = bool((rows["n_seeds"] > 1).any())
+    names = _baseline_names(part)
+    keep = [(h.format(**names), fmt) for h, cols, fmt in OVERVIEW_COLUMNS
+            if h in {"System", "Strategy"} or (h == "Seeds" and several)
+            or (h != "Seeds" and rows[list(cols)].notna().to_numpy().any())]  # fmt: skip
     cells = [[fmt(r) for _, fmt in keep] for _, r in rows.iterrows()]
     return pd.DataFrame(cells, columns=[h for h, _ in keep])
 
@@ -226,38 +269,109 @@ class Block:
 
 
 def _summary(g: GridResults) -> str:
-    """One paragraph per grid phrased from the numbers: per task, best AT and best NAT system."""
+    """One paragraph per grid phrased from the numbers: per task, best AT and best NAT system, and
+    whether they differ beyond the seed spread (aggregate.py's rules) or are tied."""
     parts = [_task_summary(task, part) for task, part in _ok(g.table).groupby("task", sort=False)]
     failed, total = g.table.loc[g.table["status"] != "ok", "cell"].nunique(), g.table["cell"].nunique()
     tail = f"; {failed} failed (listed below)." if failed else "."
     return " ".join([*parts, f"{total - failed} of {total} cells finished{tail}"])
 
 
-def _best(part: pd.DataFrame) -> pd.Series | None:
-    scored = part.dropna(subset=["bleu"])
+def _best(agg: pd.DataFrame) -> pd.Series | None:
+    scored = agg.dropna(subset=["bleu"])
     return None if scored.empty else scored.loc[scored["bleu"].idxmax()]
+
+
+def _name(r: pd.Series) -> str:
+    seeds = f", {int(r['n_seeds'])} seeds" if r["n_seeds"] > 1 else ""
+    return f"`{r['family']} / {r['strategy']}` ({r['bleu']:.2f} BLEU{seeds})"
+
+
+def _verdict(nat: pd.Series, at: pd.Series) -> str:
+    """How the best NAT system compares with the best AT one, claimed only beyond the spread."""
+    gap = nat["bleu"] - at["bleu"]
+    beyond = beyond_spread(nat, at, "bleu")
+    tested = str(nat.get("p_baseline", "")).split(" / ")[-1] == at["strategy"]  # p is against that system
+    agrees = significant(nat) if tested else True
+    where = "behind" if gap < 0 else "ahead of"
+    if beyond and agrees:
+        how = "beyond the seed spread" if nat["n_seeds"] > 1 and at["n_seeds"] > 1 else "beyond the 95% intervals"
+        test = " and significant (Holm p < 0.05 in every seed)" if tested else ""
+        return f"{abs(gap):.2f} BLEU {where} it, {how}{test}"
+    several = nat["n_seeds"] > 1 and at["n_seeds"] > 1
+    why = ("not significant in every seed (Holm)" if beyond else
+           "within the spread over seeds" if several else "within the 95% intervals; one seed")
+    return f"tied with it ({gap:+.2f} BLEU, {why})"
+
+
+def _mixing(agg: pd.DataFrame) -> str:
+    """Dialect-like tasks: which systems mix target variants inside a sentence, and how often."""
+    rows = agg.dropna(subset=["mixing_rate"])
+    if rows.empty:
+        return ""
+    ordered = rows.sort_values("mixing_rate", kind="stable")
+    listed = ", ".join(f"`{r['family']} / {r['strategy']}` {100 * r['mixing_rate']:.1f}%" for _, r in ordered.iterrows())
+    return f" Variant mixing (sentences whose words come from more than one target variant): {listed}."
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _task_summary(task: str, part: pd.DataFrame) -> str:
+    """Mixing first where a task measures it; best AT and best NAT system (mean BLEU), the verdict,
+    the NAT speed-ups, and the front of systems not clearly beaten in both BLEU and speed-up."""
+    agg = aggregate_seeds(part)
+    mixing = _mixing(agg)
+    at, nat = _best(agg[agg["decoder"] == "at"]), _best(agg[agg["decoder"] != "at"])
+    rest = f"the best AT system is {_name(at)}" if at is not None else "there is no AT baseline"
+    text = f"On `{task}`:{mixing} {_capital(rest) if mixing else rest}"
+    if nat is None:
+        return text + " and no NAT system."
+    text += f"; the best NAT system is {_name(nat)}"
+    if at is not None:
+        text += ", " + _verdict(nat, at)
+    speed = [f"{nat[c]:.2f}× {how}" for c, how in _SPEEDS if pd.notna(nat[c])]
+    text += f", with a speed-up over AT greedy of {' and '.join(speed)}" if speed else ""
+    front = robust_front(agg, "speedup_vs_at", "bleu")
+    listed = [f"`{r['family']} / {r['strategy']}`" for _, r in front.iterrows()]
+    return text + (f". Not clearly beaten in both BLEU and speed-up: {', '.join(listed)}." if listed else ".")
 
 
 _SPEEDS = (("speedup_vs_at", "at batch 1"), ("throughput_speedup_vs_at", "in large-batch throughput"))
 
 
-def _task_summary(task: str, part: pd.DataFrame) -> str:
-    """Best AT and best NAT system of one task (by BLEU), their gap, the NAT speed-ups, the front."""
-    at, nat = _best(part[part["decoder"] == "at"]), _best(part[part["decoder"] != "at"])
-    text = f"On `{task}`,"
-    if at is not None:
-        text += f" the best AT system is `{at['cell']} / {at['strategy']}` at {at['bleu']:.2f} BLEU"
-    else:
-        text += " there is no AT baseline"
-    if nat is None:
-        return text + " and no NAT system."
-    text += f"; the best NAT system is `{nat['cell']} / {nat['strategy']}` at {nat['bleu']:.2f} BLEU"
-    if at is not None:
-        text += f" ({nat['bleu'] - at['bleu']:+.2f} against that AT system)"
-    speed = [f"{nat[c]:.2f}× {how}" for c, how in _SPEEDS if pd.notna(nat[c])]
-    text += f", with a speed-up over AT greedy of {' and '.join(speed)}" if speed else ""
-    front = [f"`{s}`" for s in system_label(pareto_front(part, "speedup_vs_at", "bleu"))]
-    return text + (f". The BLEU/speed-up Pareto front holds {', '.join(front)}." if front else ".")
+def _definitions(g: GridResults) -> list[Block]:
+    """How the numbers are made: metric definitions the tables rely on."""
+    table, env = g.table, g.environment or {}
+    method = {"bs": "bootstrap resampling", "ar": "approximate randomisation"}.get(env.get("significance"), "")
+    if env.get("n_bootstrap"):
+        method += f" ({env['n_bootstrap']} resamples)"
+    text = [
+        ("BLEU", "sacreBLEU defaults (cased, detokenised; `13a`, or `none` for symbol tasks) against every "
+                 "reference stream of the test set (dialect: every variant). With one seed, [95% bootstrap "
+                 "interval]; with several, mean ± sd over seeds (per-seed rows in results.csv)."),
+        ("Tok. BLEU", "BLEU on Moses-tokenised text (sacremoses), as NAT papers report it: comparable with their "
+                      "tables, not with sacreBLEU."),
+        ("Speed", "measured after training in one process, every system of a task side by side: each test "
+                  "sentence (batch 1) or batch is decoded by every system in turn, in rotating order, repeated, "
+                  "median per call. Speed-up = total time of the AT greedy baseline / the system's, on the same "
+                  "sentences, [95% paired bootstrap interval over sentences] (batches, for throughput)."),
+        ("Memory", "peak memory of a large-batch decode above what the process held before it (CPU: VmHWM "
+                   "reset per call; CUDA: peak allocated tensors)."),
+        ("Error excess", "P(error | previous alignment column an error) − P(error | previous column a match), "
+                         "over Levenshtein alignments with the closest reference, minus the same difference "
+                         "expected if each sentence's errors were in random order: 0 = errors do not follow "
+                         "errors beyond what their number explains; > 0 = they propagate."),
+        ("p", f"paired test{f' ({method})' if method else ''} of BLEU against the task's AT baseline "
+              "(sacrebleu; same sentences), Holm-corrected over the systems of the task and seed; with several "
+              "seeds, the largest over seeds. A difference is stated in the summary only when it exceeds the "
+              "seed spread (or, with one seed, the 95% intervals) and the test agrees."),
+    ]
+    present = {"Tok. BLEU": "bleu_tok", "Memory": "decode_memory_mb", "Error excess": "cond_error_excess"}
+    rows = [(k, v) for k, v in text if k not in present or table[present[k]].notna().any()]
+    return [Block("heading", "How to read the numbers", 2),
+            Block("table", frame=pd.DataFrame(rows, columns=["Column", "Definition"]))]
 
 
 def _reproduce(g: GridResults) -> Block:
@@ -270,10 +384,6 @@ def _reproduce(g: GridResults) -> Block:
 def _overview(g: GridResults) -> list[Block]:
     blocks = [Block("heading", "Overview", 2)]
     env = g.environment or {}
-    if env.get("shared_device_timings"):
-        blocks.append(Block("note", f"Speed caveat: {env['parallel_cells']} cells ran at once on shared devices "
-                            f"({env.get('lanes')}), so latency, throughput and speed-ups were measured under "
-                            "load; rerun with one cell per device for clean timings."))
     ok = _ok(g.table)
     for task, part in ok.groupby("task", sort=False):
         blocks += [Block("heading", f"Task `{task}`", 3), Block("table", frame=overview_table(part))]
@@ -321,7 +431,7 @@ def _environment(g: GridResults) -> list[Block]:
 def build_document(g: GridResults) -> list[Block]:
     """The report as blocks, in section order; draws the figures as a side effect."""
     head = [Block("heading", f"Grid report: {g.name}", 1), Block("para", _summary(g)), _reproduce(g)]
-    return head + _overview(g) + _figures(g) + _samples(g) + _environment(g)
+    return head + _overview(g) + _definitions(g) + _figures(g) + _samples(g) + _environment(g)
 
 
 def _md_cell(text: object) -> str:

@@ -27,9 +27,11 @@ from atnat.experiments.train import (
 )
 
 
-def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings = SpeedSettings()) -> EvalResult | None:
-    """Train (resuming if possible) and evaluate one run; writes everything into run_dir.
-    Returns None in the helper ranks of a DDP run: rank 0 alone evaluates and writes results."""
+def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedSettings()) -> EvalResult | None:
+    """Train (resuming if possible) and evaluate one run; writes everything into run_dir. With
+    `speed`, the run's own strategies are then timed side by side (a grid leaves this to its
+    timing phase: speed=None). Returns None in the helper ranks of a DDP run: rank 0 alone
+    evaluates and writes results."""
     run_dir.mkdir(parents=True, exist_ok=True)
     task = load_task(cfg)
     device = inference_device(cfg.train.accelerator)  # decoding runs where training ran
@@ -53,14 +55,33 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings = SpeedSettings
     module, _ = load_module(best, map_location=device)
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
-    result = evaluate(module, task, cfg, run_dir, teacher=teacher, speed=speed)
-    steps = int(torch.load(best, map_location="cpu", weights_only=False).get("global_step", 0))
-    devices = json.loads((run_dir / "train.json").read_text())["world_size"]
+    result = evaluate(module, task, cfg, run_dir, teacher=teacher)
+    info = json.loads((run_dir / "train.json").read_text())
     for row in result.rows:
-        row.update(train_steps=steps, train_time_s=train_time, train_devices=devices,
+        row.update(train_steps=info["global_step"], train_time_s=train_time, train_devices=info["world_size"],
                    distill_bleu=distill_meta["bleu_vs_references"] if distill_meta else float("nan"))
+    if speed is not None:
+        time_own_strategies(cfg, run_dir, module, teacher, speed, result)
     save_cell_outputs(run_dir, result)
     return result
+
+
+def time_own_strategies(cfg: RunConfig, run_dir: Path, module, teacher, speed: SpeedSettings,
+                        result: EvalResult) -> None:
+    """A single run (`atnat train`): its strategies timed side by side; speed-ups against its own
+    greedy when it is a plain AT run."""
+    from atnat.experiments.distill import checkpoint_stamp
+    from atnat.experiments.evaluate import build_strategy
+    from atnat.experiments.timing import COLUMNS, System, plain_at, time_systems
+
+    tokenizer = load_task(cfg).tokenizer
+    sources = [tokenizer.encode(line)[: cfg.train.max_len] for line in load_task(cfg).splits[cfg.eval.split][0]]
+    systems = [System(cfg.name, label, module, strategy, sources, teacher, checkpoint_stamp(run_dir))
+               for label, strategy in (build_strategy(spec) for spec in cfg.eval.strategies)]
+    baselines = {cfg.name: (cfg.name, "greedy")} if plain_at(cfg) else {}
+    timing = time_systems(systems, speed, baselines).set_index("strategy")
+    for row in result.rows:
+        row.update({c: timing.loc[row["strategy"], c] for c in COLUMNS if c not in ("cell", "strategy", "fingerprint")})
 
 
 def _name(spec) -> str:
@@ -90,7 +111,8 @@ def describe(cell: Cell) -> dict:
     cfg = cell.config
     loss, dec_opts = cfg.loss or {}, {k: v for k, v in cfg.decoder.items() if k != "name"} \
         if isinstance(cfg.decoder, dict) else {}
-    return {"cell": cell.name, "variant": cell.variant, "task": cell.labels.get("task", cfg.task_name),
+    family = cell.name[: -len(f"-s{cell.seed}")] if cell.name.endswith(f"-s{cell.seed}") else cell.name
+    return {"cell": cell.name, "family": family, "variant": cell.variant, "task": cell.labels.get("task", cfg.task_name),
             "decoder": cfg.decoder_name, "seed": cell.seed, "distilled": cfg.distill is not None,
             "guided_attention": float(loss.get("guided_attention_weight", 0) or 0) > 0,
             "options": ", ".join(f"{k}={v}" for k, v in dec_opts.items()), "teacher": cell.teacher or ""}
@@ -116,13 +138,10 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
         print(pd.DataFrame([describe(c) | {"strategies": len(c.config.eval.strategies)} for c in cells])
               .to_string(index=False))
         return out
-    from atnat.experiments.scheduler import make_lanes, shared
+    from atnat.experiments.scheduler import make_lanes
 
     lanes = make_lanes(workers, devices)
     parallel = len(lanes) > 1 or any(c.config.train.devices not in (1, "1") for c in cells)  # DDP: own process
-    if shared(lanes):
-        print(f"note: {len(lanes)} cells run at once on {'the CPU' if lanes[0].gpu is None else 'shared GPUs'}; "
-              "their speed columns are measured under that load (the report says so)", file=sys.stderr)
     started = time.time()
     from rich.progress import Progress
 
@@ -131,19 +150,25 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
         if parallel:
             _run_in_workers(grid, cells, lanes, progress, bar, results_root=results_root, smoke=smoke)
         else:
-            speed = SpeedSettings(**grid.speed)
             for cell in cells:
                 run_dir = Path(cell.config.output_dir)
                 progress.update(bar, description=f"{grid.name}: {cell.name}")
                 if cell_status(run_dir) != "ok":
-                    run_one(cell, run_dir, speed)
+                    run_one(cell, run_dir)
                 progress.advance(bar)
+        progress.update(bar, description=f"{grid.name}: timing phase")
+        timing_phase(grid, out)
     table = tabulate(grid, out, describe)
     command = "atnat " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else f"atnat run {path}"
     env = environment(grid, time.time() - started, command)
+    if grid.cells:
+        env.update(significance=grid.cells[0].config.eval.significance,
+                   n_bootstrap=grid.cells[0].config.eval.n_bootstrap)
     env["parallel_cells"] = len(lanes) if parallel else 1
     env["lanes"] = ", ".join(lane.gpu or "cpu" for lane in lanes)
-    env["shared_device_timings"] = parallel and shared(lanes)
+    env["timing"] = (f"timing phase after training: every system of a task side by side in one process, "
+                     f"{SpeedSettings(**grid.speed).threads or torch.get_num_threads()} CPU threads" if device_is_cpu(grid)
+                     else "timing phase after training: every system of a task side by side in one process")
     write_json_atomic(out / "environment.json", env)
     from atnat.experiments.report import write_report
 
@@ -178,13 +203,29 @@ def run_named_cell(path, cell_name: str, *, results_root: Path = Path("results")
     cell = cells[cell_name]
     run_dir = Path(cell.config.output_dir)
     if cell_status(run_dir) != "ok":
-        run_one(cell, run_dir, SpeedSettings(**grid.speed))
+        run_one(cell, run_dir)
 
 
-def run_one(cell: Cell, run_dir: Path, speed: SpeedSettings) -> None:
-    """Run a cell; a failure is recorded with its error and does not stop the grid."""
+def device_is_cpu(grid) -> bool:
+    return bool(grid.cells) and inference_device(grid.cells[0].config.train.accelerator) == "cpu"
+
+
+def timing_phase(grid, out: Path) -> None:
+    """Time every finished cell's strategies side by side (timing.py), into out/timing.csv."""
+    from atnat.experiments.timing import time_grid
+
+    done = [c for c in grid.cells if cell_status(Path(c.config.output_dir)) == "ok"]
+    if not done:
+        return
+    device = inference_device(done[0].config.train.accelerator)
+    time_grid(done, out, SpeedSettings(**grid.speed), device)
+
+
+def run_one(cell: Cell, run_dir: Path) -> None:
+    """Run a cell (its speed is measured later, by the grid's timing phase); a failure is recorded
+    with its error and does not stop the grid."""
     try:
-        run_cell(cell.config, run_dir, speed)
+        run_cell(cell.config, run_dir, speed=None)
     except KeyboardInterrupt:
         raise
     except Exception as err:  # noqa: BLE001  (any failure of a cell is recorded, the grid goes on)

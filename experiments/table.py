@@ -11,14 +11,22 @@ from pathlib import Path
 import pandas as pd
 
 from atnat.experiments.grid import Grid
-from atnat.experiments.metrics import paired_significance
+from atnat.experiments.evaluate import read_references
+from atnat.experiments.metrics import holm, paired_significance
 
 CURVES = ("position_accuracy", "prefix_corruption", "bleu_by_length", "iterations", "attention")
-COLUMNS = ["cell", "task", "decoder", "strategy", "strategy_name", "iterations", "seed", "distilled",
-           "guided_attention", "options", "bleu", "chrf", "bleu_ci_low", "bleu_ci_high", "bleu_p_vs_at",
-           "exact_match", "latency_ms_b1", "throughput_sents_s", "speedup_vs_at", "throughput_speedup_vs_at",
+COLUMNS = ["cell", "family", "task", "decoder", "strategy", "strategy_name", "iterations", "seed", "distilled",
+           "guided_attention", "options", "bleu", "bleu_tok", "chrf", "bleu_ci_low", "bleu_ci_high",
+           "bleu_p_vs_at", "bleu_p_holm", "p_baseline", "exact_match", "latency_ms_b1", "latency_ms_b1_ci_low",
+           "latency_ms_b1_ci_high", "throughput_sents_s", "speedup_vs_at", "speedup_ci_low", "speedup_ci_high",
+           "throughput_speedup_vs_at", "throughput_speedup_ci_low", "throughput_speedup_ci_high", "speed_baseline",
            "decoder_passes", "repetition_rate", "length_exact", "length_within1", "length_mae", "mixing_rate",
-           "cond_error_delta", "peak_memory_mb", "distill_bleu", "train_steps", "train_time_s", "status", "error"]
+           "cond_error_excess", "decode_memory_mb", "timing_spread", "n_refs", "bleu_tokenize", "distill_bleu",
+           "train_steps", "train_time_s", "status", "error"]
+TIMING = ["latency_ms_b1", "latency_ms_b1_ci_low", "latency_ms_b1_ci_high", "throughput_sents_s",
+          "speedup_vs_at", "speedup_ci_low", "speedup_ci_high", "throughput_speedup_vs_at",
+          "throughput_speedup_ci_low", "throughput_speedup_ci_high", "speed_baseline", "decoder_passes",
+          "decode_memory_mb", "timing_spread"]
 
 
 def baseline_cells(df: pd.DataFrame) -> dict[tuple, str]:
@@ -28,43 +36,49 @@ def baseline_cells(df: pd.DataFrame) -> dict[tuple, str]:
     return {key: grp.cell.iloc[0] for key, grp in plain.groupby(["task", "seed"])}
 
 
-def add_comparisons(df: pd.DataFrame, runs: Path) -> pd.DataFrame:
-    """speedup_vs_at (AT greedy latency / latency), throughput ratio, p-value vs the AT baseline."""
+def add_significance(df: pd.DataFrame, runs: Path, *, method: str = "bs", n: int = 1000) -> pd.DataFrame:
+    """p-value of each system's BLEU difference to the task's AT baseline (the plain AT cell of the
+    same seed, its beam strategy if it has one, else its first), paired on the same test sentences;
+    `bleu_p_holm`: Holm-corrected over the systems compared within that task and seed; `p_baseline`
+    names the baseline."""
     df = df.copy()
-    for col in ("speedup_vs_at", "throughput_speedup_vs_at", "bleu_p_vs_at"):
+    for col in ("bleu_p_vs_at", "bleu_p_holm"):
         df[col] = float("nan")
+    df["p_baseline"] = ""
     for (task, seed), base in baseline_cells(df).items():
         rows = df[(df.task == task) & (df.seed == seed) & (df.status == "ok")]
         base_rows = df[(df.cell == base)]
-        greedy = base_rows[base_rows.strategy_name == "greedy"]
-        if len(greedy):
-            df.loc[rows.index, "speedup_vs_at"] = greedy.latency_ms_b1.iloc[0] / rows.latency_ms_b1
-            df.loc[rows.index, "throughput_speedup_vs_at"] = rows.throughput_sents_s / greedy.throughput_sents_s.iloc[0]
         ref_strategy = next((s for s in base_rows.strategy if s.startswith("beam")), base_rows.strategy.iloc[0])
         base_hyps = read_hyps(runs / base / "hyps" / f"{ref_strategy}.txt")
-        refs = read_refs(runs / base)
+        refs = read_references(runs / base)
         if base_hyps is None or refs is None:
             continue
-        tokenize = "none" if base_rows.get("bleu_signature", pd.Series([""])).astype(str).str.contains(
-            "tok:none").any() else "13a"
+        tokenize = str(base_rows.bleu_tokenize.iloc[0]) if "bleu_tokenize" in base_rows and \
+            base_rows.bleu_tokenize.notna().any() else "13a"
         systems = {i: h for i, r in rows.iterrows() if not (r.cell == base and r.strategy == ref_strategy)
                    and (h := read_hyps(runs / r.cell / "hyps" / f"{r.strategy}.txt")) is not None
-                   and len(h) == len(refs)}
-        if systems:
-            pvals = paired_significance(base_hyps, {str(k): v for k, v in systems.items()}, refs,
-                                        tokenize=tokenize, n=200)
-            for k, p in pvals.items():
-                df.loc[int(k), "bleu_p_vs_at"] = p
+                   and len(h) == len(refs[0])}
+        if not systems:
+            continue
+        pvals = paired_significance(base_hyps, {str(k): v for k, v in systems.items()}, refs,
+                                    tokenize=tokenize, n=n, method=method)
+        adjusted = holm(pvals)
+        for k, p in pvals.items():
+            df.loc[int(k), ["bleu_p_vs_at", "bleu_p_holm"]] = p, adjusted[k]
+        df.loc[rows.index, "p_baseline"] = f"{base} / {ref_strategy}"
     return df
+
+
+def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None) -> pd.DataFrame:
+    """The timing phase's columns (timing.csv) joined on (cell, strategy)."""
+    if timing is None or timing.empty:
+        return df
+    keep = timing[["cell", "strategy", *[c for c in TIMING if c in timing]]]
+    return df.drop(columns=[c for c in TIMING if c in df]).merge(keep, on=["cell", "strategy"], how="left")
 
 
 def read_hyps(path: Path) -> list[str] | None:
     return path.read_text(encoding="utf-8").split("\n")[:-1] if path.exists() else None
-
-
-def read_refs(run_dir: Path) -> list[str] | None:
-    path = run_dir / "references.txt"
-    return read_hyps(path)
 
 
 def tabulate(grid: Grid, out: Path, describe) -> pd.DataFrame:
@@ -87,7 +101,10 @@ def tabulate(grid: Grid, out: Path, describe) -> pd.DataFrame:
                 curves[name].append(pd.read_csv(path).assign(cell=cell.name))
         if (run_dir / "samples.csv").exists():
             samples.append(pd.read_csv(run_dir / "samples.csv").assign(cell=cell.name))
-    df = add_comparisons(pd.DataFrame(rows), runs)
+    timing_path = out / "timing.csv"
+    df = add_timing(pd.DataFrame(rows), pd.read_csv(timing_path) if timing_path.exists() else None)
+    ev = grid.cells[0].config.eval if grid.cells else None
+    df = add_significance(df, runs, method=ev.significance if ev else "bs", n=ev.n_bootstrap if ev else 1000)
     for col in COLUMNS:
         if col not in df:
             df[col] = float("nan")
@@ -109,6 +126,26 @@ def write_csv(df: pd.DataFrame, path: Path) -> None:
     tmp.replace(path)
 
 
+def cpu_info() -> dict:
+    """The CPU model and the vector instruction set torch uses: results move between AVX2 and AVX-512."""
+    import torch
+
+    model = platform.processor() or platform.machine()
+    flags: set[str] = set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and ":" in line:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    vector = [f for f in ("avx512f", "avx512_bf16", "amx_tile", "avx2", "fma", "neon", "asimd") if f in flags]
+    capability = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else ""
+    return {"cpu_model": model, "cpu_flags": " ".join(vector), "torch_cpu_capability": capability,
+            "cpu_count": __import__("os").cpu_count()}
+
+
 def environment(grid: Grid, wall_time: float, command: str) -> dict:
     import pytorch_lightning
     import sacrebleu
@@ -121,7 +158,7 @@ def environment(grid: Grid, wall_time: float, command: str) -> dict:
         commit = ""
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else \
         f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-    return {"command": command, "device": device, "python": platform.python_version(), "torch": torch.__version__,
-            "lightning": pytorch_lightning.__version__, "sacrebleu": sacrebleu.__version__,
+    return {"command": command, "device": device, **cpu_info(), "python": platform.python_version(),
+            "torch": torch.__version__, "lightning": pytorch_lightning.__version__, "sacrebleu": sacrebleu.__version__,
             "wall_time_s": round(wall_time, 1), "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - wall_time)),
             "git_commit": commit, "grid": str(grid.path)}

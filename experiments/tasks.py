@@ -27,6 +27,13 @@ class TaskData:
     tokenizer: object
     bleu_tokenize: str = "13a"  # sacrebleu tokenizer: "none" for symbol tasks
     token_variant: dict[int, int] = field(default_factory=dict)  # dialect: target id -> variant
+    extra_references: dict[str, list[list[str]]] = field(default_factory=dict)  # split -> further
+    # reference streams beside the targets (dialect: every variant of each sentence)
+    lang: str = "en"  # target language (Moses tokenisation of the paper-comparable BLEU)
+
+    def references(self, split: str) -> list[list[str]]:
+        """Every reference stream of a split: the targets first, then the extra ones."""
+        return [list(self.splits[split][1]), *self.extra_references.get(split, [])]
 
 
 class Task(ABC):
@@ -79,19 +86,28 @@ class SyntheticTask(Task):
         if not 1 <= o.min_len <= o.max_len:
             raise AtnatError(f"task options min_len={o.min_len}, max_len={o.max_len}: need 1 <= min_len <= max_len")
         sym = self.symbols()
-        splits = {}
+        splits, extra = {}, {}
         for k, (name, n) in enumerate(zip(SPLITS, (o.n_train, o.n_valid, o.n_test))):
             rng = random.Random(o.seed * 1000 + k)
-            pairs = []
+            pairs, sources = [], []
             for _ in range(n):
                 src = [rng.randrange(o.vocab) for _ in range(rng.randint(o.min_len, o.max_len))]
+                sources.append(src)
                 pairs.append((" ".join(sym[i] for i in src), " ".join(self.transform(src, rng))))
             splits[name] = ([s for s, _ in pairs], [t for _, t in pairs])
+            others = self.other_references(sources)
+            if others:
+                extra[name] = others
         tok = SymbolTokenizer(sym + [s for s in self.target_symbols() if s not in sym])
-        return TaskData(splits, tok, bleu_tokenize="none", token_variant=self.token_variant(tok))
+        return TaskData(splits, tok, bleu_tokenize="none", token_variant=self.token_variant(tok),
+                        extra_references=extra)
 
     def token_variant(self, tok: SymbolTokenizer) -> dict[int, int]:
         return {}
+
+    def other_references(self, sources: list[list[int]]) -> list[list[str]]:
+        """Reference streams besides the sampled targets: every other correct output (none here)."""
+        return []
 
 
 @register_task("copy")
@@ -132,6 +148,11 @@ class DialectTask(SyntheticTask):
     def transform(self, src, rng):
         m = rng.randrange(self.options.variants)
         return [f"v{m}x{i}" for i in src]
+
+    def other_references(self, sources):
+        """Every variant is a correct translation: scoring against the sampled one alone would make
+        BLEU a coin flip (the variant of a test reference is drawn independently of its source)."""
+        return [[" ".join(f"v{m}x{i}" for i in src) for src in sources] for m in range(self.options.variants)]
 
     def token_variant(self, tok: SymbolTokenizer) -> dict[int, int]:
         return {tok.index[s]: int(s[1:s.index("x")]) for s in self.target_symbols()}
@@ -202,4 +223,4 @@ class ParallelTask(Task):
         train_src, train_tgt = splits["train"]
         tok = SentencePieceTokenizer.train(train_src + train_tgt, vocab_size=o.vocab_size,
                                            cache_dir=self.cache_dir)
-        return TaskData(splits, tok, bleu_tokenize="13a")
+        return TaskData(splits, tok, bleu_tokenize="13a", lang=o.tgt)

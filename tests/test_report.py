@@ -88,8 +88,12 @@ def report(tmp_path_factory):
     return root, md.read_text(encoding="utf-8"), html.read_text(encoding="utf-8")
 
 
+SPEED = "Speed-up × vs AT greedy (b=1)"
+P_COPY = "p vs AT beam5 (Holm)"
+
+
 def row_of(table: list[dict[str, str]], cell: str, strategy: str) -> dict[str, str]:
-    (row,) = [r for r in table if r["Cell"] == cell and r["Strategy"] == strategy]
+    (row,) = [r for r in table if r["System"] == cell.removesuffix("-s1") and r["Strategy"] == strategy]
     return row
 
 
@@ -97,15 +101,16 @@ def test_overview_numbers_read_back(report):
     _, md, _ = report
     copy = tables_under(md, "Task `copy`")[0]
     at = row_of(copy, "copy-at-s1", "greedy")
-    assert at["BLEU [95% CI]"] == "37.12 [35.80, 38.44]"
+    assert at["BLEU"] == "37.12 [35.80, 38.44]" and at["Tok. BLEU"] == "38.62"
     assert (at["chrF"], at["Exact %"], at["Latency ms (b=1)"]) == ("61.3", "12.5", "12.3")
-    assert (at["Speed-up ×"], at["Throughput sent/s"], at["Passes"]) == ("1.00", "1520", "11.2")
-    assert at["p vs AT"] == "–"  # the baseline is not tested against itself
+    assert (at[SPEED], at["Throughput sent/s"], at["Passes"]) == ("1.00 [0.90, 1.10]", "1520", "11.2")
+    assert at[P_COPY] == "–"  # the baseline is not tested against itself
     cmlm = row_of(copy, "copy-cmlm-kd-s1", "mask-predict-4")
     assert (cmlm["Length exact / ±1 %"], cmlm["Repetition %"]) == ("45.0 / 80.0", "3.4")
-    assert cmlm["p vs AT"] == "0.040"
+    assert cmlm[P_COPY] == "0.080"  # Holm-adjusted, not the raw 0.040
     assert (cmlm["Latency ms (b=1)"], cmlm["Thr. speed-up ×"]) == ("3.20", "2.70")
-    assert row_of(copy, "copy-cmlm-kd-s1", "length-beam-3")["p vs AT"] == "<0.001"
+    assert row_of(copy, "copy-cmlm-kd-s1", "length-beam-3")[P_COPY] == "<0.001"
+    assert "Seeds" not in at  # one seed: no seeds column, intervals instead of spreads
     assert row_of(copy, "copy-ctc-s1", "ctc")["Length exact / ±1 %"] == "–"
 
 
@@ -115,15 +120,14 @@ def test_every_finished_row_appears_once_with_its_bleu_and_speedup(report):
         if r["status"] != "ok":
             continue
         row = row_of(tables_under(md, f"Task `{r['task']}`")[0], r["cell"], r["strategy"])
-        assert row["BLEU [95% CI]"].split()[0] == f"{r['bleu']:.2f}"
-        assert float(row["Speed-up ×"]) == pytest.approx(r["speedup_vs_at"], abs=0.005)
+        assert row["BLEU"].split()[0] == f"{r['bleu']:.2f}"
+        assert float(row[SPEED].split()[0]) == pytest.approx(r["speedup_vs_at"], abs=0.005)
 
 
 def test_at_baselines_first_and_empty_columns_left_out(report):
     _, md, _ = report
     copy, dialect = tables_under(md, "Task `copy`")[0], tables_under(md, "Task `dialect`")[0]
-    assert [r["Cell"] for r in copy] == ["copy-at-s1", "copy-at-s1", "copy-cmlm-kd-s1", "copy-cmlm-kd-s1",
-                                         "copy-ctc-s1"]  # fmt: skip
+    assert [r["System"] for r in copy] == ["copy-at", "copy-at", "copy-cmlm-kd", "copy-cmlm-kd", "copy-ctc"]
     assert "Mixing %" not in copy[0]  # no copy cell has a mixing rate
     assert [r["Mixing %"] for r in dialect] == ["2.0", "31.5"]
 
@@ -133,21 +137,44 @@ def test_failed_cell_listed_with_its_message_not_in_overview(report):
     ((failed,),) = tables_under(md, "Failed cells")
     assert failed["Cell"] == fx.FAILED_CELL and failed["Status"] == "failed"
     assert failed["Error"] == " ".join(fx.FAILED_ERROR.split())  # pipe kept, newline flattened
-    assert all(r["Cell"] != fx.FAILED_CELL for r in tables_under(md, "Task `copy`")[0])
+    assert all(r["System"] != fx.FAILED_CELL.removesuffix("-s1") for r in tables_under(md, "Task `copy`")[0])
 
 
 def test_summary_is_phrased_from_the_numbers(report):
     _, md, _ = report
     summary = md.split("\n\n")[1]
-    assert "best AT system is `copy-at-s1 / beam5` at 38.05 BLEU" in summary
-    assert "best NAT system is `copy-cmlm-kd-s1 / mask-predict-4` at 35.50 BLEU (-2.55" in summary
+    assert "the best AT system is `copy-at / beam5` (38.05 BLEU)" in summary
+    # 35.50 [34.0, 36.9] against 38.05 [36.7, 39.4]: the intervals overlap, so no claim is made
+    assert "the best NAT system is `copy-cmlm-kd / mask-predict-4` (35.50 BLEU), tied with it " \
+           "(-2.55 BLEU, within the 95% intervals; one seed)" in summary  # fmt: skip
     assert "speed-up over AT greedy of 3.86× at batch 1 and 2.70× in large-batch throughput" in summary
-    assert "`dialect-nat-s1 / parallel` at 41.87 BLEU (-10.53" in summary and "8.00×" in summary
-    # length-beam-3 (3.01×, 35.20) is dominated by mask-predict-4 (3.86×, 35.50)
-    assert "front holds `copy-at-s1 / beam5`, `copy-at-s1 / greedy`, `copy-cmlm-kd-s1 / mask-predict-4`, " \
-           "`copy-ctc-s1 / ctc`." in summary  # fmt: skip
+    # dialect: 41.87 [39.5, 44.1] vs 52.40 [50.1, 54.6] do not overlap; p is against greedy, Holm 0.0004
+    assert "`dialect-nat / parallel` (41.87 BLEU), 10.53 BLEU behind it, beyond the 95% intervals and " \
+           "significant" in summary  # fmt: skip
+    assert "On `dialect`: Variant mixing (sentences whose words come from more than one target variant): " \
+           "`dialect-at / greedy` 2.0%, `dialect-nat / parallel` 31.5%." in summary  # fmt: skip
+    # length-beam-3 (3.01× [2.71, 3.31], 35.20) is beaten by mask-predict-4 (3.86× [3.47, 4.25], 35.50):
+    # no worse in BLEU, faster beyond both intervals
+    assert "Not clearly beaten in both BLEU and speed-up: `copy-at / beam5`, `copy-at / greedy`, " \
+           "`copy-cmlm-kd / mask-predict-4`, `copy-ctc / ctc`." in summary
     assert "5 of 6 cells finished; 1 failed" in summary
     assert f"To reproduce: `{fx.COMMAND}`" in md
+
+
+def test_several_seeds_give_mean_and_spread_and_claims_only_beyond_it(tmp_path):
+    root = fx.build_results(tmp_path)
+    table = fx.with_seeds(fx.results_frame(), {2: 1.0, 3: -1.0})  # BLEU 37.12 / 38.12 / 36.12 ...
+    table.to_csv(root / "results.csv", index=False)
+    md = write_report(root)[0].read_text(encoding="utf-8")
+    copy = tables_under(md, "Task `copy`")[0]
+    at = row_of(copy, "copy-at-s1", "greedy")
+    assert at["Seeds"] == "3" and at["BLEU"] == "37.12 ± 1.00"
+    summary = md.split("\n\n")[1]
+    # copy: NAT 34.50-36.50 vs AT beam 37.05-39.05: ranges do not overlap, but Holm p = 0.08 > 0.05
+    assert "`copy-cmlm-kd / mask-predict-4` (35.50 BLEU, 3 seeds), tied with it (-2.55 BLEU, not " \
+           "significant in every seed (Holm))" in summary  # fmt: skip
+    assert "10.53 BLEU behind it, beyond the seed spread and significant" in summary
+    assert len(pd.read_csv(root / "results.csv")) == 3 * len(fx.ROWS)  # per-seed rows stay
 
 
 def test_every_figure_is_a_png_linked_from_the_markdown(report):
@@ -264,9 +291,9 @@ def test_summary_without_at_baseline_or_speedups(tmp_path):
     table = table[table["decoder"] != "at"].assign(speedup_vs_at=None, throughput_speedup_vs_at=None)
     table.to_csv(root / "results.csv", index=False)
     summary = report_module._summary(load_results(root))
-    assert summary.startswith("On `copy`, there is no AT baseline; the best NAT system is "
-                              "`copy-cmlm-kd-s1 / mask-predict-4` at 35.50 BLEU.")  # fmt: skip
-    assert "speed-up" not in summary and "Pareto" not in summary
+    assert summary.startswith("On `copy`: there is no AT baseline; the best NAT system is "
+                              "`copy-cmlm-kd / mask-predict-4` (35.50 BLEU).")  # fmt: skip
+    assert "speed-up" not in summary and "Not clearly beaten" not in summary
     assert summary.endswith("3 of 4 cells finished; 1 failed (listed below).")
 
 

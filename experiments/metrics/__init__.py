@@ -12,6 +12,7 @@ from atnat.experiments.metrics.error_propagation import (
     accuracy_by_position,
     align,
     bleu_by_length,
+    closest_references,
     conditional_error_rate,
     corruption_effect,
     first_error_distribution,
@@ -24,7 +25,8 @@ from atnat.experiments.metrics.nat import (
     variant_mixing_rate,
     variant_mixing_tokens,
 )
-from atnat.experiments.metrics.quality import Quality, corpus_quality, exact_match, paired_significance
+from atnat.experiments.metrics.quality import (Quality, corpus_quality, exact_match, holm, paired_significance,
+                                               tokenized_bleu)
 from atnat.experiments.metrics.speed import Timing, current_rss_mb, measure, peak_memory_mb, reset_peak
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "accuracy_by_position",
     "align",
     "bleu_by_length",
+    "closest_references",
     "conditional_error_rate",
     "corpus_quality",
     "corruption_effect",
@@ -42,12 +45,14 @@ __all__ = [
     "exact_match",
     "first_error_distribution",
     "first_error_positions",
+    "holm",
     "length_accuracy",
     "measure",
     "paired_significance",
     "peak_memory_mb",
     "repetition_rate",
     "reset_peak",
+    "tokenized_bleu",
     "variant_mixing_rate",
     "variant_mixing_tokens",
 ]

@@ -115,27 +115,65 @@ def align(hyp: Tokens, ref: Tokens) -> list[str]:
 
 @dataclass(frozen=True)
 class ConditionalError:
-    """Error rate of an alignment column given whether the previous column was an error."""
+    """Error rate of an alignment column given whether the previous column was an error, observed
+    and as expected if every sentence's errors stood in a random order (within-sentence shuffle)."""
 
     p_err_given_err: float  # P(column t is an error | column t-1 is an error); nan if never
     p_err_given_ok: float  # P(column t is an error | column t-1 is a match); nan if never
-    delta: float  # p_err_given_err - p_err_given_ok; > 0 means errors cluster (propagate)
+    delta: float  # p_err_given_err - p_err_given_ok, observed
+    shuffled_delta: float  # the same difference expected under a within-sentence shuffle (exact)
+    excess: float  # delta - shuffled_delta: > 0 means errors follow errors beyond what each
+    # sentence's error count explains (propagation); ~0 for a whole-sentence choice or random errors
     n_pairs: int  # consecutive column pairs pooled over all sentences
 
 
+def _ratio(num: float, den: float) -> float:
+    return num / den if den else float("nan")
+
+
 def conditional_error_rate(hyps: Sequence[Tokens], refs: Sequence[Tokens]) -> ConditionalError:
-    """Pooled P(err | previous err) vs P(err | previous ok) over consecutive columns of align()."""
+    """Pooled P(err | previous err) vs P(err | previous ok) over consecutive columns of align(),
+    against the exact expectation when each sentence's k errors among its n columns are placed at
+    random: E[err,err] = k(k-1)/n, E[err,ok] = E[ok,err] = k(n-k)/n, E[ok,ok] = (n-k)(n-k-1)/n.
+
+    A sentence that is all errors (a whole-sentence choice against one reference, a length shift
+    that misaligns everything) or all matches adds the same counts to both sides, so it cannot
+    make a decoder look as if its errors propagate."""
     check_parallel(hyps, refs)
-    # pairs[prev_err][cur_err] counts consecutive column pairs
-    pairs = np.zeros((2, 2), dtype=np.int64)
+    pairs = np.zeros((2, 2), dtype=np.int64)  # pairs[prev_err][cur_err], observed
+    expected = np.zeros((2, 2), dtype=np.float64)  # the same under a within-sentence shuffle
     for hyp, ref in zip(hyps, refs):
         err = [op != "M" for op in align(hyp, ref)]
         for prev, cur in zip(err, err[1:]):
             pairs[int(prev), int(cur)] += 1
-    after_err, after_ok = pairs[1].sum(), pairs[0].sum()
-    p_ee = pairs[1, 1] / after_err if after_err else float("nan")
-    p_eo = pairs[0, 1] / after_ok if after_ok else float("nan")
-    return ConditionalError(float(p_ee), float(p_eo), float(p_ee - p_eo), int(pairs.sum()))
+        n, k = len(err), sum(err)
+        if n > 1:
+            expected += np.array([[(n - k) * (n - k - 1), k * (n - k)], [k * (n - k), k * (k - 1)]]) / n
+    delta = _ratio(pairs[1, 1], pairs[1].sum()) - _ratio(pairs[0, 1], pairs[0].sum())
+    shuffled = _ratio(expected[1, 1], expected[1].sum()) - _ratio(expected[0, 1], expected[0].sum())
+    return ConditionalError(float(_ratio(pairs[1, 1], pairs[1].sum())), float(_ratio(pairs[0, 1], pairs[0].sum())),
+                            float(delta), float(shuffled), float(delta - shuffled), int(pairs.sum()))
+
+
+def edit_distance(hyp: Tokens, ref: Tokens) -> int:
+    """Levenshtein distance (unit costs)."""
+    previous = list(range(len(ref) + 1))
+    for i, h in enumerate(hyp, 1):
+        current = [i]
+        for j, r in enumerate(ref, 1):
+            current.append(min(previous[j - 1] + (h != r), previous[j] + 1, current[j - 1] + 1))
+        previous = current
+    return previous[-1]
+
+
+def closest_references(hyps: Sequence[Tokens], streams: Sequence[Sequence[Tokens]]) -> list[Tokens]:
+    """Per hypothesis, the reference of the streams closest to it in edit distance (first on ties):
+    with several correct outputs, errors are counted against the one the system chose."""
+    for stream in streams:
+        check_parallel(hyps, stream)
+    if len(streams) == 1:
+        return list(streams[0])
+    return [min((s[i] for s in streams), key=lambda r: edit_distance(h, r)) for i, h in enumerate(hyps)]
 
 
 def corruption_effect(

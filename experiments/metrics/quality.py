@@ -74,26 +74,37 @@ def bleu_metric(tokenize: str) -> BLEU:
     return BLEU(tokenize=tokenize, force=tokenize == "none")
 
 
+def reference_streams(refs: Sequence[str] | Sequence[Sequence[str]]) -> list[list[str]]:
+    """One list of references, or several reference streams (each one string per sentence), as
+    sacrebleu's list of streams."""
+    if not len(refs) or isinstance(refs[0], str):
+        return [list(refs)]
+    return [list(stream) for stream in refs]
+
+
 def corpus_quality(
     hyps: list[str],
-    refs: list[str],
+    refs: list[str] | list[list[str]],
     *,
     tokenize: str = "13a",
     n_bootstrap: int = 1000,
     seed: int = 12345,
 ) -> Quality:
-    """Corpus BLEU and chrF of detokenised hyps against one reference each, with a BLEU CI.
+    """Corpus BLEU and chrF of detokenised hyps against one reference each (or several reference
+    streams), with a BLEU CI.
 
     The CI is sacrebleu's: bootstrap mean +/- half the width of the 2.5..97.5 percentile range
     over ``n_bootstrap`` resamples (None when n_bootstrap <= 1). Use tokenize="none" for synthetic
     tasks whose tokens are space-separated symbols.
     """
-    check_parallel(hyps, refs)
+    streams = reference_streams(refs)
+    for stream in streams:
+        check_parallel(hyps, stream)
     _check_seed(seed)
     bleu, chrf = bleu_metric(tokenize), CHRF()
     with _sacrebleu_seed(seed):
-        b = bleu.corpus_score(hyps, [refs], n_bootstrap=max(n_bootstrap, 1))
-    c = chrf.corpus_score(hyps, [refs])
+        b = bleu.corpus_score(hyps, streams, n_bootstrap=max(n_bootstrap, 1))
+    c = chrf.corpus_score(hyps, streams)
     low = high = None
     if n_bootstrap > 1:
         # sacrebleu stores the bootstrap estimate on the score as _mean / _ci (see Score.estimate_ci).
@@ -112,7 +123,7 @@ def corpus_quality(
 def paired_significance(
     baseline: list[str],
     systems: Mapping[str, list[str]],
-    refs: list[str],
+    refs: list[str] | list[list[str]],
     *,
     method: Literal["bs", "ar"] = "bs",
     n: int = 1000,
@@ -133,19 +144,31 @@ def paired_significance(
     if not systems:
         raise AtnatError("paired_significance needs at least one system besides the baseline")
     _check_seed(seed)
-    check_parallel(baseline, refs, "baseline hypotheses")
+    streams = reference_streams(refs)
+    check_parallel(baseline, streams[0], "baseline hypotheses")
     for name, hyps in systems.items():
-        check_parallel(hyps, refs, f"hypotheses of system {name!r}")
+        check_parallel(hyps, streams[0], f"hypotheses of system {name!r}")
     names = list(systems)
     named = [("__baseline__", baseline)] + [(name, systems[name]) for name in names]
     with _sacrebleu_seed(seed):
-        test = PairedTest(named, {"BLEU": bleu_metric(tokenize)}, [refs], test_type=method, n_samples=n)
+        test = PairedTest(named, {"BLEU": bleu_metric(tokenize)}, streams, test_type=method, n_samples=n)
         _, scores = test()
     base, results = scores["BLEU"][0], scores["BLEU"][1:]
     return {
         name: 1.0 if res.score == base.score else float(res.p_value)
         for name, res in zip(names, results)
     }
+
+
+def holm(pvalues: Mapping[str, float]) -> dict[str, float]:
+    """Holm-Bonferroni adjusted p-values (step-down, monotone, capped at 1) of a family of tests;
+    NaN entries are left out of the family and stay NaN."""
+    valid = sorted(((p, k) for k, p in pvalues.items() if p == p), key=lambda x: x[0])
+    m, running, out = len(valid), 0.0, {k: float("nan") for k in pvalues}
+    for i, (p, k) in enumerate(valid):
+        running = max(running, min(1.0, (m - i) * p))
+        out[k] = running
+    return out
 
 
 def exact_match(hyps: Sequence[str | Sequence[int]], refs: Sequence[str | Sequence[int]]) -> float:

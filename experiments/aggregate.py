@@ -1,0 +1,72 @@
+"""Results over seeds: one row per system (cell family x strategy) with the mean and the spread,
+and the rules the report uses before it calls one system better than another.
+
+A difference is stated only when it exceeds the spread: with several seeds, the two systems'
+per-seed ranges [min, max] must not overlap; with one seed (no spread known), their 95%
+intervals (BLEU bootstrap, speed-up paired bootstrap) must not overlap. For BLEU against the AT
+baseline the paired significance test must agree as well (Holm-corrected p < 0.05 in every seed).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+ALPHA = 0.05  # significance level of the paired tests (after Holm's correction)
+# columns whose (low, high) 95% interval stands in for the spread when a system has one seed
+INTERVALS = {"bleu": ("bleu_ci_low", "bleu_ci_high"), "speedup_vs_at": ("speedup_ci_low", "speedup_ci_high"),
+             "throughput_speedup_vs_at": ("throughput_speedup_ci_low", "throughput_speedup_ci_high"),
+             "latency_ms_b1": ("latency_ms_b1_ci_low", "latency_ms_b1_ci_high")}
+KEYS = ["task", "family", "strategy"]
+
+
+def aggregate_seeds(ok: pd.DataFrame) -> pd.DataFrame:
+    """Finished rows -> one row per (task, family, strategy) in first-seen order: every numeric
+    column's mean, and `<col>_sd`, `<col>_min`, `<col>_max` over seeds, `n_seeds`, and
+    `bleu_p_holm_max` (the least significant seed); label columns from the first seed."""
+    df = ok.assign(family=ok["family"].fillna(ok["cell"]) if "family" in ok else ok["cell"]).copy()
+    numeric = [c for c in df.columns if c not in KEYS and pd.api.types.is_numeric_dtype(df[c])
+               and not pd.api.types.is_bool_dtype(df[c])]
+    groups = df.groupby(KEYS, sort=False)
+    labels = [c for c in df.columns if c not in KEYS and c not in numeric]
+    parts = [groups[numeric].mean(), groups[numeric].std().add_suffix("_sd"),
+             groups[numeric].min().add_suffix("_min"), groups[numeric].max().add_suffix("_max"),
+             groups[labels].first(), groups.size().rename("n_seeds")]
+    return pd.concat(parts, axis=1).reset_index().copy()
+
+
+def span(row: pd.Series, col: str) -> tuple[float, float]:
+    """The spread of a system in one column: its seed range, or its 95% interval with one seed."""
+    if row.get("n_seeds", 1) > 1:
+        return row[f"{col}_min"], row[f"{col}_max"]
+    low, high = INTERVALS.get(col, (None, None))
+    if low and pd.notna(row.get(low)) and pd.notna(row.get(high)):
+        return row[low], row[high]
+    return row[col], row[col]
+
+
+def beyond_spread(a: pd.Series, b: pd.Series, col: str) -> bool:
+    """True when a's and b's spreads in `col` do not overlap (the difference exceeds them)."""
+    (a_low, a_high), (b_low, b_high) = span(a, col), span(b, col)
+    if any(pd.isna(v) for v in (a_low, a_high, b_low, b_high)):
+        return False
+    return a_low > b_high or b_low > a_high
+
+
+def significant(row: pd.Series) -> bool:
+    """The paired test against the AT baseline agrees in every seed (Holm p < ALPHA)."""
+    p = row.get("bleu_p_holm_max", row.get("bleu_p_holm"))
+    return pd.notna(p) and p < ALPHA
+
+
+def robust_front(agg: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    """Systems not clearly dominated, maximising x and y: j dominates i only if j is at least as
+    good in both means and better beyond the spread in at least one. Ties stay on the front."""
+    valid = agg.dropna(subset=[x, y])
+    if valid.empty:
+        return valid
+    keep = []
+    for i, a in valid.iterrows():
+        dominated = any(
+            b[x] >= a[x] and b[y] >= a[y] and (beyond_spread(a, b, x) or beyond_spread(a, b, y))
+            for j, b in valid.iterrows() if j != i)
+        keep.append(not dominated)
+    return valid[keep].sort_values([x, y], ascending=[True, False], kind="stable")

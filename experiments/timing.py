@@ -1,0 +1,243 @@
+"""The timing phase: every decoding system of a task timed side by side, in one process, after training.
+
+Speed-ups are ratios, so both sides of a ratio must be measured under the same conditions. Cells
+train in their own processes, minutes or hours apart, possibly several at once; their own timings
+cannot be compared. Here, once every cell of a grid has finished, all systems (cell x strategy) of
+a task decode the SAME sentences interleaved: for every sentence (latency, batch 1) or batch
+(throughput), each system decodes it in turn, the order rotating from call to call, so a change of
+machine load hits all systems alike. Every call is repeated `repeats` times (after `warmup` untimed
+passes) and its median is used.
+
+Per system: latency (mean seconds per sentence at batch 1), throughput (sentences per second over
+the batches), decoder passes per sentence, and the decoding memory (peak above the resident size
+before the call; CPU: VmHWM after a reset of /proc/self/clear_refs). Against the task's AT
+baseline (greedy of the plain AT cell of the same seed): the speed-up as a ratio of total times of
+the same sentences, with a 95% paired bootstrap interval over sentences (batches for throughput).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from atnat.experiments.data import collate
+from atnat.experiments.evaluate import SpeedSettings, needs_teacher
+from atnat.experiments.metrics.speed import _synchronize, current_rss_mb, peak_memory_mb, reset_peak
+
+COLUMNS = ["cell", "strategy", "latency_ms_b1", "latency_ms_b1_ci_low", "latency_ms_b1_ci_high",
+           "throughput_sents_s", "speedup_vs_at", "speedup_ci_low", "speedup_ci_high",
+           "throughput_speedup_vs_at", "throughput_speedup_ci_low", "throughput_speedup_ci_high",
+           "decoder_passes", "decode_memory_mb", "timing_spread", "speed_baseline", "fingerprint"]
+
+
+@dataclass
+class System:
+    """One decoding system to time: a trained module, a strategy, and its encoded test sources."""
+
+    cell: str
+    strategy: str  # the strategy's label (greedy, beam5, mask-predict-4 ...)
+    module: object  # Seq2SeqModule in eval mode, on the timing device
+    search: object  # the Strategy instance
+    sources: list[list[int]]  # test sources encoded with this module's tokenizer, in split order
+    teacher: object | None = None  # AT teacher of npd
+    fingerprint: str = ""  # identifies the weights (a stale timing is redone when it changes)
+
+    def call(self, indices: list[int]):
+        """A no-argument callable decoding the given sentences as one batch -> Hypotheses."""
+        dev = self.module.device
+        batch = collate([(i, self.sources[i], []) for i in indices])
+        src, lengths = batch.src.to(dev), batch.src_lengths.to(dev)
+
+        def run():
+            with torch.inference_mode():
+                return self.module.decode(src, lengths, self.search, **needs_teacher(self.search, self.teacher, src))
+        return run
+
+
+class PeakMemory:
+    """Peak memory of one call above what was resident before it (MiB)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.hwm = Path("/proc/self/status") if device.type == "cpu" and Path("/proc/self/clear_refs").exists() else None
+
+    def start(self) -> float:
+        if self.device.type == "cuda":
+            reset_peak(self.device)
+            return torch.cuda.memory_allocated(self.device) / 2**20
+        if self.hwm is not None:
+            Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+        return current_rss_mb()
+
+    def stop(self, before: float) -> float:
+        if self.device.type == "cuda":
+            return peak_memory_mb(self.device) - before
+        if self.hwm is None:
+            return float("nan")
+        for line in self.hwm.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024 - before
+        return float("nan")
+
+
+def _rotated(items: list, k: int) -> list:
+    k %= len(items)
+    return items[k:] + items[:k]
+
+
+def _interleaved(calls: list[list], speed: SpeedSettings, device: torch.device, memory: PeakMemory | None = None):
+    """calls[s][j]: system s's j-th call. -> times[s][j] (median over repeats), mem[s] (max MiB),
+    spread[s] (median over calls of (max - min) / median over repeats)."""
+    n_sys, n_calls = len(calls), len(calls[0])
+    for _ in range(speed.warmup):
+        for s in range(n_sys):
+            for j in range(n_calls):
+                calls[s][j]()
+    raw = np.zeros((n_sys, speed.repeats, n_calls))
+    mem = np.zeros(n_sys)
+    for r in range(speed.repeats):
+        for j in range(n_calls):
+            for s in _rotated(list(range(n_sys)), r * n_calls + j):
+                before = memory.start() if memory else 0.0
+                _synchronize(device)
+                start = time.perf_counter()
+                calls[s][j]()
+                _synchronize(device)
+                raw[s, r, j] = time.perf_counter() - start
+                if memory:
+                    mem[s] = max(mem[s], memory.stop(before))
+    med = np.median(raw, axis=1)  # (S, J)
+    spread = np.median((raw.max(axis=1) - raw.min(axis=1)) / np.maximum(med, 1e-12), axis=1)  # (S,)
+    return med, mem, spread
+
+
+def _ratio_ci(base: np.ndarray, other: np.ndarray, n: int, seed: int = 12345) -> tuple[float, float, float]:
+    """sum(base) / sum(other) and its 95% paired bootstrap interval over the calls."""
+    ratio = float(base.sum() / other.sum())
+    if n < 2 or len(base) < 2:
+        return ratio, float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(base), size=(n, len(base)))
+    boots = base[idx].sum(axis=1) / other[idx].sum(axis=1)
+    return ratio, float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
+
+
+def _mean_ci(values: np.ndarray, n: int, seed: int = 12345) -> tuple[float, float]:
+    if n < 2 or len(values) < 2:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    boots = values[rng.integers(0, len(values), size=(n, len(values)))].mean(axis=1)
+    return float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
+
+
+def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[str, tuple[str, str]]) -> pd.DataFrame:
+    """Time `systems` side by side (see the module docstring); `baselines` maps a cell to the
+    (cell, strategy) of its AT greedy baseline. -> one row per system, COLUMNS."""
+    if not systems:
+        return pd.DataFrame(columns=COLUMNS)
+    device = systems[0].module.device
+    n = min(len(s.sources) for s in systems)
+    n1, nt = min(speed.latency_sentences, n), min(speed.throughput_sentences, n)
+    singles = [[s.call([i]) for i in range(n1)] for s in systems]
+    order = sorted(range(nt), key=lambda i: len(systems[0].sources[i]))
+    groups = [order[j: j + speed.throughput_batch] for j in range(0, nt, speed.throughput_batch)]
+    batches = [[s.call(g) for g in groups] for s in systems]
+    passes = [statistics.mean(c().n_steps + _teacher_pass(s) for c in calls) for s, calls in zip(systems, singles)]
+    lat, _, spread = _interleaved(singles, speed, device)
+    thr, mem, _ = _interleaved(batches, speed, device, PeakMemory(device))
+    index = {(s.cell, s.strategy): k for k, s in enumerate(systems)}
+    rows = []
+    for k, s in enumerate(systems):
+        low, high = _mean_ci(lat[k], speed.bootstrap)
+        row = {"cell": s.cell, "strategy": s.strategy, "latency_ms_b1": 1000 * float(lat[k].mean()),
+               "latency_ms_b1_ci_low": 1000 * low, "latency_ms_b1_ci_high": 1000 * high,
+               "throughput_sents_s": nt / float(thr[k].sum()), "decoder_passes": passes[k],
+               "decode_memory_mb": float(mem[k]), "timing_spread": float(spread[k]), "fingerprint": s.fingerprint}
+        base = index.get(baselines.get(s.cell, ("", "")))
+        if base is not None:
+            b = systems[base]
+            row["speed_baseline"] = f"{b.cell} / {b.strategy}"
+            row["speedup_vs_at"], row["speedup_ci_low"], row["speedup_ci_high"] = _ratio_ci(lat[base], lat[k], speed.bootstrap)
+            (row["throughput_speedup_vs_at"], row["throughput_speedup_ci_low"],
+             row["throughput_speedup_ci_high"]) = _ratio_ci(thr[base], thr[k], speed.bootstrap)
+        rows.append(row)
+    return pd.DataFrame(rows).reindex(columns=COLUMNS)
+
+
+def _teacher_pass(system: System) -> int:
+    """npd adds one teacher pass per call to its NAT passes."""
+    return 1 if system.teacher is not None and getattr(system.search, "registered_name", "") == "npd" else 0
+
+
+def plain_at(cfg) -> bool:
+    """The AT baseline of a task: decoder at, not distilled, no guided attention, no options."""
+    dec = cfg.decoder if isinstance(cfg.decoder, dict) else {"name": cfg.decoder}
+    return (cfg.decoder_name == "at" and cfg.distill is None and len(dec) == 1
+            and not float((cfg.loss or {}).get("guided_attention_weight", 0) or 0))
+
+
+def grid_systems(cells: list, device: str) -> tuple[list[System], dict[str, tuple[str, str]]]:
+    """The systems of finished cells (each of its eval strategies) and each cell's speed baseline."""
+    from atnat.experiments.distill import checkpoint_stamp
+    from atnat.experiments.evaluate import build_strategy
+    from atnat.experiments.train import evaluation_checkpoint, load_module, load_task
+
+    systems, teachers, plain = [], {}, {}
+    for cell in cells:
+        cfg, run_dir = cell.config, Path(cell.config.output_dir)
+        module, tokenizer = load_module(evaluation_checkpoint(run_dir), map_location=device)
+        src = load_task(cfg).splits[cfg.eval.split][0]
+        sources = [tokenizer.encode(line)[: cfg.train.max_len] for line in src]
+        teacher = None
+        if cfg.distill is not None and any(build_strategy(s)[1].registered_name == "npd" for s in cfg.eval.strategies):
+            key = str(cfg.distill.teacher)
+            if key not in teachers:
+                teachers[key] = load_module(cfg.distill.teacher, map_location=device)[0]
+            teacher = teachers[key]
+        for spec in cfg.eval.strategies:
+            label, strategy = build_strategy(spec)
+            systems.append(System(cell.name, label, module, strategy, sources, teacher,
+                                  checkpoint_stamp(run_dir)))
+        if plain_at(cfg):
+            plain.setdefault((cell.labels.get("task", cfg.task_name), cell.seed), cell.name)
+    baselines = {}
+    for cell in cells:
+        base = plain.get((cell.labels.get("task", cell.config.task_name), cell.seed))
+        if base is not None:
+            baselines[cell.name] = (base, "greedy")
+    return systems, baselines
+
+
+def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str) -> pd.DataFrame:
+    """The timing phase of a grid: all finished cells of each task timed together; written to
+    out/timing.csv. A timing whose systems and weights are unchanged is kept (a resumed grid
+    whose cells were all done does not time again); otherwise every system is timed anew, so that
+    no table mixes timings from different sessions."""
+    path = out / "timing.csv"
+    systems, baselines = grid_systems(cells, device)
+    keys = sorted((s.cell, s.strategy, s.fingerprint) for s in systems)
+    if path.exists():
+        old = pd.read_csv(path)
+        if sorted(zip(old.cell, old.strategy, old.fingerprint.astype(str))) == keys:
+            return old
+    threads = torch.get_num_threads()
+    if speed.threads:
+        torch.set_num_threads(speed.threads)
+    try:
+        by_task: dict[str, list[System]] = {}
+        task_of = {c.name: c.labels.get("task", c.config.task_name) for c in cells}
+        for s in systems:
+            by_task.setdefault(task_of[s.cell], []).append(s)
+        frames = [time_systems(group, speed, baselines).assign(task=task) for task, group in by_task.items()]
+    finally:
+        torch.set_num_threads(threads)
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
+    from atnat.experiments.table import write_csv
+
+    write_csv(table, path)
+    return table
