@@ -7,6 +7,7 @@ A decoder is one file: subclass `Decoder`, set `capabilities` and `Options`, dec
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -129,6 +130,21 @@ class Decoder(nn.Module, ABC):
     @property
     def wants_attention(self) -> bool:
         return self.loss_cfg.guided_attention_weight > 0
+
+    @property
+    def predicts_length(self) -> bool:
+        """True when the decoder has a length predictor (NAT decoders driven by "parallel")."""
+        return False
+
+    @contextmanager
+    def recording_attention(self):
+        """Within the block, every full pass keeps its last layer's cross-attention; yields a
+        function returning the latest one (B, H, T, S), or None before any pass (probes, figures)."""
+        self.record_attention, self.recorded_attention = True, None
+        try:
+            yield lambda: self.recorded_attention
+        finally:
+            self.record_attention, self.recorded_attention = False, None
 
 
 DECODERS: Registry[Decoder] = Registry("decoder", Decoder, entry_point_group="atnat.decoders")

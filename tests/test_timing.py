@@ -1,0 +1,80 @@
+"""The timing phase: interleaved, paired speed-ups with intervals, passes, memory, NPD's teacher."""
+import time
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import torch
+
+from atnat.experiments.evaluate import SpeedSettings
+from atnat.experiments.timing import System, time_systems
+
+SOURCES = [[7, 8, 9][: 1 + i % 3] for i in range(12)]
+FAST = SpeedSettings(latency_sentences=6, throughput_sentences=12, throughput_batch=4, repeats=3, warmup=1,
+                     bootstrap=200)
+
+
+class FakeModule:
+    """decode() sleeps `seconds` per sentence, allocates `mb` MiB, logs its calls."""
+
+    def __init__(self, name, seconds, log, mb=0, steps=1):
+        self.name, self.seconds, self.log, self.mb, self.steps = name, seconds, log, mb, steps
+        self.device = torch.device("cpu")
+
+    def decode(self, src, lengths, strategy, **kwargs):
+        self.log.append((self.name, src.size(0), torch.is_inference_mode_enabled(), kwargs))
+        if "scorer" in kwargs:
+            kwargs["scorer"](src[:, :1], src[:, :1].eq(0), torch.arange(src.size(0)))
+        if self.mb:
+            block = torch.ones(self.mb * 2**18)  # mb MiB of float32, touched
+            block += 1
+        time.sleep(self.seconds * src.size(0))
+        return SimpleNamespace(n_steps=self.steps)
+
+
+def system(name, seconds, log, strategy="greedy", teacher=None, **kw):
+    search = SimpleNamespace(registered_name=strategy)
+    return System(name, "greedy", FakeModule(name, seconds, log, **kw), search, SOURCES, teacher)
+
+
+def test_systems_are_interleaved_per_sentence_with_rotating_order_in_inference_mode():
+    log = []
+    time_systems([system("a", 0.0, log), system("b", 0.0, log), system("c", 0.0, log)], FAST, {})
+    timed = [name for name, n, *_ in log if n == 1][3 * 6 * (1 + FAST.warmup):]  # after the checked + warm-up calls
+    rounds = [timed[i: i + 3] for i in range(0, len(timed), 3)]
+    assert all(sorted(r) == ["a", "b", "c"] for r in rounds)  # every sentence: each system once
+    assert {r[0] for r in rounds} == {"a", "b", "c"}  # the first system changes from call to call
+    assert all(inference for _, _, inference, _ in log)
+
+
+def test_speedup_is_a_paired_ratio_with_an_interval():
+    log = []
+    table = time_systems([system("at", 0.004, log), system("nat", 0.001, log)], FAST, {"at": ("at", "greedy"),
+                                                                                       "nat": ("at", "greedy")})
+    nat = table.set_index("cell").loc["nat"]
+    assert nat.speedup_vs_at == pytest.approx(4.0, rel=0.35)
+    assert nat.speedup_ci_low <= nat.speedup_vs_at <= nat.speedup_ci_high
+    assert nat.throughput_speedup_vs_at == pytest.approx(4.0, rel=0.35)
+    assert table.set_index("cell").loc["at"].speedup_vs_at == pytest.approx(1.0)
+    assert nat.speed_baseline == "at / greedy"
+    assert nat.latency_ms_b1 == pytest.approx(1.0, rel=0.6) and nat.throughput_sents_s > 0
+
+
+def test_decode_memory_is_each_systems_own_peak():
+    log = []
+    table = time_systems([system("big", 0.0, log, mb=64), system("small", 0.0, log)], FAST, {}).set_index("cell")
+    if pd.isna(table.loc["big"].decode_memory_mb):
+        pytest.skip("no /proc/self/clear_refs on this system")
+    assert table.loc["big"].decode_memory_mb > 40  # its 64 MiB block
+    assert table.loc["small"].decode_memory_mb < 20  # not the process's peak since start
+
+
+def test_npd_runs_its_teacher_once_per_call_and_counts_its_pass():
+    log, encodes = [], []
+    teacher = SimpleNamespace(encode=lambda src: encodes.append(src.size(0)) or SimpleNamespace(
+        index_select=lambda i: None), decoder=SimpleNamespace(score_sequences=lambda m, t, p: torch.zeros(t.size(0))))
+    npd = system("npd", 0.0, log, strategy="npd", teacher=teacher)
+    table = time_systems([npd], FAST, {})
+    calls = sum(1 for name, *_ in log if name == "npd")
+    assert len(encodes) == calls  # the teacher's encoder runs once per decode call, not twice
+    assert table.decoder_passes.iloc[0] == 2  # one NAT pass + one teacher pass
