@@ -223,7 +223,8 @@ def _ok(table: pd.DataFrame) -> pd.DataFrame:
     return table[table["status"] == "ok"]
 
 
-# stem (file name and curve name), caption, source file, draw(results table, curve, path)
+# stem (file name and curve name), caption, source file, draw(results table, curve, path);
+# the first is the report's headline figure, shown under the summary
 FIGURES = (
     ("quality_vs_speed", "BLEU vs batch-1 speed-up over AT greedy; Pareto front dashed", "results.csv",
      lambda table, _, path: quality_vs_speed(_ok(table), path)),

@@ -7,8 +7,6 @@ rendered twice, so both files show the same formatted numbers; absent optional i
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import re
 from dataclasses import dataclass
@@ -18,7 +16,9 @@ import pandas as pd
 
 from atnat.experiments import figures
 from atnat.experiments.aggregate import INTERVALS, aggregate_seeds, beyond_spread, robust_front, significant
+from atnat.experiments.blocks import Block, best_cells
 from atnat.experiments.figures import pareto_front, system_label
+from atnat.experiments.report_html import render_html
 from atnat.models.errors import AtnatError
 
 __all__ = ["REQUIRED_COLUMNS", "GridResults", "load_results", "markdown_table", "pareto_front", "write_report"]
@@ -194,6 +194,14 @@ OVERVIEW_COLUMNS = (
     ("Error excess", ("cond_error_excess",), lambda r: _num(r["cond_error_excess"], 3)),
     ("p vs {p_base} (Holm)", ("bleu_p_holm",), _p),
 )  # fmt: skip
+# which way is better for a results.csv column; an overview column whose first source column is
+# named here has its best value per task marked (bold) and its first sort click puts the best first
+BETTER = {
+    "bleu": "higher", "bleu_tok": "higher", "chrf": "higher", "exact_match": "higher", "latency_ms_b1": "lower",
+    "speedup_vs_at": "higher", "throughput_sents_s": "higher", "throughput_speedup_vs_at": "higher",
+    "decoder_passes": "lower", "repetition_rate": "lower", "length_exact": "higher", "mixing_rate": "lower",
+    "decode_memory_mb": "lower",
+}  # fmt: skip
 
 
 def _baseline_names(part: pd.DataFrame) -> dict[str, str]:
@@ -207,17 +215,26 @@ def _baseline_names(part: pd.DataFrame) -> dict[str, str]:
     return {"speed_base": name("speed_baseline", "AT greedy"), "p_base": name("p_baseline", "AT")}
 
 
-def overview_table(part: pd.DataFrame) -> pd.DataFrame:
-    """Formatted rows of one task's systems (mean over seeds), AT first, otherwise in grid order."""
+def _numbers(column: pd.Series) -> pd.Series:
+    return column.astype(float) if pd.api.types.is_numeric_dtype(column) else pd.Series(float("nan"), column.index)
+
+
+def overview_table(part: pd.DataFrame) -> Block:
+    """One task's systems (mean over seeds) as a table block, AT first, otherwise in grid order.
+
+    Each column carries the numbers of its first source column and BETTER's direction for that.
+    """
     agg = aggregate_seeds(part)
     rows = agg.assign(_nat=agg["decoder"] != "at").sort_values("_nat", kind="stable")
     several = bool((rows["n_seeds"] > 1).any())
     names = _baseline_names(part)
-    keep = [(h.format(**names), fmt) for h, cols, fmt in OVERVIEW_COLUMNS
+    keep = [(h.format(**names), cols, fmt) for h, cols, fmt in OVERVIEW_COLUMNS
             if h in {"System", "Strategy"} or (h == "Seeds" and several)
             or (h != "Seeds" and rows[list(cols)].notna().to_numpy().any())]  # fmt: skip
-    cells = [[fmt(r) for _, fmt in keep] for _, r in rows.iterrows()]
-    return pd.DataFrame(cells, columns=[h for h, _ in keep])
+    cells = [[fmt(r) for _, _, fmt in keep] for _, r in rows.iterrows()]
+    frame = pd.DataFrame(cells, columns=[h for h, _, _ in keep])
+    values = pd.DataFrame({h: _numbers(rows[cols[0]]).to_numpy() for h, cols, _ in keep})
+    return Block("table", frame=frame, values=values, better=tuple(BETTER.get(c[0], "") for _, c, _ in keep))
 
 
 def failures_table(failed: pd.DataFrame) -> pd.DataFrame:
@@ -255,17 +272,6 @@ def samples_tables(samples: pd.DataFrame, table: pd.DataFrame) -> list[tuple[str
         wide = wide.rename(columns={"index": "#", "source": "Source", "reference": "Reference"})
         out.append((task, wide, systems[MAX_SAMPLE_SYSTEMS:]))
     return out
-
-
-@dataclass(frozen=True)
-class Block:
-    """One piece of the document: kind is heading|para|note|table|figure."""
-
-    kind: str  # which renderer applies
-    text: str = ""  # heading/paragraph/note text or figure caption; `code` spans allowed
-    level: int = 2  # heading level
-    frame: pd.DataFrame | None = None  # table cells, already formatted as strings
-    path: Path | None = None  # figure PNG (relative to the results folder)
 
 
 def _summary(g: GridResults) -> str:
@@ -386,28 +392,33 @@ def _overview(g: GridResults) -> list[Block]:
     env = g.environment or {}
     ok = _ok(g.table)
     for task, part in ok.groupby("task", sort=False):
-        blocks += [Block("heading", f"Task `{task}`", 3), Block("table", frame=overview_table(part))]
+        blocks += [Block("heading", f"Task `{task}`", 3), overview_table(part)]
     if ok.empty:
         blocks.append(Block("note", "No cell finished: there are no results to tabulate."))
+    else:
+        blocks.insert(1, Block("para", "Bold marks the best value of a column within its task."))
     failed = g.table[g.table["status"] != "ok"]
     if not failed.empty:
         blocks += [Block("heading", "Failed cells", 3), Block("table", frame=failures_table(failed))]
     return blocks
 
 
-def _figures(g: GridResults) -> list[Block]:
-    """Draw every figure whose data is present; a one-line note for each one that is not."""
-    blocks = [Block("heading", "Figures", 2)]
+def _figures(g: GridResults) -> tuple[list[Block], list[Block]]:
+    """Draw every figure whose data is present (a one-line note for each one that is not).
+
+    Returns the headline figure (figures.FIGURES' first, quality vs speed) apart from the others.
+    """
+    blocks = []
     for caption, source, path in figures.draw_figures(g.table, g.curves, g.root / "figures"):
         if path is None:
             blocks.append(Block("note", f"{caption}: not drawn, no data for it in {source}."))
         else:
             blocks.append(Block("figure", caption, path=path.relative_to(g.root)))
-    return blocks
+    return blocks[:1], [Block("heading", "Figures", 2), *blocks[1:]]
 
 
 def _samples(g: GridResults) -> list[Block]:
-    blocks = [Block("heading", "Sample outputs", 2)]
+    blocks = [Block("heading", "Sample outputs", 2, folded=True)]
     if g.samples is None:
         return blocks + [Block("note", "samples.csv is missing or empty: no sample outputs to show.")]
     for task, frame, hidden in samples_tables(g.samples, g.table):
@@ -418,7 +429,7 @@ def _samples(g: GridResults) -> list[Block]:
 
 
 def _environment(g: GridResults) -> list[Block]:
-    blocks = [Block("heading", "Environment", 2)]
+    blocks = [Block("heading", "Environment", 2, folded=True)]
     if g.environment is None:
         return blocks + [Block("note", "environment.json is missing: versions and device are not recorded.")]
     env = dict(g.environment)
@@ -429,9 +440,14 @@ def _environment(g: GridResults) -> list[Block]:
 
 
 def build_document(g: GridResults) -> list[Block]:
-    """The report as blocks, in section order; draws the figures as a side effect."""
-    head = [Block("heading", f"Grid report: {g.name}", 1), Block("para", _summary(g)), _reproduce(g)]
-    return head + _overview(g) + _definitions(g) + _figures(g) + _samples(g) + _environment(g)
+    """The report as blocks, in section order; draws the figures as a side effect.
+
+    The summary and the quality-vs-speed figure come first, then the tables, the definitions of
+    their columns, the other figures, the samples and the environment.
+    """
+    headline, other_figures = _figures(g)
+    head = [Block("heading", f"Grid report: {g.name}", 1), Block("para", _summary(g)), _reproduce(g), *headline]
+    return head + _overview(g) + _definitions(g) + other_figures + _samples(g) + _environment(g)
 
 
 def _md_cell(text: object) -> str:
@@ -440,11 +456,14 @@ def _md_cell(text: object) -> str:
     return re.sub(r"<(?=[A-Za-z/!?])", r"\\<", flat)
 
 
-def markdown_table(frame: pd.DataFrame) -> str:
-    """A GitHub-flavoured markdown table of a frame of strings (pipes escaped, newlines flattened)."""
+def markdown_table(frame: pd.DataFrame, bold: set[tuple[int, int]] = frozenset()) -> str:
+    """A GitHub-flavoured markdown table of a frame of strings (pipes escaped, newlines flattened);
+    the cells at the (row, column) positions in bold are set in bold."""
     lines = ["| " + " | ".join(_md_cell(c) for c in frame.columns) + " |",
              "|" + "|".join("---" for _ in frame.columns) + "|"]  # fmt: skip
-    lines += ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    for i, row in enumerate(frame.itertuples(index=False)):
+        cells = (f"**{_md_cell(v)}**" if (i, j) in bold else _md_cell(v) for j, v in enumerate(row))
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -452,7 +471,7 @@ def _md_block(b: Block) -> str:
     if b.kind == "heading":
         return "#" * b.level + " " + b.text
     if b.kind == "table":
-        return markdown_table(b.frame)
+        return markdown_table(b.frame, best_cells(b))
     if b.kind == "figure":
         return f"![{b.text}]({b.path.as_posix()})\n\n*{b.text}*"
     return f"> Note: {b.text}" if b.kind == "note" else b.text
@@ -461,46 +480,6 @@ def _md_block(b: Block) -> str:
 def render_markdown(blocks: list[Block]) -> str:
     """The report as markdown; figures are linked by their path relative to the results folder."""
     return "\n\n".join(_md_block(b) for b in blocks) + "\n"
-
-
-def _inline_html(text: str) -> str:
-    """Escaped text with `code` spans turned into <code> elements."""
-    return re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(text))
-
-
-def _html_table(frame: pd.DataFrame) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-    cells = ("".join(f"<td>{html.escape(str(v))}</td>" for v in row) for row in frame.itertuples(index=False))
-    rows = "".join(f"<tr>{c}</tr>" for c in cells)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
-
-
-def _html_block(b: Block, root: Path) -> str:
-    if b.kind == "heading":
-        return f"<h{b.level}>{_inline_html(b.text)}</h{b.level}>"
-    if b.kind == "table":
-        return _html_table(b.frame)
-    if b.kind == "figure":
-        data = base64.b64encode((root / b.path).read_bytes()).decode("ascii")
-        alt = html.escape(b.text, quote=True)
-        img = f'<img alt="{alt}" src="data:image/png;base64,{data}">'
-        return f"<figure>{img}<figcaption>{alt}</figcaption></figure>"
-    if b.kind == "note":
-        return f'<p class="note">Note: {_inline_html(b.text)}</p>'
-    return f"<p>{_inline_html(b.text)}</p>"
-
-
-_CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:1em 0;font-size:0.85em}th{background:#f3f3f3}img{max-width:100%}
-th,td{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}code{background:#f3f3f3}
-.note{color:#666;font-style:italic}figcaption{color:#555;font-size:0.9em}"""
-
-
-def render_html(blocks: list[Block], root: Path, title: str) -> str:
-    """A single HTML file: inline CSS, figures as base64 data URIs, no external references."""
-    body = "\n".join(_html_block(b, root) for b in blocks)
-    head = f'<meta charset="utf-8"><title>{html.escape(title)}</title><style>{_CSS}</style>'
-    return f'<!DOCTYPE html>\n<html lang="en"><head>{head}</head><body>\n{body}\n</body></html>\n'
 
 
 def write_report(results_dir: Path) -> tuple[Path, Path]:

@@ -1,0 +1,235 @@
+"""report.html in a real headless Chromium: the script runs without errors, sorts, the figures decode.
+
+The page is loaded with a probe script added (one before the report's script to catch errors, one
+after it to drive the sort through the exposed function, a click and a key press, and to record
+what the page then shows) and read back with --dump-dom. Skipped when Chromium is not installed
+(experiments/env.sh installs it with apt when run as root).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from atnat.experiments.report import write_report
+from tests import fixtures_results as fx
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="Chromium not found on PATH: `apt-get install chromium` (experiments/env.sh does "
+    "this when run as root) to check report.html in a browser")  # fmt: skip
+
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync")  # fmt: skip
+
+# Before the report's script: every uncaught error lands on <html data-js-errors>.
+CATCH = """<script>addEventListener("error", function (e) { var h = document.documentElement;
+  h.setAttribute("data-js-errors", (h.getAttribute("data-js-errors") || "") + e.message + "\\n"); });</script>"""
+
+# After it: sort the `copy` overview (the first table) four ways, recording the row order after
+# each step; sort the environment table by text; once loaded, record every image's decoded width.
+PROBE = """<script>(function () {
+  var out = {steps: {}}, tables = document.querySelectorAll("table");
+  function column(table, name) {
+    return Array.prototype.findIndex.call(table.tHead.rows[0].cells, function (th) {
+      return th.textContent === name; });
+  }
+  function order(table) {
+    return Array.prototype.map.call(table.tBodies[0].rows, function (r) {
+      return r.cells[0].textContent + " / " + r.cells[1].textContent; });
+  }
+  function record(name, table, header) {
+    out.steps[name] = {order: order(table), sort: table.tHead.rows[0].cells[column(table, header)]
+      .getAttribute("aria-sort")};
+  }
+  try {
+    var copy = tables[0], env = document.querySelector("#environment table");
+    window.atnatReport.sortTable(copy, column(copy, "Latency ms (b=1)"), false);
+    record("api_latency_ascending", copy, "Latency ms (b=1)");
+    var p = copy.tHead.rows[0].cells[column(copy, "p vs AT beam5 (Holm)")];
+    p.click();
+    record("click_p_first", copy, "p vs AT beam5 (Holm)");
+    p.click();
+    record("click_p_second", copy, "p vs AT beam5 (Holm)");
+    copy.tHead.rows[0].cells[column(copy, "BLEU")].dispatchEvent(
+      new KeyboardEvent("keydown", {key: "Enter", bubbles: true}));
+    record("enter_bleu", copy, "BLEU");
+    var made = document.createElement("div");  // the sort keys themselves, on a table made here
+    made.innerHTML = "<table><thead><tr><th>v</th><th>t</th></tr></thead><tbody>" +
+      "<tr><td data-v='10'>x</td><td>2.5</td></tr><tr><td data-v='9'>z</td><td>10.25</td></tr>" +
+      "<tr><td data-v='100'>y</td><td>\u2013</td></tr><tr><td data-v=''>w</td><td>10.3</td></tr></tbody></table>";
+    var keys = made.firstChild, cells = function (j) {
+      return Array.prototype.map.call(keys.tBodies[0].rows, function (r) { return r.cells[j].textContent; }); };
+    window.atnatReport.sortTable(keys, 0, false);
+    out.by_data_v = cells(0);
+    window.atnatReport.sortTable(keys, 1, true);
+    out.by_number_text = cells(1);
+    env.tHead.rows[0].cells[0].click();
+    out.environment = Array.prototype.map.call(env.tBodies[0].rows, function (r) {
+      return r.cells[0].textContent; });
+  } catch (e) { out.error = String(e); }
+  var heads = tables[0].tHead.rows[0].cells;
+  out.best = Array.prototype.map.call(tables[0].querySelectorAll("td.best"), function (td) {
+    var row = td.parentElement;
+    return [row.cells[0].textContent + " / " + row.cells[1].textContent, heads[td.cellIndex].textContent,
+            getComputedStyle(td.firstElementChild || td).fontWeight];
+  });
+  addEventListener("load", function () {
+    out.images = Array.prototype.map.call(document.images, function (img) { return img.naturalWidth; });
+    var pre = document.createElement("pre");
+    pre.id = "probe";
+    pre.textContent = JSON.stringify(out);
+    document.body.appendChild(pre);
+  });
+})();</script>"""
+
+
+def load(page: str, tmp_path: Path, fragment: str = "") -> str:
+    """The DOM of page (HTML text) after Chromium ran its scripts, with the probes added."""
+    assert "<head>" in page and "</body>" in page
+    page = page.replace("<head>", "<head>" + CATCH, 1).replace("</body>", PROBE + "</body>", 1)
+    path = tmp_path / "probe.html"
+    path.write_text(page, encoding="utf-8")
+    profile = tmp_path / "chromium-profile"
+    cmd = [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", path.as_uri() + fragment]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "</html>" in done.stdout, done.stderr[-2000:]
+    return done.stdout
+
+
+def probe(dom: str) -> dict:
+    match = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
+    assert match, "the probe did not report: the page never finished loading"
+    return json.loads(match.group(1).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+
+
+class _Tags(HTMLParser):
+    """Start tags as (tag, attributes), and the rows of the first <table> as cell texts."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags, self.rows, self.in_first, self.cell = [], [], None, None
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        if tag == "table" and self.in_first is None:
+            self.in_first = True
+        elif tag == "tr" and self.in_first:
+            self.rows.append([])
+        elif tag in ("td", "th") and self.in_first:
+            self.cell = ""
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self.in_first = False
+        elif tag in ("td", "th") and self.cell is not None:
+            self.rows[-1].append(self.cell)
+            self.cell = None
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell += data
+
+
+def parse(dom: str) -> _Tags:
+    tags = _Tags()
+    tags.feed(dom)
+    return tags
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> str:
+    root = fx.build_results(tmp_path_factory.mktemp("browser"))
+    return write_report(root)[1].read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def dom(page, tmp_path_factory) -> str:
+    return load(page, tmp_path_factory.mktemp("chromium"), fragment="#environment")
+
+
+def _systems(*rows: int) -> list[str]:
+    """'cell / strategy' of the `copy` task's fixture rows by their index in fx.ROWS."""
+    return [f"{fx.ROWS[i]['cell'].removesuffix('-s1')} / {fx.ROWS[i]['strategy']}" for i in rows]
+
+
+def test_script_ran_without_errors(dom):
+    tags = parse(dom)
+    html_attrs = next(a for t, a in tags.tags if t == "html")
+    body_attrs = next(a for t, a in tags.tags if t == "body")
+    assert "data-js-errors" not in html_attrs, html_attrs["data-js-errors"]
+    assert body_attrs.get("data-report-ready") == "1"
+    assert "error" not in probe(dom)
+    headers = [a for t, a in tags.tags if t == "th"]
+    assert headers and all(a.get("tabindex") == "0" for a in headers)  # reachable by keyboard
+
+
+def test_sorts_by_number_with_missing_values_last(dom):
+    steps = probe(dom)["steps"]
+    # latency 1.9 < 3.2 < 4.1 < 12.34 < 30.1 (as text, "12.3" would come before "3.20")
+    assert steps["api_latency_ascending"] == {"order": _systems(4, 2, 3, 0, 1), "sort": "ascending"}
+    # p vs AT is not ranked: first click ascending (shown "<0.001" is 0.0004); "–" last both ways
+    assert steps["click_p_first"] == {"order": _systems(3, 4, 2, 1, 0), "sort": "ascending"}
+    assert steps["click_p_second"] == {"order": _systems(1, 2, 4, 3, 0), "sort": "descending"}
+    # BLEU is higher-is-better: its first sort (Enter on the header) puts the best first
+    assert steps["enter_bleu"] == {"order": _systems(1, 0, 2, 3, 4), "sort": "descending"}
+
+
+def test_sort_keys_are_the_numbers_behind_the_cells(dom):
+    result = probe(dom)
+    assert result["by_data_v"] == ["z", "x", "y", "w"]  # data-v 9 < 10 < 100, then the empty one
+    assert result["by_number_text"] == ["10.3", "10.25", "2.5", "–"]  # as numbers, not digit runs
+
+
+def test_sorted_order_is_what_the_page_shows(dom):
+    header, *rows = parse(dom).rows
+    assert [f"{r[0]} / {r[1]}" for r in rows] == _systems(1, 0, 2, 3, 4)
+    assert rows[0][header.index("BLEU")] == "38.05 [36.70, 39.40]"
+
+
+def test_text_columns_sort_as_text(dom):
+    assert probe(dom)["environment"] == sorted(fx.ENVIRONMENT)
+
+
+def test_every_figure_decoded(dom):
+    widths = probe(dom)["images"]
+    assert len(widths) == 7 and min(widths) > 100
+
+
+def test_best_values_marked_bold(dom):
+    (beam, length_beam, ctc) = _systems(1, 3, 4)
+    expected = {(beam, "BLEU"), (beam, "Tok. BLEU"), (beam, "chrF"), (beam, "Exact %"), (length_beam, "Length exact / ±1 %")}
+    expected |= {(ctc, h) for h in ("Latency ms (b=1)", "Speed-up × vs AT greedy (b=1)", "Throughput sent/s", "Thr. speed-up ×",
+                                    "Passes", "Repetition %")}  # fmt: skip
+    best = probe(dom)["best"]
+    assert {(system, header) for system, header, _ in best} == expected and len(best) == len(expected)
+    assert all(int(weight) >= 600 for _, _, weight in best)
+
+
+def test_samples_and_environment_folded(dom):
+    tags = parse(dom)
+    details = {a["id"]: "open" in a for t, a in tags.tags if t == "details" and "id" in a}
+    assert details == {"sample-outputs": False, "environment": True}  # opened by the #environment address
+
+
+def test_a_broken_script_is_caught(page, tmp_path):
+    broken = page.replace("function sortBy(th) {", "function sortBy(th) {{", 1)
+    assert broken != page
+    tags = parse(load(broken, tmp_path))
+    html_attrs = next(a for t, a in tags.tags if t == "html")
+    assert "SyntaxError" in html_attrs.get("data-js-errors", "")
+    assert "data-report-ready" not in next(a for t, a in tags.tags if t == "body")
+
+
+def test_a_broken_sort_or_image_is_caught(page, tmp_path):
+    broken = page.replace("keyed.sort(", "keyed.srot(", 1)
+    broken = re.sub(r'(src="data:image/png;base64,)iVBOR', r"\1AAAA", broken, count=1)
+    result = probe(load(broken, tmp_path))
+    assert "srot" in result["error"]
+    assert result["images"][0] == 0 and min(result["images"][1:]) > 100
