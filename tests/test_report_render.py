@@ -107,7 +107,7 @@ def test_html_marks_the_same_cells_and_keys_numbers(overviews):
     assert '<td class="num nw" data-v="0.0008">&lt;0.001</td>' in page  # sorts by the number, not the text
     assert '<td class="num nw" data-v="">–</td>' in page  # no number: sorts last
     assert '<th class="num" data-better="lower" title="lower is better">Latency ms (b=1)</th>' in page
-    assert '<th>Cell</th>' in page and 'data-v' not in page.split("</td>")[0]  # text columns: no key
+    assert '<th>System</th>' in page and 'data-v' not in page.split("</td>")[0]  # text columns: no key
 
 
 def test_long_tables_fold_short_ones_do_not():
