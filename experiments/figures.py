@@ -28,7 +28,7 @@ CURVE_COLUMNS = {
 LABEL_COLUMNS = {"cell", "strategy", "mode", "bucket"}  # the non-numeric curve columns
 DPI = 100  # PNG resolution; modest so that the base64-embedded HTML stays small
 NCOLS = 3  # panels per row in small-multiple figures
-MAX_PANELS = 12  # small multiples show at most this many cells (the figure title says so)
+MIN_SENTENCES = 10  # a position's accuracy is drawn only when at least this many sentences reach it
 
 
 def pareto_front(df: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
@@ -74,17 +74,18 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _first_cells(cells: pd.Series) -> list[str]:
-    return list(dict.fromkeys(cells.astype(str)))[:MAX_PANELS]
-
-
-def _mark_truncated(fig: Figure, total: int) -> None:
-    if total > MAX_PANELS:
-        fig.suptitle(f"first {MAX_PANELS} of {total} cells")
+def with_family(curve: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """The curve with a `family` column (the cell without its seed): small multiples show one panel
+    per system family, averaged over seeds, so every family gets a panel."""
+    families = table.drop_duplicates("cell").set_index("cell")["family"] if "family" in table else pd.Series(dtype=str)
+    return curve.assign(family=curve["cell"].astype(str).map(families).fillna(curve["cell"].astype(str)))
 
 
 def quality_vs_speed(table: pd.DataFrame, path: Path) -> Path | None:
-    """BLEU against batch-1 speed-up over AT, one panel per task, Pareto front drawn as a step."""
+    """Mean BLEU against mean batch-1 speed-up over AT, one panel per task, with the spread over
+    seeds (or the 95% intervals with one seed) as error bars; systems not clearly beaten ringed."""
+    from atnat.experiments.aggregate import aggregate_seeds, robust_front, span
+
     data = table.dropna(subset=["bleu", "speedup_vs_at"])
     if data.empty:
         return None
@@ -93,48 +94,69 @@ def quality_vs_speed(table: pd.DataFrame, path: Path) -> Path | None:
     markers = dict(zip(decoders, "oXs^Dv<>Pp*h" * len(decoders)))
     fig, axes = _facets(len(tasks), width=5.0, height=4.0)
     for ax, task in zip(axes, tasks):
-        part = data[data["task"] == task]
-        sns.scatterplot(part, x="speedup_vs_at", y="bleu", hue="decoder", style="decoder", palette=palette,
-                        markers=markers, s=60, ax=ax)  # fmt: skip
-        front = pareto_front(part, "speedup_vs_at", "bleu")
-        ax.step(front["speedup_vs_at"], front["bleu"], where="pre", color="0.3", ls="--", lw=1,
-                label="Pareto front")  # fmt: skip
+        agg = aggregate_seeds(data[data["task"] == task])
+        for _, r in agg.iterrows():
+            (x_lo, x_hi), (y_lo, y_hi) = span(r, "speedup_vs_at"), span(r, "bleu")
+            x, y = r["speedup_vs_at"], r["bleu"]  # a bootstrap interval need not contain the estimate
+            ax.errorbar(x, y, xerr=[[max(x - x_lo, 0)], [max(x_hi - x, 0)]], yerr=[[max(y - y_lo, 0)], [max(y_hi - y, 0)]],
+                        fmt=markers[r["decoder"]],
+                        color=palette[r["decoder"]], ms=6, lw=0.8, capsize=2)  # fmt: skip
+        for d in dict.fromkeys(agg["decoder"]):
+            ax.plot([], [], markers[d], color=palette[d], label=d)
+        front = robust_front(agg, "speedup_vs_at", "bleu")
+        ax.scatter(front["speedup_vs_at"], front["bleu"], s=160, facecolors="none", edgecolors="0.3",
+                   label="not clearly beaten")  # fmt: skip
         for _, r in front.iterrows():
-            ax.annotate(str(r["strategy"]), (r["speedup_vs_at"], r["bleu"]), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")  # fmt: skip
+            ax.annotate(f"{r['family']} / {r['strategy']}", (r["speedup_vs_at"], r["bleu"]), fontsize=6,
+                        xytext=(4, 4), textcoords="offset points")  # fmt: skip
         ax.axvline(1.0, color="0.7", lw=0.8)
         ax.set(title=task, xlabel="speed-up over AT greedy (batch 1, ×)", ylabel="BLEU")
         ax.legend(fontsize=7)
     return _save(fig, path)
 
 
-def position_accuracy(curve: pd.DataFrame, path: Path) -> Path | None:
-    """Token accuracy by target position, teacher-forced vs free-running, one panel per cell."""
-    cells = _first_cells(curve["cell"])
-    fig, axes = _facets(len(cells))
-    for ax, cell in zip(axes, cells):
-        part = curve[curve["cell"] == cell]
+def position_accuracy(curve: pd.DataFrame, table: pd.DataFrame, path: Path) -> Path | None:
+    """Token accuracy by target position, teacher-forced vs free-running, one panel per system
+    family (mean over seeds); positions fewer than MIN_SENTENCES sentences reach are cut, and the
+    grey bars (right axis) show how many sentences each position rests on."""
+    data = with_family(curve, table)
+    if "count" in data:  # small test sets keep positions at least half their sentences reach
+        data = data[data["count"] >= min(MIN_SENTENCES, data["count"].max() / 2)]
+    families = list(dict.fromkeys(data["family"]))
+    if not families:
+        return None
+    fig, axes = _facets(len(families))
+    for ax, family in zip(axes, families):
+        part = data[data["family"] == family]
+        if "count" in part:
+            counts = part[part["mode"] == part["mode"].iloc[0]].groupby("position")["count"].mean()
+            twin = ax.twinx()
+            twin.bar(counts.index, counts.to_numpy(), color="0.85", width=0.8, zorder=0)
+            twin.set_ylabel("sentences", fontsize=7, color="0.5")
+            twin.tick_params(labelsize=6, colors="0.5")
+            ax.set_zorder(twin.get_zorder() + 1)
+            ax.patch.set_visible(False)
         style = "strategy" if part["strategy"].nunique() > 1 else None
         sns.lineplot(part, x="position", y="accuracy", hue="mode", style=style, marker="o", errorbar=None,
                      ax=ax)  # fmt: skip
-        ax.set(title=cell, xlabel="target position", ylabel="token accuracy", ylim=(0, 1.05))
+        ax.set(title=family, xlabel="target position", ylabel="token accuracy", ylim=(0, 1.05))
         ax.legend(fontsize=7)
-    _mark_truncated(fig, curve["cell"].nunique())
     return _save(fig, path)
 
 
-def prefix_corruption(curve: pd.DataFrame, path: Path) -> Path | None:
-    """Accuracy d tokens after k corrupted prefix tokens, relative to a clean prefix; per cell."""
-    cells = _first_cells(curve["cell"])
-    fig, axes = _facets(len(cells))
-    for ax, cell in zip(axes, cells):
-        part = curve[curve["cell"] == cell].assign(k=lambda d: d["corrupted"].astype(str))
+def prefix_corruption(curve: pd.DataFrame, table: pd.DataFrame, path: Path) -> Path | None:
+    """Accuracy d tokens after k corrupted prefix tokens, relative to a clean prefix; one panel per
+    AT system family (mean over seeds)."""
+    data = with_family(curve, table)
+    families = list(dict.fromkeys(data["family"]))
+    fig, axes = _facets(len(families))
+    for ax, family in zip(axes, families):
+        part = data[data["family"] == family].assign(k=lambda d: d["corrupted"].astype(str))
         sns.lineplot(part, x="distance", y="relative_accuracy", hue="k", marker="o", errorbar=None, ax=ax)
         ax.axhline(1.0, color="0.7", lw=0.8)
-        ax.set(title=cell, xlabel="distance d after the corruption", ylabel="relative accuracy")
+        ax.set(title=family, xlabel="distance d after the corruption", ylabel="relative accuracy")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.legend(title="k corrupted", fontsize=7)
-    _mark_truncated(fig, curve["cell"].nunique())
     return _save(fig, path)
 
 
@@ -146,8 +168,9 @@ def _bucket_start(label: str) -> float:
 
 def bleu_by_length(curve: pd.DataFrame, table: pd.DataFrame, path: Path) -> Path | None:
     """BLEU per reference-length bucket, one line per system, one panel per task."""
-    data = curve.merge(table[["cell", "task"]].drop_duplicates("cell"), on="cell", how="left")
-    data = data.assign(task=data["task"].fillna("(unknown task)"), system=system_label(data))
+    data = with_family(curve, table).merge(table[["cell", "task"]].drop_duplicates("cell"), on="cell", how="left")
+    data = data.assign(task=data["task"].fillna("(unknown task)"),
+                       system=data["family"] + " / " + data["strategy"].astype(str))  # seeds averaged
     order = sorted(data["bucket"].astype(str).unique(), key=_bucket_start)
     data["bucket"] = pd.Categorical(data["bucket"].astype(str), categories=order, ordered=True)
     tasks = list(dict.fromkeys(data["task"]))
@@ -161,9 +184,10 @@ def bleu_by_length(curve: pd.DataFrame, table: pd.DataFrame, path: Path) -> Path
     return _save(fig, path)
 
 
-def iterations(curve: pd.DataFrame, path: Path) -> Path | None:
-    """BLEU after each mask-predict iteration, one line per cell and strategy."""
-    data = curve.assign(system=system_label(curve))
+def iterations(curve: pd.DataFrame, table: pd.DataFrame, path: Path) -> Path | None:
+    """BLEU after each mask-predict iteration, one line per system (mean over seeds)."""
+    data = with_family(curve, table)
+    data = data.assign(system=data["family"] + " / " + data["strategy"].astype(str))
     fig = _figure(6.0, 4.0)
     ax = fig.subplots()
     sns.lineplot(data, x="iteration", y="bleu", hue="system", marker="o", errorbar=None, ax=ax)
@@ -174,19 +198,22 @@ def iterations(curve: pd.DataFrame, path: Path) -> Path | None:
 
 
 def _attention_order(curve: pd.DataFrame, table: pd.DataFrame) -> list[tuple[str, str]]:
-    """(cell, title) pairs: AT before NAT, unguided before guided, as far as the table knows."""
+    """(cell, title) pairs, one cell (the first seed) per system family: AT before NAT, unguided
+    before guided, as far as the table knows."""
     info = table.drop_duplicates("cell").set_index("cell")
+    data = with_family(curve, table)
     keyed = []
-    for cell in dict.fromkeys(curve["cell"].astype(str)):
+    for family, part in data.groupby("family", sort=False):
+        cell = str(part["cell"].iloc[0])
         decoder = str(info["decoder"].get(cell, "?"))
         guided = bool(info["guided_attention"].get(cell, False))
-        title = f"{cell}\n{decoder}, {'guided' if guided else 'unguided'} attention"
-        keyed.append(((decoder != "at", guided, cell), cell, title))
-    return [(cell, title) for _, cell, title in sorted(keyed)][:MAX_PANELS]
+        title = f"{family}\n{decoder}, {'guided' if guided else 'unguided'} attention"
+        keyed.append(((decoder != "at", guided, family), cell, title))
+    return [(cell, title) for _, cell, title in sorted(keyed)]
 
 
 def attention_maps(curve: pd.DataFrame, table: pd.DataFrame, path: Path) -> Path | None:
-    """Last-layer cross-attention heat map (target x source) of one sample sentence per cell."""
+    """Last-layer cross-attention heat map (target x source) of one sample sentence per family."""
     panels = _attention_order(curve, table)
     fig, axes = _facets(len(panels), width=3.6, height=3.4)
     for ax, (cell, title) in zip(axes, panels):
@@ -198,7 +225,6 @@ def attention_maps(curve: pd.DataFrame, table: pd.DataFrame, path: Path) -> Path
         sns.heatmap(grid, ax=ax, cmap="viridis", vmin=0, cbar=False, square=False)
         ax.set(title=title, xlabel="source position", ylabel="target position")
         ax.title.set_fontsize(8)
-    _mark_truncated(fig, curve["cell"].nunique())
     return _save(fig, path)
 
 
@@ -226,17 +252,19 @@ def _ok(table: pd.DataFrame) -> pd.DataFrame:
 # stem (file name and curve name), caption, source file, draw(results table, curve, path);
 # the first is the report's headline figure, shown under the summary
 FIGURES = (
-    ("quality_vs_speed", "BLEU vs batch-1 speed-up over AT greedy; Pareto front dashed", "results.csv",
+    ("quality_vs_speed", "BLEU vs batch-1 speed-up over AT greedy (means; bars: spread over seeds, or 95% "
+     "intervals with one seed); ringed: not clearly beaten in both", "results.csv",
      lambda table, _, path: quality_vs_speed(_ok(table), path)),
-    ("position_accuracy", "Token accuracy by target position: teacher-forced vs free-running",
-     "curves/position_accuracy.csv", lambda _, curve, path: position_accuracy(curve, path)),
+    ("position_accuracy", "Token accuracy by target position: teacher-forced vs free-running (grey: sentences "
+     f"per position; positions fewer than {MIN_SENTENCES} sentences reach are cut)",
+     "curves/position_accuracy.csv", lambda table, curve, path: position_accuracy(curve, table, path)),
     ("prefix_corruption", "Accuracy d tokens after k corrupted prefix tokens, relative to a clean prefix",
-     "curves/prefix_corruption.csv", lambda _, curve, path: prefix_corruption(curve, path)),
+     "curves/prefix_corruption.csv", lambda table, curve, path: prefix_corruption(curve, table, path)),
     ("bleu_by_length", "BLEU by reference length bucket", "curves/bleu_by_length.csv",
      lambda table, curve, path: bleu_by_length(curve, table, path)),
     ("iterations", "BLEU after each mask-predict iteration", "curves/iterations.csv",
-     lambda _, curve, path: iterations(curve, path)),
-    ("attention", "Last-layer cross-attention (mean over heads) of one sample sentence per cell",
+     lambda table, curve, path: iterations(curve, table, path)),
+    ("attention", "Last-layer cross-attention (mean over heads) of one sample sentence per system",
      "curves/attention.csv", lambda table, curve, path: attention_maps(curve, table, path)),
     ("speed", "Latency at batch 1 and throughput at a large batch per system", "results.csv",
      lambda table, _, path: speed_bars(_ok(table), path)),
