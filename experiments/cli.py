@@ -1,4 +1,4 @@
-"""The `atnat` command line: train, translate, distill, run (grids), report, bench, list."""
+"""The `atnat` command line: train, evaluate, translate, distill, run (grids), report, bench, list."""
 from __future__ import annotations
 
 import argparse
@@ -23,10 +23,10 @@ def cmd_train(args) -> None:
         print_rows(result.rows)
 
 
-def print_rows(rows: list[dict]) -> None:
+def print_rows(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
     import pandas as pd
 
-    cols = ["strategy", "bleu", "chrf", "exact_match", "latency_ms_b1", "throughput_sents_s", "decoder_passes"]
+    cols = ["strategy", "bleu", *extra, "chrf", "exact_match", "latency_ms_b1", "throughput_sents_s", "decoder_passes"]
     df = pd.DataFrame(rows)
     print(df[[c for c in cols if c in df]].round(3).to_string(index=False))
 
@@ -122,6 +122,48 @@ def cmd_distill(args) -> None:
     print(f"wrote {len(lines)} lines to {args.output} ({json.dumps(meta)})", file=sys.stderr)
 
 
+def cmd_evaluate(args) -> None:
+    """Score a checkpoint (or run, or export) on any source/reference files, without a grid."""
+    import json
+
+    from atnat.experiments.evaluate import SpeedSettings, evaluate_files
+    from atnat.experiments.tasks import read_lines
+    from atnat.experiments.train import inference_device, load_module
+
+    device = inference_device(args.device)
+    module, tokenizer = load_module(args.checkpoint, map_location=device)
+    teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
+    sources = read_lines(Path(args.src), "--src")
+    references = [read_lines(Path(r), f"--ref {r}") for r in args.ref]
+    specs = [{"name": args.strategy, **strategy_options(args)}] + [_spec(s) for s in args.also or []]
+    speed = None if args.no_speed else SpeedSettings(latency_sentences=args.latency_sentences,
+                                                     throughput_sentences=len(sources), repeats=args.repeats)
+    rows = evaluate_files(module, tokenizer, sources, references, specs, teacher=teacher,
+                          n_bootstrap=args.n_bootstrap, compound_split=args.compound_split, lang=args.lang,
+                          speed=speed)
+    print_rows(rows, extra=("bleu_tok", "bleu_ci_low", "bleu_ci_high"))
+    if args.hyps:
+        Path(args.hyps).write_text("".join(line + "\n" for line in rows[0]["hypotheses"]), encoding="utf-8")
+    if args.json:
+        clean = [{k: v for k, v in r.items() if k != "hypotheses"} for r in rows]
+        Path(args.json).write_text(json.dumps({"checkpoint": str(args.checkpoint), "src": args.src,
+                                               "ref": args.ref, "rows": clean}, indent=2, default=str))
+
+
+def _spec(text: str) -> dict:
+    """`--also beam:beam_size=5` -> {"name": "beam", "beam_size": 5} (values parsed as YAML)."""
+    import yaml
+
+    name, _, opts = text.partition(":")
+    spec = {"name": name}
+    for item in filter(None, opts.split(",")):
+        if "=" not in item:
+            raise AtnatError(f"--also {text!r}: expected NAME[:OPTION=VALUE,...]")
+        k, v = item.split("=", 1)
+        spec[k] = yaml.safe_load(v)
+    return spec
+
+
 def cmd_run(args) -> None:
     from atnat.experiments.runner import run_grid
 
@@ -201,6 +243,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True)
     add_strategy_args(p)
     p.set_defaults(fn=cmd_distill, strategy="beam")
+    p = sub.add_parser("evaluate", help="score a trained model on any source/reference files (BLEU, chrF, "
+                                        "tokenised BLEU, speed)")
+    p.add_argument("--checkpoint", required=True, help="checkpoint file, run directory or export directory")
+    p.add_argument("--src", required=True, help="source file, one sentence per line")
+    p.add_argument("--ref", required=True, action="append", help="reference file (repeat for several references)")
+    p.add_argument("--teacher", help="AT teacher checkpoint for npd re-ranking")
+    p.add_argument("--also", action="append", metavar="NAME[:OPT=V,...]", help="another strategy to score, e.g. beam:beam_size=5")
+    p.add_argument("--lang", help="target language of the tokenised BLEU (default: the run's)")
+    p.add_argument("--compound-split", action="store_true", help="tokenised BLEU splits hyphenated compounds (##AT##)")
+    p.add_argument("--n-bootstrap", type=int, default=1000, help="resamples of the BLEU confidence interval")
+    p.add_argument("--no-speed", action="store_true", help="skip the timing")
+    p.add_argument("--latency-sentences", type=int, default=100, help="sentences timed one at a time")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats of every call")
+    p.add_argument("--hyps", help="write the first strategy's translations here")
+    p.add_argument("--json", help="write the scores here as JSON")
+    add_strategy_args(p)
+    p.set_defaults(fn=cmd_evaluate)
     p = sub.add_parser("run", help="run an experiment grid and write results/<grid>/")
     p.add_argument("grid")
     p.add_argument("--results", default="results", help="folder that receives results/<grid>/")

@@ -216,3 +216,35 @@ def iteration_bleu(history: list[list[list[int]]], refs: list[list[str]], task: 
         hyps = [task.tokenizer.decode(h[min(it, len(h) - 1)]) for h in history]
         out.append({"iteration": it + 1, "bleu": sacrebleu.corpus_bleu(hyps, refs, tokenize=task.bleu_tokenize).score})
     return pd.DataFrame(out)
+
+
+def evaluate_files(module: Seq2SeqModule, tokenizer, sources: list[str], references: list[list[str]],
+                   specs: list, *, teacher: Seq2SeqModule | None = None, max_tokens: int = 6000,
+                   n_bootstrap: int = 1000, compound_split: bool = False, lang: str | None = None,
+                   speed: SpeedSettings | None = None) -> list[dict]:
+    """Score a trained model on any test set (`atnat evaluate`): per strategy spec, sacreBLEU (all
+    reference streams), chrF, tokenised BLEU, exact match; with `speed`, the strategies are also
+    timed side by side on these sentences. -> one row per strategy, with its hypotheses."""
+    for k, stream in enumerate(references, 1):
+        if len(stream) != len(sources):
+            raise AtnatError(f"reference file {k} has {len(stream)} lines but the source has {len(sources)}")
+    task = TaskData({"test": (sources, references[0])}, tokenizer, bleu_tokenize=module.bleu_tokenize,
+                    extra_references={"test": references[1:]}, lang=lang or module.target_lang)
+    split = encode_split(tokenizer, sources, references[0], name="test")
+    refs_ids = [split.tgt] + [[tokenizer.encode(r) for r in stream] for stream in references[1:]]
+    rows, systems = [], []
+    for spec in specs:
+        label, strategy = build_strategy(spec)
+        decoded = decode_split(module, split, strategy, max_tokens=max_tokens, teacher=teacher)
+        row, hyps = score_outputs(decoded.hyps, refs_ids, references, task, n_bootstrap=n_bootstrap,
+                                  detok=tokenizer.decode, compound_split=compound_split)
+        rows.append(row | {"strategy": label, "hypotheses": hyps})
+        systems.append((label, strategy))
+    if speed is not None:
+        from atnat.experiments.timing import System, time_systems
+
+        timed = time_systems([System("model", label, module, strategy, split.src, teacher)
+                              for label, strategy in systems], speed, {}).set_index("strategy")
+        for row in rows:
+            row.update(timed.loc[row["strategy"], ["latency_ms_b1", "throughput_sents_s", "decoder_passes"]].to_dict())
+    return rows

@@ -58,14 +58,15 @@ def build_module(cfg: RunConfig, task: TaskData) -> Seq2SeqModule:
     dec_name, dec_opts = named(cfg.decoder, "decoder")
     module = Seq2SeqModule(vocab_size=task.tokenizer.vocab_size, decoder=dec_name, model=cfg.model,
                            decoder_options=dec_opts, loss=cfg.loss, optim=cfg.optim)
-    attach_tokenizer(module, task.tokenizer, task.bleu_tokenize)
+    attach_tokenizer(module, task.tokenizer, task.bleu_tokenize, task.lang)
     return module
 
 
-def attach_tokenizer(module: Seq2SeqModule, tokenizer, bleu_tokenize: str) -> None:
+def attach_tokenizer(module: Seq2SeqModule, tokenizer, bleu_tokenize: str, lang: str = "en") -> None:
     module.tokenizer_state = tokenizer.to_state()
     module.detokenize = tokenizer.decode
     module.bleu_tokenize = bleu_tokenize
+    module.target_lang = lang
 
 
 def quiet_lightning() -> None:

@@ -82,6 +82,7 @@ class Seq2SeqModule(pl.LightningModule):
         self.tokenizer_state: dict | None = None  # set by the trainer; saved in checkpoints
         self.detokenize: Callable[[list[int]], str] | None = None
         self.bleu_tokenize = "13a"
+        self.target_lang = "en"  # target language (Moses tokenisation of the paper-comparable BLEU)
         self._val_outputs: list[tuple[list[int], list[int]]] = []
 
     # ---- forward pieces ----------------------------------------------------------------------
@@ -151,10 +152,12 @@ class Seq2SeqModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["atnat_tokenizer"] = self.tokenizer_state
         checkpoint["atnat_bleu_tokenize"] = self.bleu_tokenize
+        checkpoint["atnat_target_lang"] = self.target_lang
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.tokenizer_state = checkpoint.get("atnat_tokenizer")
         self.bleu_tokenize = checkpoint.get("atnat_bleu_tokenize", "13a")
+        self.target_lang = checkpoint.get("atnat_target_lang", "en")
 
 
 def check_compatible(decoder: Decoder, strategy: Strategy) -> None:

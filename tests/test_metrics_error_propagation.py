@@ -132,3 +132,32 @@ def test_bleu_by_length_default_quartile_edges():
     assert df["n"].tolist() == [3, 2, 2, 1]
     with pytest.raises(AtnatError, match="strictly increasing"):
         bleu_by_length(refs, refs, bucket_edges=[5, 5])
+
+
+def test_whole_sentence_errors_are_not_propagation():
+    # dialect-like: a sentence written entirely in the other variant is all errors against one
+    # reference; the old delta called that maximal propagation (1.0), the excess does not
+    hyps = [[1, 2, 3, 4]] * 5 + [[5, 6, 7, 8]] * 5
+    refs = [[1, 2, 3, 4]] * 5 + [[15, 16, 17, 18]] * 5
+    ce = conditional_error_rate(hyps, refs)
+    assert ce.delta == pytest.approx(1.0)
+    assert ce.shuffled_delta == pytest.approx(1.0) and ce.excess == pytest.approx(0.0)
+
+
+def test_errors_that_follow_errors_give_a_positive_excess_and_scattered_ones_a_negative_one():
+    refs = [[1, 2, 3, 4, 5, 6, 7, 8]] * 4
+    clustered = [[1, 2, 3, 4, 5, 0, 0, 0]] * 4  # M M M M M S S S: the errors come together
+    scattered = [[1, 0, 3, 0, 5, 0, 7, 8]] * 4  # M S M S M S M M: never two in a row
+    assert conditional_error_rate(clustered, refs).excess > 0.5
+    assert conditional_error_rate(scattered, refs).excess < -0.3
+    # hand count for one clustered sentence: n = 8, k = 3 -> E[err,err] = 3*2/8, E[err,ok] = 3*5/8,
+    # E[ok,err] = 5*3/8, E[ok,ok] = 5*4/8: shuffled delta = (6/21) - (15/35)
+    assert conditional_error_rate(clustered[:1], refs[:1]).shuffled_delta == pytest.approx(6 / 21 - 15 / 35)
+
+
+def test_closest_reference_is_the_variant_the_system_chose():
+    from atnat.experiments.metrics import closest_references
+
+    hyps = [[11, 12, 13], [1, 2, 9]]
+    streams = [[[1, 2, 3], [1, 2, 3]], [[11, 12, 13], [11, 12, 13]]]
+    assert closest_references(hyps, streams) == [[11, 12, 13], [1, 2, 3]]

@@ -1,0 +1,49 @@
+"""Scoring against several references, and `atnat evaluate` on any test files."""
+import json
+
+import pytest
+
+from atnat.experiments.cli import main
+from atnat.experiments.evaluate import score_outputs
+
+from tests.test_grid import TINY, write_grid
+from tests.training import make_task
+
+
+def test_dialect_is_scored_against_every_variant():
+    task = make_task("dialect", vocab=5, variants=2, min_len=3, max_len=5, n_train=10, n_test=40)
+    src, tgt = task.splits["test"]
+    refs_txt = task.references("test")
+    assert len(refs_txt) == 3 and refs_txt[0] == tgt  # the sampled targets, then one stream per variant
+    consistent = [line.replace("v0x", "v1x") for line in refs_txt[1]]  # always variant 1, never mixed
+    refs_ids = [[task.tokenizer.encode(r) for r in stream] for stream in refs_txt]
+    hyps = [task.tokenizer.encode(h) for h in consistent]
+    row, _ = score_outputs(hyps, refs_ids, refs_txt, task, n_bootstrap=1, detok=task.tokenizer.decode)
+    assert row["bleu"] == pytest.approx(100.0) and row["exact_match"] == 1.0 and row["n_refs"] == 3
+    assert row["mixing_rate"] == 0.0 and row["cond_error_excess"] != row["cond_error_excess"]  # nan: no error
+    one_ref, _ = score_outputs(hyps, refs_ids[:1], refs_txt[:1], task, n_bootstrap=1, detok=task.tokenizer.decode)
+    assert one_ref["bleu"] < 80  # against the sampled variant alone it is a coin flip per sentence
+
+
+def test_atnat_evaluate_scores_any_files(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"]}})
+    assert main(["run", str(grid), "--results", "res"]) == 0
+    run = tmp_path / "res" / "tiny" / "runs" / "at-s1"
+    refs = (run / "references.txt").read_text().split("\n")[:-1]
+    (tmp_path / "src.txt").write_text("\n".join(refs) + "\n")  # copy task: source = reference
+    (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n")
+    args = ["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "ref.txt", "--ref", "ref.txt",
+            "--also", "beam:beam_size=2", "--json", "scores.json", "--hyps", "hyps.txt", "--repeats", "1",
+            "--latency-sentences", "3"]
+    assert main(args) == 0
+    scores = json.loads((tmp_path / "scores.json").read_text())
+    rows = {r["strategy"]: r for r in scores["rows"]}
+    assert set(rows) == {"greedy", "beam2"} and rows["greedy"]["n_refs"] == 2
+    metrics = json.loads((run / "metrics.json").read_text())["rows"]
+    assert rows["greedy"]["bleu"] == pytest.approx(metrics[0]["bleu"])  # the grid scored the same test set
+    assert rows["greedy"]["latency_ms_b1"] > 0 and "bleu_tok" in rows["greedy"]
+    assert len((tmp_path / "hyps.txt").read_text().split("\n")[:-1]) == len(refs)
+    (tmp_path / "short.txt").write_text("w1\n")
+    assert main(["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "short.txt", "--no-speed"]) == 2
+    assert "reference file 1 has 1 lines but the source has" in capsys.readouterr().err
