@@ -1,7 +1,6 @@
 """Seq2SeqModule: the shared encoder + any registered decoder, trained with Lightning."""
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -19,6 +18,7 @@ from atnat.models.encoder import EncoderOut, TransformerEncoder
 from atnat.models.errors import AtnatError
 from atnat.models.layers import TokenEmbedding
 from atnat.models.losses import total_loss
+from atnat.models.options import check_fields
 
 
 @dataclass(frozen=True)
@@ -47,12 +47,9 @@ def lr_factor(step: int, schedule: str, warmup: int) -> float:
 
 
 def build_config(cls, data: dict | None):
-    """A frozen dataclass from a plain dict (lists become tuples where the field is a tuple)."""
-    data = dict(data or {})
-    for f in dataclasses.fields(cls):
-        if isinstance(data.get(f.name), list):
-            data[f.name] = tuple(data[f.name])
-    return cls(**data)
+    """A frozen dataclass from a plain dict, each value checked against its field's type (lists
+    become tuples where the field is a tuple, numeric strings numbers; see models/options.py)."""
+    return cls(**check_fields(cls, dict(data or {})))
 
 
 class Seq2SeqModule(pl.LightningModule):
