@@ -144,6 +144,7 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
     env["parallel_cells"] = len(lanes) if parallel else 1
     env["lanes"] = ", ".join(lane.gpu or "cpu" for lane in lanes)
     env["shared_device_timings"] = parallel and shared(lanes)
+    env["results_rows"] = len(table)  # the report refuses a results.csv with fewer (a cut-short file)
     write_json_atomic(out / "environment.json", env)
     from atnat.experiments.report import write_report
 
