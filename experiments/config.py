@@ -91,6 +91,8 @@ class TrainSettings:
     early_stop_patience: int | None = None  # stop after this many validations without val/loss gain
     num_threads: int | None = None  # torch CPU threads (None: torch's default)
     progress_bar: bool = True  # Lightning's progress bar
+    divergence_factor: float | None = 10.0  # fail the run when the training loss exceeds this multiple of
+    # the first steps' highest loss (null: only a NaN/inf loss fails it); see experiments/divergence.py
 
     def __post_init__(self) -> None:
         if self.max_time_s is not None and not (isinstance(self.max_time_s, (int, float)) and self.max_time_s > 0):

@@ -18,6 +18,7 @@ from atnat.models.seq2seq import Seq2SeqModule
 
 from atnat.experiments.config import RunConfig, make, named
 from atnat.experiments.data import EncodedSplit, encode_split, make_loader
+from atnat.experiments.divergence import DivergenceGuard
 from atnat.experiments.tasks import TASKS, TaskData
 
 CACHE_DIR = Path(os.environ.get("ATNAT_CACHE", Path.home() / ".cache" / "atnat"))
@@ -82,6 +83,7 @@ def make_trainer(cfg: RunConfig, run_dir: Path) -> pl.Trainer:
                                  mode="min", save_last=True, save_top_k=1, enable_version_counter=False)]
     if t.early_stop_patience:
         callbacks.append(EarlyStopping("val/loss", patience=t.early_stop_patience, mode="min"))
+    callbacks.append(DivergenceGuard(t.divergence_factor))  # a NaN/exploding loss fails the run
     return pl.Trainer(
         max_steps=t.max_steps, max_epochs=t.max_epochs, val_check_interval=t.val_every_steps,
         max_time=None if t.max_time_s is None else datetime.timedelta(seconds=t.max_time_s),
