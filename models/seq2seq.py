@@ -1,6 +1,7 @@
 """Seq2SeqModule: the shared encoder + any registered decoder, trained with Lightning."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -128,6 +129,9 @@ class Seq2SeqModule(pl.LightningModule):
         check_compatible(self.decoder, strategy)
         memory = self.encode(src)
         if strategy.requires == "step":
+            cap = self.model_cfg.max_positions - 1  # n tokens + EOS use n + 1 decoder positions
+            if getattr(strategy, "max_len_cap", cap) > cap:  # a longer output would have no positions
+                strategy = dataclasses.replace(strategy, max_len_cap=cap)
             window = getattr(strategy, "attention_window", None)
             if getattr(self.decoder, "static_cache", False) and hasattr(strategy, "max_steps"):
                 state = self.decoder.init_state(memory, window=window, max_steps=strategy.max_steps(src_lengths))
