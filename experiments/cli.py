@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -229,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     import atnat.models.decoders  # noqa: F401
     try:
         code = args.fn(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+    except BrokenPipeError:  # `atnat list | head -1`: the reader stopped; exit as a SIGPIPE'd filter does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit-time flush goes nowhere
+        return 141
     except AtnatError as err:
         print(f"atnat: error: {err}", file=sys.stderr)
         return 2
