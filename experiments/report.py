@@ -8,9 +8,7 @@ rendered twice, so both files show the same formatted numbers; absent optional i
 from __future__ import annotations
 
 import base64
-import csv
 import html
-import io
 import json
 import re
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ import pandas as pd
 
 from atnat.experiments import figures
 from atnat.experiments.figures import pareto_front, system_label
+from atnat.experiments.integrity import check_row_count, check_tables
 from atnat.models.errors import AtnatError
 
 __all__ = ["REQUIRED_COLUMNS", "GridResults", "load_results", "markdown_table", "pareto_front", "write_report"]
@@ -47,33 +46,10 @@ class GridResults:
     environment: dict | None  # environment.json
 
 
-REBUILD = ("rebuild the tables with `atnat run {grid}` (same --results folder): it re-reads every finished "
-           "cell's metrics.json from runs/ without retraining, then writes the report")
-
-
-def _check_whole(path: Path, grid: str = "GRID") -> None:
-    """Refuse a CSV cut short (a writer killed mid-file) or with ragged rows, which pandas would
-    read as if whole: a short last row becomes NaNs (a cell shown as failed), cut rows vanish."""
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        raise AtnatError(f"{path}: the file is cut short: it does not end with a newline, so its last row is "
-                         f"incomplete and the rows after it are missing; {REBUILD.format(grid=grid)}")
-    text = data.decode("utf-8", errors="replace")
-    reader = csv.reader(io.StringIO(text, newline=""))
-    width = len(next(reader, []))
-    for record in reader:
-        if len(record) != width:
-            raise AtnatError(f"{path}: line {reader.line_num} has {len(record)} fields but the header has {width}: "
-                             f"the file is damaged (cut short or edited); {REBUILD.format(grid=grid)}")
-
-
-def _read_csv(path: Path, required: tuple[str, ...], numeric: tuple[str, ...], *,
-              grid: str = "GRID") -> pd.DataFrame | None:
-    """The CSV at path checked for its columns; None when the file is absent or has no rows.
-    `grid` (the grid file, from environment.json) is named in the message of a damaged file."""
+def _read_csv(path: Path, required: tuple[str, ...], numeric: tuple[str, ...]) -> pd.DataFrame | None:
+    """The CSV at path checked for its columns; None when the file is absent or has no rows."""
     if not path.is_file():
         return None
-    _check_whole(path, grid)
     try:
         df = pd.read_csv(path, keep_default_na=True)
     except pd.errors.EmptyDataError:
@@ -99,11 +75,11 @@ def _ok(table: pd.DataFrame) -> pd.DataFrame:
     return table[table["status"] == "ok"]
 
 
-def _load_table(root: Path, grid: str = "GRID") -> pd.DataFrame:
+def _load_table(root: Path) -> pd.DataFrame:
     path = root / "results.csv"
     if not path.is_file():
         raise AtnatError(f"{path}: results.csv not found; is {root} a results folder written by `atnat run`?")
-    table = _read_csv(path, REQUIRED_COLUMNS, NUMERIC_COLUMNS, grid=grid)
+    table = _read_csv(path, REQUIRED_COLUMNS, NUMERIC_COLUMNS)
     if table is None:
         raise AtnatError(f"{path}: results.csv has no rows")
     labels = ["cell", "task", "decoder", "strategy"]
@@ -113,16 +89,6 @@ def _load_table(root: Path, grid: str = "GRID") -> pd.DataFrame:
     flags = table["guided_attention"].astype(str).str.strip().str.lower()
     table["guided_attention"] = flags.isin(["true", "1", "1.0", "yes"])  # CSV spellings of True
     return table
-
-
-def _check_row_count(root: Path, table: pd.DataFrame, env: dict | None) -> None:
-    """A table cut at a row boundary ends cleanly; the runner's row count in environment.json
-    (written right after results.csv) still tells that rows are missing."""
-    expected = (env or {}).get("results_rows")
-    if isinstance(expected, int) and expected != len(table):
-        grid = (env or {}).get("grid") or "GRID"
-        raise AtnatError(f"{root / 'results.csv'} has {len(table)} rows, but environment.json records {expected} "
-                         f"written by the runner: the table is incomplete or stale; {REBUILD.format(grid=grid)}")
 
 
 def _load_environment(path: Path) -> dict | None:
@@ -143,14 +109,14 @@ def load_results(results_dir: Path) -> GridResults:
     if not root.is_dir():
         raise AtnatError(f"{root}: results folder not found")
     environment = _load_environment(root / "environment.json")
-    grid = str((environment or {}).get("grid") or "GRID")  # named in the rebuild advice
-    table = _load_table(root, grid)
-    _check_row_count(root, table, environment)
+    check_tables(root, environment)  # a CSV cut short is refused before pandas reads it as if whole
+    table = _load_table(root)
+    check_row_count(root, len(table), environment)
     curves = {}
     for name, cols in figures.CURVE_COLUMNS.items():
         numeric = tuple(c for c in cols if c not in figures.LABEL_COLUMNS)
-        curves[name] = _read_csv(root / "curves" / f"{name}.csv", cols, numeric, grid=grid)
-    samples = _read_csv(root / "samples.csv", SAMPLE_COLUMNS, (), grid=grid)
+        curves[name] = _read_csv(root / "curves" / f"{name}.csv", cols, numeric)
+    samples = _read_csv(root / "samples.csv", SAMPLE_COLUMNS, ())
     return GridResults(root.resolve().name, root, table, curves, samples, environment)
 
 
