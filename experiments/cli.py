@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -31,12 +32,10 @@ def print_rows(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
     print(df[[c for c in cols if c in df]].round(3).to_string(index=False))
 
 
-def cmd_translate(args) -> None:
-    import torch
-
-    from atnat.experiments.data import collate
-    from atnat.experiments.evaluate import build_strategy, needs_teacher
+def cmd_translate(args) -> int:
+    from atnat.experiments.evaluate import build_strategy
     from atnat.experiments.train import inference_device, load_module
+    from atnat.experiments.translate import translate_stream
 
     device = inference_device(args.device)
     module, tokenizer = load_module(args.checkpoint, map_location=device)
@@ -50,18 +49,13 @@ def cmd_translate(args) -> None:
         if not hasattr(module.decoder, "use_static_cache"):
             raise AtnatError(f"--compile applies to the AT step; decoder {module.decoder.registered_name!r} has none")
         module.decoder.use_static_cache(True, args.compile)
-    lines = [line.rstrip("\n") for line in sys.stdin]
-    ids = [tokenizer.encode(line) for line in lines]
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    out: list[str] = [""] * len(ids)
-    with torch.no_grad():
-        for start in range(0, len(order), args.batch_size):
-            chunk = order[start: start + args.batch_size]
-            batch = collate([(i, ids[i], []) for i in chunk]).to(module.device)
-            hyps = module.decode(batch.src, batch.src_lengths, strategy, **needs_teacher(strategy, teacher, batch.src))
-            for i, h in zip(chunk, hyps.sequences(module.special)):
-                out[i] = tokenizer.decode(h)
-    sys.stdout.write("".join(line + "\n" for line in out))
+    report = translate_stream(module, tokenizer, strategy, sys.stdin, sys.stdout, sys.stderr,
+                              batch_size=args.batch_size, long_lines=args.long_lines, teacher=teacher)
+    if report.refused:
+        print(f"atnat translate: {report.refused} of {report.lines} lines were too long for the model and left "
+              "empty", file=sys.stderr)
+        return 1
+    return 0
 
 
 def strategy_options(args) -> dict:
@@ -233,6 +227,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, help="checkpoint file or run directory")
     p.add_argument("--teacher", help="AT teacher checkpoint for npd re-ranking")
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--long-lines", choices=["error", "truncate"], default="error",
+                   help="a line longer than the model's limit: error (empty output line, a message, exit 1) "
+                        "or truncate (cut to the limit, with a warning)")
     p.add_argument("--compile", choices=COMPILE_MODES,
                    help="AT only: fixed-shape step under torch.compile (pays at small batches; see results/bench)")
     add_strategy_args(p)
@@ -291,14 +288,18 @@ def main(argv: list[str] | None = None) -> int:
     import atnat.decoding  # noqa: F401  (register built-ins)
     import atnat.models.decoders  # noqa: F401
     try:
-        args.fn(args)
+        code = args.fn(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+    except BrokenPipeError:  # `atnat list | head -1`: the reader stopped; exit as a SIGPIPE'd filter does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit-time flush goes nowhere
+        return 141
     except AtnatError as err:
         print(f"atnat: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("atnat: interrupted; finished work is kept (run the same command to resume)", file=sys.stderr)
         return 130
-    return 0
+    return code or 0  # a command returns None (success) or its exit status
 
 
 if __name__ == "__main__":

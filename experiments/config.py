@@ -16,6 +16,7 @@ from atnat.decoding.base import STRATEGIES
 from atnat.models.config import ModelConfig
 from atnat.models.decoders.base import DECODERS, LossConfig
 from atnat.models.errors import AtnatError
+from atnat.models.options import OptionTypeError, check_fields
 from atnat.models.seq2seq import OptimConfig, build_config
 
 from atnat.experiments.tasks import TASKS
@@ -38,9 +39,21 @@ def check_keys(cls, data: Any, where: str) -> dict:
     return data
 
 
+def checked(cls, data: Any, where: str, *, section: bool = True) -> dict:
+    """`data` with its keys and value types checked against dataclass `cls` (numeric strings
+    that YAML leaves as str become numbers); errors name `where`, the key path and the type.
+    With `section`, `where` ends in the section's key (`...: train` -> `...: train.max_steps`)."""
+    data = check_keys(cls, data, where)
+    try:
+        return check_fields(cls, data)
+    except OptionTypeError as err:
+        dotted = section and not where.endswith(")")  # `decoder (ctc)` reads better as `decoder (ctc): k`
+        raise ConfigError(f"{where}{'.' if dotted else ': '}{err.key}: {err.problem}") from None
+
+
 def make(cls, data: Any, where: str):
     """Build dataclass `cls` from `data`, turning type/value errors into ConfigErrors at `where`."""
-    data = check_keys(cls, data, where)
+    data = checked(cls, data, where)
     try:
         return build_config(cls, data)
     except ConfigError:
@@ -90,6 +103,8 @@ class TrainSettings:
     ema: float | None = None  # exponential moving average of the weights with this decay (e.g. 0.999),
     # updated every step; validation, checkpoints and evaluation use the averaged weights
     loggers: tuple[str, ...] = ("csv",)  # training logs under logs/: "csv" (metrics.csv), "tensorboard"
+    divergence_factor: float | None = 10.0  # fail the run when the training loss exceeds this multiple of
+    # the first steps' highest loss (null: only a NaN/inf loss fails it); see experiments/divergence.py
 
     def __post_init__(self) -> None:
         if self.max_time_s is not None and not (isinstance(self.max_time_s, (int, float)) and self.max_time_s > 0):
@@ -131,7 +146,7 @@ class DistillSettings:
     """Sequence-level knowledge distillation (Kim & Rush 2016) from a teacher run."""
 
     teacher: str  # run directory (or checkpoint file) of the AT teacher
-    strategy: dict = field(default_factory=lambda: {"name": "beam", "beam_size": 5})  # teacher decoding
+    strategy: dict | str = field(default_factory=lambda: {"name": "beam", "beam_size": 5})  # teacher decoding
 
 
 @dataclass(frozen=True)
@@ -139,8 +154,8 @@ class RunConfig:
     """One training run: a task, a decoder, sizes, and how to train and evaluate."""
 
     name: str
-    task: dict
-    decoder: dict
+    task: dict | str  # {name: ..., **options}, or a bare task name
+    decoder: dict | str  # {name: ..., **options}, or a bare decoder name
     model: dict = field(default_factory=dict)
     loss: dict = field(default_factory=dict)
     optim: dict = field(default_factory=dict)
@@ -165,23 +180,33 @@ class RunConfig:
         return dataclasses.asdict(self)
 
 
-def validate(cfg: RunConfig, where: str) -> None:
-    """Instantiate every named part once so a mistake fails before training starts."""
+def validate(cfg: RunConfig, where: str) -> RunConfig:
+    """Instantiate every named part once so a mistake fails before training starts; returns cfg
+    with every option value converted to its declared type (see `checked`)."""
     task_name, task_opts = named(cfg.task, f"{where}: task")
     task_cls = _lookup(TASKS, task_name, f"{where}: task.name")
+    task_opts = checked(task_cls.Options, task_opts, f"{where}: task ({task_name})")
     make(task_cls.Options, task_opts, f"{where}: task ({task_name})")
     dec_name, dec_opts = named(cfg.decoder, f"{where}: decoder")
     dec_cls = _lookup(DECODERS, dec_name, f"{where}: decoder.name")
+    dec_opts = checked(dec_cls.Options, dec_opts, f"{where}: decoder ({dec_name})")
     dec_options = make(dec_cls.Options, dec_opts, f"{where}: decoder ({dec_name})")
-    make(ModelConfig, cfg.model, f"{where}: model")
-    make(LossConfig, cfg.loss, f"{where}: loss")
-    make(OptimConfig, cfg.optim, f"{where}: optim")
-    if cfg.distill is not None:
-        name, opts = named(cfg.distill.strategy, f"{where}: distill.strategy")
-        make(_lookup(STRATEGIES, name, f"{where}: distill.strategy.name"), opts, f"{where}: distill.strategy")
+    sections = {key: checked(cls, getattr(cfg, key), f"{where}: {key}")
+                for key, cls in (("model", ModelConfig), ("loss", LossConfig), ("optim", OptimConfig))}
+    for key, cls in (("model", ModelConfig), ("loss", LossConfig), ("optim", OptimConfig)):
+        make(cls, sections[key], f"{where}: {key}")
+    distill = cfg.distill
+    if distill is not None:
+        name, opts = named(distill.strategy, f"{where}: distill.strategy")
+        opts = checked(_lookup(STRATEGIES, name, f"{where}: distill.strategy.name"), opts, f"{where}: distill.strategy")
+        make(STRATEGIES.get(name), opts, f"{where}: distill.strategy")
+        distill = dataclasses.replace(distill, strategy=_spec(distill.strategy, name, opts))
+    strategies = []
     for i, (name, opts) in enumerate(cfg.strategy_specs()):
         strat_cls = _lookup(STRATEGIES, name, f"{where}: eval.strategies[{i}].name")
+        opts = checked(strat_cls, opts, f"{where}: eval.strategies[{i}] ({name})")
         strategy = make(strat_cls, opts, f"{where}: eval.strategies[{i}] ({name})")
+        strategies.append(_spec(cfg.eval.strategies[i], name, opts))
         problem = dec_cls.strategy_problem(dec_options, strategy)
         if problem:
             raise ConfigError(f"{where}: eval.strategies[{i}] ({name}): {problem}")
@@ -190,6 +215,14 @@ def validate(cfg: RunConfig, where: str) -> None:
             raise ConfigError(f"{where}: eval.strategies[{i}]: strategy {name!r} cannot drive decoder "
                               f"{dec_name!r} (it needs {strat_cls.requires!r}, the decoder offers "
                               f"{sorted(dec_cls.capabilities)}); usable: {', '.join(usable)}")
+    return dataclasses.replace(
+        cfg, task=_spec(cfg.task, task_name, task_opts), decoder=_spec(cfg.decoder, dec_name, dec_opts),
+        **sections, distill=distill, eval=dataclasses.replace(cfg.eval, strategies=tuple(strategies)))
+
+
+def _spec(section: Any, name: str, opts: dict) -> Any:
+    """A `{name: x, **options}` section with its checked options (a bare name stays a name)."""
+    return section if isinstance(section, str) else {"name": name, **opts}
 
 
 def _lookup(registry, name: str, where: str):
@@ -219,11 +252,10 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
         elif not isinstance(data[key], dict):
             raise ConfigError(f"{where}: {key}: expected a mapping, got {data[key]!r}")
     try:
-        cfg = RunConfig(**data)
+        cfg = RunConfig(**checked(RunConfig, data, where, section=False))
     except TypeError as err:
         raise ConfigError(f"{where}: {err}") from None
-    validate(cfg, where)
-    return cfg
+    return validate(cfg, where)
 
 
 def load_yaml(path: str | Path) -> Any:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import sacrebleu
 from filelock import FileLock
 
 from atnat.models.errors import AtnatError
 
 from atnat.experiments.data import encode_split
 from atnat.experiments.evaluate import build_strategy, decode_split, write_json_atomic
+from atnat.experiments.metrics.quality import bleu_metric
 
 
 def distill_sources(teacher, tokenizer, sources: list[str], strategy_spec, *, max_tokens: int = 8000) -> list[str]:
@@ -48,7 +48,13 @@ def distilled_targets(teacher_path: str | Path, sources: list[str], references: 
     cache = teacher_dir(teacher_path) / "distill" / label
     cache.mkdir(parents=True, exist_ok=True)
     with FileLock(cache / ".lock"):  # students started at once by parallel workers: one decodes
-        return _cached_or_decoded(teacher_path, cache, label, sources, references, strategy_spec, max_tokens, device)
+        lines, meta = _cached_or_decoded(teacher_path, cache, label, sources, references, strategy_spec,
+                                         max_tokens, device)
+    if not any(line.strip() for line in lines):
+        raise AtnatError(f"distillation: the teacher {teacher_path} produced only empty lines for the {len(lines)} "
+                         f"training sources (strategy {label}; see {cache / 'train.txt'}), so the student has no "
+                         "targets to learn from; train the teacher longer or check its run")
+    return lines, meta
 
 
 def _cached_or_decoded(teacher_path, cache: Path, label: str, sources, references, strategy_spec, max_tokens, device):
@@ -63,9 +69,10 @@ def _cached_or_decoded(teacher_path, cache: Path, label: str, sources, reference
             return lines, meta
     module, tokenizer = load_module(teacher_path, map_location=device)
     lines = distill_sources(module, tokenizer, sources, strategy_spec, max_tokens=max_tokens)
-    bleu = sacrebleu.corpus_bleu(lines, [references], tokenize=module.bleu_tokenize)
+    metric = bleu_metric(module.bleu_tokenize)
     meta = {"teacher": str(teacher_path), "checkpoint": stamp, "strategy": label, "lines": len(lines),
-            "bleu_vs_references": bleu.score, "bleu_signature": str(bleu.format(signature=True))}
+            "bleu_vs_references": metric.corpus_score(lines, [references]).score,
+            "bleu_signature": str(metric.get_signature())}
     tmp = text_path.with_suffix(".tmp")
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
     tmp.replace(text_path)

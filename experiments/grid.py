@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from atnat.experiments.config import ConfigError, RunConfig, deep_update, load_yaml, make, run_config_from_dict
+from atnat.experiments.config import (
+    ConfigError, RunConfig, checked, deep_update, load_yaml, make, run_config_from_dict,
+)
 
 GRID_KEYS = ("name", "description", "base", "cells", "axes", "zip", "exclude", "seeds", "smoke", "speed")
 
@@ -127,6 +129,7 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
                                        smoke_cfg, f"{where}: cells.{variant}"))
     from atnat.experiments.evaluate import SpeedSettings
 
+    speed = checked(SpeedSettings, speed, f"{where}: speed")  # the runner builds SpeedSettings(**speed)
     make(SpeedSettings, speed, f"{where}: speed")
     grid = Grid(name, path, cells, speed=speed, description=data.get("description", ""))
     resolve_teachers(grid, runs_dir, where)

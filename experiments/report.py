@@ -19,6 +19,7 @@ from atnat.experiments.aggregate import INTERVALS, aggregate_seeds, beyond_sprea
 from atnat.experiments.blocks import Block, best_cells
 from atnat.experiments.figures import pareto_front, system_label
 from atnat.experiments.report_html import render_html
+from atnat.experiments.integrity import check_row_count, check_tables
 from atnat.models.errors import AtnatError
 
 __all__ = ["REQUIRED_COLUMNS", "GridResults", "load_results", "markdown_table", "pareto_front", "write_report"]
@@ -120,13 +121,15 @@ def load_results(results_dir: Path) -> GridResults:
     root = Path(results_dir)
     if not root.is_dir():
         raise AtnatError(f"{root}: results folder not found")
+    environment = _load_environment(root / "environment.json")
+    check_tables(root, environment)  # a CSV cut short is refused before pandas reads it as if whole
     table = _load_table(root)
+    check_row_count(root, len(table), environment)
     curves = {}
     for name, cols in figures.CURVE_COLUMNS.items():
         numeric = tuple(c for c in cols if c not in figures.LABEL_COLUMNS)
         curves[name] = _read_csv(root / "curves" / f"{name}.csv", cols, numeric)
     samples = _read_csv(root / "samples.csv", SAMPLE_COLUMNS, ())
-    environment = _load_environment(root / "environment.json")
     return GridResults(root.resolve().name, root, table, curves, samples, environment)
 
 

@@ -56,9 +56,9 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     result = evaluate(module, task, cfg, run_dir, teacher=teacher)
-    info = json.loads((run_dir / "train.json").read_text())
-    for row in result.rows:
-        row.update(train_steps=info["global_step"], train_time_s=train_time, train_devices=info["world_size"],
+    trained = json.loads((run_dir / "train.json").read_text())
+    for row in result.rows:  # steps trained, not the best checkpoint's
+        row.update(train_steps=trained["global_step"], train_time_s=train_time, train_devices=trained["world_size"],
                    distill_bleu=distill_meta["bleu_vs_references"] if distill_meta else float("nan"))
     if speed is not None:
         time_own_strategies(cfg, run_dir, module, teacher, speed, result)
@@ -169,6 +169,7 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
     env["timing"] = (f"timing phase after training: every system of a task side by side in one process, "
                      f"{SpeedSettings(**grid.speed).threads or torch.get_num_threads()} CPU threads" if device_is_cpu(grid)
                      else "timing phase after training: every system of a task side by side in one process")
+    env["results_rows"] = len(table)  # the report refuses a results.csv with fewer (a cut-short file)
     write_json_atomic(out / "environment.json", env)
     from atnat.experiments.report import write_report
 

@@ -221,6 +221,6 @@ class ParallelTask(Task):
             limit = o.max_train if split == "train" else o.max_eval
             splits[split] = (src[:limit], tgt[:limit]) if limit else (src, tgt)
         train_src, train_tgt = splits["train"]
-        tok = SentencePieceTokenizer.train(train_src + train_tgt, vocab_size=o.vocab_size,
-                                           cache_dir=self.cache_dir)
+        tok = SentencePieceTokenizer.train(train_src + train_tgt, vocab_size=o.vocab_size, cache_dir=self.cache_dir,
+                                           what=f"train split ({self.path('train', 'src')}, {self.path('train', 'tgt')})")
         return TaskData(splits, tok, bleu_tokenize="13a", lang=o.tgt)

@@ -53,10 +53,13 @@ class SentencePieceTokenizer:
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
 
     @classmethod
-    def train(cls, texts: Iterable[str], *, vocab_size: int, cache_dir: Path,
-              model_type: str = "unigram") -> "SentencePieceTokenizer":
-        """Train on `texts` (or load the cached model trained on the same texts and settings)."""
+    def train(cls, texts: Iterable[str], *, vocab_size: int, cache_dir: Path, model_type: str = "unigram",
+              what: str = "training text") -> "SentencePieceTokenizer":
+        """Train on `texts` (or load the cached model trained on the same texts and settings);
+        `what` names the texts (files, split) in errors."""
         lines = [t for t in texts if t.strip()]
+        if not lines:
+            raise AtnatError(f"{what}: only blank lines, no text to train the sentencepiece vocabulary on")
         key = hashlib.sha256("\n".join(lines).encode() + f"|{vocab_size}|{model_type}".encode()).hexdigest()[:16]
         cache_dir.mkdir(parents=True, exist_ok=True)
         path = cache_dir / f"spm-{key}.model"

@@ -19,6 +19,7 @@ from atnat.models.encoder import EncoderOut, TransformerEncoder
 from atnat.models.errors import AtnatError
 from atnat.models.layers import TokenEmbedding
 from atnat.models.losses import total_loss
+from atnat.models.options import check_fields
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,9 @@ def lr_factor(step: int, schedule: str, warmup: int) -> float:
 
 
 def build_config(cls, data: dict | None):
-    """A frozen dataclass from a plain dict (lists become tuples where the field is a tuple)."""
-    data = dict(data or {})
-    for f in dataclasses.fields(cls):
-        if isinstance(data.get(f.name), list):
-            data[f.name] = tuple(data[f.name])
-    return cls(**data)
+    """A frozen dataclass from a plain dict, each value checked against its field's type (lists
+    become tuples where the field is a tuple, numeric strings numbers; see models/options.py)."""
+    return cls(**check_fields(cls, dict(data or {})))
 
 
 class Seq2SeqModule(pl.LightningModule):
@@ -132,6 +130,9 @@ class Seq2SeqModule(pl.LightningModule):
         check_compatible(self.decoder, strategy)
         memory = self.encode(src)
         if strategy.requires == "step":
+            cap = self.model_cfg.max_positions - 1  # n tokens + EOS use n + 1 decoder positions
+            if getattr(strategy, "max_len_cap", cap) > cap:  # a longer output would have no positions
+                strategy = dataclasses.replace(strategy, max_len_cap=cap)
             window = getattr(strategy, "attention_window", None)
             if getattr(self.decoder, "static_cache", False) and hasattr(strategy, "max_steps"):
                 state = self.decoder.init_state(memory, window=window, max_steps=strategy.max_steps(src_lengths))

@@ -128,6 +128,13 @@ class Decoder(nn.Module, ABC):
         return {"guided_attention": Loss(value, self.loss_cfg.guided_attention_weight)}
 
     @property
+    def max_source_length(self) -> int:
+        """The longest source (in tokens) the model can decode: the positional table the encoder
+        shares with the decoder. Decoders whose slots grow with the source (CTC, fixed-length
+        NAT) state less; output lengths are kept within the table by the decoder and decode()."""
+        return self.cfg.max_positions
+
+    @property
     def wants_attention(self) -> bool:
         return self.loss_cfg.guided_attention_weight > 0
 

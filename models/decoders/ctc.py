@@ -48,6 +48,10 @@ class CTCDecoder(Decoder):
         k = options.upsample
         self.split = nn.Linear(cfg.d_model, k * cfg.d_model) if options.upsample_linear else None
 
+    @property
+    def max_source_length(self) -> int:
+        return self.cfg.max_positions // self.options.upsample  # k S slots need k S positions
+
     def upsample(self, memory: EncoderOut) -> tuple[Tensor, Tensor]:
         """-> slot vectors (B, k S, D) without positions, and their padding mask (B, k S)."""
         k, states = self.options.upsample, memory.states

@@ -9,6 +9,7 @@ Shapes: B batch, S source length, T target slots, D model width, V vocabulary.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -81,12 +82,13 @@ class ParallelDecoder(Decoder):
         return F.log_softmax(logits.float(), -1)
 
     def predict_length(self, memory: EncoderOut) -> Tensor:
-        """-> (B, Lmax+1) log-probs over absolute target lengths (length 0 at -inf)."""
+        """-> (B, Lmax+1) log-probs over absolute target lengths (length 0 at -inf), Lmax at most
+        max_positions: a longer output has no positions, so those lengths are not offered."""
         if self.length_predictor is None:
             raise AtnatError(
                 f"decoder {self.registered_name!r} was built with length: fixed and has no length "
                 "predictor; decode it with strategy 'parallel' and length: fixed (same fixed_len_a/b)")
-        return self.length_predictor.log_probs_absolute(memory)
+        return self.length_predictor.log_probs_absolute(memory)[:, : self.cfg.max_positions + 1]
 
     def reorder_memory(self, memory: EncoderOut, order: Tensor) -> EncoderOut:
         return memory.index_select(order)
@@ -174,6 +176,14 @@ class NATDecoder(ParallelDecoder):
     @property
     def predicts_length(self) -> bool:
         return self.options.length == "predict"
+
+    @property
+    def max_source_length(self) -> int:
+        """"fixed": the largest S whose floor(a * S + b) slots fit the positional table."""
+        limit, o = self.cfg.max_positions, self.options
+        if o.length != "fixed":
+            return limit
+        return max((s for s in range(limit + 1) if math.floor(o.fixed_len_a * s + o.fixed_len_b) <= limit), default=0)
 
     def training_targets(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """-> targets (B, T) and their padding mask. "fixed": floor(a*S+b) slots holding y (cut to

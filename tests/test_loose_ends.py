@@ -1,0 +1,77 @@
+"""Smaller silent failures (issue 16.10): an empty teacher output, the steps trained, the
+distillation signature, a blank-only training file, and `atnat list | head -1`."""
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from atnat.experiments import distill, train
+from atnat.experiments.config import run_config_from_dict
+from atnat.experiments.runner import run_cell
+from atnat.experiments.tasks import ParallelOptions, ParallelTask
+from atnat.models.errors import AtnatError
+
+from tests.test_grid import TINY
+
+
+@pytest.fixture
+def teacher(tmp_path, monkeypatch):
+    """A teacher run folder whose decoding is replaced by `outputs` (no model is trained)."""
+    monkeypatch.setattr(train, "load_module", lambda path, map_location: (types.SimpleNamespace(bleu_tokenize="13a"), None))
+    run = tmp_path / "teacher"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "best.ckpt").write_bytes(b"weights")
+
+    def with_outputs(outputs):
+        monkeypatch.setattr(distill, "distill_sources", lambda module, tok, sources, spec, max_tokens: list(outputs))
+        return run
+
+    return with_outputs
+
+
+def test_a_teacher_that_outputs_only_empty_lines_is_named_as_the_cause(teacher):
+    run = teacher(["", " ", ""])
+    with pytest.raises(AtnatError, match=rf"distillation: the teacher {run} produced only empty lines for the 3 "
+                                         r"training sources \(strategy greedy"):
+        distill.distilled_targets(run, ["a b", "c", "d"], ["a b", "c", "d"], {"name": "greedy"})
+
+
+def test_distillation_meta_keeps_the_score_and_the_signature_apart(teacher):
+    refs = ["a b c d e f", "g h i j k", "l m n o p"]
+    run = teacher(refs[:2] + ["l m n x y"])
+    lines, meta = distill.distilled_targets(run, refs, refs, {"name": "greedy"})
+    assert lines == refs[:2] + ["l m n x y"]
+    assert meta["bleu_signature"].startswith("nrefs:1|") and "tok:13a" in meta["bleu_signature"]
+    assert "=" not in meta["bleu_signature"] and "BLEU" not in meta["bleu_signature"]
+    assert 0 < meta["bleu_vs_references"] < 100
+    assert json.loads((run / "distill" / "greedy" / "meta.json").read_text()) == meta
+
+
+def test_train_steps_counts_the_steps_trained_not_the_best_checkpoints(tmp_path):
+    raw = {**TINY["base"], "name": "steps", "decoder": {"name": "at"}, "eval": {"n_bootstrap": 10}}
+    raw["train"] = {**raw["train"], "max_steps": 10, "val_every_steps": 4}  # validated (and best) at 4 or 8
+    result = run_cell(run_config_from_dict(raw, "test"), tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "train.json").read_text())["global_step"] == 10
+    assert [row["train_steps"] for row in result.rows] == [10]
+
+
+def test_a_blank_only_training_file_names_the_split_and_files(tmp_path):
+    for name, text in {"train.en": "\n \n\n", "train.de": "\n\n\n", "val.en": "a b\n", "val.de": "a b\n",
+                       "test2016.en": "c\n", "test2016.de": "c\n"}.items():
+        (tmp_path / name).write_text(text)
+    task = ParallelTask(ParallelOptions(data_dir=str(tmp_path), vocab_size=20), cache_dir=tmp_path / "spm")
+    with pytest.raises(AtnatError, match=rf"train split \({tmp_path}/train.en, {tmp_path}/train.de\): only blank "
+                                         r"lines, no text to train the sentencepiece vocabulary on"):
+        task.load()
+
+
+def test_atnat_list_into_a_closed_pipe_exits_quietly_like_a_unix_filter():
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "atnat.experiments.cli", "list"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()  # the reader is gone before anything is written (`| head -0`)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == ""  # 128 + SIGPIPE, what `seq 1e9 | head -1` gives

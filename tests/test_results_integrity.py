@@ -1,0 +1,82 @@
+"""A results.csv cut short is refused, never reported as if whole (issue 16.5): `atnat report` says
+what happened and how to rebuild the table (`atnat run GRID` re-reads the run folders)."""
+import json
+
+import pandas as pd
+import pytest
+
+from atnat.experiments.cli import main
+from atnat.experiments.report import load_results, write_report
+from atnat.models.errors import AtnatError
+from tests import fixtures_results as fx
+from tests.test_grid import write_grid
+
+N_ROWS = len(fx.ROWS)
+
+
+def cut(path, keep: float) -> None:
+    """Keep the first `keep` fraction of the file's bytes, as a process killed mid-write would."""
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def test_a_csv_cut_mid_row_is_refused_not_read_as_a_failed_cell(tmp_path):
+    root = fx.build_results(tmp_path)
+    cut(root / "results.csv", 0.5)
+    assert len(pd.read_csv(root / "results.csv")) < N_ROWS  # what pandas alone would report
+    with pytest.raises(AtnatError, match=r"results\.csv: the file is cut short: it does not end with a "
+                                         r"newline.*atnat run"):
+        write_report(root)
+    assert not (root / "report.md").exists()
+
+
+def test_a_row_with_missing_fields_is_refused(tmp_path):
+    root = fx.build_results(tmp_path)
+    lines = (root / "results.csv").read_text().splitlines(keepends=True)
+    lines[3] = ",".join(lines[3].split(",")[:7]) + "\n"  # ends cleanly, but 7 fields
+    (root / "results.csv").write_text("".join(lines))
+    with pytest.raises(AtnatError, match=r"results\.csv: line 4 has 7 fields but the header has \d+"):
+        load_results(root)
+
+
+def test_a_csv_cut_at_a_row_boundary_is_caught_by_the_row_count_of_environment_json(tmp_path):
+    root = fx.build_results(tmp_path)
+    env = json.loads((root / "environment.json").read_text())
+    (root / "environment.json").write_text(json.dumps({**env, "results_rows": N_ROWS, "grid": "g.yaml"}))
+    load_results(root)  # whole: fine
+    lines = (root / "results.csv").read_text().splitlines(keepends=True)
+    (root / "results.csv").write_text("".join(lines[:4]))
+    with pytest.raises(AtnatError, match=rf"results\.csv has 3 rows, but environment\.json records {N_ROWS}.*"
+                                         r"`atnat run g\.yaml`"):
+        load_results(root)
+
+
+def test_optional_csv_files_are_checked_the_same_way(tmp_path):
+    root = fx.build_results(tmp_path)
+    cut(root / "samples.csv", 0.7)
+    with pytest.raises(AtnatError, match=r"samples\.csv: the file is cut short"):
+        load_results(root)
+
+
+def test_atnat_run_records_the_row_count_and_rebuilds_a_cut_table_without_training(tmp_path, monkeypatch, capsys):
+    """Finished cells (metrics.json "ok") are tabulated again; nothing trains (no data, no model)."""
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path)
+    runs = tmp_path / "res" / "tiny" / "runs"
+    rows = {"at-s1": [{"strategy": f"beam{k}", "strategy_name": "beam", "bleu": 10.0 + k} for k in range(1, 24)],
+            "cmlm-kd-s1": [{"strategy": "mask-predict-2", "strategy_name": "mask-predict", "bleu": 9.0}]}
+    for cell, cell_rows in rows.items():
+        (runs / cell).mkdir(parents=True)
+        (runs / cell / "metrics.json").write_text(json.dumps({"status": "ok", "rows": cell_rows}))
+    monkeypatch.setattr("atnat.experiments.runner.run_one", lambda *a: pytest.fail("a finished cell was rerun"))
+    assert main(["run", str(grid), "--results", "res"]) == 0
+    out = tmp_path / "res" / "tiny"
+    assert json.loads((out / "environment.json").read_text())["results_rows"] == 24
+    cut(out / "results.csv", 0.4)
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "results.csv: the file is cut short" in err and f"atnat run {grid}" in err
+    assert main(["run", str(grid), "--results", "res"]) == 0  # the rebuild the message names
+    table = pd.read_csv(out / "results.csv")
+    assert len(table) == 24 and (table.status == "ok").all()
