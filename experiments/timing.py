@@ -17,6 +17,7 @@ the same sentences, with a 95% paired bootstrap interval over sentences (batches
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,12 +219,21 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str) -> pd.D
     out/timing.csv. A timing whose systems and weights are unchanged is kept (a resumed grid
     whose cells were all done does not time again); otherwise every system is timed anew, so that
     no table mixes timings from different sessions."""
+    from atnat.experiments.train import evaluation_checkpoint
+
     path = out / "timing.csv"
-    systems, baselines = grid_systems(cells, device)
+    old = pd.read_csv(path) if path.exists() else None
+    timeable = [c for c in cells if evaluation_checkpoint(Path(c.config.output_dir)).is_file()]
+    gone = [c.name for c in cells if c not in timeable]
+    if gone:
+        print(f"atnat: no checkpoint left for {', '.join(gone)}: not timed again (their earlier timings, if "
+              "any, are kept)", file=sys.stderr)
+    kept = old[old.cell.isin(gone)] if old is not None else None
+    systems, baselines = grid_systems(timeable, device)
     keys = sorted((s.cell, s.strategy, s.fingerprint) for s in systems)
-    if path.exists():
-        old = pd.read_csv(path)
-        if sorted(zip(old.cell, old.strategy, old.fingerprint.astype(str))) == keys:
+    if old is not None:
+        fresh = old[~old.cell.isin(gone)]
+        if sorted(zip(fresh.cell, fresh.strategy, fresh.fingerprint.astype(str))) == keys:
             return old
     threads = torch.get_num_threads()
     if speed.threads:
@@ -236,6 +246,8 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str) -> pd.D
         frames = [time_systems(group, speed, baselines).assign(task=task) for task, group in by_task.items()]
     finally:
         torch.set_num_threads(threads)
+    if kept is not None and len(kept):
+        frames.append(kept)
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
     from atnat.experiments.table import write_csv
 
