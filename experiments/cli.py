@@ -1,4 +1,4 @@
-"""The `atnat` command line: train, translate, distill, run (grids), report, bench, list."""
+"""The `atnat` command line: train, translate, export, distill, run (grids), report, bench, list."""
 from __future__ import annotations
 
 import argparse
@@ -38,8 +38,11 @@ def cmd_translate(args) -> None:
     from atnat.experiments.evaluate import build_strategy, needs_teacher
     from atnat.experiments.train import inference_device, load_module
 
+    from atnat.experiments.quantize import maybe_quantize
+
     device = inference_device(args.device)
     module, tokenizer = load_module(args.checkpoint, map_location=device)
+    module = maybe_quantize(module, args.quantize)
     teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
     spec = {"name": args.strategy, **strategy_options(args)}
     _, strategy = build_strategy(spec)
@@ -112,7 +115,11 @@ def cmd_distill(args) -> None:
         from atnat.experiments.distill import teacher_dir
         from atnat.experiments.train import load_task
 
+        from atnat.experiments.export import is_export_dir
+
         cfg_path = teacher_dir(args.teacher) / "config.json"
+        if is_export_dir(Path(args.teacher)):
+            raise AtnatError(f"{args.teacher} is an export directory (no training data): give --input SOURCE_FILE")
         if not cfg_path.is_file():
             raise AtnatError(f"{cfg_path} not found: give --input SOURCE_FILE or a teacher run directory")
         cfg = run_config_from_dict(json.loads(cfg_path.read_text()), str(cfg_path))
@@ -120,6 +127,21 @@ def cmd_distill(args) -> None:
         lines, meta = distilled_targets(args.teacher, src, tgt, spec, device=device)
     Path(args.output).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     print(f"wrote {len(lines)} lines to {args.output} ({json.dumps(meta)})", file=sys.stderr)
+
+
+def cmd_export(args) -> None:
+    from atnat.experiments.train import load_module
+
+    module, tokenizer = load_module(args.run)
+    if args.format == "ctranslate2":
+        from atnat.experiments.ct2 import export_ctranslate2
+
+        out = export_ctranslate2(module, tokenizer, args.out_dir)
+    else:
+        from atnat.experiments.export import export_safetensors
+
+        out = export_safetensors(module, args.out_dir)
+    print(f"wrote {args.format} model to {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
 
 
 def cmd_run(args) -> None:
@@ -193,8 +215,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--compile", choices=COMPILE_MODES,
                    help="AT only: fixed-shape step under torch.compile (pays at small batches; see results/bench)")
+    p.add_argument("--quantize", choices=["none", "int8"], default="none",
+                   help="int8: dynamic int8 linear layers (CPU only; see experiments/quantize.py)")
     add_strategy_args(p)
     p.set_defaults(fn=cmd_translate)
+    p = sub.add_parser("export", help="write a trained model as portable files (safetensors or CTranslate2)")
+    p.add_argument("run", help="run directory, checkpoint file or export directory")
+    p.add_argument("out_dir", help="directory to write (new, empty, or a previous export)")
+    p.add_argument("--format", choices=["safetensors", "ctranslate2"], default="safetensors",
+                   help="safetensors: model.safetensors + config.json + tokenizer (atnat loads it); "
+                        "ctranslate2: a CTranslate2 model directory (AT decoders only)")
+    p.set_defaults(fn=cmd_export)
     p = sub.add_parser("distill", help="write sequence-level distilled targets with an AT teacher")
     p.add_argument("--teacher", required=True, help="teacher checkpoint file or run directory")
     p.add_argument("--input", help="source file (default: the teacher run's training sources)")

@@ -54,7 +54,7 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings = SpeedSettings
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     result = evaluate(module, task, cfg, run_dir, teacher=teacher, speed=speed)
-    steps = int(torch.load(best, map_location="cpu", weights_only=False).get("global_step", 0))
+    steps = int(torch.load(best, map_location="cpu", weights_only=True).get("global_step", 0))
     devices = json.loads((run_dir / "train.json").read_text())["world_size"]
     for row in result.rows:
         row.update(train_steps=steps, train_time_s=train_time, train_devices=devices,
