@@ -48,12 +48,7 @@ class Peer:
         self.tokens = ct2.vocabulary(tokenizer, vocab)
         self._dir = tempfile.TemporaryDirectory(prefix="atnat-bench-ct2-")
         path = Path(self._dir.name) / "model"
-        state = module.tokenizer_state
-        module.tokenizer_state = tokenizer.to_state()
-        try:
-            ct2.export_ctranslate2(module, tokenizer, path)
-        finally:
-            module.tokenizer_state = state
+        ct2.export_ctranslate2(module, tokenizer, path)
         self.translators = {name: ct2.load_translator(path, compute_type=ctype, device=device, threads=threads)
                             for name, ctype in SYSTEMS.items()}
         self.suppress = [[self.tokens[i]] for i in (module.special.pad, module.special.bos,

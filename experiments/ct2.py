@@ -166,7 +166,7 @@ def export_ctranslate2(module, tokenizer, out: str | Path, *, quantization: str 
     prepare_dir(out, MODEL_FILE)
     spec.optimize(quantization=quantization)
     spec.save(str(out))
-    name, data = tokenizer_file(module.tokenizer_state or tokenizer.to_state())
+    name, data = tokenizer_file(tokenizer.to_state())  # the tokenizer whose strings are the vocabulary
     (out / name).write_bytes(data)
     return out
 
@@ -248,7 +248,8 @@ class CT2Decoder:
 
     def _translate(self, sources: list[list[int]], max_len: int, **extra) -> list:
         src = [[self.tokens[i] for i in s] for s in sources]
-        return self.translator.translate_batch(src, max_decoding_length=max_len, **self.options, **extra)
+        opts = dict(self.options, min_decoding_length=min(self.options["min_decoding_length"], max_len))
+        return self.translator.translate_batch(src, max_decoding_length=max_len, **opts, **extra)
 
     def _ids(self, hyp: list[str]) -> list[int]:
         ids = [self._index[t] for t in hyp]

@@ -67,12 +67,28 @@ def test_greedy_equals_ours_token_for_token_on_random_weights():
     module, tokenizer = random_module()
     gen = torch.Generator().manual_seed(2)
     sources = [torch.randint(6, 40, (n,), generator=gen).tolist() for n in (4, 9, 1, 15, 6)]
-    for strategy in (Greedy(max_len_a=1.0, max_len_b=2), Greedy(min_len=8, max_len_a=0.0, max_len_b=8)):
+    for strategy in (Greedy(max_len_a=1.0, max_len_b=2), Greedy(min_len=8, max_len_a=0.0, max_len_b=8),
+                     Greedy(min_len=6, max_len_a=1.0, max_len_b=0)):  # min_len above some budgets
         decoder = ct2.ct2_decoder((module, tokenizer), strategy)
         ours = [ids for ((ids, _),) in our_nbest(module, sources, strategy)]
         assert decoder(sources) == ours  # budgets differ per sentence: cut at each one's own
-        if strategy.min_len:
-            assert all(len(ids) == 8 for ids in ours)
+        if strategy.min_len:  # EOS forbidden until min_len, and never past the budget
+            assert all(min(strategy.min_len, b) <= len(ids) <= b for ids, b in zip(ours, decoder.budgets(sources)))
+
+
+@pytest.mark.parametrize("strategy", [
+    Beam(beam_size=4, n_best=3, length_norm="length", stopping="fairseq", max_len_a=1.0, max_len_b=2),
+    Beam(beam_size=3, length_norm="none", max_len_a=0.5, max_len_b=4)])
+def test_beam_nbest_equals_ours_on_random_weights(strategy):
+    """Budgets differ per sentence (one CTranslate2 call per budget) and mostly bind."""
+    module, tokenizer = random_module()
+    gen = torch.Generator().manual_seed(3)
+    sources = [torch.randint(6, 40, (n,), generator=gen).tolist() for n in (4, 9, 1, 15, 6, 9)]
+    theirs = ct2.ct2_decoder((module, tokenizer), strategy).n_best(sources)
+    ours = renormalised_nbest(module, sources, strategy)
+    assert [[ids for ids, _ in s] for s in theirs] == [[ids for ids, _ in s] for s in ours]
+    for t, o in zip(theirs, ours):
+        assert [s for _, s in t] == pytest.approx([s for _, s in o], abs=1e-4)
 
 
 def test_what_ctranslate2_cannot_express_is_refused(tmp_path):
