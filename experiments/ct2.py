@@ -205,9 +205,10 @@ def ct2_options(strategy, special, *, exact: bool = True) -> dict:
     else:
         opts["length_penalty"] = strategy.alpha  # |Y| ** alpha: the nearest, not GNMT's (5+|Y|)/6
         problem = problem or ("GNMT length penalty ((5+|Y|)/6)^alpha has no CTranslate2 form; length_norm='length' "
-                   "with stopping='fairseq' (or 'none') decodes identically")
+                              "with stopping='fairseq' (or length_norm='none' for the 1-best) decodes identically")
     if problem and exact:
-        raise AtnatError(f"CTranslate2 cannot run this beam search exactly: {problem}")
+        raise AtnatError(f"CTranslate2 cannot run this beam search exactly: {problem} "
+                         "(exact=False runs the nearest CTranslate2 search, for timing)")
     return opts
 
 
