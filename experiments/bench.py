@@ -1,5 +1,7 @@
 """`atnat bench`: decoding and training speed of our AT and NAT models, side by side with a
-Hugging Face peer of identical dimensions (experiments/bench_hf.py).
+Hugging Face peer of identical dimensions (experiments/bench_hf.py) and CTranslate2 running our
+own AT weights in float32 and int8 (experiments/bench_ct2.py); `--quantize int8` adds our AT and
+NAT models with dynamic int8 linear layers (`ours-int8`, experiments/quantize.py).
 
 decode: every system decodes the same random sources (B x S ids) with random weights and emits
 exactly L tokens per sentence (AT: min = max length; NAT: the predicted length forced to L), so
@@ -25,7 +27,7 @@ import torch
 
 import atnat.models.decoders  # noqa: F401  (registers the decoders)
 from atnat.decoding import beam, ctc, greedy, mask_predict, parallel
-from atnat.experiments import bench_hf
+from atnat.experiments import bench_ct2, bench_hf
 from atnat.experiments.metrics.speed import current_rss_mb, measure, peak_memory_mb, reset_peak
 from atnat.models.batch import Batch
 from atnat.models.decoders.autoregressive import COMPILE_MODES
@@ -38,9 +40,9 @@ TINY = dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=1, decoder_layers=
 SRC_LEN, OUT_LEN = 20, 30
 SWEEP_LENGTHS, SWEEP_BATCHES = (10, 30, 50, 100), (1, 8, 64, 256)
 STRATEGIES = ("greedy", "beam5", "parallel", "mask-predict-4", "mask-predict-10", "ctc")
-HF_BEAMS = {"greedy": 1, "beam5": 5}  # our strategies that have a Hugging Face peer
-COLUMNS = ["system", "strategy", "batch", "src_len", "out_len", "median_s", "tokens_per_s",
-           "sents_per_s", "ratio_vs_hf", "speedup_vs_at_greedy", "passes", "peak_mem_mb",
+HF_BEAMS = {"greedy": 1, "beam5": 5}  # our strategies that have a Hugging Face / CTranslate2 peer
+COLUMNS = ["system", "strategy", "batch", "src_len", "out_len", "median_s", "emitted_tokens_per_s",
+           "sents_per_s", "ratio_vs_hf", "ratio_vs_ct2", "speedup_vs_at_greedy", "passes", "peak_mem_mb",
            "device", "threads", "repeats", "min_s", "tokens_out", "slots"]
 LEAK_BATCH, LEAK_STRATEGY = 64, "beam5"  # the shape whose memory growth over repeated calls we report
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16 tensor-core peaks
@@ -60,6 +62,8 @@ class Spec:
     threads: int = 2
     hf: bool = True  # add the Hugging Face peer rows when transformers is importable
     compile: str | None = None  # torch.compile mode: adds "ours-compiled" rows (static-cache AT step)
+    ct2: bool = True  # add the CTranslate2 rows (ct2-f32, ct2-int8) when ctranslate2 is importable
+    quantize: str | None = None  # "int8": add "ours-int8" rows (dynamic int8 linear layers, CPU)
 
 
 def make_spec(*, tiny=False, sweep=False, **kw) -> Spec:
@@ -76,6 +80,8 @@ def check_spec(spec: Spec) -> None:
     """Refuse settings that cannot be measured, naming the option."""
     if spec.device != "cpu" and (spec.device != "cuda" or not torch.cuda.is_available()):
         raise AtnatError(f"--device {spec.device}: not available (cpu, or cuda with a CUDA device)")
+    if spec.quantize not in (None, "none", "int8") or (spec.quantize == "int8" and spec.device != "cpu"):
+        raise AtnatError(f"--quantize {spec.quantize}: int8 rows run on the CPU only (PyTorch's dynamic int8 kernels)")
     if spec.repeats < 1 or spec.warmup < 0 or spec.threads < 1:
         raise AtnatError(f"need --repeats >= 1, warm-up >= 0 and --threads >= 1; got repeats="
                          f"{spec.repeats}, warmup={spec.warmup}, threads={spec.threads}")
@@ -124,9 +130,16 @@ class Models(dict):
         super().__init__()
         self.spec = spec
 
-    def get(self, decoder: str, upsample: int = 0, compile_mode: str | None = None):
-        """compile_mode: the same weights (same seed) with the static-cache step under torch.compile."""
-        key = (decoder, upsample, compile_mode)
+    def get(self, decoder: str, upsample: int = 0, compile_mode: str | None = None, quantize: str | None = None):
+        """compile_mode: the same weights (same seed) with the static-cache step under torch.compile;
+        quantize="int8": the same weights with dynamic int8 linear layers."""
+        key = (decoder, upsample, compile_mode, quantize)
+        if quantize:
+            from atnat.experiments.quantize import quantize_int8
+
+            if key not in self:
+                self[key] = quantize_int8(self.get(decoder, upsample))
+            return self[key]
         if key not in self:
             torch.manual_seed(0)
             self[key] = Seq2SeqModule(
@@ -168,19 +181,21 @@ class System:
     first: Callable[[], dict]
 
 
-def our_system(models: Models, name: str, src, out_len: int, spec: Spec, compiled: bool = False) -> System:
+def our_system(models: Models, name: str, src, out_len: int, spec: Spec, compiled: bool = False,
+               int8: bool = False) -> System:
     """Our strategy `name` on its random-weight model, pinned to out_len tokens (`compiled`: the
-    AT model with the static-cache step under torch.compile, spec.compile mode)."""
+    AT model with the static-cache step under torch.compile, spec.compile mode; `int8`: the model
+    with dynamic int8 linear layers)."""
     decoder, strategy = our_strategy(name, out_len)
     k = ctc_upsample(out_len, spec.src_len) if decoder == "ctc" else 0
-    module = models.get(decoder, k, spec.compile if compiled else None)
+    module = models.get(decoder, k, spec.compile if compiled else None, "int8" if int8 else None)
     fn = our_fn(module, strategy, src, out_len)
 
     def first() -> dict:
         hyps = fn()
         return dict(passes=hyps.n_steps, tokens_out=check_ours(hyps, name, out_len, module.special),
                     slots=k * spec.src_len if k else out_len)
-    return System("ours-compiled" if compiled else "ours", name, fn, first)
+    return System("ours-compiled" if compiled else "ours-int8" if int8 else "ours", name, fn, first)
 
 
 def peak_probe(spec: Spec):
@@ -197,15 +212,21 @@ def peak_probe(spec: Spec):
     return lambda: peak_memory_mb(spec.device)
 
 
-def shape_systems(models: Models, hf_model, src, out_len: int, spec: Spec) -> list[System]:
-    """Every strategy of ours at one shape, each followed by its HF peer when it has one."""
+def shape_systems(models: Models, hf_model, src, out_len: int, spec: Spec, ct2_peer=None) -> list[System]:
+    """Every strategy of ours at one shape (and its int8 form with --quantize int8), each followed
+    by its HF and CTranslate2 peers when it has them."""
     systems = []
     for name in STRATEGIES:
         systems.append(our_system(models, name, src, out_len, spec))
         if spec.compile and name in HF_BEAMS:  # the AT strategies, before/after side by side
             systems.append(our_system(models, name, src, out_len, spec, compiled=True))
+        if spec.quantize == "int8":
+            systems.append(our_system(models, name, src, out_len, spec, int8=True))
         if hf_model is not None and name in HF_BEAMS:
             systems.append(System("hf", name, *bench_hf.peer(hf_model, HF_BEAMS[name], src, out_len)))
+        if ct2_peer is not None and name in HF_BEAMS:
+            for system in bench_ct2.SYSTEMS:
+                systems.append(System(system, name, *ct2_peer.peer(system, HF_BEAMS[name], src, out_len)))
     return systems
 
 
@@ -250,15 +271,21 @@ def time_round_robin(systems: list[System], spec: Spec) -> list[dict]:
 
 
 def add_ratios(df: pd.DataFrame) -> pd.DataFrame:
-    """ratio_vs_hf: our throughput / HF's for the same strategy and shape (our rows with a peer);
-    speedup_vs_at_greedy: a row's throughput / our AT greedy's at the same shape."""
-    shape = ["batch", "src_len", "out_len"]
-    hf = df[df.system == "hf"][["strategy", *shape, "tokens_per_s"]].rename(columns={"tokens_per_s": "_hf"})
-    at = df[(df.system == "ours") & (df.strategy == "greedy")][[*shape, "tokens_per_s"]]
-    out = df.merge(hf, on=["strategy", *shape], how="left").merge(
-        at.rename(columns={"tokens_per_s": "_at"}), on=shape, how="left")
-    out["ratio_vs_hf"] = (out.tokens_per_s / out._hf).where(out.system != "hf")
-    out["speedup_vs_at_greedy"] = out.tokens_per_s / out._at
+    """Speed ratios of rows that decode the same sentences (sentences/s, i.e. inverse time):
+    ratio_vs_hf: our row / HF's for the same strategy and shape (our rows with a peer);
+    ratio_vs_ct2: our row / CTranslate2's of the same precision (ours-int8 vs ct2-int8, our
+    float rows vs ct2-f32); speedup_vs_at_greedy: a row / our AT greedy's at the same shape."""
+    shape, key = ["batch", "src_len", "out_len"], ["strategy", "batch", "src_len", "out_len"]
+    peer = lambda system, col: df[df.system == system][[*key, "sents_per_s"]].rename(columns={"sents_per_s": col})
+    at = df[(df.system == "ours") & (df.strategy == "greedy")][[*shape, "sents_per_s"]]
+    out = (df.merge(peer("hf", "_hf"), on=key, how="left").merge(peer("ct2-f32", "_ct2"), on=key, how="left")
+           .merge(peer("ct2-int8", "_ct2i8"), on=key, how="left")
+           .merge(at.rename(columns={"sents_per_s": "_at"}), on=shape, how="left"))
+    ours = out.system.str.startswith("ours")
+    out["ratio_vs_hf"] = (out.sents_per_s / out._hf).where(ours)
+    ct2_ref = out._ct2i8.where(out.system == "ours-int8", out._ct2)
+    out["ratio_vs_ct2"] = (out.sents_per_s / ct2_ref).where(ours)
+    out["speedup_vs_at_greedy"] = out.sents_per_s / out._at
     return out[COLUMNS]
 
 
@@ -271,24 +298,40 @@ def run_decode(spec: Spec, log=print, models: Models | None = None) -> pd.DataFr
         log(f"transformers is not installed ({bench_hf.INSTALL_HINT}): Hugging Face rows skipped")
     models = models if models is not None else Models(spec)
     hf_model = bench_hf.build_marian(spec.model, spec.vocab).to(spec.device) if use_hf else None
+    ct2_peer = make_ct2_peer(models, spec, log)
     gen = torch.Generator().manual_seed(0)
     rows, memory = [], []
     with torch.inference_mode():
         for batch, out_len in spec.shapes:
             src = torch.randint(6, spec.vocab, (batch, spec.src_len), generator=gen).to(spec.device)
-            systems = shape_systems(models, hf_model, src, out_len, spec)
+            systems = shape_systems(models, hf_model, src, out_len, spec, ct2_peer)
             for system, stats in zip(systems, time_round_robin(systems, spec)):
                 rows.append(dict(system=system.system, strategy=system.name, batch=batch, src_len=spec.src_len,
-                                 out_len=out_len, tokens_per_s=batch * out_len / stats["median_s"],
+                                 out_len=out_len, emitted_tokens_per_s=batch * stats["tokens_out"] / stats["median_s"],
                                  sents_per_s=batch / stats["median_s"], device=spec.device,
                                  threads=spec.threads, **stats))
-                log(f"  batch {batch:3d} len {out_len:3d} {system.system:4s} {system.name:16s} "
+                log(f"  batch {batch:3d} len {out_len:3d} {system.system:9s} {system.name:16s} "
                     f"{stats['median_s'] * 1e3:10.1f} ms")
                 if (batch, out_len, system.name) == (LEAK_BATCH, OUT_LEN, LEAK_STRATEGY):
                     memory.append(leak_check(system, batch, spec))
     df = add_ratios(pd.DataFrame(rows))
     df.attrs["memory"] = memory  # leak-check rows (none without a batch-64 shape)
     return df
+
+
+def make_ct2_peer(models: Models, spec: Spec, log):
+    """The CTranslate2 peer on our AT model's random weights, or None (not asked, not installed,
+    or no device for it: said in the log)."""
+    if not spec.ct2:
+        return None
+    if not bench_ct2.available():
+        log(f"ctranslate2 is not installed ({bench_ct2.INSTALL_HINT}): CTranslate2 rows skipped")
+        return None
+    problem = bench_ct2.device_problem(spec.device)
+    if problem:
+        log(f"CTranslate2 rows skipped: {problem}")
+        return None
+    return bench_ct2.Peer(models.get("at"), device=spec.device, threads=spec.threads)
 
 
 def plot_sweep(csv: str | Path) -> Path:
@@ -399,24 +442,28 @@ def parser() -> argparse.ArgumentParser:
     prof.add_argument("--out-len", type=int, default=OUT_LEN)
     prof.add_argument("--calls", type=int, default=5, help="profiled calls (after one warm-up)")
     prof.add_argument("--compile", choices=COMPILE_MODES)
-    prof.set_defaults(sweep=False, repeats=None, no_hf=True)
+    prof.set_defaults(sweep=False, repeats=None, no_hf=True, no_ct2=True, quantize="none")
     dec.add_argument("--sweep", action="store_true", help=f"lengths {SWEEP_LENGTHS}, batches {SWEEP_BATCHES}")
     dec.add_argument("--repeats", type=int, help="timed calls per row (default 5; tiny 1)")
     dec.add_argument("--no-hf", action="store_true", help="skip the Hugging Face peer")
+    dec.add_argument("--no-ct2", action="store_true", help="skip the CTranslate2 rows (ct2-f32, ct2-int8)")
+    dec.add_argument("--quantize", choices=["none", "int8"], default="none",
+                     help="int8: add ours-int8 rows (our models with dynamic int8 linear layers; CPU)")
     dec.add_argument("--compile", choices=COMPILE_MODES,
                      help="add ours-compiled rows: the AT step with a static cache under torch.compile "
                           "(reduce-overhead = CUDA graphs on a GPU)")
     tr.add_argument("--steps", type=int, default=5, help="timed training steps (default 5)")
     tr.add_argument("--tokens", type=int, help="target tokens per batch (default 4096; tiny 256)")
     tr.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: by GPU name)")
-    tr.set_defaults(sweep=False, repeats=None, no_hf=False, compile=None)
+    tr.set_defaults(sweep=False, repeats=None, no_hf=False, compile=None, no_ct2=True, quantize="none")
     return ap
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     spec = make_spec(tiny=args.tiny, sweep=args.sweep, threads=args.threads, device=args.device,
-                     warmup=args.warmup, repeats=args.repeats, hf=not args.no_hf, compile=args.compile)
+                     warmup=args.warmup, repeats=args.repeats, hf=not args.no_hf, compile=args.compile,
+                     ct2=not args.no_ct2, quantize=None if args.quantize == "none" else args.quantize)
     check_spec(spec)
     print(f"atnat bench {args.what}: d_model {spec.model['d_model']}, vocab {spec.vocab}, "
           f"{spec.device}, {spec.threads} threads, torch {torch.__version__}")

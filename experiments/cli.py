@@ -1,4 +1,4 @@
-"""The `atnat` command line: train, evaluate, translate, distill, run (grids), report, bench, list."""
+"""The `atnat` command line: train, evaluate, translate, export, distill, run (grids), report, bench, list."""
 from __future__ import annotations
 
 import argparse
@@ -37,8 +37,11 @@ def cmd_translate(args) -> int:
     from atnat.experiments.train import inference_device, load_module
     from atnat.experiments.translate import translate_stream
 
+    from atnat.experiments.quantize import maybe_quantize
+
     device = inference_device(args.device)
     module, tokenizer = load_module(args.checkpoint, map_location=device)
+    module = maybe_quantize(module, args.quantize)
     teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
     spec = {"name": args.strategy, **strategy_options(args)}
     _, strategy = build_strategy(spec)
@@ -106,7 +109,11 @@ def cmd_distill(args) -> None:
         from atnat.experiments.distill import teacher_dir
         from atnat.experiments.train import load_task
 
+        from atnat.experiments.export import is_export_dir
+
         cfg_path = teacher_dir(args.teacher) / "config.json"
+        if is_export_dir(Path(args.teacher)):
+            raise AtnatError(f"{args.teacher} is an export directory (no training data): give --input SOURCE_FILE")
         if not cfg_path.is_file():
             raise AtnatError(f"{cfg_path} not found: give --input SOURCE_FILE or a teacher run directory")
         cfg = run_config_from_dict(json.loads(cfg_path.read_text()), str(cfg_path))
@@ -124,8 +131,11 @@ def cmd_evaluate(args) -> None:
     from atnat.experiments.tasks import read_lines
     from atnat.experiments.train import inference_device, load_module
 
+    from atnat.experiments.quantize import maybe_quantize
+
     device = inference_device(args.device)
     module, tokenizer = load_module(args.checkpoint, map_location=device)
+    module = maybe_quantize(module, args.quantize)
     teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
     sources = read_lines(Path(args.src), "--src")
     references = [read_lines(Path(r), f"--ref {r}") for r in args.ref]
@@ -156,6 +166,21 @@ def _spec(text: str) -> dict:
         k, v = item.split("=", 1)
         spec[k] = yaml.safe_load(v)
     return spec
+
+
+def cmd_export(args) -> None:
+    from atnat.experiments.train import load_module
+
+    module, tokenizer = load_module(args.run)
+    if args.format == "ctranslate2":
+        from atnat.experiments.ct2 import export_ctranslate2
+
+        out = export_ctranslate2(module, tokenizer, args.out_dir)
+    else:
+        from atnat.experiments.export import export_safetensors
+
+        out = export_safetensors(module, args.out_dir)
+    print(f"wrote {args.format} model to {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
 
 
 def cmd_run(args) -> None:
@@ -232,8 +257,17 @@ def parser() -> argparse.ArgumentParser:
                         "or truncate (cut to the limit, with a warning)")
     p.add_argument("--compile", choices=COMPILE_MODES,
                    help="AT only: fixed-shape step under torch.compile (pays at small batches; see results/bench)")
+    p.add_argument("--quantize", choices=["none", "int8"], default="none",
+                   help="int8: dynamic int8 linear layers (CPU only; see experiments/quantize.py)")
     add_strategy_args(p)
     p.set_defaults(fn=cmd_translate)
+    p = sub.add_parser("export", help="write a trained model as portable files (safetensors or CTranslate2)")
+    p.add_argument("run", help="run directory, checkpoint file or export directory")
+    p.add_argument("out_dir", help="directory to write (new, empty, or a previous export)")
+    p.add_argument("--format", choices=["safetensors", "ctranslate2"], default="safetensors",
+                   help="safetensors: model.safetensors + config.json + tokenizer (atnat loads it); "
+                        "ctranslate2: a CTranslate2 model directory (AT decoders only)")
+    p.set_defaults(fn=cmd_export)
     p = sub.add_parser("distill", help="write sequence-level distilled targets with an AT teacher")
     p.add_argument("--teacher", required=True, help="teacher checkpoint file or run directory")
     p.add_argument("--input", help="source file (default: the teacher run's training sources)")
@@ -255,6 +289,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3, help="timed repeats of every call")
     p.add_argument("--hyps", help="write the first strategy's translations here")
     p.add_argument("--json", help="write the scores here as JSON")
+    p.add_argument("--quantize", choices=["none", "int8"], default="none",
+                   help="int8: dynamic int8 linear layers (CPU only; see experiments/quantize.py)")
     add_strategy_args(p)
     p.set_defaults(fn=cmd_evaluate)
     p = sub.add_parser("run", help="run an experiment grid and write results/<grid>/")

@@ -31,10 +31,14 @@ def teacher_dir(teacher: str | Path) -> Path:
 
 
 def checkpoint_stamp(teacher: str | Path) -> str:
-    """Identifies the teacher's weights (size and mtime of its best checkpoint)."""
+    """Identifies the teacher's weights (size and mtime of its evaluated checkpoint; an export
+    directory's recorded sha256)."""
+    from atnat.experiments.export import is_export_dir, read_config
     from atnat.experiments.train import evaluation_checkpoint
 
     path = Path(teacher)
+    if is_export_dir(path):
+        return "sha256-" + str(read_config(path).get("weights", {}).get("sha256", ""))
     path = evaluation_checkpoint(path) if path.is_dir() else path
     st = path.stat() if path.exists() else None
     return f"{st.st_size}-{st.st_mtime_ns}" if st else ""

@@ -193,15 +193,21 @@ def helper_rank() -> bool:
 
 
 def load_module(checkpoint: str | Path, map_location: str = "cpu") -> tuple[Seq2SeqModule, object]:
-    """A trained module in eval mode and its tokenizer, from a checkpoint or a run directory."""
+    """A trained module in eval mode and its tokenizer, from an export directory (`atnat export`),
+    a run directory (its checkpoints/best.ckpt) or a checkpoint file. Nothing is unpickled beyond
+    tensors and plain containers (see experiments/export.py)."""
+    from atnat.experiments.export import is_export_dir, load_export, module_from_checkpoint
     from atnat.experiments.tokenize import tokenizer_from_state
 
     path = Path(checkpoint)
-    if path.is_dir():
-        path = evaluation_checkpoint(path)
-    if not path.is_file():
-        raise AtnatError(f"checkpoint {path} does not exist")
-    module = Seq2SeqModule.load_from_checkpoint(path, map_location=map_location, weights_only=False)
+    if is_export_dir(path):
+        module = load_export(path, map_location)
+    else:
+        if path.is_dir():
+            path = evaluation_checkpoint(path)
+        if not path.is_file():
+            raise AtnatError(f"checkpoint {path} does not exist")
+        module = module_from_checkpoint(path, map_location)
     module.eval()
     if module.tokenizer_state is None:
         raise AtnatError(f"checkpoint {path} carries no tokenizer (not written by atnat train?)")

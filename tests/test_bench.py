@@ -1,6 +1,6 @@
 """`atnat bench`: a tiny decode run yields every row with equal work across systems and ratios
-that follow from the medians; the KV-cached fast paths equal a no-cache reference; the HF peer
-emits exactly the forced number of tokens; the training benchmark runs every decoder."""
+that follow from the medians; the KV-cached fast paths equal a no-cache reference; the HF and
+CTranslate2 peers emit exactly the forced number of tokens; the training benchmark runs every decoder."""
 from dataclasses import dataclass
 
 import pandas as pd
@@ -14,32 +14,36 @@ import atnat.models.decoders  # noqa: F401  (registers decoders)
 from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
 from atnat.decoding.processors import forbidden_ids
-from atnat.experiments import bench, bench_hf
+from atnat.experiments import bench, bench_ct2, bench_hf
 from atnat.models.encoder import EncoderOut
 from atnat.models.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
 
 HF = bench_hf.available()
+CT2 = bench_ct2.available()
 PASSES = {"greedy": 30, "beam5": 30, "parallel": 1, "mask-predict-4": 4, "mask-predict-10": 10, "ctc": 1}
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    spec = bench.make_spec(tiny=True, threads=1, warmup=1, repeats=1)
+    spec = bench.make_spec(tiny=True, threads=1, warmup=1, repeats=1, quantize="int8")
     return bench.run_decode(spec, log=lambda *_: None)
 
 
 def test_tiny_decode_has_every_row_and_column(tiny):
     assert list(tiny.columns) == bench.COLUMNS
     ours = {(s, b) for s in bench.STRATEGIES for b in (1, 64)}
-    hf = {(s, b) for s in ("greedy", "beam5") for b in (1, 64)} if HF else set()
-    assert set(zip(tiny.strategy[tiny.system == "ours"], tiny.batch[tiny.system == "ours"])) == ours
-    assert set(zip(tiny.strategy[tiny.system == "hf"], tiny.batch[tiny.system == "hf"])) == hf
-    assert len(tiny) == len(ours) + len(hf)
+    at = {(s, b) for s in ("greedy", "beam5") for b in (1, 64)}
+    expected = {"ours": ours, "ours-int8": ours, "hf": at if HF else set(),
+                "ct2-f32": at if CT2 else set(), "ct2-int8": at if CT2 else set()}
+    for system, rows in expected.items():
+        assert set(zip(tiny.strategy[tiny.system == system], tiny.batch[tiny.system == system])) == rows
+    assert len(tiny) == sum(map(len, expected.values()))
     assert (tiny.median_s > 0).all() and (tiny.peak_mem_mb > 0).all()
     assert (tiny.threads == 1).all() and (tiny.device == "cpu").all() and (tiny.src_len == 20).all()
-    memory = pd.DataFrame(tiny.attrs["memory"])  # the leak check: beam 5 at batch 64, ours and HF
-    assert list(memory.system) == (["ours", "hf"] if HF else ["ours"])
+    memory = pd.DataFrame(tiny.attrs["memory"])  # the leak check: beam 5 at batch 64, every system
+    assert list(memory.system) == ["ours", "ours-int8"] + (["hf"] if HF else []) + (
+        ["ct2-f32", "ct2-int8"] if CT2 else [])
     assert (memory.strategy == "beam5").all() and (memory.batch == 64).all() and (memory.calls == 1).all()
     assert (memory.delta_mb == memory.after_mb - memory.before_mb).all() and (memory.peak_mb > 0).all()
 
@@ -47,39 +51,74 @@ def test_tiny_decode_has_every_row_and_column(tiny):
 def test_every_system_does_the_same_work(tiny):
     assert (tiny.out_len == 30).all()
     fixed = tiny[tiny.strategy != "ctc"]
-    assert (fixed.tokens_out == 30).all()  # every AT/NAT/HF sentence has exactly 30 tokens
-    assert (tiny.passes == tiny.strategy.map(PASSES)).all()  # HF passes counted by a hook
+    assert (fixed.tokens_out == 30).all()  # every AT/NAT/HF/CTranslate2 sentence has exactly 30 tokens
+    counted = tiny[~((tiny.system.str.startswith("ct2")) & (tiny.strategy == "beam5"))]
+    assert (counted.passes == counted.strategy.map(PASSES)).all()  # HF: a hook; CTranslate2 greedy: its callback
+    assert tiny.passes[tiny.system.str.startswith("ct2") & (tiny.strategy == "beam5")].isna().all()
     assert (tiny.slots[tiny.strategy == "ctc"] == 60).all()  # 3 x 20 upsampled slots
+    ctc = tiny[tiny.strategy == "ctc"]  # CTC emits fewer tokens than the nominal 30: counted as emitted
+    assert (ctc.tokens_out < 30).all()
+    assert_allclose(ctc.emitted_tokens_per_s, ctc.batch * ctc.tokens_out / ctc.median_s)
 
 
 def test_ratios_follow_from_the_medians(tiny):
-    assert_allclose(tiny.tokens_per_s, tiny.batch * tiny.out_len / tiny.median_s)
+    fixed = tiny[tiny.strategy != "ctc"]
+    assert_allclose(fixed.emitted_tokens_per_s, fixed.batch * fixed.out_len / fixed.median_s)
     key = ["strategy", "batch"]
     at = tiny[(tiny.system == "ours") & (tiny.strategy == "greedy")].set_index("batch").median_s
-    speed = at.loc[tiny.batch].to_numpy() / tiny.median_s.to_numpy()  # same tokens: time ratio
+    speed = at.loc[tiny.batch].to_numpy() / tiny.median_s.to_numpy()  # same sentences: time ratio
     assert_allclose(tiny.speedup_vs_at_greedy, speed)
-    if not HF:
-        assert tiny.ratio_vs_hf.isna().all()
-        return
-    joined = tiny[tiny.system == "ours"].merge(tiny[tiny.system == "hf"], on=key, suffixes=("", "_hf"))
-    assert len(joined) == 4
-    assert_allclose(joined.ratio_vs_hf, joined.median_s_hf / joined.median_s)  # same tokens
-    assert_allclose(joined.ratio_vs_hf, joined.tokens_per_s / joined.tokens_per_s_hf)
-    assert tiny.ratio_vs_hf[tiny.system == "hf"].isna().all()
-    assert tiny.ratio_vs_hf[~tiny.strategy.isin(["greedy", "beam5"])].isna().all()
+    for peer, column, pairs in (("hf", "ratio_vs_hf", [("ours", "hf"), ("ours-int8", "hf")]),
+                                ("ct2", "ratio_vs_ct2", [("ours", "ct2-f32"), ("ours-int8", "ct2-int8")])):
+        if not (HF if peer == "hf" else CT2):
+            assert tiny[column].isna().all()
+            continue
+        for ours, theirs in pairs:
+            joined = tiny[tiny.system == ours].merge(tiny[tiny.system == theirs], on=key, suffixes=("", "_p"))
+            assert len(joined) == 4
+            assert_allclose(joined[column], joined.median_s_p / joined.median_s)  # same sentences
+        assert tiny[column][~tiny.system.str.startswith("ours")].isna().all()
+        assert tiny[column][~tiny.strategy.isin(["greedy", "beam5"])].isna().all()
 
 
 def test_add_ratios_definition():
     base = dict(src_len=20, out_len=30, batch=1)
-    df = pd.DataFrame([dict(base, system="ours", strategy="greedy", tokens_per_s=300.0),
-                       dict(base, system="hf", strategy="greedy", tokens_per_s=100.0),
-                       dict(base, system="ours", strategy="parallel", tokens_per_s=6000.0)])
+    df = pd.DataFrame([dict(base, system="ours", strategy="greedy", sents_per_s=300.0),
+                       dict(base, system="hf", strategy="greedy", sents_per_s=100.0),
+                       dict(base, system="ct2-f32", strategy="greedy", sents_per_s=400.0),
+                       dict(base, system="ours-int8", strategy="greedy", sents_per_s=600.0),
+                       dict(base, system="ct2-int8", strategy="greedy", sents_per_s=1200.0),
+                       dict(base, system="ours", strategy="parallel", sents_per_s=6000.0)])
     for col in bench.COLUMNS:
         df[col] = df.get(col, 0)
     out = bench.add_ratios(df).set_index(["system", "strategy"])
     assert out.ratio_vs_hf[("ours", "greedy")] == 3.0
+    assert out.ratio_vs_ct2[("ours", "greedy")] == 0.75 and out.ratio_vs_ct2[("ours-int8", "greedy")] == 0.5
+    assert out.ratio_vs_ct2[["ct2-f32", "hf"]].isna().all()
     assert out.speedup_vs_at_greedy[("ours", "parallel")] == 20.0
     assert out.speedup_vs_at_greedy[("hf", "greedy")] == pytest.approx(1 / 3)
+
+
+@pytest.mark.skipif(not CT2, reason="ctranslate2 is not installed")
+@pytest.mark.parametrize("beams", [1, 5])
+def test_ct2_peer_runs_our_weights_and_emits_exactly_30_tokens(beams):
+    spec = bench.make_spec(tiny=True)
+    module = bench.Models(spec).get("at")
+    peer = bench_ct2.Peer(module, device="cpu", threads=1)
+    src = torch.randint(6, spec.vocab, (3, 20), generator=torch.Generator().manual_seed(0))
+    for system in bench_ct2.SYSTEMS:
+        fn, first = peer.peer(system, beams, src, 30)
+        counts = first()
+        assert counts["tokens_out"] == 30 and (counts["passes"] == 30 if beams == 1 else counts["passes"] != counts["passes"])
+    if beams == 1:  # float32 CTranslate2 on our weights: our greedy, token for token
+        _, strategy = bench.our_strategy("greedy", 30)
+        with torch.inference_mode():
+            ours = bench.our_fn(module, strategy, src, 30)().tokens[:, 0].tolist()
+        theirs = [[peer.tokens.index(t) for t in r.hypotheses[0]] for r in peer.peer("ct2-f32", 1, src, 30)[0]()]
+        assert theirs == ours
+    results = peer.peer("ct2-f32", beams, src, 30)[0]()
+    with pytest.raises(AtnatError, match="expected exactly 31"):
+        bench_ct2.check_output(results, 3, 31)
 
 
 def small_model(seed=0):
@@ -191,7 +230,7 @@ def test_train_benchmark_runs_every_decoder():
     spec = bench.make_spec(tiny=True, threads=1, warmup=0)
     df = bench.run_train(spec, steps=1, tokens=120, log=lambda *_: None)
     assert list(df.decoder) == ["at", "nat", "cmlm", "ctc"]
-    assert (df.tgt_tokens == 120).all() and (df.tokens_per_s > 0).all()
+    assert (df.tgt_tokens == 120).all() and (df.tokens_per_s > 0).all()  # training: target tokens/s
     assert (df.flops_per_step == 6 * df.params * df.tgt_tokens).all() and df.mfu.isna().all()
 
 
@@ -202,6 +241,9 @@ def test_cli_prints_table_writes_csv_and_sweep_png(tiny, tmp_path, monkeypatch, 
     bench.main(["decode", "--sweep", "--threads", "1", "--repeats", "2", "--out", str(csv)])
     assert seen[0].shapes == ((1, 10), (1, 30), (1, 50), (1, 100), (8, 30), (64, 30), (256, 30))
     assert seen[0].repeats == 2 and seen[0].threads == 1 and seen[0].model == bench.FULL
+    assert seen[0].ct2 and seen[0].quantize is None
+    bench.main(["decode", "--tiny", "--no-ct2", "--quantize", "int8"])
+    assert not seen[1].ct2 and seen[1].quantize == "int8"
     assert "speedup_vs_at_greedy" in capsys.readouterr().out
     assert list(pd.read_csv(csv).columns) == bench.COLUMNS
     assert (tmp_path / "sweep.png").stat().st_size > 1000
@@ -212,7 +254,7 @@ def test_compiled_static_step_rows_sit_beside_the_eager_ones(monkeypatch):
     """--compile: the AT strategies again with the static-cache step under torch.compile, same
     weights, same outputs, with their own ratio to the HF peer (greedy only: one compilation)."""
     monkeypatch.setattr(bench, "STRATEGIES", ("greedy",))
-    spec = bench.make_spec(tiny=True, threads=1, warmup=1, repeats=1, compile="default", hf=False,
+    spec = bench.make_spec(tiny=True, threads=1, warmup=1, repeats=1, compile="default", hf=False, ct2=False,
                            shapes=((2, 6),))
     models = bench.Models(spec)
     df = bench.run_decode(spec, log=lambda *_: None, models=models)

@@ -250,6 +250,8 @@ class AutoregressiveDecoder(Decoder):
         self_v = state.self_v.index_select(1, order)  # cheaper than copying the strided prefix [:t]
         new = replace(state, self_k=self_k, self_v=self_v,
                       focus=None if state.focus is None else state.focus.index_select(0, order))
+        if state.group > 1 and r == state.row_to_memory.numel() and torch.equal(rows, state.row_to_memory):
+            return new  # beam search's usual step: rows moved within their groups, memory as it was
         g = self._group_size(rows, state)
         if g:
             mem = rows[::g]  # the memory row of each group

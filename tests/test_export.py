@@ -1,0 +1,168 @@
+"""`atnat export` and safe loading: an export (safetensors + config + tokenizer file) decodes
+exactly as the checkpoint it came from, tied embeddings stay tied, a real training run's checkpoint
+loads under torch.load(weights_only=True), and a truncated, altered or pickle-carrying file is one
+AtnatError naming it."""
+import io
+import json
+import random
+
+import pytest
+import torch
+
+import atnat.decoding  # noqa: F401  (registers strategies)
+from atnat.decoding.beam import Beam
+from atnat.decoding.greedy import Greedy
+from atnat.experiments.cli import main
+from atnat.experiments.config import run_config_from_dict
+from atnat.experiments.data import collate
+from atnat.experiments.export import export_safetensors, is_export_dir, load_export, read_checkpoint
+from atnat.experiments.train import attach_tokenizer, load_module, train
+from atnat.models.errors import AtnatError
+
+from tests.training import fit
+
+WORDS = "the a small big red blue cat dog sees likes runs sleeps house tree".split()
+
+
+def parallel_files(root):
+    """A tiny word-for-word 'translation' task (sentencepiece tokenizer) in root/."""
+    rng = random.Random(0)
+    upper = {w: w.upper()[::-1] for w in WORDS}
+    for split, n in (("train", 300), ("valid", 12), ("test", 12)):
+        src = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 6))) for _ in range(n)]
+        (root / f"{split}.xx").write_text("".join(s + "\n" for s in src))
+        (root / f"{split}.yy").write_text("".join(" ".join(upper[w] for w in s.split()) + "\n" for s in src))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A real (short) `atnat train` run: Lightning checkpoint with callback, loop and scheduler
+    states and a sentencepiece tokenizer (bytes)."""
+    root = tmp_path_factory.mktemp("export")
+    parallel_files(root)
+    raw = {"name": "tiny", "seed": 1,
+           "task": {"name": "parallel", "data_dir": str(root), "src": "xx", "tgt": "yy", "valid": "valid",
+                    "test": "test", "vocab_size": 60},
+           "decoder": {"name": "at"},
+           "model": {"d_model": 16, "n_heads": 2, "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 1,
+                     "dropout": 0.0},
+           "train": {"max_steps": 8, "max_tokens": 256, "val_every_steps": 4, "progress_bar": False,
+                     "num_threads": 1, "early_stop_patience": 3}}
+    train(run_config_from_dict(raw, "test"), root / "run")
+    return root / "run"
+
+
+def decode(module, tokenizer, strategy):
+    lines = ["the cat sees a dog", "red tree", "a big blue house sleeps"]
+    batch = collate([(i, tokenizer.encode(s), []) for i, s in enumerate(lines)])
+    return module.decode(batch.src, batch.src_lengths, strategy)
+
+
+def test_a_real_checkpoint_loads_with_weights_only(run):
+    best = run / "checkpoints" / "best.ckpt"
+    checkpoint = torch.load(best, map_location="cpu", weights_only=True)  # raises on any other pickle
+    assert isinstance(checkpoint["atnat_tokenizer"]["model_proto"], bytes)
+    assert any(k.startswith("EarlyStopping") for k in checkpoint["callbacks"])
+    assert any(k.startswith("ModelCheckpoint") for k in checkpoint["callbacks"])
+    assert checkpoint["lr_schedulers"] and checkpoint["optimizer_states"]
+    module, tokenizer = load_module(run)
+    assert tokenizer.kind == "sentencepiece" and not module.training
+    assert module.tokenizer_state["model_proto"] == checkpoint["atnat_tokenizer"]["model_proto"]
+
+
+def test_export_round_trip_decodes_identically(run, tmp_path):
+    module, tokenizer = load_module(run)
+    out = export_safetensors(module, tmp_path / "exp")
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "sentencepiece.model"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["format_version"] == 1 and config["hyper_parameters"]["decoder"] == "at"
+    assert config["bleu_tokenize"] == "13a" and len(config["weights"]["sha256"]) == 64
+    again, tok2 = load_module(out)
+    assert is_export_dir(out) and tok2.proto == tokenizer.proto
+    assert again.encoder.embed.tokens.weight is again.decoder.output.weight  # tied after loading
+    for key, value in module.state_dict().items():
+        assert torch.equal(value, again.state_dict()[key]), key
+    for strategy in (Greedy(), Beam(beam_size=3, n_best=2)):
+        a, b = decode(module, tokenizer, strategy), decode(again, tok2, strategy)
+        assert torch.equal(a.tokens, b.tokens) and torch.equal(a.scores, b.scores)
+    export_safetensors(again, out)  # re-exporting into an export directory overwrites it
+    third, _ = load_module(out)
+    assert all(torch.equal(v, third.state_dict()[k]) for k, v in module.state_dict().items())
+
+
+def test_symbol_tokenizer_exports_as_json(tmp_path):
+    module, task = fit("at", "copy", steps=2, vocab=5, n_train=50, n_test=5)
+    attach_tokenizer(module, task.tokenizer, task.bleu_tokenize)
+    out = export_safetensors(module, tmp_path / "exp")
+    assert json.loads((out / "symbols.json").read_text()) == task.tokenizer.symbols[6:]
+    loaded, tokenizer = load_module(out)
+    assert tokenizer.symbols == task.tokenizer.symbols and loaded.bleu_tokenize == "none"
+
+
+def test_truncated_or_altered_weights_are_refused_by_name(run, tmp_path):
+    out = export_safetensors(load_module(run)[0], tmp_path / "exp")
+    weights = out / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    with pytest.raises(AtnatError, match="model.safetensors does not match the sha256 recorded in "
+                                         r"config.json: modified after export\?"):
+        load_module(out)
+    flipped = bytearray(data)
+    flipped[-5] ^= 0xFF  # same size, one weight byte changed
+    weights.write_bytes(bytes(flipped))
+    with pytest.raises(AtnatError, match="does not match the sha256"):
+        load_module(out)
+    garbled = b"\x00" * 64  # a garbled file whose hash was recorded anyway
+    weights.write_bytes(garbled)
+    config = json.loads((out / "config.json").read_text())
+    import hashlib
+
+    config["weights"]["sha256"] = hashlib.sha256(garbled).hexdigest()
+    (out / "config.json").write_text(json.dumps(config))
+    with pytest.raises(AtnatError, match=r"model.safetensors: cannot load the weights"):
+        load_module(out)
+    (out / "config.json").write_text("{not json")
+    with pytest.raises(AtnatError, match="config.json: not a readable atnat export config"):
+        load_module(out)
+
+
+def test_truncated_checkpoint_and_pickled_objects_are_refused(run, tmp_path):
+    best = run / "checkpoints" / "best.ckpt"
+    data = best.read_bytes()
+    for n in (len(data) // 2, 100):
+        cut = tmp_path / f"cut{n}.ckpt"
+        cut.write_bytes(data[:n])
+        with pytest.raises(AtnatError, match=f"checkpoint {cut} is truncated or corrupt"):
+            load_module(cut)
+    checkpoint = torch.load(best, weights_only=True)
+    checkpoint["extra"] = io.StringIO("not a tensor")  # any class the safe unpickler does not allow
+    evil = tmp_path / "evil.ckpt"
+    torch.save(checkpoint, evil)
+    with pytest.raises(AtnatError, match=f"checkpoint {evil} holds pickled objects that safe loading"):
+        read_checkpoint(evil)
+
+
+def test_cli_export_then_translate_and_errors(run, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "exp"
+    assert main(["export", str(run), str(out)]) == 0
+    assert "model.safetensors" in capsys.readouterr().out
+    texts = []
+    for source in (run, out):
+        monkeypatch.setattr("sys.stdin", io.StringIO("the cat\nred dog sleeps\n"))
+        assert main(["translate", "--checkpoint", str(source), "--strategy", "beam", "--beam", "2"]) == 0
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1] and len(texts[0].split("\n")) == 3
+    from atnat.experiments.distill import distilled_targets  # an export directory as a teacher
+
+    lines, meta = distilled_targets(out, ["the cat", "red dog"], ["x", "y"], {"name": "greedy"})
+    assert len(lines) == 2 and meta["checkpoint"].startswith("sha256-")
+    assert main(["distill", "--teacher", str(out), "--output", str(tmp_path / "kd.txt")]) == 2
+    assert "export directory (no training data)" in capsys.readouterr().err
+    (out / "model.safetensors").write_bytes(b"x")
+    monkeypatch.setattr("sys.stdin", io.StringIO("the cat\n"))
+    assert main(["translate", "--checkpoint", str(out)]) == 2
+    assert "does not match the sha256 recorded in config.json" in capsys.readouterr().err
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    assert main(["export", str(run), str(tmp_path / "busy")]) == 2
+    assert "holds no atnat export" in capsys.readouterr().err

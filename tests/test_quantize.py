@@ -1,0 +1,58 @@
+"""Dynamic int8 quantization (`quantize_int8`, `--quantize int8`): every linear map of an AT or NAT
+model becomes int8 (the fused attention projections and the tied vocabulary projection included),
+the float model is left untouched, and a trained model decodes nearly as well."""
+import io
+
+import pytest
+import torch
+from torch import nn
+
+import atnat.decoding  # noqa: F401  (registers strategies)
+from atnat.decoding.greedy import Greedy
+from atnat.decoding.parallel import Parallel
+from atnat.experiments.cli import main
+from atnat.experiments.export import export_safetensors
+from atnat.experiments.quantize import Int8Attention, maybe_quantize, quantize_int8
+from atnat.experiments.train import attach_tokenizer
+from atnat.models.errors import AtnatError
+from atnat.models.layers import MultiHeadAttention
+
+from tests.training import decode_split, exact_match, fit
+
+MODEL = dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
+
+
+@pytest.mark.parametrize("decoder, strategy", [("at", Greedy()), ("nat", Parallel())])
+def test_int8_model_quantizes_every_linear_and_keeps_quality(decoder, strategy):
+    module, task = fit(decoder, "reverse", steps=250, model=MODEL, vocab=8, min_len=2, max_len=6,
+                       n_train=600, n_test=60)
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    q = quantize_int8(module)
+    assert not any(type(m) is nn.Linear for m in q.modules())  # every float Linear replaced
+    attns = [m for m in q.modules() if isinstance(m, MultiHeadAttention)]
+    assert attns and all(isinstance(m, Int8Attention) for m in attns)
+    assert "quantized.dynamic" in type(q.decoder.output).__module__
+    assert all(torch.equal(v, module.state_dict()[k]) for k, v in before.items())  # original untouched
+    with torch.inference_mode():
+        float_hyps, refs, _ = decode_split(module, task, strategy)
+        int8_hyps, _, _ = decode_split(q, task, strategy)
+    assert exact_match(float_hyps, refs) > 0.3  # it learned something worth keeping
+    assert abs(exact_match(int8_hyps, refs) - exact_match(float_hyps, refs)) <= 0.1
+    assert sum(a == b for a, b in zip(float_hyps, int8_hyps)) >= 0.8 * len(refs)
+
+
+def test_translate_quantize_int8_and_bad_values(tmp_path, monkeypatch, capsys):
+    module, task = fit("at", "copy", steps=150, model=MODEL, vocab=6, min_len=2, max_len=5, n_train=400, n_test=10)
+    attach_tokenizer(module, task.tokenizer, task.bleu_tokenize)
+    export_safetensors(module, tmp_path / "exp")
+    text = "".join(s + "\n" for s in task.splits["test"][0])
+    outs = []
+    for extra in ([], ["--quantize", "int8"]):
+        monkeypatch.setattr("sys.stdin", io.StringIO(text))
+        assert main(["translate", "--checkpoint", str(tmp_path / "exp"), *extra]) == 0
+        outs.append(capsys.readouterr().out.split("\n"))
+    assert len(outs[1]) == len(outs[0]) == 11
+    assert sum(a == b for a, b in zip(*outs)) >= 8
+    with pytest.raises(AtnatError, match="--quantize 'int4'; valid: none, int8"):
+        maybe_quantize(module, "int4")
+    assert maybe_quantize(module, "none") is module
