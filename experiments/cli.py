@@ -1,4 +1,4 @@
-"""The `atnat` command line: train, translate, distill, run (grids), report, bench, list."""
+"""The `atnat` command line: train, translate, distill, run (grids), cell, status, report, bench, list."""
 from __future__ import annotations
 
 import argparse
@@ -122,20 +122,38 @@ def cmd_distill(args) -> None:
     print(f"wrote {len(lines)} lines to {args.output} ({json.dumps(meta)})", file=sys.stderr)
 
 
-def cmd_run(args) -> None:
+def cmd_run(args) -> int:
+    """Exit 1 when a cell of this run failed (after the table and report are written)."""
     from atnat.experiments.runner import run_grid
 
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
     if args.workers is not None and args.workers < 1:
         raise AtnatError(f"--workers {args.workers}: expected a positive number of worker processes")
-    run_grid(args.grid, results_root=Path(args.results), dry_run=args.dry_run, only=args.only,
-             smoke=args.smoke, workers=args.workers, devices=devices)
+    cluster = None
+    if args.launcher != "local":
+        from atnat.experiments.launchers.slurm import settings_from_args
+
+        cluster = settings_from_args(args)
+    done = run_grid(args.grid, results_root=Path(args.results), dry_run=args.dry_run, only=args.only,
+                    smoke=args.smoke, workers=args.workers, devices=devices, cluster=cluster)
+    return 1 if done.failed else 0
 
 
-def cmd_cell(args) -> None:
+def cmd_cell(args) -> int:
+    """Exit 1 when the cell failed."""
+    from atnat.experiments.launchers.local import die_with_parent
     from atnat.experiments.runner import run_named_cell
 
-    run_named_cell(args.grid, args.cell, results_root=Path(args.results), smoke=args.smoke)
+    die_with_parent()  # a worker of `atnat run`: ends with it
+    status = run_named_cell(args.grid, args.cell, results_root=Path(args.results), smoke=args.smoke)
+    return 1 if status not in ("ok", None) else 0
+
+
+def cmd_status(args) -> int:
+    from atnat.experiments.status import print_status
+
+    print_status(args.grid, results_root=Path(args.results), smoke=args.smoke)
+    return 0
 
 
 def cmd_report(args) -> None:
@@ -209,6 +227,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--smoke", action="store_true", help="tiny sizes: check a grid end to end in minutes")
     p.add_argument("--workers", type=int, help="cells run at once, one process each (GPUs 0..N-1 when present)")
     p.add_argument("--devices", help="comma-separated GPU ids: one worker process per GPU, e.g. 0,1,2,3")
+    from atnat.experiments.launchers.slurm import add_cluster_args
+
+    add_cluster_args(p)
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("cell", help="run one cell of a grid (what `run --workers` starts in each process)")
     p.add_argument("grid")
@@ -216,6 +237,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results", help="folder that receives results/<grid>/")
     p.add_argument("--smoke", action="store_true", help="the grid's smoke sizes")
     p.set_defaults(fn=cmd_cell)
+    p = sub.add_parser("status", help="each cell's state (done, failed, queued, running), job id and last step")
+    p.add_argument("grid")
+    p.add_argument("--results", default="results", help="folder that holds results/<grid>/")
+    p.add_argument("--smoke", action="store_true", help="the grid's smoke run (results/<grid>-smoke/)")
+    p.set_defaults(fn=cmd_status)
     p = sub.add_parser("report", help="regenerate report.md/report.html from a results folder")
     p.add_argument("results_dir")
     p.set_defaults(fn=cmd_report)
@@ -232,14 +258,14 @@ def main(argv: list[str] | None = None) -> int:
     import atnat.decoding  # noqa: F401  (register built-ins)
     import atnat.models.decoders  # noqa: F401
     try:
-        args.fn(args)
+        code = args.fn(args) or 0
     except AtnatError as err:
         print(f"atnat: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("atnat: interrupted; finished work is kept (run the same command to resume)", file=sys.stderr)
         return 130
-    return 0
+    return code
 
 
 if __name__ == "__main__":

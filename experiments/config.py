@@ -74,6 +74,7 @@ class TrainSettings:
     val_every_steps: int = 500  # validation (and checkpoint) interval in optimizer steps
     accelerator: str = "auto"  # Lightning accelerator: auto | cpu | gpu
     devices: Any = 1  # devices for one run (>1 uses DDP)
+    num_nodes: int = 1  # machines for one run (DDP across nodes; `--launcher slurm` asks SLURM for them)
     precision: str = "32-true"  # Lightning precision, e.g. bf16-mixed on GPU
     early_stop_patience: int | None = None  # stop after this many validations without val/loss gain
     num_threads: int | None = None  # torch CPU threads (None: torch's default)
@@ -82,6 +83,8 @@ class TrainSettings:
     def __post_init__(self) -> None:
         if self.max_time_s is not None and not (isinstance(self.max_time_s, (int, float)) and self.max_time_s > 0):
             raise ValueError(f"max_time_s must be a positive number of seconds or null, got {self.max_time_s!r}")
+        if not (isinstance(self.num_nodes, int) and self.num_nodes >= 1):
+            raise ValueError(f"num_nodes must be a positive whole number, got {self.num_nodes!r}")
 
 
 @dataclass(frozen=True)
