@@ -116,6 +116,10 @@ def job_parameters(cell: Cell, settings: ClusterSettings, after: list[str], name
     gpus = tasks if settings.gpus_per_cell is None else settings.gpus_per_cell
     if 0 < gpus < tasks:
         raise AtnatError(f"cell {cell.name}: train.devices is {tasks} but --gpus-per-cell is {gpus}")
+    if settings.executor == "local":  # one process per job; Lightning starts a DDP cell's other ranks
+        if cell.config.train.num_nodes > 1:
+            raise AtnatError(f"cell {cell.name}: train.num_nodes > 1 needs SLURM (--launcher slurm)")
+        tasks, after = 1, []  # no queue: the student's job is submitted once its teacher's has ended
     params = {"name": name, "timeout_min": settings.time_min, "nodes": cell.config.train.num_nodes,
               "tasks_per_node": tasks, "gpus_per_node": gpus, "slurm_array_parallelism": settings.array_parallelism}
     extra = dict(settings.options)
@@ -188,7 +192,7 @@ def teacher_jobs(cell: Cell, status: dict, jobs: dict, handles: dict, dirs: dict
         wait_for([teacher], jobs, handles, dirs, settings)
         status[teacher] = cell_status(dirs[teacher])
         if status[teacher] == "ok":
-            return []
+            return [jobs[teacher]["job_id"]]
     elif teacher in jobs:
         return [jobs[teacher]["job_id"]]
     record_failure_unless_held(cell, f"teacher cell {teacher} failed")
