@@ -79,8 +79,28 @@ def cell_lock(run_dir: Path) -> Path:
     return run_dir / CELL_LOCK
 
 
+def holder_alive(lock_path: Path) -> bool:
+    """Whether the lock's holder file names a live process (one on another host counts as live).
+    Reads only, so that a look (`atnat status`) never makes a starting worker find the lock taken."""
+    who = read_holder(lock_path)
+    if not who:
+        return False
+    if who.get("host") != socket.gethostname():
+        return True
+    pid = int(who.get("pid") or 0)
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
 def is_held(lock_path: Path) -> bool:
-    """True while some process (this one included) holds the lock."""
+    """True while some process (this one included) holds the lock; probes by taking it for an instant."""
     if not lock_path.exists():
         return False
     lock = FileLock(str(lock_path))

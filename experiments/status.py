@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from atnat.experiments.launchers.jobs import is_active, job_state, read_job
-from atnat.experiments.locks import cell_lock, is_held
+from atnat.experiments.locks import cell_lock, holder_alive
 
 
 def last_step(run_dir: Path) -> int | None:
@@ -43,7 +43,7 @@ def cell_state(run_dir: Path) -> dict:
         if status == "failed":
             row["error"] = json.loads((run_dir / "metrics.json").read_text()).get("error", "")[:80]
         return row
-    held = is_held(cell_lock(run_dir))
+    held = holder_alive(cell_lock(run_dir))
     if job:
         state = job_state(job)
         row["job_state"] = state

@@ -155,3 +155,32 @@ def test_a_preempted_job_requeues_and_resumes_from_its_last_checkpoint(tmp_path,
     steps = pd.read_csv(run / "logs" / "metrics.csv")["step"]  # the second attempt's log
     assert steps.min() > 10  # it went on from a checkpoint (every 10 steps), not from step 0
     assert (pd.read_csv(tmp_path / "res" / "tiny" / "results.csv").status == "ok").all()
+
+
+def test_status_states_from_the_run_folder(tmp_path, monkeypatch):
+    import socket
+
+    from atnat.experiments.status import cell_state
+
+    def folder(name, **files):
+        d = tmp_path / name
+        for rel, text in files.items():
+            (d / rel).parent.mkdir(parents=True, exist_ok=True)
+            (d / rel).write_text(text)
+        return d
+
+    job = json.dumps({"executor": "slurm", "job_id": "7_1", "folder": str(tmp_path), "submitted_s": 0})
+    monkeypatch.setattr("atnat.experiments.status.job_state",
+                        lambda j: {"7_1": "PENDING", "8": "RUNNING", "9": "CANCELLED by 12"}[j["job_id"]])
+    me = json.dumps({"pid": os.getpid(), "host": socket.gethostname()})
+    gone = json.dumps({"pid": 2**22 + 1, "host": socket.gethostname()})  # above any pid in use here
+    csv = "epoch,step,train/loss\n0,49,2.0\n0,99,1.5\n"
+    assert cell_state(folder("q", **{"job.json": job}))["state"] == "queued"
+    assert cell_state(folder("r", **{"job.json": job.replace('"7_1"', '"8"')}))["state"] == "running"
+    assert cell_state(folder("e", **{"job.json": job.replace('"7_1"', '"9"')}))["state"] == "ended (cancelled by 12)"
+    row = cell_state(folder("l", **{"cell.lock.json": me, "logs/metrics.csv": csv}))  # local pool or by hand
+    assert row["state"] == "running" and row["last_step"] == 99 and row["job"] == ""
+    assert cell_state(folder("i", **{"cell.lock.json": gone, "checkpoints/last.ckpt": "x"}))["state"] == "interrupted"
+    failed = cell_state(folder("f", **{"metrics.json": json.dumps({"status": "failed", "error": "boom"})}))
+    assert failed["state"] == "failed" and failed["error"] == "boom"
+    assert cell_state(tmp_path / "nothing")["state"] == "not started"
