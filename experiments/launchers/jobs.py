@@ -36,16 +36,32 @@ def is_active(state: str) -> bool:
 def job_state(job: dict, handle=None) -> str:
     """The job's state now: SLURM's through submitit (sacct), or for a job of submitit's local
     executor RUNNING while its controller process lives, else FINISHED."""
-    if handle is not None:
+    if job.get("executor") == "slurm":
+        state = slurm_state(job["job_id"])
+    elif handle is not None:  # a local job submitted by this process
         state = handle.state
-    elif job.get("executor") == "slurm":
-        from submitit.slurm.slurm import SlurmJob
-
-        state = SlurmJob(folder=job["folder"], job_id=job["job_id"]).watcher.get_state(job["job_id"], mode="force")
     else:
         state = "RUNNING" if local_controller_alive(int(job["job_id"])) else "FINISHED"
     if state.upper() == "UNKNOWN" and time.time() - float(job.get("submitted_s", 0)) < UNLISTED_GRACE_S:
         return "SUBMITTED"
+    return state
+
+
+_sacct = {"last": 0.0, "seen": set()}  # one sacct call answers for every job the watcher knows
+
+
+def slurm_state(job_id: str, fresh_s: float = 10.0) -> str:
+    """SLURM's state of a job through submitit's watcher: sacct once per `fresh_s` for all the jobs
+    it knows (not once per cell), and at once for a job it has not listed yet."""
+    from submitit.slurm.slurm import SlurmJob
+
+    watcher = SlurmJob.watcher
+    watcher.register_job(job_id)
+    stale = time.time() - _sacct["last"] > fresh_s or job_id not in _sacct["seen"]
+    state = watcher.get_state(job_id, mode="force" if stale else "cache")
+    if stale:
+        _sacct["last"] = time.time()
+    _sacct["seen"].add(job_id)
     return state
 
 

@@ -157,6 +157,8 @@ def run_on_cluster(grid, cells: list[Cell], settings: ClusterSettings, *, result
             jobs[cell.name] = job
             print(f"{cell.name}: job {job['job_id']} is {job['state'].lower()}; not resubmitted", file=sys.stderr)
     todo = [c for c in cells if status[c.name] != "ok" and c.name not in jobs]
+    for cell in todo:  # refuse impossible resource requests before anything is submitted
+        job_parameters(cell, settings, [], grid.name)
     while todo:
         ready = [c for c in todo if c.teacher not in {t.name for t in todo}]
         groups: dict[tuple, list[Cell]] = {}
