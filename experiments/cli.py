@@ -1,4 +1,5 @@
-"""The `atnat` command line: train, evaluate, translate, export, distill, run (grids), report, bench, list."""
+"""The `atnat` command line: train, evaluate, translate, export, distill, run (grids), cell, status, report,
+bench, list."""
 from __future__ import annotations
 
 import argparse
@@ -183,20 +184,38 @@ def cmd_export(args) -> None:
     print(f"wrote {args.format} model to {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
 
 
-def cmd_run(args) -> None:
+def cmd_run(args) -> int:
+    """Exit 1 when a cell of this run failed (after the table and report are written)."""
     from atnat.experiments.runner import run_grid
 
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
     if args.workers is not None and args.workers < 1:
         raise AtnatError(f"--workers {args.workers}: expected a positive number of worker processes")
-    run_grid(args.grid, results_root=Path(args.results), dry_run=args.dry_run, only=args.only,
-             smoke=args.smoke, workers=args.workers, devices=devices)
+    cluster = None
+    if args.launcher != "local":
+        from atnat.experiments.launchers.slurm import settings_from_args
+
+        cluster = settings_from_args(args)
+    done = run_grid(args.grid, results_root=Path(args.results), dry_run=args.dry_run, only=args.only,
+                    smoke=args.smoke, workers=args.workers, devices=devices, cluster=cluster)
+    return 1 if done.failed else 0
 
 
-def cmd_cell(args) -> None:
+def cmd_cell(args) -> int:
+    """Exit 1 when the cell failed."""
+    from atnat.experiments.launchers.local import die_with_parent
     from atnat.experiments.runner import run_named_cell
 
-    run_named_cell(args.grid, args.cell, results_root=Path(args.results), smoke=args.smoke)
+    die_with_parent()  # a worker of `atnat run`: ends with it
+    status = run_named_cell(args.grid, args.cell, results_root=Path(args.results), smoke=args.smoke)
+    return 1 if status not in ("ok", None) else 0
+
+
+def cmd_status(args) -> int:
+    from atnat.experiments.status import print_status
+
+    print_status(args.grid, results_root=Path(args.results), smoke=args.smoke)
+    return 0
 
 
 def cmd_report(args) -> None:
@@ -301,6 +320,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--smoke", action="store_true", help="tiny sizes: check a grid end to end in minutes")
     p.add_argument("--workers", type=int, help="cells run at once, one process each (GPUs 0..N-1 when present)")
     p.add_argument("--devices", help="comma-separated GPU ids: one worker process per GPU, e.g. 0,1,2,3")
+    from atnat.experiments.launchers.slurm import add_cluster_args
+
+    add_cluster_args(p)
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("cell", help="run one cell of a grid (what `run --workers` starts in each process)")
     p.add_argument("grid")
@@ -308,6 +330,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results", help="folder that receives results/<grid>/")
     p.add_argument("--smoke", action="store_true", help="the grid's smoke sizes")
     p.set_defaults(fn=cmd_cell)
+    p = sub.add_parser("status", help="each cell's state (done, failed, queued, running), job id and last step")
+    p.add_argument("grid")
+    p.add_argument("--results", default="results", help="folder that holds results/<grid>/")
+    p.add_argument("--smoke", action="store_true", help="the grid's smoke run (results/<grid>-smoke/)")
+    p.set_defaults(fn=cmd_status)
     p = sub.add_parser("report", help="regenerate report.md/report.html from a results folder")
     p.add_argument("results_dir")
     p.set_defaults(fn=cmd_report)
@@ -324,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     import atnat.decoding  # noqa: F401  (register built-ins)
     import atnat.models.decoders  # noqa: F401
     try:
-        code = args.fn(args)
+        code = args.fn(args) or 0
         sys.stdout.flush()  # a closed pipe shows here, not at exit
     except BrokenPipeError:  # `atnat list | head -1`: the reader stopped; exit as a SIGPIPE'd filter does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit-time flush goes nowhere
@@ -335,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("atnat: interrupted; finished work is kept (run the same command to resume)", file=sys.stderr)
         return 130
-    return code or 0  # a command returns None (success) or its exit status
+    return code
 
 
 if __name__ == "__main__":

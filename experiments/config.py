@@ -90,6 +90,7 @@ class TrainSettings:
     val_every_steps: int = 500  # validation (and checkpoint) interval in optimizer steps
     accelerator: str = "auto"  # Lightning accelerator: auto | cpu | gpu
     devices: Any = 1  # devices for one run (>1 uses DDP)
+    num_nodes: int = 1  # machines for one run (DDP across nodes; `--launcher slurm` asks SLURM for them)
     precision: str = "32-true"  # Lightning precision, e.g. bf16-mixed on GPU
     early_stop_patience: int | None = None  # stop after this many validations without checkpoint_metric gain
     num_threads: int | None = None  # torch CPU threads (None: torch's default)
@@ -120,6 +121,8 @@ class TrainSettings:
         unknown = [name for name in self.loggers if name not in LOGGERS]
         if unknown:
             raise ValueError(f"loggers: unknown logger {unknown[0]!r}; valid: {', '.join(LOGGERS)}")
+        if not (isinstance(self.num_nodes, int) and self.num_nodes >= 1):
+            raise ValueError(f"num_nodes must be a positive whole number, got {self.num_nodes!r}")
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 A finished cell has `metrics.json` with status "ok" and is skipped when the grid runs again; an
 interrupted one resumes from `checkpoints/last.ckpt`; a failing one is marked "failed" with its
-error and the grid goes on.
+error and the grid goes on. A results folder is locked by its runner, and a cell by the process
+that trains it (locks.py): a second runner, or a second process on one cell, is refused.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import shlex
 import sys
 import time
 import traceback
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -21,6 +24,7 @@ from atnat.models.errors import AtnatError
 from atnat.experiments.config import RunConfig
 from atnat.experiments.evaluate import EvalResult, SpeedSettings, evaluate, write_json_atomic
 from atnat.experiments.grid import Cell, load_grid, run_order
+from atnat.experiments.locks import LockHeld, cell_lock, folder_lock, held
 from atnat.experiments.table import environment, tabulate
 from atnat.experiments.train import (
     helper_rank, inference_device, load_module, load_task, prepare_data, train,
@@ -125,21 +129,56 @@ def load_grid_into(path, results_root: Path, smoke: bool):
     return load_grid(path, smoke=smoke, results_dir=out), out
 
 
+@dataclass
+class GridRun:
+    """What `run_grid` left: the results folder, and the cells of this run that did not finish."""
+
+    out: Path
+    failed: list[str] = field(default_factory=list)  # cells whose metrics.json is not "ok"
+    pending: list[str] = field(default_factory=list)  # cells whose cluster job is queued or running
+
+
 def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = False,
              only: list[str] | None = None, smoke: bool = False, workers: int | None = None,
-             devices: list[str] | None = None) -> Path:
+             devices: list[str] | None = None, cluster=None) -> GridRun:
     """Run every cell of a grid (teachers first), then write results.csv and the report.
 
     With `workers` > 1 or `devices`, cells run in parallel worker processes, one per device (see
-    scheduler.py); a cell that trains on several devices (DDP) always runs in its own process."""
+    launchers/local.py); a cell that trains on several devices (DDP) always runs in its own process.
+    With `cluster` (launchers/slurm.py ClusterSettings), cells are submitted as cluster jobs; the
+    table and report are written once none of them is queued or running."""
     grid, out = load_grid_into(path, results_root, smoke)
     cells = [c for c in run_order(grid) if not only or any(o in c.name for o in only)]
     if dry_run:
         print(pd.DataFrame([describe(c) | {"strategies": len(c.config.eval.strategies)} for c in cells])
               .to_string(index=False))
-        return out
-    from atnat.experiments.scheduler import make_lanes
+        return GridRun(out)
+    with held(folder_lock(out), f"results folder {out}"):
+        pending = _run_cells(grid, cells, path, out, results_root=results_root, smoke=smoke, workers=workers,
+                             devices=devices, cluster=cluster)
+    failed = [c.name for c in cells if c.name not in pending and cell_status(Path(c.config.output_dir)) != "ok"]
+    if failed:
+        print(f"failed: {len(failed)} of {len(cells)} cells: {', '.join(failed)} "
+              f"(errors in {out / 'results.csv'} and each run's error.log)", file=sys.stderr)
+    return GridRun(out, failed, pending)
 
+
+def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, devices, cluster) -> list[str]:
+    """Run (or submit) the cells, then write the table and report; returns the cells still pending."""
+    if cluster is not None:
+        from atnat.experiments.launchers.slurm import run_on_cluster
+
+        started = time.time()
+        pending = run_on_cluster(grid, cells, cluster, results_root=results_root, smoke=smoke)
+        if not pending:
+            write_outputs(grid, out, path, started, {"parallel_cells": len(cells), "lanes": cluster.executor})
+        return pending
+    from atnat.experiments.launchers.local import make_lanes
+
+    multi_node = [c.name for c in cells if c.config.train.num_nodes > 1]
+    if multi_node:
+        raise AtnatError(f"{path}: cells {', '.join(multi_node)} train on several nodes (train.num_nodes > 1); "
+                         "run them with a cluster launcher: --launcher slurm")
     lanes = make_lanes(workers, devices)
     parallel = len(lanes) > 1 or any(c.config.train.devices not in (1, "1") for c in cells)  # DDP: own process
     started = time.time()
@@ -154,32 +193,38 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
                 run_dir = Path(cell.config.output_dir)
                 progress.update(bar, description=f"{grid.name}: {cell.name}")
                 if cell_status(run_dir) != "ok":
-                    run_one(cell, run_dir)
+                    try:
+                        run_one(cell, run_dir)
+                    except LockHeld as err:  # trained by another process right now: not this run's
+                        progress.console.print(f"cell {cell.name} skipped: {err}")
                 progress.advance(bar)
-        progress.update(bar, description=f"{grid.name}: timing phase")
-        timing_phase(grid, out)
+    write_outputs(grid, out, path, started, {"parallel_cells": len(lanes) if parallel else 1,
+                                             "lanes": ", ".join(lane.gpu or "cpu" for lane in lanes)})
+    return []
+
+
+def write_outputs(grid, out: Path, path, started: float, run_info: dict) -> None:
+    """The timing phase, then results.csv, environment.json and the report of the results folder `out`."""
+    timing_phase(grid, out)
     table = tabulate(grid, out, describe)
     command = "atnat " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else f"atnat run {path}"
-    env = environment(grid, time.time() - started, command)
+    env = environment(grid, time.time() - started, command) | run_info
     if grid.cells:
         env.update(significance=grid.cells[0].config.eval.significance,
                    n_bootstrap=grid.cells[0].config.eval.n_bootstrap)
-    env["parallel_cells"] = len(lanes) if parallel else 1
-    env["lanes"] = ", ".join(lane.gpu or "cpu" for lane in lanes)
-    env["timing"] = (f"timing phase after training: every system of a task side by side in one process, "
-                     f"{SpeedSettings(**grid.speed).threads or torch.get_num_threads()} CPU threads" if device_is_cpu(grid)
-                     else "timing phase after training: every system of a task side by side in one process")
+    speed = SpeedSettings(**grid.speed)
+    env["timing"] = ("timing phase after training: every system of a task side by side in one process"
+                     + (f", {speed.threads or torch.get_num_threads()} CPU threads" if device_is_cpu(grid) else ""))
     env["results_rows"] = len(table)  # the report refuses a results.csv with fewer (a cut-short file)
     write_json_atomic(out / "environment.json", env)
     from atnat.experiments.report import write_report
 
     write_report(out)
     print(f"results: {out / 'results.csv'} ({len(table)} rows); report: {out / 'report.md'}")
-    return out
 
 
 def _run_in_workers(grid, cells, lanes, progress, bar, *, results_root: Path, smoke: bool) -> None:
-    from atnat.experiments.scheduler import run_parallel
+    from atnat.experiments.launchers.local import run_parallel
 
     def status(cell: Cell) -> str | None:
         return cell_status(Path(cell.config.output_dir))
@@ -191,12 +236,13 @@ def _run_in_workers(grid, cells, lanes, progress, bar, *, results_root: Path, sm
     todo = [c for c in cells if status(c) != "ok"]
     progress.advance(bar, len(cells) - len(todo))
     run_parallel(grid.path, todo, lanes, results_root=results_root, smoke=smoke, status=status,
-                 mark_failed=lambda cell, message: record_failure(cell, Path(cell.config.output_dir), message),
+                 mark_failed=lambda cell, message: record_failure_unless_held(cell, message),
                  on_finish=finished)
 
 
-def run_named_cell(path, cell_name: str, *, results_root: Path = Path("results"), smoke: bool = False) -> None:
-    """Run one cell of a grid (what `atnat run --workers` launches per process); skips it when done."""
+def run_named_cell(path, cell_name: str, *, results_root: Path = Path("results"), smoke: bool = False) -> str | None:
+    """Run one cell of a grid (what every launcher runs per cell); skips it when done. Returns the
+    cell's status ("ok", "failed"; None in a DDP helper rank, which records nothing)."""
     grid, _ = load_grid_into(path, results_root, smoke)
     cells = grid.by_name()
     if cell_name not in cells:
@@ -205,6 +251,7 @@ def run_named_cell(path, cell_name: str, *, results_root: Path = Path("results")
     run_dir = Path(cell.config.output_dir)
     if cell_status(run_dir) != "ok":
         run_one(cell, run_dir)
+    return None if helper_rank() else cell_status(run_dir)
 
 
 def device_is_cpu(grid) -> bool:
@@ -223,17 +270,31 @@ def timing_phase(grid, out: Path) -> None:
 
 
 def run_one(cell: Cell, run_dir: Path) -> None:
-    """Run a cell (its speed is measured later, by the grid's timing phase); a failure is recorded
-    with its error and does not stop the grid."""
-    try:
-        run_cell(cell.config, run_dir, speed=None)
-    except KeyboardInterrupt:
-        raise
-    except Exception as err:  # noqa: BLE001  (any failure of a cell is recorded, the grid goes on)
-        if helper_rank():  # a DDP helper rank: rank 0 records the failure
+    """Run a cell under its lock (LockHeld if another process trains it); its speed is measured
+    later, by the grid's timing phase. A failure is recorded with its error and does not stop the grid."""
+    with nullcontext() if helper_rank() else held(cell_lock(run_dir), f"cell {cell.name}"):
+        if cell_status(run_dir) == "ok":  # finished by another process while this one waited
+            return
+        try:
+            run_cell(cell.config, run_dir, speed=None)
+        except KeyboardInterrupt:
             raise
-        message = str(err) if isinstance(err, AtnatError) else f"{type(err).__name__}: {err}"
-        record_failure(cell, run_dir, message, traceback.format_exc())
+        except Exception as err:  # noqa: BLE001  (any failure of a cell is recorded, the grid goes on)
+            if helper_rank():  # a DDP helper rank: rank 0 records the failure
+                raise
+            message = str(err) if isinstance(err, AtnatError) else f"{type(err).__name__}: {err}"
+            record_failure(cell, run_dir, message, traceback.format_exc())
+
+
+def record_failure_unless_held(cell: Cell, message: str) -> None:
+    """Record a failure found from outside the cell (its worker died, its teacher failed), unless
+    another process holds the cell: then that process owns its run folder."""
+    run_dir = Path(cell.config.output_dir)
+    try:
+        with held(cell_lock(run_dir), f"cell {cell.name}"):
+            record_failure(cell, run_dir, message)
+    except LockHeld as err:
+        print(f"cell {cell.name} not run here: {err}", file=sys.stderr)
 
 
 def record_failure(cell: Cell, run_dir: Path, message: str, trace: str = "") -> None:

@@ -110,7 +110,8 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
     return pl.Trainer(
         max_steps=t.max_steps, max_epochs=t.max_epochs, val_check_interval=t.val_every_steps,
         max_time=None if t.max_time_s is None else datetime.timedelta(seconds=t.max_time_s),
-        check_val_every_n_epoch=None, accelerator=t.accelerator, devices=t.devices, precision=t.precision,
+        check_val_every_n_epoch=None, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
+        precision=t.precision,
         gradient_clip_val=cfg.optim.get("clip_norm", 1.0) or None, callbacks=callbacks,
         default_root_dir=run_dir, logger=make_loggers(t.loggers, run_dir) or False,
         plugins=[AtomicCheckpointIO()],
@@ -188,8 +189,9 @@ def inference_device(accelerator: str = "auto") -> str:
 
 
 def helper_rank() -> bool:
-    """True in the extra processes of a multi-device (DDP) run, which Lightning starts with LOCAL_RANK > 0."""
-    return int(os.environ.get("LOCAL_RANK", "0") or 0) > 0 or int(os.environ.get("NODE_RANK", "0") or 0) > 0
+    """True in the extra processes of a multi-device (DDP) run: those Lightning starts (LOCAL_RANK > 0)
+    and the tasks past the first of a multi-task SLURM job (SLURM_PROCID > 0)."""
+    return any(int(os.environ.get(k, "0") or 0) > 0 for k in ("LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
 
 
 def load_module(checkpoint: str | Path, map_location: str = "cpu") -> tuple[Seq2SeqModule, object]:

@@ -6,12 +6,12 @@ import pandas as pd
 import pytest
 
 from atnat.experiments import data as data_module
-from atnat.experiments import scheduler
+from atnat.experiments.launchers import local as scheduler
 from atnat.experiments.cli import main
 from atnat.experiments.config import ConfigError
 from atnat.experiments.data import encode_split, make_loader
 from atnat.experiments.grid import load_grid
-from atnat.experiments.scheduler import Lane, lanes_needed, make_lanes, run_parallel, worker_env
+from atnat.experiments.launchers.local import Lane, lanes_needed, make_lanes, run_parallel, worker_env
 from atnat.experiments.tokenize import SymbolTokenizer
 
 from tests.test_grid import TINY, run_cli, write_grid
@@ -82,7 +82,7 @@ def test_failed_teacher_fails_its_students_without_running_them(tmp_path, monkey
     broken = {"decoder": {"name": "at"}, "train": {"max_len": 1}}  # drops every pair: fails at run time
     grid = write_grid(tmp_path, {**TINY, "cells": {"at": broken, "nat-kd": STUDENT}})
     monkeypatch.chdir(tmp_path)
-    assert main(["run", str(grid), "--results", "res", "--workers", "2"]) == 0
+    assert main(["run", str(grid), "--results", "res", "--workers", "2"]) == 1  # after writing the table
     df = pd.read_csv(tmp_path / "res" / "tiny" / "results.csv").set_index("cell")
     assert df.loc["at-s1", "status"] == "failed" and "no usable sentence pairs" in df.loc["at-s1", "error"]
     assert df.loc["nat-kd-s1", "error"] == "teacher cell at-s1 failed"

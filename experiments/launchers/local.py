@@ -1,22 +1,27 @@
-"""Run a grid's cells in parallel worker processes: one process per device (or per CPU lane).
+"""The local launcher: a grid's cells in parallel worker processes, one per device (or CPU lane).
 
 Each cell runs as `atnat cell GRID CELL` in its own process, pinned to its GPU(s) through
 CUDA_VISIBLE_DEVICES, with its output in `<run dir>/worker.log`. A student starts once its
 teacher has finished; a student whose teacher failed is marked failed without running. A cell
 that asks for several devices (`train.devices: k`, DDP) takes k lanes at once. Interrupting the
-grid stops the workers; their cells resume from their last checkpoints on the next run.
+grid stops the workers; their cells resume from their last checkpoints on the next run. A worker
+whose `atnat run` dies, even by kill -9, ends too (`die_with_parent`), so no orphan keeps training.
 """
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from atnat.experiments.config import ConfigError
 from atnat.experiments.grid import Cell
+
+PARENT_ENV = "ATNAT_PARENT_PID"  # set for a worker: the pid of the `atnat run` it must not outlive
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,7 @@ def cell_command(grid_path: Path, cell: Cell, results_root: Path, smoke: bool) -
 
 
 def worker_env(lanes: list[Lane], n_lanes_total: int) -> dict[str, str]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **{PARENT_ENV: str(os.getpid())})
     if lanes[0].gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(dict.fromkeys(lane.gpu for lane in lanes))
     if "OMP_NUM_THREADS" not in os.environ:  # share the CPU cores between the lanes
@@ -145,3 +150,25 @@ def start(grid_path: Path, cell: Cell, lanes: list[Lane], n_lanes: int, results_
     proc = subprocess.Popen(cell_command(grid_path, cell, results_root, smoke), stdout=log,
                             stderr=subprocess.STDOUT, env=worker_env(lanes, n_lanes))
     return Running(cell, proc, lanes, log, time.time())
+
+
+def die_with_parent() -> None:
+    """In a worker: end (SIGTERM, which Lightning turns into a clean stop) when the `atnat run` that
+    started it dies, so that a killed grid leaves no orphan training into a folder a re-run takes.
+    Linux: prctl(PR_SET_PDEATHSIG); everywhere: a thread that watches the parent pid, which also
+    covers a parent that died before the prctl."""
+    parent = int(os.environ.pop(PARENT_ENV, "0") or 0)  # popped: the worker's own children (DDP ranks) do not inherit it
+    if not parent:
+        return
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1  # from <linux/prctl.h>
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="atnat-parent-watch", daemon=True).start()

@@ -1,0 +1,88 @@
+"""Job bookkeeping of a cluster cell: `runs/<cell>/job.json` (launcher, job id, submitted time, state),
+written atomically, and the job's state now, asked of submitit (sacct on SLURM)."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+JOB_FILE = "job.json"
+# SLURM states of a job that has not ended; SUBMITTED is ours: just submitted, not yet listed by sacct
+ACTIVE = {"SUBMITTED", "PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
+          "SUSPENDED", "CONFIGURING", "COMPLETING", "SIGNALING", "STAGE_OUT"}
+UNLISTED_GRACE_S = 600  # sacct may not list a job yet for a while after submission
+
+
+def read_job(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / JOB_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def write_job(run_dir: Path, job: dict) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / (JOB_FILE + ".tmp")
+    tmp.write_text(json.dumps(job, indent=2))
+    os.replace(tmp, run_dir / JOB_FILE)
+
+
+def is_active(state: str) -> bool:
+    """True while a job with this state may still start or run."""
+    return state.split(" ")[0].upper() in ACTIVE
+
+
+def job_state(job: dict, handle=None) -> str:
+    """The job's state now: SLURM's through submitit (sacct), or for a job of submitit's local
+    executor RUNNING while its controller process lives, else FINISHED."""
+    if job.get("executor") == "slurm":
+        state = slurm_state(job["job_id"])
+    elif handle is not None:  # a local job submitted by this process
+        state = handle.state
+    else:
+        state = "RUNNING" if local_controller_alive(int(job["job_id"])) else "FINISHED"
+    if state.upper() == "UNKNOWN" and time.time() - float(job.get("submitted_s", 0)) < UNLISTED_GRACE_S:
+        return "SUBMITTED"
+    return state
+
+
+_sacct = {"last": 0.0, "seen": set()}  # one sacct call answers for every job the watcher knows
+
+
+def slurm_state(job_id: str, fresh_s: float = 10.0) -> str:
+    """SLURM's state of a job through submitit's watcher: sacct once per `fresh_s` for all the jobs
+    it knows (not once per cell), and at once for a job it has not listed yet."""
+    from submitit.slurm.slurm import SlurmJob
+
+    watcher = SlurmJob.watcher
+    watcher.register_job(job_id)
+    stale = time.time() - _sacct["last"] > fresh_s or job_id not in _sacct["seen"]
+    state = watcher.get_state(job_id, mode="force" if stale else "cache")
+    if stale:
+        _sacct["last"] = time.time()
+    _sacct["seen"].add(job_id)
+    return state
+
+
+def local_controller_alive(pid: int) -> bool:
+    """Whether `pid` is still the controller of a submitit local job (not a recycled pid)."""
+    try:
+        return b"submitit" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (macOS): the pid is alive or not
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
+
+
+def record_state(run_dir: Path, job: dict, handle=None) -> str:
+    """Ask the job's state, keep it in job.json (with the time it was seen), and return it."""
+    state = job_state(job, handle)
+    if state != job.get("state"):
+        job.update(state=state, state_seen=time.strftime("%Y-%m-%d %H:%M:%S"))
+        write_job(run_dir, job)
+    return state

@@ -1,0 +1,112 @@
+"""Locks that keep two runners out of one results folder, and two processes out of one cell.
+
+The lock is filelock's OS lock (flock on Linux and macOS), which the kernel drops when its process
+dies, so the lock of a killed runner never blocks the next one. Beside each lock a small JSON file
+names its holder (pid, host, start time, command), so that a refusal can say who holds it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from filelock import FileLock, Timeout
+
+from atnat.models.errors import AtnatError
+
+FOLDER_LOCK = "runner.lock"  # in results/<grid>/: held by `atnat run` from start to report
+CELL_LOCK = "cell.lock"  # in results/<grid>/runs/<cell>/: held by whoever trains the cell
+
+
+class LockHeld(AtnatError):
+    """Another live process holds a results folder or a cell."""
+
+
+def holder_file(lock_path: Path) -> Path:
+    return lock_path.with_name(lock_path.name + ".json")
+
+
+def identity() -> dict:
+    """Who this process is, for the holder file."""
+    return {"pid": os.getpid(), "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}
+
+
+def read_holder(lock_path: Path) -> dict | None:
+    try:
+        return json.loads(holder_file(lock_path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def describe_holder(lock_path: Path) -> str:
+    who = read_holder(lock_path)
+    if not who:
+        return "another process (it has not written its name yet)"
+    return f"pid {who.get('pid')} on {who.get('host')} since {who.get('started')} ({who.get('command')})"
+
+
+@contextmanager
+def held(lock_path: Path, what: str) -> Iterator[None]:
+    """Hold `lock_path` for the block, or raise LockHeld at once naming `what` and its holder."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(lock_path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise LockHeld(f"{what} is in use by {describe_holder(lock_path)}; wait for it to end or stop it "
+                       f"(lock file {lock_path})") from None
+    try:
+        tmp = holder_file(lock_path).with_suffix(".tmp")
+        tmp.write_text(json.dumps(identity()))
+        os.replace(tmp, holder_file(lock_path))
+        yield
+    finally:
+        holder_file(lock_path).unlink(missing_ok=True)
+        lock.release()
+
+
+def folder_lock(out: Path) -> Path:
+    return out / FOLDER_LOCK
+
+
+def cell_lock(run_dir: Path) -> Path:
+    return run_dir / CELL_LOCK
+
+
+def holder_alive(lock_path: Path) -> bool:
+    """Whether the lock's holder file names a live process (one on another host counts as live).
+    Reads only, so that a look (`atnat status`) never makes a starting worker find the lock taken."""
+    who = read_holder(lock_path)
+    if not who:
+        return False
+    if who.get("host") != socket.gethostname():
+        return True
+    pid = int(who.get("pid") or 0)
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def is_held(lock_path: Path) -> bool:
+    """True while some process (this one included) holds the lock; probes by taking it for an instant."""
+    if not lock_path.exists():
+        return False
+    lock = FileLock(str(lock_path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release()
+    return False

@@ -1,0 +1,186 @@
+"""The cluster launcher: sbatch files that submitit generates for a grid (dependencies, arrays,
+resources; fake sbatch/sacct, no cluster), and a grid through the same code path on submitit's
+local executor (teacher, student, resubmission, status, resume after pre-emption)."""
+import json
+import os
+import signal
+import stat
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from atnat.experiments.cli import main
+from atnat.experiments.launchers import jobs as jobs_module
+from atnat.experiments.launchers.slurm import dependency
+
+from tests.test_grid import TINY, write_grid
+from tests.test_workers import STUDENT
+
+FAKE_SBATCH = """#!/bin/sh
+n=$(($(cat "$FAKE_SLURM/count" 2>/dev/null || echo 100) + 1)); echo $n > "$FAKE_SLURM/count"
+cp "$1" "$FAKE_SLURM/sbatch_$n.sh"; echo "Submitted batch job $n"
+"""
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    """sbatch that records each submission file, srun that exists, sacct that lists nothing yet."""
+    bin_dir, record = tmp_path / "bin", tmp_path / "sbatch"
+    bin_dir.mkdir()
+    record.mkdir()
+    for name, text in (("sbatch", FAKE_SBATCH), ("srun", "#!/bin/sh\n"), ("sacct", "#!/bin/sh\necho 'JobID|State|NodeList'\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SLURM", str(record))
+    return record
+
+
+def sbatch_options(path: Path) -> dict[str, str]:
+    lines = [line[len("#SBATCH --"):] for line in path.read_text().splitlines() if line.startswith("#SBATCH --")]
+    return dict(line.split("=", 1) if "=" in line else (line, "") for line in lines)
+
+
+def test_dependency_string():
+    assert dependency(["17"]) == "afterok:17"
+    assert dependency(["17_0", "18"]) == "afterok:17_0:18"
+
+
+def test_generated_submissions_arrays_dependencies_resources_and_no_second_job(tmp_path, monkeypatch, fake_slurm,
+                                                                              capsys):
+    data = {**TINY, "axes": {"task.vocab": [5, 6]},  # 2 tasks x (teacher + 2 students + 1 DDP cell on 2 nodes)
+            "cells": {"at": TINY["cells"]["at"], "cmlm-kd": TINY["cells"]["cmlm-kd"], "nat-kd": STUDENT,
+                      "big": {"decoder": {"name": "at"}, "train": {"devices": 4, "num_nodes": 2}}}}
+    grid = write_grid(tmp_path, data)
+    monkeypatch.chdir(tmp_path)
+    args = ["run", str(grid), "--results", "res", "--launcher", "slurm", "--partition", "gpu", "--time", "90",
+            "--array-parallelism", "2", "--cpus-per-task", "4", "--slurm-option", "account=nlp"]
+    assert main(args) == 0  # submitted; nothing failed, nothing to tabulate yet
+    err = capsys.readouterr().err
+    assert "8 of 8 cells are queued or running" in err and not (tmp_path / "res" / "tiny" / "results.csv").exists()
+    subs = {int(p.stem.split("_")[1]): sbatch_options(p) for p in fake_slurm.glob("sbatch_*.sh")}
+    assert sorted(subs) == [101, 102, 103, 104]
+    teachers, big, students_5, students_6 = (subs[k] for k in sorted(subs))
+    assert teachers["array"] == "0-1%2" and "dependency" not in teachers  # both teachers: one array
+    assert teachers["partition"] == "gpu" and teachers["time"] == "90" and teachers["gpus-per-node"] == "1"
+    assert teachers["ntasks-per-node"] == "1" and teachers["nodes"] == "1" and teachers["cpus-per-task"] == "4"
+    assert teachers["account"] == "nlp" and teachers["signal"] == "USR2@90"  # submitit's requeue signal
+    assert big["array"] == "0-1%2" and big["nodes"] == "2" and big["ntasks-per-node"] == "4" and big["gpus-per-node"] == "4"
+    for students, teacher_job in ((students_5, "101_0"), (students_6, "101_1")):  # each waits for its own teacher
+        assert students["dependency"] == f"afterok:{teacher_job}" and students["kill-on-invalid-dep"] == "yes"
+        assert students["array"] == "0-1%2"
+    runs = tmp_path / "res" / "tiny" / "runs"
+    job = json.loads((runs / "6-cmlm-kd-s1" / "job.json").read_text())
+    assert job["launcher"] == "slurm" and job["job_id"] == "104_0" and job["after"] == ["101_1"]
+    assert job["state"] == "SUBMITTED" and job["stdout"].endswith("104_0_0_log.out")
+    # again while every job is queued: no second job for any cell
+    assert main(args) == 0 and len(list(fake_slurm.glob("sbatch_*.sh"))) == 4
+    assert "5-at-s1: job 101_0 is submitted; not resubmitted" in capsys.readouterr().err
+    # the teacher of task 5 finished, the other one's job was cancelled: only that one goes again,
+    # and its students now wait for the new job
+    (runs / "5-at-s1" / "metrics.json").write_text(json.dumps({"status": "ok", "rows": []}))
+    cancelled = {"101_1", "104_0", "104_1"}
+    monkeypatch.setattr(jobs_module, "job_state", lambda job, handle=None:
+                        "CANCELLED by 0" if job["job_id"] in cancelled else "PENDING")
+    assert main(args) == 0
+    new = {int(p.stem.split("_")[1]): sbatch_options(p) for p in fake_slurm.glob("sbatch_*.sh")}
+    assert sorted(new) == [101, 102, 103, 104, 105, 106]
+    assert "array" not in new[105] and "dependency" not in new[105]  # 6-at-s1 alone
+    assert new[106]["dependency"] == "afterok:105" and new[106]["array"] == "0-1%2"
+    assert json.loads((runs / "6-nat-kd-s1" / "job.json").read_text())["job_id"] == "106_1"
+
+
+def test_cluster_settings_are_checked(tmp_path, monkeypatch, capsys):
+    grid = write_grid(tmp_path, {**TINY, "cells": {"big": {"decoder": {"name": "at"}, "train": {"devices": 2}}}})
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(grid), "--launcher", "slurm", "--gpus-per-cell", "1"]) == 2
+    assert "cell big-s1: train.devices is 2 but --gpus-per-cell is 1" in capsys.readouterr().err
+    assert main(["run", str(grid), "--launcher", "slurm", "--slurm-option", "reservation"]) == 2
+    assert "--slurm-option 'reservation': expected KEY=VALUE" in capsys.readouterr().err
+    grid = write_grid(tmp_path, {**TINY, "cells": {"big": {"decoder": {"name": "at"}, "train": {"num_nodes": 2}}}})
+    assert main(["run", str(grid)]) == 2
+    assert "train on several nodes (train.num_nodes > 1); run them with a cluster launcher" in capsys.readouterr().err
+
+
+def test_teacher_and_student_through_the_cluster_code_path_on_submitits_local_executor(tmp_path, monkeypatch, capsys):
+    grid = write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"], "nat-kd": STUDENT}})
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(grid), "--results", "res", "--launcher", "submitit-local"]) == 0
+    out = tmp_path / "res" / "tiny"
+    df = pd.read_csv(out / "results.csv")
+    assert (df.status == "ok").all() and set(df.cell) == {"at-s1", "nat-kd-s1"}
+    teacher, student = (json.loads((out / "runs" / c / "job.json").read_text()) for c in ("at-s1", "nat-kd-s1"))
+    assert student["after"] == [teacher["job_id"]] and teacher["after"] == []
+    assert student["submitted_s"] >= (out / "runs" / "at-s1" / "metrics.json").stat().st_mtime  # after its teacher
+    assert Path(teacher["stdout"]).parent == out / "jobs" and Path(student["stderr"]).exists()
+    err = capsys.readouterr().err
+    assert err.count("submitted job") == 2
+    # again: nothing is resubmitted, the table is rewritten
+    assert main(["run", str(grid), "--results", "res", "--launcher", "submitit-local"]) == 0
+    assert "submitted job" not in capsys.readouterr().err
+    assert json.loads((out / "runs" / "at-s1" / "job.json").read_text())["job_id"] == teacher["job_id"]
+    assert main(["status", str(grid), "--results", "res"]) == 0
+    table = capsys.readouterr().out
+    for cell, job in (("at-s1", teacher), ("nat-kd-s1", student)):
+        row = next(line for line in table.splitlines() if f" {cell} " in line)
+        assert "done" in row and job["job_id"] in row and " 8 " in row  # state, job id, last step
+
+
+@pytest.mark.slow
+def test_a_preempted_job_requeues_and_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
+    cell = {"decoder": {"name": "at"}, "train": {"max_steps": 60, "val_every_steps": 10}}
+    grid = write_grid(tmp_path, {**TINY, "cells": {"at": cell}})
+    run = tmp_path / "res" / "tiny" / "runs" / "at-s1"
+    import threading
+
+    def preempt_once():  # submitit's pre-emption signal to the job's process, once a checkpoint exists
+        deadline = time.time() + 240
+        while time.time() < deadline and not (run / "checkpoints" / "last.ckpt").exists():
+            time.sleep(0.1)
+        time.sleep(1)  # the checkpoint is fully written
+        os.kill(json.loads((run / "cell.lock.json").read_text())["pid"], signal.SIGUSR2)
+
+    monkeypatch.chdir(tmp_path)
+    thread = threading.Thread(target=preempt_once)
+    thread.start()
+    assert main(["run", str(grid), "--results", "res", "--launcher", "submitit-local"]) == 0
+    thread.join()
+    job = json.loads((run / "job.json").read_text())
+    log = Path(job["stderr"]).read_text() + Path(job["stdout"]).read_text()
+    assert "this job is preempted" in log and f"Requeued job {job['job_id']}" in log
+    assert log.count("Starting with JobEnvironment") == 2  # the same job ran twice
+    assert json.loads((run / "train.json").read_text())["global_step"] == 60
+    steps = pd.read_csv(run / "logs" / "metrics.csv")["step"]  # the second attempt's log
+    assert steps.min() > 10  # it went on from a checkpoint (every 10 steps), not from step 0
+    assert (pd.read_csv(tmp_path / "res" / "tiny" / "results.csv").status == "ok").all()
+
+
+def test_status_states_from_the_run_folder(tmp_path, monkeypatch):
+    import socket
+
+    from atnat.experiments.status import cell_state
+
+    def folder(name, **files):
+        d = tmp_path / name
+        for rel, text in files.items():
+            (d / rel).parent.mkdir(parents=True, exist_ok=True)
+            (d / rel).write_text(text)
+        return d
+
+    job = json.dumps({"executor": "slurm", "job_id": "7_1", "folder": str(tmp_path), "submitted_s": 0})
+    monkeypatch.setattr("atnat.experiments.status.job_state",
+                        lambda j: {"7_1": "PENDING", "8": "RUNNING", "9": "CANCELLED by 12"}[j["job_id"]])
+    me = json.dumps({"pid": os.getpid(), "host": socket.gethostname()})
+    gone = json.dumps({"pid": 2**22 + 1, "host": socket.gethostname()})  # above any pid in use here
+    csv = "epoch,step,train/loss\n0,49,2.0\n0,99,1.5\n"
+    assert cell_state(folder("q", **{"job.json": job}))["state"] == "queued"
+    assert cell_state(folder("r", **{"job.json": job.replace('"7_1"', '"8"')}))["state"] == "running"
+    assert cell_state(folder("e", **{"job.json": job.replace('"7_1"', '"9"')}))["state"] == "ended (cancelled by 12)"
+    row = cell_state(folder("l", **{"cell.lock.json": me, "logs/metrics.csv": csv}))  # local pool or by hand
+    assert row["state"] == "running" and row["last_step"] == 99 and row["job"] == ""
+    assert cell_state(folder("i", **{"cell.lock.json": gone, "checkpoints/last.ckpt": "x"}))["state"] == "interrupted"
+    failed = cell_state(folder("f", **{"metrics.json": json.dumps({"status": "failed", "error": "boom"})}))
+    assert failed["state"] == "failed" and failed["error"] == "boom"
+    assert cell_state(tmp_path / "nothing")["state"] == "not started"
