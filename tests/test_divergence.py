@@ -21,7 +21,7 @@ def test_lr_1000_fails_the_cell_with_step_and_loss_and_the_grid_goes_on(tmp_path
     grid = write_grid(tmp_path, {**TINY, "base": base, "cells": {
         "at": {"decoder": {"name": "at"}, "optim": {"lr": 1000}},
         "at-ok": {"decoder": {"name": "at"}, "optim": {"lr": 0.003}}}})
-    assert main(["run", str(grid), "--results", "res"]) == 0
+    assert main(["run", str(grid), "--results", "res"]) == 1  # a failed cell: exit 1, after the table and report
     out = tmp_path / "res" / "tiny"
     meta = json.loads((out / "runs" / "at-s1" / "metrics.json").read_text())
     assert meta["status"] == "failed"
