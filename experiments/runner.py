@@ -43,6 +43,9 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
     if cfg.distill is not None:
         from atnat.experiments.distill import distilled_targets
 
+        from atnat.experiments.progress import write_progress
+
+        write_progress(run_dir, phase=f"distilling {len(task.splits['train'][0])} training sentences with the teacher")
         src, tgt = task.splits["train"]
         targets, distill_meta = distilled_targets(cfg.distill.teacher, src, tgt, cfg.distill.strategy,
                                                   device=device)
@@ -233,11 +236,27 @@ def _run_in_workers(grid, cells, lanes, progress, bar, *, results_root: Path, sm
         progress.console.print(f"{cell.name}: {state} ({seconds:.0f} s)")
         progress.advance(bar)
 
+    lines: dict[str, object] = {}  # a progress line per running cell
+
+    def poll(running: list[Cell]) -> None:
+        from atnat.experiments.progress import describe as describe_progress, read_progress
+
+        names = {c.name for c in running}
+        for name in [n for n in lines if n not in names]:
+            progress.remove_task(lines.pop(name))
+        for cell in running:
+            text = f"  {cell.name}: {describe_progress(read_progress(Path(cell.config.output_dir)))}"
+            if cell.name not in lines:
+                lines[cell.name] = progress.add_task(text, total=None)
+            progress.update(lines[cell.name], description=text)
+
     todo = [c for c in cells if status(c) != "ok"]
     progress.advance(bar, len(cells) - len(todo))
     run_parallel(grid.path, todo, lanes, results_root=results_root, smoke=smoke, status=status,
                  mark_failed=lambda cell, message: record_failure_unless_held(cell, message),
-                 on_finish=finished)
+                 on_finish=finished, on_poll=poll)
+    for task in lines.values():
+        progress.remove_task(task)
 
 
 def run_named_cell(path, cell_name: str, *, results_root: Path = Path("results"), smoke: bool = False) -> str | None:

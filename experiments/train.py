@@ -20,6 +20,7 @@ from atnat.experiments.checkpoints import AtomicCheckpointIO, ResumeState, avera
 from atnat.experiments.config import RunConfig, make, named
 from atnat.experiments.data import EncodedSplit, encode_split, make_loader
 from atnat.experiments.logs import make_loggers
+from atnat.experiments.progress import ProgressReporter
 from atnat.experiments.divergence import DivergenceGuard
 from atnat.experiments.tasks import TASKS, TaskData
 
@@ -107,6 +108,7 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
 
         callbacks.append(EMAWeightAveraging(decay=t.ema))
     callbacks.append(DivergenceGuard(t.divergence_factor))  # a NaN/exploding loss fails the run
+    callbacks.append(ProgressReporter(run_dir, t.max_steps, t.max_time_s))  # progress.json, a line per validation
     return pl.Trainer(
         max_steps=t.max_steps, max_epochs=t.max_epochs, val_check_interval=t.val_every_steps,
         max_time=None if t.max_time_s is None else datetime.timedelta(seconds=t.max_time_s),

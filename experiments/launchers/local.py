@@ -101,14 +101,20 @@ class Running:
 
 
 def run_parallel(grid_path: Path, cells: list[Cell], lanes: list[Lane], *, results_root: Path, smoke: bool,
-                 status, mark_failed, on_finish=lambda cell, status, seconds: None) -> None:
+                 status, mark_failed, on_finish=lambda cell, status, seconds: None,
+                 on_poll=lambda running: None) -> None:
     """Run `cells` (teachers first) on `lanes`; `status(cell)` reads a cell's finished state,
-    `mark_failed(cell, message)` records a failure the worker could not record itself."""
+    `mark_failed(cell, message)` records a failure the worker could not record itself,
+    `on_poll(cells)` is called about every second with the cells running."""
     needs = {c.name: lanes_needed(c, lanes) for c in cells}  # refuse impossible requests up front
     pending, free, running = list(cells), list(lanes), []
     state: dict[str, str | None] = {c.name: None for c in cells}  # to run (a failed one is retried)
+    polled = 0.0
     try:
         while pending or running:
+            if time.time() - polled >= 1.0:
+                on_poll([job.cell for job in running])
+                polled = time.time()
             for job in [j for j in running if j.proc.poll() is not None]:
                 running.remove(job)
                 job.log.close()
