@@ -9,7 +9,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-import torch
 from torch import Tensor
 
 from atnat.models.registry import Registry
@@ -113,12 +112,3 @@ register_strategy = STRATEGIES.register
 def max_lengths(src_lengths: Tensor, a: float, b: int, cap: int) -> Tensor:
     """Per-sentence output budget `a * S + b`, at least 1 and at most cap: (B,) long."""
     return (src_lengths.float() * a + b).floor().long().clamp(min=1, max=cap)
-
-
-def pad_stack(seqs: list[Tensor], pad: float | int, length: int | None = None) -> Tensor:
-    """Stack 1-D tensors of varying length into (len(seqs), length) padded with `pad`."""
-    length = max((s.numel() for s in seqs), default=0) if length is None else length
-    out = torch.full((len(seqs), length), pad, dtype=seqs[0].dtype if seqs else torch.long)
-    for i, s in enumerate(seqs):
-        out[i, : s.numel()] = s
-    return out
