@@ -104,6 +104,8 @@ class TrainSettings:
     ema: float | None = None  # exponential moving average of the weights with this decay (e.g. 0.999),
     # updated every step; validation, checkpoints and evaluation use the averaged weights
     loggers: tuple[str, ...] = ("csv",)  # training logs under logs/: "csv" (metrics.csv), "tensorboard"
+    init_from: str | None = None  # start from another run's weights wherever names and shapes match
+    # (encoder, embeddings, decoder layers, output projection): "teacher" (distill.teacher) or a run/checkpoint path
     divergence_factor: float | None = 10.0  # fail the run when the training loss exceeds this multiple of
     # the first steps' highest loss (null: only a NaN/inf loss fails it); see experiments/divergence.py
 
@@ -149,6 +151,8 @@ class DistillSettings:
     """Sequence-level knowledge distillation (Kim & Rush 2016) from a teacher run."""
 
     teacher: str  # run directory (or checkpoint file) of the AT teacher
+    targets: bool = True  # train on the teacher's outputs; false: train on the references (the teacher then
+    # only serves train.init_from: teacher and npd re-ranking: the no-distillation control of a grid)
     strategy: dict | str = field(default_factory=lambda: {"name": "beam", "beam_size": 5})  # teacher decoding
 
 
@@ -198,6 +202,9 @@ def validate(cfg: RunConfig, where: str) -> RunConfig:
                 for key, cls in (("model", ModelConfig), ("loss", LossConfig), ("optim", OptimConfig))}
     for key, cls in (("model", ModelConfig), ("loss", LossConfig), ("optim", OptimConfig)):
         make(cls, sections[key], f"{where}: {key}")
+    if cfg.train.init_from == "teacher" and cfg.distill is None:
+        raise ConfigError(f"{where}: train.init_from: teacher needs a teacher (distill.teacher, or a grid cell's "
+                          "teacher key)")
     distill = cfg.distill
     if distill is not None:
         name, opts = named(distill.strategy, f"{where}: distill.strategy")

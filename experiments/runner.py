@@ -40,7 +40,7 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
     task = load_task(cfg)
     device = inference_device(cfg.train.accelerator)  # decoding runs where training ran
     targets, teacher, distill_meta = None, None, None
-    if cfg.distill is not None:
+    if cfg.distill is not None and cfg.distill.targets:
         from atnat.experiments.distill import distilled_targets
 
         from atnat.experiments.progress import write_progress
@@ -120,7 +120,8 @@ def describe(cell: Cell) -> dict:
         if isinstance(cfg.decoder, dict) else {}
     family = cell.name[: -len(f"-s{cell.seed}")] if cell.name.endswith(f"-s{cell.seed}") else cell.name
     return {"cell": cell.name, "family": family, "variant": cell.variant, "task": cell.labels.get("task", cfg.task_name),
-            "decoder": cfg.decoder_name, "seed": cell.seed, "distilled": cfg.distill is not None,
+            "decoder": cfg.decoder_name, "seed": cell.seed,
+            "distilled": cfg.distill is not None and cfg.distill.targets,
             "guided_attention": float(loss.get("guided_attention_weight", 0) or 0) > 0,
             "options": ", ".join(f"{k}={v}" for k, v in dec_opts.items()), "teacher": cell.teacher or ""}
 
@@ -197,7 +198,7 @@ def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, de
                 progress.update(bar, description=f"{grid.name}: {cell.name}")
                 if cell_status(run_dir) != "ok":
                     try:
-                        run_one(cell, run_dir)
+                        run_one(cell, run_dir, students_of(grid, cell))
                     except LockHeld as err:  # trained by another process right now: not this run's
                         progress.console.print(f"cell {cell.name} skipped: {err}")
                 progress.advance(bar)
@@ -269,7 +270,7 @@ def run_named_cell(path, cell_name: str, *, results_root: Path = Path("results")
     cell = cells[cell_name]
     run_dir = Path(cell.config.output_dir)
     if cell_status(run_dir) != "ok":
-        run_one(cell, run_dir)
+        run_one(cell, run_dir, students_of(grid, cell))
     return None if helper_rank() else cell_status(run_dir)
 
 
@@ -288,14 +289,44 @@ def timing_phase(grid, out: Path) -> None:
     time_grid(done, out, SpeedSettings(**grid.speed), device)
 
 
-def run_one(cell: Cell, run_dir: Path) -> None:
-    """Run a cell under its lock (LockHeld if another process trains it); its speed is measured
-    later, by the grid's timing phase. A failure is recorded with its error and does not stop the grid."""
+def students_of(grid, cell: Cell) -> list[Cell]:
+    return [c for c in grid.cells if c.teacher == cell.name]
+
+
+def distil_for_students(cell: Cell, students: list[Cell]) -> None:
+    """A teacher that has just finished writes its students' distilled targets while it still holds
+    the machine (all its threads; the students would otherwise start together and wait for one of
+    them to decode with its share). A failure here is left to the students, which retry it."""
+    from atnat.experiments.distill import distilled_targets
+    from atnat.experiments.progress import write_progress
+
+    specs = {json.dumps(s.config.distill.strategy, sort_keys=True): s for s in students
+             if s.config.distill is not None and s.config.distill.targets}
+    if not specs or helper_rank():
+        return
+    run_dir = Path(cell.config.output_dir)
+    src, tgt = load_task(cell.config).splits["train"]
+    for student in specs.values():
+        write_progress(run_dir, phase=f"distilling {len(src)} training sentences for {student.name}")
+        try:
+            distilled_targets(run_dir, src, tgt, student.config.distill.strategy,
+                              device=inference_device(cell.config.train.accelerator))
+        except Exception as err:  # noqa: BLE001  (the student reports it, with its own error)
+            print(f"cell {cell.name}: distillation for {student.name} failed here ({err}); the student retries",
+                  file=sys.stderr)
+
+
+def run_one(cell: Cell, run_dir: Path, students: list[Cell] = ()) -> None:
+    """Run a cell under its lock (LockHeld if another process trains it), then write its students'
+    distilled targets; its speed is measured later, by the grid's timing phase. A failure is
+    recorded with its error and does not stop the grid."""
     with nullcontext() if helper_rank() else held(cell_lock(run_dir), f"cell {cell.name}"):
         if cell_status(run_dir) == "ok":  # finished by another process while this one waited
+            distil_for_students(cell, list(students))
             return
         try:
             run_cell(cell.config, run_dir, speed=None)
+            distil_for_students(cell, list(students))
         except KeyboardInterrupt:
             raise
         except Exception as err:  # noqa: BLE001  (any failure of a cell is recorded, the grid goes on)

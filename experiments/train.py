@@ -81,6 +81,25 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", ".*smaller than the logging interval.*")
 
 
+def initialise(module: Seq2SeqModule, cfg: RunConfig) -> dict:
+    """Copy train.init_from's weights into `module` wherever a parameter's name and shape match (a
+    NAT student of an AT teacher: encoder, embeddings, decoder layers, output projection; not the
+    length predictor). A resumed run then loads its own checkpoint over this. -> what was copied."""
+    source = cfg.train.init_from
+    if source == "teacher":
+        if cfg.distill is None:
+            raise AtnatError(f"run {cfg.name}: train.init_from: teacher needs distill.teacher (a grid teacher)")
+        source = cfg.distill.teacher
+    other = load_module(source)[0].state_dict()
+    own = module.state_dict()
+    copied = {k: v for k, v in other.items() if k in own and own[k].shape == v.shape}
+    if not copied:
+        raise AtnatError(f"train.init_from {source}: no parameter of that model fits this one")
+    module.load_state_dict(copied, strict=False)
+    return {"source": str(source), "tensors": len(copied), "of": len(own),
+            "not_copied": sorted(k for k in own if k not in copied)}
+
+
 def selection(t) -> tuple[str, str]:
     """(monitored metric, mode) that selects checkpoints (train.checkpoint_metric)."""
     return ("val/bleu", "max") if t.checkpoint_metric == "bleu" else ("val/loss", "min")
@@ -134,6 +153,7 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None) -> Pa
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
     module = build_module(cfg, data.task)
     t = cfg.train
+    initialised = initialise(module, cfg) if t.init_from else None
     train_loader = make_loader(data.encoded["train"], t.max_tokens, shuffle=True, seed=cfg.seed,
                                max_sentences=t.max_sentences, distributed=True)
     val_loader = make_loader(data.encoded["valid"], cfg.eval.max_tokens, shuffle=False)
@@ -149,6 +169,8 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None) -> Pa
     info = {"world_size": trainer.world_size, "accelerator": type(trainer.accelerator).__name__,
             "precision": str(trainer.precision), "global_step": trainer.global_step,
             "evaluated_checkpoint": chosen.name}
+    if initialised:
+        info["initialised_from"] = initialised
     (run_dir / "train.json").write_text(json.dumps(info, indent=2))
     return chosen
 

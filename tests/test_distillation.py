@@ -28,3 +28,44 @@ def test_distillation_cuts_variant_mixing_of_nat_on_dialect():
     # measured (seeded): AT ~0.0, NAT raw ~0.5+, NAT distilled ~0.0-0.05
     assert mixing["raw"] > at_mix + 0.2
     assert mixing["kd"] < 0.5 * mixing["raw"]
+
+
+def test_students_start_from_the_teachers_weights_and_a_control_trains_on_references(tmp_path, monkeypatch):
+    import json
+
+    import torch
+
+    from atnat.experiments.cli import main
+    from atnat.experiments.config import ConfigError, run_config_from_dict
+    from atnat.experiments.train import initialise, load_module
+
+    from tests.test_grid import TINY, write_grid
+
+    monkeypatch.chdir(tmp_path)
+    cells = {"at": TINY["cells"]["at"],
+             "cmlm-kd": {**TINY["cells"]["cmlm-kd"], "train": {"init_from": "teacher"}},
+             "cmlm": {"decoder": {"name": "cmlm"}, "teacher": "at", "distill": {"targets": False},
+                      "train": {"init_from": "teacher"}, "eval": {"strategies": [{"name": "mask-predict"}]}}}
+    grid = write_grid(tmp_path, {**TINY, "cells": cells})
+    assert main(["run", str(grid), "--results", "res"]) == 0
+    runs = tmp_path / "res" / "tiny" / "runs"
+    info = json.loads((runs / "cmlm-kd-s1" / "train.json").read_text())["initialised_from"]
+    assert info["source"].endswith("runs/at-s1") and "decoder.length_predictor.proj.weight" in info["not_copied"]
+    assert (runs / "cmlm-kd-s1" / "distill.json").exists() and not (runs / "cmlm-s1" / "distill.json").exists()
+    cache = runs / "at-s1" / "distill" / "greedy" / "train.txt"  # written by the teacher's own process
+    assert cache.stat().st_mtime <= (runs / "cmlm-kd-s1" / "config.json").stat().st_mtime
+    df = __import__("pandas").read_csv(tmp_path / "res" / "tiny" / "results.csv").set_index("cell")
+    assert bool(df.loc["cmlm-kd-s1", "distilled"]) and not bool(df.loc["cmlm-s1", "distilled"])
+    # the copy itself: every matching tensor equals the teacher's before training
+    teacher = load_module(runs / "at-s1")[0]
+    cfg = run_config_from_dict({**json.loads((runs / "cmlm-kd-s1" / "config.json").read_text())}, "x")
+    from atnat.experiments.train import build_module, load_task
+
+    student = build_module(cfg, load_task(cfg))
+    initialise(student, cfg)
+    for name, value in teacher.state_dict().items():
+        if name.startswith("encoder."):
+            assert torch.equal(student.state_dict()[name], value), name
+    with __import__("pytest").raises(ConfigError, match="init_from: teacher needs a teacher"):
+        run_config_from_dict({**TINY["base"], "name": "x", "decoder": "cmlm", "train": {"init_from": "teacher"},
+                              "eval": {"strategies": ["parallel"]}}, "x")
