@@ -11,19 +11,8 @@ from typing import Any, ClassVar, Protocol
 
 from torch import Tensor
 
-from atnat.models.registry import Registry
-
-
-@dataclass(frozen=True)
-class SpecialTokens:
-    """Ids of the special symbols every vocabulary in atnat has."""
-
-    pad: int = 0  # padding; never predicted
-    bos: int = 1  # first decoder input of an AT decoder
-    eos: int = 2  # end of sentence; emitted by AT decoders, absent from NAT outputs
-    unk: int = 3  # unknown piece
-    mask: int = 4  # masked slot (CMLM, NAT mask inputs)
-    blank: int = 5  # CTC blank
+from atnat.core.registry import Registry
+from atnat.core.special import SpecialTokens, length_budget
 
 
 @dataclass
@@ -54,6 +43,14 @@ class Hypotheses:
 
 class StepModel(Protocol):
     """What AT strategies drive: one incremental decoder step with an explicit, caller-owned state."""
+
+    def init_state(self, memory: Any, *, window: tuple[int, int] | None = None,
+                   max_steps: int | None = None) -> Any:
+        """The state for decoding the memory's B rows: `window` (back, forward) restricts
+        cross-attention to a band that only moves forward; `max_steps` bounds the steps the
+        search will run (a fixed-shape cache may use it)."""
+
+    max_output_length: int  # the most tokens an output can have (its positions); strategies cap at it
 
     def step(self, prev_tokens: Tensor, state: Any) -> tuple[Tensor, Any]:
         """prev_tokens (B,) -> log_probs (B, V) over the next token, and the new state."""
@@ -94,15 +91,41 @@ class Strategy(ABC):
     """Base of all search strategies. Subclasses are frozen dataclasses whose fields are options.
 
     `requires` names the model capability the strategy drives ("step", "parallel" or "ctc");
-    a decoder lists its capabilities, and a mismatch is refused when a config is read.
+    a decoder lists its capabilities, and a mismatch is refused when a config is read and again
+    before decoding (`compatibility_problem`). A strategy describes itself: `label` names it in
+    tables, `needs_scorer` says it re-ranks with an AT teacher (it then takes `scorer=`).
     """
 
     requires: ClassVar[str] = ""
+    needs_scorer: ClassVar[bool] = False
+    registered_name: ClassVar[str] = ""
+
+    @property
+    def label(self) -> str:
+        """A short, unique-enough name for tables and file names: greedy, beam5, mask-predict-4 ..."""
+        return self.registered_name
+
+    def problem_with(self, decoder: Any) -> str | None:
+        """Why this strategy cannot drive `decoder` (a decoder instance), or None."""
+        return compatibility_problem(type(decoder), decoder.options, self)
 
     @abstractmethod
-    def search(self, model: Any, memory_or_state: Any, *, src_lengths: Tensor,
-               special: SpecialTokens) -> Hypotheses:
-        """Decode a batch. src_lengths (B,) source lengths (for max length = a * S + b)."""
+    def search(self, model: Any, memory: Any, *, src_lengths: Tensor, special: SpecialTokens) -> Hypotheses:
+        """Decode a batch from the encoder memory (B rows). src_lengths (B,) source lengths (for
+        length budgets a * S + b)."""
+
+
+def compatibility_problem(decoder_cls: Any, options: Any, strategy: Strategy) -> str | None:
+    """Why `strategy` cannot drive a decoder of class `decoder_cls` built with `options` (None if
+    it can): the one check behind config validation and decoding. The decoder class is duck-typed
+    (capabilities, registered_name, strategy_problem), so decoding/ never imports models/."""
+    name = strategy.registered_name or type(strategy).__name__
+    if strategy.requires not in decoder_cls.capabilities:
+        usable = [n for n in STRATEGIES.names() if STRATEGIES.get(n).requires in decoder_cls.capabilities]
+        return (f"strategy {name!r} needs a decoder with capability {strategy.requires!r}, but decoder "
+                f"{decoder_cls.registered_name!r} has {sorted(decoder_cls.capabilities)}; usable strategies: "
+                f"{', '.join(usable)}")
+    return decoder_cls.strategy_problem(options, strategy)
 
 
 STRATEGIES: Registry[Strategy] = Registry("strategy", Strategy)
@@ -111,4 +134,4 @@ register_strategy = STRATEGIES.register
 
 def max_lengths(src_lengths: Tensor, a: float, b: int, cap: int) -> Tensor:
     """Per-sentence output budget `a * S + b`, at least 1 and at most cap: (B,) long."""
-    return (src_lengths.float() * a + b).floor().long().clamp(min=1, max=cap)
+    return length_budget(src_lengths, a, b, cap)

@@ -29,12 +29,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from atnat.decoding.base import (
-    Hypotheses, SpecialTokens, StepModel, Strategy, register_strategy,
-)
-from atnat.decoding.greedy import LengthLimits, length_budget
-from atnat.decoding.processors import NEG_INF, apply_processors_, at_processors
-from atnat.models.errors import AtnatError
+from atnat.core.options import require, require_choice
+from atnat.core.special import SpecialTokens
+from atnat.decoding.base import Hypotheses, StepModel, Strategy, register_strategy
+from atnat.decoding.lengths import LengthLimits, step_budget
+from atnat.core.special import NEG_INF
+from atnat.decoding.processors import apply_processors_, at_processors
 
 LENGTH_NORMS = ("none", "length", "gnmt")
 STOPPING = ("heuristic", "exact", "fairseq")
@@ -81,17 +81,17 @@ class Beam(LengthLimits, Strategy):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.length_norm not in LENGTH_NORMS:
-            raise AtnatError(f"Beam.length_norm must be one of {', '.join(LENGTH_NORMS)}; "
-                             f"got {self.length_norm!r}")
-        if self.stopping not in STOPPING:
-            raise AtnatError(f"Beam.stopping must be one of {', '.join(STOPPING)}; "
-                             f"got {self.stopping!r}")
-        if not isinstance(self.beam_size, int) or self.beam_size < 1:
-            raise AtnatError(f"Beam.beam_size must be an integer >= 1, got {self.beam_size!r}")
-        if not isinstance(self.n_best, int) or not 1 <= self.n_best <= self.beam_size:
-            raise AtnatError(f"Beam.n_best must be an integer in 1..beam_size "
-                             f"({self.beam_size}), got {self.n_best!r}")
+        owner = f"strategy {self.registered_name!r}"
+        require_choice(self.length_norm, LENGTH_NORMS, owner, "length_norm")
+        require_choice(self.stopping, STOPPING, owner, "stopping")
+        require(isinstance(self.beam_size, int) and self.beam_size >= 1, owner, "beam_size", "an integer >= 1",
+                self.beam_size)
+        require(isinstance(self.n_best, int) and 1 <= self.n_best <= self.beam_size, owner, "n_best",
+                f"an integer in 1..beam_size ({self.beam_size})", self.n_best)
+
+    @property
+    def label(self) -> str:
+        return f"beam{self.beam_size}"
 
     def normaliser(self, length: int | Tensor) -> float | Tensor:
         """Divisor of the log-prob of a hypothesis of `length` tokens (EOS included)."""
@@ -101,12 +101,13 @@ class Beam(LengthLimits, Strategy):
             return ((5.0 + length) / 6.0) ** self.alpha
         return 1.0
 
-    def search(self, model: StepModel, state: Any, *, src_lengths: Tensor,
+    def search(self, model: StepModel, memory: Any, *, src_lengths: Tensor,
                special: SpecialTokens) -> Hypotheses:
-        """state: the model's initial state for B rows; src_lengths (B,) on the model's device."""
+        """memory: the encoder output of B sentences; src_lengths (B,) on the model's device."""
         K, dev, pad = self.beam_size, src_lengths.device, special.pad
-        max_len, T, last_steps = length_budget(self, src_lengths)  # (B,), max, host set
+        max_len, T, last_steps = step_budget(self, src_lengths, getattr(model, "max_output_length", None))
         B = max_len.numel()
+        state = model.init_state(memory, window=self.attention_window, max_steps=T)
         procs = at_processors(special, self.min_len, self.no_repeat_ngram)
         if K > 1:  # K copies of each row, beams of a sentence contiguous
             state = model.reorder_state(state, torch.arange(B, device=dev).repeat_interleave(K))

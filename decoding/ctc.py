@@ -12,10 +12,12 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 from torch import Tensor
 
-from atnat.decoding.base import Hypotheses, SpecialTokens, Strategy, register_strategy
-from atnat.decoding.length_beam import argmax_ordinary, check_positive, never_emitted
+from atnat.core.special import SpecialTokens
+from atnat.decoding.base import Hypotheses, Strategy, register_strategy
+from atnat.core.options import require_positive
+from atnat.decoding.candidates import argmax_ordinary, never_emitted
+from atnat.core.special import NEG_INF
 
-NEG_INF = float("-inf")
 
 
 def kept_slots(ids: Tensor, padding_mask: Tensor, blank: int) -> Tensor:
@@ -164,7 +166,11 @@ class CTC(Strategy):
     beam_size: int = 1  # 1: best path; > 1: prefix beam search keeping this many prefixes
 
     def __post_init__(self) -> None:
-        check_positive("ctc", beam_size=self.beam_size)
+        require_positive(f"strategy {self.registered_name!r}", beam_size=self.beam_size)
+
+    @property
+    def label(self) -> str:
+        return "ctc" if self.beam_size == 1 else f"ctc-beam{self.beam_size}"
 
     def search(self, model: Any, memory_or_state: Any, *, src_lengths: Tensor,
                special: SpecialTokens) -> Hypotheses:

@@ -15,10 +15,11 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from atnat.decoding.base import Hypotheses, SpecialTokens, Strategy, register_strategy
-from atnat.decoding.length_beam import (
+from atnat.core.special import SpecialTokens
+from atnat.decoding.base import Hypotheses, Strategy, register_strategy
+from atnat.core.options import require_positive
+from atnat.decoding.candidates import (
     argmax_pass,
-    check_positive,
     collect,
     expand_candidates,
     mean_log_prob,
@@ -75,7 +76,12 @@ class MaskPredict(Strategy):
     record_history: bool = False  # keep the winner's tokens after every pass, each (B, T)
 
     def __post_init__(self) -> None:
-        check_positive("mask-predict", iterations=self.iterations, length_beam=self.length_beam)
+        require_positive(f"strategy {self.registered_name!r}", iterations=self.iterations,
+                         length_beam=self.length_beam)
+
+    @property
+    def label(self) -> str:
+        return f"mask-predict-{self.iterations}" + (f"-lb{self.length_beam}" if self.length_beam > 1 else "")
 
     def search(self, model: Any, memory_or_state: Any, *, src_lengths: Tensor,
                special: SpecialTokens) -> Hypotheses:

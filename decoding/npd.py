@@ -13,16 +13,17 @@ from typing import Any, Callable, ClassVar
 import torch
 from torch import Tensor
 
-from atnat.decoding.base import Hypotheses, SpecialTokens, Strategy, register_strategy
-from atnat.decoding.length_beam import (
+from atnat.core.special import SpecialTokens
+from atnat.decoding.base import Hypotheses, Strategy, register_strategy
+from atnat.core.options import require_at_least, require_positive
+from atnat.decoding.candidates import (
     best_tokens,
-    check_positive,
     never_emitted,
     collect,
     expand_candidates,
     predicted_lengths,
 )
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 # tokens (C, T), padding_mask (C, T), sentence_index (C,) -> (C,) total teacher log-prob incl. EOS
 Scorer = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -52,6 +53,7 @@ class NoisyParallel(Strategy):
     """One NAT pass over several lengths (and samples), the teacher picks; N = candidates kept."""
 
     requires: ClassVar[str] = "parallel"
+    needs_scorer: ClassVar[bool] = True
 
     length_beam: int = 5  # predicted lengths tried per sentence (argmax, -1, +1, ...)
     samples_per_length: int = 0  # extra candidates per length, sampled from the same pass
@@ -60,10 +62,13 @@ class NoisyParallel(Strategy):
     normalize: bool = True  # rank by teacher score / (length + 1), the +1 being the EOS
 
     def __post_init__(self) -> None:
-        check_positive("npd", length_beam=self.length_beam, temperature=self.temperature)
-        if self.samples_per_length < 0:
-            raise AtnatError("strategy 'npd': samples_per_length must be >= 0, "
-                             f"got {self.samples_per_length!r}")
+        owner = f"strategy {self.registered_name!r}"
+        require_positive(owner, length_beam=self.length_beam, temperature=self.temperature)
+        require_at_least(self.samples_per_length, 0, owner, "samples_per_length")
+
+    @property
+    def label(self) -> str:
+        return f"{self.registered_name}-{self.length_beam}"
 
     def search(self, model: Any, memory_or_state: Any, *, src_lengths: Tensor,
                special: SpecialTokens, scorer: Scorer | None = None) -> Hypotheses:

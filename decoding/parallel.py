@@ -12,17 +12,17 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from atnat.decoding.base import Hypotheses, SpecialTokens, Strategy, register_strategy
-from atnat.decoding.length_beam import (
+from atnat.core.special import SpecialTokens, length_budget
+from atnat.decoding.base import Hypotheses, Strategy, register_strategy
+from atnat.core.options import require, require_choice, require_positive
+from atnat.decoding.candidates import (
     all_mask_inputs,
     argmax_pass,
-    check_positive,
     collect,
     decode_lengths,
     mean_log_prob,
     predicted_lengths,
 )
-from atnat.models.errors import AtnatError
 
 LENGTH_MODES = ("predicted", "fixed")
 
@@ -54,13 +54,16 @@ class Parallel(Strategy):
     fixed_len_b: int = 10  # "fixed": see fixed_len_a
 
     def __post_init__(self) -> None:
-        if self.length not in LENGTH_MODES:
-            raise AtnatError(f"strategy 'parallel': length must be one of "
-                             f"{', '.join(LENGTH_MODES)}; got {self.length!r}")
-        check_positive("parallel", length_beam=self.length_beam)
-        if self.length == "fixed" and self.length_beam != 1:
-            raise AtnatError("strategy 'parallel': length_beam must be 1 with length 'fixed' "
-                             f"(a fixed budget gives one candidate); got {self.length_beam}")
+        owner = f"strategy {self.registered_name!r}"
+        require_choice(self.length, LENGTH_MODES, owner, "length")
+        require_positive(owner, length_beam=self.length_beam)
+        require(self.length != "fixed" or self.length_beam == 1, owner, "length_beam",
+                "1 with length 'fixed' (a fixed budget gives one candidate)", self.length_beam)
+
+    @property
+    def label(self) -> str:
+        return "parallel" + ("-fixed" if self.length == "fixed" else "") + (
+            f"-lb{self.length_beam}" if self.length_beam > 1 else "")
 
     def search(self, model: Any, memory_or_state: Any, *, src_lengths: Tensor,
                special: SpecialTokens) -> Hypotheses:
@@ -68,8 +71,7 @@ class Parallel(Strategy):
         if self.length == "predicted":
             lengths = predicted_lengths(model, memory_or_state, self.length_beam)
             return decode_lengths(model, memory_or_state, lengths, special)
-        slots = (src_lengths.float() * self.fixed_len_a + self.fixed_len_b).floor().long()
-        slots = slots.clamp(min=1)  # (B,)
+        slots = length_budget(src_lengths, self.fixed_len_a, self.fixed_len_b)  # (B,)
         tokens, padding_mask = all_mask_inputs(slots, special)  # (B, T)
         tokens, positional = argmax_pass(model, tokens, memory_or_state, padding_mask, special, allow_eos=True)
         tokens, positional, lengths = cut_at_eos(tokens, positional, slots, special)

@@ -16,9 +16,9 @@ from typing import Iterable, Sequence
 import torch
 from torch import Tensor
 
-from atnat.decoding.base import SpecialTokens
+from atnat.core.special import SpecialTokens
+from atnat.core.special import NEG_INF
 
-NEG_INF = float("-inf")
 
 
 class ScoreProcessor(ABC):

@@ -31,7 +31,7 @@ from atnat.experiments import bench_ct2, bench_hf
 from atnat.experiments.metrics.speed import current_rss_mb, measure, peak_memory_mb, reset_peak
 from atnat.models.batch import Batch
 from atnat.models.decoders.autoregressive import COMPILE_MODES
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from atnat.models.losses import total_loss
 from atnat.models.seq2seq import Seq2SeqModule
 

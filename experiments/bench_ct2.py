@@ -18,7 +18,7 @@ from torch import Tensor
 
 from atnat.experiments import ct2
 from atnat.experiments.tokenize import SymbolTokenizer
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 INSTALL_HINT = ct2.INSTALL_HINT
 SYSTEMS = {"ct2-f32": "float32", "ct2-int8": "int8"}  # bench system name -> compute type

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 INSTALL_HINT = "pip install 'atnat[bench]'"
 

@@ -24,7 +24,7 @@ import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 
 def cmd_train(args) -> None:
@@ -34,11 +34,10 @@ def print_rows(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
 
 
 def cmd_translate(args) -> int:
-    from atnat.experiments.evaluate import build_strategy
+    from atnat.experiments.assemble import build_strategy, check_compatible
+    from atnat.experiments.quantize import maybe_quantize
     from atnat.experiments.train import inference_device, load_module
     from atnat.experiments.translate import translate_stream
-
-    from atnat.experiments.quantize import maybe_quantize
 
     device = inference_device(args.device)
     module, tokenizer = load_module(args.checkpoint, map_location=device)
@@ -46,12 +45,8 @@ def cmd_translate(args) -> int:
     teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
     spec = {"name": args.strategy, **strategy_options(args)}
     _, strategy = build_strategy(spec)
-    from atnat.models.seq2seq import check_compatible
-
     check_compatible(module.decoder, strategy)  # refuse before reading any input
     if args.compile:
-        if not hasattr(module.decoder, "use_static_cache"):
-            raise AtnatError(f"--compile applies to the AT step; decoder {module.decoder.registered_name!r} has none")
         module.decoder.use_static_cache(True, args.compile)
     report = translate_stream(module, tokenizer, strategy, sys.stdin, sys.stdout, sys.stderr,
                               batch_size=args.batch_size, long_lines=args.long_lines, teacher=teacher)

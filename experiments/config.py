@@ -15,8 +15,8 @@ import yaml
 from atnat.decoding.base import STRATEGIES
 from atnat.models.config import ModelConfig
 from atnat.models.decoders.base import DECODERS, LossConfig
-from atnat.models.errors import AtnatError
-from atnat.models.options import OptionTypeError, check_fields
+from atnat.core.errors import AtnatError
+from atnat.core.options import OptionTypeError, check_fields
 from atnat.models.seq2seq import OptimConfig, build_config
 
 from atnat.experiments.tasks import TASKS

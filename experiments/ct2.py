@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 INSTALL_HINT = "pip install 'atnat[bench]'"
 MODEL_FILE = "model.bin"
@@ -297,7 +297,7 @@ def ct2_decoder(model, strategy, *, compute_type: str = "float32", device: str =
     ({"name": "beam", "beam_size": 5, "length_norm": "length", "stopping": "fairseq"}).
     -> CT2Decoder: decoder(list of source id lists) -> list of output id lists. The model is
     converted into `model_dir` (default: a temporary directory that lives as long as the decoder)."""
-    from atnat.experiments.evaluate import build_strategy
+    from atnat.experiments.assemble import build_strategy
     from atnat.experiments.train import load_module
 
     module, tokenizer = model if isinstance(model, tuple) else load_module(model)

@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import Sampler
 
 from atnat.models.batch import Batch
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 from atnat.experiments.tokenize import SPECIAL
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 from atnat.experiments.data import encode_split
-from atnat.experiments.evaluate import build_strategy, decode_split, write_json_atomic
+from atnat.experiments.assemble import build_strategy
+from atnat.experiments.evaluate import decode_split, write_json_atomic
 from atnat.experiments.metrics.quality import bleu_metric
 
 

@@ -12,7 +12,7 @@ import math
 import pytorch_lightning as pl
 import torch
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 REFERENCE_STEPS = 3  # steps whose highest loss is the reference for the explosion test
 CHECK_EVERY = 10  # steps between looks at the buffered losses (and, under DDP, one collective)

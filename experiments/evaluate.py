@@ -16,11 +16,12 @@ import pandas as pd
 import sacrebleu
 import torch
 
-from atnat.decoding.base import STRATEGIES, Strategy
-from atnat.models.errors import AtnatError
-from atnat.models.seq2seq import Seq2SeqModule, check_compatible
+from atnat.decoding.base import Strategy
+from atnat.core.errors import AtnatError
+from atnat.models.seq2seq import Seq2SeqModule
 
-from atnat.experiments.config import RunConfig, make, named
+from atnat.experiments.assemble import build_strategy, check_compatible, needs_teacher
+from atnat.experiments.config import RunConfig
 from atnat.experiments.data import EncodedSplit, encode_split, make_loader
 from atnat.experiments.checkpoints import atomic_write_bytes
 from atnat.experiments.metrics import (closest_references, conditional_error_rate, corpus_quality, exact_match,
@@ -40,44 +41,6 @@ class SpeedSettings:
     warmup: int = 1  # untimed passes over every call before timing
     bootstrap: int = 1000  # resamples of the sentences (batches) for the speed-up confidence intervals
     threads: int | None = None  # torch CPU threads while timing (None: torch's default)
-
-
-def build_strategy(spec) -> tuple[str, Strategy]:
-    """`{name: beam, beam_size: 5}` -> (label "beam5", strategy instance)."""
-    name, opts = named(spec, "strategy")
-    strategy = make(STRATEGIES.get(name), opts, f"strategy ({name})")
-    return strategy_label(name, strategy), strategy
-
-
-def strategy_label(name: str, s: Strategy) -> str:
-    """A short, unique-enough label for tables: greedy, beam5, mask-predict-4, length-beam-3 ..."""
-    if name == "beam":
-        label = f"beam{s.beam_size}"
-    elif name == "mask-predict":
-        label = f"mask-predict-{s.iterations}" + (f"-lb{s.length_beam}" if s.length_beam > 1 else "")
-    elif name in ("length-beam", "npd"):
-        label = f"{name}-{s.length_beam}"
-    elif name == "parallel":
-        label = "parallel" + ("-fixed" if s.length == "fixed" else "") + (
-            f"-lb{s.length_beam}" if s.length_beam > 1 else "")
-    elif name == "ctc" and s.beam_size > 1:
-        label = f"ctc-beam{s.beam_size}"
-    else:
-        label = name
-    return label
-
-
-def teacher_scorer(teacher: Seq2SeqModule | None, src: torch.Tensor) -> dict:
-    """Keyword arguments for strategies that re-rank with an AT teacher (npd), else {}. The
-    teacher's encoder runs here, once per batch (a cost that belongs to the strategy's time)."""
-    if teacher is None:
-        return {}
-    memory = teacher.encode(src)
-
-    def score(tokens, padding_mask, sentence_index):
-        return teacher.decoder.score_sequences(memory.index_select(sentence_index), tokens, padding_mask)
-
-    return {"scorer": score}
 
 
 @dataclass
@@ -108,16 +71,6 @@ def decode_split(module: Seq2SeqModule, split: EncodedSplit, strategy: Strategy,
                 for row, i in enumerate(batch.ids.tolist()):
                     hist[i] = [h[row, : n[row]].tolist() for h in out.history]
     return Decoded(hyps, passes, hist)
-
-
-def needs_teacher(strategy: Strategy, teacher: Seq2SeqModule | None, src: torch.Tensor) -> dict:
-    """The scorer keyword of a strategy that re-ranks with a teacher (npd); {} for the others."""
-    if getattr(strategy, "registered_name", "") != "npd":
-        return {}
-    if teacher is None:
-        raise AtnatError("strategy npd re-ranks with an AT teacher: give the cell a distill.teacher "
-                         "(grid: a teacher dependency) or pass --teacher")
-    return teacher_scorer(teacher, src)
 
 
 def score_outputs(hyps: list[list[int]], refs: list[list[list[int]]], ref_txt: list[list[str]], task: TaskData, *,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
 
 FORMAT = "atnat-export"

@@ -11,7 +11,7 @@ import csv
 import io
 from pathlib import Path
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 REBUILD = ("rebuild the tables with `atnat run {grid}` (same --results folder): it re-reads every finished "
            "cell's metrics.json from runs/ without retraining, then writes the report")

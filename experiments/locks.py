@@ -17,7 +17,7 @@ from typing import Iterator
 
 from filelock import FileLock, Timeout
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 FOLDER_LOCK = "runner.lock"  # in results/<grid>/: held by `atnat run` from start to report
 CELL_LOCK = "cell.lock"  # in results/<grid>/runs/<cell>/: held by whoever trains the cell

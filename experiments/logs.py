@@ -14,7 +14,7 @@ from pathlib import Path
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 
 class _AppendingWriter(ExperimentWriter):

@@ -58,7 +58,7 @@ def prefix_corruption(module: Seq2SeqModule, batch: Batch, k: int, seed: int = 0
     cut = torch.maximum(lengths // 3, torch.full_like(lengths, k))  # first predicted position t
     g = torch.Generator().manual_seed(seed)  # on the CPU: the same corruptions on every device
     noisy = prev.cpu().clone()
-    first = module.special.blank + 1  # ids below are special symbols
+    first = module.special.first_ordinary  # ids below are special symbols
     cut_host, len_host = cut.cpu().tolist(), lengths.cpu().tolist()
     for b in range(noisy.size(0)):
         for j in range(cut_host[b] - k + 1, cut_host[b] + 1):  # input j carries gold token y[j-1]

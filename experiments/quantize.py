@@ -16,7 +16,7 @@ import warnings
 import torch
 from torch import Tensor, nn
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from atnat.models.layers import MultiHeadAttention
 
 QUANTIZE_CHOICES = ("none", "int8")

@@ -20,7 +20,7 @@ from atnat.experiments.blocks import Block, best_cells
 from atnat.experiments.figures import pareto_front, system_label
 from atnat.experiments.report_html import render_html
 from atnat.experiments.integrity import check_row_count, check_tables
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 __all__ = ["REQUIRED_COLUMNS", "GridResults", "load_results", "markdown_table", "pareto_front", "write_report"]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 from atnat.experiments.config import RunConfig
 from atnat.experiments.evaluate import EvalResult, SpeedSettings, evaluate, write_json_atomic
@@ -50,9 +50,12 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
         targets, distill_meta = distilled_targets(cfg.distill.teacher, src, tgt, cfg.distill.strategy,
                                                   device=device)
         write_json_atomic(run_dir / "distill.json", distill_meta)
-    if any(_name(s) == "npd" for s in cfg.eval.strategies):
+    from atnat.experiments.assemble import build_strategy
+
+    if any(build_strategy(s)[1].needs_scorer for s in cfg.eval.strategies):
         if cfg.distill is None:
-            raise AtnatError(f"run {cfg.name}: strategy npd needs an AT teacher; set distill.teacher")
+            raise AtnatError(f"run {cfg.name}: a strategy that re-ranks with an AT teacher (npd) needs "
+                             "distill.teacher")
         teacher = load_module(cfg.distill.teacher, map_location=device)[0]
     started = time.time()
     best = train(cfg, run_dir, prepare_data(cfg, task, targets))
@@ -78,7 +81,7 @@ def time_own_strategies(cfg: RunConfig, run_dir: Path, module, teacher, speed: S
     """A single run (`atnat train`): its strategies timed side by side; speed-ups against its own
     greedy when it is a plain AT run."""
     from atnat.experiments.distill import checkpoint_stamp
-    from atnat.experiments.evaluate import build_strategy
+    from atnat.experiments.assemble import build_strategy
     from atnat.experiments.timing import COLUMNS, System, plain_at, time_systems
 
     tokenizer = load_task(cfg).tokenizer
@@ -89,10 +92,6 @@ def time_own_strategies(cfg: RunConfig, run_dir: Path, module, teacher, speed: S
     timing = time_systems(systems, speed, baselines).set_index("strategy")
     for row in result.rows:
         row.update({c: timing.loc[row["strategy"], c] for c in COLUMNS if c not in ("cell", "strategy", "fingerprint")})
-
-
-def _name(spec) -> str:
-    return spec if isinstance(spec, str) else spec.get("name", "")
 
 
 def save_cell_outputs(run_dir: Path, result: EvalResult) -> None:

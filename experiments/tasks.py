@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from atnat.models.errors import AtnatError
-from atnat.models.registry import Registry
+from atnat.core.errors import AtnatError
+from atnat.core.registry import Registry
 
 from atnat.experiments.tokenize import SentencePieceTokenizer, SymbolTokenizer
 

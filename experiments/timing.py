@@ -27,7 +27,8 @@ import pandas as pd
 import torch
 
 from atnat.experiments.data import collate
-from atnat.experiments.evaluate import SpeedSettings, needs_teacher
+from atnat.experiments.assemble import needs_teacher
+from atnat.experiments.evaluate import SpeedSettings
 from atnat.experiments.metrics.speed import _synchronize, current_rss_mb, peak_memory_mb, reset_peak
 
 COLUMNS = ["cell", "strategy", "latency_ms_b1", "latency_ms_b1_ci_low", "latency_ms_b1_ci_high",
@@ -172,7 +173,7 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
 
 def _teacher_pass(system: System) -> int:
     """npd adds one teacher pass per call to its NAT passes."""
-    return 1 if system.teacher is not None and getattr(system.search, "registered_name", "") == "npd" else 0
+    return 1 if system.teacher is not None and system.search.needs_scorer else 0
 
 
 def plain_at(cfg) -> bool:
@@ -185,7 +186,7 @@ def plain_at(cfg) -> bool:
 def grid_systems(cells: list, device: str) -> tuple[list[System], dict[str, tuple[str, str]]]:
     """The systems of finished cells (each of its eval strategies) and each cell's speed baseline."""
     from atnat.experiments.distill import checkpoint_stamp
-    from atnat.experiments.evaluate import build_strategy
+    from atnat.experiments.assemble import build_strategy
     from atnat.experiments.train import evaluation_checkpoint, load_module, load_task
 
     systems, teachers, plain = [], {}, {}
@@ -195,7 +196,7 @@ def grid_systems(cells: list, device: str) -> tuple[list[System], dict[str, tupl
         src = load_task(cfg).splits[cfg.eval.split][0]
         sources = [tokenizer.encode(line)[: cfg.train.max_len] for line in src]
         teacher = None
-        if cfg.distill is not None and any(build_strategy(s)[1].registered_name == "npd" for s in cfg.eval.strategies):
+        if cfg.distill is not None and any(build_strategy(s)[1].needs_scorer for s in cfg.eval.strategies):
             key = str(cfg.distill.teacher)
             if key not in teachers:
                 teachers[key] = load_module(cfg.distill.teacher, map_location=device)[0]

@@ -1,6 +1,6 @@
 """Tokenizers: whitespace symbols (synthetic tasks) and sentencepiece (real text).
 
-Every vocabulary starts with the special symbols of atnat.decoding.base.SpecialTokens (ids 0..5),
+Every vocabulary starts with the special symbols of atnat.core.special.SpecialTokens (ids 0..5),
 so all decoders share one id convention. A tokenizer serialises to a dict stored in checkpoints.
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Iterable
 
 from filelock import FileLock
 
-from atnat.decoding.base import SpecialTokens
-from atnat.models.errors import AtnatError
+from atnat.core.special import SpecialTokens
+from atnat.core.errors import AtnatError
 
 SPECIAL_SYMBOLS = ("<pad>", "<s>", "</s>", "<unk>", "<mask>", "<blank>")
 SPECIAL = SpecialTokens()

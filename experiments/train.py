@@ -13,7 +13,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
 
 from atnat.experiments.checkpoints import AtomicCheckpointIO, ResumeState, average_checkpoints, resume_point
@@ -61,6 +61,9 @@ def build_module(cfg: RunConfig, task: TaskData) -> Seq2SeqModule:
     module = Seq2SeqModule(vocab_size=task.tokenizer.vocab_size, decoder=dec_name, model=cfg.model,
                            decoder_options=dec_opts, loss=cfg.loss, optim=cfg.optim)
     attach_tokenizer(module, task.tokenizer, task.bleu_tokenize, task.lang)
+    from atnat.experiments.assemble import validation_search
+
+    module.validation_search = validation_search(module.decoder)
     return module
 
 

@@ -15,7 +15,7 @@ from typing import Iterable, TextIO
 import torch
 
 from atnat.experiments.data import collate
-from atnat.experiments.evaluate import needs_teacher
+from atnat.experiments.assemble import needs_teacher
 
 WINDOW = 256  # lines read (and written) at a time; at least one batch
 

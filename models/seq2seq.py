@@ -11,15 +11,15 @@ import sacrebleu
 import torch
 from torch import Tensor
 
-from atnat.decoding.base import STRATEGIES, Hypotheses, SpecialTokens, Strategy
+from atnat.core.special import SpecialTokens
 from atnat.models.batch import Batch
 from atnat.models.config import ModelConfig
 from atnat.models.decoders.base import DECODERS, Decoder, LossConfig
 from atnat.models.encoder import EncoderOut, TransformerEncoder
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from atnat.models.layers import TokenEmbedding
 from atnat.models.losses import total_loss
-from atnat.models.options import check_fields
+from atnat.core.options import check_fields
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,7 @@ class Seq2SeqModule(pl.LightningModule):
         self.decoder: Decoder = decoder_cls(cfg, options, embed=tgt_embed, vocab_size=vocab_size,
                                             special=self.special, loss_cfg=self.loss_cfg)
         self.tokenizer_state: dict | None = None  # set by the trainer; saved in checkpoints
+        self.validation_search: Any = None  # the strategy validation decodes with (set by experiments/train.py)
         self.detokenize: Callable[[list[int]], str] | None = None
         self.bleu_tokenize = "13a"
         self.target_lang = "en"  # target language (Moses tokenisation of the paper-comparable BLEU)
@@ -105,8 +106,9 @@ class Seq2SeqModule(pl.LightningModule):
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._common_step(batch, "val")
-        spec = dict(self.decoder.validation_strategy(self.decoder.options))
-        hyps = self.decode(batch.src, batch.src_lengths, STRATEGIES.get(spec.pop("name"))(**spec))
+        if self.validation_search is None:  # no strategy given (experiments/train.py gives one)
+            return
+        hyps = self.decode(batch.src, batch.src_lengths, self.validation_search)
         refs = [t[:n] for t, n in zip(batch.tgt.tolist(), batch.tgt_lengths.tolist())]
         self._val_outputs.extend(zip(hyps.sequences(self.special), refs))
 
@@ -125,21 +127,13 @@ class Seq2SeqModule(pl.LightningModule):
 
     # ---- inference ---------------------------------------------------------------------------
     @torch.no_grad()
-    def decode(self, src: Tensor, src_lengths: Tensor, strategy: Strategy, **kwargs: Any) -> Hypotheses:
-        """Decode a batch with any strategy the decoder supports. src (B, S)."""
-        check_compatible(self.decoder, strategy)
-        memory = self.encode(src)
-        if strategy.requires == "step":
-            cap = self.model_cfg.max_positions - 1  # n tokens + EOS use n + 1 decoder positions
-            if getattr(strategy, "max_len_cap", cap) > cap:  # a longer output would have no positions
-                strategy = dataclasses.replace(strategy, max_len_cap=cap)
-            window = getattr(strategy, "attention_window", None)
-            if getattr(self.decoder, "static_cache", False) and hasattr(strategy, "max_steps"):
-                state = self.decoder.init_state(memory, window=window, max_steps=strategy.max_steps(src_lengths))
-            else:
-                state = self.decoder.init_state(memory, window=window)
-            return strategy.search(self.decoder, state, src_lengths=src_lengths, special=self.special, **kwargs)
-        return strategy.search(self.decoder, memory, src_lengths=src_lengths, special=self.special, **kwargs)
+    def decode(self, src: Tensor, src_lengths: Tensor, strategy: Any, **kwargs: Any) -> Any:
+        """Decode a batch with any strategy the decoder supports: src (B, S) -> Hypotheses.
+        Every strategy is `search(decoder, memory, ...)`; an AT search builds its own state."""
+        problem = strategy.problem_with(self.decoder)
+        if problem:
+            raise AtnatError(problem)
+        return strategy.search(self.decoder, self.encode(src), src_lengths=src_lengths, special=self.special, **kwargs)
 
     # ---- optimisation ------------------------------------------------------------------------
     def configure_optimizers(self):
@@ -159,16 +153,3 @@ class Seq2SeqModule(pl.LightningModule):
         self.tokenizer_state = checkpoint.get("atnat_tokenizer")
         self.bleu_tokenize = checkpoint.get("atnat_bleu_tokenize", "13a")
         self.target_lang = checkpoint.get("atnat_target_lang", "en")
-
-
-def check_compatible(decoder: Decoder, strategy: Strategy) -> None:
-    """Refuse a strategy the decoder cannot drive, naming the ones it can."""
-    problem = decoder.strategy_problem(decoder.options, strategy)
-    if problem:
-        raise AtnatError(problem)
-    if strategy.requires not in decoder.capabilities:
-        usable = [n for n in STRATEGIES.names() if STRATEGIES.get(n).requires in decoder.capabilities]
-        raise AtnatError(
-            f"strategy {getattr(strategy, 'registered_name', type(strategy).__name__)!r} needs a decoder "
-            f"with capability {strategy.requires!r}, but decoder "
-            f"{decoder.registered_name!r} has {sorted(decoder.capabilities)}; usable strategies: {', '.join(usable)}")

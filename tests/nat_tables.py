@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from atnat.decoding.base import SpecialTokens
+from atnat.core.special import SpecialTokens
 
 SPECIAL = SpecialTokens()
 V = 10  # 0..5 special (pad bos eos unk mask blank), then four words

@@ -19,7 +19,7 @@ from typing import Callable, Mapping, Sequence, Union
 import torch
 from torch import Tensor
 
-from atnat.decoding.base import SpecialTokens
+from atnat.core.special import SpecialTokens
 
 SPECIAL = SpecialTokens()
 V = 10  # 0..5 special (pad bos eos unk mask blank), then four words
@@ -67,8 +67,9 @@ class TableModel:
         """Decoder passes so far."""
         return len(self.batch_sizes)
 
-    def init_state(self, sentences: Sequence[int] | int) -> TableState:
-        """Initial state for the given sentence ids (or sentences 0..n-1 for an int n)."""
+    def init_state(self, sentences: Sequence[int] | int, *, window=None, max_steps=None) -> TableState:
+        """Initial state for the given sentence ids (or sentences 0..n-1 for an int n): the
+        "memory" a strategy hands to init_state is the list of sentence ids."""
         ids = list(range(sentences)) if isinstance(sentences, int) else list(sentences)
         return TableState(torch.tensor(ids, dtype=torch.long),
                           torch.empty(len(ids), 0, dtype=torch.long))

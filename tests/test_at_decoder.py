@@ -164,7 +164,7 @@ def test_static_cache_step_equals_the_growing_cache(strategy):
 
 
 def test_static_cache_refuses_more_steps_than_planned():
-    from atnat.models.errors import AtnatError
+    from atnat.core.errors import AtnatError
 
     model = make_model()
     model.decoder.use_static_cache(True)

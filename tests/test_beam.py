@@ -8,7 +8,7 @@ import torch
 from atnat.decoding.base import STRATEGIES
 from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from tests.tables import (
     A, B, C, D, EOS, PAD, SPECIAL, TableModel, random_table, sequence_logprob,
 )
@@ -35,8 +35,8 @@ NORMS = {
 
 def run(strategy, model: TableModel, src_lengths, sentences=None):
     src = torch.tensor(src_lengths)
-    state = model.init_state(sentences if sentences is not None else len(src_lengths))
-    return strategy.search(model, state, src_lengths=src, special=SPECIAL)
+    memory = sentences if sentences is not None else len(src_lengths)  # the tables' sentence ids
+    return strategy.search(model, memory, src_lengths=src, special=SPECIAL)
 
 
 def fixed(max_len: int, **options) -> Beam:

@@ -16,7 +16,7 @@ from atnat.decoding.greedy import Greedy
 from atnat.decoding.processors import forbidden_ids
 from atnat.experiments import bench, bench_ct2, bench_hf
 from atnat.models.encoder import EncoderOut
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
 
 HF = bench_hf.available()
@@ -166,6 +166,9 @@ class NoCacheModel:
     def __init__(self, decoder):
         self.decoder = decoder
 
+    def init_state(self, memory, **_):
+        return NoCacheState(torch.empty(memory.states.size(0), 0, dtype=torch.long), memory)
+
     def step(self, prev, state):
         prefix = torch.cat([state.prefix, prev[:, None]], 1)
         logits, _ = self.decoder(prefix, state.memory)
@@ -182,9 +185,8 @@ def test_cached_beam_equals_no_cache_beam(strategy):
     module = small_model(seed=2)
     src, lengths = sources(seed=3)
     fast = module.decode(src, lengths, strategy)
-    memory = module.encode(src)
-    start = NoCacheState(torch.empty(src.size(0), 0, dtype=torch.long), memory)
-    slow = strategy.search(NoCacheModel(module.decoder), start, src_lengths=lengths, special=module.special)
+    slow = strategy.search(NoCacheModel(module.decoder), module.encode(src), src_lengths=lengths,
+                           special=module.special)
     torch.testing.assert_close(fast.scores, slow.scores, atol=1e-4, rtol=0)
     assert torch.equal(fast.tokens, slow.tokens)
 

@@ -94,7 +94,7 @@ def test_every_config_dataclass_annotation_is_understood():
     from atnat.experiments.evaluate import SpeedSettings
     from atnat.experiments.tasks import TASKS
     from atnat.models.decoders.base import DECODERS, LossConfig
-    from atnat.models.options import describe
+    from atnat.core.options import describe
 
     classes = [ModelConfig, LossConfig, OptimConfig, SpeedSettings, config_module.TrainSettings,
                config_module.EvalSettings, config_module.DistillSettings, config_module.RunConfig]

@@ -14,7 +14,7 @@ from atnat.experiments.cli import main
 from atnat.experiments.data import collate, encode_split
 from atnat.experiments.tokenize import SymbolTokenizer
 from atnat.experiments.train import attach_tokenizer
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
 
 from tests.training import fit
@@ -136,6 +136,9 @@ class Renormalised:
 
         self.decoder, self.ids = decoder, torch.tensor(list(forbidden_ids(decoder.special)))
 
+    def init_state(self, memory, **kwargs):
+        return self.decoder.init_state(memory, **kwargs)
+
     def step(self, prev, state):
         logp, state = self.decoder.step(prev, state)
         return logp.index_fill(-1, self.ids, float("-inf")).log_softmax(-1), state  # (R, V)
@@ -147,8 +150,7 @@ class Renormalised:
 def renormalised_nbest(module, sources, strategy):
     batch = collate([(i, s, []) for i, s in enumerate(sources)])
     with torch.inference_mode():
-        state = module.decoder.init_state(module.encode(batch.src))
-        h = strategy.search(Renormalised(module.decoder), state, src_lengths=batch.src_lengths,
+        h = strategy.search(Renormalised(module.decoder), module.encode(batch.src), src_lengths=batch.src_lengths,
                             special=module.special)
     return [[([t for t in h.tokens[b, n, : h.lengths[b, n]].tolist() if t != module.special.eos],
               float(h.scores[b, n])) for n in range(h.tokens.size(1)) if h.scores[b, n] > float("-inf")]

@@ -4,8 +4,8 @@ import pytest
 from atnat.decoding.base import STRATEGIES
 from atnat.experiments.config import ConfigError, run_config_from_dict
 from atnat.experiments.tasks import TASKS, ParallelOptions, ParallelTask
-from atnat.models.errors import AtnatError
-from atnat.models.registry import Registry, RegistryError
+from atnat.core.errors import AtnatError
+from atnat.core.registry import Registry, RegistryError
 
 import atnat.decoding  # noqa: F401
 import atnat.models.decoders  # noqa: F401

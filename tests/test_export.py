@@ -17,7 +17,7 @@ from atnat.experiments.config import run_config_from_dict
 from atnat.experiments.data import collate
 from atnat.experiments.export import export_safetensors, is_export_dir, load_export, read_checkpoint
 from atnat.experiments.train import attach_tokenizer, load_module, train
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 from tests.training import fit
 

@@ -4,9 +4,10 @@ import math
 import pytest
 import torch
 
-from atnat.decoding.base import STRATEGIES, SpecialTokens
+from atnat.core.special import SpecialTokens
+from atnat.decoding.base import STRATEGIES
 from atnat.decoding.greedy import Greedy
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from tests.tables import (
     A, B, BOS, C, EOS, PAD, SPECIAL, TableModel, random_table, sequence_logprob,
 )
@@ -26,8 +27,8 @@ def logs(*probs: float) -> torch.Tensor:
 
 def run(strategy, model: TableModel, src_lengths, sentences=None):
     src = torch.tensor(src_lengths)
-    state = model.init_state(sentences if sentences is not None else len(src_lengths))
-    return strategy.search(model, state, src_lengths=src, special=SPECIAL)
+    memory = sentences if sentences is not None else len(src_lengths)  # the tables' sentence ids
+    return strategy.search(model, memory, src_lengths=src, special=SPECIAL)
 
 
 def test_registered():
@@ -120,7 +121,7 @@ def test_custom_special_ids():
     special = SpecialTokens(pad=9, bos=8, eos=7, unk=6, mask=5, blank=4)
     model = TableModel({(): {9: 0.5, 0: 0.3, 7: 0.2}, (0,): {8: 0.6, 7: 0.4}}, eos=7)
     src = torch.tensor([3])
-    hyp = Greedy().search(model, model.init_state(1), src_lengths=src, special=special)
+    hyp = Greedy().search(model, 1, src_lengths=src, special=special)
     assert hyp.tokens.tolist() == [[[0, 7]]]
     assert model.inputs[0].tolist() == [8]
 

@@ -12,7 +12,7 @@ from atnat.experiments import distill, train
 from atnat.experiments.config import run_config_from_dict
 from atnat.experiments.runner import run_cell
 from atnat.experiments.tasks import ParallelOptions, ParallelTask
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 from tests.test_grid import TINY
 

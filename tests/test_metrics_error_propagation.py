@@ -15,7 +15,7 @@ from atnat.experiments.metrics import (
     first_error_distribution,
     first_error_positions,
 )
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 
 def test_accuracy_by_position_with_short_predictions_and_varying_refs():

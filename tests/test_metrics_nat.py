@@ -8,7 +8,7 @@ from atnat.experiments.metrics import (
     variant_mixing_rate,
     variant_mixing_tokens,
 )
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 
 def test_repetition_rate_counts_consecutive_duplicates():

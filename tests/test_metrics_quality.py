@@ -7,7 +7,7 @@ import sacrebleu
 from sacrebleu.metrics import BLEU
 
 from atnat.experiments.metrics import corpus_quality, exact_match, paired_significance
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 REFS = [
     "the cat sat on the mat",

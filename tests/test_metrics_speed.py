@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from atnat.experiments.metrics import current_rss_mb, measure, peak_memory_mb, reset_peak
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 
 class FakeClock:

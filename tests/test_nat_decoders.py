@@ -8,7 +8,7 @@ from functools import lru_cache
 import pytest
 import torch
 
-from atnat.decoding.base import SpecialTokens
+from atnat.core.special import SpecialTokens
 from atnat.decoding.ctc import CTC
 from atnat.decoding.mask_predict import MaskPredict
 from atnat.decoding.parallel import Parallel
@@ -18,8 +18,9 @@ from atnat.models.decoders.glancing import (GlancingOptions, ctc_viterbi, glance
                                             random_positions)
 from atnat.models.decoders.nat import uniform_copy_index
 from atnat.models.encoder import lengths_to_padding_mask
-from atnat.models.errors import AtnatError
-from atnat.models.seq2seq import Seq2SeqModule, check_compatible
+from atnat.core.errors import AtnatError
+from atnat.experiments.assemble import check_compatible
+from atnat.models.seq2seq import Seq2SeqModule
 from tests.training import TINY_MODEL, decode_split, exact_match, fit, make_task
 
 SP = SpecialTokens()

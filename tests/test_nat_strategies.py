@@ -9,11 +9,12 @@ import torch
 
 from atnat.decoding.base import STRATEGIES
 from atnat.decoding.ctc import CTC, ctc_collapse
-from atnat.decoding.length_beam import LengthBeam, pick_best, top_lengths
+from atnat.decoding.candidates import pick_best, top_lengths
+from atnat.decoding.length_beam import LengthBeam
 from atnat.decoding.mask_predict import MaskPredict, lowest_slots, remask_schedule
 from atnat.decoding.npd import NoisyParallel
 from atnat.decoding.parallel import Parallel
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from tests.nat_tables import (A, B, BLANK, C, D, MASK, PAD, SPECIAL, FakeCTC, ids,
                               nat_model, sampling_model)
 

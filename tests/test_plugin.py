@@ -10,9 +10,9 @@ import pytest
 
 from atnat.decoding.greedy import Greedy
 from atnat.experiments.config import run_config_from_dict
-from atnat.models import registry as registry_module
+from atnat.core import registry as registry_module
 from atnat.models.decoders.base import DECODERS
-from atnat.models.registry import Registry
+from atnat.core.registry import Registry
 
 from tests.training import decode_split, exact_match, fit
 

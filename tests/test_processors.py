@@ -1,7 +1,7 @@
 """Score processors: the exact -inf masks, and inputs never modified."""
 import torch
 
-from atnat.decoding.base import SpecialTokens
+from atnat.core.special import SpecialTokens
 from atnat.decoding.processors import (
     ForbidTokens, MinLength, NoRepeatNGram, apply_processors, apply_processors_, at_processors,
 )

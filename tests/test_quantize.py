@@ -14,7 +14,7 @@ from atnat.experiments.cli import main
 from atnat.experiments.export import export_safetensors
 from atnat.experiments.quantize import Int8Attention, maybe_quantize, quantize_int8
 from atnat.experiments.train import attach_tokenizer
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from atnat.models.layers import MultiHeadAttention
 
 from tests.training import decode_split, exact_match, fit

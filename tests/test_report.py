@@ -12,7 +12,7 @@ import pytest
 
 from atnat.experiments import report as report_module
 from atnat.experiments.report import load_results, markdown_table, pareto_front, write_report
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from tests import fixtures_results as fx
 
 FIGURES = ("quality_vs_speed", "position_accuracy", "prefix_corruption", "bleu_by_length", "iterations",

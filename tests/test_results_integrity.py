@@ -7,7 +7,7 @@ import pytest
 
 from atnat.experiments.cli import main
 from atnat.experiments.report import load_results, write_report
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from tests import fixtures_results as fx
 from tests.test_grid import write_grid
 

@@ -33,7 +33,7 @@ class FakeModule:
 
 
 def system(name, seconds, log, strategy="greedy", teacher=None, **kw):
-    search = SimpleNamespace(registered_name=strategy)
+    search = SimpleNamespace(registered_name=strategy, needs_scorer=strategy == "npd")
     return System(name, "greedy", FakeModule(name, seconds, log, **kw), search, SOURCES, teacher)
 
 

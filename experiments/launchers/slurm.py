@@ -18,7 +18,7 @@ from pathlib import Path
 
 import submitit
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 from atnat.experiments.grid import Cell
 from atnat.experiments.launchers.jobs import is_active, read_job, record_state, write_job

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from atnat.experiments.metrics.quality import bleu_metric, check_parallel
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 Tokens = Sequence[Hashable]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from atnat.experiments.metrics.quality import check_parallel
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 
 def repetition_rate(hyps: Sequence[Sequence[Hashable]]) -> float:

@@ -17,7 +17,7 @@ from typing import Literal
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 _SEED_ENV = "SACREBLEU_SEED"
 

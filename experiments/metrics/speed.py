@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 
 @dataclass(frozen=True)

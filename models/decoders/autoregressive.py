@@ -12,7 +12,7 @@ from torch import Tensor
 from atnat.models.batch import Batch
 from atnat.models.decoders.base import Decoder, register_decoder
 from atnat.models.encoder import EncoderOut
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from atnat.models.losses import Loss, label_smoothed_nll, token_accuracy
 
 SCHEDULES = ("none", "linear", "exponential", "inverse_sigmoid")
@@ -92,6 +92,11 @@ class AutoregressiveDecoder(Decoder):
         self._static_impl = self._static_step if not compile_mode else torch.compile(
             self._static_step, mode=compile_mode, dynamic=None)
 
+    @property
+    def max_output_length(self) -> int:
+        """Content tokens an output can have: n tokens and EOS take n + 1 decoder positions."""
+        return self.cfg.max_positions - 1
+
     # ---- training ---------------------------------------------------------------------------
     def forward(self, prev_tokens: Tensor, memory: EncoderOut, need_weights=False):
         """Teacher-forced pass: prev_tokens (B, T) starting with BOS -> logits (B, T, V), attns."""
@@ -113,7 +118,7 @@ class AutoregressiveDecoder(Decoder):
         opt, sp = self.options, self.special
         keep = prev.ne(sp.pad) & prev.ne(sp.bos)
         if opt.input_noise > 0:
-            noise = torch.randint(6, self.vocab_size, prev.shape, device=prev.device)
+            noise = torch.randint(sp.first_ordinary, self.vocab_size, prev.shape, device=prev.device)
             flip = (torch.rand(prev.shape, device=prev.device) < opt.input_noise) & keep
             prev = torch.where(flip, noise, prev)
         p = sampling_probability(opt.scheduled_sampling, step, opt.sampling_k, opt.sampling_max)

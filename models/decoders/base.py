@@ -14,13 +14,14 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from atnat.decoding.base import SpecialTokens
+from atnat.core.special import SpecialTokens
 from atnat.models.batch import Batch
 from atnat.models.config import ModelConfig
 from atnat.models.encoder import EncoderOut
 from atnat.models.layers import FeedForward, MultiHeadAttention, OutputProjection, Residual, TokenEmbedding
 from atnat.models.losses import Loss, guided_attention_loss
-from atnat.models.registry import Registry
+from atnat.core.errors import AtnatError
+from atnat.core.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,13 @@ class Decoder(nn.Module, ABC):
     @property
     def wants_attention(self) -> bool:
         return self.loss_cfg.guided_attention_weight > 0
+
+    def use_static_cache(self, enabled: bool = True, compile_mode: str | None = None) -> None:
+        """Decode with a fixed-shape, optionally compiled, incremental step (AT decoders; see
+        AutoregressiveDecoder). A decoder without an incremental step refuses."""
+        if enabled:
+            raise AtnatError(f"a compiled step applies to decoders with an incremental step (capability 'step'); "
+                             f"decoder {self.registered_name!r} has {sorted(self.capabilities)}")
 
     @property
     def predicts_length(self) -> bool:

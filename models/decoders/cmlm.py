@@ -16,7 +16,7 @@ from atnat.models.decoders.glancing import random_positions
 from atnat.models.decoders.nat import ParallelDecoder
 from atnat.models.decoders.base import register_decoder
 from atnat.models.encoder import EncoderOut, lengths_to_padding_mask
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from atnat.models.length import DEFAULT_MAX_OFFSET
 from atnat.models.losses import Loss
 

@@ -19,7 +19,7 @@ from atnat.models.decoders.base import Decoder, register_decoder
 from atnat.models.decoders.glancing import (GlancingOptions, ctc_viterbi, feed_tokens, glance_positions,
                                             glancing_ratio)
 from atnat.models.encoder import EncoderOut
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from atnat.models.losses import Loss, ctc_loss
 
 

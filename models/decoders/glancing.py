@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from atnat.models.layers import TokenEmbedding
+from atnat.core.special import NEG_INF
 
-NEG_INF = float("-inf")
 
 
 @dataclass(frozen=True)

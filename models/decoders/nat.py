@@ -9,7 +9,6 @@ Shapes: B batch, S source length, T target slots, D model width, V vocabulary.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -21,9 +20,10 @@ from atnat.models.batch import Batch
 from atnat.models.decoders.base import Decoder, register_decoder
 from atnat.models.decoders.glancing import GlancingOptions, feed_tokens, glance_positions, glancing_ratio
 from atnat.models.encoder import EncoderOut, lengths_to_padding_mask
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 from atnat.models.length import DEFAULT_MAX_OFFSET, LengthPredictor
 from atnat.models.losses import Loss, label_smoothed_nll, token_accuracy
+from atnat.core.special import length_budget
 
 INPUTS = ("copy", "mask")
 LENGTHS = ("predict", "fixed")
@@ -183,7 +183,8 @@ class NATDecoder(ParallelDecoder):
         limit, o = self.cfg.max_positions, self.options
         if o.length != "fixed":
             return limit
-        return max((s for s in range(limit + 1) if math.floor(o.fixed_len_a * s + o.fixed_len_b) <= limit), default=0)
+        fits = length_budget(torch.arange(limit + 1), o.fixed_len_a, o.fixed_len_b) <= limit  # (limit+1,)
+        return int(fits.nonzero().max()) if bool(fits.any()) else 0
 
     def training_targets(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """-> targets (B, T) and their padding mask. "fixed": floor(a*S+b) slots holding y (cut to
@@ -191,7 +192,7 @@ class NATDecoder(ParallelDecoder):
         if self.predicts_length:
             return batch.tgt, lengths_to_padding_mask(batch.tgt_lengths, batch.tgt.size(1))
         o = self.options
-        slots = (batch.src_lengths.float() * o.fixed_len_a + o.fixed_len_b).floor().long().clamp(min=1)  # (B,)
+        slots = length_budget(batch.src_lengths, o.fixed_len_a, o.fixed_len_b)  # (B,)
         T = int(slots.max())
         y = F.pad(batch.tgt[:, :T], (0, max(0, T - batch.tgt.size(1))), value=self.special.pad)  # (B, T)
         positions = torch.arange(T, device=y.device)[None, :]  # (1, T)

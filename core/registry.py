@@ -4,7 +4,7 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 from typing import Callable, Generic, TypeVar
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 T = TypeVar("T")
 

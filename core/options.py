@@ -14,7 +14,7 @@ import types
 import typing
 from typing import Any
 
-from atnat.models.errors import AtnatError
+from atnat.core.errors import AtnatError
 
 _INTEGER = re.compile(r"[-+]?\d+")
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
@@ -130,3 +130,24 @@ def describe(tp: Any) -> str:
 
 def _plural(tp: Any) -> str:
     return {int: "integers", float: "numbers", bool: "booleans", str: "strings"}.get(tp, describe(tp))
+
+
+def require(ok: bool, owner: str, field: str, expected: str, value: Any) -> None:
+    """The one wording of an option value error: `{owner}: {field} must be {expected}, got {value!r}`
+    (owner: "strategy 'beam'", "decoder options", "train" ...)."""
+    if not ok:
+        raise AtnatError(f"{owner}: {field} must be {expected}, got {value!r}")
+
+
+def require_choice(value: Any, choices: tuple, owner: str, field: str) -> None:
+    require(value in choices, owner, field, "one of " + ", ".join(map(str, choices)), value)
+
+
+def require_at_least(value: Any, low: float, owner: str, field: str, *, integer: bool = True) -> None:
+    ok = (isinstance(value, int) and not isinstance(value, bool)) if integer else isinstance(value, (int, float))
+    require(ok and value >= low, owner, field, f"{'an integer' if integer else 'a number'} >= {low}", value)
+
+
+def require_positive(owner: str, **fields: float) -> None:
+    for field, value in fields.items():
+        require(isinstance(value, (int, float)) and value > 0, owner, field, "> 0", value)

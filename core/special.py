@@ -1,0 +1,32 @@
+"""Token ids every vocabulary in atnat shares, and the output-length budget floor(a * S + b)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+NEG_INF = float("-inf")  # the score of a masked choice
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """Ids of the special symbols every vocabulary in atnat has (ids below `first_ordinary`)."""
+
+    pad: int = 0  # padding; never predicted
+    bos: int = 1  # first decoder input of an AT decoder
+    eos: int = 2  # end of sentence; emitted by AT decoders, absent from NAT outputs
+    unk: int = 3  # unknown piece
+    mask: int = 4  # masked slot (CMLM, NAT mask inputs)
+    blank: int = 5  # CTC blank
+
+    @property
+    def first_ordinary(self) -> int:
+        """The smallest id of an ordinary token (a word piece or symbol)."""
+        return max(self.pad, self.bos, self.eos, self.unk, self.mask, self.blank) + 1
+
+
+def length_budget(src_lengths: Tensor, a: float, b: float, cap: int | None = None) -> Tensor:
+    """floor(a * S + b) per source length S, at least 1 (and at most `cap`): (B,) long on the
+    lengths' device. The one formula behind AT maximum lengths and fixed-length NAT slots."""
+    out = (src_lengths.float() * a + b).floor().long().clamp(min=1)
+    return out if cap is None else out.clamp(max=cap)
