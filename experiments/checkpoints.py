@@ -27,17 +27,6 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from atnat.core.errors import AtnatError
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file in the same folder, fsynced, then renamed."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 class AtomicCheckpointIO(TorchCheckpointIO):
     """torch.save into a temporary file beside the target, fsync, rename: never a half-written file."""
 

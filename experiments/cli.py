@@ -36,7 +36,7 @@ def print_rows(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
 def cmd_translate(args) -> int:
     from atnat.experiments.assemble import build_strategy, check_compatible
     from atnat.experiments.quantize import maybe_quantize
-    from atnat.experiments.train import inference_device, load_module
+    from atnat.experiments.runs import inference_device, load_module
     from atnat.experiments.translate import translate_stream
 
     device = inference_device(args.device)
@@ -90,11 +90,11 @@ def cmd_distill(args) -> None:
     if args.strategy == "beam" and args.beam is None:
         args.beam = 5
     spec = {"name": args.strategy, **strategy_options(args)}
-    from atnat.experiments.train import inference_device
+    from atnat.experiments.runs import inference_device
 
     device = inference_device(args.device)
     if args.input:
-        from atnat.experiments.train import load_module
+        from atnat.experiments.runs import load_module
 
         module, tokenizer = load_module(args.teacher, map_location=device)
         sources = read_lines(Path(args.input), "distillation input")
@@ -103,7 +103,7 @@ def cmd_distill(args) -> None:
     else:  # the teacher run's own training split
         from atnat.experiments.config import run_config_from_dict
         from atnat.experiments.distill import teacher_dir
-        from atnat.experiments.train import load_task
+        from atnat.experiments.runs import load_task
 
         from atnat.experiments.export import is_export_dir
 
@@ -125,7 +125,7 @@ def cmd_evaluate(args) -> None:
 
     from atnat.experiments.evaluate import SpeedSettings, evaluate_files
     from atnat.experiments.tasks import read_lines
-    from atnat.experiments.train import inference_device, load_module
+    from atnat.experiments.runs import inference_device, load_module
 
     from atnat.experiments.quantize import maybe_quantize
 
@@ -165,7 +165,7 @@ def _spec(text: str) -> dict:
 
 
 def cmd_export(args) -> None:
-    from atnat.experiments.train import load_module
+    from atnat.experiments.runs import load_module
 
     module, tokenizer = load_module(args.run)
     if args.format == "ctranslate2":

@@ -298,7 +298,7 @@ def ct2_decoder(model, strategy, *, compute_type: str = "float32", device: str =
     -> CT2Decoder: decoder(list of source id lists) -> list of output id lists. The model is
     converted into `model_dir` (default: a temporary directory that lives as long as the decoder)."""
     from atnat.experiments.assemble import build_strategy
-    from atnat.experiments.train import load_module
+    from atnat.experiments.runs import load_module
 
     module, tokenizer = model if isinstance(model, tuple) else load_module(model)
     if isinstance(strategy, (str, dict)):

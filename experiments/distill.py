@@ -11,7 +11,8 @@ from atnat.core.errors import AtnatError
 
 from atnat.experiments.data import encode_split
 from atnat.experiments.assemble import build_strategy
-from atnat.experiments.evaluate import decode_split, write_json_atomic
+from atnat.experiments.evaluate import decode_split
+from atnat.experiments.files import write_json_atomic, write_lines_atomic
 from atnat.experiments.metrics.quality import bleu_metric
 
 
@@ -35,7 +36,7 @@ def checkpoint_stamp(teacher: str | Path) -> str:
     """Identifies the teacher's weights (size and mtime of its evaluated checkpoint; an export
     directory's recorded sha256)."""
     from atnat.experiments.export import is_export_dir, read_config
-    from atnat.experiments.train import evaluation_checkpoint
+    from atnat.experiments.runs import evaluation_checkpoint
 
     path = Path(teacher)
     if is_export_dir(path):
@@ -63,7 +64,7 @@ def distilled_targets(teacher_path: str | Path, sources: list[str], references: 
 
 
 def _cached_or_decoded(teacher_path, cache: Path, label: str, sources, references, strategy_spec, max_tokens, device):
-    from atnat.experiments.train import load_module
+    from atnat.experiments.runs import load_module
 
     text_path, meta_path = cache / "train.txt", cache / "meta.json"
     stamp = checkpoint_stamp(teacher_path)
@@ -78,8 +79,6 @@ def _cached_or_decoded(teacher_path, cache: Path, label: str, sources, reference
     meta = {"teacher": str(teacher_path), "checkpoint": stamp, "strategy": label, "lines": len(lines),
             "bleu_vs_references": metric.corpus_score(lines, [references]).score,
             "bleu_signature": str(metric.get_signature())}
-    tmp = text_path.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    tmp.replace(text_path)
+    write_lines_atomic(text_path, lines)
     write_json_atomic(meta_path, meta)
     return lines, meta

@@ -7,7 +7,6 @@ phase (timing.py): every system of a task side by side in one process.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -23,7 +22,7 @@ from atnat.models.seq2seq import Seq2SeqModule
 from atnat.experiments.assemble import build_strategy, check_compatible, needs_teacher
 from atnat.experiments.config import RunConfig
 from atnat.experiments.data import EncodedSplit, encode_split, make_loader
-from atnat.experiments.checkpoints import atomic_write_bytes
+from atnat.experiments.files import write_text_atomic
 from atnat.experiments.metrics import (closest_references, conditional_error_rate, corpus_quality, exact_match,
                                        length_accuracy, repetition_rate, tokenized_bleu, variant_mixing_rate)
 from atnat.experiments.metrics.error_propagation import bleu_by_length
@@ -92,15 +91,6 @@ def score_outputs(hyps: list[list[int]], refs: list[list[list[int]]], ref_txt: l
            "cond_error_excess": conditional_error_rate(hyps, closest).excess,
            "mixing_rate": variant_mixing_rate(hyps, task.token_variant) if task.token_variant else float("nan")}
     return row, hyp_txt
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a text file through a temporary file in the same folder and a rename."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def write_json_atomic(path: Path, data) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, default=str))
 
 
 @dataclass

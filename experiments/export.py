@@ -22,6 +22,7 @@ import torch
 
 from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
+from atnat.experiments.files import atomic_write_bytes
 
 FORMAT = "atnat-export"
 FORMAT_VERSION = 1
@@ -40,12 +41,6 @@ def sha256(path: Path) -> str:
 
 def is_export_dir(path: Path) -> bool:
     return path.is_dir() and (path / CONFIG).is_file() and (path / WEIGHTS).is_file()
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def prepare_dir(out: Path, marker: str) -> None:
@@ -84,12 +79,12 @@ def export_safetensors(module: Seq2SeqModule, out: str | Path) -> Path:
     name, data = tokenizer_file(module.tokenizer_state)
     for other in set(TOKENIZER_FILES.values()) - {name}:
         (out / other).unlink(missing_ok=True)
-    _atomic_write(out / name, data)
+    atomic_write_bytes(out / name, data)
     config = {"format": FORMAT, "format_version": FORMAT_VERSION,
               "hyper_parameters": _plain(dict(module.hparams)), "bleu_tokenize": module.bleu_tokenize,
               "tokenizer": {"kind": module.tokenizer_state["kind"], "file": name, "sha256": sha256(out / name)},
               "weights": {"file": WEIGHTS, "sha256": sha256(out / WEIGHTS)}}
-    _atomic_write(out / CONFIG, (json.dumps(config, indent=2) + "\n").encode())
+    atomic_write_bytes(out / CONFIG, (json.dumps(config, indent=2) + "\n").encode())
     return out
 
 

@@ -19,6 +19,8 @@ from filelock import FileLock, Timeout
 
 from atnat.core.errors import AtnatError
 
+from atnat.experiments.files import write_json_atomic
+
 FOLDER_LOCK = "runner.lock"  # in results/<grid>/: held by `atnat run` from start to report
 CELL_LOCK = "cell.lock"  # in results/<grid>/runs/<cell>/: held by whoever trains the cell
 
@@ -62,9 +64,7 @@ def held(lock_path: Path, what: str) -> Iterator[None]:
         raise LockHeld(f"{what} is in use by {describe_holder(lock_path)}; wait for it to end or stop it "
                        f"(lock file {lock_path})") from None
     try:
-        tmp = holder_file(lock_path).with_suffix(".tmp")
-        tmp.write_text(json.dumps(identity()))
-        os.replace(tmp, holder_file(lock_path))
+        write_json_atomic(holder_file(lock_path), identity())
         yield
     finally:
         holder_file(lock_path).unlink(missing_ok=True)

@@ -18,7 +18,7 @@ FILE = "progress.json"
 
 def write_progress(run_dir: Path, **fields) -> None:
     """Merge `fields` into <run>/progress.json (atomic), stamped with the time."""
-    from atnat.experiments.checkpoints import atomic_write_bytes
+    from atnat.experiments.files import atomic_write_bytes
 
     path = Path(run_dir) / FILE
     state = read_progress(run_dir) or {}

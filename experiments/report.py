@@ -18,6 +18,7 @@ from atnat.experiments import figures
 from atnat.experiments.aggregate import INTERVALS, aggregate_seeds, beyond_spread, robust_front, significant
 from atnat.experiments.blocks import Block, best_cells
 from atnat.experiments.figures import pareto_front, system_label
+from atnat.experiments.files import write_text_atomic
 from atnat.experiments.report_html import render_html
 from atnat.experiments.integrity import check_row_count, check_tables
 from atnat.core.errors import AtnatError
@@ -392,7 +393,6 @@ def _reproduce(g: GridResults) -> Block:
 
 def _overview(g: GridResults) -> list[Block]:
     blocks = [Block("heading", "Overview", 2)]
-    env = g.environment or {}
     ok = _ok(g.table)
     for task, part in ok.groupby("task", sort=False):
         blocks += [Block("heading", f"Task `{task}`", 3), overview_table(part)]
@@ -490,6 +490,6 @@ def write_report(results_dir: Path) -> tuple[Path, Path]:
     grid = load_results(Path(results_dir))
     blocks = build_document(grid)
     md_path, html_path = grid.root / "report.md", grid.root / "report.html"
-    md_path.write_text(render_markdown(blocks), encoding="utf-8")
-    html_path.write_text(render_html(blocks, grid.root, f"Grid report: {grid.name}"), encoding="utf-8")
+    write_text_atomic(md_path, render_markdown(blocks))
+    write_text_atomic(html_path, render_html(blocks, grid.root, f"Grid report: {grid.name}"))
     return md_path, html_path

@@ -22,13 +22,13 @@ import torch
 from atnat.core.errors import AtnatError
 
 from atnat.experiments.config import RunConfig
-from atnat.experiments.evaluate import EvalResult, SpeedSettings, evaluate, write_json_atomic
+from atnat.experiments.evaluate import EvalResult, SpeedSettings, evaluate
+from atnat.experiments.files import write_json_atomic, write_text_atomic
 from atnat.experiments.grid import Cell, load_grid, run_order
 from atnat.experiments.locks import LockHeld, cell_lock, folder_lock, held
 from atnat.experiments.table import environment, tabulate
-from atnat.experiments.train import (
-    helper_rank, inference_device, load_module, load_task, prepare_data, train,
-)
+from atnat.experiments.train import prepare_data, train
+from atnat.experiments.runs import helper_rank, inference_device, load_module, load_task
 
 
 def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedSettings()) -> EvalResult | None:
@@ -349,7 +349,7 @@ def record_failure_unless_held(cell: Cell, message: str) -> None:
 def record_failure(cell: Cell, run_dir: Path, message: str, trace: str = "") -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     if trace:
-        (run_dir / "error.log").write_text(trace)
+        write_text_atomic(run_dir / "error.log", trace)
     write_json_atomic(run_dir / "metrics.json", {"status": "failed", "error": message, "rows": []})
     where = f" (see {run_dir / 'error.log'})" if trace else ""
     print(f"cell {cell.name} failed: {message}{where}", file=sys.stderr)

@@ -12,6 +12,7 @@ import pandas as pd
 
 from atnat.experiments.grid import Grid
 from atnat.experiments.evaluate import read_references
+from atnat.experiments.files import write_csv
 from atnat.experiments.metrics import holm, paired_significance
 
 CURVES = ("position_accuracy", "prefix_corruption", "bleu_by_length", "iterations", "attention")
@@ -118,12 +119,6 @@ def tabulate(grid: Grid, out: Path, describe) -> pd.DataFrame:
     if samples:
         write_csv(pd.concat(samples, ignore_index=True), out / "samples.csv")
     return df
-
-
-def write_csv(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
 
 
 def cpu_info() -> dict:

@@ -187,7 +187,7 @@ def grid_systems(cells: list, device: str) -> tuple[list[System], dict[str, tupl
     """The systems of finished cells (each of its eval strategies) and each cell's speed baseline."""
     from atnat.experiments.distill import checkpoint_stamp
     from atnat.experiments.assemble import build_strategy
-    from atnat.experiments.train import evaluation_checkpoint, load_module, load_task
+    from atnat.experiments.runs import evaluation_checkpoint, load_module, load_task
 
     systems, teachers, plain = [], {}, {}
     for cell in cells:
@@ -220,7 +220,7 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str) -> pd.D
     out/timing.csv. A timing whose systems and weights are unchanged is kept (a resumed grid
     whose cells were all done does not time again); otherwise every system is timed anew, so that
     no table mixes timings from different sessions."""
-    from atnat.experiments.train import evaluation_checkpoint
+    from atnat.experiments.runs import evaluation_checkpoint
 
     path = out / "timing.csv"
     old = pd.read_csv(path) if path.exists() else None
@@ -250,7 +250,7 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str) -> pd.D
     if kept is not None and len(kept):
         frames.append(kept)
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
-    from atnat.experiments.table import write_csv
+    from atnat.experiments.files import write_csv
 
     write_csv(table, path)
     return table

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import datetime
-import json
 import logging
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,15 +15,14 @@ from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
 
 from atnat.experiments.checkpoints import AtomicCheckpointIO, ResumeState, average_checkpoints, resume_point
-from atnat.experiments.config import RunConfig, make, named
+from atnat.experiments.config import RunConfig, named
 from atnat.experiments.data import EncodedSplit, encode_split, make_loader
+from atnat.experiments.files import write_json_atomic
 from atnat.experiments.logs import make_loggers
 from atnat.experiments.progress import ProgressReporter
 from atnat.experiments.divergence import DivergenceGuard
-from atnat.experiments.tasks import TASKS, TaskData
-
-CACHE_DIR = Path(os.environ.get("ATNAT_CACHE", Path.home() / ".cache" / "atnat"))
-
+from atnat.experiments.runs import attach_tokenizer, helper_rank, load_module, load_task
+from atnat.experiments.tasks import TaskData
 
 @dataclass
 class PreparedData:
@@ -33,12 +30,6 @@ class PreparedData:
 
     task: TaskData
     encoded: dict[str, EncodedSplit]
-
-
-def load_task(cfg: RunConfig) -> TaskData:
-    name, opts = named(cfg.task, "task")
-    task_cls = TASKS.get(name)
-    return task_cls(make(task_cls.Options, opts, f"task ({name})"), cache_dir=CACHE_DIR / "spm").load()
 
 
 def prepare_data(cfg: RunConfig, task: TaskData | None = None,
@@ -65,13 +56,6 @@ def build_module(cfg: RunConfig, task: TaskData) -> Seq2SeqModule:
 
     module.validation_search = validation_search(module.decoder)
     return module
-
-
-def attach_tokenizer(module: Seq2SeqModule, tokenizer, bleu_tokenize: str, lang: str = "en") -> None:
-    module.tokenizer_state = tokenizer.to_state()
-    module.detokenize = tokenizer.decode
-    module.bleu_tokenize = bleu_tokenize
-    module.target_lang = lang
 
 
 def quiet_lightning() -> None:
@@ -153,7 +137,7 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None) -> Pa
         torch.set_num_threads(cfg.train.num_threads)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     data = data or prepare_data(cfg)
-    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
+    write_json_atomic(run_dir / "config.json", cfg.to_dict())
     module = build_module(cfg, data.task)
     t = cfg.train
     initialised = initialise(module, cfg) if t.init_from else None
@@ -174,7 +158,7 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None) -> Pa
             "evaluated_checkpoint": chosen.name}
     if initialised:
         info["initialised_from"] = initialised
-    (run_dir / "train.json").write_text(json.dumps(info, indent=2))
+    write_json_atomic(run_dir / "train.json", info)
     return chosen
 
 
@@ -199,47 +183,3 @@ def select_weights(trainer: pl.Trainer, t, ckpt_dir: Path) -> Path:
     average_checkpoints(paths, out, {"average": t.average, "metric": t.checkpoint_metric,
                                      "checkpoints": [p.name for p in paths]})
     return out
-
-
-def evaluation_checkpoint(run_dir: Path) -> Path:
-    """The weights a finished run is evaluated (and used as a teacher) with."""
-    averaged = run_dir / "checkpoints" / "averaged.ckpt"
-    return averaged if averaged.is_file() else run_dir / "checkpoints" / "best.ckpt"
-
-
-def inference_device(accelerator: str = "auto") -> str:
-    """Where a run decodes (evaluation, distillation, translation): the GPU when its accelerator
-    allows one and one is visible, else the CPU."""
-    if accelerator == "cpu" or not torch.cuda.is_available():
-        return "cpu"
-    return "cuda"
-
-
-def helper_rank() -> bool:
-    """True in the extra processes of a multi-device (DDP) run: those Lightning starts (LOCAL_RANK > 0)
-    and the tasks past the first of a multi-task SLURM job (SLURM_PROCID > 0)."""
-    return any(int(os.environ.get(k, "0") or 0) > 0 for k in ("LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
-
-
-def load_module(checkpoint: str | Path, map_location: str = "cpu") -> tuple[Seq2SeqModule, object]:
-    """A trained module in eval mode and its tokenizer, from an export directory (`atnat export`),
-    a run directory (its checkpoints/best.ckpt) or a checkpoint file. Nothing is unpickled beyond
-    tensors and plain containers (see experiments/export.py)."""
-    from atnat.experiments.export import is_export_dir, load_export, module_from_checkpoint
-    from atnat.experiments.tokenize import tokenizer_from_state
-
-    path = Path(checkpoint)
-    if is_export_dir(path):
-        module = load_export(path, map_location)
-    else:
-        if path.is_dir():
-            path = evaluation_checkpoint(path)
-        if not path.is_file():
-            raise AtnatError(f"checkpoint {path} does not exist")
-        module = module_from_checkpoint(path, map_location)
-    module.eval()
-    if module.tokenizer_state is None:
-        raise AtnatError(f"checkpoint {path} carries no tokenizer (not written by atnat train?)")
-    tokenizer = tokenizer_from_state(module.tokenizer_state)
-    module.detokenize = tokenizer.decode
-    return module, tokenizer

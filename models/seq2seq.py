@@ -1,7 +1,6 @@
 """Seq2SeqModule: the shared encoder + any registered decoder, trained with Lightning."""
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Callable

@@ -6,7 +6,7 @@ import torch
 
 from atnat.experiments.checkpoints import average_state_dicts
 from atnat.experiments.config import ConfigError, run_config_from_dict
-from atnat.experiments.train import evaluation_checkpoint, train
+from atnat.experiments.runs import evaluation_checkpoint
 
 from tests.test_resume import RUN, run_training, weights
 

@@ -273,8 +273,8 @@ def test_compiled_static_step_rows_sit_beside_the_eager_ones(monkeypatch):
 
 def test_profile_lists_where_a_strategy_spends_its_time(capsys):
     spec = bench.make_spec(tiny=True, threads=1)
-    df = bench.run_profile(spec, "greedy", batch=2, out_len=6, calls=2, top=5)
-    assert len(df) == 5 and (df.self_ms.diff().dropna() <= 0).all()  # sorted, largest first
+    df = bench.run_profile(spec, "greedy", batch=2, out_len=6, calls=2, top=15)  # tiny ops: noisy order
+    assert len(df) == 15 and (df.self_ms.diff().dropna() <= 0).all()  # sorted, largest first
     assert df.share.between(0, 1).all() and df.share.sum() <= 1.0 + 1e-9
     assert any(op in " ".join(df.op) for op in ("addmm", "linear", "mm"))  # the matmuls show up
     bench.main(["profile", "--tiny", "--strategy", "parallel", "--batch", "1", "--calls", "1"])

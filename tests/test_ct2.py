@@ -13,7 +13,7 @@ from atnat.experiments import ct2
 from atnat.experiments.cli import main
 from atnat.experiments.data import collate, encode_split
 from atnat.experiments.tokenize import SymbolTokenizer
-from atnat.experiments.train import attach_tokenizer
+from atnat.experiments.runs import attach_tokenizer
 from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
 

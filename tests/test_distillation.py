@@ -37,7 +37,8 @@ def test_students_start_from_the_teachers_weights_and_a_control_trains_on_refere
 
     from atnat.experiments.cli import main
     from atnat.experiments.config import ConfigError, run_config_from_dict
-    from atnat.experiments.train import initialise, load_module
+    from atnat.experiments.train import initialise
+    from atnat.experiments.runs import load_module
 
     from tests.test_grid import TINY, write_grid
 
@@ -59,7 +60,8 @@ def test_students_start_from_the_teachers_weights_and_a_control_trains_on_refere
     # the copy itself: every matching tensor equals the teacher's before training
     teacher = load_module(runs / "at-s1")[0]
     cfg = run_config_from_dict({**json.loads((runs / "cmlm-kd-s1" / "config.json").read_text())}, "x")
-    from atnat.experiments.train import build_module, load_task
+    from atnat.experiments.train import build_module
+    from atnat.experiments.runs import load_task
 
     student = build_module(cfg, load_task(cfg))
     initialise(student, cfg)

@@ -15,8 +15,9 @@ from atnat.decoding.greedy import Greedy
 from atnat.experiments.cli import main
 from atnat.experiments.config import run_config_from_dict
 from atnat.experiments.data import collate
-from atnat.experiments.export import export_safetensors, is_export_dir, load_export, read_checkpoint
-from atnat.experiments.train import attach_tokenizer, load_module, train
+from atnat.experiments.export import export_safetensors, is_export_dir, read_checkpoint
+from atnat.experiments.train import train
+from atnat.experiments.runs import attach_tokenizer, load_module
 from atnat.core.errors import AtnatError
 
 from tests.training import fit

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from atnat.experiments import distill, train
+from atnat.experiments import distill, runs
 from atnat.experiments.config import run_config_from_dict
 from atnat.experiments.runner import run_cell
 from atnat.experiments.tasks import ParallelOptions, ParallelTask
@@ -20,7 +20,7 @@ from tests.test_grid import TINY
 @pytest.fixture
 def teacher(tmp_path, monkeypatch):
     """A teacher run folder whose decoding is replaced by `outputs` (no model is trained)."""
-    monkeypatch.setattr(train, "load_module", lambda path, map_location: (types.SimpleNamespace(bleu_tokenize="13a"), None))
+    monkeypatch.setattr(runs, "load_module", lambda path, map_location: (types.SimpleNamespace(bleu_tokenize="13a"), None))
     run = tmp_path / "teacher"
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "best.ckpt").write_bytes(b"weights")

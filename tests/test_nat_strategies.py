@@ -320,7 +320,7 @@ def test_registered_with_requirements():
 
 # ---------------------------------------------------------------- special symbols never emitted
 
-def special_model() -> FakeParallel:
+def special_model():
     """Sentence 5, length 3: the arg-max of slot 0 is pad, of slot 1 mask, of slot 2 eos."""
     from tests.nat_tables import FakeParallel, Slot
 

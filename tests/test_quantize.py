@@ -13,7 +13,7 @@ from atnat.decoding.parallel import Parallel
 from atnat.experiments.cli import main
 from atnat.experiments.export import export_safetensors
 from atnat.experiments.quantize import Int8Attention, maybe_quantize, quantize_int8
-from atnat.experiments.train import attach_tokenizer
+from atnat.experiments.runs import attach_tokenizer
 from atnat.core.errors import AtnatError
 from atnat.models.layers import MultiHeadAttention
 

@@ -146,7 +146,7 @@ def test_students_distilling_at_once_share_one_teacher_decode(tmp_path, monkeypa
     import time
     import types
 
-    from atnat.experiments import distill, train
+    from atnat.experiments import distill, runs
 
     calls = []
 
@@ -156,7 +156,7 @@ def test_students_distilling_at_once_share_one_teacher_decode(tmp_path, monkeypa
         return [s.upper() for s in sources]
 
     monkeypatch.setattr(distill, "distill_sources", slow_decode)
-    monkeypatch.setattr(train, "load_module", lambda path, map_location: (types.SimpleNamespace(bleu_tokenize="none"), None))
+    monkeypatch.setattr(runs, "load_module", lambda path, map_location: (types.SimpleNamespace(bleu_tokenize="none"), None))
     teacher = tmp_path / "teacher"
     (teacher / "checkpoints").mkdir(parents=True)
     (teacher / "checkpoints" / "best.ckpt").write_bytes(b"weights")
@@ -173,7 +173,7 @@ def test_students_distilling_at_once_share_one_teacher_decode(tmp_path, monkeypa
 def test_decoding_runs_on_the_gpu_when_the_run_may_use_one(monkeypatch):
     import torch
 
-    from atnat.experiments.train import inference_device
+    from atnat.experiments.runs import inference_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert inference_device("auto") == "cuda" and inference_device("gpu") == "cuda"

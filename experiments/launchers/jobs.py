@@ -7,6 +7,8 @@ import os
 import time
 from pathlib import Path
 
+from atnat.experiments.files import write_json_atomic
+
 JOB_FILE = "job.json"
 # SLURM states of a job that has not ended; SUBMITTED is ours: just submitted, not yet listed by sacct
 ACTIVE = {"SUBMITTED", "PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
@@ -23,9 +25,7 @@ def read_job(run_dir: Path) -> dict | None:
 
 def write_job(run_dir: Path, job: dict) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / (JOB_FILE + ".tmp")
-    tmp.write_text(json.dumps(job, indent=2))
-    os.replace(tmp, run_dir / JOB_FILE)
+    write_json_atomic(run_dir / JOB_FILE, job)
 
 
 def is_active(state: str) -> bool:
