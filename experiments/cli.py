@@ -226,9 +226,9 @@ def cmd_report(args) -> None:
 
 
 def cmd_bench(args) -> None:
-    from atnat.experiments.bench import main as bench_main
+    from atnat.experiments.bench.cli import run
 
-    bench_main(args.bench_args)
+    run(args)
 
 
 def cmd_list(args) -> None:
@@ -338,8 +338,12 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="regenerate report.md/report.html from a results folder")
     p.add_argument("results_dir")
     p.set_defaults(fn=cmd_report)
-    p = sub.add_parser("bench", help="decoding/training speed benchmarks (see `atnat bench -h`)")
-    p.add_argument("bench_args", nargs=argparse.REMAINDER)
+    p = sub.add_parser("bench", help="speed benchmarks: decode, train, profile (see `atnat bench -h`)",
+                       description="Decoding and training speed of our AT and NAT models on random weights, "
+                                   "beside Hugging Face and CTranslate2 peers (results/bench/README.md).")
+    from atnat.experiments.bench.cli import add_commands
+
+    add_commands(p)
     p.set_defaults(fn=cmd_bench)
     p = sub.add_parser("list", help="registered decoders, strategies and tasks")
     p.set_defaults(fn=cmd_list)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from atnat.experiments import ct2
+from atnat.experiments import ct2  # the converter (experiments/ct2.py), not this module
 from atnat.experiments.tokenize import SymbolTokenizer
 from atnat.models.errors import AtnatError
 
@@ -55,7 +55,7 @@ class Peer:
                                                     module.special.mask, module.special.blank)]
 
     def peer(self, system: str, beams: int, src: Tensor, out_len: int):
-        """-> (fn, first) for bench.System: fn translates src (B, S) (as token strings, built
+        """-> (fn, first) for systems.System: fn translates src (B, S) (as token strings, built
         once); first() runs it once, counting passes (greedy), and checks the output."""
         translator = self.translators[system]
         source = [[self.tokens[i] for i in row] for row in src.tolist()]
