@@ -221,26 +221,15 @@ def cmd_report(args) -> None:
 
 
 def cmd_bench(args) -> None:
-    from atnat.experiments.bench import main as bench_main
+    from atnat.experiments.bench.cli import run
 
-    bench_main(args.bench_args)
+    run(args)
 
 
 def cmd_list(args) -> None:
-    import atnat.decoding  # noqa: F401
-    import atnat.models.decoders  # noqa: F401
-    from atnat.decoding.base import STRATEGIES
-    from atnat.experiments.tasks import TASKS
-    from atnat.models.decoders.base import DECODERS
+    from atnat.experiments.catalog import print_catalog
 
-    for title, reg in (("decoders", DECODERS), ("strategies", STRATEGIES), ("tasks", TASKS)):
-        print(f"{title}:")
-        for name in reg.names():
-            cls = reg.get(name)
-            extra = f"  [{', '.join(sorted(cls.capabilities))}]" if title == "decoders" else (
-                f"  [needs {cls.requires}]" if title == "strategies" else "")
-            doc = (cls.__doc__ or "").strip().split("\n")[0]
-            print(f"  {name:14s}{extra}  {doc}")
+    print_catalog()
 
 
 def add_strategy_args(p) -> None:
@@ -309,7 +298,8 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_evaluate)
     p = sub.add_parser("run", help="run an experiment grid and write results/<grid>/")
     p.add_argument("grid")
-    p.add_argument("--results", default="results", help="folder that receives results/<grid>/")
+    p.add_argument("--results", default="results", metavar="DIR",
+                   help="results go to DIR/<grid name>/ (default: results/)")
     p.add_argument("--dry-run", action="store_true", help="list the cells and exit")
     p.add_argument("--only", action="append", help="run only cells whose name contains this")
     p.add_argument("--smoke", action="store_true", help="tiny sizes: check a grid end to end in minutes")
@@ -322,21 +312,27 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cell", help="run one cell of a grid (what `run --workers` starts in each process)")
     p.add_argument("grid")
     p.add_argument("cell", help="cell name (see `atnat run GRID --dry-run`)")
-    p.add_argument("--results", default="results", help="folder that receives results/<grid>/")
+    p.add_argument("--results", default="results", metavar="DIR",
+                   help="results go to DIR/<grid name>/ (default: results/)")
     p.add_argument("--smoke", action="store_true", help="the grid's smoke sizes")
     p.set_defaults(fn=cmd_cell)
     p = sub.add_parser("status", help="each cell's state (done, failed, queued, running), job id and last step")
     p.add_argument("grid")
-    p.add_argument("--results", default="results", help="folder that holds results/<grid>/")
-    p.add_argument("--smoke", action="store_true", help="the grid's smoke run (results/<grid>-smoke/)")
+    p.add_argument("--results", default="results", metavar="DIR",
+                   help="results are read from DIR/<grid name>/ (default: results/)")
+    p.add_argument("--smoke", action="store_true", help="the grid's smoke run (DIR/<grid name>-smoke/)")
     p.set_defaults(fn=cmd_status)
     p = sub.add_parser("report", help="regenerate report.md/report.html from a results folder")
     p.add_argument("results_dir")
     p.set_defaults(fn=cmd_report)
-    p = sub.add_parser("bench", help="decoding/training speed benchmarks (see `atnat bench -h`)")
-    p.add_argument("bench_args", nargs=argparse.REMAINDER)
+    p = sub.add_parser("bench", help="speed benchmarks: decode, train, profile (see `atnat bench -h`)",
+                       description="Decoding and training speed of our AT and NAT models on random weights, "
+                                   "beside Hugging Face and CTranslate2 peers (results/bench/README.md).")
+    from atnat.experiments.bench.cli import add_commands
+
+    add_commands(p)
     p.set_defaults(fn=cmd_bench)
-    p = sub.add_parser("list", help="registered decoders, strategies and tasks")
+    p = sub.add_parser("list", help="registered decoders, strategies and tasks, with their options")
     p.set_defaults(fn=cmd_list)
     return ap
 

@@ -112,18 +112,24 @@ class SyntheticTask(Task):
 
 @register_task("copy")
 class CopyTask(SyntheticTask):
+    """The target is the source: the easiest task, a sanity check of any decoder."""
+
     def transform(self, src, rng):
         return [f"w{i}" for i in src]
 
 
 @register_task("reverse")
 class ReverseTask(SyntheticTask):
+    """The target is the source reversed: long-range reordering."""
+
     def transform(self, src, rng):
         return [f"w{i}" for i in reversed(src)]
 
 
 @register_task("sort")
 class SortTask(SyntheticTask):
+    """The target is the source sorted: reordering that depends on the content."""
+
     def transform(self, src, rng):
         return [f"w{i}" for i in sorted(src)]
 
@@ -194,6 +200,8 @@ def read_lines(path: Path, what: str) -> list[str]:
 
 @register_task("parallel")
 class ParallelTask(Task):
+    """Parallel text files (one sentence per line) with a joint sentencepiece vocabulary."""
+
     Options = ParallelOptions
     FILE_KEYS = tuple(f"{s}_{side}" for s in SPLITS for side in ("src", "tgt"))
 

@@ -14,7 +14,8 @@ import atnat.models.decoders  # noqa: F401  (registers decoders)
 from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
 from atnat.decoding.processors import forbidden_ids
-from atnat.experiments import bench, bench_ct2, bench_hf
+from atnat.experiments import bench
+from atnat.experiments.bench import ct2 as bench_ct2, hf as bench_hf
 from atnat.models.encoder import EncoderOut
 from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
@@ -238,7 +239,7 @@ def test_train_benchmark_runs_every_decoder():
 
 def test_cli_prints_table_writes_csv_and_sweep_png(tiny, tmp_path, monkeypatch, capsys):
     seen = []
-    monkeypatch.setattr(bench, "run_decode", lambda spec: seen.append(spec) or tiny)
+    monkeypatch.setattr(bench.cli, "run_decode", lambda spec: seen.append(spec) or tiny)
     csv = tmp_path / "sweep.csv"
     bench.main(["decode", "--sweep", "--threads", "1", "--repeats", "2", "--out", str(csv)])
     assert seen[0].shapes == ((1, 10), (1, 30), (1, 50), (1, 100), (8, 30), (64, 30), (256, 30))
@@ -255,7 +256,7 @@ def test_cli_prints_table_writes_csv_and_sweep_png(tiny, tmp_path, monkeypatch, 
 def test_compiled_static_step_rows_sit_beside_the_eager_ones(monkeypatch):
     """--compile: the AT strategies again with the static-cache step under torch.compile, same
     weights, same outputs, with their own ratio to the HF peer (greedy only: one compilation)."""
-    monkeypatch.setattr(bench, "STRATEGIES", ("greedy",))
+    monkeypatch.setattr(bench.systems, "STRATEGIES", ("greedy",))
     spec = bench.make_spec(tiny=True, threads=1, warmup=1, repeats=1, compile="default", hf=False, ct2=False,
                            shapes=((2, 6),))
     models = bench.Models(spec)

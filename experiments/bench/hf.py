@@ -86,7 +86,7 @@ def count_decoder_passes(hf_model, fn) -> tuple[Tensor, int]:
 
 def peer(hf_model, num_beams: int, src: Tensor, out_len: int):
     """-> (fn, first): `fn` runs generate on src (B, S); `first()` runs it once with the pass
-    counter, checks the output and returns passes, tokens_out, slots (bench.System's contract)."""
+    counter, checks the output and returns passes, tokens_out, slots (systems.System's contract)."""
     fn = generate_fn(hf_model, src, num_beams, out_len)
 
     def first() -> dict:

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from torch import Tensor
 
-from atnat.experiments import ct2
+from atnat.experiments import ct2  # the converter (experiments/ct2.py), not this module
 from atnat.experiments.tokenize import SymbolTokenizer
 from atnat.core.errors import AtnatError
+from atnat.core.special import SpecialTokens
 
 INSTALL_HINT = ct2.INSTALL_HINT
 SYSTEMS = {"ct2-f32": "float32", "ct2-int8": "int8"}  # bench system name -> compute type
@@ -44,7 +45,7 @@ class Peer:
 
     def __init__(self, module, *, device: str, threads: int):
         vocab = module.decoder.vocab_size
-        tokenizer = SymbolTokenizer([f"t{i}" for i in range(vocab - 6)])
+        tokenizer = SymbolTokenizer([f"t{i}" for i in range(vocab - SpecialTokens().first_ordinary)])
         self.tokens = ct2.vocabulary(tokenizer, vocab)
         self._dir = tempfile.TemporaryDirectory(prefix="atnat-bench-ct2-")
         path = Path(self._dir.name) / "model"
@@ -55,7 +56,7 @@ class Peer:
                                                     module.special.mask, module.special.blank)]
 
     def peer(self, system: str, beams: int, src: Tensor, out_len: int):
-        """-> (fn, first) for bench.System: fn translates src (B, S) (as token strings, built
+        """-> (fn, first) for systems.System: fn translates src (B, S) (as token strings, built
         once); first() runs it once, counting passes (greedy), and checks the output."""
         translator = self.translators[system]
         source = [[self.tokens[i] for i in row] for row in src.tolist()]

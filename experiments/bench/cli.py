@@ -1,0 +1,95 @@
+"""The `atnat bench` commands (decode, train, profile), declared on the main `atnat` parser."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from atnat.experiments.bench.decode import print_decode, run_decode
+from atnat.experiments.bench.plots import plot_sweep
+from atnat.experiments.bench.profile import run_profile
+from atnat.experiments.bench.spec import OUT_LEN, STRATEGIES, SWEEP_BATCHES, SWEEP_LENGTHS, check_spec, make_spec
+from atnat.experiments.bench.train import run_train
+from atnat.models.decoders.autoregressive import COMPILE_MODES
+
+COMMANDS = {
+    "decode": "decoding speed of every strategy of ours beside the Hugging Face and CTranslate2 peers",
+    "train": "training throughput (target tokens/s; MFU on CUDA) of every decoder family",
+    "profile": "self time per operator of one of our strategies at one shape (torch.profiler)",
+}
+
+
+def add_commands(bench: argparse.ArgumentParser) -> None:
+    """Give the `atnat bench` parser its three subcommands and their options."""
+    sub = bench.add_subparsers(dest="what", required=True)
+    for name, text in COMMANDS.items():
+        p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        p.add_argument("--out", help="CSV to write (a --sweep also writes a PNG next to it)")
+        p.add_argument("--threads", type=int, help="torch threads for every system (default 2)")
+        p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+        p.add_argument("--tiny", action="store_true", help="tiny model, 1 repeat (tests)")
+        p.add_argument("--warmup", type=int, help="untimed calls first (default 2; tiny 1)")
+    dec, tr, prof = sub.choices["decode"], sub.choices["train"], sub.choices["profile"]
+    prof.add_argument("--strategy", choices=STRATEGIES, default="greedy")
+    prof.add_argument("--batch", type=int, default=1)
+    prof.add_argument("--out-len", type=int, default=OUT_LEN)
+    prof.add_argument("--calls", type=int, default=5, help="profiled calls (after one warm-up)")
+    prof.add_argument("--compile", choices=COMPILE_MODES)
+    prof.set_defaults(sweep=False, repeats=None, no_hf=True, no_ct2=True, quantize="none")
+    dec.add_argument("--sweep", action="store_true", help=f"lengths {SWEEP_LENGTHS}, batches {SWEEP_BATCHES}")
+    dec.add_argument("--repeats", type=int, help="timed calls per row (default 5; tiny 1)")
+    dec.add_argument("--no-hf", action="store_true", help="skip the Hugging Face peer")
+    dec.add_argument("--no-ct2", action="store_true", help="skip the CTranslate2 rows (ct2-f32, ct2-int8)")
+    dec.add_argument("--quantize", choices=["none", "int8"], default="none",
+                     help="int8: add ours-int8 rows (our models with dynamic int8 linear layers; CPU)")
+    dec.add_argument("--compile", choices=COMPILE_MODES,
+                     help="add ours-compiled rows: the AT step with a static cache under torch.compile "
+                          "(reduce-overhead = CUDA graphs on a GPU)")
+    tr.add_argument("--steps", type=int, default=5, help="timed training steps (default 5)")
+    tr.add_argument("--tokens", type=int, help="target tokens per batch (default 4096; tiny 256)")
+    tr.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: by GPU name)")
+    tr.set_defaults(sweep=False, repeats=None, no_hf=False, compile=None, no_ct2=True, quantize="none")
+
+
+def run(args: argparse.Namespace) -> None:
+    """Run the parsed `atnat bench` command: print its table, write --out (and the sweep figure)."""
+    spec = make_spec(tiny=args.tiny, sweep=args.sweep, threads=args.threads, device=args.device,
+                     warmup=args.warmup, repeats=args.repeats, hf=not args.no_hf, compile=args.compile,
+                     ct2=not args.no_ct2, quantize=None if args.quantize == "none" else args.quantize)
+    check_spec(spec)
+    print(f"atnat bench {args.what}: d_model {spec.model['d_model']}, vocab {spec.vocab}, "
+          f"{spec.device}, {spec.threads} threads, torch {torch.__version__}")
+    if args.what == "profile":
+        df = run_profile(spec, args.strategy, args.batch, args.out_len, calls=args.calls)
+        print(f"ours/{args.strategy}, batch {args.batch}, {args.out_len} tokens: self time per call by op")
+        print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    elif args.what == "decode":
+        df = run_decode(spec)
+        print_decode(df)
+    else:
+        df = run_train(spec, steps=args.steps, tokens=args.tokens or (256 if args.tiny else 4096),
+                       peak_tflops=args.peak_tflops)
+        print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    if args.out:
+        write_csv(df, args.out)
+        if args.sweep:
+            print(f"wrote {plot_sweep(args.out)}")
+
+
+def write_csv(df, out: str) -> None:
+    """The frame as CSV at `out`, and its leak-check rows (decode) as OUT_memory.csv beside it."""
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(path, index=False)
+    if df.attrs.get("memory"):
+        pd.DataFrame(df.attrs["memory"]).to_csv(path.with_name(path.stem + "_memory.csv"), index=False)
+    print(f"wrote {out}")
+
+
+def main(argv: list[str]) -> None:
+    """`atnat bench ARGV...` without the top-level error handling (an AtnatError propagates)."""
+    from atnat.experiments.cli import parser
+
+    run(parser().parse_args(["bench", *argv]))

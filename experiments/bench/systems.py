@@ -1,0 +1,183 @@
+"""The systems a decode benchmark times (ours on random weights, and their peers), and how:
+round-robin over the systems of one shape, peak memory per call, and a leak check."""
+from __future__ import annotations
+
+import gc
+import re
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import atnat.models.decoders  # noqa: F401  (registers the decoders)
+from atnat.experiments.bench import ct2, hf
+from atnat.experiments.bench.spec import HF_BEAMS, STRATEGIES, Spec, ctc_upsample, our_strategy
+from atnat.experiments.metrics.speed import current_rss_mb, measure, peak_memory_mb, reset_peak
+from atnat.core.errors import AtnatError
+from atnat.models.seq2seq import Seq2SeqModule
+
+
+class ForcedLength:
+    """A ParallelModel whose length distribution puts all mass on one length: NAT strategies then
+    emit exactly `length` tokens. The real predictor still runs, so its cost stays in the timing."""
+
+    def __init__(self, model, length: int):
+        self.model, self.length = model, length
+
+    def predict_length(self, memory):
+        real = self.model.predict_length(memory)  # (B, Lmax+1)
+        out = real.new_full((real.size(0), max(real.size(1), self.length + 1)), float("-inf"))
+        out[:, self.length] = 0.0
+        return out
+
+    def __getattr__(self, name):  # forward_parallel, reorder_memory: the wrapped model's
+        return getattr(self.model, name)
+
+
+class Models(dict):
+    """Random-weight Seq2SeqModules of one size, built once per (decoder, CTC upsampling)."""
+
+    def __init__(self, spec: Spec):
+        super().__init__()
+        self.spec = spec
+
+    def get(self, decoder: str, upsample: int = 0, compile_mode: str | None = None, quantize: str | None = None):
+        """compile_mode: the same weights (same seed) with the static-cache step under torch.compile;
+        quantize="int8": the same weights with dynamic int8 linear layers."""
+        key = (decoder, upsample, compile_mode, quantize)
+        if quantize:
+            from atnat.experiments.quantize import quantize_int8
+
+            if key not in self:
+                self[key] = quantize_int8(self.get(decoder, upsample))
+            return self[key]
+        if key not in self:
+            torch.manual_seed(0)
+            self[key] = Seq2SeqModule(
+                vocab_size=self.spec.vocab, decoder=decoder, model=self.spec.model,
+                decoder_options={"upsample": upsample} if decoder == "ctc" else None).eval().to(self.spec.device)
+            if compile_mode:
+                self[key].decoder.use_static_cache(True, compile_mode)
+        return self[key]
+
+
+def our_fn(module, strategy, src, out_len: int):
+    """-> a no-argument callable decoding src (B, S) from scratch (encoder included); NAT
+    strategies read a length forced to out_len."""
+    lengths = src.ne(module.special.pad).sum(1)
+    if strategy.requires != "parallel":
+        return lambda: module.decode(src, lengths, strategy)
+    model = ForcedLength(module.decoder, out_len)
+    return lambda: strategy.search(model, module.encode(src), src_lengths=lengths, special=module.special)
+
+
+def check_ours(hyps, name: str, out_len: int, special) -> float:
+    """Refuse an output that is not exactly out_len tokens without EOS (CTC: any length);
+    -> mean tokens per sentence."""
+    lengths = hyps.lengths[:, 0]
+    if name != "ctc" and bool((lengths != out_len).any() | (hyps.tokens[:, 0] == special.eos).any()):
+        raise AtnatError(f"ours/{name} emitted lengths {sorted(set(lengths.tolist()))}, "
+                         f"expected exactly {out_len} tokens and no EOS")
+    return float(lengths.float().mean())
+
+
+@dataclass
+class System:
+    """One row to measure: `fn` decodes the shape's batch; `first()` runs it once untimed, checks
+    the output and returns its counts (passes, tokens_out, slots)."""
+
+    system: str
+    name: str
+    fn: Callable
+    first: Callable[[], dict]
+
+
+def our_system(models: Models, name: str, src, out_len: int, spec: Spec, compiled: bool = False,
+               int8: bool = False) -> System:
+    """Our strategy `name` on its random-weight model, pinned to out_len tokens (`compiled`: the
+    AT model with the static-cache step under torch.compile, spec.compile mode; `int8`: the model
+    with dynamic int8 linear layers)."""
+    decoder, strategy = our_strategy(name, out_len)
+    k = ctc_upsample(out_len, spec.src_len) if decoder == "ctc" else 0
+    module = models.get(decoder, k, spec.compile if compiled else None, "int8" if int8 else None)
+    fn = our_fn(module, strategy, src, out_len)
+
+    def first() -> dict:
+        hyps = fn()
+        return dict(passes=hyps.n_steps, tokens_out=check_ours(hyps, name, out_len, module.special),
+                    slots=k * spec.src_len if k else out_len)
+    return System("ours-compiled" if compiled else "ours-int8" if int8 else "ours", name, fn, first)
+
+
+def shape_systems(models: Models, hf_model, src, out_len: int, spec: Spec, ct2_peer=None) -> list[System]:
+    """Every strategy of ours at one shape (and its int8 form with --quantize int8), each followed
+    by its HF and CTranslate2 peers when it has them."""
+    systems = []
+    for name in STRATEGIES:
+        systems.append(our_system(models, name, src, out_len, spec))
+        if spec.compile and name in HF_BEAMS:  # the AT strategies, before/after side by side
+            systems.append(our_system(models, name, src, out_len, spec, compiled=True))
+        if spec.quantize == "int8":
+            systems.append(our_system(models, name, src, out_len, spec, int8=True))
+        if hf_model is not None and name in HF_BEAMS:
+            systems.append(System("hf", name, *hf.peer(hf_model, HF_BEAMS[name], src, out_len)))
+        if ct2_peer is not None and name in HF_BEAMS:
+            for system in ct2.SYSTEMS:
+                systems.append(System(system, name, *ct2_peer.peer(system, HF_BEAMS[name], src, out_len)))
+    return systems
+
+
+def peak_probe(spec: Spec):
+    """Reset the peak-memory counter of spec.device; -> a callable reading the peak since (MiB).
+    CPU: this process's VmHWM, reset via /proc/self/clear_refs (Linux >= 4.0; else peak since start)."""
+    reset_peak(spec.device)
+    if spec.device == "cpu":
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+            status = Path("/proc/self/status")
+            return lambda: int(re.search(r"VmHWM:\s+(\d+)", status.read_text()).group(1)) / 1024
+        except OSError:
+            pass
+    return lambda: peak_memory_mb(spec.device)
+
+
+def timed_call(fn, spec: Spec) -> tuple[float, float]:
+    """One timed call -> seconds, peak memory during it (MiB)."""
+    gc.collect(1)  # young generations only: a full collection costs ~0.2 s here
+    peak = peak_probe(spec)
+    return measure(fn, warmup=0, repeats=1, device=spec.device).median_s, peak()
+
+
+def leak_check(system: System, batch: int, spec: Spec) -> dict:
+    """Memory in use (CPU: RSS; CUDA: allocated tensors) before and after `repeats` consecutive
+    calls of an already warm system, and the peak during them: a leak grows call after call."""
+    used = current_rss_mb if spec.device == "cpu" else lambda: torch.cuda.memory_allocated() / 2**20
+    gc.collect()
+    before, peak = used(), peak_probe(spec)
+    for _ in range(spec.repeats):
+        system.fn()
+    gc.collect()
+    after = used()
+    return dict(system=system.system, strategy=system.name, batch=batch, calls=spec.repeats,
+                before_mb=before, after_mb=after, delta_mb=after - before, peak_mb=peak(), device=spec.device)
+
+
+def time_round_robin(systems: list[System], spec: Spec) -> list[dict]:
+    """Time the systems of one shape in rounds (each round calls every system once), so a load
+    change on a shared machine hits all alike; the checked first call is one warm-up. -> per
+    system: counts, median/min seconds, repeats, peak memory of its timed calls."""
+    stats = [dict(s.first(), times=[], peak_mem_mb=0.0, repeats=spec.repeats) for s in systems]
+    for _ in range(spec.warmup - 1):
+        for s in systems:
+            s.fn()
+    for _ in range(spec.repeats):
+        for s, st in zip(systems, stats):
+            seconds, peak = timed_call(s.fn, spec)
+            st["times"].append(seconds)
+            st["peak_mem_mb"] = max(st["peak_mem_mb"], peak)
+    for st in stats:
+        times = st.pop("times")
+        st.update(median_s=statistics.median(times), min_s=min(times))
+    return stats

@@ -1,0 +1,119 @@
+"""The command line describes itself: `atnat list` prints every option of every decoder, strategy
+and task with its type, default and source comment, and whole descriptions; `atnat -h` and
+`atnat bench -h` list the bench commands; `--results` says where results go."""
+import dataclasses
+import io
+from dataclasses import dataclass, field
+
+import pytest
+from rich.console import Console
+
+import atnat.decoding  # noqa: F401  (registers strategies)
+from atnat.decoding.base import Strategy
+from atnat.decoding.greedy import Greedy
+from atnat.decoding.length_beam import LengthBeam
+from atnat.experiments import catalog, cli
+from atnat.experiments.tasks import CopyTask, SyntheticTask, Task
+from atnat.models.decoders.cmlm import CMLMOptions
+
+
+def listing(width=400) -> str:
+    out = io.StringIO()
+    catalog.print_catalog(Console(file=out, width=width))
+    return out.getvalue()
+
+
+def section(text: str, name: str) -> str:
+    """The lines of one entry of the printed tree: from its name to the next entry of its kind."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line[4:].startswith(f"{name}  "))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i][:4] in ("├── ", "└── ") or
+                not lines[i].startswith(("│", " "))), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def test_an_option_is_listed_with_type_default_and_comment():
+    assert catalog.options(CMLMOptions) == [
+        catalog.Option("length_max_offset", "int", "64", "length offsets |T - S| beyond this are clamped")]
+    cmlm = section(listing(), "cmlm")
+    assert "[parallel]" in cmlm and "length_max_offset: int = 64  length offsets |T - S| beyond this are clamped" in cmlm
+
+
+def test_inherited_fields_and_comments_continued_on_the_next_line():
+    opts = {o.name: o for o in catalog.options(Greedy)}  # fields of the LengthLimits mix-in
+    window = opts["attention_window"]
+    assert (window.type, window.default) == ("tuple[int, int] | None", "None")
+    assert window.comment == ("decode-time monotonic cross-attention window (back, forward) around the "
+                              "source position attended last; handed to the model's init_state")
+    assert "attention_window: tuple[int, int] | None = None  decode-time" in section(listing(), "greedy")
+
+
+def test_a_multi_line_description_is_printed_whole():
+    paragraph = LengthBeam.__doc__.split("\n\n")[0]
+    assert "\n" in paragraph.strip()  # the case the old one-line listing cut short
+    whole = " ".join(paragraph.split())
+    assert whole.endswith("(Gu et al. 2018's length beam without a teacher).")
+    assert whole in section(listing(), "length-beam")
+
+
+def test_descriptions_come_from_the_entry_or_an_ancestor_below_the_registry_base():
+    class Undocumented(Strategy):
+        def search(self, *a, **k):
+            pass
+
+    class Plain(SyntheticTask):
+        pass
+
+    assert catalog.description(Undocumented, Strategy) == ""  # not the base's "Base of all search strategies"
+    assert catalog.description(Plain, Task) == " ".join(SyntheticTask.__doc__.split())
+    assert catalog.description(CopyTask, Task).startswith("The target is the source")
+
+
+def test_a_class_without_source_still_lists_types_and_defaults():
+    built = dataclasses.make_dataclass("Built", [("n", int), ("xs", list, field(default_factory=lambda: [1]))])
+
+    @dataclass
+    class Written:
+        a: int  # a required field
+        b: str = "x"
+
+    assert catalog.options(built) == [catalog.Option("n", "int", "required", ""),
+                                      catalog.Option("xs", "list", "[1]", "")]
+    assert catalog.options(Written) == [catalog.Option("a", "int", "required", "a required field"),
+                                        catalog.Option("b", "str", "'x'", "")]
+
+
+def test_atnat_list_prints_every_kind(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for word in ("decoders", "strategies", "tasks", "mask-predict", "fertility", "length_max_offset",
+                 "beam_size: int = 5", "vocab_size: int = 8000"):
+        assert word in out
+
+
+def help_text(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as done:
+        cli.parser().parse_args(argv)
+    assert done.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_bench_is_a_command_group_with_declared_options(capsys):
+    top = help_text(["-h"], capsys)
+    assert any(line.split()[:2] == ["bench", "speed"] for line in top.splitlines())
+    bench = help_text(["bench", "-h"], capsys)
+    commands = [line.split()[0] for line in bench.splitlines() if line.startswith("    ") and line[4] != " "]
+    assert commands == ["decode", "train", "profile"]
+    args = cli.parser().parse_args(["bench", "decode", "--tiny", "--no-hf", "--quantize", "int8", "--out", "x.csv"])
+    assert (args.fn, args.what, args.tiny, args.no_hf, args.quantize, args.out) == (
+        cli.cmd_bench, "decode", True, True, "int8", "x.csv")
+    args = cli.parser().parse_args(["bench", "profile", "--strategy", "ctc", "--out-len", "7"])
+    assert (args.what, args.strategy, args.out_len, args.no_hf, args.sweep) == ("profile", "ctc", 7, True, False)
+    with pytest.raises(SystemExit):  # a decode option is not a train option
+        cli.parser().parse_args(["bench", "train", "--sweep"])
+
+
+@pytest.mark.parametrize("command", ["run", "cell", "status"])
+def test_results_help_names_the_folder_results_go_to(command, capsys):
+    text = " ".join(help_text([command, "-h"], capsys).split())
+    assert "--results DIR" in text and "DIR/<grid name>/ (default: results/)" in text
