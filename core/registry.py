@@ -27,6 +27,7 @@ class Registry(Generic[T]):
         self.entry_point_group = entry_point_group
         self._items: dict[str, type] = {}
         self._plugins_loaded = entry_point_group is None
+        self.plugin_errors: dict[str, str] = {}  # entry-point name -> why it failed to load
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
         def add(cls: type[T]) -> type[T]:
@@ -57,18 +58,19 @@ class Registry(Generic[T]):
         for ep in entry_points(group=self.entry_point_group):
             try:
                 ep.load()  # importing the module runs its @register decorators
-            except Exception as err:  # a broken plugin must not hide the built-in entries
-                raise RegistryError(
-                    f"plugin {ep.name!r} of entry-point group {self.entry_point_group!r} "
-                    f"failed to load ({ep.value}): {err}"
-                ) from err
+            except Exception as err:  # noqa: BLE001  (a broken plugin must not hide the built-in entries)
+                self.plugin_errors[ep.name] = (f"plugin {ep.name!r} of entry-point group {self.entry_point_group!r} "
+                                               f"failed to load ({ep.value}): {type(err).__name__}: {err}")
 
     def get(self, name: str) -> type[T]:
         if name not in self._items:
             self._load_plugins()
         if name not in self._items:
+            if name in self.plugin_errors:
+                raise RegistryError(self.plugin_errors[name])
+            broken = f" (plugins that failed to load: {', '.join(self.plugin_errors)})" if self.plugin_errors else ""
             raise RegistryError(
-                f"unknown {self.kind} {name!r}; known {self.plural}: {', '.join(self.names()) or '(none)'}"
+                f"unknown {self.kind} {name!r}; known {self.plural}: {', '.join(self.names()) or '(none)'}{broken}"
             )
         return self._items[name]
 

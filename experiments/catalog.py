@@ -134,6 +134,8 @@ def catalog() -> list[Tree]:
         for name in reg.names():
             cls = reg.get(name)
             tree.add(entry(name, tag(cls), cls, reg.base, options_cls(cls)))
+        for message in reg.plugin_errors.values():  # a broken plugin is shown, not fatal
+            tree.add(Text(message, style="red"))
         trees.append(tree)
     return trees
 

@@ -65,3 +65,21 @@ class _Base:
 
 
 LOCAL = Registry("widget", _Base, entry_point_group="atnat.test")
+
+
+def test_a_broken_plugin_hides_neither_the_built_ins_nor_a_misspelling(monkeypatch, capsys):
+    from atnat.experiments.cli import main
+
+    eps = [EntryPoint(name="broken-dec", value="no_such_module_xyz", group="atnat.decoders")]
+    monkeypatch.setattr(registry_module, "entry_points", lambda group: eps if group == "atnat.decoders" else [])
+    monkeypatch.setattr(DECODERS, "_plugins_loaded", False)
+    monkeypatch.setattr(DECODERS, "plugin_errors", {})
+    with pytest.raises(Exception, match=r"unknown decoder 'cmlmm'; known decoders: at, cmlm, ctc, nat.*"
+                                        r"\(plugins that failed to load: broken-dec\)"):
+        DECODERS.get("cmlmm")
+    with pytest.raises(Exception, match="plugin 'broken-dec' .* failed to load .*ModuleNotFoundError"):
+        DECODERS.get("broken-dec")
+    capsys.readouterr()
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "cmlm" in out and "ctc" in out and "plugin 'broken-dec'" in out
