@@ -78,5 +78,10 @@ class Registry(Generic[T]):
         self._load_plugins()
         return sorted(self._items)
 
+    def in_order(self) -> list[str]:
+        """Names in registration order (built-ins first, then plugins)."""
+        self._load_plugins()
+        return list(self._items)
+
     def __contains__(self, name: str) -> bool:
         return name in self._items or name in self.names()

@@ -14,7 +14,8 @@ ALPHA = 0.05  # significance level of the paired tests (after Holm's correction)
 # columns whose (low, high) 95% interval stands in for the spread when a system has one seed
 INTERVALS = {"bleu": ("bleu_ci_low", "bleu_ci_high"), "speedup_vs_at": ("speedup_ci_low", "speedup_ci_high"),
              "throughput_speedup_vs_at": ("throughput_speedup_ci_low", "throughput_speedup_ci_high"),
-             "latency_ms_b1": ("latency_ms_b1_ci_low", "latency_ms_b1_ci_high")}
+             "latency_ms_b1": ("latency_ms_b1_ci_low", "latency_ms_b1_ci_high"),
+             "speedup_vs_ct2": ("speedup_vs_ct2_ci_low", "speedup_vs_ct2_ci_high")}
 KEYS = ["task", "family", "strategy"]
 
 

@@ -26,11 +26,20 @@ def cmd_train(args) -> None:
 
 
 def print_rows(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
+    """A run's rows on stdout, each column printed with its format from experiments/schema.py."""
     import pandas as pd
 
+    from atnat.experiments import schema
+
+    declared = schema.by_name()
     cols = ["strategy", "bleu", *extra, "chrf", "exact_match", "latency_ms_b1", "throughput_sents_s", "decoder_passes"]
     df = pd.DataFrame(rows)
-    print(df[[c for c in cols if c in df]].round(3).to_string(index=False))
+    shown = df[[c for c in cols if c in df]].copy()
+    for col in shown.columns:
+        fmt = declared[col].fmt if col in declared else ""
+        if fmt:
+            shown[col] = shown[col].map(lambda v, f=fmt: "–" if pd.isna(v) else format(v, f))
+    print(shown.to_string(index=False))
 
 
 def cmd_translate(args) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from atnat.core.options import require, require_at_least, require_choice
 from atnat.decoding.base import STRATEGIES
 from atnat.models.config import ModelConfig
 from atnat.models.decoders.base import DECODERS, LossConfig
@@ -110,21 +111,16 @@ class TrainSettings:
     # the first steps' highest loss (null: only a NaN/inf loss fails it); see experiments/divergence.py
 
     def __post_init__(self) -> None:
-        if self.max_time_s is not None and not (isinstance(self.max_time_s, (int, float)) and self.max_time_s > 0):
-            raise ValueError(f"max_time_s must be a positive number of seconds or null, got {self.max_time_s!r}")
-        choices = {"checkpoint_metric": ("loss", "bleu"), "average": ("none", "best", "last")}
-        for name, valid in choices.items():
-            if getattr(self, name) not in valid:
-                raise ValueError(f"{name}={getattr(self, name)!r}; valid: {', '.join(valid)}")
-        if not (isinstance(self.keep, int) and self.keep >= 1):
-            raise ValueError(f"keep must be an integer >= 1, got {self.keep!r}")
-        if self.ema is not None and not (isinstance(self.ema, (int, float)) and 0 < self.ema < 1):
-            raise ValueError(f"ema must be a decay between 0 and 1 (e.g. 0.999) or null, got {self.ema!r}")
-        unknown = [name for name in self.loggers if name not in LOGGERS]
-        if unknown:
-            raise ValueError(f"loggers: unknown logger {unknown[0]!r}; valid: {', '.join(LOGGERS)}")
-        if not (isinstance(self.num_nodes, int) and self.num_nodes >= 1):
-            raise ValueError(f"num_nodes must be a positive whole number, got {self.num_nodes!r}")
+        require(self.max_time_s is None or (isinstance(self.max_time_s, (int, float)) and self.max_time_s > 0),
+                "train", "max_time_s", "a positive number of seconds or null", self.max_time_s)
+        require_choice(self.checkpoint_metric, ("loss", "bleu"), "train", "checkpoint_metric")
+        require_choice(self.average, ("none", "best", "last"), "train", "average")
+        require_at_least(self.keep, 1, "train", "keep")
+        require(self.ema is None or (isinstance(self.ema, (int, float)) and 0 < self.ema < 1), "train", "ema",
+                "a decay between 0 and 1 (e.g. 0.999) or null", self.ema)
+        for name in self.loggers:
+            require_choice(name, LOGGERS, "train", "loggers")
+        require_at_least(self.num_nodes, 1, "train", "num_nodes")
 
 
 @dataclass(frozen=True)
@@ -140,10 +136,8 @@ class EvalSettings:
     compound_split: bool = False  # tokenised BLEU splits hyphenated compounds (##AT##), as WMT en-de papers
 
     def __post_init__(self) -> None:
-        if self.significance not in ("bs", "ar"):
-            raise ValueError(f"significance={self.significance!r}; valid: bs, ar")
-        if not (isinstance(self.n_bootstrap, int) and self.n_bootstrap >= 1):
-            raise ValueError(f"n_bootstrap must be an integer >= 1, got {self.n_bootstrap!r}")
+        require_choice(self.significance, ("bs", "ar"), "eval", "significance")
+        require_at_least(self.n_bootstrap, 1, "eval", "n_bootstrap")
 
 
 @dataclass(frozen=True)

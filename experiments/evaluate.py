@@ -23,8 +23,8 @@ from atnat.experiments.assemble import build_strategy, check_compatible, needs_t
 from atnat.experiments.config import RunConfig
 from atnat.experiments.data import EncodedSplit, encode_split, make_loader
 from atnat.experiments.files import write_text_atomic
-from atnat.experiments.metrics import (closest_references, conditional_error_rate, corpus_quality, exact_match,
-                                       length_accuracy, repetition_rate, tokenized_bleu, variant_mixing_rate)
+from atnat.experiments.metrics import closest_references
+from atnat.experiments.metrics.row import Outputs, score
 from atnat.experiments.metrics.error_propagation import bleu_by_length
 from atnat.experiments.tasks import TaskData
 
@@ -40,6 +40,8 @@ class SpeedSettings:
     warmup: int = 1  # untimed passes over every call before timing
     bootstrap: int = 1000  # resamples of the sentences (batches) for the speed-up confidence intervals
     threads: int | None = None  # torch CPU threads while timing (None: torch's default)
+    ct2_baseline: bool = False  # also time each plain AT cell exported to CTranslate2 (float32; needs the
+    # bench extra): rows <strategy>-ct2 and a speedup_vs_ct2 column against its greedy
 
 
 @dataclass
@@ -75,22 +77,12 @@ def decode_split(module: Seq2SeqModule, split: EncodedSplit, strategy: Strategy,
 def score_outputs(hyps: list[list[int]], refs: list[list[list[int]]], ref_txt: list[list[str]], task: TaskData, *,
                   n_bootstrap: int, detok: Callable[[list[int]], str],
                   compound_split: bool = False) -> tuple[dict, list[str]]:
-    """Quality metrics of detokenised outputs against raw reference streams (`ref_txt`: one or more
-    lists of strings); exact match, lengths and error metrics on ids against the closest of the
-    reference streams `refs` (each a list of id lists)."""
+    """Every registered metric (metrics/row.py) of one system: text metrics of the detokenised
+    outputs against the raw reference streams (`ref_txt`: one or more lists of strings), id metrics
+    against the closest of the reference streams `refs` (each a list of id lists)."""
     hyp_txt = [detok(h) for h in hyps]
-    q = corpus_quality(hyp_txt, ref_txt, tokenize=task.bleu_tokenize, n_bootstrap=n_bootstrap)
-    closest = closest_references(hyps, refs)
-    lengths = length_accuracy([len(h) for h in hyps], [len(r) for r in closest])
-    row = {"bleu": q.bleu, "chrf": q.chrf, "bleu_ci_low": q.bleu_ci_low, "bleu_ci_high": q.bleu_ci_high,
-           "bleu_tok": tokenized_bleu(hyp_txt, ref_txt, lang=task.lang, compound_split=compound_split),
-           "bleu_signature": q.bleu_signature, "bleu_tokenize": task.bleu_tokenize, "n_refs": len(ref_txt),
-           "exact_match": exact_match(hyps, closest),
-           "repetition_rate": repetition_rate(hyps), "length_exact": lengths.exact,
-           "length_within1": lengths.within_1, "length_mae": lengths.mean_abs_error,
-           "cond_error_excess": conditional_error_rate(hyps, closest).excess,
-           "mixing_rate": variant_mixing_rate(hyps, task.token_variant) if task.token_variant else float("nan")}
-    return row, hyp_txt
+    outputs = Outputs(hyps, hyp_txt, closest_references(hyps, refs), ref_txt, task, n_bootstrap, compound_split)
+    return score(outputs), hyp_txt
 
 
 @dataclass

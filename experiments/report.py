@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from atnat.experiments import figures
+from atnat.experiments import figures, schema
 from atnat.experiments.aggregate import INTERVALS, aggregate_seeds, beyond_spread, robust_front, significant
 from atnat.experiments.blocks import Block, best_cells
 from atnat.experiments.figures import pareto_front, system_label
@@ -25,21 +25,12 @@ from atnat.core.errors import AtnatError
 
 __all__ = ["REQUIRED_COLUMNS", "GridResults", "load_results", "markdown_table", "pareto_front", "write_report"]
 
-# Columns of results.csv the report reads; the grid runner writes more, which are ignored here.
-NUMERIC_COLUMNS = (
-    "bleu", "chrf", "bleu_ci_low", "bleu_ci_high", "bleu_p_vs_at", "exact_match",
-    "latency_ms_b1", "throughput_sents_s", "speedup_vs_at", "throughput_speedup_vs_at",
-    "decoder_passes", "repetition_rate", "length_exact", "length_within1", "mixing_rate",
-)  # fmt: skip
-REQUIRED_COLUMNS = ("cell", "task", "decoder", "strategy", "guided_attention", *NUMERIC_COLUMNS,
-                    "status", "error")  # fmt: skip
-# Columns added since the first results folders: read when present, NaN (or empty) when absent.
-OPTIONAL_NUMERIC = (
-    "seed", "bleu_tok", "bleu_p_holm", "latency_ms_b1_ci_low", "latency_ms_b1_ci_high", "speedup_ci_low",
-    "speedup_ci_high", "throughput_speedup_ci_low", "throughput_speedup_ci_high", "decode_memory_mb",
-    "cond_error_excess", "timing_spread", "n_refs",
-)  # fmt: skip
-OPTIONAL_TEXT = ("family", "p_baseline", "speed_baseline")
+# The columns of results.csv the report reads, from their one declaration (experiments/schema.py):
+# required ones must be there; the others are read when present (NaN or empty when absent).
+NUMERIC_COLUMNS = tuple(c.name for c in schema.columns() if c.kind == "number" and c.required)
+REQUIRED_COLUMNS = tuple(c.name for c in schema.columns() if c.required)
+OPTIONAL_NUMERIC = tuple(c.name for c in schema.columns() if c.kind == "number" and not c.required)
+OPTIONAL_TEXT = tuple(c.name for c in schema.columns() if c.kind == "label" and not c.required)
 SAMPLE_COLUMNS = ("cell", "strategy", "index", "source", "reference", "hypothesis")
 
 
@@ -189,6 +180,7 @@ OVERVIEW_COLUMNS = (
     ("Exact %", ("exact_match",), lambda r: _pct(r["exact_match"])),
     ("Latency ms (b=1)", ("latency_ms_b1",), lambda r: _auto(r["latency_ms_b1"])),
     ("Speed-up × vs {speed_base} (b=1)", ("speedup_vs_at",), lambda r: _spread(r, "speedup_vs_at", 2)),
+    ("Speed-up × vs CTranslate2 greedy (b=1)", ("speedup_vs_ct2",), lambda r: _spread(r, "speedup_vs_ct2", 2)),
     ("Throughput sent/s", ("throughput_sents_s",), lambda r: _auto(r["throughput_sents_s"])),
     ("Thr. speed-up ×", ("throughput_speedup_vs_at",), lambda r: _spread(r, "throughput_speedup_vs_at", 2)),
     ("Passes", ("decoder_passes",), lambda r: _num(r["decoder_passes"], 1)),
@@ -198,14 +190,10 @@ OVERVIEW_COLUMNS = (
     ("Error excess", ("cond_error_excess",), lambda r: _num(r["cond_error_excess"], 3)),
     ("p vs {p_base} (Holm)", ("bleu_p_holm",), _p),
 )  # fmt: skip
-# which way is better for a results.csv column; an overview column whose first source column is
-# named here has its best value per task marked (bold) and its first sort click puts the best first
-BETTER = {
-    "bleu": "higher", "bleu_tok": "higher", "chrf": "higher", "exact_match": "higher", "latency_ms_b1": "lower",
-    "speedup_vs_at": "higher", "throughput_sents_s": "higher", "throughput_speedup_vs_at": "higher",
-    "decoder_passes": "lower", "repetition_rate": "lower", "length_exact": "higher", "mixing_rate": "lower",
-    "decode_memory_mb": "lower",
-}  # fmt: skip
+# which way is better for a results.csv column (declared in experiments/schema.py); an overview column
+# whose first source column has a direction has its best value per task marked (bold) and its first
+# sort click puts the best first
+BETTER = schema.better()
 
 
 def _baseline_names(part: pd.DataFrame) -> dict[str, str]:
@@ -367,6 +355,9 @@ def _definitions(g: GridResults) -> list[Block]:
                   "sentence (batch 1) or batch is decoded by every system in turn, in rotating order, repeated, "
                   "median per call. Speed-up = total time of the AT greedy baseline / the system's, on the same "
                   "sentences, [95% paired bootstrap interval over sentences] (batches, for throughput)."),
+        ("vs CTranslate2", "the same, against the plain AT cell's weights exported to CTranslate2 (float32) and "
+                           "decoded greedily by it in the same timing phase (rows `...-ct2`): the fastest AT a user "
+                           "could deploy. Its passes are not observable."),
         ("Memory", "peak memory of a large-batch decode above what the process held before it (CPU: VmHWM "
                    "reset per call; CUDA: peak allocated tensors)."),
         ("Error excess", "P(error | previous alignment column an error) − P(error | previous column a match), "
@@ -378,7 +369,8 @@ def _definitions(g: GridResults) -> list[Block]:
               "seeds, the largest over seeds. A difference is stated in the summary only when it exceeds the "
               "seed spread (or, with one seed, the 95% intervals) and the test agrees."),
     ]
-    present = {"Tok. BLEU": "bleu_tok", "Memory": "decode_memory_mb", "Error excess": "cond_error_excess"}
+    present = {"Tok. BLEU": "bleu_tok", "Memory": "decode_memory_mb", "Error excess": "cond_error_excess",
+               "vs CTranslate2": "speedup_vs_ct2"}
     rows = [(k, v) for k, v in text if k not in present or table[present[k]].notna().any()]
     return [Block("heading", "How to read the numbers", 2),
             Block("table", frame=pd.DataFrame(rows, columns=["Column", "Definition"]))]

@@ -12,22 +12,12 @@ import pandas as pd
 
 from atnat.experiments.grid import Grid
 from atnat.experiments.evaluate import read_references
+from atnat.experiments import schema
 from atnat.experiments.files import write_csv
 from atnat.experiments.metrics import holm, paired_significance
 
 CURVES = ("position_accuracy", "prefix_corruption", "bleu_by_length", "iterations", "attention")
-COLUMNS = ["cell", "family", "task", "decoder", "strategy", "strategy_name", "iterations", "seed", "distilled",
-           "guided_attention", "options", "bleu", "bleu_tok", "chrf", "bleu_ci_low", "bleu_ci_high",
-           "bleu_p_vs_at", "bleu_p_holm", "p_baseline", "exact_match", "latency_ms_b1", "latency_ms_b1_ci_low",
-           "latency_ms_b1_ci_high", "throughput_sents_s", "speedup_vs_at", "speedup_ci_low", "speedup_ci_high",
-           "throughput_speedup_vs_at", "throughput_speedup_ci_low", "throughput_speedup_ci_high", "speed_baseline",
-           "decoder_passes", "repetition_rate", "length_exact", "length_within1", "length_mae", "mixing_rate",
-           "cond_error_excess", "decode_memory_mb", "timing_spread", "n_refs", "bleu_tokenize", "distill_bleu",
-           "train_steps", "train_time_s", "status", "error"]
-TIMING = ["latency_ms_b1", "latency_ms_b1_ci_low", "latency_ms_b1_ci_high", "throughput_sents_s",
-          "speedup_vs_at", "speedup_ci_low", "speedup_ci_high", "throughput_speedup_vs_at",
-          "throughput_speedup_ci_low", "throughput_speedup_ci_high", "speed_baseline", "decoder_passes",
-          "decode_memory_mb", "timing_spread"]
+TIMING = [c.name for c in schema.SPEED]  # the columns the timing phase fills (timing.csv)
 
 
 def baseline_cells(df: pd.DataFrame) -> dict[tuple, str]:
@@ -71,11 +61,22 @@ def add_significance(df: pd.DataFrame, runs: Path, *, method: str = "bs", n: int
 
 
 def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None) -> pd.DataFrame:
-    """The timing phase's columns (timing.csv) joined on (cell, strategy)."""
+    """The timing phase's columns (timing.csv) joined on (cell, strategy); systems timed but not
+    evaluated (a plain AT's CTranslate2 twin, `<strategy>-ct2`) become rows of their cell with
+    speed columns only."""
     if timing is None or timing.empty:
         return df
     keep = timing[["cell", "strategy", *[c for c in TIMING if c in timing]]]
-    return df.drop(columns=[c for c in TIMING if c in df]).merge(keep, on=["cell", "strategy"], how="left")
+    merged = df.drop(columns=[c for c in TIMING if c in df]).merge(keep, on=["cell", "strategy"], how="left")
+    known = set(zip(df.cell, df.strategy))
+    extra = keep[[(c, s) not in known for c, s in zip(keep.cell, keep.strategy)]]
+    if extra.empty:
+        return merged
+    labels = [c for c in ("family", "variant", "task", "decoder", "seed", "distilled", "guided_attention", "options",
+                          "teacher") if c in df]
+    info = df.drop_duplicates("cell").set_index("cell")[labels]
+    extra = extra.join(info, on="cell").assign(strategy_name=extra.strategy, status="ok", error="")
+    return pd.concat([merged, extra[extra.cell.isin(info.index)]], ignore_index=True)
 
 
 def read_hyps(path: Path) -> list[str] | None:
@@ -106,10 +107,9 @@ def tabulate(grid: Grid, out: Path, describe) -> pd.DataFrame:
     df = add_timing(pd.DataFrame(rows), pd.read_csv(timing_path) if timing_path.exists() else None)
     ev = grid.cells[0].config.eval if grid.cells else None
     df = add_significance(df, runs, method=ev.significance if ev else "bs", n=ev.n_bootstrap if ev else 1000)
-    for col in COLUMNS:
-        if col not in df:
-            df[col] = float("nan")
-    df = df[COLUMNS + [c for c in df.columns if c not in COLUMNS]]
+    order = [c.name for c in schema.columns()]
+    df = df.assign(**{col: float("nan") for col in order if col not in df})
+    df = df[order + [c for c in df.columns if c not in order]]
     out.mkdir(parents=True, exist_ok=True)
     write_csv(df, out / "results.csv")
     (out / "curves").mkdir(exist_ok=True)

@@ -30,11 +30,9 @@ from atnat.experiments.data import collate
 from atnat.experiments.assemble import needs_teacher
 from atnat.experiments.evaluate import SpeedSettings
 from atnat.experiments.metrics.speed import _synchronize, current_rss_mb, peak_memory_mb, reset_peak
+from atnat.experiments.schema import SPEED
 
-COLUMNS = ["cell", "strategy", "latency_ms_b1", "latency_ms_b1_ci_low", "latency_ms_b1_ci_high",
-           "throughput_sents_s", "speedup_vs_at", "speedup_ci_low", "speedup_ci_high",
-           "throughput_speedup_vs_at", "throughput_speedup_ci_low", "throughput_speedup_ci_high",
-           "decoder_passes", "decode_memory_mb", "timing_spread", "speed_baseline", "fingerprint"]
+COLUMNS = ["cell", "strategy", *[c.name for c in SPEED], "fingerprint"]  # timing.csv
 
 
 @dataclass
@@ -59,6 +57,23 @@ class System:
             with torch.inference_mode():
                 return self.module.decode(src, lengths, self.search, **needs_teacher(self.search, self.teacher, src))
         return run
+
+
+@dataclass
+class ExportedSystem(System):
+    """A plain AT cell's strategy run by CTranslate2 on the same weights (the fastest AT a user
+    could deploy); `module` is a ct2.CT2Decoder. Its passes are not observable: NaN."""
+
+    def call(self, indices: list[int]):
+        sources = [self.sources[i] for i in indices]
+        return lambda: (self.module(sources), _NO_STEPS)[1]
+
+
+class _NoSteps:
+    n_steps = float("nan")
+
+
+_NO_STEPS = _NoSteps()
 
 
 class PeakMemory:
@@ -137,12 +152,14 @@ def _mean_ci(values: np.ndarray, n: int, seed: int = 12345) -> tuple[float, floa
     return float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
 
 
-def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[str, tuple[str, str]]) -> pd.DataFrame:
+def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[str, tuple[str, str]],
+                 ct2_baselines: dict[str, tuple[str, str]] | None = None) -> pd.DataFrame:
     """Time `systems` side by side (see the module docstring); `baselines` maps a cell to the
-    (cell, strategy) of its AT greedy baseline. -> one row per system, COLUMNS."""
+    (cell, strategy) of its AT greedy baseline, `ct2_baselines` to that of its CTranslate2
+    twin. -> one row per system, COLUMNS."""
     if not systems:
         return pd.DataFrame(columns=COLUMNS)
-    device = systems[0].module.device
+    device = next(s.module.device for s in systems if not isinstance(s, ExportedSystem))
     n = min(len(s.sources) for s in systems)
     n1, nt = min(speed.latency_sentences, n), min(speed.throughput_sentences, n)
     singles = [[s.call([i]) for i in range(n1)] for s in systems]
@@ -167,6 +184,10 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
             row["speedup_vs_at"], row["speedup_ci_low"], row["speedup_ci_high"] = _ratio_ci(lat[base], lat[k], speed.bootstrap)
             (row["throughput_speedup_vs_at"], row["throughput_speedup_ci_low"],
              row["throughput_speedup_ci_high"]) = _ratio_ci(thr[base], thr[k], speed.bootstrap)
+        twin = index.get((ct2_baselines or {}).get(s.cell, ("", "")))
+        if twin is not None:
+            row["speedup_vs_ct2"], row["speedup_vs_ct2_ci_low"], row["speedup_vs_ct2_ci_high"] = _ratio_ci(
+                lat[twin], lat[k], speed.bootstrap)
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=COLUMNS)
 
@@ -183,8 +204,11 @@ def plain_at(cfg) -> bool:
             and not float((cfg.loss or {}).get("guided_attention_weight", 0) or 0))
 
 
-def grid_systems(cells: list, device: str) -> tuple[list[System], dict[str, tuple[str, str]]]:
-    """The systems of finished cells (each of its eval strategies) and each cell's speed baseline."""
+def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None
+                 ) -> tuple[list[System], dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
+    """The systems of finished cells (each of its eval strategies; with speed.ct2_baseline also
+    the plain AT cells' strategies run by CTranslate2), each cell's speed baseline and CTranslate2
+    baseline."""
     from atnat.experiments.distill import checkpoint_stamp
     from atnat.experiments.assemble import build_strategy
     from atnat.experiments.runs import evaluation_checkpoint, load_module, load_task
@@ -205,14 +229,30 @@ def grid_systems(cells: list, device: str) -> tuple[list[System], dict[str, tupl
             label, strategy = build_strategy(spec)
             systems.append(System(cell.name, label, module, strategy, sources, teacher,
                                   checkpoint_stamp(run_dir)))
+            if speed is not None and speed.ct2_baseline and plain_at(cfg):
+                systems.append(exported_twin(systems[-1], tokenizer, device, speed))
         if plain_at(cfg):
             plain.setdefault((cell.labels.get("task", cfg.task_name), cell.seed), cell.name)
-    baselines = {}
+    baselines, ct2 = {}, {}
     for cell in cells:
         base = plain.get((cell.labels.get("task", cell.config.task_name), cell.seed))
         if base is not None:
             baselines[cell.name] = (base, "greedy")
-    return systems, baselines
+            if speed is not None and speed.ct2_baseline:
+                ct2[cell.name] = (base, "greedy-ct2")
+    return systems, baselines, ct2
+
+
+def exported_twin(system: System, tokenizer, device: str, speed: SpeedSettings) -> ExportedSystem:
+    """The same weights and search in CTranslate2 float32 (the nearest CTranslate2 search where
+    ours has no exact equivalent, e.g. GNMT length normalisation: for timing only)."""
+    from atnat.experiments import ct2
+
+    ct2.require()
+    decoder = ct2.ct2_decoder((system.module, tokenizer), system.search, compute_type="float32", device=device,
+                              threads=speed.threads or torch.get_num_threads(), exact=False)
+    return ExportedSystem(system.cell, f"{system.strategy}-ct2", decoder, system.search, system.sources,
+                          fingerprint=system.fingerprint)
 
 
 def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str) -> pd.DataFrame:
@@ -230,7 +270,7 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str) -> pd.D
         print(f"atnat: no checkpoint left for {', '.join(gone)}: not timed again (their earlier timings, if "
               "any, are kept)", file=sys.stderr)
     kept = old[old.cell.isin(gone)] if old is not None else None
-    systems, baselines = grid_systems(timeable, device)
+    systems, baselines, ct2 = grid_systems(timeable, device, speed)
     keys = sorted((s.cell, s.strategy, s.fingerprint) for s in systems)
     if old is not None:
         fresh = old[~old.cell.isin(gone)]
@@ -244,7 +284,7 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str) -> pd.D
         task_of = {c.name: c.labels.get("task", c.config.task_name) for c in cells}
         for s in systems:
             by_task.setdefault(task_of[s.cell], []).append(s)
-        frames = [time_systems(group, speed, baselines).assign(task=task) for task, group in by_task.items()]
+        frames = [time_systems(group, speed, baselines, ct2).assign(task=task) for task, group in by_task.items()]
     finally:
         torch.set_num_threads(threads)
     if kept is not None and len(kept):

@@ -7,13 +7,27 @@ source" for every sentence. Shapes: B batch, S source length, D model width, O =
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from atnat.core.options import require_at_least
 from atnat.models.encoder import EncoderOut
 
 DEFAULT_MAX_OFFSET = 64  # covers targets up to 64 tokens longer/shorter than the source
+
+
+@dataclass(frozen=True)
+class LengthOptions:
+    """Options every decoder with a length predictor has (the base of ParallelDecoder options;
+    a NAT decoder's own options class subclasses it and adds its fields)."""
+
+    length_max_offset: int = DEFAULT_MAX_OFFSET  # length offsets |T - S| beyond this are clamped
+
+    def __post_init__(self):
+        require_at_least(self.length_max_offset, 1, "decoder options", "length_max_offset")
 
 
 class LengthPredictor(nn.Module):

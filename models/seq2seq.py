@@ -10,6 +10,7 @@ import sacrebleu
 import torch
 from torch import Tensor
 
+from atnat.core.options import require_choice
 from atnat.core.special import SpecialTokens
 from atnat.models.batch import Batch
 from atnat.models.config import ModelConfig
@@ -34,8 +35,7 @@ class OptimConfig:
     clip_norm: float = 1.0  # gradient clipping by global norm (0 = off); applied by the Trainer
 
     def __post_init__(self):
-        if self.schedule not in ("inverse_sqrt", "constant"):
-            raise AtnatError(f"optim.schedule={self.schedule!r}; valid: inverse_sqrt, constant")
+        require_choice(self.schedule, ("inverse_sqrt", "constant"), "optim", "schedule")
 
 
 def lr_factor(step: int, schedule: str, warmup: int) -> float:

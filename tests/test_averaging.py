@@ -64,11 +64,11 @@ def test_ema_weights_are_evaluated_and_resume_exactly(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"average": "mean"}, "average='mean'; valid: none, best, last"),
-    ({"checkpoint_metric": "acc"}, "checkpoint_metric='acc'; valid: loss, bleu"),
-    ({"keep": 0}, "keep must be an integer >= 1"),
-    ({"ema": 1.5}, "ema must be a decay between 0 and 1"),
-    ({"loggers": ["wandb"]}, "unknown logger 'wandb'; valid: csv, tensorboard"),
+    ({"average": "mean"}, "train: average must be one of none, best, last, got 'mean'"),
+    ({"checkpoint_metric": "acc"}, "train: checkpoint_metric must be one of loss, bleu, got 'acc'"),
+    ({"keep": 0}, "train: keep must be an integer >= 1, got 0"),
+    ({"ema": 1.5}, "train: ema must be a decay between 0 and 1"),
+    ({"loggers": ["wandb"]}, "train: loggers must be one of csv, tensorboard, got 'wandb'"),
 ])
 def test_bad_selection_options_are_refused_when_read(change, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):

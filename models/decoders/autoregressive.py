@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from atnat.core.options import require_choice
 from atnat.models.batch import Batch
 from atnat.models.decoders.base import Decoder, register_decoder
 from atnat.models.encoder import EncoderOut
@@ -29,9 +30,7 @@ class ATOptions:
     sampling_max: float = 0.25  # largest probability of feeding the model's own prediction
 
     def __post_init__(self):
-        if self.scheduled_sampling not in SCHEDULES:
-            raise AtnatError(f"decoder option scheduled_sampling={self.scheduled_sampling!r}; "
-                             f"valid: {', '.join(SCHEDULES)}")
+        require_choice(self.scheduled_sampling, SCHEDULES, "decoder options", "scheduled_sampling")
 
 
 def sampling_probability(schedule: str, step: int, k: float, cap: float) -> float:

@@ -16,20 +16,13 @@ from atnat.models.decoders.glancing import random_positions
 from atnat.models.decoders.nat import ParallelDecoder
 from atnat.models.decoders.base import register_decoder
 from atnat.models.encoder import EncoderOut, lengths_to_padding_mask
-from atnat.core.errors import AtnatError
-from atnat.models.length import DEFAULT_MAX_OFFSET
+from atnat.models.length import LengthOptions
 from atnat.models.losses import Loss
 
 
 @dataclass(frozen=True)
-class CMLMOptions:
-    """Options of the CMLM."""
-
-    length_max_offset: int = DEFAULT_MAX_OFFSET  # length offsets |T - S| beyond this are clamped
-
-    def __post_init__(self):
-        if self.length_max_offset < 1:
-            raise AtnatError(f"decoder option length_max_offset={self.length_max_offset!r}; expected >= 1")
+class CMLMOptions(LengthOptions):
+    """Options of the CMLM (the length predictor's, from LengthOptions)."""
 
 
 def training_mask(tgt_lengths: Tensor, padding_mask: Tensor, generator: torch.Generator | None = None) -> Tensor:

@@ -14,12 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from atnat.core.options import require_at_least
 from atnat.models.batch import Batch
 from atnat.models.decoders.base import Decoder, register_decoder
 from atnat.models.decoders.glancing import (GlancingOptions, ctc_viterbi, feed_tokens, glance_positions,
                                             glancing_ratio)
 from atnat.models.encoder import EncoderOut
-from atnat.core.errors import AtnatError
 from atnat.models.losses import Loss, ctc_loss
 
 
@@ -32,8 +32,7 @@ class CTCOptions(GlancingOptions):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.upsample < 1:
-            raise AtnatError(f"decoder option upsample={self.upsample!r}; expected an integer >= 1")
+        require_at_least(self.upsample, 1, "decoder options", "upsample")
 
 
 @register_decoder("ctc")

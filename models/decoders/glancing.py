@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from atnat.core.errors import AtnatError
+from atnat.core.options import require, require_at_least
 from atnat.models.layers import TokenEmbedding
 from atnat.core.special import NEG_INF
 
@@ -30,10 +30,8 @@ class GlancingOptions:
 
     def __post_init__(self):
         for name in ("glat_ratio_start", "glat_ratio_end"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise AtnatError(f"decoder option {name}={getattr(self, name)!r}; expected 0 <= ratio <= 1")
-        if self.glat_anneal_steps < 0:
-            raise AtnatError(f"decoder option glat_anneal_steps={self.glat_anneal_steps!r}; expected >= 0")
+            require(0.0 <= getattr(self, name) <= 1.0, "decoder options", name, "a ratio in [0, 1]", getattr(self, name))
+        require_at_least(self.glat_anneal_steps, 0, "decoder options", "glat_anneal_steps")
 
 
 def glancing_ratio(options: GlancingOptions, step: int) -> float:

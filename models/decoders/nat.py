@@ -16,12 +16,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from atnat.core.options import require_choice
 from atnat.models.batch import Batch
 from atnat.models.decoders.base import Decoder, register_decoder
 from atnat.models.decoders.glancing import GlancingOptions, feed_tokens, glance_positions, glancing_ratio
 from atnat.models.encoder import EncoderOut, lengths_to_padding_mask
 from atnat.core.errors import AtnatError
-from atnat.models.length import DEFAULT_MAX_OFFSET, LengthPredictor
+from atnat.models.length import LengthOptions, LengthPredictor
 from atnat.models.losses import Loss, label_smoothed_nll, token_accuracy
 from atnat.core.special import length_budget
 
@@ -30,23 +31,20 @@ LENGTHS = ("predict", "fixed")
 
 
 @dataclass(frozen=True)
-class NATOptions(GlancingOptions):
-    """Options of the vanilla NAT (plus the glat_* fields of GlancingOptions)."""
+class NATOptions(GlancingOptions, LengthOptions):
+    """Options of the vanilla NAT (plus the glat_* fields of GlancingOptions and length_max_offset
+    of LengthOptions, used with length: predict)."""
 
     inputs: str = "copy"  # "copy": uniform copy of the encoder states; "mask": mask-token embeddings
     length: str = "predict"  # "predict": length predictor; "fixed": floor(a*S+b) slots, y then EOS
     fixed_len_a: float = 2.0  # "fixed": a (must equal the strategy parallel's fixed_len_a)
     fixed_len_b: int = 10  # "fixed": b (must equal the strategy parallel's fixed_len_b)
-    length_max_offset: int = DEFAULT_MAX_OFFSET  # "predict": offsets |T - S| beyond this are clamped
 
     def __post_init__(self):
-        super().__post_init__()
-        if self.inputs not in INPUTS:
-            raise AtnatError(f"decoder option inputs={self.inputs!r}; valid: {', '.join(INPUTS)}")
-        if self.length not in LENGTHS:
-            raise AtnatError(f"decoder option length={self.length!r}; valid: {', '.join(LENGTHS)}")
-        if self.length_max_offset < 1:
-            raise AtnatError(f"decoder option length_max_offset={self.length_max_offset!r}; expected >= 1")
+        GlancingOptions.__post_init__(self)
+        LengthOptions.__post_init__(self)
+        require_choice(self.inputs, INPUTS, "decoder options", "inputs")
+        require_choice(self.length, LENGTHS, "decoder options", "length")
 
 
 def uniform_copy_index(src_lengths: Tensor, padding_mask: Tensor) -> Tensor:
@@ -61,10 +59,24 @@ def uniform_copy_index(src_lengths: Tensor, padding_mask: Tensor) -> Tensor:
 
 class ParallelDecoder(Decoder):
     """Base of decoders driven by the NAT strategies (the ParallelModel protocol): one non-causal
-    pass over given input tokens, a length predictor, and the shared loss parts."""
+    pass over given input tokens, a length predictor, and the shared loss parts.
+
+    A subclass writes `loss(batch, memory, step=)` and gets: `forward_parallel`, `predict_length`
+    and `reorder_memory` (what the strategies drive); `input_vectors` (mask embeddings, or with
+    input_mode "copy" the uniformly copied encoder states); `decode_logits` (one pass); `all_mask`;
+    and the loss parts `token_parts`, `length_parts` and `finish` (the graded pass plus every part).
+    Its `Options` subclass LengthOptions (length_max_offset of the length predictor)."""
 
     capabilities = frozenset({"parallel"})
+    Options: ClassVar[type] = LengthOptions
     input_mode: ClassVar[str] = "mask"  # "mask" or "copy": what a slot holding `mask` reads
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if not (isinstance(cls.Options, type) and issubclass(cls.Options, LengthOptions)):
+            raise TypeError(f"{cls.__name__}.Options must subclass atnat.models.length.LengthOptions (it "
+                            "declares length_max_offset, which the length predictor reads), e.g. "
+                            "@dataclass(frozen=True) class MyOptions(LengthOptions): ...")
 
     def __init__(self, cfg, options, **kwargs):
         super().__init__(cfg, options, **kwargs)
