@@ -67,7 +67,6 @@ def cmd_translate(args) -> int:
 
 
 def strategy_options(args) -> dict:
-    import yaml
 
     import dataclasses
 
@@ -82,12 +81,20 @@ def strategy_options(args) -> dict:
         opts[key] = args.beam
     if args.iterations is not None:
         opts["iterations"] = args.iterations
-    for item in args.option or []:
+    return opts | parse_assignments(args.option or [], "--option")
+
+
+def parse_assignments(items: list[str], what: str) -> dict:
+    """["k=v", ...] -> {k: v} with values parsed as YAML; one error naming the bad item."""
+    import yaml
+
+    out = {}
+    for item in items:
         if "=" not in item:
-            raise AtnatError(f"--option {item!r}: expected NAME=VALUE")
+            raise AtnatError(f"{what} {item!r}: expected NAME=VALUE")
         k, v = item.split("=", 1)
-        opts[k] = yaml.safe_load(v)
-    return opts
+        out[k] = yaml.safe_load(v)
+    return out
 
 
 def cmd_distill(args) -> None:
@@ -161,16 +168,8 @@ def cmd_evaluate(args) -> None:
 
 def _spec(text: str) -> dict:
     """`--also beam:beam_size=5` -> {"name": "beam", "beam_size": 5} (values parsed as YAML)."""
-    import yaml
-
     name, _, opts = text.partition(":")
-    spec = {"name": name}
-    for item in filter(None, opts.split(",")):
-        if "=" not in item:
-            raise AtnatError(f"--also {text!r}: expected NAME[:OPTION=VALUE,...]")
-        k, v = item.split("=", 1)
-        spec[k] = yaml.safe_load(v)
-    return spec
+    return {"name": name} | parse_assignments([o for o in opts.split(",") if o], f"--also {text!r}:")
 
 
 def cmd_export(args) -> None:

@@ -196,6 +196,18 @@ OVERVIEW_COLUMNS = (
 BETTER = schema.better()
 
 
+def metric_columns(rows: pd.DataFrame) -> tuple:
+    """Overview columns of registered metrics (a plugin's too) that OVERVIEW_COLUMNS does not
+    show already: header = the column name, formatted with its declared format."""
+    covered = {c for _, cols, _ in OVERVIEW_COLUMNS for c in cols}
+    from atnat.experiments.metrics.row import METRICS
+
+    extra = [c for name in METRICS.in_order() for c in METRICS.get(name).columns
+             if c.kind == "number" and c.shown and c.name not in covered and c.name in rows]
+    return tuple((c.name, (c.name,), lambda r, c=c: DASH if pd.isna(r[c.name]) else format(r[c.name], c.fmt or ".3g"))
+                 for c in extra)
+
+
 def _baseline_names(part: pd.DataFrame) -> dict[str, str]:
     """{speed_base}, {p_base}: the baselines named in a task's speed and p-value headers."""
     def name(col: str, fallback: str) -> str:
@@ -220,7 +232,7 @@ def overview_table(part: pd.DataFrame) -> Block:
     rows = agg.assign(_nat=agg["decoder"] != "at").sort_values("_nat", kind="stable")
     several = bool((rows["n_seeds"] > 1).any())
     names = _baseline_names(part)
-    keep = [(h.format(**names), cols, fmt) for h, cols, fmt in OVERVIEW_COLUMNS
+    keep = [(h.format(**names), cols, fmt) for h, cols, fmt in OVERVIEW_COLUMNS + metric_columns(rows)
             if h in {"System", "Strategy"} or (h == "Seeds" and several)
             or (h != "Seeds" and rows[list(cols)].notna().to_numpy().any())]  # fmt: skip
     cells = [[fmt(r) for _, _, fmt in keep] for _, r in rows.iterrows()]

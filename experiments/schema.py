@@ -16,16 +16,17 @@ class Column:
     kind: str  # "label" (text), "flag" (bool), "number"
     description: str  # what it holds, in one sentence
     better: str = ""  # "higher" or "lower" when one value is better than another, else ""
-    fmt: str = ""  # how the CLI prints it (a format spec such as ".2f"); "" = as is
+    fmt: str = ""  # how the CLI and the report print it (a format spec such as ".2f"); "" = as is
     required: bool = False  # the report refuses a results.csv without it
+    shown: bool = True  # a metric column the report's overview shows (False: auxiliary, e.g. an interval)
 
     def __post_init__(self):
         if self.kind not in ("label", "flag", "number") or self.better not in ("", "higher", "lower"):
             raise ValueError(f"column {self.name}: kind {self.kind!r} / better {self.better!r}")
 
 
-def _c(name, kind, description, better="", fmt="", required=False) -> Column:
-    return Column(name, kind, description, better, fmt, required)
+def _c(name, kind, description, better="", fmt="", required=False, shown=True) -> Column:
+    return Column(name, kind, description, better, fmt, required, shown)
 
 
 LABELS = (

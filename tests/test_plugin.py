@@ -19,10 +19,20 @@ from tests.training import decode_split, exact_match, fit
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
+def readme_examples(section: str) -> list[str]:
+    """The python code blocks of one README section, as written."""
+    text = README.read_text().split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
 def readme_example() -> str:
-    text = README.read_text()
-    section = text.split("## Adding a decoder", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return readme_examples("Adding a decoder")[0]
+
+
+def load_example(tmp_path, monkeypatch, name: str, code: str):
+    (tmp_path / f"{name}.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return importlib.import_module(name)
 
 
 @pytest.fixture
@@ -83,3 +93,78 @@ def test_a_broken_plugin_hides_neither_the_built_ins_nor_a_misspelling(monkeypat
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "cmlm" in out and "ctc" in out and "plugin 'broken-dec'" in out
+
+
+
+def test_readme_nat_decoder_trains_with_the_parallel_decoder_parts_and_decodes(tmp_path, monkeypatch):
+    from atnat.decoding.mask_predict import MaskPredict
+
+    DECODERS.unregister("half-mask")
+    plugin = load_example(tmp_path, monkeypatch, "my_plugin_half_mask", readme_examples("Adding a decoder")[1])
+    try:
+        assert DECODERS.get("half-mask") is plugin.HalfMaskNAT
+        module, task = fit("half-mask", "copy", steps=400, lr=2e-3, warmup=60, max_tokens=768, vocab=8,
+                           min_len=3, max_len=6, n_train=3000, n_test=100)
+        hyps, refs, _ = decode_split(module, task, MaskPredict(iterations=4))
+        assert exact_match(hyps, refs) >= 0.5  # measured: see the commit adding this test
+    finally:
+        DECODERS.unregister("half-mask")
+        sys.modules.pop("my_plugin_half_mask", None)
+
+
+def test_options_of_a_parallel_decoder_must_carry_the_length_options():
+    from dataclasses import dataclass
+
+    from atnat.models.decoders.nat import ParallelDecoder
+
+    @dataclass(frozen=True)
+    class Lacking:
+        tau: float = 0.5
+
+    with pytest.raises(TypeError, match="Options must subclass atnat.models.length.LengthOptions"):
+        type("BadNAT", (ParallelDecoder,), {"Options": Lacking, "loss": lambda self, b, m, step=0: {}})
+
+
+def test_readme_strategy_samples_and_plugs_into_configs(tmp_path, monkeypatch):
+    from atnat.decoding.base import STRATEGIES
+
+    STRATEGIES.unregister("sample")
+    plugin = load_example(tmp_path, monkeypatch, "my_plugin_sampling", readme_examples("Adding a strategy")[0])
+    try:
+        module, task = fit("at", "copy", steps=300, lr=2e-3, warmup=60, max_tokens=768, vocab=8, min_len=3,
+                           max_len=6, n_train=2000, n_test=60)
+        greedy, refs, _ = decode_split(module, task, Greedy())
+        cold, _, _ = decode_split(module, task, plugin.Sample(temperature=0.01))
+        hot, _, _ = decode_split(module, task, plugin.Sample(temperature=5.0))
+        assert cold == greedy  # a near-zero temperature samples the arg-max
+        assert exact_match(hot, refs) < exact_match(cold, refs)
+        assert plugin.Sample(temperature=0.7).label == "sample-t0.7"
+        cfg = run_config_from_dict({"name": "s", "task": {"name": "copy"}, "decoder": {"name": "at"},
+                                    "eval": {"strategies": [{"name": "sample", "temperature": 0.7}]}}, "s.yaml")
+        assert cfg.eval.strategies[0]["temperature"] == 0.7
+    finally:
+        STRATEGIES.unregister("sample")
+        sys.modules.pop("my_plugin_sampling", None)
+
+
+def test_readme_metric_becomes_a_column_of_the_table_the_report_and_the_cli(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from atnat.experiments.cli import main
+    from atnat.experiments.metrics.row import METRICS
+
+    from tests.test_grid import TINY, write_grid
+
+    METRICS.unregister("length-ratio")
+    load_example(tmp_path, monkeypatch, "my_plugin_length_ratio", readme_examples("Adding a metric")[0])
+    try:
+        monkeypatch.chdir(tmp_path)
+        grid = write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"]}})
+        assert main(["run", str(grid), "--results", "res"]) == 0
+        df = pd.read_csv(tmp_path / "res" / "tiny" / "results.csv")
+        assert df.length_ratio.between(0.1, 10).all()
+        overview = (tmp_path / "res" / "tiny" / "report.md").read_text().split("## How to read")[0]
+        assert "| length_ratio |" in overview  # a column of the overview table, under its own name
+    finally:
+        METRICS.unregister("length-ratio")
+        sys.modules.pop("my_plugin_length_ratio", None)

@@ -61,11 +61,11 @@ class SacreBLEU(Metric):
     columns = (_c("bleu", "number", "sacreBLEU (cased, detokenised, 13a or none) against every reference stream",
                   "higher", ".2f", required=True),
                _c("chrf", "number", "chrF2 (sacrebleu)", "higher", ".1f", required=True),
-               _c("bleu_ci_low", "number", "95% bootstrap interval of BLEU (low)", required=True),
-               _c("bleu_ci_high", "number", "95% bootstrap interval of BLEU (high)", required=True),
-               _c("bleu_signature", "label", "sacrebleu's BLEU signature"),
-               _c("bleu_tokenize", "label", "sacrebleu's tokenizer of this BLEU"),
-               _c("n_refs", "number", "reference streams scored against"))
+               _c("bleu_ci_low", "number", "95% bootstrap interval of BLEU (low)", required=True, shown=False),
+               _c("bleu_ci_high", "number", "95% bootstrap interval of BLEU (high)", required=True, shown=False),
+               _c("bleu_signature", "label", "sacrebleu's BLEU signature", shown=False),
+               _c("bleu_tokenize", "label", "sacrebleu's tokenizer of this BLEU", shown=False),
+               _c("n_refs", "number", "reference streams scored against", shown=False))
 
     def compute(self, out: Outputs) -> dict[str, Any]:
         q = corpus_quality(out.hyp_txt, out.ref_txt, tokenize=out.task.bleu_tokenize, n_bootstrap=out.n_bootstrap)
@@ -116,7 +116,7 @@ class Length(Metric):
                   required=True),
                _c("length_within1", "number", "share within one token of the reference length", "higher", ".3f",
                   required=True),
-               _c("length_mae", "number", "mean absolute length error (tokens)", "lower", ".2f"))
+               _c("length_mae", "number", "mean absolute length error (tokens)", "lower", ".2f", shown=False))
 
     def compute(self, out: Outputs) -> dict[str, Any]:
         lengths = length_accuracy([len(h) for h in out.hyps], [len(r) for r in out.refs])
