@@ -2,6 +2,8 @@
 targets; students train on its outputs. Results are cached in the teacher's run directory."""
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 from pathlib import Path
 
@@ -46,12 +48,27 @@ def checkpoint_stamp(teacher: str | Path) -> str:
     return f"{st.st_size}-{st.st_mtime_ns}" if st else ""
 
 
+def strategy_options(strategy_spec) -> tuple[str, dict]:
+    """(label, every option of the strategy with its value, defaults included)."""
+    label, strategy = build_strategy(strategy_spec)
+    return label, {"name": strategy.registered_name, **json.loads(json.dumps(dataclasses.asdict(strategy), default=str))}
+
+
+def cache_dir(teacher_path: str | Path, strategy_spec) -> Path:
+    """`<teacher run>/distill/<label>-<hash of every option>`: the label (beam5) is readable, the hash
+    keeps apart two strategies that differ in an option the label does not show (alpha, length limits)."""
+    label, options = strategy_options(strategy_spec)
+    digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
+    return teacher_dir(teacher_path) / "distill" / f"{label}-{digest}"
+
+
 def distilled_targets(teacher_path: str | Path, sources: list[str], references: list[str], strategy_spec,
                       *, max_tokens: int = 8000, device: str = "cpu") -> tuple[list[str], dict]:
-    """Distilled training targets, cached as `<teacher run>/distill/<strategy>/train.txt` with a
-    `meta.json` recording the teacher, the strategy, the line count and BLEU against the references."""
+    """Distilled training targets, cached as `train.txt` in `cache_dir(teacher, strategy)` with a
+    `meta.json` recording the teacher, the strategy and its options, the line count and BLEU against
+    the references. Reused only for the same teacher weights, options and sources."""
     label, _ = build_strategy(strategy_spec)
-    cache = teacher_dir(teacher_path) / "distill" / label
+    cache = cache_dir(teacher_path, strategy_spec)
     cache.mkdir(parents=True, exist_ok=True)
     with FileLock(cache / ".lock"):  # students started at once by parallel workers: one decodes
         lines, meta = _cached_or_decoded(teacher_path, cache, label, sources, references, strategy_spec,
@@ -71,14 +88,21 @@ def _cached_or_decoded(teacher_path, cache: Path, label: str, sources, reference
     if text_path.exists() and meta_path.exists():  # reuse only for the same teacher weights
         lines = text_path.read_text(encoding="utf-8").split("\n")[:-1]
         meta = json.loads(meta_path.read_text())
-        if len(lines) == len(sources) and meta.get("checkpoint") == stamp:
+        if (len(lines) == len(sources) and meta.get("checkpoint") == stamp
+                and meta.get("options") == strategy_options(strategy_spec)[1]
+                and meta.get("sources_sha256") == _digest(sources)):
             return lines, meta
     module, tokenizer = load_module(teacher_path, map_location=device)
     lines = distill_sources(module, tokenizer, sources, strategy_spec, max_tokens=max_tokens)
     metric = bleu_metric(module.bleu_tokenize)
-    meta = {"teacher": str(teacher_path), "checkpoint": stamp, "strategy": label, "lines": len(lines),
+    meta = {"teacher": str(teacher_path), "checkpoint": stamp, "strategy": label,
+            "options": strategy_options(strategy_spec)[1], "sources_sha256": _digest(sources), "lines": len(lines),
             "bleu_vs_references": metric.corpus_score(lines, [references]).score,
             "bleu_signature": str(metric.get_signature())}
     write_lines_atomic(text_path, lines)
     write_json_atomic(meta_path, meta)
     return lines, meta
+
+
+def _digest(lines: list[str]) -> str:
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()

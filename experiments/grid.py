@@ -25,7 +25,7 @@ from atnat.experiments.config import (
     ConfigError, RunConfig, checked, deep_update, load_yaml, make, run_config_from_dict,
 )
 
-GRID_KEYS = ("name", "description", "base", "cells", "axes", "zip", "exclude", "seeds", "smoke", "speed")
+GRID_KEYS = ("name", "description", "base", "cells", "axes", "zip", "exclude", "seeds", "smoke", "speed", "goals")
 
 
 @dataclass
@@ -48,6 +48,7 @@ class Grid:
     cells: list[Cell]
     speed: dict = field(default_factory=dict)
     description: str = ""
+    goals: list = field(default_factory=list)  # the grid's `goals:` as written (experiments/goals.py)
 
     def by_name(self) -> dict[str, Cell]:
         return {c.name: c for c in self.cells}
@@ -131,7 +132,11 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
 
     speed = checked(SpeedSettings, speed, f"{where}: speed")  # the runner builds SpeedSettings(**speed)
     make(SpeedSettings, speed, f"{where}: speed")
-    grid = Grid(name, path, cells, speed=speed, description=data.get("description", ""))
+    from atnat.experiments.goals import parse_goals
+
+    parse_goals(data.get("goals"), where)  # refused now, not after hours of training
+    grid = Grid(name, path, cells, speed=speed, description=data.get("description", ""),
+                goals=list(data.get("goals") or []))
     resolve_teachers(grid, runs_dir, where)
     return grid
 

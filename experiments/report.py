@@ -19,6 +19,7 @@ from atnat.experiments.aggregate import INTERVALS, aggregate_seeds, beyond_sprea
 from atnat.experiments.blocks import Block, best_cells
 from atnat.experiments.figures import pareto_front, system_label
 from atnat.experiments.files import write_text_atomic
+from atnat.experiments.goals import check_goals, parse_goals
 from atnat.experiments.report_html import render_html
 from atnat.experiments.integrity import check_row_count, check_tables
 from atnat.core.errors import AtnatError
@@ -44,6 +45,8 @@ class GridResults:
     curves: dict[str, pd.DataFrame | None]  # curves/<name>.csv by figures.CURVE_COLUMNS name
     samples: pd.DataFrame | None  # samples.csv
     environment: dict | None  # environment.json
+    goals: list = ()  # goals.json: the grid's goals (experiments/goals.py), checked in the report
+    notes: str = ""  # notes.md: the authors' hand-written notes (why a goal was missed ...)
 
 
 def _read_csv(path: Path, required: tuple[str, ...], numeric: tuple[str, ...]) -> pd.DataFrame | None:
@@ -84,7 +87,8 @@ def _load_table(root: Path) -> pd.DataFrame:
         raise AtnatError(f"{path}: results.csv has no rows")
     extra = {col: pd.to_numeric(table[col], errors="coerce") if col in table else float("nan")
              for col in OPTIONAL_NUMERIC}
-    extra |= {col: table[col].fillna("").astype(str) if col in table else "" for col in OPTIONAL_TEXT}
+    extra |= {col: table[col].astype(object).where(table[col].notna(), "").astype(str) if col in table else ""
+              for col in OPTIONAL_TEXT}  # an all-empty column is read as float NaN
     table = table.assign(**extra)
     table["family"] = table["family"].where(table["family"] != "", table["cell"])
     labels = ["cell", "task", "decoder", "strategy"]
@@ -122,7 +126,15 @@ def load_results(results_dir: Path) -> GridResults:
         numeric = tuple(c for c in cols if c not in figures.LABEL_COLUMNS)
         curves[name] = _read_csv(root / "curves" / f"{name}.csv", cols, numeric)
     samples = _read_csv(root / "samples.csv", SAMPLE_COLUMNS, ())
-    return GridResults(root.resolve().name, root, table, curves, samples, environment)
+    goals = []
+    if (root / "goals.json").is_file():
+        try:
+            raw = json.loads((root / "goals.json").read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise AtnatError(f"{root / 'goals.json'}: not valid JSON ({e})") from None
+        goals = parse_goals(raw, str(root / "goals.json"))
+    notes = (root / "notes.md").read_text(encoding="utf-8").strip() if (root / "notes.md").is_file() else ""
+    return GridResults(root.resolve().name, root, table, curves, samples, environment, goals, notes)
 
 
 DASH = "–"  # shown for a value that does not apply (NaN in the table); numbers are formatted once
@@ -388,6 +400,26 @@ def _definitions(g: GridResults) -> list[Block]:
             Block("table", frame=pd.DataFrame(rows, columns=["Column", "Definition"]))]
 
 
+def _goals(g: GridResults) -> list[Block]:
+    """The grid's goals, each met / missed / not measured by the numbers of this report, then the
+    authors' notes (notes.md) under a heading that says they are written by hand."""
+    blocks = []
+    if g.goals:
+        checked = check_goals(g.goals, aggregate_seeds(_ok(g.table)))
+        met = int((checked["Result"] == "met").sum())
+        frame = checked.assign(**{c: checked[c].map(lambda v: DASH if pd.isna(v) else f"{v:.2f}")
+                                  for c in ("Value", "Target")},
+                               **{"Speed-up vs AT greedy": checked["Speed-up vs AT greedy"].map(
+                                   lambda v: DASH if pd.isna(v) else f"{v:.2f}×")})
+        blocks += [Block("heading", "Goals", 2),
+                   Block("para", f"{met} of {len(checked)} goals set in the grid file met (seeds averaged)."),
+                   Block("table", frame=frame)]
+    if g.notes:
+        blocks += [Block("heading", "Notes (written by the authors, not generated)", 2)]
+        blocks += [Block("para", " ".join(p.split())) for p in g.notes.split("\n\n") if p.strip()]
+    return blocks
+
+
 def _reproduce(g: GridResults) -> Block:
     command = (g.environment or {}).get("command")
     if not command:
@@ -454,7 +486,7 @@ def build_document(g: GridResults) -> list[Block]:
     """
     headline, other_figures = _figures(g)
     head = [Block("heading", f"Grid report: {g.name}", 1), Block("para", _summary(g)), _reproduce(g), *headline]
-    return head + _overview(g) + _definitions(g) + other_figures + _samples(g) + _environment(g)
+    return head + _goals(g) + _overview(g) + _definitions(g) + other_figures + _samples(g) + _environment(g)
 
 
 def _md_cell(text: object) -> str:

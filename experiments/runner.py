@@ -220,6 +220,10 @@ def write_outputs(grid, out: Path, path, started: float, run_info: dict) -> None
                      + (f", {speed.threads or torch.get_num_threads()} CPU threads" if device_is_cpu(grid) else ""))
     env["results_rows"] = len(table)  # the report refuses a results.csv with fewer (a cut-short file)
     write_json_atomic(out / "environment.json", env)
+    if grid.goals:
+        write_json_atomic(out / "goals.json", grid.goals)
+    elif (out / "goals.json").exists():  # the grid no longer sets goals: the report must not show old ones
+        (out / "goals.json").unlink()
     from atnat.experiments.report import write_report
 
     write_report(out)

@@ -150,7 +150,9 @@ def test_translate_and_distill_cli_on_a_trained_run(tmp_path, monkeypatch, capsy
 
     src = ["w1 w2", "w3"]
     _, meta = distilled_targets(run, src, src, {"name": "greedy"})
-    cached = run / "distill" / "greedy" / "train.txt"
+    from atnat.experiments.distill import cache_dir
+
+    cached = cache_dir(run, {"name": "greedy"}) / "train.txt"
     cached.write_text("stale\nstale\n")
     assert distilled_targets(run, src, src, {"name": "greedy"})[0] == ["stale", "stale"]
     ckpt = run / "checkpoints" / "best.ckpt"

@@ -47,7 +47,21 @@ def test_distillation_meta_keeps_the_score_and_the_signature_apart(teacher):
     assert meta["bleu_signature"].startswith("nrefs:1|") and "tok:13a" in meta["bleu_signature"]
     assert "=" not in meta["bleu_signature"] and "BLEU" not in meta["bleu_signature"]
     assert 0 < meta["bleu_vs_references"] < 100
-    assert json.loads((run / "distill" / "greedy" / "meta.json").read_text()) == meta
+    assert json.loads((distill.cache_dir(run, {"name": "greedy"}) / "meta.json").read_text()) == meta
+
+
+def test_distilled_targets_of_strategies_that_differ_only_in_an_unlabelled_option_are_kept_apart(teacher):
+    """beam5 with alpha 0.6 and beam5 with alpha 1.0 share a label; a student asking for one must
+    never be handed the other's cached targets (nor targets of other sources)."""
+    src = ["a b", "c d", "e f"]
+    run = teacher(["x 0.6", "y 0.6", "z 0.6"])
+    short = {"name": "beam", "beam_size": 5, "alpha": 0.6}
+    assert distill.distilled_targets(run, src, src, short)[0] == ["x 0.6", "y 0.6", "z 0.6"]
+    teacher(["x 1.0", "y 1.0", "z 1.0"])
+    lines, meta = distill.distilled_targets(run, src, src, {"name": "beam", "beam_size": 5, "alpha": 1.0})
+    assert lines == ["x 1.0", "y 1.0", "z 1.0"] and meta["options"]["alpha"] == 1.0
+    assert distill.distilled_targets(run, src, src, short)[0] == ["x 0.6", "y 0.6", "z 0.6"]  # both kept
+    assert distill.distilled_targets(run, ["g h", "i j", "k l"], src, short)[0] == ["x 1.0", "y 1.0", "z 1.0"]
 
 
 def test_train_steps_counts_the_steps_trained_not_the_best_checkpoints(tmp_path):

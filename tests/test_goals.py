@@ -1,0 +1,67 @@
+"""Goals set in a grid file: refused when malformed, judged from the results, shown in the report."""
+import json
+
+import pytest
+import yaml
+
+from tests import fixtures_results as fx
+from atnat.experiments.aggregate import aggregate_seeds
+from atnat.experiments.config import ConfigError
+from atnat.experiments.goals import check_goals, parse_goals
+from atnat.experiments.grid import load_grid
+from atnat.experiments.report import write_report
+
+GOALS = [
+    {"system": "copy-at / beam5", "at_least": 38},  # 38.05: met
+    {"system": "copy-cmlm-kd / mask-predict-4", "within": 2, "of": "copy-at / beam5"},  # 35.5 < 36.05: missed
+    {"goal": "best single-pass NAT within 8 of AT beam 5",
+     "system": ["copy-ctc / ctc", "copy-cmlm-kd / length-beam-3"], "within": 8, "of": "copy-at / beam5"},
+    {"system": "copy-nat-guided / parallel", "at_least": 1},  # the failed cell: not measured
+    {"system": "copy-ctc / ctc", "metric": "latency_ms_b1", "at_most": 2.0},  # 1.9: met
+]
+
+
+def judged():
+    table = fx.results_frame()
+    return check_goals(parse_goals(GOALS, "grid.yaml"), aggregate_seeds(table[table["status"] == "ok"]))
+
+
+def test_each_goal_is_met_missed_or_not_measured_from_the_numbers():
+    rows = judged()
+    assert list(rows["Result"]) == ["met", "missed", "met", "not measured", "met"]
+    assert rows.loc[1, "Value"] == pytest.approx(35.5) and rows.loc[1, "Target"] == pytest.approx(38.05 - 2)
+    assert rows.loc[2, "System"] == "copy-cmlm-kd / length-beam-3"  # 35.2 beats ctc's 30.25
+    assert rows.loc[2, "Speed-up vs AT greedy"] == pytest.approx(3.01)
+    assert rows.loc[3, "System"] == "no result for copy-nat-guided / parallel"
+    assert rows.loc[2, "Goal"] == "best single-pass NAT within 8 of AT beam 5"
+
+
+@pytest.mark.parametrize("goal, message", [
+    ({"system": "copy-at", "at_least": 3}, r"goals\[0\]\.system: expected '<family> / <strategy>'"),
+    ({"system": "copy-at / greedy"}, r"goals\[0\]: give exactly one of at_least, at_most, within"),
+    ({"system": "copy-at / greedy", "within": 3}, r"goals\[0\]: `within` needs `of:"),
+    ({"system": "copy-at / greedy", "at_least": "30"}, r"goals\[0\]\.at_least: expected a number, got '30'"),
+    ({"system": "copy-at / greedy", "at_least": 3, "beyond": 1}, r"goals\[0\]: unknown key 'beyond'"),
+])
+def test_a_malformed_goal_is_refused_when_the_grid_is_read(tmp_path, goal, message):
+    grid = {"name": "g", "base": {"task": {"name": "copy"}, "decoder": {"name": "at"}}, "goals": [goal]}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(grid))
+    with pytest.raises(ConfigError, match=message):
+        load_grid(tmp_path / "g.yaml")
+
+
+def test_the_report_states_the_goals_and_the_authors_notes(tmp_path):
+    root = fx.build_results(tmp_path)
+    (root / "goals.json").write_text(json.dumps(GOALS))
+    (root / "notes.md").write_text("CMLM missed its goal:\nit trained for\n400 steps only.\n\nSecond paragraph.\n")
+    md = write_report(root)[0].read_text(encoding="utf-8")
+    section = md.split("## Goals")[1].split("\n## ")[0]
+    assert "3 of 5 goals set in the grid file met" in section
+    line = next(row for row in section.splitlines() if "copy-cmlm-kd / mask-predict-4" in row)
+    assert "35.50" in line and "36.05" in line and "missed" in line
+    assert "| not measured |" in section
+    assert "## Notes (written by the authors, not generated)" in md
+    assert "CMLM missed its goal: it trained for 400 steps only." in md and "Second paragraph." in md
+    (root / "goals.json").write_text(json.dumps([{"system": "copy-at / beam5"}]))
+    with pytest.raises(ConfigError, match=r"goals.json: goals\[0\]: give exactly one of"):
+        write_report(root)
