@@ -18,11 +18,13 @@ from atnat.experiments.files import write_json_atomic, write_lines_atomic
 from atnat.experiments.metrics.quality import bleu_metric
 
 
-def distill_sources(teacher, tokenizer, sources: list[str], strategy_spec, *, max_tokens: int = 8000) -> list[str]:
-    """Teacher outputs (detokenised) for `sources`, in order; one line per source, checked."""
+def distill_sources(teacher, tokenizer, sources: list[str], strategy_spec, *, max_tokens: int = 8000,
+                    on_batch=None) -> list[str]:
+    """Teacher outputs (detokenised) for `sources`, in order; one line per source, checked.
+    `on_batch(sentences done)` follows the progress."""
     label, strategy = build_strategy(strategy_spec)
     split = encode_split(tokenizer, sources, sources, name="distillation input")
-    out = decode_split(teacher, split, strategy, max_tokens=max_tokens)
+    out = decode_split(teacher, split, strategy, max_tokens=max_tokens, on_batch=on_batch)
     lines = [tokenizer.decode(h).replace("\n", " ") for h in out.hyps]
     if len(lines) != len(sources):
         raise AtnatError(f"distillation produced {len(lines)} lines for {len(sources)} sources")
@@ -63,16 +65,17 @@ def cache_dir(teacher_path: str | Path, strategy_spec) -> Path:
 
 
 def distilled_targets(teacher_path: str | Path, sources: list[str], references: list[str], strategy_spec,
-                      *, max_tokens: int = 8000, device: str = "cpu") -> tuple[list[str], dict]:
+                      *, max_tokens: int = 8000, device: str = "cpu", on_batch=None) -> tuple[list[str], dict]:
     """Distilled training targets, cached as `train.txt` in `cache_dir(teacher, strategy)` with a
     `meta.json` recording the teacher, the strategy and its options, the line count and BLEU against
-    the references. Reused only for the same teacher weights, options and sources."""
+    the references. Reused only for the same teacher weights, options and sources. `on_batch(sentences
+    done)` follows a decode."""
     label, _ = build_strategy(strategy_spec)
     cache = cache_dir(teacher_path, strategy_spec)
     cache.mkdir(parents=True, exist_ok=True)
     with FileLock(cache / ".lock"):  # students started at once by parallel workers: one decodes
         lines, meta = _cached_or_decoded(teacher_path, cache, label, sources, references, strategy_spec,
-                                         max_tokens, device)
+                                         max_tokens, device, on_batch)
     if not any(line.strip() for line in lines):
         raise AtnatError(f"distillation: the teacher {teacher_path} produced only empty lines for the {len(lines)} "
                          f"training sources (strategy {label}; see {cache / 'train.txt'}), so the student has no "
@@ -80,7 +83,8 @@ def distilled_targets(teacher_path: str | Path, sources: list[str], references: 
     return lines, meta
 
 
-def _cached_or_decoded(teacher_path, cache: Path, label: str, sources, references, strategy_spec, max_tokens, device):
+def _cached_or_decoded(teacher_path, cache: Path, label: str, sources, references, strategy_spec, max_tokens, device,
+                       on_batch=None):
     from atnat.experiments.runs import load_module
 
     text_path, meta_path = cache / "train.txt", cache / "meta.json"
@@ -93,7 +97,7 @@ def _cached_or_decoded(teacher_path, cache: Path, label: str, sources, reference
                 and meta.get("sources_sha256") == _digest(sources)):
             return lines, meta
     module, tokenizer = load_module(teacher_path, map_location=device)
-    lines = distill_sources(module, tokenizer, sources, strategy_spec, max_tokens=max_tokens)
+    lines = distill_sources(module, tokenizer, sources, strategy_spec, max_tokens=max_tokens, on_batch=on_batch)
     metric = bleu_metric(module.bleu_tokenize)
     meta = {"teacher": str(teacher_path), "checkpoint": stamp, "strategy": label,
             "options": strategy_options(strategy_spec)[1], "sources_sha256": _digest(sources), "lines": len(lines),

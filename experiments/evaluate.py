@@ -52,12 +52,14 @@ class Decoded:
 
 
 def decode_split(module: Seq2SeqModule, split: EncodedSplit, strategy: Strategy, *, max_tokens: int,
-                 teacher: Seq2SeqModule | None = None, max_sentences: int | None = None) -> Decoded:
-    """Decode every sentence of a split (token-budget batches); outputs in the split's order."""
+                 teacher: Seq2SeqModule | None = None, max_sentences: int | None = None,
+                 on_batch: Callable[[int], None] | None = None) -> Decoded:
+    """Decode every sentence of a split (token-budget batches); outputs in the split's order.
+    `on_batch(sentences decoded so far)` is called after each batch (progress of long decodes)."""
     check_compatible(module.decoder, strategy)
     hyps: list = [None] * len(split)
     hist: list | None = None
-    passes = 0
+    passes = done = 0
     dev = module.device
     with torch.inference_mode():
         for batch in make_loader(split, max_tokens, shuffle=False, max_sentences=max_sentences):
@@ -66,6 +68,9 @@ def decode_split(module: Seq2SeqModule, split: EncodedSplit, strategy: Strategy,
             passes += out.n_steps
             for i, h in zip(batch.ids.tolist(), out.sequences(module.special)):
                 hyps[i] = h
+            done += len(batch.ids)
+            if on_batch is not None:
+                on_batch(done)
             if out.history is not None:
                 hist = hist if hist is not None else [None] * len(split)
                 n = out.lengths[:, 0].tolist()

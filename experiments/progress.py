@@ -26,6 +26,24 @@ def write_progress(run_dir: Path, **fields) -> None:
     atomic_write_bytes(path, json.dumps(state, default=float).encode())
 
 
+def counting_phase(run_dir: Path, what: str, total: int, every_s: float = 5.0):
+    """A callback for a long count (`on_batch(done)`): writes the phase `what: done/total, ETA` to
+    progress.json at most every `every_s` seconds, and once at the end."""
+    started = last = time.time()
+    write_progress(run_dir, phase=f"{what}: 0/{total}")
+
+    def on_batch(done: int) -> None:
+        nonlocal last
+        now = time.time()
+        if now - last < every_s and done < total:
+            return
+        last = now
+        eta = (total - done) * (now - started) / done if done else math.inf
+        write_progress(run_dir, phase=f"{what}: {done}/{total}, ETA {_minutes(eta)}")
+
+    return on_batch
+
+
 def read_progress(run_dir: Path) -> dict | None:
     try:
         return json.loads((Path(run_dir) / FILE).read_text())

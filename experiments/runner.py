@@ -43,12 +43,12 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
     if cfg.distill is not None and cfg.distill.targets:
         from atnat.experiments.distill import distilled_targets
 
-        from atnat.experiments.progress import write_progress
+        from atnat.experiments.progress import counting_phase
 
-        write_progress(run_dir, phase=f"distilling {len(task.splits['train'][0])} training sentences with the teacher")
         src, tgt = task.splits["train"]
+        follow = counting_phase(run_dir, "distilling training sentences with the teacher", len(src))
         targets, distill_meta = distilled_targets(cfg.distill.teacher, src, tgt, cfg.distill.strategy,
-                                                  device=device)
+                                                  device=device, on_batch=follow)
         write_json_atomic(run_dir / "distill.json", distill_meta)
     from atnat.experiments.assemble import build_strategy
 
@@ -301,7 +301,7 @@ def distil_for_students(cell: Cell, students: list[Cell]) -> None:
     the machine (all its threads; the students would otherwise start together and wait for one of
     them to decode with its share). A failure here is left to the students, which retry it."""
     from atnat.experiments.distill import distilled_targets
-    from atnat.experiments.progress import write_progress
+    from atnat.experiments.progress import counting_phase
 
     specs = {json.dumps(s.config.distill.strategy, sort_keys=True): s for s in students
              if s.config.distill is not None and s.config.distill.targets}
@@ -310,10 +310,10 @@ def distil_for_students(cell: Cell, students: list[Cell]) -> None:
     run_dir = Path(cell.config.output_dir)
     src, tgt = load_task(cell.config).splits["train"]
     for student in specs.values():
-        write_progress(run_dir, phase=f"distilling {len(src)} training sentences for {student.name}")
+        follow = counting_phase(run_dir, f"distilling training sentences for {student.name}", len(src))
         try:
             distilled_targets(run_dir, src, tgt, student.config.distill.strategy,
-                              device=inference_device(cell.config.train.accelerator))
+                              device=inference_device(cell.config.train.accelerator), on_batch=follow)
         except Exception as err:  # noqa: BLE001  (the student reports it, with its own error)
             print(f"cell {cell.name}: distillation for {student.name} failed here ({err}); the student retries",
                   file=sys.stderr)

@@ -26,7 +26,7 @@ def teacher(tmp_path, monkeypatch):
     (run / "checkpoints" / "best.ckpt").write_bytes(b"weights")
 
     def with_outputs(outputs):
-        monkeypatch.setattr(distill, "distill_sources", lambda module, tok, sources, spec, max_tokens: list(outputs))
+        monkeypatch.setattr(distill, "distill_sources", lambda module, tok, sources, spec, **_: list(outputs))
         return run
 
     return with_outputs

@@ -48,3 +48,35 @@ def test_the_pool_polls_the_running_cells(tmp_path, monkeypatch):
     assert ["at-s1"] in seen
     state = json.loads((tmp_path / "res" / "tiny" / "runs" / "at-s1" / "progress.json").read_text())
     assert state["step"] == 8
+
+
+def test_a_long_distillation_shows_how_far_it_is(tmp_path, monkeypatch):
+    """The teacher decoding tens of thousands of sentences reports done/total and an ETA as it goes."""
+    from atnat.experiments import progress
+
+    now = [100.0]
+    monkeypatch.setattr(progress.time, "time", lambda: now[0])
+    follow = progress.counting_phase(tmp_path, "distilling training sentences", 400, every_s=5.0)
+    assert read_progress(tmp_path)["phase"] == "distilling training sentences: 0/400"
+    now[0] = 110.0
+    follow(100)  # 10 s after the start: written, 300 left at 10 s per 100
+    assert read_progress(tmp_path)["phase"] == "distilling training sentences: 100/400, ETA 30 s"
+    now[0] = 112.0
+    follow(120)  # 2 s later: not written again yet
+    assert read_progress(tmp_path)["phase"].startswith("distilling training sentences: 100/400")
+    now[0] = 113.0
+    follow(400)  # the end is always written
+    assert read_progress(tmp_path)["phase"] == "distilling training sentences: 400/400, ETA 0 s"
+
+
+def test_decoding_a_split_reports_each_batch():
+    from atnat.decoding.greedy import Greedy
+    from atnat.experiments.data import encode_split
+    from atnat.experiments.evaluate import decode_split
+    from tests.training import fit
+
+    module, task = fit("at", "copy", steps=1)
+    split = encode_split(task.tokenizer, *task.splits["test"], name="test")
+    seen = []
+    out = decode_split(module, split, Greedy(), max_tokens=60, on_batch=seen.append)
+    assert len(out.hyps) == len(split) and len(seen) > 1 and seen == sorted(seen) and seen[-1] == len(split)
