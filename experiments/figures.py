@@ -24,6 +24,7 @@ CURVE_COLUMNS = {
     "bleu_by_length": ("cell", "strategy", "bucket", "bleu"),
     "iterations": ("cell", "strategy", "iteration", "bleu"),
     "attention": ("cell", "sentence", "target_pos", "source_pos", "weight"),
+    "validation": ("cell", "step", "val_loss", "val_bleu"),
 }
 LABEL_COLUMNS = {"cell", "strategy", "mode", "bucket"}  # the non-numeric curve columns
 DPI = 100  # PNG resolution; modest so that the base64-embedded HTML stays small
@@ -197,6 +198,29 @@ def iterations(curve: pd.DataFrame, table: pd.DataFrame, path: Path) -> Path | N
     return _save(fig, path)
 
 
+def validation(curve: pd.DataFrame, table: pd.DataFrame, path: Path) -> Path | None:
+    """Validation BLEU (or loss, where no BLEU was computed) by training step, one panel per task,
+    one line per system family (mean over seeds, band: their range)."""
+    data = with_family(curve, table)
+    tasks = table.drop_duplicates("cell").set_index("cell")["task"]
+    data = data.assign(task=data["cell"].astype(str).map(tasks).fillna(""))
+    y = "val_bleu" if data["val_bleu"].notna().any() else "val_loss"
+    data = data.dropna(subset=[y])
+    if data.empty:
+        return None
+    panels = list(dict.fromkeys(data["task"]))
+    fig, axes = _facets(len(panels), width=5.0, height=3.6)
+    for ax, task in zip(axes, panels):
+        part = data[data["task"] == task]
+        several = part.groupby(["family", "step"])["cell"].nunique().max() > 1
+        sns.lineplot(part, x="step", y=y, hue="family", marker=".", errorbar=("pi", 100) if several else None,
+                     ax=ax)
+        ax.set(xlabel="training step", ylabel="validation BLEU" if y == "val_bleu" else "validation loss",
+               title=str(task))
+        ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
 def _attention_order(curve: pd.DataFrame, table: pd.DataFrame) -> list[tuple[str, str]]:
     """(cell, title) pairs, one cell (the first seed) per system family: AT before NAT, unguided
     before guided, as far as the table knows."""
@@ -264,6 +288,9 @@ FIGURES = (
      lambda table, curve, path: bleu_by_length(curve, table, path)),
     ("iterations", "BLEU after each mask-predict iteration", "curves/iterations.csv",
      lambda table, curve, path: iterations(curve, table, path)),
+    ("validation", "Validation score by training step (greedy / one-pass BLEU on the validation split; its "
+     "loss where no BLEU was computed)", "curves/validation.csv",
+     lambda table, curve, path: validation(curve, table, path)),
     ("attention", "Last-layer cross-attention (mean over heads) of one sample sentence per system",
      "curves/attention.csv", lambda table, curve, path: attention_maps(curve, table, path)),
     ("speed", "Latency at batch 1 and throughput at a large batch per system", "results.csv",

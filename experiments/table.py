@@ -16,7 +16,8 @@ from atnat.experiments import schema
 from atnat.experiments.files import write_csv
 from atnat.experiments.metrics import holm, paired_significance
 
-CURVES = ("position_accuracy", "prefix_corruption", "bleu_by_length", "iterations", "attention")
+CURVES = ("position_accuracy", "prefix_corruption", "bleu_by_length", "iterations", "attention")  # per run
+# curves/validation.csv comes from each run's training log (validation_curve)
 TIMING = [c.name for c in schema.SPEED]  # the columns the timing phase fills (timing.csv)
 
 
@@ -83,10 +84,23 @@ def read_hyps(path: Path) -> list[str] | None:
     return path.read_text(encoding="utf-8").split("\n")[:-1] if path.exists() else None
 
 
+def validation_curve(log: Path) -> pd.DataFrame | None:
+    """step, val_loss, val_bleu at each validation of a run's training log (logs/metrics.csv; a step
+    validated again after a resume keeps its latest value); None without a log or a validation."""
+    if not log.is_file():
+        return None
+    frame = pd.read_csv(log)
+    cols = {"step": "step", "val/loss": "val_loss", "val/bleu": "val_bleu"}
+    if "val/loss" not in frame:
+        return None
+    frame = frame.reindex(columns=list(cols)).rename(columns=cols).dropna(subset=["val_loss"])
+    return None if frame.empty else frame.drop_duplicates("step", keep="last").reset_index(drop=True)
+
+
 def tabulate(grid: Grid, out: Path, describe) -> pd.DataFrame:
     """Gather every cell's metrics.json and curves into the grid's tables; returns results.csv."""
     runs = out / "runs"
-    rows, curves, samples = [], {c: [] for c in CURVES}, []
+    rows, curves, samples = [], {c: [] for c in (*CURVES, "validation")}, []
     for cell in grid.cells:
         run_dir = runs / cell.name
         info = describe(cell)
@@ -103,6 +117,9 @@ def tabulate(grid: Grid, out: Path, describe) -> pd.DataFrame:
                 curves[name].append(pd.read_csv(path).assign(cell=cell.name))
         if (run_dir / "samples.csv").exists():
             samples.append(pd.read_csv(run_dir / "samples.csv").assign(cell=cell.name))
+        validation = validation_curve(run_dir / "logs" / "metrics.csv")
+        if validation is not None:
+            curves["validation"].append(validation.assign(cell=cell.name))
     timing_path = out / "timing.csv"
     df = add_timing(pd.DataFrame(rows), pd.read_csv(timing_path) if timing_path.exists() else None)
     ev = grid.cells[0].config.eval if grid.cells else None

@@ -16,7 +16,7 @@ from atnat.core.errors import AtnatError
 from tests import fixtures_results as fx
 
 FIGURES = ("quality_vs_speed", "position_accuracy", "prefix_corruption", "bleu_by_length", "iterations",
-           "attention", "speed")  # fmt: skip
+           "validation", "attention", "speed")  # fmt: skip
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -229,7 +229,7 @@ def test_missing_optional_files_give_notes_and_remove_stale_figures(tmp_path):
     (root / "figures" / "attention.png").write_bytes(PNG_MAGIC)  # from an earlier, fuller run
     md = write_report(root)[0].read_text(encoding="utf-8")
     notes = [line for line in md.splitlines() if line.startswith("> Note:")]
-    assert len(notes) == 5 + 1 + 2  # one per curve figure, samples, environment (+ reproduce)
+    assert len(notes) == len(fx.CURVE_FILES) + 1 + 2  # one per curve figure, samples, environment (+ reproduce)
     for name in fx.CURVE_FILES:
         assert any(n.endswith(f"not drawn, no data for it in curves/{name}.csv.") for n in notes)
     assert sorted(p.stem for p in (root / "figures").iterdir()) == ["quality_vs_speed", "speed"]
@@ -303,3 +303,16 @@ def test_markdown_table_escapes_pipes_newlines_and_tags():
     frame = pd.DataFrame({"a|b": ["x | y", "<unk> z\nw"], "p": ["<0.001", "1"]})
     assert markdown_table(frame).splitlines() == [
         "| a\\|b | p |", "|---|---|", "| x \\| y | <0.001 |", "| \\<unk> z w | 1 |"]
+
+
+def test_the_validation_curve_comes_from_the_training_log_latest_value_per_step(tmp_path):
+    from atnat.experiments.table import validation_curve
+
+    log = tmp_path / "metrics.csv"
+    log.write_text("attempt,epoch,step,train/loss,val/bleu,val/loss\n"
+                   "1,0,10,5.0,,\n1,0,20,4.0,3.5,4.5\n1,0,40,3.0,7.0,3.9\n"  # killed after step 40
+                   "2,0,40,3.0,7.5,3.8\n2,0,60,2.0,9.0,3.5\n")  # resumed: step 40 validated again
+    curve = validation_curve(log)
+    assert curve.to_dict("list") == {"step": [20, 40, 60], "val_loss": [4.5, 3.8, 3.5], "val_bleu": [3.5, 7.5, 9.0]}
+    log.write_text("attempt,epoch,step,train/loss\n1,0,10,5.0\n")
+    assert validation_curve(log) is None and validation_curve(tmp_path / "absent.csv") is None
