@@ -50,7 +50,7 @@ class StepModel(Protocol):
         cross-attention to a band that only moves forward; `max_steps` bounds the steps the
         search will run (a fixed-shape cache may use it)."""
 
-    max_output_length: int  # the most tokens an output can have (its positions); strategies cap at it
+    max_output_length: int | None  # the most tokens an output can have (its positions); None: no cap
 
     def step(self, prev_tokens: Tensor, state: Any) -> tuple[Tensor, Any]:
         """prev_tokens (B,) -> log_probs (B, V) over the next token, and the new state."""

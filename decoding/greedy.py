@@ -37,7 +37,7 @@ class Greedy(LengthLimits, Strategy):
                special: SpecialTokens) -> Hypotheses:
         """memory: the encoder output of B sentences; src_lengths (B,) on the model's device."""
         dev = src_lengths.device
-        max_len, T, last_steps = step_budget(self, src_lengths, getattr(model, "max_output_length", None))
+        max_len, T, last_steps = step_budget(self, src_lengths, model.max_output_length)
         B = max_len.numel()
         state = model.init_state(memory, window=self.attention_window, max_steps=T)
         procs = at_processors(special, self.min_len, self.no_repeat_ngram)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from atnat.core.errors import AtnatError
+from atnat.experiments.files import write_json_atomic, write_lines_atomic
 
 
 def cmd_train(args) -> None:
@@ -131,13 +132,12 @@ def cmd_distill(args) -> None:
         cfg = run_config_from_dict(json.loads(cfg_path.read_text()), str(cfg_path))
         src, tgt = load_task(cfg).splits["train"]
         lines, meta = distilled_targets(args.teacher, src, tgt, spec, device=device)
-    Path(args.output).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    write_lines_atomic(Path(args.output), lines)
     print(f"wrote {len(lines)} lines to {args.output} ({json.dumps(meta)})", file=sys.stderr)
 
 
 def cmd_evaluate(args) -> None:
     """Score a checkpoint (or run, or export) on any source/reference files, without a grid."""
-    import json
 
     from atnat.experiments.evaluate import SpeedSettings, evaluate_files
     from atnat.experiments.tasks import read_lines
@@ -159,11 +159,11 @@ def cmd_evaluate(args) -> None:
                           speed=speed)
     print_rows(rows, extra=("bleu_tok", "bleu_ci_low", "bleu_ci_high"))
     if args.hyps:
-        Path(args.hyps).write_text("".join(line + "\n" for line in rows[0]["hypotheses"]), encoding="utf-8")
+        write_lines_atomic(Path(args.hyps), rows[0]["hypotheses"])
     if args.json:
         clean = [{k: v for k, v in r.items() if k != "hypotheses"} for r in rows]
-        Path(args.json).write_text(json.dumps({"checkpoint": str(args.checkpoint), "src": args.src,
-                                               "ref": args.ref, "rows": clean}, indent=2, default=str))
+        write_json_atomic(Path(args.json), {"checkpoint": str(args.checkpoint), "src": args.src, "ref": args.ref,
+                                            "rows": clean})
 
 
 def _spec(text: str) -> dict:

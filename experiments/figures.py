@@ -70,8 +70,15 @@ def _facets(n: int, width: float = 4.0, height: float = 3.0) -> tuple[Figure, li
 
 
 def _save(fig: Figure, path: Path) -> Path:
+    """The figure as a PNG, written whole or not at all (files.atomic_write_bytes)."""
+    import io
+
+    from atnat.experiments.files import atomic_write_bytes
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI)
+    atomic_write_bytes(path, buffer.getvalue())
     return path
 
 

@@ -23,7 +23,7 @@ from atnat.core.errors import AtnatError
 
 from atnat.experiments.config import RunConfig
 from atnat.experiments.evaluate import EvalResult, SpeedSettings, evaluate
-from atnat.experiments.files import write_json_atomic, write_text_atomic
+from atnat.experiments.files import write_csv, write_json_atomic, write_text_atomic
 from atnat.experiments.grid import Cell, load_grid, run_order
 from atnat.experiments.locks import LockHeld, cell_lock, folder_lock, held
 from atnat.experiments.table import environment, tabulate
@@ -97,9 +97,9 @@ def time_own_strategies(cfg: RunConfig, run_dir: Path, module, teacher, speed: S
 def save_cell_outputs(run_dir: Path, result: EvalResult) -> None:
     (run_dir / "curves").mkdir(exist_ok=True)
     for name, frame in result.curves.items():
-        frame.to_csv(run_dir / "curves" / f"{name}.csv", index=False)
+        write_csv(frame, run_dir / "curves" / f"{name}.csv")
     if result.samples is not None:
-        result.samples.to_csv(run_dir / "samples.csv", index=False)
+        write_csv(result.samples, run_dir / "samples.csv")
     write_json_atomic(run_dir / "metrics.json", {"status": "ok", "rows": result.rows})
 
 

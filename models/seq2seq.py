@@ -48,7 +48,7 @@ def lr_factor(step: int, schedule: str, warmup: int) -> float:
 
 def build_config(cls, data: dict | None):
     """A frozen dataclass from a plain dict, each value checked against its field's type (lists
-    become tuples where the field is a tuple, numeric strings numbers; see models/options.py)."""
+    become tuples where the field is a tuple, numeric strings numbers; see core/options.py)."""
     return cls(**check_fields(cls, dict(data or {})))
 
 

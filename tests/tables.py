@@ -57,6 +57,7 @@ class TableModel:
     tables: Table | list[Table]
     vocab_size: int = V
     eos: int = EOS
+    max_output_length: int | None = None  # tables have no position limit
     batch_sizes: list[int] = field(default_factory=list)  # rows fed per step call
     inputs: list[Tensor] = field(default_factory=list)  # prev_tokens of each call
     orders: list[Tensor] = field(default_factory=list)  # every reorder_state order

@@ -166,6 +166,7 @@ class NoCacheModel:
 
     def __init__(self, decoder):
         self.decoder = decoder
+        self.max_output_length = decoder.max_output_length
 
     def init_state(self, memory, **_):
         return NoCacheState(torch.empty(memory.states.size(0), 0, dtype=torch.long), memory)

@@ -135,6 +135,7 @@ class Renormalised:
         from atnat.decoding.processors import forbidden_ids
 
         self.decoder, self.ids = decoder, torch.tensor(list(forbidden_ids(decoder.special)))
+        self.max_output_length = decoder.max_output_length
 
     def init_state(self, memory, **kwargs):
         return self.decoder.init_state(memory, **kwargs)

@@ -6,6 +6,13 @@ teacher has finished; a student whose teacher failed is marked failed without ru
 that asks for several devices (`train.devices: k`, DDP) takes k lanes at once. Interrupting the
 grid stops the workers; their cells resume from their last checkpoints on the next run. A worker
 whose `atnat run` dies, even by kill -9, ends too (`die_with_parent`), so no orphan keeps training.
+
+Why not a library pool: concurrent.futures / multiprocessing pools reuse worker processes (a
+cell's torch threads, CUDA context and Lightning state would leak into the next cell), cannot
+give one task k devices at once (a DDP cell), nor a per-task CUDA_VISIBLE_DEVICES, log file and
+kill; submitit's LocalExecutor (used by `--cluster local`, launchers/slurm.py) starts one job per
+cell with no lanes or device assignment. What is left here is the lane bookkeeping (`Lane`,
+`make_lanes`) and a Popen per cell.
 """
 from __future__ import annotations
 
