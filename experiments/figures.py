@@ -89,6 +89,13 @@ def with_family(curve: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     return curve.assign(family=curve["cell"].astype(str).map(families).fillna(curve["cell"].astype(str)))
 
 
+def seed_band(data: pd.DataFrame, keys: list[str]):
+    """seaborn's errorbar for curves averaged over seeds: the full range over the seeds' cells
+    where a point has several, none where every point has one."""
+    several = data.groupby(keys, observed=True)["cell"].nunique().max() > 1 if len(data) else False
+    return ("pi", 100) if several else None
+
+
 def quality_vs_speed(table: pd.DataFrame, path: Path) -> Path | None:
     """Mean BLEU against mean batch-1 speed-up over AT, one panel per task, with the spread over
     seeds (or the 95% intervals with one seed) as error bars; systems not clearly beaten ringed."""
@@ -145,8 +152,8 @@ def position_accuracy(curve: pd.DataFrame, table: pd.DataFrame, path: Path) -> P
             ax.set_zorder(twin.get_zorder() + 1)
             ax.patch.set_visible(False)
         style = "strategy" if part["strategy"].nunique() > 1 else None
-        sns.lineplot(part, x="position", y="accuracy", hue="mode", style=style, marker="o", errorbar=None,
-                     ax=ax)  # fmt: skip
+        sns.lineplot(part, x="position", y="accuracy", hue="mode", style=style, marker="o",
+                     errorbar=seed_band(part, ["strategy", "mode", "position"]), ax=ax)  # fmt: skip
         ax.set(title=family, xlabel="target position", ylabel="token accuracy", ylim=(0, 1.05))
         ax.legend(fontsize=7)
     return _save(fig, path)
@@ -160,7 +167,8 @@ def prefix_corruption(curve: pd.DataFrame, table: pd.DataFrame, path: Path) -> P
     fig, axes = _facets(len(families))
     for ax, family in zip(axes, families):
         part = data[data["family"] == family].assign(k=lambda d: d["corrupted"].astype(str))
-        sns.lineplot(part, x="distance", y="relative_accuracy", hue="k", marker="o", errorbar=None, ax=ax)
+        sns.lineplot(part, x="distance", y="relative_accuracy", hue="k", marker="o",
+                     errorbar=seed_band(part, ["k", "distance"]), ax=ax)
         ax.axhline(1.0, color="0.7", lw=0.8)
         ax.set(title=family, xlabel="distance d after the corruption", ylabel="relative accuracy")
         ax.xaxis.get_major_locator().set_params(integer=True)
@@ -185,8 +193,8 @@ def bleu_by_length(curve: pd.DataFrame, table: pd.DataFrame, path: Path) -> Path
     fig, axes = _facets(len(tasks), width=5.5, height=3.5)
     for ax, task in zip(axes, tasks):
         part = data[data["task"] == task].sort_values("bucket")
-        sns.pointplot(part, x="bucket", y="bleu", hue="system", errorbar=None, markersize=4, linewidth=1,
-                      ax=ax)  # fmt: skip
+        sns.pointplot(part, x="bucket", y="bleu", hue="system", errorbar=seed_band(part, ["system", "bucket"]),
+                      markersize=4, linewidth=1, ax=ax)  # fmt: skip
         ax.set(title=task, xlabel="reference length (tokens)", ylabel="BLEU")
         ax.legend(fontsize=6)
     return _save(fig, path)
@@ -198,7 +206,8 @@ def iterations(curve: pd.DataFrame, table: pd.DataFrame, path: Path) -> Path | N
     data = data.assign(system=data["family"] + " / " + data["strategy"].astype(str))
     fig = _figure(6.0, 4.0)
     ax = fig.subplots()
-    sns.lineplot(data, x="iteration", y="bleu", hue="system", marker="o", errorbar=None, ax=ax)
+    sns.lineplot(data, x="iteration", y="bleu", hue="system", marker="o",
+                 errorbar=seed_band(data, ["system", "iteration"]), ax=ax)
     ax.set(xlabel="mask-predict iteration", ylabel="BLEU", title="BLEU per refinement iteration")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(fontsize=7)
@@ -219,8 +228,7 @@ def validation(curve: pd.DataFrame, table: pd.DataFrame, path: Path) -> Path | N
     fig, axes = _facets(len(panels), width=5.0, height=3.6)
     for ax, task in zip(axes, panels):
         part = data[data["task"] == task]
-        several = part.groupby(["family", "step"])["cell"].nunique().max() > 1
-        sns.lineplot(part, x="step", y=y, hue="family", marker=".", errorbar=("pi", 100) if several else None,
+        sns.lineplot(part, x="step", y=y, hue="family", marker=".", errorbar=seed_band(part, ["family", "step"]),
                      ax=ax)
         ax.set(xlabel="training step", ylabel="validation BLEU" if y == "val_bleu" else "validation loss",
                title=str(task))

@@ -138,14 +138,14 @@ def tabulate(grid: Grid, out: Path, describe) -> pd.DataFrame:
     return df
 
 
-def cpu_info() -> dict:
+def cpu_info(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
     """The CPU model and the vector instruction set torch uses: results move between AVX2 and AVX-512."""
     import torch
 
     model = platform.processor() or platform.machine()
     flags: set[str] = set()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in cpuinfo.read_text().splitlines():
             if line.startswith("model name") and ":" in line:
                 model = line.split(":", 1)[1].strip()
             elif line.startswith("flags") and ":" in line:

@@ -100,3 +100,26 @@ def test_exact_match_on_strings_and_ids():
     assert exact_match([(1, 2)], [[1, 2]]) == 1.0
     with pytest.raises(AtnatError, match="2 hypotheses vs 1 references"):
         exact_match([[1], [2]], [[1]])
+
+
+def test_holm_adjusts_step_down_monotone_and_leaves_missing_p_out():
+    from atnat.experiments.metrics.quality import holm
+
+    # sorted: a .01 (x3 = .03), c .03 (x2 = .06), b .04 (x1 = .04, raised to .06: monotone); d not tested
+    out = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": float("nan")})
+    assert out["a"] == pytest.approx(0.03) and out["c"] == pytest.approx(0.06) and out["b"] == pytest.approx(0.06)
+    assert out["d"] != out["d"]
+    assert holm({"x": 0.6, "y": 0.7}) == {"x": 1.0, "y": 1.0}  # capped at 1
+
+
+def test_moses_tokenised_bleu_splits_punctuation_and_optionally_compounds():
+    from atnat.experiments.metrics.quality import bleu_metric, moses_tokenize, tokenized_bleu
+
+    assert moses_tokenize(["Ein Auto-Rennen, schnell."], "de") == ["Ein Auto-Rennen , schnell ."]
+    assert moses_tokenize(["Ein Auto-Rennen, schnell."], "de", compound_split=True) == [
+        "Ein Auto ##AT##-##AT## Rennen , schnell ."]
+    hyp, ref = ["Das ist ein gutes Auto-Rennen."], ["Das ist ein gutes Auto-Rennen ."]
+    assert tokenized_bleu(hyp, ref, lang="de") == pytest.approx(100.0)  # equal once tokenised
+    assert bleu_metric("none").corpus_score(hyp, [ref]).score < 100.0  # raw strings differ
+    two_streams = tokenized_bleu(hyp, [["Etwas anderes hier ganz ."], ref], lang="de")
+    assert two_streams == pytest.approx(100.0)  # the closest of several references counts

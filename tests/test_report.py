@@ -316,3 +316,40 @@ def test_the_validation_curve_comes_from_the_training_log_latest_value_per_step(
     assert curve.to_dict("list") == {"step": [20, 40, 60], "val_loss": [4.5, 3.8, 3.5], "val_bleu": [3.5, 7.5, 9.0]}
     log.write_text("attempt,epoch,step,train/loss\n1,0,10,5.0\n")
     assert validation_curve(log) is None and validation_curve(tmp_path / "absent.csv") is None
+
+
+def test_environment_records_the_cpu_model_and_its_vector_instructions(tmp_path):
+    import yaml
+
+    from atnat.experiments.grid import load_grid
+    from atnat.experiments.table import cpu_info, environment
+
+    fake = tmp_path / "cpuinfo"
+    fake.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16\n"
+                    "processor\t: 1\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16\n")
+    info = cpu_info(fake)
+    assert info["cpu_model"] == "AMD EPYC 9R14" and info["cpu_flags"] == "avx512f avx512_bf16 avx2 fma"
+    assert info["torch_cpu_capability"] in {"DEFAULT", "AVX2", "AVX512", "ZVECTOR", "VSX", "SVE256", ""}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump({"name": "g", "base": {"task": {"name": "copy"},
+                                                                            "decoder": {"name": "at"}}}))
+    env = environment(load_grid(tmp_path / "g.yaml"), 12.5, "atnat run g.yaml")
+    assert {"cpu_model", "cpu_flags", "torch_cpu_capability"} <= set(env) and env["wall_time_s"] == 12.5
+
+
+def test_curves_of_several_seeds_get_a_band_of_their_range(tmp_path):
+    import pandas as pd
+
+    from atnat.experiments.figures import iterations, seed_band, validation
+
+    table = pd.DataFrame({"cell": ["c-s1", "c-s2"], "family": ["c", "c"], "task": ["t", "t"]})
+    curve = pd.DataFrame({"cell": ["c-s1", "c-s2"] * 2, "strategy": "mask-predict-4", "iteration": [1, 1, 2, 2],
+                          "bleu": [30.0, 32.0, 35.0, 36.0]})
+    assert png_size(iterations(curve, table, tmp_path / "it.png").read_bytes())[0] > 100
+    steps = pd.DataFrame({"cell": ["c-s1", "c-s2"] * 2, "step": [10, 10, 20, 20], "val_loss": [4.0, 4.2, 3.0, 3.1],
+                          "val_bleu": float("nan")})
+    assert png_size(validation(steps, table, tmp_path / "val.png").read_bytes())[0] > 100  # loss without BLEU
+
+    one = pd.DataFrame({"cell": ["a-s1", "b-s1"], "system": ["a", "b"], "iteration": [1, 1]})
+    several = pd.DataFrame({"cell": ["a-s1", "a-s2"], "system": ["a", "a"], "iteration": [1, 1]})
+    assert seed_band(one, ["system", "iteration"]) is None
+    assert seed_band(several, ["system", "iteration"]) == ("pi", 100)
