@@ -432,6 +432,13 @@ def _overview(g: GridResults) -> list[Block]:
     ok = _ok(g.table)
     for task, part in ok.groupby("task", sort=False):
         blocks += [Block("heading", f"Task `{task}`", 3), overview_table(part)]
+        sessions = part.loc[part["timing_session"] != "", ["cell", "timing_session"]].drop_duplicates()
+        if sessions["timing_session"].nunique() > 1:
+            latest = sessions["timing_session"].max()
+            apart = sorted(sessions.loc[sessions["timing_session"] != latest, "cell"].unique())
+            blocks.append(Block("note", f"Speed of {', '.join(f'`{c}`' for c in apart)} was measured in an "
+                                        f"earlier timing phase (their checkpoints are gone), not side by side "
+                                        f"with the others (timed {latest}): compare their speed-ups with care."))
     if ok.empty:
         blocks.append(Block("note", "No cell finished: there are no results to tabulate."))
     else:

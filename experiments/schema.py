@@ -72,6 +72,8 @@ SPEED = (
     _c("decode_memory_mb", "number", "peak memory of a large-batch decode above the process's resident size",
        "lower", ".1f"),
     _c("timing_spread", "number", "median over calls of (max - min) / median of their repeated timings"),
+    _c("timing_session", "label", "when the timing phase that timed this row ran (UTC); rows of a task from "
+                                  "different sessions were not timed side by side"),
 )
 RUN = (
     _c("distill_bleu", "number", "BLEU of the distilled training targets against the references"),

@@ -16,6 +16,8 @@ the same sentences, with a 95% paired bootstrap interval over sentences (batches
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import statistics
 import sys
 import time
@@ -257,13 +259,18 @@ def exported_twin(system: System, tokenizer, device: str, speed: SpeedSettings) 
 
 def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str) -> pd.DataFrame:
     """The timing phase of a grid: all finished cells of each task timed together; written to
-    out/timing.csv. A timing whose systems and weights are unchanged is kept (a resumed grid
-    whose cells were all done does not time again); otherwise every system is timed anew, so that
-    no table mixes timings from different sessions."""
+    out/timing.csv (its speed settings and device in out/timing.json). A timing whose systems,
+    weights and settings are unchanged is kept (a resumed grid whose cells were all done does not
+    time again); otherwise every system is timed anew, so that no table mixes timings from
+    different sessions. The one exception, named on stderr and in the report (`timing_session`):
+    a cell whose checkpoints are gone keeps its earlier timing."""
     from atnat.experiments.runs import evaluation_checkpoint
 
-    path = out / "timing.csv"
+    path, settings_path = out / "timing.csv", out / "timing.json"
+    settings = {"speed": dataclasses.asdict(speed), "device": device}
     old = pd.read_csv(path) if path.exists() else None
+    if old is not None and (not settings_path.is_file() or json.loads(settings_path.read_text()) != settings):
+        old = old[old.cell.isin([])]  # other speed settings: nothing kept, everything timed anew
     timeable = [c for c in cells if evaluation_checkpoint(Path(c.config.output_dir)).is_file()]
     gone = [c.name for c in cells if c not in timeable]
     if gone:
@@ -284,13 +291,16 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str) -> pd.D
         task_of = {c.name: c.labels.get("task", c.config.task_name) for c in cells}
         for s in systems:
             by_task.setdefault(task_of[s.cell], []).append(s)
-        frames = [time_systems(group, speed, baselines, ct2).assign(task=task) for task, group in by_task.items()]
+        session = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        frames = [time_systems(group, speed, baselines, ct2).assign(task=task, timing_session=session)
+                  for task, group in by_task.items()]
     finally:
         torch.set_num_threads(threads)
     if kept is not None and len(kept):
         frames.append(kept)
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
-    from atnat.experiments.files import write_csv
+    from atnat.experiments.files import write_csv, write_json_atomic
 
     write_csv(table, path)
+    write_json_atomic(settings_path, settings)
     return table

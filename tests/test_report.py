@@ -353,3 +353,18 @@ def test_curves_of_several_seeds_get_a_band_of_their_range(tmp_path):
     several = pd.DataFrame({"cell": ["a-s1", "a-s2"], "system": ["a", "a"], "iteration": [1, 1]})
     assert seed_band(one, ["system", "iteration"]) is None
     assert seed_band(several, ["system", "iteration"]) == ("pi", 100)
+
+
+def test_rows_timed_in_an_earlier_session_are_named_under_their_table(tmp_path):
+    import pandas as pd
+
+    root = fx.build_results(tmp_path)
+    table = pd.read_csv(root / "results.csv")
+    table["timing_session"] = "2026-11-22 20:00:00 UTC"
+    table.loc[table["cell"] == "copy-ctc-s1", "timing_session"] = "2026-11-20 09:00:00 UTC"
+    table.to_csv(root / "results.csv", index=False)
+    md = write_report(root)[0].read_text(encoding="utf-8")
+    copy = md.split("### Task `copy`")[1].split("### Task `dialect`")[0]
+    assert ("Speed of `copy-ctc-s1` was measured in an earlier timing phase (their checkpoints are gone), not "
+            "side by side with the others (timed 2026-11-22 20:00:00 UTC)") in copy
+    assert "earlier timing phase" not in md.split("### Task `dialect`")[1]

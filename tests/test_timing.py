@@ -78,3 +78,43 @@ def test_npd_runs_its_teacher_once_per_call_and_counts_its_pass():
     calls = sum(1 for name, *_ in log if name == "npd")
     assert len(encodes) == calls  # the teacher's encoder runs once per decode call, not twice
     assert table.decoder_passes.iloc[0] == 2  # one NAT pass + one teacher pass
+
+
+def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_are_named(tmp_path, monkeypatch):
+    """A resumed grid reuses its timing; other speed settings time everything anew; a cell whose
+    checkpoints are gone keeps its earlier row, stamped with that earlier session."""
+    from atnat.experiments import runs, timing
+
+    cells = [SimpleNamespace(name=n, labels={"task": "t"}, config=SimpleNamespace(output_dir=str(tmp_path / n), task_name="t"))
+             for n in ("at-s1", "nat-s1")]
+    for c in cells:
+        (tmp_path / c.name).mkdir()
+        (tmp_path / c.name / "best.ckpt").write_text("w")
+    monkeypatch.setattr(runs, "evaluation_checkpoint", lambda run: run / "best.ckpt")
+    timed, weights = [], {"at-s1": "f1", "nat-s1": "f1"}
+
+    def fake_grid_systems(alive, device, speed):
+        return [SimpleNamespace(cell=c.name, strategy="s", fingerprint=weights[c.name]) for c in alive], {}, {}
+
+    def fake_time_systems(systems, speed, baselines, ct2=None):
+        timed.append(sorted(s.cell for s in systems))
+        return pd.DataFrame([{"cell": s.cell, "strategy": s.strategy, "fingerprint": s.fingerprint,
+                              "latency_ms_b1": 1.0} for s in systems]).reindex(columns=timing.COLUMNS)
+
+    monkeypatch.setattr(timing, "grid_systems", fake_grid_systems)
+    monkeypatch.setattr(timing, "time_systems", fake_time_systems)
+    fast = SpeedSettings(repeats=1)
+    first = timing.time_grid(cells, tmp_path, fast, "cpu")
+    assert timed == [["at-s1", "nat-s1"]] and first["timing_session"].notna().all()
+    timing.time_grid(cells, tmp_path, fast, "cpu")
+    assert len(timed) == 1  # same systems, weights and settings: kept
+    timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2), "cpu")
+    assert len(timed) == 2  # other settings: timed anew
+    (tmp_path / "nat-s1" / "best.ckpt").unlink()
+    assert len(timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2), "cpu")) == 2 and len(timed) == 2
+    weights["at-s1"] = "f2"  # retrained: timed again, alone, beside nat's earlier row
+    monkeypatch.setattr(timing.time, "strftime", lambda fmt, t=None: "2099-01-01 00:00:00 UTC")
+    table = timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2), "cpu").set_index("cell")
+    assert timed[-1] == ["at-s1"]  # only what can still be loaded is timed
+    assert table.loc["at-s1", "timing_session"] == "2099-01-01 00:00:00 UTC"
+    assert table.loc["nat-s1", "timing_session"] != "2099-01-01 00:00:00 UTC"  # its earlier timing, named
