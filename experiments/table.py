@@ -163,14 +163,18 @@ def environment(grid: Grid, wall_time: float, command: str) -> dict:
     import sacrebleu
     import torch
 
+    here = Path(__file__).parent
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent,
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=here,
                                 timeout=5).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."],
+                                 capture_output=True, text=True, cwd=here.parent, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        commit = ""
+        commit, changed = "", ""
+    dirty = bool(changed) if commit else None  # tracked files edited since the commit: the code is not that commit
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else \
         f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
     return {"command": command, "device": device, **cpu_info(), "python": platform.python_version(),
             "torch": torch.__version__, "lightning": pytorch_lightning.__version__, "sacrebleu": sacrebleu.__version__,
             "wall_time_s": round(wall_time, 1), "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - wall_time)),
-            "git_commit": commit, "grid": str(grid.path)}
+            "git_commit": commit, "git_dirty": dirty, "grid": str(grid.path)}

@@ -334,6 +334,7 @@ def test_environment_records_the_cpu_model_and_its_vector_instructions(tmp_path)
                                                                             "decoder": {"name": "at"}}}))
     env = environment(load_grid(tmp_path / "g.yaml"), 12.5, "atnat run g.yaml")
     assert {"cpu_model", "cpu_flags", "torch_cpu_capability"} <= set(env) and env["wall_time_s"] == 12.5
+    assert env["git_dirty"] in (True, False, None)  # None outside a git checkout
 
 
 def test_curves_of_several_seeds_get_a_band_of_their_range(tmp_path):

@@ -152,7 +152,7 @@ def test_students_distilling_at_once_share_one_teacher_decode(tmp_path, monkeypa
 
     calls = []
 
-    def slow_decode(module, tokenizer, sources, spec, max_tokens):
+    def slow_decode(module, tokenizer, sources, spec, **_):
         calls.append(1)
         time.sleep(0.3)  # a second student arriving now must wait for this one, not decode again
         return [s.upper() for s in sources]
