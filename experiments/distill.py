@@ -50,7 +50,7 @@ def checkpoint_stamp(teacher: str | Path) -> str:
     return f"{st.st_size}-{st.st_mtime_ns}" if st else ""
 
 
-def strategy_options(strategy_spec) -> tuple[str, dict]:
+def all_options(strategy_spec) -> tuple[str, dict]:
     """(label, every option of the strategy with its value, defaults included)."""
     label, strategy = build_strategy(strategy_spec)
     return label, {"name": strategy.registered_name, **json.loads(json.dumps(dataclasses.asdict(strategy), default=str))}
@@ -59,7 +59,10 @@ def strategy_options(strategy_spec) -> tuple[str, dict]:
 def cache_dir(teacher_path: str | Path, strategy_spec) -> Path:
     """`<teacher run>/distill/<label>-<hash of every option>`: the label (beam5) is readable, the hash
     keeps apart two strategies that differ in an option the label does not show (alpha, length limits)."""
-    label, options = strategy_options(strategy_spec)
+    return _cache_dir(teacher_path, *all_options(strategy_spec))
+
+
+def _cache_dir(teacher_path: str | Path, label: str, options: dict) -> Path:
     digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
     return teacher_dir(teacher_path) / "distill" / f"{label}-{digest}"
 
@@ -70,11 +73,11 @@ def distilled_targets(teacher_path: str | Path, sources: list[str], references: 
     `meta.json` recording the teacher, the strategy and its options, the line count and BLEU against
     the references. Reused only for the same teacher weights, options and sources. `on_batch(sentences
     done)` follows a decode."""
-    label, _ = build_strategy(strategy_spec)
-    cache = cache_dir(teacher_path, strategy_spec)
+    label, options = all_options(strategy_spec)
+    cache = _cache_dir(teacher_path, label, options)
     cache.mkdir(parents=True, exist_ok=True)
     with FileLock(cache / ".lock"):  # students started at once by parallel workers: one decodes
-        lines, meta = _cached_or_decoded(teacher_path, cache, label, sources, references, strategy_spec,
+        lines, meta = _cached_or_decoded(teacher_path, cache, (label, options), sources, references, strategy_spec,
                                          max_tokens, device, on_batch)
     if not any(line.strip() for line in lines):
         raise AtnatError(f"distillation: the teacher {teacher_path} produced only empty lines for the {len(lines)} "
@@ -83,24 +86,23 @@ def distilled_targets(teacher_path: str | Path, sources: list[str], references: 
     return lines, meta
 
 
-def _cached_or_decoded(teacher_path, cache: Path, label: str, sources, references, strategy_spec, max_tokens, device,
-                       on_batch=None):
+def _cached_or_decoded(teacher_path, cache: Path, described: tuple[str, dict], sources, references, strategy_spec,
+                       max_tokens, device, on_batch=None):
     from atnat.experiments.runs import load_module
 
     text_path, meta_path = cache / "train.txt", cache / "meta.json"
-    stamp = checkpoint_stamp(teacher_path)
+    stamp, (label, options), digest = checkpoint_stamp(teacher_path), described, _digest(sources)
     if text_path.exists() and meta_path.exists():  # reuse only for the same teacher weights
         lines = text_path.read_text(encoding="utf-8").split("\n")[:-1]
         meta = json.loads(meta_path.read_text())
         if (len(lines) == len(sources) and meta.get("checkpoint") == stamp
-                and meta.get("options") == strategy_options(strategy_spec)[1]
-                and meta.get("sources_sha256") == _digest(sources)):
+                and meta.get("options") == options and meta.get("sources_sha256") == digest):
             return lines, meta
     module, tokenizer = load_module(teacher_path, map_location=device)
     lines = distill_sources(module, tokenizer, sources, strategy_spec, max_tokens=max_tokens, on_batch=on_batch)
     metric = bleu_metric(module.bleu_tokenize)
     meta = {"teacher": str(teacher_path), "checkpoint": stamp, "strategy": label,
-            "options": strategy_options(strategy_spec)[1], "sources_sha256": _digest(sources), "lines": len(lines),
+            "options": options, "sources_sha256": digest, "lines": len(lines),
             "bleu_vs_references": metric.corpus_score(lines, [references]).score,
             "bleu_signature": str(metric.get_signature())}
     write_lines_atomic(text_path, lines)

@@ -100,13 +100,20 @@ def _load_table(root: Path) -> pd.DataFrame:
     return table
 
 
-def _load_environment(path: Path) -> dict | None:
+def _read_json(path: Path):
+    """A JSON file of the results folder; None when absent, AtnatError naming it when not JSON."""
     if not path.is_file():
         return None
     try:
-        env = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise AtnatError(f"{path}: not valid JSON ({e})") from None
+
+
+def _load_environment(path: Path) -> dict | None:
+    env = _read_json(path)
+    if env is None:
+        return None
     if not isinstance(env, dict):
         raise AtnatError(f"{path}: expected a JSON object of environment fields")
     return env
@@ -126,13 +133,7 @@ def load_results(results_dir: Path) -> GridResults:
         numeric = tuple(c for c in cols if c not in figures.LABEL_COLUMNS)
         curves[name] = _read_csv(root / "curves" / f"{name}.csv", cols, numeric)
     samples = _read_csv(root / "samples.csv", SAMPLE_COLUMNS, ())
-    goals = []
-    if (root / "goals.json").is_file():
-        try:
-            raw = json.loads((root / "goals.json").read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise AtnatError(f"{root / 'goals.json'}: not valid JSON ({e})") from None
-        goals = parse_goals(raw, str(root / "goals.json"))
+    goals = parse_goals(_read_json(root / "goals.json"), str(root / "goals.json"))
     notes = (root / "notes.md").read_text(encoding="utf-8").strip() if (root / "notes.md").is_file() else ""
     return GridResults(root.resolve().name, root, table, curves, samples, environment, goals, notes)
 

@@ -245,6 +245,23 @@ def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None
     return systems, baselines, ct2
 
 
+def system_keys(cells: list, speed: SpeedSettings) -> list[tuple[str, str, str]]:
+    """(cell, strategy label, weights fingerprint) of every system `grid_systems` would build, sorted,
+    without loading a model or exporting one: what decides whether an earlier timing still holds."""
+    from atnat.experiments.assemble import build_strategy
+    from atnat.experiments.distill import checkpoint_stamp
+
+    keys = []
+    for cell in cells:
+        stamp = checkpoint_stamp(Path(cell.config.output_dir))
+        for spec in cell.config.eval.strategies:
+            label = build_strategy(spec)[0]
+            keys.append((cell.name, label, stamp))
+            if speed.ct2_baseline and plain_at(cell.config):
+                keys.append((cell.name, f"{label}-ct2", stamp))
+    return sorted(keys)
+
+
 def exported_twin(system: System, tokenizer, device: str, speed: SpeedSettings) -> ExportedSystem:
     """The same weights and search in CTranslate2 float32 (the nearest CTranslate2 search where
     ours has no exact equivalent, e.g. GNMT length normalisation: for timing only)."""
@@ -270,19 +287,18 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str) -> pd.D
     settings = {"speed": dataclasses.asdict(speed), "device": device}
     old = pd.read_csv(path) if path.exists() else None
     if old is not None and (not settings_path.is_file() or json.loads(settings_path.read_text()) != settings):
-        old = old[old.cell.isin([])]  # other speed settings: nothing kept, everything timed anew
+        old = None  # other speed settings: nothing kept, everything timed anew
     timeable = [c for c in cells if evaluation_checkpoint(Path(c.config.output_dir)).is_file()]
     gone = [c.name for c in cells if c not in timeable]
     if gone:
         print(f"atnat: no checkpoint left for {', '.join(gone)}: not timed again (their earlier timings, if "
               "any, are kept)", file=sys.stderr)
     kept = old[old.cell.isin(gone)] if old is not None else None
-    systems, baselines, ct2 = grid_systems(timeable, device, speed)
-    keys = sorted((s.cell, s.strategy, s.fingerprint) for s in systems)
-    if old is not None:
+    if old is not None:  # decided before any model is loaded: a resumed, finished grid loads nothing
         fresh = old[~old.cell.isin(gone)]
-        if sorted(zip(fresh.cell, fresh.strategy, fresh.fingerprint.astype(str))) == keys:
+        if sorted(zip(fresh.cell, fresh.strategy, fresh.fingerprint.astype(str))) == system_keys(timeable, speed):
             return old
+    systems, baselines, ct2 = grid_systems(timeable, device, speed)
     threads = torch.get_num_threads()
     if speed.threads:
         torch.set_num_threads(speed.threads)

@@ -83,18 +83,24 @@ def test_npd_runs_its_teacher_once_per_call_and_counts_its_pass():
 def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_are_named(tmp_path, monkeypatch):
     """A resumed grid reuses its timing; other speed settings time everything anew; a cell whose
     checkpoints are gone keeps its earlier row, stamped with that earlier session."""
-    from atnat.experiments import runs, timing
+    from pathlib import Path
 
-    cells = [SimpleNamespace(name=n, labels={"task": "t"}, config=SimpleNamespace(output_dir=str(tmp_path / n), task_name="t"))
+    from atnat.experiments import runs, timing
+    from atnat.experiments.distill import checkpoint_stamp
+
+    cells = [SimpleNamespace(name=n, labels={"task": "t"}, config=SimpleNamespace(output_dir=str(tmp_path / n), task_name="t",
+                                              eval=SimpleNamespace(strategies=["greedy"])))
              for n in ("at-s1", "nat-s1")]
     for c in cells:
         (tmp_path / c.name).mkdir()
         (tmp_path / c.name / "best.ckpt").write_text("w")
     monkeypatch.setattr(runs, "evaluation_checkpoint", lambda run: run / "best.ckpt")
-    timed, weights = [], {"at-s1": "f1", "nat-s1": "f1"}
+    timed, built = [], []
 
-    def fake_grid_systems(alive, device, speed):
-        return [SimpleNamespace(cell=c.name, strategy="s", fingerprint=weights[c.name]) for c in alive], {}, {}
+    def fake_grid_systems(alive, device, speed):  # models would be loaded here
+        built.append(len(alive))
+        return [SimpleNamespace(cell=c.name, strategy="greedy", fingerprint=checkpoint_stamp(Path(c.config.output_dir)))
+                for c in alive], {}, {}
 
     def fake_time_systems(systems, speed, baselines, ct2=None):
         timed.append(sorted(s.cell for s in systems))
@@ -107,12 +113,12 @@ def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_ar
     first = timing.time_grid(cells, tmp_path, fast, "cpu")
     assert timed == [["at-s1", "nat-s1"]] and first["timing_session"].notna().all()
     timing.time_grid(cells, tmp_path, fast, "cpu")
-    assert len(timed) == 1  # same systems, weights and settings: kept
+    assert len(timed) == 1 and len(built) == 1  # same systems, weights and settings: kept, nothing loaded
     timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2), "cpu")
     assert len(timed) == 2  # other settings: timed anew
     (tmp_path / "nat-s1" / "best.ckpt").unlink()
     assert len(timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2), "cpu")) == 2 and len(timed) == 2
-    weights["at-s1"] = "f2"  # retrained: timed again, alone, beside nat's earlier row
+    (tmp_path / "at-s1" / "best.ckpt").write_text("retrained")  # timed again, alone, beside nat's earlier row
     monkeypatch.setattr(timing.time, "strftime", lambda fmt, t=None: "2099-01-01 00:00:00 UTC")
     table = timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2), "cpu").set_index("cell")
     assert timed[-1] == ["at-s1"]  # only what can still be loaded is timed
