@@ -150,4 +150,26 @@ def require_at_least(value: Any, low: float, owner: str, field: str, *, integer:
 
 def require_positive(owner: str, **fields: float) -> None:
     for field, value in fields.items():
-        require(isinstance(value, (int, float)) and value > 0, owner, field, "> 0", value)
+        require(_finite(value) and value > 0, owner, field, "> 0", value)
+
+
+def require_fraction(value: Any, owner: str, field: str) -> None:
+    """0 <= value < 1 (dropout, label smoothing: 1 would leave nothing to learn)."""
+    require(_finite(value) and 0 <= value < 1, owner, field, "a number with 0 <= value < 1", value)
+
+
+def require_non_negative(owner: str, **fields: float) -> None:
+    for field, value in fields.items():
+        require(_finite(value) and value >= 0, owner, field, "a finite number >= 0", value)
+
+
+def require_optional_at_least(value: Any, low: int, owner: str, field: str) -> None:
+    """None, or an integer >= low."""
+    if value is not None:
+        require_at_least(value, low, owner, field)
+
+
+def _finite(value: Any) -> bool:
+    import math
+
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

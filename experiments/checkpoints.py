@@ -1,22 +1,28 @@
-"""Checkpoints that survive a kill: atomic writes, exact resume, damaged files set aside, averaging.
+"""Checkpoints that survive a kill and cannot be planted: atomic writes, checksums, tensors-only
+loading, exact resume, damaged files set aside, averaging.
 
 - `AtomicCheckpointIO` writes every checkpoint to a temporary file in its own folder, fsyncs it and
-  renames it into place, so a kill or a full disk leaves the previous file whole.
+  renames it into place, then writes its sha256 beside it (`<name>.sha256`, sha256sum's format), so
+  a kill or a full disk leaves the previous file whole. Lightning's resume loads through it too.
+- `read_checkpoint` is the one way a checkpoint is read (resume, averaging, evaluation, translate,
+  distill, export): the sha256 is checked first (a mismatch or a damaged file is `CheckpointDamaged`),
+  then `torch.load(weights_only=True)`: nothing but tensors and plain containers is unpickled, a file
+  holding anything else is `CheckpointRefused` and nothing in it runs.
 - `ResumeState` puts what a mid-epoch resume needs into each checkpoint besides Lightning's own
   state: the RNG states and how many batches of the current epoch were trained (the token-budget
   sampler then skips them), so a resumed run trains on exactly the batches an uninterrupted one would.
 - `resume_point` picks the newest checkpoint of a run that loads; one that does not is renamed
-  `<name>.damaged` with a message naming it, and the run falls back to the next one or starts afresh.
+  `<name>.damaged-<time>` with a message naming it, and the run falls back to the next one or starts afresh.
 - `average_checkpoints` averages the weights of several checkpoints (Vaswani et al. 2017 average the
   last 5 or 20; NAT toolkits the best 5 by validation BLEU).
 """
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import sys
 import time
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +31,103 @@ import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from atnat.core.errors import AtnatError
+from atnat.experiments.files import atomic_write, atomic_write_bytes, sha256
+
+CHECKSUM_SUFFIX = ".sha256"
+
+
+class CheckpointDamaged(AtnatError):
+    """A checkpoint that is truncated, corrupt, or does not match its recorded sha256."""
+
+
+class CheckpointRefused(AtnatError):
+    """A checkpoint holding pickled objects beyond tensors and plain containers: never loaded."""
+
+
+def checksum_path(path: Path) -> Path:
+    return Path(path).with_name(Path(path).name + CHECKSUM_SUFFIX)
+
+
+def write_checksum(path: Path) -> None:
+    """Record `path`'s sha256 beside it (atomically), in the format `sha256sum -c` reads."""
+    path = Path(path)
+    atomic_write_bytes(checksum_path(path), f"{sha256(path)}  {path.name}\n".encode())
+
+
+def verify_checksum(path: Path) -> bool:
+    """True when `path` matches its recorded sha256; False when none is recorded (a checkpoint of an
+    atnat from before checksums: it is still loaded tensors-only). CheckpointDamaged on a mismatch."""
+    path = Path(path)
+    recorded = checksum_path(path)
+    if not recorded.is_file():
+        return False
+    try:
+        expected = recorded.read_text(encoding="ascii").split()[0]
+    except (OSError, UnicodeDecodeError, IndexError) as err:
+        raise CheckpointDamaged(f"checkpoint {path}: its checksum file {recorded.name} is unreadable ({err})") from err
+    try:
+        actual = sha256(path)
+    except OSError as err:
+        raise CheckpointDamaged(f"checkpoint {path} cannot be read ({err.strerror or err})") from err
+    if actual != expected:
+        raise CheckpointDamaged(f"checkpoint {path} does not match the sha256 recorded in {recorded.name} when it "
+                                "was written: damaged or altered since")
+    return True
+
+
+_unverified_warned: set[str] = set()
+
+
+def read_checkpoint(path: Path, map_location: Any = "cpu") -> dict:
+    """A checkpoint's contents after its sha256 is checked, loaded tensors-only (weights_only=True).
+
+    CheckpointDamaged: truncated, corrupt or not matching its checksum; CheckpointRefused: it holds
+    pickled objects beyond tensors and plain containers (nothing in it was run)."""
+    path = Path(path)
+    if not verify_checksum(path) and str(path) not in _unverified_warned:
+        _unverified_warned.add(str(path))
+        print(f"atnat: checkpoint {path} has no {CHECKSUM_SUFFIX} file beside it (written before atnat recorded "
+              "checksums?): loaded tensors-only, but damage cannot be detected", file=sys.stderr)
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        text = str(err).strip()
+        detail = next((line.strip() for line in text.splitlines() if "Unsupported global" in line),
+                      text.splitlines()[0] if text else type(err).__name__)
+        raise CheckpointRefused(f"checkpoint {path} holds pickled objects that tensors-only loading refuses "
+                                f"({detail}); nothing in it was run. atnat writes none: was it written by another "
+                                "program or planted?") from err
+    except Exception as err:  # noqa: BLE001 - any failure to read the file is the file's problem
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise CheckpointDamaged(f"checkpoint {path} is truncated or corrupt: not a readable PyTorch checkpoint "
+                                f"({type(err).__name__}: {first})") from err
+    if not isinstance(checkpoint, dict):
+        raise CheckpointDamaged(f"checkpoint {path} holds a {type(checkpoint).__name__}, not a checkpoint mapping")
+    return checkpoint
+
+
+def save_checkpoint_file(checkpoint: dict, path: Path) -> None:
+    """torch.save atomically, then the sha256 beside it (a kill in between leaves a checkpoint whose
+    checksum is stale: resume sets it aside and falls back to the one before; a failed save leaves
+    the previous file and its checksum whole)."""
+    path = Path(path)
+    atomic_write(path, lambda f: torch.save(checkpoint, f))
+    write_checksum(path)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """torch.save into a temporary file beside the target, fsync, rename: never a half-written file."""
+    """Lightning's checkpoint files written atomically with their sha256, read back checked and
+    tensors-only, removed together with their checksum."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        save_checkpoint_file(checkpoint, Path(path))
+
+    def load_checkpoint(self, path, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        return read_checkpoint(Path(path), map_location if map_location is not None else "cpu")
+
+    def remove_checkpoint(self, path) -> None:
+        super().remove_checkpoint(path)
+        checksum_path(Path(path)).unlink(missing_ok=True)
 
 
 class ResumeState(pl.Callback):
@@ -82,13 +168,15 @@ def _python_rng_state() -> tuple:
 
 
 def checkpoint_step(path: Path) -> int:
-    """The global step stored in a checkpoint; raises whatever a damaged file raises."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    return int(ckpt.get("global_step", 0))
+    """The global step stored in a checkpoint (read checked and tensors-only: CheckpointDamaged or
+    CheckpointRefused when it cannot be trusted)."""
+    step = read_checkpoint(path).get("global_step", 0)
+    if not isinstance(step, int):
+        raise CheckpointDamaged(f"checkpoint {path}: global_step is {step!r}, not a step number")
+    return step
 
 
-DAMAGED = (zipfile.BadZipFile, EOFError, RuntimeError, OSError, ValueError, KeyError,
-           __import__("pickle").UnpicklingError)
+DAMAGED = (CheckpointDamaged, CheckpointRefused)
 
 
 def resume_point(ckpt_dir: Path, set_aside: bool = True) -> Path | None:
@@ -112,8 +200,9 @@ def resume_point(ckpt_dir: Path, set_aside: bool = True) -> Path | None:
                 continue
             aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
             os.replace(path, aside)
-            print(f"atnat: checkpoint {path} is damaged ({type(err).__name__}: {err}); set aside as "
-                  f"{aside.name}", file=sys.stderr)
+            if checksum_path(path).exists():
+                os.replace(checksum_path(path), checksum_path(aside))
+            print(f"atnat: {err}; set aside as {aside.name}", file=sys.stderr)
     if not good:
         if damaged:
             print(f"atnat: no loadable checkpoint left in {ckpt_dir}; training starts afresh", file=sys.stderr)
@@ -150,8 +239,8 @@ def average_state_dicts(states: list[dict[str, torch.Tensor]]) -> dict[str, torc
 def average_checkpoints(paths: list[Path], out: Path, note: dict) -> None:
     """Write `out`: the checkpoint paths[-1] with its weights replaced by the mean over `paths`, and
     `note` (what was averaged) under "atnat_selection"."""
-    ckpts = [torch.load(p, map_location="cpu", weights_only=False) for p in paths]
+    ckpts = [read_checkpoint(p) for p in paths]
     merged = dict(ckpts[-1])
     merged["state_dict"] = average_state_dicts([c["state_dict"] for c in ckpts])
     merged["atnat_selection"] = note
-    AtomicCheckpointIO().save_checkpoint(merged, out)
+    save_checkpoint_file(merged, out)

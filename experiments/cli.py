@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.files import write_json_atomic, write_lines_atomic
+from atnat.experiments.files import UnwritableError, write_json_atomic, write_lines_atomic
 
 
 def cmd_train(args) -> None:
@@ -21,7 +21,7 @@ def cmd_train(args) -> None:
         overrides = deep_update(overrides, parse_override(item))
     cfg = load_run_config(args.config, overrides)
     run_dir = Path(args.output_dir or cfg.output_dir or Path("runs") / cfg.name)
-    result = run_cell(cfg, run_dir)
+    result = run_cell(cfg, run_dir, allow_changes=args.allow_settings_change)
     if result is not None:  # None: a helper rank of a multi-device run
         print_rows(result.rows)
 
@@ -200,7 +200,7 @@ def cmd_run(args) -> int:
 
         cluster = settings_from_args(args)
     done = run_grid(args.grid, results_root=Path(args.results), dry_run=args.dry_run, only=args.only,
-                    smoke=args.smoke, workers=args.workers, devices=devices, cluster=cluster)
+                    smoke=args.smoke, workers=args.workers, devices=devices, cluster=cluster, stale=args.stale)
     return 1 if done.failed else 0
 
 
@@ -258,6 +258,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("config")
     p.add_argument("--output-dir")
     p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value")
+    p.add_argument("--allow-settings-change", action="store_true",
+                   help="resume a run under other settings than it was trained with (recorded, with the step, "
+                        "in settings_changes.json); without it such a resume is refused")
     p.set_defaults(fn=cmd_train)
     p = sub.add_parser("translate", help="translate stdin to stdout with a trained checkpoint")
     p.add_argument("--checkpoint", required=True, help="checkpoint file or run directory")
@@ -309,7 +312,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results", metavar="DIR",
                    help="results go to DIR/<grid name>/ (default: results/)")
     p.add_argument("--dry-run", action="store_true", help="list the cells and exit")
-    p.add_argument("--only", action="append", help="run only cells whose name contains this")
+    p.add_argument("--only", action="append", metavar="CELL",
+                   help="run only this cell: an exact name or a glob, e.g. '*-at-s1' (repeatable)")
+    p.add_argument("--stale", choices=["rerun", "keep"],
+                   help="cells run with other settings than the grid gives now: rerun (train again, or only "
+                        "evaluate again when just eval changed; old folders kept) or keep (numbers kept, the "
+                        "report names them); without it such cells stop the run before anything starts")
     p.add_argument("--smoke", action="store_true", help="tiny sizes: check a grid end to end in minutes")
     p.add_argument("--workers", type=int, help="cells run at once, one process each (GPUs 0..N-1 when present)")
     p.add_argument("--devices", help="comma-separated GPU ids: one worker process per GPU, e.g. 0,1,2,3")
@@ -345,19 +353,34 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def check_results_root(args) -> None:
+    """`--results DIR` must be a folder (or not exist yet)."""
+    root = Path(getattr(args, "results", "") or ".")
+    if root.exists() and not root.is_dir():
+        raise AtnatError(f"--results {root}: this is a file; give a folder (results go to DIR/<grid name>/)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     import atnat.decoding  # noqa: F401  (register built-ins)
     import atnat.models.decoders  # noqa: F401
     try:
+        check_results_root(args)
         code = args.fn(args) or 0
         sys.stdout.flush()  # a closed pipe shows here, not at exit
     except BrokenPipeError:  # `atnat list | head -1`: the reader stopped; exit as a SIGPIPE'd filter does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit-time flush goes nowhere
         return 141
+    except UnwritableError as err:  # disk full, read-only folder: not a usage error; finished work is kept
+        print(f"atnat: error: {err}", file=sys.stderr)
+        return 1
     except AtnatError as err:
         print(f"atnat: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a file the OS refused outside atnat's own writers: one line naming it
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"atnat: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("atnat: interrupted; finished work is kept (run the same command to resume)", file=sys.stderr)
         return 130

@@ -44,6 +44,16 @@ def encode_split(tokenizer, sources: list[str], targets: list[str], *, name: str
     return EncodedSplit(src, tgt)
 
 
+def check_budget(split: EncodedSplit, max_tokens: int, *, setting: str, name: str) -> None:
+    """A batch must hold at least one sentence: `max_tokens` (named `setting` in the config) is
+    refused when the longest pair of split `name` does not fit into it."""
+    longest = max(max(len(s), len(t) + 1) for s, t in zip(split.src, split.tgt))
+    if max_tokens < longest:
+        raise AtnatError(f"{setting}: {max_tokens} is smaller than the longest sentence pair of the {name} split "
+                         f"({longest} tokens with its end symbol): a batch must hold at least one sentence; "
+                         f"{setting} must be >= {longest} (or lower train.max_len, which drops longer training pairs)")
+
+
 def collate(items: list[tuple[int, list[int], list[int]]], pad: int = SPECIAL.pad) -> Batch:
     """Pad a list of (id, src, tgt) into a Batch (B, S) / (B, T)."""
     ids = torch.tensor([i for i, _, _ in items])

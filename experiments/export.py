@@ -12,31 +12,22 @@ other pickled objects is refused. A truncated or altered file is one AtnatError 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import pickle
 from pathlib import Path
 
 import torch
 
 from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
-from atnat.experiments.files import atomic_write_bytes
+from atnat.experiments.checkpoints import read_checkpoint
+from atnat.experiments.files import FILE_MODE, atomic_write_bytes, sha256
 
 FORMAT = "atnat-export"
 FORMAT_VERSION = 1
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 TOKENIZER_FILES = {"sentencepiece": "sentencepiece.model", "symbols": "symbols.json"}
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def is_export_dir(path: Path) -> bool:
@@ -75,6 +66,7 @@ def export_safetensors(module: Seq2SeqModule, out: str | Path) -> Path:
     (out / CONFIG).unlink(missing_ok=True)  # an interrupted re-export leaves no stale config
     tmp = out / (WEIGHTS + ".tmp")
     save_model(module, str(tmp), metadata={"format": FORMAT, "format_version": str(FORMAT_VERSION)})
+    os.chmod(tmp, FILE_MODE)  # safetensors writes 0600; an export is for sharing
     os.replace(tmp, out / WEIGHTS)
     name, data = tokenizer_file(module.tokenizer_state)
     for other in set(TOKENIZER_FILES.values()) - {name}:
@@ -135,6 +127,8 @@ def load_export(directory: str | Path, map_location: str = "cpu") -> Seq2SeqModu
         module = Seq2SeqModule(**config["hyper_parameters"])
     except (KeyError, TypeError) as err:
         raise AtnatError(f"{directory / CONFIG}: incomplete or invalid export config ({err!r})") from err
+    except AtnatError as err:  # a value the model refuses (d_model: -4): the config file is to blame
+        raise AtnatError(f"{directory / CONFIG}: hyper_parameters: {err}") from err
     try:
         load_model(module, str(weights), strict=True)
     except (SafetensorError, RuntimeError, OSError, ValueError) as err:
@@ -159,30 +153,23 @@ def tokenizer_state_from_file(path: Path, kind: str) -> dict:
     raise AtnatError(f"{path}: unknown tokenizer kind {kind!r}; known: {', '.join(TOKENIZER_FILES)}")
 
 
-def read_checkpoint(path: Path, map_location: str = "cpu") -> dict:
-    """torch.load with weights_only=True; a file that is truncated, corrupt, or holds pickled
-    objects beyond tensors and plain containers is one AtnatError naming it."""
-    try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        detail = next((line.strip() for line in str(err).splitlines() if "Unsupported global" in line), first)
-        raise AtnatError(f"checkpoint {path} holds pickled objects that safe loading (weights_only) refuses "
-                         f"({detail}); atnat writes none: was it written by another program or altered?") from err
-    except Exception as err:  # noqa: BLE001 - any failure to read the file is the file's problem
-        raise AtnatError(f"checkpoint {path} is truncated or corrupt: not a readable PyTorch checkpoint "
-                         f"({type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''})") from err
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint or "hyper_parameters" not in checkpoint:
+def read_run_checkpoint(path: Path, map_location: str = "cpu") -> dict:
+    """A checkpoint written by atnat train, read checked and tensors-only (experiments/checkpoints.py);
+    one that lacks the model's weights or hyper-parameters is one AtnatError naming it."""
+    checkpoint = read_checkpoint(path, map_location)
+    if "state_dict" not in checkpoint or "hyper_parameters" not in checkpoint:
         raise AtnatError(f"checkpoint {path} has no state_dict and hyper_parameters: not written by atnat train")
     return checkpoint
 
 
 def module_from_checkpoint(path: Path, map_location: str = "cpu") -> Seq2SeqModule:
     """The module of a Lightning checkpoint written by atnat train, loaded with weights_only."""
-    checkpoint = read_checkpoint(path, map_location)
+    checkpoint = read_run_checkpoint(path, map_location)
     try:
         module = Seq2SeqModule(**checkpoint["hyper_parameters"])
         module.load_state_dict(checkpoint["state_dict"], strict=True)
+    except AtnatError as err:
+        raise AtnatError(f"checkpoint {path}: hyper_parameters: {err}") from err
     except (TypeError, RuntimeError, KeyError) as err:
         raise AtnatError(f"checkpoint {path}: its weights do not fit the model its hyper-parameters "
                          f"describe ({str(err).strip().splitlines()[0]})") from err

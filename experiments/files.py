@@ -1,26 +1,67 @@
 """Files that outlive a process: every file the runner writes goes through a temporary file in
-the same folder, fsynced and renamed into place, so a kill or a full disk never leaves half a file."""
+the same folder, fsynced and renamed into place, so a kill or a full disk never leaves half a file.
+A file that cannot be written (disk full, read-only folder, a path that is a file) is one AtnatError
+naming the path; what was there before stays whole."""
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Callable, BinaryIO
 
 import pandas as pd
 
+from atnat.core.errors import AtnatError
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file in the same folder, fsynced, then renamed."""
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+FILE_MODE = 0o666 & ~_UMASK  # what open() gives a new file: mkstemp-style writers (safetensors) give 0600
+
+
+class UnwritableError(AtnatError):
+    """A file could not be written: the message names the path and the reason."""
+
+
+def unwritable(path: Path, err: OSError) -> UnwritableError:
+    """One message for a failed write, naming the path and what to do about the usual causes."""
+    hint = {errno.ENOSPC: "the disk is full: free space and run the same command again (finished work is kept)",
+            errno.EDQUOT: "the disk quota is exceeded: free space and run the same command again",
+            errno.EROFS: "the file system is read-only: give another results folder",
+            errno.EACCES: "permission denied: give a folder you can write to",
+            errno.EPERM: "permission denied: give a folder you can write to",
+            errno.ENOTDIR: "a part of the path is a file, not a folder",
+            errno.EEXIST: "a part of the path is a file, not a folder",
+            errno.EISDIR: "the path is a folder"}.get(err.errno, err.strerror or str(err))
+    return UnwritableError(f"cannot write {path}: {hint}")
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Call `write(f)` on a temporary file in `path`'s folder, fsync, rename it to `path` (mode
+    FILE_MODE). On any failure the temporary file is removed and `path` is left as it was."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
+    except OSError as err:
+        raise unwritable(path, err) from err
     finally:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically (see `atomic_write`)."""
+    atomic_write(path, lambda f: f.write(data))
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -38,3 +79,12 @@ def write_lines_atomic(path: Path, lines: list[str]) -> None:
 
 def write_csv(df: pd.DataFrame, path: Path) -> None:
     write_text_atomic(path, df.to_csv(index=False))
+
+
+def sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, in hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -444,6 +444,11 @@ def _overview(g: GridResults) -> list[Block]:
         blocks.append(Block("note", "No cell finished: there are no results to tabulate."))
     else:
         blocks.insert(1, Block("para", "Bold marks the best value of a column within its task."))
+    kept = (g.environment or {}).get("stale_cells_kept") or {}
+    if kept:
+        blocks.append(Block("note", "Kept on the user's word (`--stale keep`) although the grid's settings changed "
+                                    "since they ran, so their numbers come from other settings: "
+                                    + "; ".join(f"`{cell}` ({why})" for cell, why in kept.items()) + "."))
     failed = g.table[g.table["status"] != "ok"]
     if not failed.empty:
         blocks += [Block("heading", "Failed cells", 3), Block("table", frame=failures_table(failed))]

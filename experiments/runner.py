@@ -7,6 +7,7 @@ that trains it (locks.py): a second runner, or a second process on one cell, is 
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import shlex
 import sys
@@ -25,22 +26,28 @@ from atnat.experiments.config import RunConfig
 from atnat.experiments.evaluate import EvalResult, SpeedSettings, evaluate
 from atnat.experiments.files import write_csv, write_json_atomic, write_text_atomic
 from atnat.experiments.grid import Cell, load_grid, run_order
+from atnat.experiments.stale import describe_stale, find_stale, handle_stale
 from atnat.experiments.locks import LockHeld, cell_lock, folder_lock, held
-from atnat.experiments.table import environment, tabulate
-from atnat.experiments.train import prepare_data, train
+from atnat.experiments.table import environment, read_metrics, tabulate
+from atnat.experiments.train import finished_training, prepare_data, train
 from atnat.experiments.runs import helper_rank, inference_device, load_module, load_task
 
 
-def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedSettings()) -> EvalResult | None:
-    """Train (resuming if possible) and evaluate one run; writes everything into run_dir. With
-    `speed`, the run's own strategies are then timed side by side (a grid leaves this to its
-    timing phase: speed=None). Returns None in the helper ranks of a DDP run: rank 0 alone
-    evaluates and writes results."""
+def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedSettings(), *,
+             allow_changes: bool = False) -> EvalResult | None:
+    """Train (resuming if possible) and evaluate one run; writes everything into run_dir. A run
+    whose training finished under these settings is only evaluated again. With `speed`, the run's
+    own strategies are then timed side by side (a grid leaves this to its timing phase:
+    speed=None). Returns None in the helper ranks of a DDP run: rank 0 alone evaluates and writes
+    results. `allow_changes`: see train()."""
     run_dir.mkdir(parents=True, exist_ok=True)
     task = load_task(cfg)
     device = inference_device(cfg.train.accelerator)  # decoding runs where training ran
     targets, teacher, distill_meta = None, None, None
-    if cfg.distill is not None and cfg.distill.targets:
+    done = None if helper_rank() else finished_training(run_dir, cfg)  # only evaluated again
+    if done is not None and (run_dir / "distill.json").is_file():
+        distill_meta = json.loads((run_dir / "distill.json").read_text())
+    if cfg.distill is not None and cfg.distill.targets and done is None:
         from atnat.experiments.distill import distilled_targets
 
         from atnat.experiments.progress import counting_phase
@@ -58,15 +65,15 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
                              "distill.teacher")
         teacher = load_module(cfg.distill.teacher, map_location=device)[0]
     started = time.time()
-    best = train(cfg, run_dir, prepare_data(cfg, task, targets))
+    best = done or train(cfg, run_dir, prepare_data(cfg, task, targets), allow_changes=allow_changes)
     if best is None:
         return None
-    train_time = time.time() - started
+    trained = json.loads((run_dir / "train.json").read_text())
+    train_time = trained.get("train_time_s", time.time() - started)
     module, _ = load_module(best, map_location=device)
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     result = evaluate(module, task, cfg, run_dir, teacher=teacher)
-    trained = json.loads((run_dir / "train.json").read_text())
     for row in result.rows:  # steps trained, not the best checkpoint's
         row.update(train_steps=trained["global_step"], train_time_s=train_time, train_devices=trained["world_size"],
                    distill_bleu=distill_meta["bleu_vs_references"] if distill_meta else float("nan"))
@@ -104,13 +111,14 @@ def save_cell_outputs(run_dir: Path, result: EvalResult) -> None:
 
 
 def cell_status(run_dir: Path) -> str | None:
-    path = run_dir / "metrics.json"
-    if not path.exists():
-        return None
+    """"ok" / "failed" from the cell's metrics.json; None when it has none, or one of the wrong shape
+    (named on stderr: the cell then runs again, which re-evaluates a finished training)."""
     try:
-        return json.loads(path.read_text()).get("status")
-    except json.JSONDecodeError:
+        meta = read_metrics(run_dir)
+    except AtnatError as err:
+        print(f"atnat: {err}; the cell counts as unfinished", file=sys.stderr)
         return None
+    return None if meta is None else meta["status"]
 
 
 def describe(cell: Cell) -> dict:
@@ -143,22 +151,28 @@ class GridRun:
 
 def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = False,
              only: list[str] | None = None, smoke: bool = False, workers: int | None = None,
-             devices: list[str] | None = None, cluster=None) -> GridRun:
+             devices: list[str] | None = None, cluster=None, stale: str | None = None) -> GridRun:
     """Run every cell of a grid (teachers first), then write results.csv and the report.
 
     With `workers` > 1 or `devices`, cells run in parallel worker processes, one per device (see
     launchers/local.py); a cell that trains on several devices (DDP) always runs in its own process.
     With `cluster` (launchers/slurm.py ClusterSettings), cells are submitted as cluster jobs; the
-    table and report are written once none of them is queued or running."""
+    table and report are written once none of them is queued or running. Cells run with other
+    settings than the grid gives now are handled by `stale` (experiments/stale.py)."""
     grid, out = load_grid_into(path, results_root, smoke)
-    cells = [c for c in run_order(grid) if not only or any(o in c.name for o in only)]
+    cells = select_cells(run_order(grid), only, path)
     if dry_run:
         print(pd.DataFrame([describe(c) | {"strategies": len(c.config.eval.strategies)} for c in cells])
               .to_string(index=False))
+        found = find_stale(grid, cells)
+        if found:
+            print(f"stale (run with other settings than these):\n{describe_stale(found)}")
         return GridRun(out)
     with held(folder_lock(out), f"results folder {out}"):
+        kept = handle_stale(grid, cells, stale)
         pending = _run_cells(grid, cells, path, out, results_root=results_root, smoke=smoke, workers=workers,
-                             devices=devices, cluster=cluster)
+                             devices=devices, cluster=cluster,
+                             kept_stale={s.cell: s.reason for s in kept} if stale == "keep" else {})
     failed = [c.name for c in cells if c.name not in pending and cell_status(Path(c.config.output_dir)) != "ok"]
     if failed:
         print(f"failed: {len(failed)} of {len(cells)} cells: {', '.join(failed)} "
@@ -166,7 +180,20 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
     return GridRun(out, failed, pending)
 
 
-def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, devices, cluster) -> list[str]:
+def select_cells(cells: list[Cell], only: list[str] | None, path) -> list[Cell]:
+    """The cells named by `--only` patterns: exact names or shell-style globs (`*-at-s1`, `en-de-*`);
+    a pattern that matches no cell is an error naming the cells."""
+    if not only:
+        return cells
+    unmatched = [p for p in only if not any(fnmatch.fnmatchcase(c.name, p) for c in cells)]
+    if unmatched:
+        raise AtnatError(f"{path}: --only {unmatched[0]!r} matches no cell (an exact name or a glob such as "
+                         f"'*-at-s1'); cells: {', '.join(c.name for c in cells)}")
+    return [c for c in cells if any(fnmatch.fnmatchcase(c.name, p) for p in only)]
+
+
+def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, devices, cluster,
+               kept_stale: dict[str, str]) -> list[str]:
     """Run (or submit) the cells, then write the table and report; returns the cells still pending."""
     if cluster is not None:
         from atnat.experiments.launchers.slurm import run_on_cluster
@@ -174,7 +201,8 @@ def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, de
         started = time.time()
         pending = run_on_cluster(grid, cells, cluster, results_root=results_root, smoke=smoke)
         if not pending:
-            write_outputs(grid, out, path, started, {"parallel_cells": len(cells), "lanes": cluster.executor})
+            write_outputs(grid, out, path, started, {"parallel_cells": len(cells), "lanes": cluster.executor,
+                                                     "stale_cells_kept": kept_stale})
         return pending
     from atnat.experiments.launchers.local import make_lanes
 
@@ -202,7 +230,8 @@ def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, de
                         progress.console.print(f"cell {cell.name} skipped: {err}")
                 progress.advance(bar)
     write_outputs(grid, out, path, started, {"parallel_cells": len(lanes) if parallel else 1,
-                                             "lanes": ", ".join(lane.gpu or "cpu" for lane in lanes)})
+                                             "lanes": ", ".join(lane.gpu or "cpu" for lane in lanes),
+                                             "stale_cells_kept": kept_stale})
     return []
 
 

@@ -33,6 +33,7 @@ def last_step(run_dir: Path) -> int | None:
 def cell_state(run_dir: Path) -> dict:
     """One row of the status table for a cell's run folder."""
     from atnat.experiments.runner import cell_status
+    from atnat.experiments.table import read_metrics
 
     job = read_job(run_dir) or {}
     row = {"state": "not started", "job": job.get("job_id", ""), "launcher": job.get("launcher", ""),
@@ -41,7 +42,7 @@ def cell_state(run_dir: Path) -> dict:
     if status in ("ok", "failed"):
         row["state"] = "done" if status == "ok" else "failed"
         if status == "failed":
-            row["error"] = json.loads((run_dir / "metrics.json").read_text()).get("error", "")[:80]
+            row["error"] = str(read_metrics(run_dir).get("error", ""))[:80]
         return row
     held = holder_alive(cell_lock(run_dir))
     if job:
@@ -66,8 +67,9 @@ def status_rows(grid_path, results_root: Path, smoke: bool) -> list[dict]:
 
 
 def print_status(grid_path, *, results_root: Path, smoke: bool) -> list[dict]:
-    from rich.console import Console
     from rich.table import Table
+
+    from atnat.experiments.catalog import PipeConsole
 
     rows = status_rows(grid_path, results_root, smoke)
     table = Table(title=f"{grid_path}: {len(rows)} cells")
@@ -76,7 +78,7 @@ def print_status(grid_path, *, results_root: Path, smoke: bool) -> list[dict]:
     for r in rows:
         table.add_row(r["cell"], r["state"], str(r["job"]), "" if r["last_step"] is None else str(r["last_step"]),
                       r["teacher"], r["error"])
-    console = Console(width=200)
+    console = PipeConsole(width=200)  # `atnat status | head -1` exits 141 like every other command
     console.print(table)
     counts: dict[str, int] = {}
     for r in rows:

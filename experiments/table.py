@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from atnat.core.errors import AtnatError
 from atnat.experiments.grid import Grid
 from atnat.experiments.evaluate import read_references
 from atnat.experiments import schema
@@ -97,6 +98,31 @@ def validation_curve(log: Path) -> pd.DataFrame | None:
     return None if frame.empty else frame.drop_duplicates("step", keep="last").reset_index(drop=True)
 
 
+def read_metrics(run_dir: Path) -> dict | None:
+    """A cell's metrics.json ({"status": "ok" | "failed", "rows": [...]}, "error" when failed), or None
+    when there is none; one of another shape (hand-edited, cut short) is an AtnatError naming it."""
+    path = run_dir / "metrics.json"
+    if not path.exists():
+        return None
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise AtnatError(f"{path}: not a readable results record ({err})") from None
+    problem = None
+    if not isinstance(meta, dict):
+        problem = f"expected a JSON object with status and rows, got a {type(meta).__name__}"
+    elif meta.get("status") not in ("ok", "failed"):
+        problem = f"status is {meta.get('status')!r}, expected 'ok' or 'failed'"
+    elif not isinstance(meta.setdefault("rows", []) if meta["status"] == "failed" else meta.get("rows"), list) \
+            or not all(isinstance(r, dict) for r in meta["rows"]):
+        problem = "rows is not a list of result rows"
+    elif meta["status"] == "ok" and not meta["rows"]:
+        problem = "status ok but no result rows"
+    if problem:
+        raise AtnatError(f"{path}: not a results record of atnat: {problem}")
+    return meta
+
+
 def tabulate(grid: Grid, out: Path, describe) -> pd.DataFrame:
     """Gather every cell's metrics.json and curves into the grid's tables; returns results.csv."""
     runs = out / "runs"
@@ -104,8 +130,10 @@ def tabulate(grid: Grid, out: Path, describe) -> pd.DataFrame:
     for cell in grid.cells:
         run_dir = runs / cell.name
         info = describe(cell)
-        meta = json.loads((run_dir / "metrics.json").read_text()) if (run_dir / "metrics.json").exists() else \
-            {"status": "not run", "rows": []}
+        try:
+            meta = read_metrics(run_dir) or {"status": "not run", "rows": []}
+        except AtnatError as err:
+            meta = {"status": "failed", "error": str(err), "rows": []}
         status = meta.get("status", "failed")
         if status != "ok" or not meta.get("rows"):
             rows.append(info | {"status": status, "error": meta.get("error", "")})

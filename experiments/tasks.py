@@ -14,7 +14,8 @@ from typing import ClassVar
 from atnat.core.errors import AtnatError
 from atnat.core.registry import Registry
 
-from atnat.experiments.tokenize import SentencePieceTokenizer, SymbolTokenizer
+from atnat.core.options import require_at_least, require_optional_at_least
+from atnat.experiments.tokenize import MIN_SENTENCEPIECE_VOCAB, SentencePieceTokenizer, SymbolTokenizer
 
 SPLITS = ("train", "valid", "test")
 
@@ -64,6 +65,12 @@ class SyntheticOptions:
     n_test: int = 200  # test pairs
     seed: int = 1  # generator seed (data differ per seed, not per model seed)
     variants: int = 2  # dialect only: number M of consistent target variants
+
+    def __post_init__(self) -> None:
+        require_at_least(self.vocab, 2, "task", "vocab")
+        for name in ("min_len", "n_train", "n_valid", "n_test", "variants"):
+            require_at_least(getattr(self, name), 1, "task", name)
+        require_at_least(self.max_len, self.min_len, "task", "max_len")
 
 
 class SyntheticTask(Task):
@@ -178,6 +185,11 @@ class ParallelOptions:
     vocab_size: int = 8000  # joint sentencepiece vocabulary size
     max_train: int | None = None  # use only the first N training pairs (smoke runs)
     max_eval: int | None = None  # use only the first N valid/test pairs (smoke runs)
+
+    def __post_init__(self) -> None:
+        require_at_least(self.vocab_size, MIN_SENTENCEPIECE_VOCAB, "task", "vocab_size")
+        require_optional_at_least(self.max_train, 1, "task", "max_train")
+        require_optional_at_least(self.max_eval, 1, "task", "max_eval")
 
 
 def read_lines(path: Path, what: str) -> list[str]:

@@ -6,6 +6,9 @@ so all decoders share one id convention. A tokenizer serialises to a dict stored
 from __future__ import annotations
 
 import hashlib
+import os
+import sys
+import time
 from pathlib import Path
 from typing import Iterable
 
@@ -15,6 +18,7 @@ from atnat.core.special import SpecialTokens
 from atnat.core.errors import AtnatError
 
 SPECIAL_SYMBOLS = ("<pad>", "<s>", "</s>", "<unk>", "<mask>", "<blank>")
+MIN_SENTENCEPIECE_VOCAB = len(SPECIAL_SYMBOLS) + 2  # the special symbols and at least two pieces
 SPECIAL = SpecialTokens()
 
 
@@ -64,9 +68,30 @@ class SentencePieceTokenizer:
         cache_dir.mkdir(parents=True, exist_ok=True)
         path = cache_dir / f"spm-{key}.model"
         with FileLock(path.with_suffix(".lock")):  # cells started at once by parallel workers: one trains
-            if not path.exists():
-                cls._train_to(path, lines, vocab_size, model_type)
-        return cls(path.read_bytes())
+            cached = cls._cached(path)
+            if cached is not None:
+                return cached
+            cls._train_to(path, lines, vocab_size, model_type)
+            return cls(path.read_bytes())
+
+    @classmethod
+    def _cached(cls, path: Path) -> "SentencePieceTokenizer | None":
+        """The cached model at `path`, or None when there is none; a damaged one (empty, truncated,
+        not matching its recorded sha256) is set aside with a message naming it, and trained again."""
+        if not path.exists():
+            return None
+        recorded = path.with_name(path.name + ".sha256")
+        try:
+            data = path.read_bytes()
+            if recorded.is_file() and recorded.read_text().split()[0] != hashlib.sha256(data).hexdigest():
+                raise ValueError("it does not match the sha256 recorded when it was written")
+            return cls(data)
+        except Exception as err:  # noqa: BLE001 - sentencepiece raises RuntimeError/OSError on a bad proto
+            aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
+            os.replace(path, aside)
+            print(f"atnat: the cached sentencepiece model {path} is damaged ({err}); set aside as {aside.name} "
+                  "and trained again", file=sys.stderr)
+            return None
 
     @staticmethod
     def _train_to(path: Path, lines: list[str], vocab_size: int, model_type: str) -> None:
@@ -83,9 +108,11 @@ class SentencePieceTokenizer:
                 hard_vocab_limit=False, num_threads=2)
         except RuntimeError as err:
             raise AtnatError(f"sentencepiece training failed (vocab_size={vocab_size}): {err}") from err
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(buf.getvalue())
-        tmp.replace(path)
+        from atnat.experiments.files import atomic_write_bytes
+
+        data = buf.getvalue()
+        atomic_write_bytes(path, data)
+        atomic_write_bytes(path.with_name(path.name + ".sha256"), f"{hashlib.sha256(data).hexdigest()}  {path.name}\n".encode())
 
     @property
     def vocab_size(self) -> int:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from atnat.core.options import require, require_at_least, require_fraction
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -19,3 +21,11 @@ class ModelConfig:
     learned_positions: bool = False  # learned instead of sinusoidal positional encodings
     tie_embeddings: bool = True  # share source, target and output-projection embeddings
     max_positions: int = 1024  # longest sequence the positional table covers
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions"):
+            require_at_least(getattr(self, name), 1, "model", name)
+        require(self.d_model % self.n_heads == 0, "model", "d_model",
+                f"a multiple of n_heads ({self.n_heads}): every head gets d_model / n_heads dimensions", self.d_model)
+        require_fraction(self.dropout, "model", "dropout")
+        require_fraction(self.attention_dropout, "model", "attention_dropout")

@@ -10,7 +10,9 @@ import sacrebleu
 import torch
 from torch import Tensor
 
-from atnat.core.options import require_choice
+from atnat.core.options import (
+    require_at_least, require_choice, require_fraction, require_non_negative, require_positive,
+)
 from atnat.core.special import SpecialTokens
 from atnat.models.batch import Batch
 from atnat.models.config import ModelConfig
@@ -36,6 +38,11 @@ class OptimConfig:
 
     def __post_init__(self):
         require_choice(self.schedule, ("inverse_sqrt", "constant"), "optim", "schedule")
+        require_positive("optim", lr=self.lr, eps=self.eps)
+        require_at_least(self.warmup_steps, 0, "optim", "warmup_steps")
+        for i, beta in enumerate(self.betas):
+            require_fraction(beta, "optim", f"betas[{i}]")
+        require_non_negative("optim", weight_decay=self.weight_decay, clip_norm=self.clip_norm)
 
 
 def lr_factor(step: int, schedule: str, warmup: int) -> float:

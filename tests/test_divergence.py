@@ -1,5 +1,6 @@
 """A diverging run fails its cell with the step and the loss instead of being recorded "ok"
-(issue 16.8): lr 1000 on a tiny copy task, and a loss forced to NaN."""
+(issue 16.8, 21.3): lr 1000 on a tiny copy task (also exploding from its first step, with no healthy
+start to compare with), a loss forced to NaN, and bad factors refused when the config is read."""
 import json
 import math
 
@@ -8,7 +9,8 @@ import pytest
 
 from atnat.experiments.cli import main
 from atnat.experiments.config import run_config_from_dict
-from atnat.experiments.divergence import REFERENCE_STEPS, DivergenceError, DivergenceGuard
+from atnat.experiments.config import ConfigError
+from atnat.experiments.divergence import DivergenceError, DivergenceGuard
 from atnat.experiments.train import train
 from atnat.models.seq2seq import Seq2SeqModule
 
@@ -25,9 +27,9 @@ def test_lr_1000_fails_the_cell_with_step_and_loss_and_the_grid_goes_on(tmp_path
     out = tmp_path / "res" / "tiny"
     meta = json.loads((out / "runs" / "at-s1" / "metrics.json").read_text())
     assert meta["status"] == "failed"
-    assert meta["error"].startswith("training diverged at step ") and "times the loss of the first steps" in meta["error"]
+    assert meta["error"].startswith("training diverged at step ") and "x ln(V)" in meta["error"]
     step = int(meta["error"].split("step ")[1].split(":")[0])
-    assert REFERENCE_STEPS < step <= 40
+    assert 1 <= step <= 40
     table = pd.read_csv(out / "results.csv")
     assert table.set_index("cell").loc["at-s1", "status"] == "failed"
     assert table.set_index("cell").loc["at-ok-s1", "status"] == "ok"  # a healthy lr is not stopped
@@ -47,15 +49,24 @@ def test_a_nan_loss_stops_training_at_its_step(tmp_path, monkeypatch):
         train(run_config_from_dict(raw, "test"), tmp_path / "run")
 
 
-def test_reference_is_the_first_steps_and_the_factor_is_configurable():
-    guard = DivergenceGuard(10.0)
-    assert guard.problem([1, 2, 3, 4], [2.0, 5.0, 3.0, 49.0]) is None  # reference 5: 49 < 50
-    assert "step 5: loss 51 is over 10 times the loss of the first steps (5)" in guard.problem([5], [51.0])
-    lenient = DivergenceGuard(None)
+def test_a_run_exploding_from_its_first_step_fails(tmp_path):
+    # warm-up of one step: lr 1000 from the start, so the first losses are already huge; a guard
+    # whose reference is the first steps' loss saw nothing wrong and recorded the run "ok"
+    raw = {**TINY["base"], "name": "boom", "decoder": {"name": "at"}, "optim": {"lr": 1000, "warmup_steps": 1}}
+    raw["train"] = {**raw["train"], "max_steps": 30, "val_every_steps": 100}
+    with pytest.raises(DivergenceError, match=r"^training diverged at step \d+: loss \S+ is over 10 x ln\(V\)"):
+        train(run_config_from_dict(raw, "test"), tmp_path / "run")
+
+
+def test_the_bound_is_a_multiple_of_a_uniform_guess_and_the_factor_is_checked():
+    guard = DivergenceGuard(10.0, vocab_size=100)  # bound 10 ln 100 = 46.05
+    assert guard.problem([1, 2, 3, 4], [40.0, 46.0, 3.0, 2.0]) is None  # no healthy start needed, none assumed
+    assert "step 5: loss 46.1 is over 10 x ln(V) = 46.05" in guard.problem([5], [46.1])
+    lenient = DivergenceGuard(None, vocab_size=100)
     assert lenient.problem([1, 2, 3, 4], [2.0, 2.0, 2.0, 1e12]) is None
     assert "the loss is inf" in lenient.problem([5], [math.inf])
-    resumed = DivergenceGuard(10.0)
-    resumed.load_state_dict(guard.state_dict())  # kept in checkpoints: a resumed run keeps its reference
-    assert resumed.problem([400], [0.1]) is None and "step 401" in resumed.problem([401], [60.0])
     assert run_config_from_dict({"name": "x", "task": "copy", "decoder": "at", "train": {"divergence_factor": None}},
                                 "t").train.divergence_factor is None
+    for bad in (-1, 0, 1.5, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match=r"^t: train: divergence_factor must be a number >= 2"):
+            run_config_from_dict({"name": "x", "task": "copy", "decoder": "at", "train": {"divergence_factor": bad}}, "t")

@@ -15,7 +15,8 @@ from atnat.decoding.greedy import Greedy
 from atnat.experiments.cli import main
 from atnat.experiments.config import run_config_from_dict
 from atnat.experiments.data import collate
-from atnat.experiments.export import export_safetensors, is_export_dir, read_checkpoint
+from atnat.experiments.checkpoints import read_checkpoint
+from atnat.experiments.export import export_safetensors, is_export_dir
 from atnat.experiments.train import train
 from atnat.experiments.runs import attach_tokenizer, load_module
 from atnat.core.errors import AtnatError
@@ -139,7 +140,7 @@ def test_truncated_checkpoint_and_pickled_objects_are_refused(run, tmp_path):
     checkpoint["extra"] = io.StringIO("not a tensor")  # any class the safe unpickler does not allow
     evil = tmp_path / "evil.ckpt"
     torch.save(checkpoint, evil)
-    with pytest.raises(AtnatError, match=f"checkpoint {evil} holds pickled objects that safe loading"):
+    with pytest.raises(AtnatError, match=f"checkpoint {evil} holds pickled objects that tensors-only loading refuses"):
         read_checkpoint(evil)
 
 

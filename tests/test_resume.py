@@ -7,7 +7,8 @@ import pytorch_lightning as pl
 import torch
 
 from atnat.experiments import train as train_module
-from atnat.experiments.checkpoints import resume_point
+from atnat.core.errors import AtnatError
+from atnat.experiments.checkpoints import resume_point, verify_checksum
 from atnat.experiments.config import run_config_from_dict
 from atnat.experiments.train import train
 
@@ -86,7 +87,7 @@ def test_a_damaged_last_checkpoint_is_set_aside_and_the_previous_one_resumes(tmp
     chosen = resume_point(ckpts)
     err = capsys.readouterr().err
     assert chosen == ckpts / "best.ckpt"
-    assert f"checkpoint {last} is damaged" in err and "resuming from" in err
+    assert f"checkpoint {last} does not match the sha256 recorded in last.ckpt.sha256" in err and "resuming from" in err
     assert not last.exists() and list(ckpts.glob("last.ckpt.damaged-*"))
     (ckpts / "best.ckpt").write_bytes(b"not a zip")
     assert resume_point(ckpts) is None  # nothing loadable: a fresh start, with a message
@@ -105,10 +106,11 @@ def test_checkpoints_are_written_through_a_temporary_file(tmp_path, monkeypatch)
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(torch, "save", fail)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(AtnatError, match=f"cannot write {target}: the disk is full"):
         AtomicCheckpointIO().save_checkpoint({"a": torch.zeros(2)}, target)
-    assert target.read_bytes() == original  # the old file is whole
-    assert [p.name for p in tmp_path.iterdir()] == ["x.ckpt"]  # no temporary left behind
+    assert target.read_bytes() == original  # the old file is whole, and still matches its checksum
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.ckpt", "x.ckpt.sha256"]  # no temporary left behind
+    assert verify_checksum(target)
 
 
 @pytest.mark.slow

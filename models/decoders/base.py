@@ -21,6 +21,7 @@ from atnat.models.encoder import EncoderOut
 from atnat.models.layers import FeedForward, MultiHeadAttention, OutputProjection, Residual, TokenEmbedding
 from atnat.models.losses import Loss, guided_attention_loss
 from atnat.core.errors import AtnatError
+from atnat.core.options import require_fraction, require_non_negative, require_positive
 from atnat.core.registry import Registry
 
 
@@ -39,6 +40,12 @@ class LossConfig:
     guided_attention_sigma: float = 0.2  # width g of the diagonal prior
     guided_attention_layers: tuple[int, ...] = (-1,)  # decoder layers whose cross-attention is guided
     guided_attention_heads: tuple[int, ...] | None = None  # heads guided (None = all)
+
+    def __post_init__(self) -> None:
+        require_fraction(self.label_smoothing, "loss", "label_smoothing")
+        require_non_negative("loss", length_weight=self.length_weight,
+                             guided_attention_weight=self.guided_attention_weight)
+        require_positive("loss", guided_attention_sigma=self.guided_attention_sigma)
 
 
 class DecoderLayer(nn.Module):

@@ -1,0 +1,65 @@
+"""Every bad value is refused when the config is read, before anything trains (issue 21.5): one
+message naming the file, the key, the value and what is allowed, and exit 2 - no traceback, no
+training started, no run folder left behind."""
+import yaml
+import pytest
+
+from atnat.experiments.cli import main
+
+RUN = {
+    "name": "values",
+    "task": {"name": "fertility", "vocab": 8, "min_len": 2, "max_len": 5, "n_train": 60, "n_valid": 8, "n_test": 8},
+    "decoder": {"name": "at"},
+    "model": {"d_model": 16, "n_heads": 2, "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 1},
+    "train": {"max_steps": 4, "max_tokens": 96, "val_every_steps": 2, "progress_bar": False, "num_threads": 1},
+    "eval": {"n_bootstrap": 10},
+}
+
+# (section, key, value, what the message must say is allowed)
+BAD = [
+    ("optim", "lr", -1, "lr must be > 0, got -1"),
+    ("optim", "lr", float("nan"), "lr must be > 0, got nan"),
+    ("optim", "lr", float("inf"), "lr must be > 0, got inf"),
+    ("model", "d_model", 33, "d_model must be a multiple of n_heads (2)"),
+    ("train", "val_every_steps", 0, "val_every_steps must be an integer >= 1, got 0"),
+    ("model", "dropout", 2.0, "dropout must be a number with 0 <= value < 1, got 2.0"),
+    ("train", "num_threads", -3, "num_threads must be an integer >= 1, got -3"),
+    ("task", "vocab", 1, "vocab must be an integer >= 2, got 1"),
+    ("train", "max_steps", -1, "max_steps must be an integer >= 1, got -1"),
+    ("train", "max_steps", 0, "max_steps must be an integer >= 1, got 0"),
+    ("loss", "label_smoothing", 1.5, "label_smoothing must be a number with 0 <= value < 1, got 1.5"),
+    ("optim", "warmup_steps", -5, "warmup_steps must be an integer >= 0, got -5"),
+    ("train", "max_tokens", -5, "max_tokens must be an integer >= 1, got -5"),
+    ("train", "max_tokens", 1, "train.max_tokens: 1 is smaller than the longest sentence pair of the train split"),
+    ("eval", "max_tokens", 2, "eval.max_tokens: 2 is smaller than the longest sentence pair of the valid split"),
+    ("train", "divergence_factor", -1, "divergence_factor must be a number >= 2"),
+]
+
+
+@pytest.mark.parametrize("section,key,value,allowed", BAD, ids=[f"{s}.{k}={v}" for s, k, v, _ in BAD])
+def test_a_bad_value_is_refused_before_training(tmp_path, capsys, section, key, value, allowed):
+    config = {**RUN, section: {**RUN.get(section, {}), key: value}}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run_dir = tmp_path / "run"
+    assert main(["train", str(path), "--output-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"atnat: error: {path}") or "max_tokens: " in err, err  # the file is named
+    assert allowed in err and "Traceback" not in err, err
+    assert key in err
+    assert not (run_dir / "checkpoints").exists(), "training started before the value was refused"
+
+
+def test_a_yaml_file_that_is_not_utf8_is_one_message(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_bytes(yaml.safe_dump(RUN).encode() + b"# caf\xe9\n")
+    assert main(["train", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: line " in err and "is not valid UTF-8" in err and "Traceback" not in err
+
+
+def test_a_section_is_named_once_in_the_message(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({**RUN, "train": {**RUN["train"], "keep": 0}}))
+    assert main(["train", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == f"atnat: error: {path}: train: keep must be an integer >= 1, got 0"

@@ -1,0 +1,126 @@
+"""Each failure is one message naming what and where, and loses nothing (issue 21.6-21.9): a
+damaged sentencepiece cache, a full disk, a file given as --results, Ctrl-C in every mode, a
+results record of the wrong shape, an export config with a bad value, a closed pipe, file modes."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from atnat.core.errors import AtnatError
+from atnat.experiments import files
+from atnat.experiments.cli import main
+from atnat.experiments.tokenize import SentencePieceTokenizer
+from atnat.experiments import train as train_module
+
+from tests.test_config_values import RUN
+from tests.test_grid import TINY, write_grid
+
+TEXT = ["the cat sees a dog", "a red house", "the dog likes the tree", "a small blue cat runs"] * 20
+
+
+@pytest.mark.parametrize("damage", [b"", b"\x0a\x05trunc"])
+def test_a_damaged_sentencepiece_cache_is_named_set_aside_and_rebuilt(tmp_path, capsys, damage):
+    first = SentencePieceTokenizer.train(TEXT, vocab_size=30, cache_dir=tmp_path)
+    (cached,) = tmp_path.glob("spm-*.model")
+    cached.write_bytes(damage)
+    again = SentencePieceTokenizer.train(TEXT, vocab_size=30, cache_dir=tmp_path)
+    err = capsys.readouterr().err
+    assert f"the cached sentencepiece model {cached} is damaged" in err and "trained again" in err
+    assert again.encode("the cat") == first.encode("the cat")
+    assert list(tmp_path.glob("spm-*.model.damaged-*"))
+
+
+def test_a_full_disk_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
+    target = tmp_path / "results.csv"
+    target.write_text("old\n")
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(files.UnwritableError, match=f"cannot write {target}: the disk is full: free space"):
+        files.write_text_atomic(target, "new\n")
+    assert target.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["results.csv"]
+    with pytest.raises(files.UnwritableError, match="a part of the path is a file"):
+        files.write_text_atomic(target / "inside.txt", "x")
+
+
+def test_results_naming_a_file_is_one_message(tmp_path, capsys):
+    grid = write_grid(tmp_path)
+    (tmp_path / "afile").write_text("")
+    for command in (["run", str(grid)], ["status", str(grid)], ["cell", str(grid), "at-s1"]):
+        assert main([*command, "--results", str(tmp_path / "afile")]) == 2
+        assert "this is a file; give a folder" in capsys.readouterr().err
+
+
+class CtrlC:
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step >= 2:
+            raise KeyboardInterrupt
+
+
+def with_ctrl_c(monkeypatch):
+    import pytorch_lightning as pl
+
+    make = train_module.make_trainer
+
+    def interrupted(*args, **kwargs):
+        trainer = make(*args, **kwargs)
+        trainer.callbacks.insert(0, type("CtrlC", (CtrlC, pl.Callback), {})())
+        return trainer
+
+    monkeypatch.setattr(train_module, "make_trainer", interrupted)
+
+
+def test_ctrl_c_in_train_and_in_a_serial_grid_exits_130_with_the_resume_hint(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with_ctrl_c(monkeypatch)
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(RUN))
+    assert main(["train", str(config), "--output-dir", str(tmp_path / "run")]) == 130
+    assert "interrupted; finished work is kept (run the same command to resume)" in capsys.readouterr().err
+    assert main(["run", str(write_grid(tmp_path)), "--results", "res"]) == 130
+    assert "run the same command to resume" in capsys.readouterr().err
+
+
+def test_results_records_of_the_wrong_shape_are_named_not_a_crash(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"]}})
+    assert main(["run", str(grid), "--results", "res"]) == 0
+    record = tmp_path / "res" / "tiny" / "runs" / "at-s1" / "metrics.json"
+    record.write_text("[]")
+    assert main(["status", str(grid), "--results", "res"]) == 0
+    shown = record.relative_to(tmp_path)
+    assert f"{shown}: not a results record of atnat: expected a JSON object" in capsys.readouterr().err
+    record.write_text(json.dumps({"status": "ok"}))
+    assert main(["run", str(grid), "--results", "res"]) == 0  # counted unfinished: evaluated again, not retrained
+    assert f"{shown}: not a results record of atnat: rows is not a list" in capsys.readouterr().err
+    assert json.loads(record.read_text())["rows"]
+
+
+def test_an_export_config_with_a_bad_value_is_one_message(tmp_path, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(RUN))
+    assert main(["train", str(config), "--output-dir", str(tmp_path / "run")]) == 0
+    out = tmp_path / "export"
+    assert main(["export", str(tmp_path / "run"), str(out)]) == 0
+    assert os.stat(out / "model.safetensors").st_mode & 0o777 == files.FILE_MODE
+    exported = json.loads((out / "config.json").read_text())
+    exported["hyper_parameters"]["model"]["d_model"] = -4
+    (out / "config.json").write_text(json.dumps(exported))
+    with pytest.raises(AtnatError, match=rf"{out / 'config.json'}: hyper_parameters: model: d_model must be"):
+        from atnat.experiments.export import load_export
+
+        load_export(out)
+
+
+def test_status_into_a_closed_pipe_exits_141(tmp_path):
+    grid = write_grid(tmp_path)
+    code = ("import sys; from atnat.experiments.cli import main; "
+            f"sys.exit(main(['status', {str(grid)!r}, '--results', {str(tmp_path)!r}]))")
+    check = subprocess.run(f"{sys.executable} -c \"{code}\" | head -1; exit ${{PIPESTATUS[0]}}", shell=True,
+                           capture_output=True, text=True, executable="/bin/bash")
+    assert check.returncode == 141 and check.stdout.strip() and "Traceback" not in check.stderr
