@@ -13,7 +13,9 @@ from typing import Any
 
 import yaml
 
-from atnat.core.options import require, require_at_least, require_choice, require_optional_at_least
+from atnat.core.options import (
+    require, require_at_least, require_choice, require_non_negative, require_optional_at_least,
+)
 from atnat.decoding.base import STRATEGIES
 from atnat.models.config import ModelConfig
 from atnat.models.decoders.base import DECODERS, LossConfig
@@ -21,6 +23,7 @@ from atnat.core.errors import AtnatError
 from atnat.core.options import OptionTypeError, check_fields
 from atnat.models.seq2seq import OptimConfig, build_config
 
+from atnat.experiments.precision import PRECISIONS
 from atnat.experiments.tasks import TASKS
 
 
@@ -97,8 +100,11 @@ class TrainSettings:
     accelerator: str = "auto"  # Lightning accelerator: auto | cpu | gpu
     devices: Any = 1  # devices for one run (>1 uses DDP)
     num_nodes: int = 1  # machines for one run (DDP across nodes; `--launcher slurm` asks SLURM for them)
-    precision: str = "32-true"  # Lightning precision, e.g. bf16-mixed on GPU
+    precision: str = "32-true"  # Lightning precision (32-true, bf16-mixed on GPU or CPU, ...) or auto: bf16-mixed
+    # where the device does bf16 natively (a CUDA GPU that supports it; a CPU with avx512_bf16 or AMX), else 32-true
     early_stop_patience: int | None = None  # stop after this many validations without checkpoint_metric gain
+    early_stop_min_delta: float = 0.0  # a validation gains only when it beats the best so far by more than this
+    # (e.g. 0.3 BLEU with patience 3: stop once 3 validations in a row add no more than 0.3 to the best)
     num_threads: int | None = None  # torch CPU threads (None: torch's default)
     progress_bar: bool = True  # Lightning's progress bar
     checkpoint_metric: str = "loss"  # selects checkpoints: "loss" (val/loss, lowest) or "bleu" (val/bleu,
@@ -128,6 +134,8 @@ class TrainSettings:
         require(self.max_time_s is None or (isinstance(self.max_time_s, (int, float)) and self.max_time_s > 0),
                 "train", "max_time_s", "a positive number of seconds or null", self.max_time_s)
         require_choice(self.checkpoint_metric, ("loss", "bleu"), "train", "checkpoint_metric")
+        require_choice(self.precision, PRECISIONS, "train", "precision")
+        require_non_negative("train", early_stop_min_delta=self.early_stop_min_delta)
         require_choice(self.average, ("none", "best", "last"), "train", "average")
         require_at_least(self.keep, 1, "train", "keep")
         require(self.ema is None or (isinstance(self.ema, (int, float)) and 0 < self.ema < 1), "train", "ema",

@@ -283,13 +283,21 @@ def _run_in_workers(grid, cells, lanes, progress, bar, *, results_root: Path, sm
                 lines[cell.name] = progress.add_task(text, total=None)
             progress.update(lines[cell.name], description=text)
 
-    todo = [c for c in cells if status(c) != "ok"]
+    todo = priority_order(grid, [c for c in cells if status(c) != "ok"])
     progress.advance(bar, len(cells) - len(todo))
     run_parallel(grid.path, todo, lanes, results_root=results_root, smoke=smoke, status=status,
                  mark_failed=lambda cell, message: record_failure_unless_held(cell, message),
                  on_finish=finished, on_poll=poll)
     for task in lines.values():
         progress.remove_task(task)
+
+
+def priority_order(grid, cells: list[Cell]) -> list[Cell]:
+    """The order free workers take cells in: teachers first (their students wait on them), then the
+    rest as the grid file declares them (a cell declared last, e.g. a control, runs last)."""
+    teachers = {c.teacher for c in grid.cells if c.teacher}
+    declared = {c.name: i for i, c in enumerate(grid.cells)}
+    return sorted(cells, key=lambda c: (c.name not in teachers, declared[c.name]))
 
 
 def run_named_cell(path, cell_name: str, *, results_root: Path = Path("results"), smoke: bool = False) -> str | None:

@@ -26,6 +26,7 @@ from atnat.experiments.config import RunConfig, named, resolved, settings_change
 from atnat.experiments.data import EncodedSplit, check_budget, encode_split, make_loader
 from atnat.experiments.files import write_json_atomic
 from atnat.experiments.logs import make_loggers
+from atnat.experiments.precision import resolve_precision
 from atnat.experiments.progress import ProgressReporter
 from atnat.experiments.divergence import DivergenceGuard
 from atnat.experiments.runs import attach_tokenizer, helper_rank, load_module, load_task
@@ -131,7 +132,8 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
                                          save_top_k=t.keep, enable_version_counter=False,
                                          auto_insert_metric_name=False))
     if t.early_stop_patience:
-        callbacks.append(EarlyStopping(monitor, patience=t.early_stop_patience, mode=mode))
+        callbacks.append(EarlyStopping(monitor, patience=t.early_stop_patience, mode=mode,
+                                       min_delta=t.early_stop_min_delta))
     if t.ema is not None:
         from pytorch_lightning.callbacks.weight_averaging import EMAWeightAveraging
 
@@ -142,7 +144,7 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
         max_steps=t.max_steps, max_epochs=t.max_epochs, val_check_interval=t.val_every_steps,
         max_time=None if t.max_time_s is None else datetime.timedelta(seconds=t.max_time_s),
         check_val_every_n_epoch=None, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
-        precision=t.precision,
+        precision=resolve_precision(t.precision, t.accelerator),
         gradient_clip_val=cfg.optim.get("clip_norm", 1.0) or None, callbacks=callbacks,
         default_root_dir=run_dir, logger=make_loggers(t.loggers, run_dir) or False,
         plugins=[AtomicCheckpointIO()],
@@ -226,7 +228,7 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
         return None
     chosen = select_weights(trainer, t, run_dir / "checkpoints")
     info = {"world_size": trainer.world_size, "accelerator": type(trainer.accelerator).__name__,
-            "precision": str(trainer.precision), "global_step": trainer.global_step,
+            "precision": str(trainer.precision), "precision_asked": t.precision, "global_step": trainer.global_step,
             "evaluated_checkpoint": chosen.name, "train_time_s": train_time}
     if initialised:
         info["initialised_from"] = initialised

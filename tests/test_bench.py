@@ -230,12 +230,29 @@ def test_bad_options_are_user_errors():
             bench.main(["decode", "--tiny", "--device", "cuda"])
 
 
-def test_train_benchmark_runs_every_decoder():
+def test_train_benchmark_runs_every_decoder_in_fp32_and_bf16():
     spec = bench.make_spec(tiny=True, threads=1, warmup=0)
-    df = bench.run_train(spec, steps=1, tokens=120, log=lambda *_: None)
-    assert list(df.decoder) == ["at", "nat", "cmlm", "ctc"]
+    df = bench.run_train(spec, steps=2, tokens=120, precisions=("fp32", "bf16"), log=lambda *_: None)
+    assert list(df.decoder) == ["at", "at", "nat", "nat", "cmlm", "cmlm", "ctc", "ctc"]
+    assert list(df.precision) == ["fp32", "bf16"] * 4
     assert (df.tgt_tokens == 120).all() and (df.tokens_per_s > 0).all()  # training: target tokens/s
     assert (df.flops_per_step == 6 * df.params * df.tgt_tokens).all() and df.mfu.isna().all()
+    assert (df[df.precision == "fp32"].speedup_vs_fp32 == 1).all()
+    both = df.pivot(index="decoder", columns="precision", values="last_loss")  # the same model, two precisions
+    assert ((both.bf16 - both.fp32).abs() < 0.1 * both.fp32).all()
+    with pytest.raises(AtnatError, match="--precision among fp32, bf16"):
+        bench.run_train(spec, steps=1, tokens=120, precisions=("fp16",), log=lambda *_: None)
+
+
+def test_precision_auto_picks_bf16_where_the_cpu_does_it(tmp_path):
+    from atnat.experiments.precision import resolve_precision
+
+    with_bf16, without = tmp_path / "a", tmp_path / "b"
+    with_bf16.write_text("model name : X\nflags : fpu avx2 avx512f avx512_bf16\n")
+    without.write_text("model name : Y\nflags : fpu avx2 avx512f\n")
+    assert resolve_precision("auto", "cpu", with_bf16) == "bf16-mixed"
+    assert resolve_precision("auto", "cpu", without) == "32-true"
+    assert resolve_precision("32-true", "cpu", with_bf16) == "32-true"
 
 
 def test_cli_prints_table_writes_csv_and_sweep_png(tiny, tmp_path, monkeypatch, capsys):

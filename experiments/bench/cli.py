@@ -50,6 +50,8 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
     tr.add_argument("--steps", type=int, default=5, help="timed training steps (default 5)")
     tr.add_argument("--tokens", type=int, help="target tokens per batch (default 4096; tiny 256)")
     tr.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: by GPU name)")
+    tr.add_argument("--precision", help="comma-separated: fp32,bf16 (default: fp32, and bf16 where the device "
+                                        "does it natively: a GPU, a CPU with avx512_bf16/AMX)")
     tr.set_defaults(sweep=False, repeats=None, no_hf=False, compile=None, no_ct2=True, quantize="none")
 
 
@@ -70,7 +72,8 @@ def run(args: argparse.Namespace) -> None:
         print_decode(df)
     else:
         df = run_train(spec, steps=args.steps, tokens=args.tokens or (256 if args.tiny else 4096),
-                       peak_tflops=args.peak_tflops)
+                       peak_tflops=args.peak_tflops,
+                       precisions=tuple(p.strip() for p in args.precision.split(",")) if args.precision else None)
         print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if args.out:
         write_csv(df, args.out)

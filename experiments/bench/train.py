@@ -1,59 +1,94 @@
 """`atnat bench train`: training throughput (target tokens/s) of every decoder family on one
-token-budget batch: forward + backward + clip + Adam step; on CUDA bf16 autocast and MFU
-(6 x params x target tokens per step against the device's dense bf16 peak)."""
+token-budget batch: forward + backward + clip + Adam step, in fp32 and bf16 autocast (on a CPU with
+avx512_bf16/AMX, or a GPU), every system timed in turn (round robin, median per system); on CUDA
+MFU (6 x params x target tokens per step against the device's dense bf16 peak)."""
 from __future__ import annotations
+
+import statistics
+import time
 
 import pandas as pd
 import torch
 
 from atnat.experiments.bench.spec import OUT_LEN, Spec, start, FIRST_ORDINARY
-from atnat.experiments.metrics.speed import measure
+from atnat.experiments.metrics.speed import _synchronize
+from atnat.experiments.precision import resolve_precision
 from atnat.models.batch import Batch
 from atnat.core.errors import AtnatError
 from atnat.models.losses import total_loss
 from atnat.models.seq2seq import Seq2SeqModule
 
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16 tensor-core peaks
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}  # autocast dtype of each --precision value
 
 
-def train_row(decoder: str, spec: Spec, batch, steps: int, peak: float) -> dict:
-    """Time forward + backward + grad clip (1.0, as the Trainer) + Adam step of one decoder."""
-    torch.manual_seed(0)
-    module = Seq2SeqModule(vocab_size=spec.vocab, decoder=decoder,
-                           model={**spec.model, "dropout": 0.1}).to(spec.device).train()
-    opt = torch.optim.Adam(module.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-9)
-    cuda = spec.device == "cuda"
+def default_precisions(device: str) -> tuple[str, ...]:
+    """fp32, plus bf16 where the device does it natively (what `train.precision: auto` would pick)."""
+    return ("fp32", "bf16") if resolve_precision("auto", "gpu" if device == "cuda" else "cpu") == "bf16-mixed" \
+        else ("fp32",)
 
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
-            loss = total_loss(module.decoder.loss(batch, module.encode(batch.src)))
-        opt.zero_grad(set_to_none=True)
+
+class TrainSystem:
+    """One decoder in one precision: its own module and optimizer, and one timed step."""
+
+    def __init__(self, decoder: str, precision: str, spec: Spec, batch):
+        torch.manual_seed(0)
+        self.decoder, self.precision, self.batch, self.device = decoder, precision, batch, spec.device
+        self.module = Seq2SeqModule(vocab_size=spec.vocab, decoder=decoder,
+                                    model={**spec.model, "dropout": 0.1}).to(spec.device).train()
+        self.opt = torch.optim.Adam(self.module.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-9)
+        self.times: list[float] = []
+        self.losses: list[float] = []
+
+    def step(self, timed: bool) -> None:
+        dtype = PRECISIONS[self.precision]
+        device_type = "cuda" if self.device == "cuda" else "cpu"
+        _synchronize(torch.device(self.device))
+        began = time.perf_counter()
+        with torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            loss = total_loss(self.module.decoder.loss(self.batch, self.module.encode(self.batch.src)))
+        self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
-        opt.step()
-    t = measure(step, warmup=spec.warmup, repeats=steps, device=spec.device)
-    params, tokens = sum(p.numel() for p in module.parameters()), int(batch.tgt_lengths.sum())
-    flops = 6 * params * tokens
-    return dict(decoder=decoder, batch=len(batch), src_len=spec.src_len, tgt_len=batch.tgt.size(1),
-                tgt_tokens=tokens, median_s=t.median_s, tokens_per_s=tokens / t.median_s, params=params,
-                flops_per_step=flops, mfu=flops / t.median_s / peak, device=spec.device,
-                dtype="bf16-autocast" if cuda else "fp32", threads=spec.threads, steps=steps)
+        torch.nn.utils.clip_grad_norm_(self.module.parameters(), 1.0)
+        self.opt.step()
+        _synchronize(torch.device(self.device))
+        if timed:
+            self.times.append(time.perf_counter() - began)
+            self.losses.append(float(loss))
 
 
 def run_train(spec: Spec, *, steps: int, tokens: int, peak_tflops: float | None = None,
-              log=print) -> pd.DataFrame:
-    """Training throughput of the AT and every NAT decoder on one token-budget batch; MFU against
-    the dense bf16 peak (peak_tflops, else by CUDA device name; NaN when unknown or on CPU)."""
+              precisions: tuple[str, ...] | None = None, log=print) -> pd.DataFrame:
+    """Training throughput of the AT and every NAT decoder on one token-budget batch, in each of
+    `precisions` (default: fp32, and bf16 where the device does it natively), all systems stepped in
+    turn `steps` times after the warm-up; MFU against the dense bf16 peak (peak_tflops, else by CUDA
+    device name; NaN when unknown or on CPU)."""
     start(spec)
-    if steps < 1 or tokens < OUT_LEN:
-        raise AtnatError(f"need --steps >= 1 and --tokens >= {OUT_LEN}; got {steps}, {tokens}")
+    precisions = precisions or default_precisions(spec.device)
+    unknown = [p for p in precisions if p not in PRECISIONS]
+    if steps < 1 or tokens < OUT_LEN or unknown:
+        raise AtnatError(f"need --steps >= 1, --tokens >= {OUT_LEN} and --precision among {', '.join(PRECISIONS)}; "
+                         f"got {steps}, {tokens}, {', '.join(precisions)}")
     b, gen = tokens // OUT_LEN, torch.Generator().manual_seed(1)
     src, tgt = (torch.randint(FIRST_ORDINARY, spec.vocab, (b, n), generator=gen) for n in (spec.src_len, OUT_LEN))
     batch = Batch(src, tgt, torch.full((b,), spec.src_len), torch.full((b,), OUT_LEN), torch.arange(b)).to(spec.device)
     name = torch.cuda.get_device_name() if spec.device == "cuda" else "-"
     peak = (peak_tflops or next((v for k, v in PEAK_TFLOPS.items() if k in name), float("nan"))) * 1e12
+    systems = [TrainSystem(d, p, spec, batch) for d in ("at", "nat", "cmlm", "ctc") for p in precisions]
+    for rnd in range(spec.warmup + steps):  # round robin: a slow moment of the machine hits every system
+        for system in systems[rnd % len(systems):] + systems[: rnd % len(systems)]:
+            system.step(timed=rnd >= spec.warmup)
     rows = []
-    for decoder in ("at", "nat", "cmlm", "ctc"):
-        rows.append(train_row(decoder, spec, batch, steps, peak))
-        log(f"  {decoder:5s} {rows[-1]['median_s']:.3f} s/step  {rows[-1]['tokens_per_s']:.0f} tgt tokens/s")
-    return pd.DataFrame(rows)
+    for s in systems:
+        median = statistics.median(s.times)
+        params, tokens_ = sum(p.numel() for p in s.module.parameters()), int(batch.tgt_lengths.sum())
+        flops = 6 * params * tokens_
+        rows.append(dict(decoder=s.decoder, precision=s.precision, batch=len(batch), src_len=spec.src_len,
+                         tgt_len=batch.tgt.size(1), tgt_tokens=tokens_, median_s=median, tokens_per_s=tokens_ / median,
+                         params=params, flops_per_step=flops, mfu=flops / median / peak, device=spec.device,
+                         threads=spec.threads, steps=steps, last_loss=s.losses[-1]))
+        log(f"  {s.decoder:5s} {s.precision}  {median:.3f} s/step  {rows[-1]['tokens_per_s']:.0f} tgt tokens/s")
+    df = pd.DataFrame(rows)
+    fp32 = df[df.precision == "fp32"].set_index("decoder")["median_s"]
+    df["speedup_vs_fp32"] = [fp32.get(d, float("nan")) / m for d, m in zip(df.decoder, df.median_s)]
+    return df
