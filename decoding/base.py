@@ -122,9 +122,9 @@ def compatibility_problem(decoder_cls: Any, options: Any, strategy: Strategy) ->
     name = strategy.registered_name or type(strategy).__name__
     if strategy.requires not in decoder_cls.capabilities:
         usable = [n for n in STRATEGIES.names() if STRATEGIES.get(n).requires in decoder_cls.capabilities]
-        return (f"strategy {name!r} needs a decoder with capability {strategy.requires!r}, but decoder "
-                f"{decoder_cls.registered_name!r} has {sorted(decoder_cls.capabilities)}; usable strategies: "
-                f"{', '.join(usable)}")
+        return (f"strategy {name!r} cannot drive decoder {decoder_cls.registered_name!r}: it needs the capability "
+                f"{strategy.requires!r}, the decoder has {sorted(decoder_cls.capabilities)}; "
+                f"usable: {', '.join(usable)}")
     return decoder_cls.strategy_problem(options, strategy)
 
 

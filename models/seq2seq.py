@@ -84,7 +84,7 @@ class Seq2SeqModule(pl.LightningModule):
         self.decoder: Decoder = decoder_cls(cfg, options, embed=tgt_embed, vocab_size=vocab_size,
                                             special=self.special, loss_cfg=self.loss_cfg)
         self.tokenizer_state: dict | None = None  # set by the trainer; saved in checkpoints
-        self.validation_search: Any = None  # the strategy validation decodes with (set by experiments/train.py)
+        self.validation_search: Any = None  # the strategy validation decodes with (set by experiments/training/train.py)
         self.detokenize: Callable[[list[int]], str] | None = None
         self.bleu_tokenize = "13a"
         self.target_lang = "en"  # target language (Moses tokenisation of the paper-comparable BLEU)
@@ -112,7 +112,7 @@ class Seq2SeqModule(pl.LightningModule):
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._common_step(batch, "val")
-        if self.validation_search is None:  # no strategy given (experiments/train.py gives one)
+        if self.validation_search is None:  # no strategy given (experiments/training/train.py gives one)
             return
         hyps = self.decode(batch.src, batch.src_lengths, self.validation_search)
         refs = [t[:n] for t, n in zip(batch.tgt.tolist(), batch.tgt_lengths.tolist())]

@@ -3,7 +3,7 @@ off the front only when another beats it beyond the spread."""
 import pandas as pd
 import pytest
 
-from atnat.experiments.aggregate import aggregate_seeds, beyond_spread, robust_front
+from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, robust_front
 
 
 def rows(family: str, bleus: list[float], speeds: list[float]) -> list[dict]:

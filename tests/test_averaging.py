@@ -4,9 +4,9 @@ import json
 import pytest
 import torch
 
-from atnat.experiments.checkpoints import average_state_dicts
-from atnat.experiments.config import ConfigError, run_config_from_dict
-from atnat.experiments.runs import evaluation_checkpoint
+from atnat.experiments.modelfiles.checkpoints import average_state_dicts
+from atnat.experiments.config.run import ConfigError, run_config_from_dict
+from atnat.experiments.modelfiles.loading import evaluation_checkpoint
 
 from tests.test_resume import RUN, run_training, weights
 

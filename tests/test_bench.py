@@ -245,7 +245,7 @@ def test_train_benchmark_runs_every_decoder_in_fp32_and_bf16():
 
 
 def test_precision_auto_picks_bf16_where_the_cpu_does_it(tmp_path):
-    from atnat.experiments.precision import resolve_precision
+    from atnat.experiments.config.precision import resolve_precision
 
     with_bf16, without = tmp_path / "a", tmp_path / "b"
     with_bf16.write_text("model name : X\nflags : fpu avx2 avx512f avx512_bf16\n")

@@ -10,10 +10,11 @@ import pytest
 import torch
 import yaml
 
-from atnat.experiments.checkpoints import (
-    CheckpointRefused, average_checkpoints, checksum_path, read_checkpoint, resume_point, write_checksum,
+from atnat.experiments.modelfiles.checkpoints import (
+    CheckpointRefused, average_checkpoints, checksum_path, read_checkpoint, write_checksum,
 )
-from atnat.experiments.cli import main
+from atnat.experiments.training.resume import resume_point
+from atnat.experiments.cli.commands import main
 
 RUN = {
     "name": "trust",

@@ -12,8 +12,9 @@ import atnat.decoding  # noqa: F401  (registers strategies)
 from atnat.decoding.base import Strategy
 from atnat.decoding.greedy import Greedy
 from atnat.decoding.length_beam import LengthBeam
-from atnat.experiments import catalog, cli
-from atnat.experiments.tasks import CopyTask, SyntheticTask, Task
+from atnat.experiments.cli import catalog
+from atnat.experiments.cli import commands as cli
+from atnat.experiments.data.tasks import CopyTask, SyntheticTask, Task
 from atnat.models.decoders.cmlm import CMLMOptions
 
 

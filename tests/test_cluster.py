@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from atnat.experiments.cli import main
-from atnat.experiments.launchers import jobs as jobs_module
-from atnat.experiments.launchers.slurm import dependency
+from atnat.experiments.cli.commands import main
+from atnat.experiments.running.launchers import jobs as jobs_module
+from atnat.experiments.running.launchers.slurm import dependency
 
 from tests.test_grid import TINY, write_grid
 from tests.test_workers import STUDENT
@@ -160,7 +160,7 @@ def test_a_preempted_job_requeues_and_resumes_from_its_last_checkpoint(tmp_path,
 def test_status_states_from_the_run_folder(tmp_path, monkeypatch):
     import socket
 
-    from atnat.experiments.status import cell_state
+    from atnat.experiments.running.status import cell_state
 
     def folder(name, **files):
         d = tmp_path / name
@@ -170,7 +170,7 @@ def test_status_states_from_the_run_folder(tmp_path, monkeypatch):
         return d
 
     job = json.dumps({"executor": "slurm", "job_id": "7_1", "folder": str(tmp_path), "submitted_s": 0})
-    monkeypatch.setattr("atnat.experiments.status.job_state",
+    monkeypatch.setattr("atnat.experiments.running.status.job_state",
                         lambda j: {"7_1": "PENDING", "8": "RUNNING", "9": "CANCELLED by 12"}[j["job_id"]])
     me = json.dumps({"pid": os.getpid(), "host": socket.gethostname()})
     gone = json.dumps({"pid": 2**22 + 1, "host": socket.gethostname()})  # above any pid in use here

@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 import yaml
 
-from atnat.experiments.cli import main
-from atnat.experiments.config import ConfigError, load_run_config, run_config_from_dict
-from atnat.experiments.grid import load_grid
+from atnat.experiments.cli.commands import main
+from atnat.experiments.config.run import ConfigError, load_run_config, run_config_from_dict
+from atnat.experiments.running.grid import load_grid
 from atnat.models.config import ModelConfig
 from atnat.models.seq2seq import OptimConfig, Seq2SeqModule, build_config
 
@@ -90,9 +90,9 @@ def test_every_config_dataclass_annotation_is_understood():
     import atnat.decoding  # noqa: F401
     import atnat.models.decoders  # noqa: F401
     from atnat.decoding.base import STRATEGIES
-    from atnat.experiments import config as config_module
-    from atnat.experiments.evaluate import SpeedSettings
-    from atnat.experiments.tasks import TASKS
+    from atnat.experiments.config import run as config_module
+    from atnat.experiments.config.speed import SpeedSettings
+    from atnat.experiments.data.tasks import TASKS
     from atnat.models.decoders.base import DECODERS, LossConfig
     from atnat.core.options import describe
 

@@ -4,7 +4,7 @@ training started, no run folder left behind."""
 import yaml
 import pytest
 
-from atnat.experiments.cli import main
+from atnat.experiments.cli.commands import main
 
 RUN = {
     "name": "values",

@@ -9,11 +9,11 @@ import atnat.decoding  # noqa: F401  (registers strategies)
 import atnat.models.decoders  # noqa: F401  (registers decoders)
 from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
-from atnat.experiments import ct2
-from atnat.experiments.cli import main
-from atnat.experiments.data import collate, encode_split
-from atnat.experiments.tokenize import SymbolTokenizer
-from atnat.experiments.runs import attach_tokenizer
+from atnat.experiments.modelfiles import ct2
+from atnat.experiments.cli.commands import main
+from atnat.experiments.data.batching import collate, encode_split
+from atnat.experiments.data.tokenize import SymbolTokenizer
+from atnat.experiments.modelfiles.loading import attach_tokenizer
 from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
 
@@ -113,7 +113,7 @@ def test_what_ctranslate2_cannot_express_is_refused(tmp_path):
 
 
 def test_cli_exports_an_at_run_and_refuses_a_nat_one(tmp_path, capsys):
-    from atnat.experiments.export import export_safetensors
+    from atnat.experiments.modelfiles.export import export_safetensors
 
     module, _ = random_module()
     export_safetensors(module, tmp_path / "at")

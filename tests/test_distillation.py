@@ -3,8 +3,8 @@ import pytest
 
 from atnat.decoding.greedy import Greedy
 from atnat.decoding.parallel import Parallel
-from atnat.experiments.distill import distill_sources
-from atnat.experiments.metrics import variant_mixing_rate
+from atnat.experiments.training.distill import distill_sources
+from atnat.experiments.evaluation.metrics import variant_mixing_rate
 
 from tests.training import decode_split, fit, make_task
 
@@ -35,10 +35,10 @@ def test_students_start_from_the_teachers_weights_and_a_control_trains_on_refere
 
     import torch
 
-    from atnat.experiments.cli import main
-    from atnat.experiments.config import ConfigError, run_config_from_dict
-    from atnat.experiments.train import initialise
-    from atnat.experiments.runs import load_module
+    from atnat.experiments.cli.commands import main
+    from atnat.experiments.config.run import ConfigError, run_config_from_dict
+    from atnat.experiments.training.train import initialise
+    from atnat.experiments.modelfiles.loading import load_module
 
     from tests.test_grid import TINY, write_grid
 
@@ -53,7 +53,7 @@ def test_students_start_from_the_teachers_weights_and_a_control_trains_on_refere
     info = json.loads((runs / "cmlm-kd-s1" / "train.json").read_text())["initialised_from"]
     assert info["source"].endswith("runs/at-s1") and "decoder.length_predictor.proj.weight" in info["not_copied"]
     assert (runs / "cmlm-kd-s1" / "distill.json").exists() and not (runs / "cmlm-s1" / "distill.json").exists()
-    from atnat.experiments.distill import cache_dir
+    from atnat.experiments.training.distill import cache_dir
 
     cache = cache_dir(runs / "at-s1", {"name": "greedy"}) / "train.txt"  # written by the teacher's own process
     assert cache.stat().st_mtime <= (runs / "cmlm-kd-s1" / "config.json").stat().st_mtime
@@ -62,8 +62,8 @@ def test_students_start_from_the_teachers_weights_and_a_control_trains_on_refere
     # the copy itself: every matching tensor equals the teacher's before training
     teacher = load_module(runs / "at-s1")[0]
     cfg = run_config_from_dict({**json.loads((runs / "cmlm-kd-s1" / "config.json").read_text())}, "x")
-    from atnat.experiments.train import build_module
-    from atnat.experiments.runs import load_task
+    from atnat.experiments.training.train import build_module
+    from atnat.experiments.config.run import load_task
 
     student = build_module(cfg, load_task(cfg))
     initialise(student, cfg)

@@ -2,8 +2,8 @@
 import pytest
 
 from atnat.decoding.base import STRATEGIES
-from atnat.experiments.config import ConfigError, run_config_from_dict
-from atnat.experiments.tasks import TASKS, ParallelOptions, ParallelTask
+from atnat.experiments.config.run import ConfigError, run_config_from_dict
+from atnat.experiments.data.tasks import TASKS, ParallelOptions, ParallelTask
 from atnat.core.errors import AtnatError
 from atnat.core.registry import Registry, RegistryError
 

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from atnat.experiments.cli import main
-from atnat.experiments.evaluate import score_outputs
+from atnat.experiments.cli.commands import main
+from atnat.experiments.evaluation.evaluate import score_outputs
 
 from tests.test_grid import TINY, write_grid
 from tests.training import make_task

@@ -12,13 +12,13 @@ import torch
 import atnat.decoding  # noqa: F401  (registers strategies)
 from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
-from atnat.experiments.cli import main
-from atnat.experiments.config import run_config_from_dict
-from atnat.experiments.data import collate
-from atnat.experiments.checkpoints import read_checkpoint
-from atnat.experiments.export import export_safetensors, is_export_dir
-from atnat.experiments.train import train
-from atnat.experiments.runs import attach_tokenizer, load_module
+from atnat.experiments.cli.commands import main
+from atnat.experiments.config.run import run_config_from_dict
+from atnat.experiments.data.batching import collate
+from atnat.experiments.modelfiles.checkpoints import read_checkpoint
+from atnat.experiments.modelfiles.export import export_safetensors, is_export_dir
+from atnat.experiments.training.train import train
+from atnat.experiments.modelfiles.loading import attach_tokenizer, load_module
 from atnat.core.errors import AtnatError
 
 from tests.training import fit
@@ -154,7 +154,7 @@ def test_cli_export_then_translate_and_errors(run, tmp_path, monkeypatch, capsys
         assert main(["translate", "--checkpoint", str(source), "--strategy", "beam", "--beam", "2"]) == 0
         texts.append(capsys.readouterr().out)
     assert texts[0] == texts[1] and len(texts[0].split("\n")) == 3
-    from atnat.experiments.distill import distilled_targets  # an export directory as a teacher
+    from atnat.experiments.training.distill import distilled_targets  # an export directory as a teacher
 
     lines, meta = distilled_targets(out, ["the cat", "red dog"], ["x", "y"], {"name": "greedy"})
     assert len(lines) == 2 and meta["checkpoint"].startswith("sha256-")

@@ -11,9 +11,9 @@ import yaml
 
 from atnat.core.errors import AtnatError
 from atnat.experiments import files
-from atnat.experiments.cli import main
-from atnat.experiments.tokenize import SentencePieceTokenizer
-from atnat.experiments import train as train_module
+from atnat.experiments.cli.commands import main
+from atnat.experiments.data.tokenize import SentencePieceTokenizer
+from atnat.experiments.training import train as train_module
 
 from tests.test_config_values import RUN
 from tests.test_grid import TINY, write_grid
@@ -112,14 +112,14 @@ def test_an_export_config_with_a_bad_value_is_one_message(tmp_path, capsys):
     exported["hyper_parameters"]["model"]["d_model"] = -4
     (out / "config.json").write_text(json.dumps(exported))
     with pytest.raises(AtnatError, match=rf"{out / 'config.json'}: hyper_parameters: model: d_model must be"):
-        from atnat.experiments.export import load_export
+        from atnat.experiments.modelfiles.export import load_export
 
         load_export(out)
 
 
 def test_status_into_a_closed_pipe_exits_141(tmp_path):
     grid = write_grid(tmp_path)
-    code = ("import sys; from atnat.experiments.cli import main; "
+    code = ("import sys; from atnat.experiments.cli.commands import main; "
             f"sys.exit(main(['status', {str(grid)!r}, '--results', {str(tmp_path)!r}]))")
     check = subprocess.run(f"{sys.executable} -c \"{code}\" | head -1; exit ${{PIPESTATUS[0]}}", shell=True,
                            capture_output=True, text=True, executable="/bin/bash")

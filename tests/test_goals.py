@@ -5,11 +5,11 @@ import pytest
 import yaml
 
 from tests import fixtures_results as fx
-from atnat.experiments.aggregate import aggregate_seeds
-from atnat.experiments.config import ConfigError
-from atnat.experiments.goals import check_goals, parse_goals
-from atnat.experiments.grid import load_grid
-from atnat.experiments.report import write_report
+from atnat.experiments.reporting.aggregate import aggregate_seeds
+from atnat.experiments.config.run import ConfigError
+from atnat.experiments.reporting.goals import check_goals, parse_goals
+from atnat.experiments.running.grid import load_grid
+from atnat.experiments.reporting.report import write_report
 
 GOALS = [
     {"system": "copy-at / beam5", "at_least": 38},  # 38.05: met

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from atnat.experiments.cli import main
+from atnat.experiments.cli.commands import main
 
 from tests.test_grid import TINY, write_grid
 
@@ -91,8 +91,8 @@ def test_cuda_graph_static_step_gives_the_eager_tokens():
 
 
 def test_probes_run_on_cuda():
-    from atnat.experiments.data import collate, encode_split
-    from atnat.experiments.probes import attention_map, oracle_predictions, prefix_corruption
+    from atnat.experiments.data.batching import collate, encode_split
+    from atnat.experiments.evaluation.probes import attention_map, oracle_predictions, prefix_corruption
 
     from tests.training import fit
 

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from atnat.experiments.cli import main
-from atnat.experiments.config import ConfigError
-from atnat.experiments.grid import load_grid, run_order
+from atnat.experiments.cli.commands import main
+from atnat.experiments.config.run import ConfigError
+from atnat.experiments.running.grid import load_grid, run_order
 
 TINY = {
     "name": "tiny",
@@ -146,21 +146,26 @@ def test_translate_and_distill_cli_on_a_trained_run(tmp_path, monkeypatch, capsy
     assert main(["distill", "--teacher", str(run), "--output", "kd.txt", "--strategy", "greedy"]) == 0
     assert len((tmp_path / "kd.txt").read_text().split("\n")[:-1]) == 200
     # the distillation cache is reused for the same teacher weights and redone when they change
-    from atnat.experiments.distill import distilled_targets
+    from atnat.experiments.training.distill import distilled_targets
 
     src = ["w1 w2", "w3"]
     _, meta = distilled_targets(run, src, src, {"name": "greedy"})
-    from atnat.experiments.distill import cache_dir
+    from atnat.experiments.training.distill import cache_dir
 
     cached = cache_dir(run, {"name": "greedy"}) / "train.txt"
     cached.write_text("stale\nstale\n")
     assert distilled_targets(run, src, src, {"name": "greedy"})[0] == ["stale", "stale"]
-    ckpt = run / "checkpoints" / "best.ckpt"
-    os.utime(ckpt, ns=(ckpt.stat().st_atime_ns, ckpt.stat().st_mtime_ns + 10**9))
+    ckpt = run / "checkpoints" / "best.ckpt"  # other weights (the stamp is their sha256, not the file's date)
+    from atnat.experiments.modelfiles.checkpoints import read_checkpoint, save_checkpoint_file
+
+    state = read_checkpoint(ckpt)
+    name = next(k for k, v in state["state_dict"].items() if v.is_floating_point())
+    state["state_dict"][name] = state["state_dict"][name] + 1.0
+    save_checkpoint_file(state, ckpt)
     fresh, meta2 = distilled_targets(run, src, src, {"name": "greedy"})
     assert fresh != ["stale", "stale"] and meta2["checkpoint"] != meta["checkpoint"]
     assert main(["translate", "--checkpoint", str(run), "--strategy", "mask-predict"]) == 2
-    assert "strategy 'mask-predict' needs a decoder with capability 'parallel'" in capsys.readouterr().err
+    assert "strategy 'mask-predict' cannot drive decoder 'at': it needs the capability 'parallel'" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """The package layers stay apart: core/ imports no other layer; models/ and decoding/ import core/
-but never each other (nor experiments/); experiments/ is the only place that joins them."""
+but never each other (nor experiments/); experiments/ is the only place that joins them. Inside
+experiments/, each room imports only rooms below it, and no module imports itself in a circle."""
 import ast
 from pathlib import Path
 
@@ -46,3 +47,95 @@ def test_the_check_sees_a_forbidden_import(tmp_path):
                                                   "from ..models import y\nfrom .base import z\n")
     assert violations("decoding", tmp_path) == ["decoding/bad.py:2 imports atnat.models.layers",
                                                 "decoding/bad.py:3 imports atnat.models"]
+
+
+# experiments/ in rooms (issue 22): a room may import rooms of a lower rank, and itself; rooms of one
+# rank are siblings that never import each other. experiments/__init__.py states the same order.
+ROOMS = {"files": 0, "console": 0, "data": 1, "config": 2, "modelfiles": 2, "evaluation": 3,
+         "training": 4, "reporting": 4, "bench": 4, "running": 5, "cli": 6}
+
+
+def room_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["atnat", "experiments"] else None
+
+
+def room_imports(root: Path = ROOT) -> list[tuple[str, str, str]]:
+    """(file:line, importing room, imported room) of every import between modules of experiments/."""
+    base = root / "experiments"
+    found = []
+    for path in sorted(base.rglob("*.py")):
+        rel = path.relative_to(root / "experiments")
+        own = rel.parts[0][:-3] if len(rel.parts) == 1 else rel.parts[0]
+        if own == "__init__":
+            continue
+        for line, module in imported_modules(path, root):
+            other = room_of(module)
+            if other is not None:
+                found.append((f"{path.relative_to(root)}:{line}", own, other))
+    return found
+
+
+def upward(root: Path = ROOT) -> list[str]:
+    return [f"{where} ({own}, rank {ROOMS.get(own)}) imports {other} (rank {ROOMS.get(other)})"
+            for where, own, other in room_imports(root)
+            if other != own and (own not in ROOMS or other not in ROOMS or ROOMS[other] >= ROOMS[own])]
+
+
+def test_every_room_of_experiments_is_ranked_and_imports_only_lower_rooms():
+    rooms = {p.name if p.is_dir() else p.stem for p in (ROOT / "experiments").iterdir()
+             if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem != "__init__")}
+    assert rooms == set(ROOMS), "a room without a rank (add it to ROOMS and experiments/__init__.py)"
+    assert upward() == []
+    assert max(ROOMS.values()) + 1 <= 7  # levels of the room graph
+
+
+def module_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """experiments' modules -> the experiments modules they import (a `from pkg import sub` of a
+    submodule counts as importing the submodule)."""
+    base = root / "experiments"
+    names = {".".join(("atnat", *p.relative_to(root).with_suffix("").parts)).removesuffix(".__init__"): p
+             for p in base.rglob("*.py")}
+    graph = {}
+    for name, path in names.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name in names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & names.keys()
+                deps |= subs or ({node.module} & names.keys())
+        graph[name] = deps - {name}
+    return graph
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of the graph, or None."""
+    state: dict[str, int] = {}
+
+    def visit(node, path):
+        state[node] = 1
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep] if dep in path else [node, dep]
+            if dep not in state and (found := visit(dep, path + [dep])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_experiments_has_no_import_circle():
+    assert cycle(module_graph()) is None
+
+
+def test_the_room_check_sees_an_upward_import_and_the_cycle_check_a_circle(tmp_path):
+    (tmp_path / "experiments" / "data").mkdir(parents=True)
+    (tmp_path / "experiments" / "data" / "__init__.py").write_text("")
+    (tmp_path / "experiments" / "data" / "bad.py").write_text("from atnat.experiments.running.cell import x\n")
+    assert upward(tmp_path) == ["experiments/data/bad.py:1 (data, rank 1) imports running (rank 5)"]
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]

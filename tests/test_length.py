@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from atnat.experiments.data import encode_split, make_loader
+from atnat.experiments.data.batching import encode_split, make_loader
 from atnat.models.encoder import EncoderOut, TransformerEncoder
 from atnat.models.layers import TokenEmbedding
 from atnat.models.length import LengthPredictor

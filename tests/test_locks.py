@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from atnat.experiments.cli import main
+from atnat.experiments.cli.commands import main
 
 from tests.test_grid import TINY, run_cli, write_grid
 
@@ -63,7 +63,7 @@ def test_a_second_runner_and_a_hand_run_cell_are_refused_and_a_killed_grid_leave
         assert main(["run", str(grid), "--results", "res"]) == 2  # refused at once, nothing trained
         err = capsys.readouterr().err
         assert f"results folder res/tiny is in use by pid {runner.pid} on {socket.gethostname()} since " in err
-        assert "cli.py run " in err and "lock file res/tiny/runner.lock" in err
+        assert "cli/__main__.py run " in err and "lock file res/tiny/runner.lock" in err
         worker = json.loads((run_dir / "cell.lock.json").read_text())["pid"]
         assert worker in workers
         assert main(["cell", str(grid), "at-s1", "--results", "res"]) == 2  # the same cell by hand
@@ -76,7 +76,7 @@ def test_a_second_runner_and_a_hand_run_cell_are_refused_and_a_killed_grid_leave
         for pid in workers:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-    from atnat.experiments.locks import is_held
+    from atnat.experiments.running.locks import is_held
 
     # the dead processes' locks block nobody (the holder files they left are overwritten)
     assert not is_held(tmp_path / "res" / "tiny" / "runner.lock") and not is_held(run_dir / "cell.lock")
@@ -84,7 +84,7 @@ def test_a_second_runner_and_a_hand_run_cell_are_refused_and_a_killed_grid_leave
 
 
 def hold_in_subprocess(lock: Path) -> subprocess.Popen:
-    code = ("import sys, time; from pathlib import Path; from atnat.experiments.locks import held\n"
+    code = ("import sys, time; from pathlib import Path; from atnat.experiments.running.locks import held\n"
             f"with held(Path({str(lock)!r}), 'the thing'):\n    print('held', flush=True); time.sleep(600)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     assert proc.stdout.readline() == b"held\n"
@@ -92,7 +92,7 @@ def hold_in_subprocess(lock: Path) -> subprocess.Popen:
 
 
 def test_a_lock_names_its_holder_and_dies_with_it(tmp_path):
-    from atnat.experiments.locks import LockHeld, held, is_held
+    from atnat.experiments.running.locks import LockHeld, held, is_held
 
     lock = tmp_path / "runner.lock"
     proc = hold_in_subprocess(lock)
@@ -116,10 +116,10 @@ def test_a_lock_names_its_holder_and_dies_with_it(tmp_path):
 def test_a_worker_ends_when_its_parent_is_killed(tmp_path, prctl):
     """With prctl(PR_SET_PDEATHSIG) and, without it (not Linux), by watching the parent pid."""
     worker = ("import sys, time\n"
-              "from atnat.experiments.launchers.local import die_with_parent\n"
+              "from atnat.experiments.running.launchers.local import die_with_parent\n"
               + ("" if prctl else "sys.platform = 'darwin'  # no prctl: the fallback alone\n")
               + "die_with_parent(); print('ready', flush=True); time.sleep(600)")
-    from atnat.experiments.launchers.local import PARENT_ENV
+    from atnat.experiments.running.launchers.local import PARENT_ENV
 
     parent = ("import os, subprocess, sys, time\n"  # a stand-in for `atnat run`: starts the worker, waits
               f"child = subprocess.Popen([sys.executable, '-c', {worker!r}], env=dict(os.environ, {PARENT_ENV}=str(os.getpid())))\n"

@@ -8,10 +8,10 @@ import types
 
 import pytest
 
-from atnat.experiments import distill, runs
-from atnat.experiments.config import run_config_from_dict
-from atnat.experiments.runner import run_cell
-from atnat.experiments.tasks import ParallelOptions, ParallelTask
+from atnat.experiments.training import distill
+from atnat.experiments.config.run import run_config_from_dict
+from atnat.experiments.running.cell import run_cell
+from atnat.experiments.data.tasks import ParallelOptions, ParallelTask
 from atnat.core.errors import AtnatError
 
 from tests.test_grid import TINY
@@ -20,7 +20,7 @@ from tests.test_grid import TINY
 @pytest.fixture
 def teacher(tmp_path, monkeypatch):
     """A teacher run folder whose decoding is replaced by `outputs` (no model is trained)."""
-    monkeypatch.setattr(runs, "load_module", lambda path, map_location: (types.SimpleNamespace(bleu_tokenize="13a"), None))
+    monkeypatch.setattr(distill, "load_module", lambda path, map_location: (types.SimpleNamespace(bleu_tokenize="13a"), None))
     run = tmp_path / "teacher"
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "best.ckpt").write_bytes(b"weights")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sacrebleu.metrics import BLEU
 
-from atnat.experiments.metrics import (
+from atnat.experiments.evaluation.metrics import (
     accuracy_by_position,
     align,
     bleu_by_length,
@@ -156,7 +156,7 @@ def test_errors_that_follow_errors_give_a_positive_excess_and_scattered_ones_a_n
 
 
 def test_closest_reference_is_the_variant_the_system_chose():
-    from atnat.experiments.metrics import closest_references
+    from atnat.experiments.evaluation.metrics import closest_references
 
     hyps = [[11, 12, 13], [1, 2, 9]]
     streams = [[[1, 2, 3], [1, 2, 3]], [[11, 12, 13], [11, 12, 13]]]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from atnat.experiments.metrics import (
+from atnat.experiments.evaluation.metrics import (
     length_accuracy,
     repetition_rate,
     variant_mixing_rate,

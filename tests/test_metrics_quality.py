@@ -6,7 +6,7 @@ import pytest
 import sacrebleu
 from sacrebleu.metrics import BLEU
 
-from atnat.experiments.metrics import corpus_quality, exact_match, paired_significance
+from atnat.experiments.evaluation.metrics import corpus_quality, exact_match, paired_significance
 from atnat.core.errors import AtnatError
 
 REFS = [
@@ -103,7 +103,7 @@ def test_exact_match_on_strings_and_ids():
 
 
 def test_holm_adjusts_step_down_monotone_and_leaves_missing_p_out():
-    from atnat.experiments.metrics.quality import holm
+    from atnat.experiments.evaluation.metrics.quality import holm
 
     # sorted: a .01 (x3 = .03), c .03 (x2 = .06), b .04 (x1 = .04, raised to .06: monotone); d not tested
     out = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": float("nan")})
@@ -113,7 +113,7 @@ def test_holm_adjusts_step_down_monotone_and_leaves_missing_p_out():
 
 
 def test_moses_tokenised_bleu_splits_punctuation_and_optionally_compounds():
-    from atnat.experiments.metrics.quality import bleu_metric, moses_tokenize, tokenized_bleu
+    from atnat.experiments.evaluation.metrics.quality import bleu_metric, moses_tokenize, tokenized_bleu
 
     assert moses_tokenize(["Ein Auto-Rennen, schnell."], "de") == ["Ein Auto-Rennen , schnell ."]
     assert moses_tokenize(["Ein Auto-Rennen, schnell."], "de", compound_split=True) == [

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from atnat.experiments.metrics import current_rss_mb, measure, peak_memory_mb, reset_peak
+from atnat.experiments.evaluation.metrics import current_rss_mb, measure, peak_memory_mb, reset_peak
 from atnat.core.errors import AtnatError
 
 

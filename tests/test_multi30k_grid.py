@@ -4,8 +4,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from atnat.experiments.cli import main
-from atnat.experiments.grid import load_grid, run_order
+from atnat.experiments.cli.commands import main
+from atnat.experiments.running.grid import load_grid, run_order
 
 ROOT = Path(__file__).resolve().parent.parent
 GRID = ROOT / "experiments" / "grids" / "multi30k.yaml"

@@ -19,7 +19,7 @@ from atnat.models.decoders.glancing import (GlancingOptions, ctc_viterbi, glance
 from atnat.models.decoders.nat import uniform_copy_index
 from atnat.models.encoder import lengths_to_padding_mask
 from atnat.core.errors import AtnatError
-from atnat.experiments.assemble import check_compatible
+from atnat.experiments.evaluation.assemble import check_compatible
 from atnat.models.seq2seq import Seq2SeqModule
 from tests.training import TINY_MODEL, decode_split, exact_match, fit, make_task
 
@@ -207,7 +207,7 @@ def test_loss_parts_and_weights(decoder, options, expected):
 # ---------------------------------------------------------------- refusals and options
 
 def test_refusals_name_the_way_out():
-    with pytest.raises(AtnatError, match="needs a decoder with capability 'parallel'.*ctc"):
+    with pytest.raises(AtnatError, match="needs the capability 'parallel'.*ctc"):
         check_compatible(module("ctc").decoder, MaskPredict(iterations=4))
     fixed = module("nat", length="fixed")
     with pytest.raises(AtnatError, match="length: fixed"):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from atnat.decoding.greedy import Greedy
-from atnat.experiments.config import run_config_from_dict
+from atnat.experiments.config.run import run_config_from_dict
 from atnat.core import registry as registry_module
 from atnat.models.decoders.base import DECODERS
 from atnat.core.registry import Registry
@@ -78,7 +78,7 @@ LOCAL = Registry("widget", _Base, entry_point_group="atnat.test")
 
 
 def test_a_broken_plugin_hides_neither_the_built_ins_nor_a_misspelling(monkeypatch, capsys):
-    from atnat.experiments.cli import main
+    from atnat.experiments.cli.commands import main
 
     eps = [EntryPoint(name="broken-dec", value="no_such_module_xyz", group="atnat.decoders")]
     monkeypatch.setattr(registry_module, "entry_points", lambda group: eps if group == "atnat.decoders" else [])
@@ -150,8 +150,8 @@ def test_readme_strategy_samples_and_plugs_into_configs(tmp_path, monkeypatch):
 def test_readme_metric_becomes_a_column_of_the_table_the_report_and_the_cli(tmp_path, monkeypatch):
     import pandas as pd
 
-    from atnat.experiments.cli import main
-    from atnat.experiments.metrics.row import METRICS
+    from atnat.experiments.cli.commands import main
+    from atnat.experiments.evaluation.metrics.row import METRICS
 
     from tests.test_grid import TINY, write_grid
 

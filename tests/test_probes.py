@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from atnat.experiments.data import collate, encode_split
-from atnat.experiments.probes import attention_map, oracle_predictions, prefix_corruption, run_probes
+from atnat.experiments.data.batching import collate, encode_split
+from atnat.experiments.evaluation.probes import attention_map, oracle_predictions, prefix_corruption, run_probes
 
 from tests.training import fit
 

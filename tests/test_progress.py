@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from atnat.experiments.progress import describe, eta_seconds, read_progress
+from atnat.experiments.training.progress import describe, eta_seconds, read_progress
 
 from tests.test_resume import run_training
 
@@ -28,18 +28,18 @@ def test_eta_uses_this_attempts_pace_and_the_time_budget():
 
 
 def test_the_pool_polls_the_running_cells(tmp_path, monkeypatch):
-    from atnat.experiments.cli import main
-    from atnat.experiments.launchers import local
+    from atnat.experiments.cli.commands import main
+    from atnat.experiments.running import scheduler
 
     seen = []
-    original = local.run_parallel
+    original = scheduler.run_parallel
 
     def spy(*args, **kwargs):
         poll = kwargs["on_poll"]
         kwargs["on_poll"] = lambda running: (seen.append([c.name for c in running]), poll(running))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(local, "run_parallel", spy)
+    monkeypatch.setattr(scheduler, "run_parallel", spy)
     from tests.test_grid import TINY, write_grid
 
     monkeypatch.chdir(tmp_path)
@@ -52,7 +52,7 @@ def test_the_pool_polls_the_running_cells(tmp_path, monkeypatch):
 
 def test_a_long_distillation_shows_how_far_it_is(tmp_path, monkeypatch):
     """The teacher decoding tens of thousands of sentences reports done/total and an ETA as it goes."""
-    from atnat.experiments import progress
+    from atnat.experiments.training import progress
 
     now = [100.0]
     monkeypatch.setattr(progress.time, "time", lambda: now[0])
@@ -71,8 +71,8 @@ def test_a_long_distillation_shows_how_far_it_is(tmp_path, monkeypatch):
 
 def test_decoding_a_split_reports_each_batch():
     from atnat.decoding.greedy import Greedy
-    from atnat.experiments.data import encode_split
-    from atnat.experiments.evaluate import decode_split
+    from atnat.experiments.data.batching import encode_split
+    from atnat.experiments.evaluation.evaluate import decode_split
     from tests.training import fit
 
     module, task = fit("at", "copy", steps=1)

@@ -10,10 +10,10 @@ from torch import nn
 import atnat.decoding  # noqa: F401  (registers strategies)
 from atnat.decoding.greedy import Greedy
 from atnat.decoding.parallel import Parallel
-from atnat.experiments.cli import main
-from atnat.experiments.export import export_safetensors
-from atnat.experiments.quantize import Int8Attention, maybe_quantize, quantize_int8
-from atnat.experiments.runs import attach_tokenizer
+from atnat.experiments.cli.commands import main
+from atnat.experiments.modelfiles.export import export_safetensors
+from atnat.experiments.modelfiles.quantize import Int8Attention, maybe_quantize, quantize_int8
+from atnat.experiments.modelfiles.loading import attach_tokenizer
 from atnat.core.errors import AtnatError
 from atnat.models.layers import MultiHeadAttention
 

@@ -10,8 +10,11 @@ from html.parser import HTMLParser
 import pandas as pd
 import pytest
 
-from atnat.experiments import report as report_module
-from atnat.experiments.report import load_results, markdown_table, pareto_front, write_report
+from atnat.experiments.reporting import judging
+from atnat.experiments.reporting.figures import pareto_front
+from atnat.experiments.reporting.markdown import markdown_table
+from atnat.experiments.reporting.report import write_report
+from atnat.experiments.reporting.results import load_results
 from atnat.core.errors import AtnatError
 from tests import fixtures_results as fx
 
@@ -292,7 +295,7 @@ def test_summary_without_at_baseline_or_speedups(tmp_path):
     table = fx.results_frame()
     table = table[table["decoder"] != "at"].assign(speedup_vs_at=None, throughput_speedup_vs_at=None)
     table.to_csv(root / "results.csv", index=False)
-    summary = report_module._summary(load_results(root))
+    summary = judging.summary(load_results(root))
     assert summary.startswith("On `copy`: there is no AT baseline; the best NAT system is "
                               "`copy-cmlm-kd / mask-predict-4` (35.50 BLEU).")  # fmt: skip
     assert "speed-up" not in summary and "Not clearly beaten" not in summary
@@ -306,7 +309,7 @@ def test_markdown_table_escapes_pipes_newlines_and_tags():
 
 
 def test_the_validation_curve_comes_from_the_training_log_latest_value_per_step(tmp_path):
-    from atnat.experiments.table import validation_curve
+    from atnat.experiments.reporting.table import validation_curve
 
     log = tmp_path / "metrics.csv"
     log.write_text("attempt,epoch,step,train/loss,val/bleu,val/loss\n"
@@ -321,8 +324,8 @@ def test_the_validation_curve_comes_from_the_training_log_latest_value_per_step(
 def test_environment_records_the_cpu_model_and_its_vector_instructions(tmp_path):
     import yaml
 
-    from atnat.experiments.grid import load_grid
-    from atnat.experiments.table import cpu_info, environment
+    from atnat.experiments.running.grid import load_grid
+    from atnat.experiments.reporting.environment import cpu_info, environment
 
     fake = tmp_path / "cpuinfo"
     fake.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16\n"
@@ -340,7 +343,7 @@ def test_environment_records_the_cpu_model_and_its_vector_instructions(tmp_path)
 def test_curves_of_several_seeds_get_a_band_of_their_range(tmp_path):
     import pandas as pd
 
-    from atnat.experiments.figures import iterations, seed_band, validation
+    from atnat.experiments.reporting.figures import iterations, seed_band, validation
 
     table = pd.DataFrame({"cell": ["c-s1", "c-s2"], "family": ["c", "c"], "task": ["t", "t"]})
     curve = pd.DataFrame({"cell": ["c-s1", "c-s2"] * 2, "strategy": "mask-predict-4", "iteration": [1, 1, 2, 2],

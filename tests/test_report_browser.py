@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from atnat.experiments.report import write_report
+from atnat.experiments.reporting.report import write_report
 from tests import fixtures_results as fx
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -199,7 +199,7 @@ def test_text_columns_sort_as_text(dom):
 
 def test_every_figure_decoded(dom):
     widths = probe(dom)["images"]
-    from atnat.experiments.figures import FIGURES
+    from atnat.experiments.reporting.figures import FIGURES
 
     assert len(widths) == len(FIGURES) and min(widths) > 100  # the fixture has data for every figure
 

@@ -5,8 +5,9 @@ import json
 import pandas as pd
 import pytest
 
-from atnat.experiments.cli import main
-from atnat.experiments.report import load_results, write_report
+from atnat.experiments.cli.commands import main
+from atnat.experiments.reporting.report import write_report
+from atnat.experiments.reporting.results import load_results
 from atnat.core.errors import AtnatError
 from tests import fixtures_results as fx
 from tests.test_grid import write_grid
@@ -68,7 +69,7 @@ def test_atnat_run_records_the_row_count_and_rebuilds_a_cut_table_without_traini
     for cell, cell_rows in rows.items():
         (runs / cell).mkdir(parents=True)
         (runs / cell / "metrics.json").write_text(json.dumps({"status": "ok", "rows": cell_rows}))
-    monkeypatch.setattr("atnat.experiments.runner.run_one", lambda *a: pytest.fail("a finished cell was rerun"))
+    monkeypatch.setattr("atnat.experiments.running.scheduler.run_one", lambda *a: pytest.fail("a finished cell was rerun"))
     assert main(["run", str(grid), "--results", "res"]) == 0
     out = tmp_path / "res" / "tiny"
     assert json.loads((out / "environment.json").read_text())["results_rows"] == 24

@@ -6,11 +6,12 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from atnat.experiments import train as train_module
+from atnat.experiments.training import train as train_module
 from atnat.core.errors import AtnatError
-from atnat.experiments.checkpoints import resume_point, verify_checksum
-from atnat.experiments.config import run_config_from_dict
-from atnat.experiments.train import train
+from atnat.experiments.modelfiles.checkpoints import verify_checksum
+from atnat.experiments.training.resume import resume_point
+from atnat.experiments.config.run import run_config_from_dict
+from atnat.experiments.training.train import train
 
 RUN = {
     "name": "resume",
@@ -95,7 +96,7 @@ def test_a_damaged_last_checkpoint_is_set_aside_and_the_previous_one_resumes(tmp
 
 
 def test_checkpoints_are_written_through_a_temporary_file(tmp_path, monkeypatch):
-    from atnat.experiments.checkpoints import AtomicCheckpointIO
+    from atnat.experiments.modelfiles.checkpoints import AtomicCheckpointIO
 
     target = tmp_path / "x.ckpt"
     AtomicCheckpointIO().save_checkpoint({"a": torch.ones(2)}, target)

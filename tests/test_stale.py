@@ -2,7 +2,7 @@
 to rerun or keep them (issue 21.4): neither their numbers nor their runs are silently kept or lost."""
 import json
 
-from atnat.experiments.cli import main
+from atnat.experiments.cli.commands import main
 
 from tests.test_grid import TINY, write_grid
 

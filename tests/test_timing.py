@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from atnat.experiments.evaluate import SpeedSettings
-from atnat.experiments.timing import System, time_systems
+from atnat.experiments.config.speed import SpeedSettings
+from atnat.experiments.evaluation.timing import System, time_systems
 
 SOURCES = [[7, 8, 9][: 1 + i % 3] for i in range(12)]
 FAST = SpeedSettings(latency_sentences=6, throughput_sentences=12, throughput_batch=4, repeats=3, warmup=1,
@@ -85,8 +85,9 @@ def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_ar
     checkpoints are gone keeps its earlier row, stamped with that earlier session."""
     from pathlib import Path
 
-    from atnat.experiments import runs, timing
-    from atnat.experiments.distill import checkpoint_stamp
+    from atnat.experiments.modelfiles import loading as runs
+    from atnat.experiments.evaluation import timing
+    from atnat.experiments.modelfiles.loading import checkpoint_stamp
 
     cells = [SimpleNamespace(name=n, labels={"task": "t"}, config=SimpleNamespace(output_dir=str(tmp_path / n), task_name="t",
                                               eval=SimpleNamespace(strategies=["greedy"])))
@@ -95,9 +96,10 @@ def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_ar
         (tmp_path / c.name).mkdir()
         (tmp_path / c.name / "best.ckpt").write_text("w")
     monkeypatch.setattr(runs, "evaluation_checkpoint", lambda run: run / "best.ckpt")
+    monkeypatch.setattr(timing, "evaluation_checkpoint", lambda run: run / "best.ckpt")
     timed, built = [], []
 
-    def fake_grid_systems(alive, device, speed):  # models would be loaded here
+    def fake_grid_systems(alive, device, speed, baseline=None):  # models would be loaded here
         built.append(len(alive))
         return [SimpleNamespace(cell=c.name, strategy="greedy", fingerprint=checkpoint_stamp(Path(c.config.output_dir)))
                 for c in alive], {}, {}

@@ -6,14 +6,14 @@ import sys
 import pandas as pd
 import pytest
 
-from atnat.experiments import data as data_module
-from atnat.experiments.launchers import local as scheduler
-from atnat.experiments.cli import main
-from atnat.experiments.config import ConfigError
-from atnat.experiments.data import encode_split, make_loader
-from atnat.experiments.grid import load_grid
-from atnat.experiments.launchers.local import Lane, lanes_needed, make_lanes, run_parallel, worker_env
-from atnat.experiments.tokenize import SymbolTokenizer
+from atnat.experiments.data import batching as data_module
+from atnat.experiments.running.launchers import local as scheduler
+from atnat.experiments.cli.commands import main
+from atnat.experiments.config.run import ConfigError
+from atnat.experiments.data.batching import encode_split, make_loader
+from atnat.experiments.running.grid import load_grid
+from atnat.experiments.running.launchers.local import Lane, lanes_needed, make_lanes, run_parallel, worker_env
+from atnat.experiments.data.tokenize import SymbolTokenizer
 
 from tests.test_grid import TINY, run_cli, write_grid
 
@@ -129,8 +129,8 @@ def test_one_cell_trains_with_ddp_on_two_cpu_processes(tmp_path):
     ({"name": "at"}, "greedy"), ({"name": "nat", "glat": True}, "parallel"),
     ({"name": "cmlm"}, "mask-predict"), ({"name": "ctc", "glat": True}, "ctc")])
 def test_bf16_mixed_training_runs_for_every_decoder_family(tmp_path, decoder, strategy):
-    from atnat.experiments.config import run_config_from_dict
-    from atnat.experiments.runner import run_cell
+    from atnat.experiments.config.run import run_config_from_dict
+    from atnat.experiments.running.cell import run_cell
 
     raw = {**TINY["base"], "name": "bf16", "decoder": decoder, "loss": {"guided_attention_weight": 0.5},
            "eval": {"n_bootstrap": 10, "strategies": [strategy]}}
@@ -148,7 +148,7 @@ def test_students_distilling_at_once_share_one_teacher_decode(tmp_path, monkeypa
     import time
     import types
 
-    from atnat.experiments import distill, runs
+    from atnat.experiments.training import distill
 
     calls = []
 
@@ -158,7 +158,7 @@ def test_students_distilling_at_once_share_one_teacher_decode(tmp_path, monkeypa
         return [s.upper() for s in sources]
 
     monkeypatch.setattr(distill, "distill_sources", slow_decode)
-    monkeypatch.setattr(runs, "load_module", lambda path, map_location: (types.SimpleNamespace(bleu_tokenize="none"), None))
+    monkeypatch.setattr(distill, "load_module", lambda path, map_location: (types.SimpleNamespace(bleu_tokenize="none"), None))
     teacher = tmp_path / "teacher"
     (teacher / "checkpoints").mkdir(parents=True)
     (teacher / "checkpoints" / "best.ckpt").write_bytes(b"weights")
@@ -175,7 +175,7 @@ def test_students_distilling_at_once_share_one_teacher_decode(tmp_path, monkeypa
 def test_decoding_runs_on_the_gpu_when_the_run_may_use_one(monkeypatch):
     import torch
 
-    from atnat.experiments.runs import inference_device
+    from atnat.experiments.config.devices import inference_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert inference_device("auto") == "cuda" and inference_device("gpu") == "cuda"
@@ -187,8 +187,8 @@ def test_decoding_runs_on_the_gpu_when_the_run_may_use_one(monkeypatch):
 def test_a_wall_clock_budget_ends_training_and_the_run_still_evaluates(tmp_path):
     import time
 
-    from atnat.experiments.config import run_config_from_dict
-    from atnat.experiments.runner import run_cell
+    from atnat.experiments.config.run import run_config_from_dict
+    from atnat.experiments.running.cell import run_cell
 
     raw = {**TINY["base"], "name": "budget", "decoder": {"name": "at"}}
     raw["train"] = {**raw["train"], "max_steps": 10**6, "val_every_steps": 50, "max_time_s": 2}
@@ -214,7 +214,7 @@ def test_cell_command_names_the_grid_and_the_valid_cells(tmp_path, monkeypatch, 
 def test_cells_starting_together_train_one_sentencepiece_model(tmp_path, monkeypatch):
     import threading
 
-    from atnat.experiments.tokenize import SentencePieceTokenizer
+    from atnat.experiments.data.tokenize import SentencePieceTokenizer
 
     trained = []
     real = SentencePieceTokenizer._train_to

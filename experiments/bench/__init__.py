@@ -1,7 +1,7 @@
 """`atnat bench`: decoding and training speed of our AT and NAT models, side by side with a
 Hugging Face peer of identical dimensions (hf.py) and CTranslate2 running our own AT weights in
 float32 and int8 (ct2.py); `--quantize int8` adds our AT and NAT models with dynamic int8 linear
-layers (`ours-int8`, experiments/quantize.py).
+layers (`ours-int8`, modelfiles/quantize.py).
 
 decode (decode.py, systems.py): every system decodes the same random sources (B x S ids) with
 random weights and emits exactly L tokens per sentence (AT: min = max length; NAT: the predicted
@@ -13,7 +13,8 @@ memory in use over repeated calls (the leak check, OUT_memory.csv: delta_mb > 0 
 train (train.py): target tokens/s of forward + backward + clip + Adam step per decoder; on CUDA
 bf16 autocast and MFU (6 x params x target tokens per step).
 profile (profile.py): torch.profiler's top operators of one of our strategies.
-The command line (cli.py) hangs these under `atnat bench` of the main parser.
+The command line (cli.py) hangs these under `atnat bench` of the main parser. May import:
+evaluation/, config/, modelfiles/, data/, files.py.
 """
 from atnat.experiments.bench.cli import main
 from atnat.experiments.bench.decode import COLUMNS, LEAK_BATCH, LEAK_STRATEGY, add_ratios, run_decode

@@ -93,6 +93,6 @@ def write_csv(df, out: str) -> None:
 
 def main(argv: list[str]) -> None:
     """`atnat bench ARGV...` without the top-level error handling (an AtnatError propagates)."""
-    from atnat.experiments.cli import parser
-
-    run(parser().parse_args(["bench", *argv]))
+    bench = argparse.ArgumentParser(prog="atnat bench")
+    add_commands(bench)
+    run(bench.parse_args(argv))

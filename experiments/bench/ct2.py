@@ -16,8 +16,8 @@ from pathlib import Path
 
 from torch import Tensor
 
-from atnat.experiments import ct2  # the converter (experiments/ct2.py), not this module
-from atnat.experiments.tokenize import SymbolTokenizer
+from atnat.experiments.modelfiles import ct2  # the converter (experiments/ct2.py), not this module
+from atnat.experiments.data.tokenize import SymbolTokenizer
 from atnat.core.errors import AtnatError
 from atnat.core.special import SpecialTokens
 

@@ -14,7 +14,8 @@ import torch
 import atnat.models.decoders  # noqa: F401  (registers the decoders)
 from atnat.experiments.bench import ct2, hf
 from atnat.experiments.bench.spec import HF_BEAMS, STRATEGIES, Spec, ctc_upsample, our_strategy
-from atnat.experiments.metrics.speed import current_rss_mb, measure, peak_memory_mb, reset_peak
+from atnat.experiments.modelfiles.quantize import quantize_int8
+from atnat.experiments.evaluation.metrics.speed import current_rss_mb, measure, peak_memory_mb, reset_peak
 from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
 
@@ -48,8 +49,6 @@ class Models(dict):
         quantize="int8": the same weights with dynamic int8 linear layers."""
         key = (decoder, upsample, compile_mode, quantize)
         if quantize:
-            from atnat.experiments.quantize import quantize_int8
-
             if key not in self:
                 self[key] = quantize_int8(self.get(decoder, upsample))
             return self[key]

@@ -11,8 +11,8 @@ import pandas as pd
 import torch
 
 from atnat.experiments.bench.spec import OUT_LEN, Spec, start, FIRST_ORDINARY
-from atnat.experiments.metrics.speed import _synchronize
-from atnat.experiments.precision import resolve_precision
+from atnat.experiments.evaluation.metrics.speed import _synchronize
+from atnat.experiments.config.precision import resolve_precision
 from atnat.models.batch import Batch
 from atnat.core.errors import AtnatError
 from atnat.models.losses import total_loss

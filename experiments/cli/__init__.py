@@ -1,0 +1,6 @@
+"""The command line on top of every room: `atnat` (commands.py: the parser and each command) and
+`atnat list` (catalog.py: what is registered, with every option). May import every room below it;
+nothing imports it."""
+from atnat.experiments.cli.commands import main, parser
+
+__all__ = ["main", "parser"]

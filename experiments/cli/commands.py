@@ -1,0 +1,396 @@
+"""The `atnat` command line: train, evaluate, translate, export, distill, run (grids), cell, status, report,
+bench, list.
+
+Each command imports the rooms it uses when it runs (imports marked `# lazy: start-up`), so that
+`atnat status` or `atnat list` does not load the benchmark peers, submitit or the report's plotting."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from atnat.core.errors import AtnatError
+from atnat.experiments.files import UnwritableError, write_json_atomic, write_lines_atomic
+
+
+def cmd_train(args) -> None:
+    from atnat.experiments.config.run import load_run_config, parse_override  # lazy: start-up
+    from atnat.experiments.running.cell import run_cell  # lazy: start-up
+
+    overrides: dict = {}
+    for item in args.set or []:
+        from atnat.experiments.config.run import deep_update  # lazy: start-up
+        overrides = deep_update(overrides, parse_override(item))
+    cfg = load_run_config(args.config, overrides)
+    run_dir = Path(args.output_dir or cfg.output_dir or Path("runs") / cfg.name)
+    result = run_cell(cfg, run_dir, allow_changes=args.allow_settings_change)
+    if result is not None:  # None: a helper rank of a multi-device run
+        print_rows(result.rows)
+
+
+def print_rows(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
+    """A run's rows on stdout, each column printed with its format from evaluation/schema.py."""
+    import pandas as pd
+
+    from atnat.experiments.evaluation.columns import by_name  # lazy: start-up
+
+    declared = by_name()
+    cols = ["strategy", "bleu", *extra, "chrf", "exact_match", "latency_ms_b1", "throughput_sents_s", "decoder_passes"]
+    df = pd.DataFrame(rows)
+    shown = df[[c for c in cols if c in df]].copy()
+    for col in shown.columns:
+        fmt = declared[col].fmt if col in declared else ""
+        if fmt:
+            shown[col] = shown[col].map(lambda v, f=fmt: "–" if pd.isna(v) else format(v, f))
+    print(shown.to_string(index=False))
+
+
+def cmd_translate(args) -> int:
+    from atnat.experiments.config.run import build_strategy  # lazy: start-up
+    from atnat.experiments.evaluation.assemble import check_compatible  # lazy: start-up
+    from atnat.experiments.modelfiles.quantize import maybe_quantize  # lazy: start-up
+    from atnat.experiments.config.devices import inference_device  # lazy: start-up
+    from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
+    from atnat.experiments.evaluation.translate import translate_stream  # lazy: start-up
+
+    device = inference_device(args.device)
+    module, tokenizer = load_module(args.checkpoint, map_location=device)
+    module = maybe_quantize(module, args.quantize)
+    teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
+    spec = {"name": args.strategy, **strategy_options(args)}
+    _, strategy = build_strategy(spec)
+    check_compatible(module.decoder, strategy)  # refuse before reading any input
+    if args.compile:
+        module.decoder.use_static_cache(True, args.compile)
+    report = translate_stream(module, tokenizer, strategy, sys.stdin, sys.stdout, sys.stderr,
+                              batch_size=args.batch_size, long_lines=args.long_lines, teacher=teacher)
+    if report.refused:
+        print(f"atnat translate: {report.refused} of {report.lines} lines were too long for the model and left "
+              "empty", file=sys.stderr)
+        return 1
+    return 0
+
+
+def strategy_options(args) -> dict:
+    import dataclasses
+
+    from atnat.decoding.base import STRATEGIES  # lazy: start-up
+
+    fields = {f.name for f in dataclasses.fields(STRATEGIES.get(args.strategy))}
+    opts = {}
+    if args.beam is not None:
+        key = next((k for k in ("beam_size", "length_beam") if k in fields), None)
+        if key is None:
+            raise AtnatError(f"--beam does not apply to strategy {args.strategy!r} (it has no beam_size or length_beam)")
+        opts[key] = args.beam
+    if args.iterations is not None:
+        opts["iterations"] = args.iterations
+    return opts | parse_assignments(args.option or [], "--option")
+
+
+def parse_assignments(items: list[str], what: str) -> dict:
+    """["k=v", ...] -> {k: v} with values parsed as YAML; one error naming the bad item."""
+    import yaml
+
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise AtnatError(f"{what} {item!r}: expected NAME=VALUE")
+        k, v = item.split("=", 1)
+        out[k] = yaml.safe_load(v)
+    return out
+
+
+def cmd_distill(args) -> None:
+    import json
+
+    from atnat.experiments.training.distill import distilled_targets, distill_sources  # lazy: start-up
+    from atnat.experiments.data.tasks import read_lines  # lazy: start-up
+
+    if args.strategy == "beam" and args.beam is None:
+        args.beam = 5
+    spec = {"name": args.strategy, **strategy_options(args)}
+    from atnat.experiments.config.devices import inference_device  # lazy: start-up
+
+    device = inference_device(args.device)
+    if args.input:
+        from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
+
+        module, tokenizer = load_module(args.teacher, map_location=device)
+        sources = read_lines(Path(args.input), "distillation input")
+        lines = distill_sources(module, tokenizer, sources, spec)
+        meta = {"teacher": args.teacher, "lines": len(lines)}
+    else:  # the teacher run's own training split
+        from atnat.experiments.config.run import run_config_from_dict  # lazy: start-up
+        from atnat.experiments.training.distill import teacher_dir  # lazy: start-up
+        from atnat.experiments.config.run import load_task  # lazy: start-up
+
+        from atnat.experiments.modelfiles.export import is_export_dir  # lazy: start-up
+
+        cfg_path = teacher_dir(args.teacher) / "config.json"
+        if is_export_dir(Path(args.teacher)):
+            raise AtnatError(f"{args.teacher} is an export directory (no training data): give --input SOURCE_FILE")
+        if not cfg_path.is_file():
+            raise AtnatError(f"{cfg_path} not found: give --input SOURCE_FILE or a teacher run directory")
+        cfg = run_config_from_dict(json.loads(cfg_path.read_text()), str(cfg_path))
+        src, tgt = load_task(cfg).splits["train"]
+        lines, meta = distilled_targets(args.teacher, src, tgt, spec, device=device)
+    write_lines_atomic(Path(args.output), lines)
+    print(f"wrote {len(lines)} lines to {args.output} ({json.dumps(meta)})", file=sys.stderr)
+
+
+def cmd_evaluate(args) -> None:
+    """Score a checkpoint (or run, or export) on any source/reference files, without a grid."""
+    from atnat.experiments.config.speed import SpeedSettings  # lazy: start-up
+    from atnat.experiments.evaluation.evaluate import evaluate_files  # lazy: start-up
+    from atnat.experiments.data.tasks import read_lines  # lazy: start-up
+    from atnat.experiments.config.devices import inference_device  # lazy: start-up
+    from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
+
+    from atnat.experiments.modelfiles.quantize import maybe_quantize  # lazy: start-up
+
+    device = inference_device(args.device)
+    module, tokenizer = load_module(args.checkpoint, map_location=device)
+    module = maybe_quantize(module, args.quantize)
+    teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
+    sources = read_lines(Path(args.src), "--src")
+    references = [read_lines(Path(r), f"--ref {r}") for r in args.ref]
+    specs = [{"name": args.strategy, **strategy_options(args)}] + [_spec(s) for s in args.also or []]
+    speed = None if args.no_speed else SpeedSettings(latency_sentences=args.latency_sentences,
+                                                     throughput_sentences=len(sources), repeats=args.repeats)
+    rows = evaluate_files(module, tokenizer, sources, references, specs, teacher=teacher,
+                          n_bootstrap=args.n_bootstrap, compound_split=args.compound_split, lang=args.lang,
+                          speed=speed)
+    print_rows(rows, extra=("bleu_tok", "bleu_ci_low", "bleu_ci_high"))
+    if args.hyps:
+        write_lines_atomic(Path(args.hyps), rows[0]["hypotheses"])
+    if args.json:
+        clean = [{k: v for k, v in r.items() if k != "hypotheses"} for r in rows]
+        write_json_atomic(Path(args.json), {"checkpoint": str(args.checkpoint), "src": args.src, "ref": args.ref,
+                                            "rows": clean})
+
+
+def _spec(text: str) -> dict:
+    """`--also beam:beam_size=5` -> {"name": "beam", "beam_size": 5} (values parsed as YAML)."""
+    name, _, opts = text.partition(":")
+    return {"name": name} | parse_assignments([o for o in opts.split(",") if o], f"--also {text!r}:")
+
+
+def cmd_export(args) -> None:
+    from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
+
+    module, tokenizer = load_module(args.run)
+    if args.format == "ctranslate2":
+        from atnat.experiments.modelfiles.ct2 import export_ctranslate2  # lazy: start-up
+
+        out = export_ctranslate2(module, tokenizer, args.out_dir)
+    else:
+        from atnat.experiments.modelfiles.export import export_safetensors  # lazy: start-up
+
+        out = export_safetensors(module, args.out_dir)
+    print(f"wrote {args.format} model to {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
+
+
+def cmd_run(args) -> int:
+    """Exit 1 when a cell of this run failed (after the table and report are written)."""
+    from atnat.experiments.running.scheduler import run_grid  # lazy: start-up
+
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
+    if args.workers is not None and args.workers < 1:
+        raise AtnatError(f"--workers {args.workers}: expected a positive number of worker processes")
+    cluster = None
+    if args.launcher != "local":
+        from atnat.experiments.running.launchers.slurm import settings_from_args  # lazy: start-up
+
+        cluster = settings_from_args(args)
+    done = run_grid(args.grid, results_root=Path(args.results), dry_run=args.dry_run, only=args.only,
+                    smoke=args.smoke, workers=args.workers, devices=devices, cluster=cluster, stale=args.stale)
+    return 1 if done.failed else 0
+
+
+def cmd_cell(args) -> int:
+    """Exit 1 when the cell failed."""
+    from atnat.experiments.running.launchers.local import die_with_parent  # lazy: start-up
+    from atnat.experiments.running.cell import run_named_cell  # lazy: start-up
+
+    die_with_parent()  # a worker of `atnat run`: ends with it
+    status = run_named_cell(args.grid, args.cell, results_root=Path(args.results), smoke=args.smoke)
+    return 1 if status not in ("ok", None) else 0
+
+
+def cmd_status(args) -> int:
+    from atnat.experiments.running.status import print_status  # lazy: start-up
+
+    print_status(args.grid, results_root=Path(args.results), smoke=args.smoke)
+    return 0
+
+
+def cmd_report(args) -> None:
+    from atnat.experiments.reporting.report import write_report  # lazy: start-up
+
+    md, html = write_report(Path(args.results_dir))
+    print(f"wrote {md} and {html}")
+
+
+def cmd_bench(args) -> None:
+    from atnat.experiments.bench.cli import run  # lazy: start-up
+
+    run(args)
+
+
+def cmd_list(args) -> None:
+    from atnat.experiments.cli.catalog import print_catalog  # lazy: start-up
+
+    print_catalog()
+
+
+def add_strategy_args(p) -> None:
+    p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto",
+                   help="where to decode (auto: the GPU when one is visible)")
+    p.add_argument("--strategy", default="greedy", help="registered strategy name (see `atnat list`)")
+    p.add_argument("--beam", type=int, help="beam size (beam, ctc) or length beam (NAT strategies)")
+    p.add_argument("--iterations", type=int, help="mask-predict iterations")
+    p.add_argument("--option", action="append", metavar="NAME=VALUE", help="any other strategy option")
+
+
+def parser() -> argparse.ArgumentParser:
+    from atnat.models.decoders.autoregressive import COMPILE_MODES  # lazy: start-up
+
+    ap = argparse.ArgumentParser(prog="atnat", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train and evaluate one run from a YAML config")
+    p.add_argument("config")
+    p.add_argument("--output-dir")
+    p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value")
+    p.add_argument("--allow-settings-change", action="store_true",
+                   help="resume a run under other settings than it was trained with (recorded, with the step, "
+                        "in settings_changes.json); without it such a resume is refused")
+    p.set_defaults(fn=cmd_train)
+    p = sub.add_parser("translate", help="translate stdin to stdout with a trained checkpoint")
+    p.add_argument("--checkpoint", required=True, help="checkpoint file or run directory")
+    p.add_argument("--teacher", help="AT teacher checkpoint for npd re-ranking")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--long-lines", choices=["error", "truncate"], default="error",
+                   help="a line longer than the model's limit: error (empty output line, a message, exit 1) "
+                        "or truncate (cut to the limit, with a warning)")
+    p.add_argument("--compile", choices=COMPILE_MODES,
+                   help="AT only: fixed-shape step under torch.compile (pays at small batches; see results/bench)")
+    p.add_argument("--quantize", choices=["none", "int8"], default="none",
+                   help="int8: dynamic int8 linear layers (CPU only; see modelfiles/quantize.py)")
+    add_strategy_args(p)
+    p.set_defaults(fn=cmd_translate)
+    p = sub.add_parser("export", help="write a trained model as portable files (safetensors or CTranslate2)")
+    p.add_argument("run", help="run directory, checkpoint file or export directory")
+    p.add_argument("out_dir", help="directory to write (new, empty, or a previous export)")
+    p.add_argument("--format", choices=["safetensors", "ctranslate2"], default="safetensors",
+                   help="safetensors: model.safetensors + config.json + tokenizer (atnat loads it); "
+                        "ctranslate2: a CTranslate2 model directory (AT decoders only)")
+    p.set_defaults(fn=cmd_export)
+    p = sub.add_parser("distill", help="write sequence-level distilled targets with an AT teacher")
+    p.add_argument("--teacher", required=True, help="teacher checkpoint file or run directory")
+    p.add_argument("--input", help="source file (default: the teacher run's training sources)")
+    p.add_argument("--output", required=True)
+    add_strategy_args(p)
+    p.set_defaults(fn=cmd_distill, strategy="beam")
+    p = sub.add_parser("evaluate", help="score a trained model on any source/reference files (BLEU, chrF, "
+                                        "tokenised BLEU, speed)")
+    p.add_argument("--checkpoint", required=True, help="checkpoint file, run directory or export directory")
+    p.add_argument("--src", required=True, help="source file, one sentence per line")
+    p.add_argument("--ref", required=True, action="append", help="reference file (repeat for several references)")
+    p.add_argument("--teacher", help="AT teacher checkpoint for npd re-ranking")
+    p.add_argument("--also", action="append", metavar="NAME[:OPT=V,...]", help="another strategy to score, e.g. beam:beam_size=5")
+    p.add_argument("--lang", help="target language of the tokenised BLEU (default: the run's)")
+    p.add_argument("--compound-split", action="store_true", help="tokenised BLEU splits hyphenated compounds (##AT##)")
+    p.add_argument("--n-bootstrap", type=int, default=1000, help="resamples of the BLEU confidence interval")
+    p.add_argument("--no-speed", action="store_true", help="skip the timing")
+    p.add_argument("--latency-sentences", type=int, default=100, help="sentences timed one at a time")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats of every call")
+    p.add_argument("--hyps", help="write the first strategy's translations here")
+    p.add_argument("--json", help="write the scores here as JSON")
+    p.add_argument("--quantize", choices=["none", "int8"], default="none",
+                   help="int8: dynamic int8 linear layers (CPU only; see modelfiles/quantize.py)")
+    add_strategy_args(p)
+    p.set_defaults(fn=cmd_evaluate)
+    p = sub.add_parser("run", help="run an experiment grid and write results/<grid>/")
+    p.add_argument("grid")
+    p.add_argument("--results", default="results", metavar="DIR",
+                   help="results go to DIR/<grid name>/ (default: results/)")
+    p.add_argument("--dry-run", action="store_true", help="list the cells and exit")
+    p.add_argument("--only", action="append", metavar="CELL",
+                   help="run only this cell: an exact name or a glob, e.g. '*-at-s1' (repeatable)")
+    p.add_argument("--stale", choices=["rerun", "keep"],
+                   help="cells run with other settings than the grid gives now: rerun (train again, or only "
+                        "evaluate again when just eval changed; old folders kept) or keep (numbers kept, the "
+                        "report names them); without it such cells stop the run before anything starts")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes: check a grid end to end in minutes")
+    p.add_argument("--workers", type=int, help="cells run at once, one process each (GPUs 0..N-1 when present)")
+    p.add_argument("--devices", help="comma-separated GPU ids: one worker process per GPU, e.g. 0,1,2,3")
+    from atnat.experiments.running.launchers.slurm import add_cluster_args  # lazy: start-up
+
+    add_cluster_args(p)
+    p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("cell", help="run one cell of a grid (what `run --workers` starts in each process)")
+    p.add_argument("grid")
+    p.add_argument("cell", help="cell name (see `atnat run GRID --dry-run`)")
+    p.add_argument("--results", default="results", metavar="DIR",
+                   help="results go to DIR/<grid name>/ (default: results/)")
+    p.add_argument("--smoke", action="store_true", help="the grid's smoke sizes")
+    p.set_defaults(fn=cmd_cell)
+    p = sub.add_parser("status", help="each cell's state (done, failed, queued, running), job id and last step")
+    p.add_argument("grid")
+    p.add_argument("--results", default="results", metavar="DIR",
+                   help="results are read from DIR/<grid name>/ (default: results/)")
+    p.add_argument("--smoke", action="store_true", help="the grid's smoke run (DIR/<grid name>-smoke/)")
+    p.set_defaults(fn=cmd_status)
+    p = sub.add_parser("report", help="regenerate report.md/report.html from a results folder")
+    p.add_argument("results_dir")
+    p.set_defaults(fn=cmd_report)
+    p = sub.add_parser("bench", help="speed benchmarks: decode, train, profile (see `atnat bench -h`)",
+                       description="Decoding and training speed of our AT and NAT models on random weights, "
+                                   "beside Hugging Face and CTranslate2 peers (results/bench/README.md).")
+    from atnat.experiments.bench.cli import add_commands  # lazy: start-up
+
+    add_commands(p)
+    p.set_defaults(fn=cmd_bench)
+    p = sub.add_parser("list", help="registered decoders, strategies and tasks, with their options")
+    p.set_defaults(fn=cmd_list)
+    return ap
+
+
+def check_results_root(args) -> None:
+    """`--results DIR` must be a folder (or not exist yet)."""
+    root = Path(getattr(args, "results", "") or ".")
+    if root.exists() and not root.is_dir():
+        raise AtnatError(f"--results {root}: this is a file; give a folder (results go to DIR/<grid name>/)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    import atnat.decoding  # noqa: F401  (register built-ins)
+    import atnat.models.decoders  # noqa: F401
+    try:
+        check_results_root(args)
+        code = args.fn(args) or 0
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+    except BrokenPipeError:  # `atnat list | head -1`: the reader stopped; exit as a SIGPIPE'd filter does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit-time flush goes nowhere
+        return 141
+    except UnwritableError as err:  # disk full, read-only folder: not a usage error; finished work is kept
+        print(f"atnat: error: {err}", file=sys.stderr)
+        return 1
+    except AtnatError as err:
+        print(f"atnat: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a file the OS refused outside atnat's own writers: one line naming it
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"atnat: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("atnat: interrupted; finished work is kept (run the same command to resume)", file=sys.stderr)
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,340 @@
+"""Run configuration: YAML -> frozen dataclasses, validated before anything trains.
+
+Every unknown key, unknown name or incompatible decoder/strategy pair fails here with one
+message naming the file, the key and the valid choices.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from atnat.core.options import (
+    require, require_at_least, require_choice, require_non_negative, require_optional_at_least,
+)
+from atnat.decoding.base import STRATEGIES, compatibility_problem
+from atnat.models.config import ModelConfig
+from atnat.models.decoders.base import DECODERS, LossConfig
+from atnat.core.errors import AtnatError
+from atnat.core.options import OptionTypeError, check_fields
+from atnat.models.seq2seq import OptimConfig, build_config
+
+from atnat.experiments.config.precision import PRECISIONS
+from atnat.experiments.data.tasks import TASKS, TaskData
+from atnat.experiments.data.tokenize import CACHE_DIR
+
+
+class ConfigError(AtnatError):
+    """A configuration mistake; the message names the file and key."""
+
+
+def check_keys(cls, data: Any, where: str) -> dict:
+    """Ensure `data` is a mapping whose keys are fields of dataclass `cls`."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__} {data!r}")
+    valid = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in data if k not in valid]
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(valid) or '(none)'}")
+    return data
+
+
+def checked(cls, data: Any, where: str, *, section: bool = True) -> dict:
+    """`data` with its keys and value types checked against dataclass `cls` (numeric strings
+    that YAML leaves as str become numbers); errors name `where`, the key path and the type.
+    With `section`, `where` ends in the section's key (`...: train` -> `...: train.max_steps`)."""
+    data = check_keys(cls, data, where)
+    try:
+        return check_fields(cls, data)
+    except OptionTypeError as err:
+        dotted = section and not where.endswith(")")  # `decoder (ctc)` reads better as `decoder (ctc): k`
+        raise ConfigError(f"{where}{'.' if dotted else ': '}{err.key}: {err.problem}") from None
+
+
+def make(cls, data: Any, where: str):
+    """Build dataclass `cls` from `data`, turning type/value errors into ConfigErrors at `where`."""
+    data = checked(cls, data, where)
+    try:
+        return build_config(cls, data)
+    except ConfigError:
+        raise
+    except AtnatError as err:
+        head, _, section = where.rpartition(": ")
+        text = str(err)
+        if head and section and text.startswith(section + ":"):  # `file: train` + `train: keep ...`
+            raise ConfigError(f"{head}: {text}") from None
+        raise ConfigError(f"{where}: {text}") from None
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{where}: {err}") from None
+
+
+def named(section: Any, where: str) -> tuple[str, dict]:
+    """`{name: x, **options}` (or a bare string) -> (name, options)."""
+    if isinstance(section, str):
+        return section, {}
+    if not isinstance(section, dict) or "name" not in section:
+        raise ConfigError(f"{where}: expected a name or a mapping with a 'name' key, got {section!r}")
+    opts = dict(section)
+    return opts.pop("name"), opts
+
+
+LOGGERS = ("csv", "tensorboard")
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """How long and on what to train."""
+
+    max_steps: int = 2000  # optimizer steps
+    max_epochs: int = 10000  # upper bound on epochs (max_steps usually ends training first)
+    max_time_s: float | None = None  # wall-clock training budget in seconds (resumed runs count the time spent)
+    max_tokens: int = 4096  # token budget of a training batch (padded source or target tokens)
+    max_sentences: int | None = None  # cap on sentences per batch
+    max_len: int = 256  # training pairs longer than this (in tokens) are dropped
+    val_every_steps: int = 500  # validation (and checkpoint) interval in optimizer steps
+    accelerator: str = "auto"  # Lightning accelerator: auto | cpu | gpu
+    devices: Any = 1  # devices for one run (>1 uses DDP)
+    num_nodes: int = 1  # machines for one run (DDP across nodes; `--launcher slurm` asks SLURM for them)
+    precision: str = "32-true"  # Lightning precision (32-true, bf16-mixed on GPU or CPU, ...) or auto: bf16-mixed
+    # where the device does bf16 natively (a CUDA GPU that supports it; a CPU with avx512_bf16 or AMX), else 32-true
+    early_stop_patience: int | None = None  # stop after this many validations without checkpoint_metric gain
+    early_stop_min_delta: float = 0.0  # a validation gains only when it beats the best so far by more than this
+    # (e.g. 0.3 BLEU with patience 3: stop once 3 validations in a row add no more than 0.3 to the best)
+    num_threads: int | None = None  # torch CPU threads (None: torch's default)
+    progress_bar: bool = True  # Lightning's progress bar
+    checkpoint_metric: str = "loss"  # selects checkpoints: "loss" (val/loss, lowest) or "bleu" (val/bleu,
+    # highest; validation decodes greedily (AT) or in one pass (NAT))
+    keep: int = 1  # checkpoints kept: the `keep` best by checkpoint_metric (average: best), or the last
+    # `keep` validation checkpoints (average: last)
+    average: str = "none"  # "none": evaluate the best checkpoint; "best"/"last": the mean of the weights of
+    # the `keep` best / last checkpoints (written to checkpoints/averaged.ckpt)
+    ema: float | None = None  # exponential moving average of the weights with this decay (e.g. 0.999),
+    # updated every step; validation, checkpoints and evaluation use the averaged weights
+    loggers: tuple[str, ...] = ("csv",)  # training logs under logs/: "csv" (metrics.csv), "tensorboard"
+    init_from: str | None = None  # start from another run's weights wherever names and shapes match
+    # (encoder, embeddings, decoder layers, output projection): "teacher" (distill.teacher) or a run/checkpoint path
+    divergence_factor: float | None = 10.0  # fail the run when the training loss exceeds this multiple of
+    # the first steps' highest loss (null: only a NaN/inf loss fails it); see training/divergence.py
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "max_epochs", "max_tokens", "max_len", "val_every_steps"):
+            require_at_least(getattr(self, name), 1, "train", name)
+        for name in ("max_sentences", "num_threads", "early_stop_patience"):
+            require_optional_at_least(getattr(self, name), 1, "train", name)
+        require(self.divergence_factor is None or (isinstance(self.divergence_factor, (int, float))
+                                                   and math.isfinite(self.divergence_factor)
+                                                   and self.divergence_factor >= 2),
+                "train", "divergence_factor", "a number >= 2 (the bound is this multiple of the loss of a uniform "
+                "guess, ln V) or null", self.divergence_factor)
+        require(self.max_time_s is None or (isinstance(self.max_time_s, (int, float)) and self.max_time_s > 0),
+                "train", "max_time_s", "a positive number of seconds or null", self.max_time_s)
+        require_choice(self.checkpoint_metric, ("loss", "bleu"), "train", "checkpoint_metric")
+        require_choice(self.precision, PRECISIONS, "train", "precision")
+        require_non_negative("train", early_stop_min_delta=self.early_stop_min_delta)
+        require_choice(self.average, ("none", "best", "last"), "train", "average")
+        require_at_least(self.keep, 1, "train", "keep")
+        require(self.ema is None or (isinstance(self.ema, (int, float)) and 0 < self.ema < 1), "train", "ema",
+                "a decay between 0 and 1 (e.g. 0.999) or null", self.ema)
+        for name in self.loggers:
+            require_choice(name, LOGGERS, "train", "loggers")
+        require_at_least(self.num_nodes, 1, "train", "num_nodes")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """What to decode after training."""
+
+    split: str = "test"  # split decoded and scored
+    strategies: tuple = ({"name": "greedy"},)  # strategies, each {name: ..., options...}
+    max_tokens: int = 6000  # token budget of an evaluation batch
+    n_bootstrap: int = 1000  # resamples for BLEU confidence intervals and the paired significance tests
+    significance: str = "bs"  # paired test against the AT baseline: "bs" bootstrap resampling (Koehn 2004)
+    # or "ar" approximate randomisation (Riezler & Maxwell 2005); Holm-corrected per task
+    compound_split: bool = False  # tokenised BLEU splits hyphenated compounds (##AT##), as WMT en-de papers
+
+    def __post_init__(self) -> None:
+        require_choice(self.significance, ("bs", "ar"), "eval", "significance")
+        require_at_least(self.max_tokens, 1, "eval", "max_tokens")
+        require_at_least(self.n_bootstrap, 1, "eval", "n_bootstrap")
+
+
+@dataclass(frozen=True)
+class DistillSettings:
+    """Sequence-level knowledge distillation (Kim & Rush 2016) from a teacher run."""
+
+    teacher: str  # run directory (or checkpoint file) of the AT teacher
+    targets: bool = True  # train on the teacher's outputs; false: train on the references (the teacher then
+    # only serves train.init_from: teacher and npd re-ranking: the no-distillation control of a grid)
+    strategy: dict | str = field(default_factory=lambda: {"name": "beam", "beam_size": 5})  # teacher decoding
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run: a task, a decoder, sizes, and how to train and evaluate."""
+
+    name: str
+    task: dict | str  # {name: ..., **options}, or a bare task name
+    decoder: dict | str  # {name: ..., **options}, or a bare decoder name
+    model: dict = field(default_factory=dict)
+    loss: dict = field(default_factory=dict)
+    optim: dict = field(default_factory=dict)
+    train: TrainSettings = TrainSettings()
+    eval: EvalSettings = EvalSettings()
+    distill: DistillSettings | None = None
+    seed: int = 1
+    output_dir: str = ""
+
+    @property
+    def task_name(self) -> str:
+        return named(self.task, "task")[0]
+
+    @property
+    def decoder_name(self) -> str:
+        return named(self.decoder, "decoder")[0]
+
+    def strategy_specs(self) -> list[tuple[str, dict]]:
+        return [named(s, f"eval.strategies[{i}]") for i, s in enumerate(self.eval.strategies)]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def validate(cfg: RunConfig, where: str) -> RunConfig:
+    """Instantiate every named part once so a mistake fails before training starts; returns cfg
+    with every option value converted to its declared type (see `checked`)."""
+    task_name, task_opts = named(cfg.task, f"{where}: task")
+    task_cls = _lookup(TASKS, task_name, f"{where}: task.name")
+    task_opts = checked(task_cls.Options, task_opts, f"{where}: task ({task_name})")
+    make(task_cls.Options, task_opts, f"{where}: task ({task_name})")
+    dec_name, dec_opts = named(cfg.decoder, f"{where}: decoder")
+    dec_cls = _lookup(DECODERS, dec_name, f"{where}: decoder.name")
+    dec_opts = checked(dec_cls.Options, dec_opts, f"{where}: decoder ({dec_name})")
+    dec_options = make(dec_cls.Options, dec_opts, f"{where}: decoder ({dec_name})")
+    sections = {key: checked(cls, getattr(cfg, key), f"{where}: {key}")
+                for key, cls in (("model", ModelConfig), ("loss", LossConfig), ("optim", OptimConfig))}
+    for key, cls in (("model", ModelConfig), ("loss", LossConfig), ("optim", OptimConfig)):
+        make(cls, sections[key], f"{where}: {key}")
+    if cfg.train.init_from == "teacher" and cfg.distill is None:
+        raise ConfigError(f"{where}: train.init_from: teacher needs a teacher (distill.teacher, or a grid cell's "
+                          "teacher key)")
+    distill = cfg.distill
+    if distill is not None:
+        name, opts = named(distill.strategy, f"{where}: distill.strategy")
+        opts = checked(_lookup(STRATEGIES, name, f"{where}: distill.strategy.name"), opts, f"{where}: distill.strategy")
+        make(STRATEGIES.get(name), opts, f"{where}: distill.strategy")
+        distill = dataclasses.replace(distill, strategy=_spec(distill.strategy, name, opts))
+    strategies = []
+    for i, (name, opts) in enumerate(cfg.strategy_specs()):
+        strat_cls = _lookup(STRATEGIES, name, f"{where}: eval.strategies[{i}].name")
+        opts = checked(strat_cls, opts, f"{where}: eval.strategies[{i}] ({name})")
+        strategy = make(strat_cls, opts, f"{where}: eval.strategies[{i}] ({name})")
+        strategies.append(_spec(cfg.eval.strategies[i], name, opts))
+        problem = compatibility_problem(dec_cls, dec_options, strategy)  # the one check, also at decode time
+        if problem:
+            raise ConfigError(f"{where}: eval.strategies[{i}] ({name}): {problem}")
+    return dataclasses.replace(
+        cfg, task=_spec(cfg.task, task_name, task_opts), decoder=_spec(cfg.decoder, dec_name, dec_opts),
+        **sections, distill=distill, eval=dataclasses.replace(cfg.eval, strategies=tuple(strategies)))
+
+
+def _spec(section: Any, name: str, opts: dict) -> Any:
+    """A `{name: x, **options}` section with its checked options (a bare name stays a name)."""
+    return section if isinstance(section, str) else {"name": name, **opts}
+
+
+def _lookup(registry, name: str, where: str):
+    try:
+        return registry.get(name)
+    except AtnatError as err:
+        raise ConfigError(f"{where}: {err}") from None
+
+
+def build_strategy(spec) -> tuple[str, Any]:
+    """`{name: beam, beam_size: 5}` (or a bare name) -> (its label, e.g. "beam5", the strategy)."""
+    name, opts = named(spec, "strategy")
+    strategy = make(STRATEGIES.get(name), opts, f"strategy ({name})")
+    return strategy.label, strategy
+
+
+def load_task(cfg: RunConfig) -> TaskData:
+    """The run's task, loaded (sentences, tokenizer; a sentencepiece model is trained once and cached)."""
+    name, opts = named(cfg.task, "task")
+    task_cls = TASKS.get(name)
+    return task_cls(make(task_cls.Options, opts, f"task ({name})"), cache_dir=CACHE_DIR / "spm").load()
+
+
+def run_config_from_dict(data: Any, where: str) -> RunConfig:
+    data = dict(check_keys(RunConfig, data, where))
+    for key in ("name", "task", "decoder"):
+        if key not in data:
+            raise ConfigError(f"{where}: missing required key {key!r}")
+    data["train"] = make(TrainSettings, data.get("train"), f"{where}: train")
+    ev = dict(check_keys(EvalSettings, data.get("eval"), f"{where}: eval"))
+    if "strategies" in ev:
+        if not isinstance(ev["strategies"], list) or not ev["strategies"]:
+            raise ConfigError(f"{where}: eval.strategies must be a non-empty list")
+        ev["strategies"] = tuple(ev["strategies"])
+    data["eval"] = make(EvalSettings, ev, f"{where}: eval")
+    if data.get("distill") is not None:
+        data["distill"] = make(DistillSettings, data["distill"], f"{where}: distill")
+    for key in ("model", "loss", "optim"):
+        if data.get(key) is None:
+            data[key] = {}
+        elif not isinstance(data[key], dict):
+            raise ConfigError(f"{where}: {key}: expected a mapping, got {data[key]!r}")
+    try:
+        cfg = RunConfig(**checked(RunConfig, data, where, section=False))
+    except TypeError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    return validate(cfg, where)
+
+
+def load_yaml(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: line {line} is not valid UTF-8 ({err.reason} at byte {err.start}); "
+                          "save the file as UTF-8") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+
+
+def load_run_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
+    data = load_yaml(path)
+    if isinstance(data, dict):
+        data = deep_update(data, overrides or {})
+    return run_config_from_dict(data, str(path))
+
+
+def deep_update(base: dict, upd: dict) -> dict:
+    out = dict(base)
+    for k, v in upd.items():
+        out[k] = deep_update(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def parse_override(text: str) -> dict:
+    """`train.max_steps=100` -> {"train": {"max_steps": 100}} (value parsed as YAML)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected KEY.PATH=VALUE")
+    key, value = text.split("=", 1)
+    out: dict = {}
+    cur = out
+    parts = key.split(".")
+    for p in parts[:-1]:
+        cur = cur.setdefault(p, {})
+    cur[parts[-1]] = yaml.safe_load(value)
+    return out

@@ -1,0 +1,165 @@
+"""Encoded datasets, token-budget batching with length bucketing, and collation into `Batch`."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import Sampler
+
+from atnat.models.batch import Batch
+from atnat.core.errors import AtnatError
+
+from atnat.experiments.data.tokenize import SPECIAL
+
+
+@dataclass
+class EncodedSplit:
+    """One split as id lists: src[i], tgt[i] without BOS/EOS."""
+
+    src: list[list[int]]
+    tgt: list[list[int]]
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __getitem__(self, i: int) -> tuple[int, list[int], list[int]]:
+        return i, self.src[i], self.tgt[i]
+
+
+def encode_split(tokenizer, sources: list[str], targets: list[str], *, name: str,
+                 max_len: int | None = None, drop_long: bool = False) -> EncodedSplit:
+    """Encode a split; with `drop_long` (training) pairs longer than max_len are dropped, else cut."""
+    src = [tokenizer.encode(s) for s in sources]
+    tgt = [tokenizer.encode(t) for t in targets]
+    if max_len is not None:
+        if drop_long:
+            keep = [i for i in range(len(src)) if 0 < len(src[i]) <= max_len and 0 < len(tgt[i]) <= max_len]
+            src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
+        else:
+            src, tgt = [s[:max_len] for s in src], [t[:max_len] for t in tgt]
+    if not src:
+        raise AtnatError(f"split {name!r} has no usable sentence pairs: all {len(sources)} are empty on one side"
+                         + (f" or longer than max_len={max_len} tokens" if max_len else ""))
+    return EncodedSplit(src, tgt)
+
+
+def check_budget(split: EncodedSplit, max_tokens: int, *, setting: str, name: str) -> None:
+    """A batch must hold at least one sentence: `max_tokens` (named `setting` in the config) is
+    refused when the longest pair of split `name` does not fit into it."""
+    longest = max(max(len(s), len(t) + 1) for s, t in zip(split.src, split.tgt))
+    if max_tokens < longest:
+        raise AtnatError(f"{setting}: {max_tokens} is smaller than the longest sentence pair of the {name} split "
+                         f"({longest} tokens with its end symbol): a batch must hold at least one sentence; "
+                         f"{setting} must be >= {longest} (or lower train.max_len, which drops longer training pairs)")
+
+
+def collate(items: list[tuple[int, list[int], list[int]]], pad: int = SPECIAL.pad) -> Batch:
+    """Pad a list of (id, src, tgt) into a Batch (B, S) / (B, T)."""
+    ids = torch.tensor([i for i, _, _ in items])
+    sl = torch.tensor([max(len(s), 1) for _, s, _ in items])
+    tl = torch.tensor([len(t) for _, _, t in items])
+    src = torch.full((len(items), int(sl.max())), pad, dtype=torch.long)
+    tgt = torch.full((len(items), max(int(tl.max()), 1)), pad, dtype=torch.long)
+    for row, (_, s, t) in enumerate(items):
+        src[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+        tgt[row, : len(t)] = torch.tensor(t, dtype=torch.long)
+    return Batch(src, tgt, sl, tl, ids)
+
+
+class TokenBudgetSampler(Sampler[list[int]]):
+    """Batches of similar length whose padded size stays within `max_tokens` (source or target).
+
+    Sentences are sorted by length (with a little noise when shuffling), cut into batches, and
+    the batches are shuffled per epoch (seeded by seed + epoch; the trainer's ResumeState callback
+    calls `set_epoch`, since Lightning only sets the epoch of a loader's plain sampler);
+    evaluation keeps a fixed order. With `distributed`, each DDP rank takes every world-th batch of
+    the same shuffled list (equal counts on all ranks). Resumable: `state_dict` records the epoch
+    and how many of its batches were trained (`trained`, kept up to date by the trainer's
+    ResumeState callback); after `load_state_dict` the next pass over that epoch skips them.
+    """
+
+    def __init__(self, split: EncodedSplit, max_tokens: int, *, shuffle: bool, seed: int = 0,
+                 max_sentences: int | None = None, distributed: bool = False):
+        self.split, self.max_tokens, self.shuffle, self.seed = split, max_tokens, shuffle, seed
+        self.max_sentences, self.distributed = max_sentences, distributed
+        self.epoch = 0
+        self.trained = 0  # batches of the current epoch already trained on
+        self._skip: tuple[int, int] | None = None  # (epoch, batches) to skip after a resume
+        self._batches = self._make(random.Random(seed)) if not shuffle else None
+
+    def _make(self, rng: random.Random) -> list[list[int]]:
+        sizes = [max(len(s), len(t) + 1) for s, t in zip(self.split.src, self.split.tgt)]
+        noise = [rng.random() if self.shuffle else 0.0 for _ in sizes]
+        order = sorted(range(len(sizes)), key=lambda i: (sizes[i] + noise[i], i))
+        batches, cur, longest = [], [], 0
+        for i in order:
+            longest_new = max(longest, sizes[i])
+            full = self.max_sentences is not None and len(cur) >= self.max_sentences
+            if cur and (longest_new * (len(cur) + 1) > self.max_tokens or full):
+                batches.append(cur)
+                cur, longest_new = [], sizes[i]
+            cur.append(i)
+            longest = longest_new
+        if cur:
+            batches.append(cur)
+        if self.shuffle:
+            rng.shuffle(batches)
+        return batches
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "trained": self.trained}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch = int(state["epoch"])
+        self._skip = (self.epoch, int(state["trained"]))
+
+    def __iter__(self):
+        return self._iterate()
+
+    def _iterate(self):
+        """A generator: the skip after a resume is applied when iteration really starts (Lightning
+        creates an iterator it may discard before the epoch begins)."""
+        batches = self._batches if self._batches is not None else self._make(random.Random(self.seed + self.epoch))
+        rank, world = shard() if self.distributed else (0, 1)
+        if world > 1:  # DDP: every rank takes its own share of the same shuffled batches
+            batches = batches[rank::world][: len(batches) // world]
+        if self._skip is not None and self._skip[0] == self.epoch:
+            batches = batches[self._skip[1]:]
+            self._skip = None
+        yield from batches
+
+    def __len__(self) -> int:
+        n = len(self._batches if self._batches is not None else self._make(random.Random(self.seed)))
+        world = shard()[1] if self.distributed else 1
+        return n // world if world > 1 else n
+
+
+class ResumableLoader(torch.utils.data.DataLoader):
+    """A DataLoader whose position Lightning saves in checkpoints (its `_Stateful` protocol)."""
+
+    def state_dict(self) -> dict:
+        return self.batch_sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.batch_sampler.load_state_dict(state)
+
+
+def shard() -> tuple[int, int]:
+    """(rank, world size) of the running distributed job, (0, 1) outside one."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def make_loader(split: EncodedSplit, max_tokens: int, *, shuffle: bool, seed: int = 0,
+                max_sentences: int | None = None, distributed: bool = False):
+    sampler = TokenBudgetSampler(split, max_tokens, shuffle=shuffle, seed=seed, max_sentences=max_sentences,
+                                 distributed=distributed)
+    # its own generator: creating an iterator draws a seed, which must not move the global torch RNG
+    # (dropout, masking), or a resumed run would draw different numbers than an uninterrupted one
+    return ResumableLoader(split, batch_sampler=sampler, collate_fn=collate, num_workers=0,
+                           generator=torch.Generator().manual_seed(seed))

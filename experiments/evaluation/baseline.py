@@ -1,0 +1,60 @@
+"""Which systems are autoregressive, and which one a task's comparisons are against: the one rule.
+
+A decoder is autoregressive (AT) when it can be driven step by step: its registered class offers
+the `step` capability (models/decoders/base.py) - whatever its name, so a plugin's `shallow-at` is
+an AT. A task's baseline (speed-ups, paired tests) is, per seed, its plain AT cell: an AT decoder
+with no options, not distilled, no guided attention - or the grid's own choice, `baseline: CELL`
+(a cell name of the grid file, without axes and seed). Every module asks here.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from atnat.core.errors import AtnatError
+from atnat.models.decoders.base import DECODERS
+
+
+def autoregressive(decoder: str) -> bool:
+    """True when the decoder registered under this name decodes step by step (an AT)."""
+    try:
+        return "step" in DECODERS.get(decoder).capabilities
+    except AtnatError:  # a decoder no longer registered (a plugin not installed here): judge by its name
+        return decoder == "at"
+
+
+def plain_at(decoder: str, options: dict | str | None, distilled: bool, guided_attention: bool) -> bool:
+    """An AT decoder with no options, trained on the references, without guided attention."""
+    return autoregressive(decoder) and not options and not distilled and not guided_attention
+
+
+def plain_at_config(cfg) -> bool:
+    """`plain_at` of a RunConfig."""
+    options = {k: v for k, v in cfg.decoder.items() if k != "name"} if isinstance(cfg.decoder, dict) else {}
+    guided = bool(float((cfg.loss or {}).get("guided_attention_weight", 0) or 0))
+    return plain_at(cfg.decoder_name, options, cfg.distill is not None, guided)
+
+
+def is_baseline_cell(cell, baseline: str | None = None) -> bool:
+    """A grid cell (`.variant`, `.config`) is its task's baseline: the grid's `baseline` variant when
+    it names one, else a plain AT cell."""
+    return cell.variant == baseline if baseline else plain_at_config(cell.config)
+
+
+def is_at_rows(df: pd.DataFrame) -> pd.Series:
+    """Per row of a results table: is the system autoregressive? (the `autoregressive` column; tables
+    written before it existed: by the decoder's registration)."""
+    if "autoregressive" in df and df["autoregressive"].notna().all():
+        return df["autoregressive"].astype(bool)
+    return df["decoder"].map(autoregressive).astype(bool)
+
+
+def baseline_cells(df: pd.DataFrame, baseline: str | None = None) -> dict[tuple, str]:
+    """(task, seed) -> the baseline cell of a results table: the grid's `baseline` variant when it
+    names one, else the plain AT cell (the first in table order when there are several)."""
+    ok = df[df["status"] == "ok"]
+    if baseline:
+        chosen = ok[ok["variant"] == baseline] if "variant" in ok else ok.iloc[0:0]
+    else:
+        chosen = ok[is_at_rows(ok) & ~ok["distilled"].astype(bool) & ~ok["guided_attention"].astype(bool)
+                    & (ok["options"].fillna("") == "")]
+    return {key: grp["cell"].iloc[0] for key, grp in chosen.groupby(["task", "seed"])}

@@ -1,0 +1,49 @@
+"""Decoding a whole split with one strategy: token-budget batches, outputs in the split's order,
+decoder passes counted, mask-predict's per-iteration history kept."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from atnat.decoding.base import Strategy
+from atnat.models.seq2seq import Seq2SeqModule
+
+from atnat.experiments.data.batching import EncodedSplit, make_loader
+from atnat.experiments.evaluation.assemble import check_compatible, needs_teacher
+
+
+@dataclass
+class Decoded:
+    hyps: list[list[int]]
+    passes: int  # decoder passes over all batches
+    history: list[list[list[int]]] | None = None  # per sentence, per iteration (mask-predict)
+
+
+def decode_split(module: Seq2SeqModule, split: EncodedSplit, strategy: Strategy, *, max_tokens: int,
+                 teacher: Seq2SeqModule | None = None, max_sentences: int | None = None,
+                 on_batch: Callable[[int], None] | None = None) -> Decoded:
+    """Decode every sentence of a split (token-budget batches); outputs in the split's order.
+    `on_batch(sentences decoded so far)` is called after each batch (progress of long decodes)."""
+    check_compatible(module.decoder, strategy)
+    hyps: list = [None] * len(split)
+    hist: list | None = None
+    passes = done = 0
+    dev = module.device
+    with torch.inference_mode():
+        for batch in make_loader(split, max_tokens, shuffle=False, max_sentences=max_sentences):
+            src, lengths = batch.src.to(dev), batch.src_lengths.to(dev)
+            out = module.decode(src, lengths, strategy, **needs_teacher(strategy, teacher, src))
+            passes += out.n_steps
+            for i, h in zip(batch.ids.tolist(), out.sequences(module.special)):
+                hyps[i] = h
+            done += len(batch.ids)
+            if on_batch is not None:
+                on_batch(done)
+            if out.history is not None:
+                hist = hist if hist is not None else [None] * len(split)
+                n = out.lengths[:, 0].tolist()
+                for row, i in enumerate(batch.ids.tolist()):
+                    hist[i] = [h[row, : n[row]].tolist() for h in out.history]
+    return Decoded(hyps, passes, hist)

@@ -1,0 +1,139 @@
+"""Evaluate a trained run: decode a split with each strategy, score it, and probe the model.
+
+Writes `hyps/<strategy>.txt` and `references.txt` (plus `references-<k>.txt` for further reference
+streams) into the run directory and returns the rows and curves the grid runner tabulates (the
+runner writes `metrics.json` last, as the completion mark). Speed is measured apart, by the timing
+phase (evaluation/timing.py): every system of a task side by side in one process.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import sacrebleu
+
+from atnat.core.errors import AtnatError
+from atnat.models.seq2seq import Seq2SeqModule
+
+from atnat.experiments.config.speed import SpeedSettings
+from atnat.experiments.evaluation.assemble import build_strategy
+from atnat.experiments.evaluation.decode import decode_split
+from atnat.experiments.evaluation.timing import System, time_systems
+from atnat.experiments.config.run import RunConfig
+from atnat.experiments.data.batching import encode_split
+from atnat.experiments.files import write_text_atomic
+from atnat.experiments.evaluation.metrics import closest_references
+from atnat.experiments.evaluation.metrics.row import Outputs, score
+from atnat.experiments.evaluation.metrics.error_propagation import bleu_by_length
+from atnat.experiments.data.tasks import TaskData
+
+
+def score_outputs(hyps: list[list[int]], refs: list[list[list[int]]], ref_txt: list[list[str]], task: TaskData, *,
+                  n_bootstrap: int, detok: Callable[[list[int]], str],
+                  compound_split: bool = False) -> tuple[dict, list[str]]:
+    """Every registered metric (metrics/row.py) of one system: text metrics of the detokenised
+    outputs against the raw reference streams (`ref_txt`: one or more lists of strings), id metrics
+    against the closest of the reference streams `refs` (each a list of id lists)."""
+    hyp_txt = [detok(h) for h in hyps]
+    outputs = Outputs(hyps, hyp_txt, closest_references(hyps, refs), ref_txt, task, n_bootstrap, compound_split)
+    return score(outputs), hyp_txt
+
+
+@dataclass
+class EvalResult:
+    rows: list[dict]
+    curves: dict[str, pd.DataFrame] = field(default_factory=dict)
+    samples: pd.DataFrame | None = None
+
+
+def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Path, *,
+             teacher: Seq2SeqModule | None = None, n_samples: int = 5) -> EvalResult:
+    """Decode cfg.eval.split with every strategy of the run; score it; write hyps and references."""
+    from atnat.experiments.evaluation.probes import run_probes
+
+    src, tgt = task.splits[cfg.eval.split]
+    split = encode_split(task.tokenizer, src, tgt, name=cfg.eval.split, max_len=cfg.train.max_len)
+    refs_txt = task.references(cfg.eval.split)  # raw references: BLEU on detokenised text (sacrebleu default)
+    refs_ids = [split.tgt] + [[task.tokenizer.encode(r)[: cfg.train.max_len] for r in stream]
+                              for stream in refs_txt[1:]]
+    write_references(run_dir, refs_txt)
+    (run_dir / "hyps").mkdir(parents=True, exist_ok=True)
+    rows, curves, samples, first = [], {"bleu_by_length": [], "iterations": []}, [], None
+    for spec in cfg.eval.strategies:
+        label, strategy = build_strategy(spec)
+        decoded = decode_split(module, split, strategy, max_tokens=cfg.eval.max_tokens, teacher=teacher)
+        row, hyp_txt = score_outputs(decoded.hyps, refs_ids, refs_txt, task, n_bootstrap=cfg.eval.n_bootstrap,
+                                     detok=task.tokenizer.decode, compound_split=cfg.eval.compound_split)
+        row.update(strategy=label, strategy_name=strategy.registered_name,
+                   iterations=getattr(strategy, "iterations", float("nan")))
+        rows.append(row)
+        first = first if first is not None else decoded.hyps
+        write_text_atomic(run_dir / "hyps" / f"{label}.txt", "\n".join(hyp_txt) + "\n")
+        curves["bleu_by_length"].append(bleu_by_length(hyp_txt, refs_txt[0], tokenize=task.bleu_tokenize)
+                                        .assign(strategy=label))
+        if decoded.history:
+            curves["iterations"].append(iteration_bleu(decoded.history, refs_txt, task).assign(strategy=label))
+        samples += [{"strategy": label, "index": i, "source": src[i], "reference": refs_txt[0][i],
+                     "hypothesis": hyp_txt[i]} for i in range(min(n_samples, len(src)))]
+    frames = {k: pd.concat(v, ignore_index=True) for k, v in curves.items() if v}
+    frames.update(run_probes(module, split, free_running=first, strategy=rows[0]["strategy"]))
+    return EvalResult(rows, frames, pd.DataFrame(samples))  # the runner writes metrics.json last
+
+
+def write_references(run_dir: Path, streams: list[list[str]]) -> None:
+    """references.txt (the test targets) and references-2.txt ... for further reference streams."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for k, stream in enumerate(streams, 1):
+        name = "references.txt" if k == 1 else f"references-{k}.txt"
+        write_text_atomic(run_dir / name, "\n".join(stream) + "\n")
+
+
+def read_references(run_dir: Path) -> list[list[str]] | None:
+    """The reference streams written by write_references (None if the run has none)."""
+    first = run_dir / "references.txt"
+    if not first.exists():
+        return None
+    paths = [first] + sorted(run_dir.glob("references-*.txt"), key=lambda p: int(p.stem.split("-")[1]))
+    return [p.read_text(encoding="utf-8").split("\n")[:-1] for p in paths]
+
+
+def iteration_bleu(history: list[list[list[int]]], refs: list[list[str]], task: TaskData) -> pd.DataFrame:
+    """BLEU after each mask-predict iteration (sentences that stopped early keep their last output)."""
+    n_iter = max(len(h) for h in history)
+    out = []
+    for it in range(n_iter):
+        hyps = [task.tokenizer.decode(h[min(it, len(h) - 1)]) for h in history]
+        out.append({"iteration": it + 1, "bleu": sacrebleu.corpus_bleu(hyps, refs, tokenize=task.bleu_tokenize).score})
+    return pd.DataFrame(out)
+
+
+def evaluate_files(module: Seq2SeqModule, tokenizer, sources: list[str], references: list[list[str]],
+                   specs: list, *, teacher: Seq2SeqModule | None = None, max_tokens: int = 6000,
+                   n_bootstrap: int = 1000, compound_split: bool = False, lang: str | None = None,
+                   speed: SpeedSettings | None = None) -> list[dict]:
+    """Score a trained model on any test set (`atnat evaluate`): per strategy spec, sacreBLEU (all
+    reference streams), chrF, tokenised BLEU, exact match; with `speed`, the strategies are also
+    timed side by side on these sentences. -> one row per strategy, with its hypotheses."""
+    for k, stream in enumerate(references, 1):
+        if len(stream) != len(sources):
+            raise AtnatError(f"reference file {k} has {len(stream)} lines but the source has {len(sources)}")
+    task = TaskData({"test": (sources, references[0])}, tokenizer, bleu_tokenize=module.bleu_tokenize,
+                    extra_references={"test": references[1:]}, lang=lang or module.target_lang)
+    split = encode_split(tokenizer, sources, references[0], name="test")
+    refs_ids = [split.tgt] + [[tokenizer.encode(r) for r in stream] for stream in references[1:]]
+    rows, systems = [], []
+    for spec in specs:
+        label, strategy = build_strategy(spec)
+        decoded = decode_split(module, split, strategy, max_tokens=max_tokens, teacher=teacher)
+        row, hyps = score_outputs(decoded.hyps, refs_ids, references, task, n_bootstrap=n_bootstrap,
+                                  detok=tokenizer.decode, compound_split=compound_split)
+        rows.append(row | {"strategy": label, "hypotheses": hyps})
+        systems.append((label, strategy))
+    if speed is not None:
+        timed = time_systems([System("model", label, module, strategy, split.src, teacher)
+                              for label, strategy in systems], speed, {}).set_index("strategy")
+        for row in rows:
+            row.update(timed.loc[row["strategy"], ["latency_ms_b1", "throughput_sents_s", "decoder_passes"]].to_dict())
+    return rows

@@ -1,0 +1,147 @@
+"""The metrics of a results row: each a small class with its columns, registered by name.
+
+A metric sees one system's outputs on the test set (`Outputs`) and returns a value per column it
+declares; `score` runs every registered metric. Adding a metric is one class (anywhere: a plugin
+registers it through the entry-point group "atnat.metrics") with its `columns`; the table, the
+report and the CLI read those declarations (evaluation/schema.py, evaluation/columns.py).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from atnat.core.registry import Registry
+from atnat.experiments.evaluation.metrics.error_propagation import conditional_error_rate
+from atnat.experiments.evaluation.metrics.nat import length_accuracy, repetition_rate, variant_mixing_rate
+from atnat.experiments.evaluation.metrics.quality import corpus_quality, exact_match, tokenized_bleu
+from atnat.experiments.evaluation.schema import Column, _c
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """One system's test-set outputs and what they are scored against."""
+
+    hyps: list[list[int]]  # output ids per sentence (no BOS/EOS/pad)
+    hyp_txt: list[str]  # detokenised outputs
+    refs: list[list[int]]  # per sentence, the reference ids closest to its output
+    ref_txt: list[list[str]]  # every reference stream, raw text
+    task: Any  # TaskData: bleu_tokenize, lang, token_variant
+    n_bootstrap: int  # resamples of the BLEU interval
+    compound_split: bool = False  # tokenised BLEU splits hyphenated compounds
+
+
+class Metric(ABC):
+    """A metric of a results row: `columns` it fills, `compute` their values."""
+
+    columns: ClassVar[tuple[Column, ...]] = ()
+    registered_name: ClassVar[str] = ""
+
+    @abstractmethod
+    def compute(self, out: Outputs) -> dict[str, Any]:
+        """-> {column name: value} for every column in `columns`."""
+
+
+METRICS: Registry[Metric] = Registry("metric", Metric, entry_point_group="atnat.metrics")
+register_metric = METRICS.register
+
+
+def score(out: Outputs) -> dict[str, Any]:
+    """Every registered metric's columns for one system."""
+    row: dict[str, Any] = {}
+    for name in METRICS.in_order():
+        row.update(METRICS.get(name)().compute(out))
+    return row
+
+
+@register_metric("sacrebleu")
+class SacreBLEU(Metric):
+    """Corpus BLEU and chrF (sacrebleu defaults) against every reference stream, BLEU's bootstrap interval."""
+
+    columns = (_c("bleu", "number", "sacreBLEU (cased, detokenised, 13a or none) against every reference stream",
+                  "higher", ".2f", required=True),
+               _c("chrf", "number", "chrF2 (sacrebleu)", "higher", ".1f", required=True),
+               _c("bleu_ci_low", "number", "95% bootstrap interval of BLEU (low)", required=True, shown=False),
+               _c("bleu_ci_high", "number", "95% bootstrap interval of BLEU (high)", required=True, shown=False),
+               _c("bleu_signature", "label", "sacrebleu's BLEU signature", shown=False),
+               _c("bleu_tokenize", "label", "sacrebleu's tokenizer of this BLEU", shown=False),
+               _c("n_refs", "number", "reference streams scored against", shown=False))
+
+    def compute(self, out: Outputs) -> dict[str, Any]:
+        q = corpus_quality(out.hyp_txt, out.ref_txt, tokenize=out.task.bleu_tokenize, n_bootstrap=out.n_bootstrap)
+        return {"bleu": q.bleu, "chrf": q.chrf, "bleu_ci_low": q.bleu_ci_low, "bleu_ci_high": q.bleu_ci_high,
+                "bleu_signature": q.bleu_signature, "bleu_tokenize": out.task.bleu_tokenize,
+                "n_refs": len(out.ref_txt)}
+
+
+@register_metric("tokenized-bleu")
+class TokenizedBLEU(Metric):
+    """BLEU on Moses-tokenised text, as NAT papers report it (not comparable with sacreBLEU)."""
+
+    columns = (_c("bleu_tok", "number", "BLEU on Moses-tokenised text (paper-comparable, not sacreBLEU)", "higher",
+                  ".2f"),)
+
+    def compute(self, out: Outputs) -> dict[str, Any]:
+        return {"bleu_tok": tokenized_bleu(out.hyp_txt, out.ref_txt, lang=out.task.lang,
+                                           compound_split=out.compound_split)}
+
+
+@register_metric("exact-match")
+class ExactMatch(Metric):
+    """Share of outputs identical to a reference."""
+
+    columns = (_c("exact_match", "number", "share of outputs identical to a reference", "higher", ".3f",
+                  required=True),)
+
+    def compute(self, out: Outputs) -> dict[str, Any]:
+        return {"exact_match": exact_match(out.hyps, out.refs)}
+
+
+@register_metric("repetition")
+class Repetition(Metric):
+    """Share of output tokens equal to their predecessor (NAT's repeated-token failure)."""
+
+    columns = (_c("repetition_rate", "number", "share of tokens equal to the previous one", "lower", ".3f",
+                  required=True),)
+
+    def compute(self, out: Outputs) -> dict[str, Any]:
+        return {"repetition_rate": repetition_rate(out.hyps)}
+
+
+@register_metric("length")
+class Length(Metric):
+    """Output length against the closest reference's."""
+
+    columns = (_c("length_exact", "number", "share of outputs as long as their reference", "higher", ".3f",
+                  required=True),
+               _c("length_within1", "number", "share within one token of the reference length", "higher", ".3f",
+                  required=True),
+               _c("length_mae", "number", "mean absolute length error (tokens)", "lower", ".2f", shown=False))
+
+    def compute(self, out: Outputs) -> dict[str, Any]:
+        lengths = length_accuracy([len(h) for h in out.hyps], [len(r) for r in out.refs])
+        return {"length_exact": lengths.exact, "length_within1": lengths.within_1,
+                "length_mae": lengths.mean_abs_error}
+
+
+@register_metric("error-propagation")
+class ErrorPropagation(Metric):
+    """Do errors follow errors beyond what their number explains (metrics/error_propagation.py)."""
+
+    columns = (_c("cond_error_excess", "number", "P(err | err before) - P(err | match before), minus its "
+                                                  "within-sentence shuffle expectation", "", ".3f"),)
+
+    def compute(self, out: Outputs) -> dict[str, Any]:
+        return {"cond_error_excess": conditional_error_rate(out.hyps, out.refs).excess}
+
+
+@register_metric("variant-mixing")
+class VariantMixing(Metric):
+    """Share of outputs mixing target variants (multi-modal tasks such as dialect)."""
+
+    columns = (_c("mixing_rate", "number", "share of outputs whose words come from several target variants",
+                  "lower", ".3f", required=True),)
+
+    def compute(self, out: Outputs) -> dict[str, Any]:
+        variants = out.task.token_variant
+        return {"mixing_rate": variant_mixing_rate(out.hyps, variants) if variants else float("nan")}

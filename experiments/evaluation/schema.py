@@ -1,0 +1,85 @@
+"""One declaration per column of results.csv: its name, type, how it prints, what it means and
+which way is better. The table orders its columns by it, the report reads types and directions
+from it, the CLI prints with its formats. A metric's columns are declared beside the metric
+(evaluation/metrics/row.py); the rest here; evaluation/columns.py puts them together in table order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of results.csv."""
+
+    name: str  # the column's name in results.csv
+    kind: str  # "label" (text), "flag" (bool), "number"
+    description: str  # what it holds, in one sentence
+    better: str = ""  # "higher" or "lower" when one value is better than another, else ""
+    fmt: str = ""  # how the CLI and the report print it (a format spec such as ".2f"); "" = as is
+    required: bool = False  # the report refuses a results.csv without it
+    shown: bool = True  # a metric column the report's overview shows (False: auxiliary, e.g. an interval)
+
+    def __post_init__(self):
+        if self.kind not in ("label", "flag", "number") or self.better not in ("", "higher", "lower"):
+            raise ValueError(f"column {self.name}: kind {self.kind!r} / better {self.better!r}")
+
+
+def _c(name, kind, description, better="", fmt="", required=False, shown=True) -> Column:
+    return Column(name, kind, description, better, fmt, required, shown)
+
+
+LABELS = (
+    _c("cell", "label", "the grid cell (axis labels, variant, seed)", required=True),
+    _c("family", "label", "the cell without its seed: the system that seeds repeat"),
+    _c("task", "label", "the task label", required=True),
+    _c("decoder", "label", "the decoder family", required=True),
+    _c("autoregressive", "flag", "the decoder decodes step by step (an AT: it offers the `step` capability)"),
+    _c("strategy", "label", "the search strategy's label (beam5, mask-predict-4, ...)", required=True),
+    _c("strategy_name", "label", "the strategy's registered name"),
+    _c("iterations", "number", "mask-predict iterations"),
+    _c("seed", "number", "the training seed"),
+    _c("distilled", "flag", "trained on an AT teacher's outputs"),
+    _c("guided_attention", "flag", "trained with the guided-attention loss", required=True),
+    _c("options", "label", "the decoder's options"),
+)
+COMPARISONS = (
+    _c("bleu_p_vs_at", "number", "paired test p of BLEU against the task's AT baseline (same seed)",
+       required=True, fmt=".3f"),
+    _c("bleu_p_holm", "number", "the p-value Holm-corrected over the systems of the task and seed", fmt=".3f"),
+    _c("p_baseline", "label", "the baseline of the paired test (cell / strategy)"),
+)
+SPEED = (
+    _c("latency_ms_b1", "number", "mean decoding time per sentence at batch 1 (ms), timing phase", "lower",
+       ".2f", required=True),
+    _c("latency_ms_b1_ci_low", "number", "95% bootstrap interval of latency_ms_b1 (low)"),
+    _c("latency_ms_b1_ci_high", "number", "95% bootstrap interval of latency_ms_b1 (high)"),
+    _c("throughput_sents_s", "number", "sentences per second over large batches, timing phase", "higher", ".1f",
+       required=True),
+    _c("speedup_vs_at", "number", "AT greedy's batch-1 time over this system's, same sentences", "higher", ".2f",
+       required=True),
+    _c("speedup_ci_low", "number", "95% paired bootstrap interval of speedup_vs_at (low)"),
+    _c("speedup_ci_high", "number", "95% paired bootstrap interval of speedup_vs_at (high)"),
+    _c("throughput_speedup_vs_at", "number", "this system's throughput over AT greedy's", "higher", ".2f",
+       required=True),
+    _c("throughput_speedup_ci_low", "number", "95% paired bootstrap interval of the throughput ratio (low)"),
+    _c("throughput_speedup_ci_high", "number", "95% paired bootstrap interval of the throughput ratio (high)"),
+    _c("speed_baseline", "label", "the AT greedy system the speed-ups are against"),
+    _c("speedup_vs_ct2", "number", "the plain AT exported to CTranslate2 (greedy)'s batch-1 time over this "
+                                   "system's", "higher", ".2f"),
+    _c("speedup_vs_ct2_ci_low", "number", "95% paired bootstrap interval of speedup_vs_ct2 (low)"),
+    _c("speedup_vs_ct2_ci_high", "number", "95% paired bootstrap interval of speedup_vs_ct2 (high)"),
+    _c("decoder_passes", "number", "decoder passes per sentence at batch 1", "lower", ".1f", required=True),
+    _c("decode_memory_mb", "number", "peak memory of a large-batch decode above the process's resident size",
+       "lower", ".1f"),
+    _c("timing_spread", "number", "median over calls of (max - min) / median of their repeated timings"),
+    _c("timing_session", "label", "when the timing phase that timed this row ran (UTC); rows of a task from "
+                                  "different sessions were not timed side by side"),
+)
+RUN = (
+    _c("distill_bleu", "number", "BLEU of the distilled training targets against the references"),
+    _c("train_steps", "number", "optimizer steps trained"),
+    _c("train_time_s", "number", "training wall time of the cell (s)"),
+    _c("status", "label", "ok, failed or not run", required=True),
+    _c("error", "label", "why the cell failed", required=True),
+)

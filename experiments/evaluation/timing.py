@@ -1,0 +1,316 @@
+"""The timing phase: every decoding system of a task timed side by side, in one process, after training.
+
+Speed-ups are ratios, so both sides of a ratio must be measured under the same conditions. Cells
+train in their own processes, minutes or hours apart, possibly several at once; their own timings
+cannot be compared. Here, once every cell of a grid has finished, all systems (cell x strategy) of
+a task decode the SAME sentences interleaved: for every sentence (latency, batch 1) or batch
+(throughput), each system decodes it in turn, the order rotating from call to call, so a change of
+machine load hits all systems alike. Every call is repeated `repeats` times (after `warmup` untimed
+passes) and its median is used.
+
+Per system: latency (mean seconds per sentence at batch 1), throughput (sentences per second over
+the batches), decoder passes per sentence, and the decoding memory (peak above the resident size
+before the call; CPU: VmHWM after a reset of /proc/self/clear_refs). Against the task's AT
+baseline (greedy of the plain AT cell of the same seed): the speed-up as a ratio of total times of
+the same sentences, with a 95% paired bootstrap interval over sentences (batches for throughput).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from atnat.experiments.data.batching import collate
+from atnat.experiments.evaluation.assemble import needs_teacher
+from atnat.experiments.config.speed import SpeedSettings
+from atnat.experiments.evaluation.metrics.speed import _synchronize, current_rss_mb, peak_memory_mb, reset_peak
+from atnat.experiments.config.run import build_strategy, load_task
+from atnat.experiments.evaluation.baseline import is_baseline_cell, plain_at_config
+from atnat.experiments.evaluation.schema import SPEED
+from atnat.experiments.files import write_csv, write_json_atomic
+from atnat.experiments.modelfiles import ct2
+from atnat.experiments.modelfiles.loading import checkpoint_stamp, evaluation_checkpoint, load_module
+
+COLUMNS = ["cell", "strategy", *[c.name for c in SPEED], "fingerprint"]  # timing.csv
+
+
+@dataclass
+class System:
+    """One decoding system to time: a trained module, a strategy, and its encoded test sources."""
+
+    cell: str
+    strategy: str  # the strategy's label (greedy, beam5, mask-predict-4 ...)
+    module: object  # Seq2SeqModule in eval mode, on the timing device
+    search: object  # the Strategy instance
+    sources: list[list[int]]  # test sources encoded with this module's tokenizer, in split order
+    teacher: object | None = None  # AT teacher of npd
+    fingerprint: str = ""  # identifies the weights (a stale timing is redone when it changes)
+
+    def call(self, indices: list[int]):
+        """A no-argument callable decoding the given sentences as one batch -> Hypotheses."""
+        dev = self.module.device
+        batch = collate([(i, self.sources[i], []) for i in indices])
+        src, lengths = batch.src.to(dev), batch.src_lengths.to(dev)
+
+        def run():
+            with torch.inference_mode():
+                return self.module.decode(src, lengths, self.search, **needs_teacher(self.search, self.teacher, src))
+        return run
+
+
+@dataclass
+class ExportedSystem(System):
+    """A plain AT cell's strategy run by CTranslate2 on the same weights (the fastest AT a user
+    could deploy); `module` is a ct2.CT2Decoder. Its passes are not observable: NaN."""
+
+    def call(self, indices: list[int]):
+        sources = [self.sources[i] for i in indices]
+        return lambda: (self.module(sources), _NO_STEPS)[1]
+
+
+class _NoSteps:
+    n_steps = float("nan")
+
+
+_NO_STEPS = _NoSteps()
+
+
+class PeakMemory:
+    """Peak memory of one call above what was resident before it (MiB)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.hwm = Path("/proc/self/status") if device.type == "cpu" and Path("/proc/self/clear_refs").exists() else None
+
+    def start(self) -> float:
+        if self.device.type == "cuda":
+            reset_peak(self.device)
+            return torch.cuda.memory_allocated(self.device) / 2**20
+        if self.hwm is not None:
+            Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+        return current_rss_mb()
+
+    def stop(self, before: float) -> float:
+        if self.device.type == "cuda":
+            return peak_memory_mb(self.device) - before
+        if self.hwm is None:
+            return float("nan")
+        for line in self.hwm.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024 - before
+        return float("nan")
+
+
+def _rotated(items: list, k: int) -> list:
+    k %= len(items)
+    return items[k:] + items[:k]
+
+
+def _interleaved(calls: list[list], speed: SpeedSettings, device: torch.device, memory: PeakMemory | None = None):
+    """calls[s][j]: system s's j-th call. -> times[s][j] (median over repeats), mem[s] (max MiB),
+    spread[s] (median over calls of (max - min) / median over repeats)."""
+    n_sys, n_calls = len(calls), len(calls[0])
+    for _ in range(speed.warmup):
+        for s in range(n_sys):
+            for j in range(n_calls):
+                calls[s][j]()
+    raw = np.zeros((n_sys, speed.repeats, n_calls))
+    mem = np.zeros(n_sys)
+    for r in range(speed.repeats):
+        for j in range(n_calls):
+            for s in _rotated(list(range(n_sys)), r * n_calls + j):
+                before = memory.start() if memory else 0.0
+                _synchronize(device)
+                start = time.perf_counter()
+                calls[s][j]()
+                _synchronize(device)
+                raw[s, r, j] = time.perf_counter() - start
+                if memory:
+                    mem[s] = max(mem[s], memory.stop(before))
+    med = np.median(raw, axis=1)  # (S, J)
+    spread = np.median((raw.max(axis=1) - raw.min(axis=1)) / np.maximum(med, 1e-12), axis=1)  # (S,)
+    return med, mem, spread
+
+
+def _ratio_ci(base: np.ndarray, other: np.ndarray, n: int, seed: int = 12345) -> tuple[float, float, float]:
+    """sum(base) / sum(other) and its 95% paired bootstrap interval over the calls."""
+    ratio = float(base.sum() / other.sum())
+    if n < 2 or len(base) < 2:
+        return ratio, float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(base), size=(n, len(base)))
+    boots = base[idx].sum(axis=1) / other[idx].sum(axis=1)
+    return ratio, float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
+
+
+def _mean_ci(values: np.ndarray, n: int, seed: int = 12345) -> tuple[float, float]:
+    if n < 2 or len(values) < 2:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    boots = values[rng.integers(0, len(values), size=(n, len(values)))].mean(axis=1)
+    return float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
+
+
+def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[str, tuple[str, str]],
+                 ct2_baselines: dict[str, tuple[str, str]] | None = None) -> pd.DataFrame:
+    """Time `systems` side by side (see the module docstring); `baselines` maps a cell to the
+    (cell, strategy) of its AT greedy baseline, `ct2_baselines` to that of its CTranslate2
+    twin. -> one row per system, COLUMNS."""
+    if not systems:
+        return pd.DataFrame(columns=COLUMNS)
+    device = next(s.module.device for s in systems if not isinstance(s, ExportedSystem))
+    n = min(len(s.sources) for s in systems)
+    n1, nt = min(speed.latency_sentences, n), min(speed.throughput_sentences, n)
+    singles = [[s.call([i]) for i in range(n1)] for s in systems]
+    order = sorted(range(nt), key=lambda i: len(systems[0].sources[i]))
+    groups = [order[j: j + speed.throughput_batch] for j in range(0, nt, speed.throughput_batch)]
+    batches = [[s.call(g) for g in groups] for s in systems]
+    passes = [statistics.mean(c().n_steps + _teacher_pass(s) for c in calls) for s, calls in zip(systems, singles)]
+    lat, _, spread = _interleaved(singles, speed, device)
+    thr, mem, _ = _interleaved(batches, speed, device, PeakMemory(device))
+    index = {(s.cell, s.strategy): k for k, s in enumerate(systems)}
+    rows = []
+    for k, s in enumerate(systems):
+        low, high = _mean_ci(lat[k], speed.bootstrap)
+        row = {"cell": s.cell, "strategy": s.strategy, "latency_ms_b1": 1000 * float(lat[k].mean()),
+               "latency_ms_b1_ci_low": 1000 * low, "latency_ms_b1_ci_high": 1000 * high,
+               "throughput_sents_s": nt / float(thr[k].sum()), "decoder_passes": passes[k],
+               "decode_memory_mb": float(mem[k]), "timing_spread": float(spread[k]), "fingerprint": s.fingerprint}
+        base = index.get(baselines.get(s.cell, ("", "")))
+        if base is not None:
+            b = systems[base]
+            row["speed_baseline"] = f"{b.cell} / {b.strategy}"
+            row["speedup_vs_at"], row["speedup_ci_low"], row["speedup_ci_high"] = _ratio_ci(lat[base], lat[k], speed.bootstrap)
+            (row["throughput_speedup_vs_at"], row["throughput_speedup_ci_low"],
+             row["throughput_speedup_ci_high"]) = _ratio_ci(thr[base], thr[k], speed.bootstrap)
+        twin = index.get((ct2_baselines or {}).get(s.cell, ("", "")))
+        if twin is not None:
+            row["speedup_vs_ct2"], row["speedup_vs_ct2_ci_low"], row["speedup_vs_ct2_ci_high"] = _ratio_ci(
+                lat[twin], lat[k], speed.bootstrap)
+        rows.append(row)
+    return pd.DataFrame(rows).reindex(columns=COLUMNS)
+
+
+def _teacher_pass(system: System) -> int:
+    """npd adds one teacher pass per call to its NAT passes."""
+    return 1 if system.teacher is not None and system.search.needs_scorer else 0
+
+
+def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, baseline: str | None = None
+                 ) -> tuple[list[System], dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
+    """The systems of finished cells (each of its eval strategies; with speed.ct2_baseline also
+    the plain AT cells' strategies run by CTranslate2), each cell's speed baseline (its task's
+    baseline cell: evaluation/baseline.py; its greedy strategy, else its first) and CTranslate2
+    baseline."""
+    systems, teachers, plain = [], {}, {}
+    for cell in cells:
+        cfg, run_dir = cell.config, Path(cell.config.output_dir)
+        module, tokenizer = load_module(evaluation_checkpoint(run_dir), map_location=device)
+        src = load_task(cfg).splits[cfg.eval.split][0]
+        sources = [tokenizer.encode(line)[: cfg.train.max_len] for line in src]
+        teacher = None
+        if cfg.distill is not None and any(build_strategy(s)[1].needs_scorer for s in cfg.eval.strategies):
+            key = str(cfg.distill.teacher)
+            if key not in teachers:
+                teachers[key] = load_module(cfg.distill.teacher, map_location=device)[0]
+            teacher = teachers[key]
+        for spec in cfg.eval.strategies:
+            label, strategy = build_strategy(spec)
+            systems.append(System(cell.name, label, module, strategy, sources, teacher,
+                                  checkpoint_stamp(run_dir)))
+            if speed is not None and speed.ct2_baseline and exportable(cell):
+                systems.append(exported_twin(systems[-1], tokenizer, device, speed))
+        if is_baseline_cell(cell, baseline):
+            labels = [build_strategy(s)[0] for s in cfg.eval.strategies]
+            plain.setdefault((cell.labels.get("task", cfg.task_name), cell.seed),
+                             (cell.name, "greedy" if "greedy" in labels else labels[0], exportable(cell)))
+    baselines, ct2 = {}, {}
+    for cell in cells:
+        base = plain.get((cell.labels.get("task", cell.config.task_name), cell.seed))
+        if base is not None:
+            baselines[cell.name] = base[:2]
+            if speed is not None and speed.ct2_baseline and base[2] and base[1] == "greedy":
+                ct2[cell.name] = (base[0], "greedy-ct2")
+    return systems, baselines, ct2
+
+
+def exportable(cell) -> bool:
+    """A plain AT cell of the built-in `at` decoder: what CTranslate2 can run (modelfiles/ct2.py)."""
+    return plain_at_config(cell.config) and cell.config.decoder_name == "at"
+
+
+def system_keys(cells: list, speed: SpeedSettings) -> list[tuple[str, str, str]]:
+    """(cell, strategy label, weights fingerprint) of every system `grid_systems` would build, sorted,
+    without loading a model or exporting one: what decides whether an earlier timing still holds."""
+    keys = []
+    for cell in cells:
+        stamp = checkpoint_stamp(Path(cell.config.output_dir))
+        for spec in cell.config.eval.strategies:
+            label = build_strategy(spec)[0]
+            keys.append((cell.name, label, stamp))
+            if speed.ct2_baseline and exportable(cell):
+                keys.append((cell.name, f"{label}-ct2", stamp))
+    return sorted(keys)
+
+
+def exported_twin(system: System, tokenizer, device: str, speed: SpeedSettings) -> ExportedSystem:
+    """The same weights and search in CTranslate2 float32 (the nearest CTranslate2 search where
+    ours has no exact equivalent, e.g. GNMT length normalisation: for timing only)."""
+    ct2.require()
+    decoder = ct2.ct2_decoder((system.module, tokenizer), system.search, compute_type="float32", device=device,
+                              threads=speed.threads or torch.get_num_threads(), exact=False)
+    return ExportedSystem(system.cell, f"{system.strategy}-ct2", decoder, system.search, system.sources,
+                          fingerprint=system.fingerprint)
+
+
+def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baseline: str | None = None) -> pd.DataFrame:
+    """The timing phase of a grid: all finished cells of each task timed together; written to
+    out/timing.csv (its speed settings and device in out/timing.json). A timing whose systems,
+    weights and settings are unchanged is kept (a resumed grid whose cells were all done does not
+    time again); otherwise every system is timed anew, so that no table mixes timings from
+    different sessions. The one exception, named on stderr and in the report (`timing_session`):
+    a cell whose checkpoints are gone keeps its earlier timing."""
+    path, settings_path = out / "timing.csv", out / "timing.json"
+    settings = {"speed": dataclasses.asdict(speed), "device": device, **({"baseline": baseline} if baseline else {})}
+    old = pd.read_csv(path) if path.exists() else None
+    if old is not None and (not settings_path.is_file() or json.loads(settings_path.read_text()) != settings):
+        old = None  # other speed settings: nothing kept, everything timed anew
+    timeable = [c for c in cells if evaluation_checkpoint(Path(c.config.output_dir)).is_file()]
+    gone = [c.name for c in cells if c not in timeable]
+    if gone:
+        print(f"atnat: no checkpoint left for {', '.join(gone)}: not timed again (their earlier timings, if "
+              "any, are kept)", file=sys.stderr)
+    kept = old[old.cell.isin(gone)] if old is not None else None
+    if old is not None:  # decided before any model is loaded: a resumed, finished grid loads nothing
+        fresh = old[~old.cell.isin(gone)]
+        if sorted(zip(fresh.cell, fresh.strategy, fresh.fingerprint.astype(str))) == system_keys(timeable, speed):
+            return old
+    systems, baselines, ct2 = grid_systems(timeable, device, speed, baseline)
+    threads = torch.get_num_threads()
+    if speed.threads:
+        torch.set_num_threads(speed.threads)
+    try:
+        by_task: dict[str, list[System]] = {}
+        task_of = {c.name: c.labels.get("task", c.config.task_name) for c in cells}
+        for s in systems:
+            by_task.setdefault(task_of[s.cell], []).append(s)
+        session = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        frames = [time_systems(group, speed, baselines, ct2).assign(task=task, timing_session=session)
+                  for task, group in by_task.items()]
+    finally:
+        torch.set_num_threads(threads)
+    if kept is not None and len(kept):
+        frames.append(kept)
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
+
+    write_csv(table, path)
+    write_json_atomic(settings_path, settings)
+    return table

@@ -1,0 +1,74 @@
+"""`atnat translate`: stream lines through a trained model, one window at a time.
+
+Lines are read in windows (sorted by length inside a window for batching) and each window's
+translations are written in input order and flushed before the next is read, so a killed run
+loses at most one window. A line longer than the model can take (its decoder's
+`max_source_length`) gets an empty output line and one message, or is cut to the limit with a
+warning; the other lines are translated either way.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Iterable, TextIO
+
+import torch
+
+from atnat.experiments.data.batching import collate
+from atnat.experiments.evaluation.assemble import needs_teacher
+
+WINDOW = 256  # lines read (and written) at a time; at least one batch
+
+
+@dataclass
+class StreamReport:
+    """What a translation stream did: lines written, lines refused, lines cut."""
+
+    lines: int = 0
+    refused: int = 0
+    truncated: int = 0
+
+
+def translate_stream(module, tokenizer, strategy, lines: Iterable[str], out: TextIO, err: TextIO, *,
+                     batch_size: int, long_lines: str = "error", teacher=None) -> StreamReport:
+    """Translate `lines` to `out` (one line each, input order, flushed per window); messages to `err`."""
+    report = StreamReport()
+    limit = module.decoder.max_source_length
+    source = iter(lines)
+    while window := list(itertools.islice(source, max(WINDOW, batch_size))):
+        ids = [_encode(tokenizer, line.rstrip("\n"), report.lines + i + 1, limit, long_lines, err, report)
+               for i, line in enumerate(window)]
+        out.write("".join(line + "\n" for line in _translate(module, tokenizer, strategy, ids, batch_size, teacher)))
+        out.flush()
+        report.lines += len(window)
+    return report
+
+
+def _encode(tokenizer, line: str, number: int, limit: int, long_lines: str, err: TextIO,
+            report: StreamReport) -> list[int] | None:
+    """The line's ids, cut to `limit` ("truncate") or None (refused) when longer."""
+    ids = tokenizer.encode(line)
+    if len(ids) <= limit:
+        return ids
+    if long_lines == "truncate":
+        report.truncated += 1
+        err.write(f"atnat translate: warning: line {number}: {len(ids)} tokens, cut to the model's limit of {limit}\n")
+        return ids[:limit]
+    report.refused += 1
+    err.write(f"atnat translate: line {number}: {len(ids)} tokens, longer than the model's limit of {limit}; "
+              "left empty (--long-lines truncate cuts it instead)\n")
+    return None
+
+
+def _translate(module, tokenizer, strategy, ids: list[list[int] | None], batch_size: int, teacher) -> list[str]:
+    """Translations of one window in input order; a refused line (None) stays empty."""
+    out = [""] * len(ids)
+    order = sorted((i for i, x in enumerate(ids) if x is not None), key=lambda i: len(ids[i]))
+    with torch.no_grad():
+        for start in range(0, len(order), batch_size):
+            chunk = order[start: start + batch_size]
+            batch = collate([(i, ids[i], []) for i in chunk]).to(module.device)
+            hyps = module.decode(batch.src, batch.src_lengths, strategy, **needs_teacher(strategy, teacher, batch.src))
+            for i, h in zip(chunk, hyps.sequences(module.special)):
+                out[i] = tokenizer.decode(h)
+    return out

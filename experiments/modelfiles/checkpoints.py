@@ -1,0 +1,162 @@
+"""Checkpoint files that survive a kill and cannot be planted: atomic writes, checksums, tensors-only
+loading, averaging (resuming from them: experiments/training/resume.py).
+
+- `AtomicCheckpointIO` writes every checkpoint to a temporary file in its own folder, fsyncs it and
+  renames it into place, then writes its sha256 beside it (`<name>.sha256`, sha256sum's format), so
+  a kill or a full disk leaves the previous file whole. Lightning's resume loads through it too.
+- `read_checkpoint` is the one way a checkpoint is read (resume, averaging, evaluation, translate,
+  distill, export): the sha256 is checked first (a mismatch or a damaged file is `CheckpointDamaged`),
+  then `torch.load(weights_only=True)`: nothing but tensors and plain containers is unpickled, a file
+  holding anything else is `CheckpointRefused` and nothing in it runs.
+- `average_checkpoints` averages the weights of several checkpoints (Vaswani et al. 2017 average the
+  last 5 or 20; NAT toolkits the best 5 by validation BLEU).
+"""
+from __future__ import annotations
+
+import pickle
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+
+from atnat.core.errors import AtnatError
+from atnat.experiments.files import atomic_write, atomic_write_bytes, sha256
+
+CHECKSUM_SUFFIX = ".sha256"
+
+
+class CheckpointDamaged(AtnatError):
+    """A checkpoint that is truncated, corrupt, or does not match its recorded sha256."""
+
+
+class CheckpointRefused(AtnatError):
+    """A checkpoint holding pickled objects beyond tensors and plain containers: never loaded."""
+
+
+def checksum_path(path: Path) -> Path:
+    return Path(path).with_name(Path(path).name + CHECKSUM_SUFFIX)
+
+
+def write_checksum(path: Path) -> None:
+    """Record `path`'s sha256 beside it (atomically), in the format `sha256sum -c` reads."""
+    path = Path(path)
+    atomic_write_bytes(checksum_path(path), f"{sha256(path)}  {path.name}\n".encode())
+
+
+def verify_checksum(path: Path) -> bool:
+    """True when `path` matches its recorded sha256; False when none is recorded (a checkpoint of an
+    atnat from before checksums: it is still loaded tensors-only). CheckpointDamaged on a mismatch."""
+    path = Path(path)
+    recorded = checksum_path(path)
+    if not recorded.is_file():
+        return False
+    try:
+        expected = recorded.read_text(encoding="ascii").split()[0]
+    except (OSError, UnicodeDecodeError, IndexError) as err:
+        raise CheckpointDamaged(f"checkpoint {path}: its checksum file {recorded.name} is unreadable ({err})") from err
+    try:
+        actual = sha256(path)
+    except OSError as err:
+        raise CheckpointDamaged(f"checkpoint {path} cannot be read ({err.strerror or err})") from err
+    if actual != expected:
+        raise CheckpointDamaged(f"checkpoint {path} does not match the sha256 recorded in {recorded.name} when it "
+                                "was written: damaged or altered since")
+    return True
+
+
+_unverified_warned: set[str] = set()
+
+
+def read_checkpoint(path: Path, map_location: Any = "cpu") -> dict:
+    """A checkpoint's contents after its sha256 is checked, loaded tensors-only (weights_only=True).
+
+    CheckpointDamaged: truncated, corrupt or not matching its checksum; CheckpointRefused: it holds
+    pickled objects beyond tensors and plain containers (nothing in it was run)."""
+    path = Path(path)
+    if not verify_checksum(path) and str(path) not in _unverified_warned:
+        _unverified_warned.add(str(path))
+        print(f"atnat: checkpoint {path} has no {CHECKSUM_SUFFIX} file beside it (written before atnat recorded "
+              "checksums?): loaded tensors-only, but damage cannot be detected", file=sys.stderr)
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        text = str(err).strip()
+        detail = next((line.strip() for line in text.splitlines() if "Unsupported global" in line),
+                      text.splitlines()[0] if text else type(err).__name__)
+        raise CheckpointRefused(f"checkpoint {path} holds pickled objects that tensors-only loading refuses "
+                                f"({detail}); nothing in it was run. atnat writes none: was it written by another "
+                                "program or planted?") from err
+    except Exception as err:  # noqa: BLE001 - any failure to read the file is the file's problem
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise CheckpointDamaged(f"checkpoint {path} is truncated or corrupt: not a readable PyTorch checkpoint "
+                                f"({type(err).__name__}: {first})") from err
+    if not isinstance(checkpoint, dict):
+        raise CheckpointDamaged(f"checkpoint {path} holds a {type(checkpoint).__name__}, not a checkpoint mapping")
+    return checkpoint
+
+
+def save_checkpoint_file(checkpoint: dict, path: Path) -> None:
+    """torch.save atomically, then the sha256 beside it (a kill in between leaves a checkpoint whose
+    checksum is stale: resume sets it aside and falls back to the one before; a failed save leaves
+    the previous file and its checksum whole)."""
+    path = Path(path)
+    atomic_write(path, lambda f: torch.save(checkpoint, f))
+    write_checksum(path)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint files written atomically with their sha256, read back checked and
+    tensors-only, removed together with their checksum."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        save_checkpoint_file(checkpoint, Path(path))
+
+    def load_checkpoint(self, path, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        return read_checkpoint(Path(path), map_location if map_location is not None else "cpu")
+
+    def remove_checkpoint(self, path) -> None:
+        super().remove_checkpoint(path)
+        checksum_path(Path(path)).unlink(missing_ok=True)
+
+
+def checkpoint_step(path: Path) -> int:
+    """The global step stored in a checkpoint (read checked and tensors-only: CheckpointDamaged or
+    CheckpointRefused when it cannot be trusted)."""
+    step = read_checkpoint(path).get("global_step", 0)
+    if not isinstance(step, int):
+        raise CheckpointDamaged(f"checkpoint {path}: global_step is {step!r}, not a step number")
+    return step
+
+
+def average_state_dicts(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of floating-point tensors (accumulated in float64, so averaging N copies of
+    one model gives it back exactly); other tensors are taken from the last state."""
+    if not states:
+        raise AtnatError("checkpoint averaging needs at least one checkpoint")
+    keys = list(states[-1])
+    for i, s in enumerate(states):
+        if list(s) != keys:
+            raise AtnatError(f"checkpoint averaging: checkpoint {i} has different parameters than the others")
+    out = {}
+    for key in keys:
+        last = states[-1][key]
+        if last.is_floating_point():
+            total = torch.zeros_like(last, dtype=torch.float64)
+            for s in states:
+                total += s[key].to(torch.float64)
+            out[key] = (total / len(states)).to(last.dtype)
+        else:
+            out[key] = last
+    return out
+
+
+def average_checkpoints(paths: list[Path], out: Path, note: dict) -> None:
+    """Write `out`: the checkpoint paths[-1] with its weights replaced by the mean over `paths`, and
+    `note` (what was averaged) under "atnat_selection"."""
+    ckpts = [read_checkpoint(p) for p in paths]
+    merged = dict(ckpts[-1])
+    merged["state_dict"] = average_state_dicts([c["state_dict"] for c in ckpts])
+    merged["atnat_selection"] = note
+    save_checkpoint_file(merged, out)

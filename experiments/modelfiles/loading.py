@@ -1,0 +1,59 @@
+"""Loading a trained model: from a run folder, a checkpoint file or an export directory, with its
+tokenizer; which checkpoint a finished run is judged by; what identifies a model's weights."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from atnat.core.errors import AtnatError
+from atnat.models.seq2seq import Seq2SeqModule
+
+from atnat.experiments.data.tokenize import tokenizer_from_state
+from atnat.experiments.modelfiles.checkpoints import checksum_path
+from atnat.experiments.modelfiles.export import is_export_dir, load_export, module_from_checkpoint, read_config
+
+
+def attach_tokenizer(module: Seq2SeqModule, tokenizer, bleu_tokenize: str, lang: str = "en") -> None:
+    module.tokenizer_state = tokenizer.to_state()
+    module.detokenize = tokenizer.decode
+    module.bleu_tokenize = bleu_tokenize
+    module.target_lang = lang
+
+
+def evaluation_checkpoint(run_dir: Path) -> Path:
+    """The weights a finished run is evaluated (and used as a teacher) with."""
+    averaged = run_dir / "checkpoints" / "averaged.ckpt"
+    return averaged if averaged.is_file() else run_dir / "checkpoints" / "best.ckpt"
+
+
+def load_module(checkpoint: str | Path, map_location: str = "cpu") -> tuple[Seq2SeqModule, object]:
+    """A trained module in eval mode and its tokenizer, from an export directory (`atnat export`),
+    a run directory (its checkpoints/best.ckpt) or a checkpoint file. Nothing is unpickled beyond
+    tensors and plain containers (see modelfiles/checkpoints.py)."""
+    path = Path(checkpoint)
+    if is_export_dir(path):
+        module = load_export(path, map_location)
+    else:
+        if path.is_dir():
+            path = evaluation_checkpoint(path)
+        if not path.is_file():
+            raise AtnatError(f"checkpoint {path} does not exist")
+        module = module_from_checkpoint(path, map_location)
+    module.eval()
+    if module.tokenizer_state is None:
+        raise AtnatError(f"checkpoint {path} carries no tokenizer (not written by atnat train?)")
+    tokenizer = tokenizer_from_state(module.tokenizer_state)
+    module.detokenize = tokenizer.decode
+    return module, tokenizer
+
+
+def checkpoint_stamp(teacher: str | Path) -> str:
+    """Identifies a model's weights: the sha256 recorded beside its evaluated checkpoint (or an export
+    directory's); size and mtime for a checkpoint written before checksums."""
+    path = Path(teacher)
+    if is_export_dir(path):
+        return "sha256-" + str(read_config(path).get("weights", {}).get("sha256", ""))
+    path = evaluation_checkpoint(path) if path.is_dir() else path
+    if checksum_path(path).is_file():
+        return "sha256-" + checksum_path(path).read_text().split()[0]
+    st = path.stat() if path.exists() else None
+    return f"{st.st_size}-{st.st_mtime_ns}" if st else ""

@@ -1,0 +1,108 @@
+"""Goals a grid sets itself, checked against its results and stated in the report as met or missed.
+
+In a grid file::
+
+    goals:
+      - {system: en-de-at / beam5, at_least: 30}                         # BLEU unless `metric` says
+      - {system: en-de-cmlm-kd / mask-predict-10-lb3, within: 4, of: en-de-at / beam5}
+      - {goal: best single-pass NAT within 8 BLEU of AT beam 5,          # the best of several systems
+         system: [en-de-nat-kd / parallel-lb3, en-de-ctc-glat-kd / ctc], within: 8, of: en-de-at / beam5}
+
+A system is `<family> / <strategy>` as the report names it (family = cell name without the seed);
+with several seeds its mean is compared. `at_least` / `at_most` compare with a number, `within`
+with another system (value >= that system's - within). A goal whose system did not finish is
+"not measured", never met. Why a goal was missed is the authors' to say: a hand-written
+`notes.md` in the results folder is shown in the report under its own heading.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from atnat.core.errors import AtnatError
+
+from atnat.experiments.config.run import ConfigError
+
+GOAL_KEYS = ("goal", "system", "metric", "at_least", "at_most", "within", "of")
+
+
+@dataclass(frozen=True)
+class Goal:
+    systems: tuple[str, ...]  # "<family> / <strategy>"; the best of them by `metric` is judged
+    metric: str = "bleu"
+    at_least: float | None = None
+    at_most: float | None = None
+    within: float | None = None
+    of: str | None = None
+    text: str = ""
+
+    def describe(self) -> str:
+        if self.text:
+            return self.text
+        who = self.systems[0] if len(self.systems) == 1 else "best of " + ", ".join(self.systems)
+        if self.within is not None:
+            return f"{who}: {self.metric} within {self.within:g} of {self.of}"
+        bound = f">= {self.at_least:g}" if self.at_least is not None else f"<= {self.at_most:g}"
+        return f"{who}: {self.metric} {bound}"
+
+
+def parse_goals(raw, where: str) -> list[Goal]:
+    """The grid's `goals:` list -> Goals; one ConfigError naming the goal and the key at fault."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}: goals must be a list of mappings")
+    goals = []
+    for i, item in enumerate(raw):
+        at = f"{where}: goals[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{at}: a goal is a mapping with keys {', '.join(GOAL_KEYS)}")
+        unknown = [k for k in item if k not in GOAL_KEYS]
+        if unknown:
+            raise ConfigError(f"{at}: unknown key {unknown[0]!r}; valid keys: {', '.join(GOAL_KEYS)}")
+        systems = item.get("system")
+        systems = [systems] if isinstance(systems, str) else systems
+        if not systems or not all(isinstance(s, str) and " / " in s for s in systems):
+            raise ConfigError(f"{at}.system: expected '<family> / <strategy>' or a list of them, got {systems!r}")
+        bounds = [k for k in ("at_least", "at_most", "within") if item.get(k) is not None]
+        if len(bounds) != 1:
+            raise ConfigError(f"{at}: give exactly one of at_least, at_most, within (got {bounds or 'none'})")
+        for key in bounds:
+            if isinstance(item[key], bool) or not isinstance(item[key], (int, float)):
+                raise ConfigError(f"{at}.{key}: expected a number, got {item[key]!r}")
+        if ("within" in bounds) != isinstance(item.get("of"), str):
+            raise ConfigError(f"{at}: `within` needs `of: <family> / <strategy>` (and `of` needs `within`)")
+        goals.append(Goal(tuple(systems), str(item.get("metric", "bleu")), item.get("at_least"),
+                          item.get("at_most"), item.get("within"), item.get("of"), str(item.get("goal", ""))))
+    return goals
+
+
+def check_goals(goals: list[Goal], aggregated: pd.DataFrame) -> pd.DataFrame:
+    """One row per goal: the system judged, its value, the target, the speed-up over AT greedy and
+    `met` / `missed` / `not measured`. `aggregated` has one row per (family, strategy), seeds averaged."""
+    named = aggregated.assign(system=aggregated["family"] + " / " + aggregated["strategy"].astype(str))
+    values = named.set_index("system")
+    rows = []
+    for goal in goals:
+        if goal.metric not in named:
+            raise AtnatError(f"goal {goal.describe()!r}: results have no column {goal.metric!r}")
+        present = [s for s in goal.systems if s in values.index and pd.notna(values.at[s, goal.metric])]
+        row = {"Goal": goal.describe(), "System": "", "Value": float("nan"), "Target": float("nan"),
+               "Speed-up vs AT greedy": float("nan"), "Result": "not measured"}
+        target = goal.at_least if goal.at_least is not None else goal.at_most
+        if goal.of is not None:
+            ref = values.at[goal.of, goal.metric] if goal.of in values.index else float("nan")
+            target = ref - goal.within if pd.notna(ref) else float("nan")
+        if present and target is not None and pd.notna(target):
+            best = max(present, key=lambda s: values.at[s, goal.metric] * (-1 if goal.at_most is not None else 1))
+            value = float(values.at[best, goal.metric])
+            met = value <= target if goal.at_most is not None else value >= target
+            speed = values.at[best, "speedup_vs_at"] if "speedup_vs_at" in values else float("nan")
+            row |= {"System": best, "Value": value, "Target": float(target), "Speed-up vs AT greedy": speed,
+                    "Result": "met" if met else "missed"}
+        else:
+            missing = [s for s in (*goal.systems, *([goal.of] if goal.of else [])) if s not in values.index]
+            row["System"] = "no result for " + ", ".join(missing) if missing else "no value"
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,43 @@
+"""A cell's results record, `runs/<cell>/metrics.json`: {"status": "ok" | "failed", "rows": [...],
+"error": ...}. Written last by a finished (or failed) cell, so its presence marks the cell done;
+read back with its shape checked, since anything on disk may have been cut short or hand-edited."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from atnat.core.errors import AtnatError
+from atnat.experiments.files import write_json_atomic
+
+
+def write_record(run_dir: Path, status: str, rows: list[dict], error: str = "") -> None:
+    """The cell's record: written last, atomically (its presence marks the cell finished or failed)."""
+    record = {"status": status, "rows": rows}
+    if error:
+        record["error"] = error
+    write_json_atomic(run_dir / "metrics.json", record)
+
+
+def read_metrics(run_dir: Path) -> dict | None:
+    """A cell's metrics.json ({"status": "ok" | "failed", "rows": [...]}, "error" when failed), or None
+    when there is none; one of another shape (hand-edited, cut short) is an AtnatError naming it."""
+    path = run_dir / "metrics.json"
+    if not path.exists():
+        return None
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise AtnatError(f"{path}: not a readable results record ({err})") from None
+    problem = None
+    if not isinstance(meta, dict):
+        problem = f"expected a JSON object with status and rows, got a {type(meta).__name__}"
+    elif meta.get("status") not in ("ok", "failed"):
+        problem = f"status is {meta.get('status')!r}, expected 'ok' or 'failed'"
+    elif not isinstance(meta.setdefault("rows", []) if meta["status"] == "failed" else meta.get("rows"), list) \
+            or not all(isinstance(r, dict) for r in meta["rows"]):
+        problem = "rows is not a list of result rows"
+    elif meta["status"] == "ok" and not meta["rows"]:
+        problem = "status ok but no result rows"
+    if problem:
+        raise AtnatError(f"{path}: not a results record of atnat: {problem}")
+    return meta

@@ -1,0 +1,329 @@
+"""The report of one grid: report.md, a self-contained report.html, and figures/*.png.
+
+Regenerated from the results folder alone (results.py reads it), so a report can be rebuilt without
+rerunning the grid. The document is built here once as blocks (sections: summary, goals, overview
+tables, definitions, figures, samples, environment) and rendered twice (markdown.py, html.py), so
+both files show the same formatted numbers; absent optional inputs become notes.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from atnat.experiments.evaluation.baseline import is_at_rows
+from atnat.experiments.evaluation.columns import better
+from atnat.experiments.evaluation.metrics.row import METRICS
+from atnat.experiments.files import write_text_atomic
+from atnat.experiments.reporting import figures
+from atnat.experiments.reporting.aggregate import INTERVALS, aggregate_seeds
+from atnat.experiments.reporting.blocks import Block
+from atnat.experiments.reporting.figures import system_label
+from atnat.experiments.reporting.goals import check_goals
+from atnat.experiments.reporting.html import render_html
+from atnat.experiments.reporting.judging import summary
+from atnat.experiments.reporting.markdown import render_markdown
+from atnat.experiments.reporting.results import GridResults, load_results, ok_rows
+
+
+DASH = "–"  # shown for a value that does not apply (NaN in the table); numbers are formatted once
+N_SAMPLES = 3  # sample indices shown per task
+MAX_SAMPLE_SYSTEMS = 8  # hypothesis columns per sample table; the rest are named in a note
+
+
+def _num(x: float, digits: int) -> str:
+    return DASH if pd.isna(x) else f"{x:.{digits}f}"
+
+
+def _auto(x: float) -> str:
+    """Three or so significant digits without exponents: 0.84, 12.3, 1520."""
+    return DASH if pd.isna(x) else _num(x, 2 if abs(x) < 10 else 1 if abs(x) < 1000 else 0)
+
+
+def _pct(x: float) -> str:
+    return _num(100 * x, 1)
+
+
+def _pvalue(x: float) -> str:
+    return DASH if pd.isna(x) else "<0.001" if x < 0.001 else f"{x:.3f}"
+
+
+def _length(r: pd.Series) -> str:
+    both = pd.notna(r["length_exact"]) or pd.notna(r["length_within1"])
+    return f"{_pct(r['length_exact'])} / {_pct(r['length_within1'])}" if both else DASH
+
+
+def _spread(r: pd.Series, col: str, digits: int) -> str:
+    """mean ± sd over seeds; with one seed, the value and its 95% interval when it has one."""
+    if pd.isna(r[col]):
+        return DASH
+    if r.get("n_seeds", 1) > 1:
+        return f"{r[col]:.{digits}f} ± {r[f'{col}_sd']:.{digits}f}"
+    low, high = INTERVALS.get(col, (None, None))
+    ci = low and pd.notna(r.get(low)) and pd.notna(r.get(high))
+    return f"{r[col]:.{digits}f}" + (f" [{r[low]:.{digits}f}, {r[high]:.{digits}f}]" if ci else "")
+
+
+def _p(r: pd.Series) -> str:
+    return _pvalue(r.get("bleu_p_holm_max", r.get("bleu_p_holm")))
+
+
+# header, source columns (a column is left out when they are all empty for a task), format(row of
+# aggregate_seeds). {speed_base} and {p_base} in a header name the task's baselines.
+OVERVIEW_COLUMNS = (
+    ("System", ("family",), lambda r: r["family"]),
+    ("Strategy", ("strategy",), lambda r: r["strategy"]),
+    ("Seeds", ("n_seeds",), lambda r: str(int(r["n_seeds"]))),
+    ("Mixing %", ("mixing_rate",), lambda r: _pct(r["mixing_rate"])),
+    ("BLEU", ("bleu",), lambda r: _spread(r, "bleu", 2)),
+    ("Tok. BLEU", ("bleu_tok",), lambda r: _num(r["bleu_tok"], 2)),
+    ("chrF", ("chrf",), lambda r: _num(r["chrf"], 1)),
+    ("Exact %", ("exact_match",), lambda r: _pct(r["exact_match"])),
+    ("Latency ms (b=1)", ("latency_ms_b1",), lambda r: _auto(r["latency_ms_b1"])),
+    ("Speed-up × vs {speed_base} (b=1)", ("speedup_vs_at",), lambda r: _spread(r, "speedup_vs_at", 2)),
+    ("Speed-up × vs CTranslate2 greedy (b=1)", ("speedup_vs_ct2",), lambda r: _spread(r, "speedup_vs_ct2", 2)),
+    ("Throughput sent/s", ("throughput_sents_s",), lambda r: _auto(r["throughput_sents_s"])),
+    ("Thr. speed-up ×", ("throughput_speedup_vs_at",), lambda r: _spread(r, "throughput_speedup_vs_at", 2)),
+    ("Passes", ("decoder_passes",), lambda r: _num(r["decoder_passes"], 1)),
+    ("Memory MiB", ("decode_memory_mb",), lambda r: _auto(r["decode_memory_mb"])),
+    ("Repetition %", ("repetition_rate",), lambda r: _pct(r["repetition_rate"])),
+    ("Length exact / ±1 %", ("length_exact", "length_within1"), _length),
+    ("Error excess", ("cond_error_excess",), lambda r: _num(r["cond_error_excess"], 3)),
+    ("p vs {p_base} (Holm)", ("bleu_p_holm",), _p),
+)  # fmt: skip
+
+
+# which way is better for a results.csv column (declared in evaluation/schema.py); an overview column
+# whose first source column has a direction has its best value per task marked (bold) and its first
+# sort click puts the best first
+BETTER = better()
+
+
+def metric_columns(rows: pd.DataFrame) -> tuple:
+    """Overview columns of registered metrics (a plugin's too) that OVERVIEW_COLUMNS does not
+    show already: header = the column name, formatted with its declared format."""
+    covered = {c for _, cols, _ in OVERVIEW_COLUMNS for c in cols}
+    extra = [c for name in METRICS.in_order() for c in METRICS.get(name).columns
+             if c.kind == "number" and c.shown and c.name not in covered and c.name in rows]
+    return tuple((c.name, (c.name,), lambda r, c=c: DASH if pd.isna(r[c.name]) else format(r[c.name], c.fmt or ".3g"))
+                 for c in extra)
+
+
+def _baseline_names(part: pd.DataFrame) -> dict[str, str]:
+    """{speed_base}, {p_base}: the baselines named in a task's speed and p-value headers."""
+    def name(col: str, fallback: str) -> str:
+        values = [v for v in part[col].astype(str) if v]
+        if not values:
+            return fallback
+        strategy = values[0].split(" / ")[-1]
+        return f"AT {strategy}"
+    return {"speed_base": name("speed_baseline", "AT greedy"), "p_base": name("p_baseline", "AT")}
+
+
+def _numbers(column: pd.Series) -> pd.Series:
+    return column.astype(float) if pd.api.types.is_numeric_dtype(column) else pd.Series(float("nan"), column.index)
+
+
+def overview_table(part: pd.DataFrame) -> Block:
+    """One task's systems (mean over seeds) as a table block, AT first, otherwise in grid order.
+
+    Each column carries the numbers of its first source column and BETTER's direction for that.
+    """
+    agg = aggregate_seeds(part)
+    rows = agg.assign(_nat=~is_at_rows(agg)).sort_values("_nat", kind="stable")
+    several = bool((rows["n_seeds"] > 1).any())
+    names = _baseline_names(part)
+    keep = [(h.format(**names), cols, fmt) for h, cols, fmt in OVERVIEW_COLUMNS + metric_columns(rows)
+            if h in {"System", "Strategy"} or (h == "Seeds" and several)
+            or (h != "Seeds" and rows[list(cols)].notna().to_numpy().any())]  # fmt: skip
+    cells = [[fmt(r) for _, _, fmt in keep] for _, r in rows.iterrows()]
+    frame = pd.DataFrame(cells, columns=[h for h, _, _ in keep])
+    values = pd.DataFrame({h: _numbers(rows[cols[0]]).to_numpy() for h, cols, _ in keep})
+    return Block("table", frame=frame, values=values, better=tuple(BETTER.get(c[0], "") for _, c, _ in keep))
+
+
+def failures_table(failed: pd.DataFrame) -> pd.DataFrame:
+    """One row per failed cell and error message, its strategies joined."""
+    rows = []
+    for (cell, error), part in failed.groupby(["cell", "error"], sort=False):
+        message = " ".join(error.split()) or "(no error message recorded)"
+        rows.append({"Cell": cell, "Task": part["task"].iloc[0], "Decoder": part["decoder"].iloc[0],
+                     "Strategy": ", ".join(dict.fromkeys(part["strategy"].dropna().astype(str))) or "–", "Status": part["status"].iloc[0],
+                     "Error": message if len(message) <= 300 else message[:299] + "…"})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _systems(part: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
+    """Distinct 'cell / strategy' labels of samples, AT cells first, otherwise in file order
+    (`cells`: results.csv's rows, one per cell, indexed by cell)."""
+    first = part.drop_duplicates("system")
+    at_cells = set(cells.index[is_at_rows(cells).to_numpy()])
+    first = first.assign(_nat=~first["cell"].isin(at_cells)).sort_values("_nat", kind="stable")
+    return list(first["system"])
+
+
+def samples_tables(samples: pd.DataFrame, table: pd.DataFrame) -> list[tuple[str, pd.DataFrame, list[str]]]:
+    """Per task: (task, table of source, reference and one hypothesis column per system, systems left out)."""
+    cells = table.drop_duplicates("cell").set_index("cell")
+    s = samples.fillna("").assign(cell=samples["cell"].astype(str), system=system_label(samples))
+    s["task"] = s["cell"].map(cells["task"]).fillna("(cell not in results.csv)")
+    out = []
+    for task, part in s.groupby("task", sort=False):
+        systems = _systems(part, cells)
+        shown = systems[:MAX_SAMPLE_SYSTEMS]
+        indices = sorted(part["index"].unique())[:N_SAMPLES]
+        part = part[part["index"].isin(indices) & part["system"].isin(shown)]
+        wide = part.pivot_table(index=["index", "source", "reference"], columns="system", values="hypothesis",
+                                aggfunc="first")  # fmt: skip
+        wide = wide.reindex(columns=shown).fillna(DASH).reset_index()
+        wide = wide.rename(columns={"index": "#", "source": "Source", "reference": "Reference"})
+        out.append((task, wide, systems[MAX_SAMPLE_SYSTEMS:]))
+    return out
+
+
+def _definitions(g: GridResults) -> list[Block]:
+    """How the numbers are made: metric definitions the tables rely on."""
+    table, env = g.table, g.environment or {}
+    method = {"bs": "bootstrap resampling", "ar": "approximate randomisation"}.get(env.get("significance"), "")
+    if env.get("n_bootstrap"):
+        method += f" ({env['n_bootstrap']} resamples)"
+    text = [
+        ("BLEU", "sacreBLEU defaults (cased, detokenised; `13a`, or `none` for symbol tasks) against every "
+                 "reference stream of the test set (dialect: every variant). With one seed, [95% bootstrap "
+                 "interval]; with several, mean ± sd over seeds (per-seed rows in results.csv)."),
+        ("Tok. BLEU", "BLEU on Moses-tokenised text (sacremoses), as NAT papers report it: comparable with their "
+                      "tables, not with sacreBLEU."),
+        ("Speed", "measured after training in one process, every system of a task side by side: each test "
+                  "sentence (batch 1) or batch is decoded by every system in turn, in rotating order, repeated, "
+                  "median per call. Speed-up = total time of the AT greedy baseline / the system's, on the same "
+                  "sentences, [95% paired bootstrap interval over sentences] (batches, for throughput)."),
+        ("vs CTranslate2", "the same, against the plain AT cell's weights exported to CTranslate2 (float32) and "
+                           "decoded greedily by it in the same timing phase (rows `...-ct2`): the fastest AT a user "
+                           "could deploy. Its passes are not observable."),
+        ("Memory", "peak memory of a large-batch decode above what the process held before it (CPU: VmHWM "
+                   "reset per call; CUDA: peak allocated tensors)."),
+        ("Error excess", "P(error | previous alignment column an error) − P(error | previous column a match), "
+                         "over Levenshtein alignments with the closest reference, minus the same difference "
+                         "expected if each sentence's errors were in random order: 0 = errors do not follow "
+                         "errors beyond what their number explains; > 0 = they propagate."),
+        ("p", f"paired test{f' ({method})' if method else ''} of BLEU against the task's AT baseline "
+              "(sacrebleu; same sentences), Holm-corrected over the systems of the task and seed; with several "
+              "seeds, the largest over seeds. A difference is stated in the summary only when it exceeds the "
+              "seed spread (or, with one seed, the 95% intervals) and the test agrees."),
+    ]
+    present = {"Tok. BLEU": "bleu_tok", "Memory": "decode_memory_mb", "Error excess": "cond_error_excess",
+               "vs CTranslate2": "speedup_vs_ct2"}
+    rows = [(k, v) for k, v in text if k not in present or table[present[k]].notna().any()]
+    return [Block("heading", "How to read the numbers", 2),
+            Block("table", frame=pd.DataFrame(rows, columns=["Column", "Definition"]))]
+
+
+def _goals(g: GridResults) -> list[Block]:
+    """The grid's goals, each met / missed / not measured by the numbers of this report, then the
+    authors' notes (notes.md) under a heading that says they are written by hand."""
+    blocks = []
+    if g.goals:
+        checked = check_goals(g.goals, aggregate_seeds(ok_rows(g.table)))
+        met = int((checked["Result"] == "met").sum())
+        frame = checked.assign(**{c: checked[c].map(lambda v: DASH if pd.isna(v) else f"{v:.2f}")
+                                  for c in ("Value", "Target")},
+                               **{"Speed-up vs AT greedy": checked["Speed-up vs AT greedy"].map(
+                                   lambda v: DASH if pd.isna(v) else f"{v:.2f}×")})
+        blocks += [Block("heading", "Goals", 2),
+                   Block("para", f"{met} of {len(checked)} goals set in the grid file met (seeds averaged)."),
+                   Block("table", frame=frame)]
+    if g.notes:
+        blocks += [Block("heading", "Notes (written by the authors, not generated)", 2)]
+        blocks += [Block("para", " ".join(p.split())) for p in g.notes.split("\n\n") if p.strip()]
+    return blocks
+
+
+def _reproduce(g: GridResults) -> Block:
+    command = (g.environment or {}).get("command")
+    if not command:
+        return Block("note", "environment.json is missing or has no command: the run is not reproducible.")
+    return Block("para", f"To reproduce: `{command}`")
+
+
+def _overview(g: GridResults) -> list[Block]:
+    blocks = [Block("heading", "Overview", 2)]
+    ok = ok_rows(g.table)
+    for task, part in ok.groupby("task", sort=False):
+        blocks += [Block("heading", f"Task `{task}`", 3), overview_table(part)]
+        sessions = part.loc[part["timing_session"] != "", ["cell", "timing_session"]].drop_duplicates()
+        if sessions["timing_session"].nunique() > 1:
+            latest = sessions["timing_session"].max()
+            apart = sorted(sessions.loc[sessions["timing_session"] != latest, "cell"].unique())
+            blocks.append(Block("note", f"Speed of {', '.join(f'`{c}`' for c in apart)} was measured in an "
+                                        f"earlier timing phase (their checkpoints are gone), not side by side "
+                                        f"with the others (timed {latest}): compare their speed-ups with care."))
+    if ok.empty:
+        blocks.append(Block("note", "No cell finished: there are no results to tabulate."))
+    else:
+        blocks.insert(1, Block("para", "Bold marks the best value of a column within its task."))
+    kept = (g.environment or {}).get("stale_cells_kept") or {}
+    if kept:
+        blocks.append(Block("note", "Kept on the user's word (`--stale keep`) although the grid's settings changed "
+                                    "since they ran, so their numbers come from other settings: "
+                                    + "; ".join(f"`{cell}` ({why})" for cell, why in kept.items()) + "."))
+    failed = g.table[g.table["status"] != "ok"]
+    if not failed.empty:
+        blocks += [Block("heading", "Failed cells", 3), Block("table", frame=failures_table(failed))]
+    return blocks
+
+
+def _figures(g: GridResults) -> tuple[list[Block], list[Block]]:
+    """Draw every figure whose data is present (a one-line note for each one that is not).
+
+    Returns the headline figure (figures.FIGURES' first, quality vs speed) apart from the others.
+    """
+    blocks = []
+    for caption, source, path in figures.draw_figures(g.table, g.curves, g.root / "figures"):
+        if path is None:
+            blocks.append(Block("note", f"{caption}: not drawn, no data for it in {source}."))
+        else:
+            blocks.append(Block("figure", caption, path=path.relative_to(g.root)))
+    return blocks[:1], [Block("heading", "Figures", 2), *blocks[1:]]
+
+
+def _samples(g: GridResults) -> list[Block]:
+    blocks = [Block("heading", "Sample outputs", 2, folded=True)]
+    if g.samples is None:
+        return blocks + [Block("note", "samples.csv is missing or empty: no sample outputs to show.")]
+    for task, frame, hidden in samples_tables(g.samples, g.table):
+        blocks += [Block("heading", f"Task `{task}`", 3), Block("table", frame=frame)]
+        if hidden:
+            blocks.append(Block("note", f"{len(hidden)} more systems in samples.csv: {', '.join(hidden)}."))
+    return blocks
+
+
+def _environment(g: GridResults) -> list[Block]:
+    blocks = [Block("heading", "Environment", 2, folded=True)]
+    if g.environment is None:
+        return blocks + [Block("note", "environment.json is missing: versions and device are not recorded.")]
+    env = dict(g.environment)
+    if isinstance(env.get("wall_time_s"), (int, float)):
+        env["wall_time_s"] = f"{env['wall_time_s']:.0f} s ({env['wall_time_s'] / 60:.1f} min)"
+    frame = pd.DataFrame({"Field": list(env), "Value": [str(v) for v in env.values()]})
+    return blocks + [Block("table", frame=frame)]
+
+
+def build_document(g: GridResults) -> list[Block]:
+    """The report as blocks, in section order; draws the figures as a side effect.
+
+    The summary and the quality-vs-speed figure come first, then the tables, the definitions of
+    their columns, the other figures, the samples and the environment.
+    """
+    headline, other_figures = _figures(g)
+    head = [Block("heading", f"Grid report: {g.name}", 1), Block("para", summary(g)), _reproduce(g), *headline]
+    return head + _goals(g) + _overview(g) + _definitions(g) + other_figures + _samples(g) + _environment(g)
+
+
+def write_report(results_dir: Path) -> tuple[Path, Path]:
+    """Write report.md, report.html and figures/*.png into results_dir; return (md, html) paths."""
+    grid = load_results(Path(results_dir))
+    blocks = build_document(grid)
+    md_path, html_path = grid.root / "report.md", grid.root / "report.html"
+    write_text_atomic(md_path, render_markdown(blocks))
+    write_text_atomic(html_path, render_html(blocks, grid.root, f"Grid report: {grid.name}"))
+    return md_path, html_path

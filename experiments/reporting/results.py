@@ -1,0 +1,128 @@
+"""A results folder read back for the report: results.csv, curves/*.csv, samples.csv,
+environment.json, goals.json and notes.md, each checked (a file cut short, a missing column or a
+non-number where a number belongs is one AtnatError naming the file) before anything is built."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from atnat.core.errors import AtnatError
+
+from atnat.experiments.evaluation.columns import columns
+from atnat.experiments.reporting import figures
+from atnat.experiments.reporting.goals import parse_goals
+from atnat.experiments.reporting.integrity import check_row_count, check_tables
+
+# The columns of results.csv the report reads, from their one declaration (evaluation/schema.py):
+# required ones must be there; the others are read when present (NaN or empty when absent).
+NUMERIC_COLUMNS = tuple(c.name for c in columns() if c.kind == "number" and c.required)
+REQUIRED_COLUMNS = tuple(c.name for c in columns() if c.required)
+OPTIONAL_NUMERIC = tuple(c.name for c in columns() if c.kind == "number" and not c.required)
+OPTIONAL_TEXT = tuple(c.name for c in columns() if c.kind == "label" and not c.required)
+SAMPLE_COLUMNS = ("cell", "strategy", "index", "source", "reference", "hypothesis")
+
+
+@dataclass(frozen=True)
+class GridResults:
+    """Everything the report reads from one results folder; optional parts are None if absent."""
+
+    name: str  # grid name = folder name
+    root: Path  # the results folder
+    table: pd.DataFrame  # results.csv, numeric columns as floats, one row per cell x strategy
+    curves: dict[str, pd.DataFrame | None]  # curves/<name>.csv by figures.CURVE_COLUMNS name
+    samples: pd.DataFrame | None  # samples.csv
+    environment: dict | None  # environment.json
+    goals: list = ()  # goals.json: the grid's goals (reporting/goals.py), checked in the report
+    notes: str = ""  # notes.md: the authors' hand-written notes (why a goal was missed ...)
+
+
+def _read_csv(path: Path, required: tuple[str, ...], numeric: tuple[str, ...]) -> pd.DataFrame | None:
+    """The CSV at path checked for its columns; None when the file is absent or has no rows."""
+    if not path.is_file():
+        return None
+    try:
+        df = pd.read_csv(path, keep_default_na=True)
+    except pd.errors.EmptyDataError:
+        return None
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise AtnatError(f"{path}: not a readable CSV file ({e})") from None
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise AtnatError(f"{path}: missing required column(s) {', '.join(missing)}; "
+                         f"expected at least: {', '.join(required)}")  # fmt: skip
+    for col in numeric:
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = df[col].notna() & values.isna()
+        if bad.any():
+            row = int(bad.to_numpy().argmax())
+            value = df[col].iloc[row]
+            raise AtnatError(f"{path}: column {col} must be numeric; data row {row + 1} has {value!r}")
+        df[col] = values.astype(float)
+    return None if df.empty else df
+
+
+def ok_rows(table: pd.DataFrame) -> pd.DataFrame:
+    return table[table["status"] == "ok"]
+
+
+def _load_table(root: Path) -> pd.DataFrame:
+    path = root / "results.csv"
+    if not path.is_file():
+        raise AtnatError(f"{path}: results.csv not found; is {root} a results folder written by `atnat run`?")
+    table = _read_csv(path, REQUIRED_COLUMNS, NUMERIC_COLUMNS)
+    if table is None:
+        raise AtnatError(f"{path}: results.csv has no rows")
+    extra = {col: pd.to_numeric(table[col], errors="coerce") if col in table else float("nan")
+             for col in OPTIONAL_NUMERIC}
+    extra |= {col: table[col].astype(object).where(table[col].notna(), "").astype(str) if col in table else ""
+              for col in OPTIONAL_TEXT}  # an all-empty column is read as float NaN
+    table = table.assign(**extra)
+    table["family"] = table["family"].where(table["family"] != "", table["cell"])
+    labels = ["cell", "task", "decoder", "strategy"]
+    table[labels] = table[labels].astype(str)
+    table["status"] = table["status"].fillna("").astype(str).str.strip().str.lower()
+    table["error"] = table["error"].astype(object).fillna("").astype(str)
+    flags = table["guided_attention"].astype(str).str.strip().str.lower()
+    table["guided_attention"] = flags.isin(["true", "1", "1.0", "yes"])  # CSV spellings of True
+    return table
+
+
+def _read_json(path: Path):
+    """A JSON file of the results folder; None when absent, AtnatError naming it when not JSON."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise AtnatError(f"{path}: not valid JSON ({e})") from None
+
+
+def _load_environment(path: Path) -> dict | None:
+    env = _read_json(path)
+    if env is None:
+        return None
+    if not isinstance(env, dict):
+        raise AtnatError(f"{path}: expected a JSON object of environment fields")
+    return env
+
+
+def load_results(results_dir: Path) -> GridResults:
+    """Read and check a results folder; AtnatError names the file and what is missing."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise AtnatError(f"{root}: results folder not found")
+    environment = _load_environment(root / "environment.json")
+    check_tables(root, environment)  # a CSV cut short is refused before pandas reads it as if whole
+    table = _load_table(root)
+    check_row_count(root, len(table), environment)
+    curves = {}
+    for name, cols in figures.CURVE_COLUMNS.items():
+        numeric = tuple(c for c in cols if c not in figures.LABEL_COLUMNS)
+        curves[name] = _read_csv(root / "curves" / f"{name}.csv", cols, numeric)
+    samples = _read_csv(root / "samples.csv", SAMPLE_COLUMNS, ())
+    goals = parse_goals(_read_json(root / "goals.json"), str(root / "goals.json"))
+    notes = (root / "notes.md").read_text(encoding="utf-8").strip() if (root / "notes.md").is_file() else ""
+    return GridResults(root.resolve().name, root, table, curves, samples, environment, goals, notes)

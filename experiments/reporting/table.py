@@ -1,0 +1,135 @@
+"""Tabulate a grid's finished cells into results.csv, curves/*.csv and samples.csv, with the
+comparisons against each task's AT baseline (speed-up, paired significance)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from atnat.core.errors import AtnatError
+from atnat.experiments.evaluation.baseline import baseline_cells
+from atnat.experiments.reporting.records import read_metrics
+from atnat.experiments.evaluation.evaluate import read_references
+from atnat.experiments.evaluation import columns as schema
+from atnat.experiments.files import write_csv
+from atnat.experiments.evaluation.metrics import holm, paired_significance
+
+CURVES = ("position_accuracy", "prefix_corruption", "bleu_by_length", "iterations", "attention")  # per run
+# curves/validation.csv comes from each run's training log (validation_curve)
+TIMING = [c.name for c in schema.SPEED]  # the columns the timing phase fills (timing.csv)
+
+
+def add_significance(df: pd.DataFrame, runs: Path, *, method: str = "bs", n: int = 1000,
+                     baseline: str | None = None) -> pd.DataFrame:
+    """p-value of each system's BLEU difference to the task's AT baseline (the plain AT cell of the
+    same seed, its beam strategy if it has one, else its first), paired on the same test sentences;
+    `bleu_p_holm`: Holm-corrected over the systems compared within that task and seed; `p_baseline`
+    names the baseline."""
+    df = df.copy()
+    for col in ("bleu_p_vs_at", "bleu_p_holm"):
+        df[col] = float("nan")
+    df["p_baseline"] = ""
+    for (task, seed), base in baseline_cells(df, baseline).items():
+        rows = df[(df.task == task) & (df.seed == seed) & (df.status == "ok")]
+        base_rows = df[(df.cell == base)]
+        ref_strategy = next((s for s in base_rows.strategy if s.startswith("beam")), base_rows.strategy.iloc[0])
+        base_hyps = read_hyps(runs / base / "hyps" / f"{ref_strategy}.txt")
+        refs = read_references(runs / base)
+        if base_hyps is None or refs is None:
+            continue
+        tokenize = str(base_rows.bleu_tokenize.iloc[0]) if "bleu_tokenize" in base_rows and \
+            base_rows.bleu_tokenize.notna().any() else "13a"
+        systems = {i: h for i, r in rows.iterrows() if not (r.cell == base and r.strategy == ref_strategy)
+                   and (h := read_hyps(runs / r.cell / "hyps" / f"{r.strategy}.txt")) is not None
+                   and len(h) == len(refs[0])}
+        if not systems:
+            continue
+        pvals = paired_significance(base_hyps, {str(k): v for k, v in systems.items()}, refs,
+                                    tokenize=tokenize, n=n, method=method)
+        adjusted = holm(pvals)
+        for k, p in pvals.items():
+            df.loc[int(k), ["bleu_p_vs_at", "bleu_p_holm"]] = p, adjusted[k]
+        df.loc[rows.index, "p_baseline"] = f"{base} / {ref_strategy}"
+    return df
+
+
+def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None) -> pd.DataFrame:
+    """The timing phase's columns (timing.csv) joined on (cell, strategy); systems timed but not
+    evaluated (a plain AT's CTranslate2 twin, `<strategy>-ct2`) become rows of their cell with
+    speed columns only."""
+    if timing is None or timing.empty:
+        return df
+    keep = timing[["cell", "strategy", *[c for c in TIMING if c in timing]]]
+    merged = df.drop(columns=[c for c in TIMING if c in df]).merge(keep, on=["cell", "strategy"], how="left")
+    known = set(zip(df.cell, df.strategy))
+    extra = keep[[(c, s) not in known for c, s in zip(keep.cell, keep.strategy)]]
+    if extra.empty:
+        return merged
+    labels = [c for c in ("family", "variant", "task", "decoder", "seed", "distilled", "guided_attention", "options",
+                          "teacher") if c in df]
+    info = df.drop_duplicates("cell").set_index("cell")[labels]
+    extra = extra.join(info, on="cell").assign(strategy_name=extra.strategy, status="ok", error="")
+    return pd.concat([merged, extra[extra.cell.isin(info.index)]], ignore_index=True)
+
+
+def read_hyps(path: Path) -> list[str] | None:
+    return path.read_text(encoding="utf-8").split("\n")[:-1] if path.exists() else None
+
+
+def validation_curve(log: Path) -> pd.DataFrame | None:
+    """step, val_loss, val_bleu at each validation of a run's training log (logs/metrics.csv; a step
+    validated again after a resume keeps its latest value); None without a log or a validation."""
+    if not log.is_file():
+        return None
+    frame = pd.read_csv(log)
+    cols = {"step": "step", "val/loss": "val_loss", "val/bleu": "val_bleu"}
+    if "val/loss" not in frame:
+        return None
+    frame = frame.reindex(columns=list(cols)).rename(columns=cols).dropna(subset=["val_loss"])
+    return None if frame.empty else frame.drop_duplicates("step", keep="last").reset_index(drop=True)
+
+
+def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootstrap: int = 1000,
+             baseline: str | None = None) -> pd.DataFrame:
+    """Gather every cell's metrics.json and curves into the results folder `out`'s tables; returns
+    results.csv. `cells`: one dict per cell of the grid, its label columns (cell, family, task,
+    decoder, ...: running/cell.py `describe`); the paired test and the grid's `baseline` as in
+    add_significance."""
+    runs = out / "runs"
+    rows, curves, samples = [], {c: [] for c in (*CURVES, "validation")}, []
+    for info in cells:
+        name = info["cell"]
+        run_dir = runs / name
+        try:
+            meta = read_metrics(run_dir) or {"status": "not run", "rows": []}
+        except AtnatError as err:
+            meta = {"status": "failed", "error": str(err), "rows": []}
+        status = meta.get("status", "failed")
+        if status != "ok" or not meta.get("rows"):
+            rows.append(info | {"status": status, "error": meta.get("error", "")})
+            continue
+        rows += [info | r | {"status": "ok", "error": ""} for r in meta["rows"]]
+        for curve in CURVES:
+            path = run_dir / "curves" / f"{curve}.csv"
+            if path.exists():
+                curves[curve].append(pd.read_csv(path).assign(cell=name))
+        if (run_dir / "samples.csv").exists():
+            samples.append(pd.read_csv(run_dir / "samples.csv").assign(cell=name))
+        validation = validation_curve(run_dir / "logs" / "metrics.csv")
+        if validation is not None:
+            curves["validation"].append(validation.assign(cell=name))
+    timing_path = out / "timing.csv"
+    df = add_timing(pd.DataFrame(rows), pd.read_csv(timing_path) if timing_path.exists() else None)
+    df = add_significance(df, runs, method=significance, n=n_bootstrap, baseline=baseline)
+    order = [c.name for c in schema.columns()]
+    df = df.assign(**{col: float("nan") for col in order if col not in df})
+    df = df[order + [c for c in df.columns if c not in order]]
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(df, out / "results.csv")
+    (out / "curves").mkdir(exist_ok=True)
+    for curve, frames in curves.items():
+        if frames:
+            write_csv(pd.concat(frames, ignore_index=True), out / "curves" / f"{curve}.csv")
+    if samples:
+        write_csv(pd.concat(samples, ignore_index=True), out / "samples.csv")
+    return df

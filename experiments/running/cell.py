@@ -1,0 +1,207 @@
+"""One cell's life: distil (a student) -> train (resumable) -> evaluate -> its results record.
+
+A finished cell has `metrics.json` with status "ok" and is skipped when the grid runs again; an
+interrupted one resumes from `checkpoints/last.ckpt`; one whose training finished is only evaluated
+again; a failing one is marked "failed" with its error and the grid goes on. A cell is locked by the
+process that trains it (locks.py): a second process on one cell is refused. `atnat cell GRID CELL`
+(what every launcher runs) and `atnat train` both come here.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from atnat.core.errors import AtnatError
+
+from atnat.experiments.config.devices import helper_rank, inference_device
+from atnat.experiments.config.run import RunConfig, build_strategy, load_task
+from atnat.experiments.config.speed import SpeedSettings
+from atnat.experiments.evaluation.baseline import autoregressive, plain_at_config
+from atnat.experiments.evaluation.evaluate import EvalResult, evaluate
+from atnat.experiments.evaluation.timing import COLUMNS, System, time_systems
+from atnat.experiments.files import write_csv, write_json_atomic, write_text_atomic
+from atnat.experiments.modelfiles.loading import checkpoint_stamp, load_module
+from atnat.experiments.reporting.records import read_metrics, write_record
+from atnat.experiments.running.grid import Cell, load_grid_into
+from atnat.experiments.running.locks import LockHeld, cell_lock, held
+from atnat.experiments.training.distill import distilled_targets
+from atnat.experiments.training.progress import counting_phase
+from atnat.experiments.training.train import finished_training, prepare_data, train
+
+
+def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedSettings(), *,
+             allow_changes: bool = False) -> EvalResult | None:
+    """Train (resuming if possible) and evaluate one run; writes everything into run_dir. A run
+    whose training finished under these settings is only evaluated again. With `speed`, the run's
+    own strategies are then timed side by side (a grid leaves this to its timing phase:
+    speed=None). Returns None in the helper ranks of a DDP run: rank 0 alone evaluates and writes
+    results. `allow_changes`: see train()."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    task = load_task(cfg)
+    device = inference_device(cfg.train.accelerator)  # decoding runs where training ran
+    targets, teacher, distill_meta = None, None, None
+    done = None if helper_rank() else finished_training(run_dir, cfg)  # only evaluated again
+    if done is not None and (run_dir / "distill.json").is_file():
+        distill_meta = json.loads((run_dir / "distill.json").read_text())
+    if cfg.distill is not None and cfg.distill.targets and done is None:
+
+
+        src, tgt = task.splits["train"]
+        follow = counting_phase(run_dir, "distilling training sentences with the teacher", len(src))
+        targets, distill_meta = distilled_targets(cfg.distill.teacher, src, tgt, cfg.distill.strategy,
+                                                  device=device, on_batch=follow)
+        write_json_atomic(run_dir / "distill.json", distill_meta)
+
+    if any(build_strategy(s)[1].needs_scorer for s in cfg.eval.strategies):
+        if cfg.distill is None:
+            raise AtnatError(f"run {cfg.name}: a strategy that re-ranks with an AT teacher (npd) needs "
+                             "distill.teacher")
+        teacher = load_module(cfg.distill.teacher, map_location=device)[0]
+    started = time.time()
+    best = done or train(cfg, run_dir, prepare_data(cfg, task, targets), allow_changes=allow_changes)
+    if best is None:
+        return None
+    trained = json.loads((run_dir / "train.json").read_text())
+    train_time = trained.get("train_time_s", time.time() - started)
+    module, _ = load_module(best, map_location=device)
+    if cfg.train.num_threads:
+        torch.set_num_threads(cfg.train.num_threads)
+    result = evaluate(module, task, cfg, run_dir, teacher=teacher)
+    for row in result.rows:  # steps trained, not the best checkpoint's
+        row.update(train_steps=trained["global_step"], train_time_s=train_time, train_devices=trained["world_size"],
+                   distill_bleu=distill_meta["bleu_vs_references"] if distill_meta else float("nan"))
+    if speed is not None:
+        time_own_strategies(cfg, run_dir, module, teacher, speed, result)
+    save_cell_outputs(run_dir, result)
+    return result
+
+
+def time_own_strategies(cfg: RunConfig, run_dir: Path, module, teacher, speed: SpeedSettings,
+                        result: EvalResult) -> None:
+    """A single run (`atnat train`): its strategies timed side by side; speed-ups against its own
+    greedy when it is a plain AT run."""
+    tokenizer = load_task(cfg).tokenizer
+    sources = [tokenizer.encode(line)[: cfg.train.max_len] for line in load_task(cfg).splits[cfg.eval.split][0]]
+    systems = [System(cfg.name, label, module, strategy, sources, teacher, checkpoint_stamp(run_dir))
+               for label, strategy in (build_strategy(spec) for spec in cfg.eval.strategies)]
+    labels = [label for label, _ in (build_strategy(spec) for spec in cfg.eval.strategies)]
+    baselines = {cfg.name: (cfg.name, "greedy")} if plain_at_config(cfg) and "greedy" in labels else {}
+    timing = time_systems(systems, speed, baselines).set_index("strategy")
+    for row in result.rows:
+        row.update({c: timing.loc[row["strategy"], c] for c in COLUMNS if c not in ("cell", "strategy", "fingerprint")})
+
+
+def save_cell_outputs(run_dir: Path, result: EvalResult) -> None:
+    (run_dir / "curves").mkdir(exist_ok=True)
+    for name, frame in result.curves.items():
+        write_csv(frame, run_dir / "curves" / f"{name}.csv")
+    if result.samples is not None:
+        write_csv(result.samples, run_dir / "samples.csv")
+    write_record(run_dir, "ok", result.rows)
+
+
+def cell_status(run_dir: Path) -> str | None:
+    """"ok" / "failed" from the cell's metrics.json; None when it has none, or one of the wrong shape
+    (named on stderr: the cell then runs again, which re-evaluates a finished training)."""
+    try:
+        meta = read_metrics(run_dir)
+    except AtnatError as err:
+        print(f"atnat: {err}; the cell counts as unfinished", file=sys.stderr)
+        return None
+    return None if meta is None else meta["status"]
+
+
+def describe(cell: Cell) -> dict:
+    cfg = cell.config
+    loss, dec_opts = cfg.loss or {}, {k: v for k, v in cfg.decoder.items() if k != "name"} \
+        if isinstance(cfg.decoder, dict) else {}
+    family = cell.name[: -len(f"-s{cell.seed}")] if cell.name.endswith(f"-s{cell.seed}") else cell.name
+    return {"cell": cell.name, "family": family, "variant": cell.variant, "task": cell.labels.get("task", cfg.task_name),
+            "decoder": cfg.decoder_name, "autoregressive": autoregressive(cfg.decoder_name), "seed": cell.seed,
+            "distilled": cfg.distill is not None and cfg.distill.targets,
+            "guided_attention": float(loss.get("guided_attention_weight", 0) or 0) > 0,
+            "options": ", ".join(f"{k}={v}" for k, v in dec_opts.items()), "teacher": cell.teacher or ""}
+
+
+def students_of(grid, cell: Cell) -> list[Cell]:
+    return [c for c in grid.cells if c.teacher == cell.name]
+
+
+def distil_for_students(cell: Cell, students: list[Cell]) -> None:
+    """A teacher that has just finished writes its students' distilled targets while it still holds
+    the machine (all its threads; the students would otherwise start together and wait for one of
+    them to decode with its share). A failure here is left to the students, which retry it."""
+    specs = {json.dumps(s.config.distill.strategy, sort_keys=True): s for s in students
+             if s.config.distill is not None and s.config.distill.targets}
+    if not specs or helper_rank():
+        return
+    run_dir = Path(cell.config.output_dir)
+    src, tgt = load_task(cell.config).splits["train"]
+    for student in specs.values():
+        follow = counting_phase(run_dir, f"distilling training sentences for {student.name}", len(src))
+        try:
+            distilled_targets(run_dir, src, tgt, student.config.distill.strategy,
+                              device=inference_device(cell.config.train.accelerator), on_batch=follow)
+        except Exception as err:  # noqa: BLE001  (the student reports it, with its own error)
+            print(f"cell {cell.name}: distillation for {student.name} failed here ({err}); the student retries",
+                  file=sys.stderr)
+
+
+def run_one(cell: Cell, run_dir: Path, students: list[Cell] = ()) -> None:
+    """Run a cell under its lock (LockHeld if another process trains it), then write its students'
+    distilled targets; its speed is measured later, by the grid's timing phase. A failure is
+    recorded with its error and does not stop the grid."""
+    with nullcontext() if helper_rank() else held(cell_lock(run_dir), f"cell {cell.name}"):
+        if cell_status(run_dir) == "ok":  # finished by another process while this one waited
+            distil_for_students(cell, list(students))
+            return
+        try:
+            run_cell(cell.config, run_dir, speed=None)
+            distil_for_students(cell, list(students))
+        except KeyboardInterrupt:
+            raise
+        except Exception as err:  # noqa: BLE001  (any failure of a cell is recorded, the grid goes on)
+            if helper_rank():  # a DDP helper rank: rank 0 records the failure
+                raise
+            message = str(err) if isinstance(err, AtnatError) else f"{type(err).__name__}: {err}"
+            record_failure(cell, run_dir, message, traceback.format_exc())
+
+
+def record_failure_unless_held(cell: Cell, message: str) -> None:
+    """Record a failure found from outside the cell (its worker died, its teacher failed), unless
+    another process holds the cell: then that process owns its run folder."""
+    run_dir = Path(cell.config.output_dir)
+    try:
+        with held(cell_lock(run_dir), f"cell {cell.name}"):
+            record_failure(cell, run_dir, message)
+    except LockHeld as err:
+        print(f"cell {cell.name} not run here: {err}", file=sys.stderr)
+
+
+def record_failure(cell: Cell, run_dir: Path, message: str, trace: str = "") -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if trace:
+        write_text_atomic(run_dir / "error.log", trace)
+    write_record(run_dir, "failed", [], message)
+    where = f" (see {run_dir / 'error.log'})" if trace else ""
+    print(f"cell {cell.name} failed: {message}{where}", file=sys.stderr)
+
+
+def run_named_cell(path, cell_name: str, *, results_root: Path = Path("results"), smoke: bool = False) -> str | None:
+    """Run one cell of a grid (what every launcher runs per cell); skips it when done. Returns the
+    cell's status ("ok", "failed"; None in a DDP helper rank, which records nothing)."""
+    grid, _ = load_grid_into(path, results_root, smoke)
+    cells = grid.by_name()
+    if cell_name not in cells:
+        raise AtnatError(f"{path}: no cell named {cell_name!r} (cells: {', '.join(cells)})")
+    cell = cells[cell_name]
+    run_dir = Path(cell.config.output_dir)
+    if cell_status(run_dir) != "ok":
+        run_one(cell, run_dir, students_of(grid, cell))
+    return None if helper_rank() else cell_status(run_dir)

@@ -1,0 +1,201 @@
+"""Experiment grids: one YAML file -> named cells (variants x axes x seeds), validated up front.
+
+```yaml
+name: quickstart
+base: {task: {name: copy}, decoder: {name: at}, train: {max_steps: 500}}   # shared RunConfig
+cells:                                # named variants, each a partial RunConfig (+ teacher)
+  at: {decoder: {name: at}}
+  cmlm-kd: {decoder: {name: cmlm}, teacher: at}   # distilled from cell `at` (same axes, seed)
+axes:                                 # dotted key -> values; cartesian product over axes
+  task: {fertility: {name: fertility}, dialect: {name: dialect}}          # label -> value
+zip: [[task, model.d_model]]          # axes that vary together instead of crossing
+exclude: [{cell: cmlm-kd, task: dialect}]                                 # label matches
+seeds: [1]
+smoke: {train: {max_steps: 20}, speed: {repeats: 1}}   # merged in by `atnat run --smoke`
+```
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from atnat.experiments.config.speed import SpeedSettings
+from atnat.experiments.reporting.goals import parse_goals
+from atnat.experiments.config.run import (
+    ConfigError, RunConfig, checked, deep_update, load_yaml, make, run_config_from_dict,
+)
+
+GRID_KEYS = ("name", "description", "base", "cells", "axes", "zip", "exclude", "seeds", "smoke", "speed", "goals",
+             "baseline")
+
+
+@dataclass
+class Cell:
+    """One training run of a grid."""
+
+    name: str  # unique: axis labels, variant, seed
+    variant: str  # key in `cells`
+    labels: dict[str, str]  # axis -> label of its value
+    seed: int
+    raw: dict  # the merged config (before the teacher path is filled in)
+    teacher: str | None = None  # name of the teacher cell
+    config: RunConfig | None = None
+
+
+@dataclass
+class Grid:
+    name: str
+    path: Path
+    cells: list[Cell]
+    speed: dict = field(default_factory=dict)
+    description: str = ""
+    goals: list = field(default_factory=list)  # the grid's `goals:` as written (reporting/goals.py)
+    baseline: str | None = None  # the cell (name in `cells`) every comparison is against; None: the plain AT
+    # cell (evaluation/baseline.py)
+
+    def by_name(self) -> dict[str, Cell]:
+        return {c.name: c for c in self.cells}
+
+
+def set_dotted(data: dict, key: str, value: Any) -> dict:
+    """Copy of `data` with `a.b.c` set (dict values are merged into what is there)."""
+    head, _, rest = key.partition(".")
+    out = dict(data)
+    if rest:
+        out[head] = set_dotted(out.get(head) or {}, rest, value)
+    elif isinstance(value, dict) and isinstance(out.get(head), dict):
+        out[head] = deep_update(out[head], value)
+    else:
+        out[head] = value
+    return out
+
+
+def axis_values(key: str, values: Any, where: str) -> list[tuple[str, Any]]:
+    """Axis values as (label, value): a mapping gives labels; a list uses names or str(value)."""
+    if isinstance(values, dict):
+        return [(str(k), v) for k, v in values.items()]
+    if isinstance(values, list) and values:
+        return [(str(v["name"]) if isinstance(v, dict) and "name" in v else str(v), v) for v in values]
+    raise ConfigError(f"{where}: axes.{key} must be a non-empty list or a label -> value mapping")
+
+
+def expand_axes(axes: dict, zips: list, where: str) -> list[dict[str, tuple[str, Any]]]:
+    """All combinations {axis: (label, value)}; axes in one zip group advance together."""
+    grouped, seen = [], set()
+    for group in zips or []:
+        for key in group:
+            if key not in axes:
+                raise ConfigError(f"{where}: zip names axis {key!r}, which is not in axes ({', '.join(axes)})")
+        vals = [axis_values(k, axes[k], where) for k in group]
+        if len({len(v) for v in vals}) != 1:
+            raise ConfigError(f"{where}: zipped axes {group} have different numbers of values")
+        grouped.append([dict(zip(group, combo)) for combo in zip(*vals)])
+        seen.update(group)
+    for key in axes:
+        if key not in seen:
+            grouped.append([{key: v} for v in axis_values(key, axes[key], where)])
+    return [{k: v for part in combo for k, v in part.items()} for combo in itertools.product(*grouped)] or [{}]
+
+
+def excluded(labels: dict[str, str], rules: list[dict]) -> bool:
+    return any(all(str(labels.get(k)) == str(v) for k, v in rule.items()) for rule in rules or [])
+
+
+def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None = None) -> Grid:
+    """Read, expand and validate a grid; `results_dir` is where teacher runs will live."""
+    path = Path(path)
+    data = load_yaml(path)
+    where = str(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: a grid must be a mapping with keys {', '.join(GRID_KEYS)}")
+    unknown = [k for k in data if k not in GRID_KEYS]
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(GRID_KEYS)}")
+    name = str(data.get("name") or path.stem)
+    variants = data.get("cells") or {"default": {}}
+    if not isinstance(variants, dict):
+        raise ConfigError(f"{where}: cells must map a cell name to its settings")
+    seeds = data.get("seeds") or [1]
+    base = data.get("base") or {}
+    smoke_cfg = dict(data.get("smoke") or {}) if smoke else None
+    speed = dict(data.get("speed") or {})
+    if smoke_cfg and "speed" in smoke_cfg:
+        speed.update(smoke_cfg.pop("speed") or {})
+    runs_dir = (results_dir or Path("results") / name) / "runs"
+    cells = []
+    for combo in expand_axes(data.get("axes") or {}, data.get("zip"), where):
+        for variant, settings in variants.items():
+            for seed in seeds:
+                labels = {k: lab for k, (lab, _) in combo.items()} | {"cell": variant, "seed": str(seed)}
+                if excluded(labels, data.get("exclude")):
+                    continue
+                cells.append(make_cell(name, base, combo, variant, dict(settings or {}), seed, labels,
+                                       smoke_cfg, f"{where}: cells.{variant}"))
+    speed = checked(SpeedSettings, speed, f"{where}: speed")  # the runner builds SpeedSettings(**speed)
+    make(SpeedSettings, speed, f"{where}: speed")
+    parse_goals(data.get("goals"), where)  # refused now, not after hours of training
+    baseline = data.get("baseline")
+    if baseline is not None and baseline not in variants:
+        raise ConfigError(f"{where}: baseline: {baseline!r} is not a cell of this grid (cells: {', '.join(variants)})")
+    grid = Grid(name, path, cells, speed=speed, description=data.get("description", ""),
+                goals=list(data.get("goals") or []), baseline=baseline)
+    resolve_teachers(grid, runs_dir, where)
+    return grid
+
+
+def make_cell(grid_name, base, combo, variant, settings, seed, labels, smoke, where) -> Cell:
+    teacher = settings.pop("teacher", None)
+    raw = deep_update(base, {})
+    for key, (_, value) in combo.items():
+        raw = set_dotted(raw, key, value)
+    raw = deep_update(raw, settings)
+    if smoke:
+        raw = deep_update(raw, smoke)
+    axis_part = "-".join(lab for k, lab in labels.items() if k not in ("cell", "seed"))
+    name = "-".join(p for p in (axis_part, variant, f"s{seed}") if p)
+    raw.update(name=name, seed=seed)
+    return Cell(name, variant, labels, seed, raw, teacher)
+
+
+def resolve_teachers(grid: Grid, runs_dir: Path, where: str) -> None:
+    """Point each student at its teacher's run (same axes and seed) and validate every config."""
+    by_key = {(c.variant, tuple(sorted((k, v) for k, v in c.labels.items() if k != "cell"))): c for c in grid.cells}
+    for cell in grid.cells:
+        if cell.teacher is not None:
+            key = (cell.teacher, tuple(sorted((k, v) for k, v in cell.labels.items() if k != "cell")))
+            if key not in by_key:
+                raise ConfigError(f"{where}: cells.{cell.variant}.teacher names {cell.teacher!r}, but no cell "
+                                  f"{cell.teacher!r} exists for {cell.name} (valid: "
+                                  f"{', '.join(sorted({c.variant for c in grid.cells}))})")
+            teacher = by_key[key]
+            distill = dict(cell.raw.get("distill") or {})
+            distill["teacher"] = str(runs_dir / teacher.name)
+            cell.raw["distill"] = distill
+            cell.teacher = teacher.name
+        cell.raw.setdefault("output_dir", str(runs_dir / cell.name))
+        cell.config = run_config_from_dict(cell.raw, f"{where}: cell {cell.name}")
+
+
+def run_order(grid: Grid) -> list[Cell]:
+    """Teachers before their students (stable otherwise)."""
+    done, order = set(), []
+    pending = list(grid.cells)
+    while pending:
+        ready = [c for c in pending if c.teacher is None or c.teacher in done]
+        if not ready:
+            raise ConfigError(f"{grid.path}: teacher dependencies form a cycle among "
+                              f"{', '.join(c.name for c in pending)}")
+        for c in ready:
+            order.append(c)
+            done.add(c.name)
+        pending = [c for c in pending if c.name not in done]
+    return order
+
+
+def load_grid_into(path, results_root: Path, smoke: bool):
+    """The validated grid whose cells write under `results_root/<grid name>[-smoke]`, and that folder."""
+    name = load_grid(path, smoke=smoke).name  # validate everything before anything runs
+    out = results_root / (name + ("-smoke" if smoke else ""))
+    return load_grid(path, smoke=smoke, results_dir=out), out

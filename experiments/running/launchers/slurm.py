@@ -1,0 +1,224 @@
+"""The cluster launcher: each cell of a grid as a SLURM job (job arrays), submitted through submitit.
+
+Every job runs the unit `atnat cell GRID CELL` in its process (CellJob). Cells whose teacher has
+finished go into job arrays; a student whose teacher's job is queued or running is submitted with
+`--dependency=afterok:<teacher job>` and `--kill-on-invalid-dep=yes` (a failed teacher cancels it).
+Each cell's run folder gets `job.json` (launcher, job id, submitted, state), which a re-run reads:
+a finished cell is never resubmitted, nor one whose job is still queued or running. A job that
+times out or is pre-empted gets submitit's signal, requeues itself (CellJob is Checkpointable) and
+resumes from `checkpoints/last.ckpt`. On submitit's local executor (`--launcher submitit-local`)
+the jobs run on this machine, and a student is submitted once its teacher's job has ended.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import submitit
+
+from atnat.core.errors import AtnatError
+
+from atnat.experiments.running.cell import cell_status, record_failure_unless_held, run_named_cell
+from atnat.experiments.running.grid import Cell
+from atnat.experiments.running.launchers.jobs import is_active, read_job, record_state, write_job
+
+EXECUTORS = {"slurm": "slurm", "submitit-local": "local"}  # --launcher -> submitit executor
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Where and how a grid's cluster jobs run (the `atnat run --launcher slurm` options)."""
+
+    executor: str = "slurm"  # submitit executor: slurm, or local (jobs on this machine, no queue)
+    partition: str | None = None  # SLURM partition
+    gpus_per_cell: int | None = None  # GPUs per node of one cell's job (None: the cell's train.devices; 0: none)
+    cpus_per_task: int | None = None  # CPU cores per task (one task per device)
+    mem_gb: float | None = None  # memory per node in GB
+    time_min: int = 240  # wall-clock limit of one job; a job that reaches it requeues and resumes
+    array_parallelism: int = 64  # most jobs of one array that run at once
+    account: str | None = None  # SLURM account
+    qos: str | None = None  # SLURM quality of service
+    constraint: str | None = None  # SLURM node features
+    options: tuple = ()  # more sbatch options as (key, value) pairs, e.g. (("reservation", "x"),)
+    wait: bool = False  # stay until every job has ended, then write the table and report
+    poll_s: float = 30.0  # seconds between two looks at the queue while waiting
+
+
+def add_cluster_args(p) -> None:
+    g = p.add_argument_group("cluster launcher (--launcher slurm)")
+    g.add_argument("--launcher", choices=["local", "slurm", "submitit-local"], default="local",
+                   help="local: worker processes here (default); slurm: one job per cell through submitit; "
+                        "submitit-local: the slurm code path on this machine")
+    g.add_argument("--wait", action="store_true", help="wait for the jobs, then write the table and report")
+    g.add_argument("--partition", help="SLURM partition")
+    g.add_argument("--gpus-per-cell", type=int, help="GPUs per node of a cell's job (default: its train.devices)")
+    g.add_argument("--cpus-per-task", type=int, help="CPU cores per task (one task per device)")
+    g.add_argument("--mem-gb", type=float, help="memory per node in GB")
+    g.add_argument("--time", type=int, default=240, metavar="MINUTES",
+                   help="time limit of one job; one that reaches it requeues and resumes (default 240)")
+    g.add_argument("--array-parallelism", type=int, default=64, help="most jobs of one array running at once")
+    g.add_argument("--account", help="SLURM account")
+    g.add_argument("--qos", help="SLURM quality of service")
+    g.add_argument("--constraint", help="SLURM node features")
+    g.add_argument("--slurm-option", action="append", metavar="KEY=VALUE", help="any other sbatch option")
+
+
+def settings_from_args(args) -> ClusterSettings:
+    options = []
+    for item in args.slurm_option or []:
+        if "=" not in item:
+            raise AtnatError(f"--slurm-option {item!r}: expected KEY=VALUE, e.g. reservation=mine")
+        options.append(tuple(item.split("=", 1)))
+    for flag, value in (("--time", args.time), ("--array-parallelism", args.array_parallelism)):
+        if value < 1:
+            raise AtnatError(f"{flag} {value}: expected a positive number")
+    return ClusterSettings(executor=EXECUTORS[args.launcher], partition=args.partition,
+                           gpus_per_cell=args.gpus_per_cell, cpus_per_task=args.cpus_per_task,
+                           mem_gb=args.mem_gb, time_min=args.time, array_parallelism=args.array_parallelism,
+                           account=args.account, qos=args.qos, constraint=args.constraint,
+                           options=tuple(options), wait=args.wait or args.launcher == "submitit-local")
+
+
+class CellJob(submitit.helpers.Checkpointable):
+    """One cell as a cluster job: `atnat cell GRID CELL` in the job's process (every task of a
+    multi-node cell runs it; Lightning reads the ranks from SLURM). Checkpointable: on a time-out
+    or pre-emption signal submitit requeues the same job, and the cell resumes from last.ckpt."""
+
+    def __init__(self, grid_path: str, cell: str, results_root: str, smoke: bool) -> None:
+        self.grid_path, self.cell, self.results_root, self.smoke = grid_path, cell, results_root, smoke
+        self.args = ["cell", grid_path, cell, "--results", results_root] + (["--smoke"] if smoke else [])
+
+    def __call__(self) -> str:
+        status = run_named_cell(self.grid_path, self.cell, results_root=Path(self.results_root), smoke=self.smoke)
+        if status not in ("ok", None):  # the job fails, so that `afterok` students of this cell never start
+            raise RuntimeError(f"atnat {' '.join(self.args)}: the cell {status}")
+        return "ok"
+
+
+def dependency(job_ids: list[str]) -> str:
+    """The sbatch dependency that starts a job once all `job_ids` have completed successfully."""
+    return "afterok:" + ":".join(job_ids)
+
+
+def devices_of(cell: Cell) -> int:
+    devices = cell.config.train.devices
+    if isinstance(devices, (list, tuple)):
+        return len(devices)
+    return int(devices) if str(devices).lstrip("-").isdigit() and int(devices) > 0 else 1
+
+
+def job_parameters(cell: Cell, settings: ClusterSettings, after: list[str], name: str) -> dict:
+    """submitit (AutoExecutor) parameters of a cell's job: one task per device on each of the
+    cell's `train.num_nodes` nodes, its GPUs, and the dependency on its teacher's job."""
+    tasks = devices_of(cell)
+    gpus = tasks if settings.gpus_per_cell is None else settings.gpus_per_cell
+    if 0 < gpus < tasks:
+        raise AtnatError(f"cell {cell.name}: train.devices is {tasks} but --gpus-per-cell is {gpus}")
+    if settings.executor == "local":  # one process per job; Lightning starts a DDP cell's other ranks
+        if cell.config.train.num_nodes > 1:
+            raise AtnatError(f"cell {cell.name}: train.num_nodes > 1 needs SLURM (--launcher slurm)")
+        tasks, after = 1, []  # no queue: the student's job is submitted once its teacher's has ended
+    params = {"name": name, "timeout_min": settings.time_min, "nodes": cell.config.train.num_nodes,
+              "tasks_per_node": tasks, "gpus_per_node": gpus, "slurm_array_parallelism": settings.array_parallelism}
+    extra = dict(settings.options)
+    for key in ("partition", "account", "qos", "constraint"):
+        if getattr(settings, key):
+            params[f"slurm_{key}"] = getattr(settings, key)
+    if settings.cpus_per_task:
+        params["cpus_per_task"] = settings.cpus_per_task
+    if settings.mem_gb:
+        params["mem_gb"] = settings.mem_gb
+    if after:
+        params["slurm_dependency"] = dependency(after)
+        extra["kill-on-invalid-dep"] = "yes"
+    if extra:
+        params["slurm_additional_parameters"] = extra
+    return params
+
+
+def run_on_cluster(grid, cells: list[Cell], settings: ClusterSettings, *, results_root: Path,
+                   smoke: bool) -> list[str]:
+    """Submit the cells that need a job (teachers first); returns the cells still queued or running
+    (none after waiting)."""
+    if not cells:
+        return []
+    dirs = {c.name: Path(c.config.output_dir) for c in cells}
+    folder = (dirs[cells[0].name].parent.parent / "jobs").resolve()  # submitit's pickles and the jobs' logs
+    status = {name: cell_status(d) for name, d in dirs.items()}
+    jobs: dict[str, dict] = {}  # cell -> its live job (queued or running), this run's or an earlier one's
+    handles: dict[str, submitit.Job] = {}  # this run's submissions
+    for cell in cells:
+        job = read_job(dirs[cell.name])
+        if status[cell.name] != "ok" and job and is_active(record_state(dirs[cell.name], job)):
+            jobs[cell.name] = job
+            print(f"{cell.name}: job {job['job_id']} is {job['state'].lower()}; not resubmitted", file=sys.stderr)
+    todo = [c for c in cells if status[c.name] != "ok" and c.name not in jobs]
+    for cell in todo:  # refuse impossible resource requests before anything is submitted
+        job_parameters(cell, settings, [], grid.name)
+    while todo:
+        ready = [c for c in todo if c.teacher not in {t.name for t in todo}]
+        groups: dict[tuple, list[Cell]] = {}
+        for cell in ready:
+            after = teacher_jobs(cell, status, jobs, handles, dirs, settings)
+            if after is None:
+                status[cell.name] = "failed"
+                continue
+            key = (tuple(after), repr(job_parameters(cell, settings, after, grid.name)))
+            groups.setdefault(key, []).append(cell)
+        for (after, _), group in groups.items():
+            submit(grid, group, list(after), settings, folder, results_root, smoke, jobs, handles)
+        todo = [c for c in todo if c not in ready]
+    if settings.wait:
+        wait_for(list(jobs), jobs, handles, dirs, settings)
+    pending = [n for n, job in jobs.items() if is_active(record_state(dirs[n], job, handles.get(n)))]
+    if pending:
+        print(f"{len(pending)} of {len(cells)} cells are queued or running; `atnat status {grid.path}` shows "
+              "them; run this command again once they have ended to write the table and report", file=sys.stderr)
+    return pending
+
+
+def teacher_jobs(cell: Cell, status: dict, jobs: dict, handles: dict, dirs: dict,
+                 settings: ClusterSettings) -> list[str] | None:
+    """The job ids a cell's job must wait for ([] when its teacher is done or not in this run), or
+    None when its teacher failed (the cell is then marked failed)."""
+    teacher = cell.teacher if cell.teacher in status else None
+    if teacher is None or status[teacher] == "ok":
+        return []
+    if teacher in jobs and settings.executor == "local":  # no queue here: wait for the teacher's job
+        wait_for([teacher], jobs, handles, dirs, settings)
+        status[teacher] = cell_status(dirs[teacher])
+        if status[teacher] == "ok":
+            return [jobs[teacher]["job_id"]]
+    elif teacher in jobs:
+        return [jobs[teacher]["job_id"]]
+    record_failure_unless_held(cell, f"teacher cell {teacher} failed")
+    return None
+
+
+def submit(grid, group: list[Cell], after: list[str], settings: ClusterSettings, folder: Path,
+           results_root: Path, smoke: bool, jobs: dict, handles: dict) -> None:
+    """One job per cell of `group` (an array when there are several), each recorded in job.json."""
+    executor = submitit.AutoExecutor(folder=folder, cluster=settings.executor)
+    executor.update_parameters(**job_parameters(group[0], settings, after, f"atnat-{grid.name}"))
+    calls = [CellJob(str(Path(grid.path).resolve()), c.name, str(results_root.resolve()), smoke) for c in group]
+    with executor.batch():
+        submitted = [executor.submit(call) for call in calls]
+    for cell, job in zip(group, submitted):
+        record = {"launcher": "slurm" if settings.executor == "slurm" else "submitit-local",
+                  "executor": settings.executor, "job_id": str(job.job_id), "folder": str(folder),
+                  "submitted": time.strftime("%Y-%m-%d %H:%M:%S"), "submitted_s": time.time(),
+                  "state": "SUBMITTED", "after": after, "stdout": str(job.paths.stdout),
+                  "stderr": str(job.paths.stderr)}
+        write_job(Path(cell.config.output_dir), record)
+        jobs[cell.name], handles[cell.name] = record, job
+        print(f"{cell.name}: submitted job {job.job_id}" + (f" (after {', '.join(after)})" if after else ""),
+              file=sys.stderr)
+
+
+def wait_for(names: list[str], jobs: dict, handles: dict, dirs: dict, settings: ClusterSettings) -> None:
+    """Block until the jobs of `names` have ended, looking every `poll_s` seconds (local: 0.5 s)."""
+    poll = 0.5 if settings.executor == "local" else settings.poll_s
+    while any(is_active(record_state(dirs[n], jobs[n], handles.get(n))) for n in names):
+        time.sleep(poll)

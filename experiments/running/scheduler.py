@@ -1,0 +1,201 @@
+"""Running a grid: which cells run, in what order and where (serially, in worker processes, or as
+cluster jobs), then the timing phase, results.csv, environment.json and the report.
+
+A results folder is locked by its runner (locks.py): a second runner is refused. Cells run with other
+settings than the grid gives now are handled first (stale.py); each cell's own life is cell.py.
+"""
+from __future__ import annotations
+
+import fnmatch
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+from rich.progress import Progress
+
+from atnat.core.errors import AtnatError
+
+from atnat.experiments.config.devices import inference_device
+from atnat.experiments.config.speed import SpeedSettings
+from atnat.experiments.evaluation.timing import time_grid
+from atnat.experiments.files import write_json_atomic
+from atnat.experiments.reporting.environment import environment
+from atnat.experiments.reporting.report import write_report
+from atnat.experiments.reporting.table import tabulate
+from atnat.experiments.running.cell import cell_status, describe, record_failure_unless_held, run_one, students_of
+from atnat.experiments.running.grid import Cell, load_grid_into, run_order
+from atnat.experiments.running.launchers.local import make_lanes, run_parallel
+from atnat.experiments.running.locks import LockHeld, folder_lock, held
+from atnat.experiments.running.stale import describe_stale, find_stale, handle_stale
+from atnat.experiments.training.progress import describe as describe_progress, read_progress
+
+
+@dataclass
+class GridRun:
+    """What `run_grid` left: the results folder, and the cells of this run that did not finish."""
+
+    out: Path
+    failed: list[str] = field(default_factory=list)  # cells whose metrics.json is not "ok"
+    pending: list[str] = field(default_factory=list)  # cells whose cluster job is queued or running
+
+
+def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = False,
+             only: list[str] | None = None, smoke: bool = False, workers: int | None = None,
+             devices: list[str] | None = None, cluster=None, stale: str | None = None) -> GridRun:
+    """Run every cell of a grid (teachers first), then write results.csv and the report.
+
+    With `workers` > 1 or `devices`, cells run in parallel worker processes, one per device (see
+    launchers/local.py); a cell that trains on several devices (DDP) always runs in its own process.
+    With `cluster` (launchers/slurm.py ClusterSettings), cells are submitted as cluster jobs; the
+    table and report are written once none of them is queued or running. Cells run with other
+    settings than the grid gives now are handled by `stale` (running/stale.py)."""
+    grid, out = load_grid_into(path, results_root, smoke)
+    cells = select_cells(run_order(grid), only, path)
+    if dry_run:
+        print(pd.DataFrame([describe(c) | {"strategies": len(c.config.eval.strategies)} for c in cells])
+              .to_string(index=False))
+        found = find_stale(grid, cells)
+        if found:
+            print(f"stale (run with other settings than these):\n{describe_stale(found)}")
+        return GridRun(out)
+    with held(folder_lock(out), f"results folder {out}"):
+        kept = handle_stale(grid, cells, stale)
+        pending = _run_cells(grid, cells, path, out, results_root=results_root, smoke=smoke, workers=workers,
+                             devices=devices, cluster=cluster,
+                             kept_stale={s.cell: s.reason for s in kept} if stale == "keep" else {})
+    failed = [c.name for c in cells if c.name not in pending and cell_status(Path(c.config.output_dir)) != "ok"]
+    if failed:
+        print(f"failed: {len(failed)} of {len(cells)} cells: {', '.join(failed)} "
+              f"(errors in {out / 'results.csv'} and each run's error.log)", file=sys.stderr)
+    return GridRun(out, failed, pending)
+
+
+def select_cells(cells: list[Cell], only: list[str] | None, path) -> list[Cell]:
+    """The cells named by `--only` patterns: exact names or shell-style globs (`*-at-s1`, `en-de-*`);
+    a pattern that matches no cell is an error naming the cells."""
+    if not only:
+        return cells
+    unmatched = [p for p in only if not any(fnmatch.fnmatchcase(c.name, p) for c in cells)]
+    if unmatched:
+        raise AtnatError(f"{path}: --only {unmatched[0]!r} matches no cell (an exact name or a glob such as "
+                         f"'*-at-s1'); cells: {', '.join(c.name for c in cells)}")
+    return [c for c in cells if any(fnmatch.fnmatchcase(c.name, p) for p in only)]
+
+
+def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, devices, cluster,
+               kept_stale: dict[str, str]) -> list[str]:
+    """Run (or submit) the cells, then write the table and report; returns the cells still pending."""
+    if cluster is not None:
+        from atnat.experiments.running.launchers.slurm import run_on_cluster  # here: submitit loads only for a cluster
+
+        started = time.time()
+        pending = run_on_cluster(grid, cells, cluster, results_root=results_root, smoke=smoke)
+        if not pending:
+            write_outputs(grid, out, path, started, {"parallel_cells": len(cells), "lanes": cluster.executor,
+                                                     "stale_cells_kept": kept_stale})
+        return pending
+
+    multi_node = [c.name for c in cells if c.config.train.num_nodes > 1]
+    if multi_node:
+        raise AtnatError(f"{path}: cells {', '.join(multi_node)} train on several nodes (train.num_nodes > 1); "
+                         "run them with a cluster launcher: --launcher slurm")
+    lanes = make_lanes(workers, devices)
+    parallel = len(lanes) > 1 or any(c.config.train.devices not in (1, "1") for c in cells)  # DDP: own process
+    started = time.time()
+
+    with Progress(transient=False) as progress:
+        bar = progress.add_task(f"grid {grid.name}", total=len(cells))
+        if parallel:
+            _run_in_workers(grid, cells, lanes, progress, bar, results_root=results_root, smoke=smoke)
+        else:
+            for cell in cells:
+                run_dir = Path(cell.config.output_dir)
+                progress.update(bar, description=f"{grid.name}: {cell.name}")
+                if cell_status(run_dir) != "ok":
+                    try:
+                        run_one(cell, run_dir, students_of(grid, cell))
+                    except LockHeld as err:  # trained by another process right now: not this run's
+                        progress.console.print(f"cell {cell.name} skipped: {err}")
+                progress.advance(bar)
+    write_outputs(grid, out, path, started, {"parallel_cells": len(lanes) if parallel else 1,
+                                             "lanes": ", ".join(lane.gpu or "cpu" for lane in lanes),
+                                             "stale_cells_kept": kept_stale})
+    return []
+
+
+def write_outputs(grid, out: Path, path, started: float, run_info: dict) -> None:
+    """The timing phase, then results.csv, environment.json and the report of the results folder `out`."""
+    timing_phase(grid, out)
+    first = grid.cells[0].config.eval if grid.cells else None
+    table = tabulate([describe(c) for c in grid.cells], out, significance=first.significance if first else "bs",
+                     n_bootstrap=first.n_bootstrap if first else 1000, baseline=grid.baseline)
+    command = "atnat " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else f"atnat run {path}"
+    env = environment(grid.path, time.time() - started, command) | run_info
+    if grid.cells:
+        env.update(significance=grid.cells[0].config.eval.significance,
+                   n_bootstrap=grid.cells[0].config.eval.n_bootstrap)
+    speed = SpeedSettings(**grid.speed)
+    env["timing"] = ("timing phase after training: every system of a task side by side in one process"
+                     + (f", {speed.threads or torch.get_num_threads()} CPU threads" if device_is_cpu(grid) else ""))
+    env["results_rows"] = len(table)  # the report refuses a results.csv with fewer (a cut-short file)
+    write_json_atomic(out / "environment.json", env)
+    if grid.goals:
+        write_json_atomic(out / "goals.json", grid.goals)
+    elif (out / "goals.json").exists():  # the grid no longer sets goals: the report must not show old ones
+        (out / "goals.json").unlink()
+    write_report(out)
+    print(f"results: {out / 'results.csv'} ({len(table)} rows); report: {out / 'report.md'}")
+
+
+def _run_in_workers(grid, cells, lanes, progress, bar, *, results_root: Path, smoke: bool) -> None:
+    def status(cell: Cell) -> str | None:
+        return cell_status(Path(cell.config.output_dir))
+
+    def finished(cell: Cell, state: str, seconds: float) -> None:
+        progress.console.print(f"{cell.name}: {state} ({seconds:.0f} s)")
+        progress.advance(bar)
+
+    lines: dict[str, object] = {}  # a progress line per running cell
+
+    def poll(running: list[Cell]) -> None:
+        names = {c.name for c in running}
+        for name in [n for n in lines if n not in names]:
+            progress.remove_task(lines.pop(name))
+        for cell in running:
+            text = f"  {cell.name}: {describe_progress(read_progress(Path(cell.config.output_dir)))}"
+            if cell.name not in lines:
+                lines[cell.name] = progress.add_task(text, total=None)
+            progress.update(lines[cell.name], description=text)
+
+    todo = priority_order(grid, [c for c in cells if status(c) != "ok"])
+    progress.advance(bar, len(cells) - len(todo))
+    run_parallel(grid.path, todo, lanes, results_root=results_root, smoke=smoke, status=status,
+                 mark_failed=lambda cell, message: record_failure_unless_held(cell, message),
+                 on_finish=finished, on_poll=poll)
+    for task in lines.values():
+        progress.remove_task(task)
+
+
+def priority_order(grid, cells: list[Cell]) -> list[Cell]:
+    """The order free workers take cells in: teachers first (their students wait on them), then the
+    rest as the grid file declares them (a cell declared last, e.g. a control, runs last)."""
+    teachers = {c.teacher for c in grid.cells if c.teacher}
+    declared = {c.name: i for i, c in enumerate(grid.cells)}
+    return sorted(cells, key=lambda c: (c.name not in teachers, declared[c.name]))
+
+
+def device_is_cpu(grid) -> bool:
+    return bool(grid.cells) and inference_device(grid.cells[0].config.train.accelerator) == "cpu"
+
+
+def timing_phase(grid, out: Path) -> None:
+    """Time every finished cell's strategies side by side (evaluation/timing.py), into out/timing.csv."""
+    done = [c for c in grid.cells if cell_status(Path(c.config.output_dir)) == "ok"]
+    if not done:
+        return
+    device = inference_device(done[0].config.train.accelerator)
+    time_grid(done, out, SpeedSettings(**grid.speed), device, grid.baseline)

@@ -1,0 +1,90 @@
+"""Cells whose recorded settings differ from the grid's now: found before anything runs, and
+neither silently kept nor silently discarded.
+
+A cell's run folder records every setting it was trained and evaluated with (config.json, written
+by training/train.py). When the grid file has changed since, the cell is stale:
+- its training settings changed (or its teacher's did): its weights are not what the grid asks for;
+- only its eval settings changed: its weights stand, its scores do not.
+`atnat run` lists the stale cells and stops (exit 2) unless told what to do: `--stale rerun` trains
+the first kind again (the old folder is kept as `runs/<cell>.stale-<time>`) and evaluates the second
+again from its checkpoint; `--stale keep` keeps their numbers, and the report names them.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from atnat.core.errors import AtnatError
+
+from atnat.experiments.config.settings import SettingsChange, settings_change
+
+STALE_CHOICES = ("rerun", "keep")
+
+
+class StaleCells(AtnatError):
+    """Cells were run with other settings and the user has not said what to do with them."""
+
+
+@dataclass
+class Stale:
+    cell: str
+    change: SettingsChange
+    retrain: bool  # its weights are stale (own training settings, or a stale teacher's)
+    reason: str
+
+
+def find_stale(grid, cells) -> list[Stale]:
+    """The cells among `cells` (of `grid`) whose run folder recorded other settings than asked now;
+    a student of a teacher that is retrained is retrained too (its targets and weights came from it)."""
+    found: dict[str, Stale] = {}
+    for cell in cells:
+        run_dir = Path(cell.config.output_dir)
+        if not (run_dir / "config.json").is_file():
+            continue
+        change = settings_change(run_dir, cell.config)
+        if change:
+            found[cell.name] = Stale(cell.name, change, bool(change.training), change.describe())
+    by_name = grid.by_name()
+    changed = True
+    while changed:  # students of retrained teachers, transitively
+        changed = False
+        for cell in cells:
+            teacher = found.get(cell.teacher or "")
+            if teacher is not None and teacher.retrain and not (found.get(cell.name) and found[cell.name].retrain):
+                if (Path(by_name[cell.name].config.output_dir) / "config.json").is_file():
+                    found[cell.name] = Stale(cell.name, SettingsChange([], []), True,
+                                             f"its teacher {teacher.cell} is trained again")
+                    changed = True
+    return [found[c.name] for c in cells if c.name in found]
+
+
+def describe_stale(stale: list[Stale]) -> str:
+    lines = [f"  {s.cell} ({'train again' if s.retrain else 'evaluate again'}): {s.reason}" for s in stale]
+    return "\n".join(lines)
+
+
+def handle_stale(grid, cells, policy: str | None) -> list[Stale]:
+    """Apply `policy` to the stale cells (see the module docstring); StaleCells when there are some
+    and no policy was given. Returns the stale cells (for environment.json and the report)."""
+    stale = find_stale(grid, cells)
+    if not stale:
+        return []
+    if policy is None:
+        raise StaleCells(f"{grid.path}: {len(stale)} cell(s) were run with other settings than the grid gives now:\n"
+                         f"{describe_stale(stale)}\nNothing was run. Say what to do with them: --stale rerun (train "
+                         "or evaluate them again; old run folders are kept as runs/<cell>.stale-<time>) or "
+                         "--stale keep (keep their numbers; the report names them)")
+    if policy not in STALE_CHOICES:
+        raise AtnatError(f"--stale {policy!r}: expected one of {', '.join(STALE_CHOICES)}")
+    if policy == "rerun":
+        by_name = grid.by_name()
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for s in stale:
+            run_dir = Path(by_name[s.cell].config.output_dir)
+            if s.retrain:
+                os.replace(run_dir, run_dir.with_name(f"{run_dir.name}.stale-{stamp}"))
+            elif (run_dir / "metrics.json").is_file():
+                os.replace(run_dir / "metrics.json", run_dir / f"metrics.stale-{stamp}.json")
+    return stale

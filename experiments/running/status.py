@@ -1,0 +1,84 @@
+"""`atnat status GRID`: each cell's state, job and last training step, read from its run folder.
+
+State: done / failed (metrics.json), queued / running (job.json, asked of submitit; or the cell's
+lock, held by whoever trains it), ended (a job that ended without a result: cancelled, timed out
+for good), interrupted (a checkpoint and no result), not started.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from atnat.experiments.console import PipeConsole
+from atnat.experiments.reporting.records import read_metrics
+from atnat.experiments.running.cell import cell_status
+from atnat.experiments.running.grid import load_grid_into
+from atnat.experiments.running.launchers.jobs import is_active, job_state, read_job
+from atnat.experiments.running.locks import cell_lock, holder_alive
+
+
+def last_step(run_dir: Path) -> int | None:
+    """The last training step the run logged (logs/metrics.csv), or its final step (train.json)."""
+    info = run_dir / "train.json"
+    if info.exists():
+        return int(json.loads(info.read_text()).get("global_step", 0))
+    log = run_dir / "logs" / "metrics.csv"
+    if not log.exists():
+        return None
+    import pandas as pd
+
+    try:
+        steps = pd.read_csv(log, usecols=["step"])["step"]
+    except (ValueError, pd.errors.EmptyDataError):
+        return None
+    return int(steps.max()) if len(steps) else None
+
+
+def cell_state(run_dir: Path) -> dict:
+    """One row of the status table for a cell's run folder."""
+    job = read_job(run_dir) or {}
+    row = {"state": "not started", "job": job.get("job_id", ""), "launcher": job.get("launcher", ""),
+           "last_step": last_step(run_dir), "error": ""}
+    status = cell_status(run_dir)
+    if status in ("ok", "failed"):
+        row["state"] = "done" if status == "ok" else "failed"
+        if status == "failed":
+            row["error"] = str(read_metrics(run_dir).get("error", ""))[:80]
+        return row
+    held = holder_alive(cell_lock(run_dir))
+    if job:
+        state = job_state(job)
+        row["job_state"] = state
+        if is_active(state):
+            row["state"] = "running" if held or state.startswith("RUNNING") else "queued"
+            return row
+        row["state"] = f"ended ({state.lower()})"
+    if held:
+        row["state"] = "running"
+    elif (run_dir / "checkpoints" / "last.ckpt").exists() and not job:
+        row["state"] = "interrupted"
+    return row
+
+
+def status_rows(grid_path, results_root: Path, smoke: bool) -> list[dict]:
+    grid, _ = load_grid_into(grid_path, results_root, smoke)
+    return [{"cell": c.name, "teacher": c.teacher or ""} | cell_state(Path(c.config.output_dir)) for c in grid.cells]
+
+
+def print_status(grid_path, *, results_root: Path, smoke: bool) -> list[dict]:
+    rows = status_rows(grid_path, results_root, smoke)
+    table = Table(title=f"{grid_path}: {len(rows)} cells")
+    for col in ("cell", "state", "job", "last step", "teacher", "error"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["cell"], r["state"], str(r["job"]), "" if r["last_step"] is None else str(r["last_step"]),
+                      r["teacher"], r["error"])
+    console = PipeConsole(width=200)  # `atnat status | head -1` exits 141 like every other command
+    console.print(table)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    console.print(", ".join(f"{n} {state}" for state, n in counts.items()))
+    return rows

@@ -1,0 +1,100 @@
+"""Sequence-level knowledge distillation (Kim & Rush 2016): an AT teacher re-writes the training
+targets; students train on its outputs. Results are cached in the teacher's run directory."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+from filelock import FileLock
+
+from atnat.core.errors import AtnatError
+
+from atnat.experiments.data.batching import encode_split
+from atnat.experiments.config.run import build_strategy
+from atnat.experiments.evaluation.decode import decode_split
+from atnat.experiments.files import write_json_atomic, write_lines_atomic
+from atnat.experiments.evaluation.metrics.quality import bleu_metric
+from atnat.experiments.modelfiles.loading import checkpoint_stamp, load_module
+
+
+def distill_sources(teacher, tokenizer, sources: list[str], strategy_spec, *, max_tokens: int = 8000,
+                    on_batch=None) -> list[str]:
+    """Teacher outputs (detokenised) for `sources`, in order; one line per source, checked.
+    `on_batch(sentences done)` follows the progress."""
+    label, strategy = build_strategy(strategy_spec)
+    split = encode_split(tokenizer, sources, sources, name="distillation input")
+    out = decode_split(teacher, split, strategy, max_tokens=max_tokens, on_batch=on_batch)
+    lines = [tokenizer.decode(h).replace("\n", " ") for h in out.hyps]
+    if len(lines) != len(sources):
+        raise AtnatError(f"distillation produced {len(lines)} lines for {len(sources)} sources")
+    return lines
+
+
+def teacher_dir(teacher: str | Path) -> Path:
+    path = Path(teacher)
+    return path.parent.parent if path.is_file() else path
+
+
+def all_options(strategy_spec) -> tuple[str, dict]:
+    """(label, every option of the strategy with its value, defaults included)."""
+    label, strategy = build_strategy(strategy_spec)
+    return label, {"name": strategy.registered_name, **json.loads(json.dumps(dataclasses.asdict(strategy), default=str))}
+
+
+def cache_dir(teacher_path: str | Path, strategy_spec) -> Path:
+    """`<teacher run>/distill/<label>-<hash of every option>`: the label (beam5) is readable, the hash
+    keeps apart two strategies that differ in an option the label does not show (alpha, length limits)."""
+    return _cache_dir(teacher_path, *all_options(strategy_spec))
+
+
+def _cache_dir(teacher_path: str | Path, label: str, options: dict) -> Path:
+    digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
+    return teacher_dir(teacher_path) / "distill" / f"{label}-{digest}"
+
+
+def distilled_targets(teacher_path: str | Path, sources: list[str], references: list[str], strategy_spec,
+                      *, max_tokens: int = 8000, device: str = "cpu", on_batch=None) -> tuple[list[str], dict]:
+    """Distilled training targets, cached as `train.txt` in `cache_dir(teacher, strategy)` with a
+    `meta.json` recording the teacher, the strategy and its options, the line count and BLEU against
+    the references. Reused only for the same teacher weights, options and sources. `on_batch(sentences
+    done)` follows a decode."""
+    label, options = all_options(strategy_spec)
+    cache = _cache_dir(teacher_path, label, options)
+    cache.mkdir(parents=True, exist_ok=True)
+    with FileLock(cache / ".lock"):  # students started at once by parallel workers: one decodes
+        lines, meta = _cached_or_decoded(teacher_path, cache, (label, options), sources, references, strategy_spec,
+                                         max_tokens, device, on_batch)
+    if not any(line.strip() for line in lines):
+        raise AtnatError(f"distillation: the teacher {teacher_path} produced only empty lines for the {len(lines)} "
+                         f"training sources (strategy {label}; see {cache / 'train.txt'}), so the student has no "
+                         "targets to learn from; train the teacher longer or check its run")
+    return lines, meta
+
+
+def _cached_or_decoded(teacher_path, cache: Path, described: tuple[str, dict], sources, references, strategy_spec,
+                       max_tokens, device, on_batch=None):
+
+    text_path, meta_path = cache / "train.txt", cache / "meta.json"
+    stamp, (label, options), digest = checkpoint_stamp(teacher_path), described, _digest(sources)
+    if text_path.exists() and meta_path.exists():  # reuse only for the same teacher weights
+        lines = text_path.read_text(encoding="utf-8").split("\n")[:-1]
+        meta = json.loads(meta_path.read_text())
+        if (len(lines) == len(sources) and meta.get("checkpoint") == stamp
+                and meta.get("options") == options and meta.get("sources_sha256") == digest):
+            return lines, meta
+    module, tokenizer = load_module(teacher_path, map_location=device)
+    lines = distill_sources(module, tokenizer, sources, strategy_spec, max_tokens=max_tokens, on_batch=on_batch)
+    metric = bleu_metric(module.bleu_tokenize)
+    meta = {"teacher": str(teacher_path), "checkpoint": stamp, "strategy": label,
+            "options": options, "sources_sha256": digest, "lines": len(lines),
+            "bleu_vs_references": metric.corpus_score(lines, [references]).score,
+            "bleu_signature": str(metric.get_signature())}
+    write_lines_atomic(text_path, lines)
+    write_json_atomic(meta_path, meta)
+    return lines, meta
+
+
+def _digest(lines: list[str]) -> str:
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()

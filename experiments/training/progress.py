@@ -1,0 +1,133 @@
+"""What a training run is doing, for the person waiting on it.
+
+Every run writes `<run>/progress.json` (atomically): its phase, step, training loss, the last
+validation scores, elapsed time and ETA; and prints a line at each validation (its worker.log
+then shows the run's course). `atnat run` reads these files and shows one line per running cell.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+
+FILE = "progress.json"
+
+from atnat.experiments.files import atomic_write_bytes
+
+
+def write_progress(run_dir: Path, **fields) -> None:
+    """Merge `fields` into <run>/progress.json (atomic), stamped with the time."""
+    path = Path(run_dir) / FILE
+    state = read_progress(run_dir) or {}
+    state.update(fields, updated=time.time())
+    atomic_write_bytes(path, json.dumps(state, default=float).encode())
+
+
+def counting_phase(run_dir: Path, what: str, total: int, every_s: float = 5.0):
+    """A callback for a long count (`on_batch(done)`): writes the phase `what: done/total, ETA` to
+    progress.json at most every `every_s` seconds, and once at the end."""
+    started = last = time.time()
+    write_progress(run_dir, phase=f"{what}: 0/{total}")
+
+    def on_batch(done: int) -> None:
+        nonlocal last
+        now = time.time()
+        if now - last < every_s and done < total:
+            return
+        last = now
+        eta = (total - done) * (now - started) / done if done else math.inf
+        write_progress(run_dir, phase=f"{what}: {done}/{total}, ETA {_minutes(eta)}")
+
+    return on_batch
+
+
+def read_progress(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(run_dir) / FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def eta_seconds(step: int, max_steps: int, elapsed: float, max_time: float | None, start_step: int = 0) -> float:
+    """Seconds left: the remaining steps at this attempt's pace, capped by the time budget left."""
+    done = step - start_step
+    left = math.inf if done <= 0 or max_steps <= 0 else (max_steps - step) * elapsed / done
+    if max_time:
+        left = min(left, max(max_time - elapsed, 0.0))
+    return left
+
+
+def _minutes(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def describe(state: dict | None) -> str:
+    """One line: `training step 120/2000, loss 4.12, val BLEU 12.3, ETA 14 min` (or the phase)."""
+    if not state:
+        return "starting"
+    phase = state.get("phase", "training")
+    if phase != "training":
+        return phase
+    parts = [f"step {state.get('step', 0)}/{state.get('max_steps', '?')}"]
+    if state.get("loss") is not None:
+        parts.append(f"loss {state['loss']:.3g}")
+    for key, name in (("val_loss", "val loss"), ("val_bleu", "val BLEU")):
+        if state.get(key) is not None:
+            parts.append(f"{name} {state[key]:.3g}")
+    parts.append(f"ETA {_minutes(state.get('eta_s'))}")
+    return "training " + ", ".join(parts)
+
+
+class ProgressReporter(pl.Callback):
+    """Writes progress.json every `every` steps and at each validation; prints a line per validation."""
+
+    def __init__(self, run_dir: Path, max_steps: int, max_time_s: float | None, every: int = 10):
+        self.run_dir, self.max_steps, self.max_time_s, self.every = Path(run_dir), max_steps, max_time_s, every
+        self.started, self.start_step = time.time(), 0
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.started, self.start_step = time.time(), trainer.global_step
+        if trainer.is_global_zero:
+            write_progress(self.run_dir, phase="training", step=trainer.global_step, max_steps=self.max_steps)
+
+    def _state(self, trainer) -> dict:
+        metrics = trainer.callback_metrics
+        value = lambda key: float(metrics[key]) if key in metrics else None  # noqa: E731
+        elapsed = time.time() - self.started
+        return {"phase": "training", "step": trainer.global_step, "max_steps": self.max_steps,
+                "loss": value("train/loss"), "val_loss": value("val/loss"), "val_bleu": value("val/bleu"),
+                "elapsed_s": elapsed,
+                "eta_s": eta_seconds(trainer.global_step, self.max_steps, elapsed, self._time_left(trainer),
+                                     self.start_step)}
+
+    def _time_left(self, trainer) -> float | None:
+        """The wall-clock budget of this attempt (max_time_s less what earlier attempts used)."""
+        if not self.max_time_s:
+            return None
+        timer = next((c for c in trainer.callbacks if type(c).__name__ == "Timer"), None)
+        before = 0.0
+        if timer is not None:
+            try:
+                before = timer.time_elapsed("train") - (time.time() - self.started)
+            except Exception:  # noqa: BLE001  (a Timer without state: no earlier attempt)
+                before = 0.0
+        return max(self.max_time_s - max(before, 0.0), 0.0)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.is_global_zero and trainer.global_step % self.every == 0:
+            write_progress(self.run_dir, **self._state(trainer))
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero and not trainer.sanity_checking:
+            state = self._state(trainer)
+            write_progress(self.run_dir, **state)
+            print(f"{self.run_dir.name}: {describe(state)}", flush=True)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero:
+            write_progress(self.run_dir, phase="evaluating", step=trainer.global_step)

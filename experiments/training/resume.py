@@ -1,0 +1,98 @@
+"""Resuming a run exactly where it stopped.
+
+- `ResumeState` puts what a mid-epoch resume needs into each checkpoint besides Lightning's own
+  state: the RNG states and how many batches of the current epoch were trained (the token-budget
+  sampler then skips them), so a resumed run trains on exactly the batches an uninterrupted one would.
+- `resume_point` picks the newest checkpoint of a run that loads and checks; one that does not is
+  renamed `<name>.damaged-<time>` with a message naming it, and the run falls back to the next one
+  or starts afresh.
+"""
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+from atnat.experiments.modelfiles.checkpoints import (
+    CheckpointDamaged, CheckpointRefused, checkpoint_step, checksum_path,
+)
+
+
+class ResumeState(pl.Callback):
+    """Saves and restores the RNG states and the position inside the training epoch.
+
+    `sampler` is the training loader's TokenBudgetSampler: on resume it skips the batches of the
+    current epoch that were already trained (Lightning resumes its counters, not the data order)."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self.sampler.set_epoch(trainer.current_epoch)  # the batches are drawn lazily, after this hook
+        self.sampler.trained = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.sampler.trained = batch_idx + 1  # batch_idx continues across a resume
+
+    def state_dict(self) -> dict:
+        state = {"torch": torch.get_rng_state(), "python": _python_rng_state(),
+                 "sampler": self.sampler.state_dict()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        torch.set_rng_state(state["torch"])
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+        self.sampler.load_state_dict(state["sampler"])
+
+
+def _python_rng_state() -> tuple:
+    version, internal, gauss = random.getstate()
+    return version, list(internal), gauss  # plain types: loadable with weights_only=True
+
+
+DAMAGED = (CheckpointDamaged, CheckpointRefused)
+
+
+def resume_point(ckpt_dir: Path, set_aside: bool = True) -> Path | None:
+    """The newest checkpoint in `ckpt_dir` that loads (last.ckpt first), or None for a fresh start.
+
+    A checkpoint that fails to load is renamed `<name>.damaged-<time>` (never deleted; `set_aside`
+    False: only skipped, as in the helper ranks of a DDP run) and named on stderr. averaged.ckpt is
+    never resumed from: its weights are a mean, not a training state."""
+    if not ckpt_dir.is_dir():
+        return None
+    candidates = sorted((p for p in ckpt_dir.glob("*.ckpt") if p.name != "averaged.ckpt"),
+                        key=lambda p: (p.name != "last.ckpt", -p.stat().st_mtime))
+    good: list[tuple[int, Path]] = []
+    damaged = False
+    for path in candidates:
+        try:
+            good.append((checkpoint_step(path), path))
+        except DAMAGED as err:
+            damaged = True
+            if not set_aside:
+                continue
+            aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
+            os.replace(path, aside)
+            if checksum_path(path).exists():
+                os.replace(checksum_path(path), checksum_path(aside))
+            print(f"atnat: {err}; set aside as {aside.name}", file=sys.stderr)
+    if not good:
+        if damaged:
+            print(f"atnat: no loadable checkpoint left in {ckpt_dir}; training starts afresh", file=sys.stderr)
+        return None
+    best_step = max(step for step, _ in good)
+    chosen = next(path for step, path in good if step == best_step)  # last.ckpt wins a tie
+    if damaged:
+        print(f"atnat: resuming from {chosen} (step {best_step})", file=sys.stderr)
+    return chosen

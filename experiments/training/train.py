@@ -1,0 +1,278 @@
+"""Train one run: data -> Seq2SeqModule -> Lightning Trainer, resumable from its last checkpoint."""
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import signal
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+
+from atnat.core.errors import AtnatError
+from atnat.models.seq2seq import Seq2SeqModule
+
+from atnat.experiments.modelfiles.checkpoints import (
+    AtomicCheckpointIO, average_checkpoints, checkpoint_step, read_checkpoint, save_checkpoint_file,
+)
+from atnat.experiments.training.resume import ResumeState, resume_point
+from atnat.experiments.config.devices import helper_rank
+from atnat.experiments.config.run import RunConfig, load_task, named
+from atnat.experiments.config.settings import resolved, settings_change
+from atnat.experiments.data.batching import EncodedSplit, check_budget, encode_split, make_loader
+from atnat.experiments.files import write_json_atomic
+from atnat.experiments.training.logs import make_loggers
+from atnat.experiments.config.precision import resolve_precision
+from atnat.experiments.training.progress import ProgressReporter
+from atnat.experiments.training.divergence import DivergenceGuard
+from atnat.experiments.evaluation.assemble import validation_search
+from atnat.experiments.modelfiles.loading import attach_tokenizer, load_module
+from atnat.experiments.data.tasks import TaskData
+
+@dataclass
+class PreparedData:
+    """A task's sentences, tokenizer and encoded splits."""
+
+    task: TaskData
+    encoded: dict[str, EncodedSplit]
+
+
+def prepare_data(cfg: RunConfig, task: TaskData | None = None,
+                 train_targets: list[str] | None = None) -> PreparedData:
+    """Load and encode all splits; `train_targets` replaces the training targets (distillation)."""
+    task = task or load_task(cfg)
+    encoded = {}
+    for split, (src, tgt) in task.splits.items():
+        if split == "train" and train_targets is not None:
+            if len(train_targets) != len(src):
+                raise AtnatError(f"distilled targets: {len(train_targets)} lines for {len(src)} training sources")
+            tgt = train_targets
+        encoded[split] = encode_split(task.tokenizer, src, tgt, name=split, max_len=cfg.train.max_len,
+                                      drop_long=split == "train")
+        budget, setting = (cfg.train.max_tokens, "train.max_tokens") if split == "train" \
+            else (cfg.eval.max_tokens, "eval.max_tokens")
+        check_budget(encoded[split], budget, setting=setting, name=split)  # refused before anything trains
+    return PreparedData(task, encoded)
+
+
+def build_module(cfg: RunConfig, task: TaskData) -> Seq2SeqModule:
+    dec_name, dec_opts = named(cfg.decoder, "decoder")
+    module = Seq2SeqModule(vocab_size=task.tokenizer.vocab_size, decoder=dec_name, model=cfg.model,
+                           decoder_options=dec_opts, loss=cfg.loss, optim=cfg.optim)
+    attach_tokenizer(module, task.tokenizer, task.bleu_tokenize, task.lang)
+    module.validation_search = validation_search(module.decoder)
+    return module
+
+
+def quiet_lightning() -> None:
+    """Drop Lightning's tips and the data-loader worker advice that do not apply here."""
+    for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    warnings.filterwarnings("ignore", ".*LeafSpec.*")
+    warnings.filterwarnings("ignore", ".*treespec.*")
+    warnings.filterwarnings("ignore", ".*smaller than the logging interval.*")
+
+
+def initialise(module: Seq2SeqModule, cfg: RunConfig) -> dict:
+    """Copy train.init_from's weights into `module` wherever a parameter's name and shape match (a
+    NAT student of an AT teacher: encoder, embeddings, decoder layers, output projection; not the
+    length predictor). A resumed run then loads its own checkpoint over this. -> what was copied."""
+    source = cfg.train.init_from
+    if source == "teacher":
+        if cfg.distill is None:
+            raise AtnatError(f"run {cfg.name}: train.init_from: teacher needs distill.teacher (a grid teacher)")
+        source = cfg.distill.teacher
+    other = load_module(source)[0].state_dict()
+    own = module.state_dict()
+    copied = {k: v for k, v in other.items() if k in own and own[k].shape == v.shape}
+    if not copied:
+        raise AtnatError(f"train.init_from {source}: no parameter of that model fits this one")
+    module.load_state_dict(copied, strict=False)
+    return {"source": str(source), "tensors": len(copied), "of": len(own),
+            "not_copied": sorted(k for k in own if k not in copied)}
+
+
+def finished_training(run_dir: Path, cfg: RunConfig) -> Path | None:
+    """The checkpoint a run's finished training left for evaluation (train.json names it), when it
+    was trained with these settings; None when training is not finished or its settings changed."""
+    record = run_dir / "train.json"
+    if not record.is_file():
+        return None
+    try:
+        chosen = run_dir / "checkpoints" / json.loads(record.read_text())["evaluated_checkpoint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return chosen if chosen.is_file() and not settings_change(run_dir, cfg).training else None
+
+
+def selection(t) -> tuple[str, str]:
+    """(monitored metric, mode) that selects checkpoints (train.checkpoint_metric)."""
+    return ("val/bleu", "max") if t.checkpoint_metric == "bleu" else ("val/loss", "min")
+
+
+def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
+    """The Lightning Trainer of a run: checkpoint selection and averaging, EMA, exact resume
+    (`sampler`: the training loader's TokenBudgetSampler), atomic checkpoint files, logs."""
+    t = cfg.train
+    monitor, mode = selection(t)
+    ckpt_dir = run_dir / "checkpoints"
+    several = t.keep > 1 or t.average == "best"
+    callbacks = [ResumeState(sampler),
+                 ModelCheckpoint(dirpath=ckpt_dir, filename="top-{step}" if several else "best", monitor=monitor,
+                                 mode=mode, save_last=True, save_top_k=t.keep if t.average != "last" else 1,
+                                 enable_version_counter=False, auto_insert_metric_name=False)]
+    if t.average == "last":  # the last `keep` validation checkpoints
+        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="step-{step}", monitor="step", mode="max",
+                                         save_top_k=t.keep, enable_version_counter=False,
+                                         auto_insert_metric_name=False))
+    if t.early_stop_patience:
+        callbacks.append(EarlyStopping(monitor, patience=t.early_stop_patience, mode=mode,
+                                       min_delta=t.early_stop_min_delta))
+    if t.ema is not None:
+        from pytorch_lightning.callbacks.weight_averaging import EMAWeightAveraging
+
+        callbacks.append(EMAWeightAveraging(decay=t.ema))
+    callbacks.append(DivergenceGuard(t.divergence_factor))  # a NaN/exploding loss fails the run
+    callbacks.append(ProgressReporter(run_dir, t.max_steps, t.max_time_s))  # progress.json, a line per validation
+    return pl.Trainer(
+        max_steps=t.max_steps, max_epochs=t.max_epochs, val_check_interval=t.val_every_steps,
+        max_time=None if t.max_time_s is None else datetime.timedelta(seconds=t.max_time_s),
+        check_val_every_n_epoch=None, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
+        precision=resolve_precision(t.precision, t.accelerator),
+        gradient_clip_val=cfg.optim.get("clip_norm", 1.0) or None, callbacks=callbacks,
+        default_root_dir=run_dir, logger=make_loggers(t.loggers, run_dir) or False,
+        plugins=[AtomicCheckpointIO()],
+        enable_progress_bar=t.progress_bar, enable_model_summary=False, num_sanity_val_steps=0,
+        use_distributed_sampler=False, log_every_n_steps=min(50, max(1, t.val_every_steps // 4)))
+
+
+class SettingsChanged(AtnatError):
+    """A run would resume under other settings than the ones it was trained with."""
+
+
+def record_change(run_dir: Path, change, step: int) -> None:
+    """Append an accepted change of settings, with the step from which it holds, to settings_changes.json."""
+    path = run_dir / "settings_changes.json"
+    history = json.loads(path.read_text()) if path.is_file() else []
+    history.append({"step": step, "time": datetime.datetime.now().isoformat(timespec="seconds"),
+                    "changes": [{"key": k, "was": a, "now": b} for k, a, b in change.training]})
+    write_json_atomic(path, history)
+
+
+class OptimizerSettings(pl.Callback):
+    """After a resume with changed settings: the optimizer takes this run's optim values (lr, betas,
+    eps, weight decay) instead of those saved with its state (the schedule's shape follows the new
+    config already: its factor is a function, not saved)."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        o = pl_module.optim_cfg
+        for config in trainer.lr_scheduler_configs:
+            config.scheduler.base_lrs = [o.lr for _ in config.scheduler.base_lrs]
+        for optimizer in trainer.optimizers:
+            for group in optimizer.param_groups:
+                group.update(initial_lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+        for config in trainer.lr_scheduler_configs:  # lr = new peak x the schedule's factor at this step
+            sched = config.scheduler
+            for group, base, factor in zip(sched.optimizer.param_groups, sched.base_lrs, sched.lr_lambdas):
+                group["lr"] = base * factor(sched.last_epoch)
+
+
+def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
+          allow_changes: bool = False) -> Path | None:
+    """Train (or resume) the run in `run_dir`; returns the checkpoint evaluation uses (see
+    `evaluation_checkpoint`), or None in the non-zero ranks of a multi-device (DDP) run, whose work
+    ends with training. Resuming under settings that differ from the recorded ones (config.json)
+    is SettingsChanged, unless `allow_changes` (then recorded in settings_changes.json)."""
+    quiet_lightning()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.train.num_threads:
+        torch.set_num_threads(cfg.train.num_threads)
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    data = data or prepare_data(cfg)
+    resume = resume_point(run_dir / "checkpoints", set_aside=not helper_rank())  # every DDP rank resumes
+    change = settings_change(run_dir, cfg) if resume is not None else None
+    if change and change.training:
+        if not allow_changes:
+            raise SettingsChanged(f"run {cfg.name} ({run_dir}) was trained with other settings than these, and "
+                                  f"resuming would file its results under settings that did not make them: "
+                                  f"{change.describe()}. Give the run another folder (or move {run_dir} aside), or "
+                                  "resume with the new settings on purpose: atnat train --allow-settings-change "
+                                  "(the change is recorded in settings_changes.json with its step)")
+        if not helper_rank():
+            record_change(run_dir, change, checkpoint_step(resume))
+    if not helper_rank():
+        write_json_atomic(run_dir / "config.json", resolved(cfg))  # every setting, defaults included
+    module = build_module(cfg, data.task)
+    t = cfg.train
+    initialised = initialise(module, cfg) if t.init_from else None
+    train_loader = make_loader(data.encoded["train"], t.max_tokens, shuffle=True, seed=cfg.seed,
+                               max_sentences=t.max_sentences, distributed=True)
+    val_loader = make_loader(data.encoded["valid"], cfg.eval.max_tokens, shuffle=False)
+    trainer = make_trainer(cfg, run_dir, train_loader.batch_sampler)
+    if change and change.training:
+        trainer.callbacks.append(OptimizerSettings())  # the new optim values replace the checkpoint's
+    started = time.time()
+    fit(trainer, module, train_loader, val_loader, resume)
+    train_time = time.time() - started
+    best = run_dir / "checkpoints" / "best.ckpt"
+    if not any(isinstance(c, ModelCheckpoint) and c.best_model_path and Path(c.best_model_path).is_file()
+               for c in trainer.callbacks):
+        trainer.save_checkpoint(best)  # no validation ran (tiny runs): keep what we have; collective under DDP
+    if not trainer.is_global_zero:
+        return None
+    chosen = select_weights(trainer, t, run_dir / "checkpoints")
+    info = {"world_size": trainer.world_size, "accelerator": type(trainer.accelerator).__name__,
+            "precision": str(trainer.precision), "precision_asked": t.precision, "global_step": trainer.global_step,
+            "evaluated_checkpoint": chosen.name, "train_time_s": train_time}
+    if initialised:
+        info["initialised_from"] = initialised
+    write_json_atomic(run_dir / "train.json", info)
+    return chosen
+
+
+def fit(trainer: pl.Trainer, module, train_loader, val_loader, resume: Path | None) -> None:
+    """trainer.fit, with Ctrl-C kept a KeyboardInterrupt: Lightning turns it into a silent exit 1
+    (and ignores SIGINT from then on); atnat's command line reports it as 130 with the resume hint."""
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        trainer.fit(module, train_loader, val_loader, ckpt_path=str(resume) if resume else None)
+    except SystemExit:
+        if not trainer.interrupted:
+            raise
+        raise KeyboardInterrupt from None
+    finally:
+        if handler is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, handler)
+
+
+def select_weights(trainer: pl.Trainer, t, ckpt_dir: Path) -> Path:
+    """The checkpoint evaluation uses: best.ckpt, or averaged.ckpt (train.average) written here."""
+    best = ckpt_dir / "best.ckpt"
+    selector = next(c for c in trainer.callbacks if isinstance(c, ModelCheckpoint))
+    if t.average == "none":
+        if selector.best_model_path and Path(selector.best_model_path) not in (best,) \
+                and Path(selector.best_model_path).is_file():  # keep > 1: copy the best
+            save_checkpoint_file(read_checkpoint(Path(selector.best_model_path)), best)
+        return best
+    if t.average == "best":
+        ranked = sorted(selector.best_k_models.items(), key=lambda kv: float(kv[1]), reverse=selector.mode == "max")
+        paths = [Path(p) for p, _ in ranked]
+    else:
+        steps = next(c for c in trainer.callbacks if isinstance(c, ModelCheckpoint) and c.monitor == "step")
+        paths = sorted((Path(p) for p in steps.best_k_models), key=lambda p: int(p.stem.split("-")[-1]))
+        if not paths or not all(p.is_file() for p in paths):  # a run folder moved since: its files say which are last
+            paths = sorted(ckpt_dir.glob("step-*.ckpt"), key=lambda p: int(p.stem.split("-")[-1]))[-t.keep:]
+    paths = [p for p in paths if p.is_file()]
+    if not paths:  # no validation ran: nothing to average
+        return best
+    out = ckpt_dir / "averaged.ckpt"
+    average_checkpoints(paths, out, {"average": t.average, "metric": t.checkpoint_metric,
+                                     "checkpoints": [p.name for p in paths]})
+    return out
