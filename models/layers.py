@@ -28,7 +28,8 @@ class OutputProjection(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         w = self.weight
-        if self.training or torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != w.dtype:
+        if (self.training or torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != w.dtype
+                or torch.compiler.is_compiling()):  # a compiled step picks its own layout
             return F.linear(x, w, self.bias)
         version = -1 if w.is_inference() else w._version  # inference tensors have no version counter
         c = self._cache
