@@ -103,6 +103,61 @@ def test_static_step_is_given_the_same_buffers_at_every_step(strategy):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=["greedy", "beam5"])
+def test_the_next_decode_of_the_same_shapes_reuses_the_buffers(strategy):
+    """A CUDA graph replays on fixed addresses: new buffers per batch would re-record it."""
+    model = eos_prone_model()
+    src, lengths = padded_batch()
+    model.decoder.use_static_cache(True)
+    calls = record_step_inputs(model.decoder)
+    first = model.decode(src, lengths, strategy)
+    n = len(calls)
+    again = model.decode(src, lengths, strategy)
+    assert torch.equal(first.tokens, again.tokens) and len(calls) == 2 * n
+    assert calls[n] == calls[0]
+
+
+def test_a_state_whose_buffers_a_newer_decode_took_refuses_to_step():
+    from atnat.core.errors import AtnatError
+
+    model = eos_prone_model()
+    src, _ = padded_batch()
+    dec = model.decoder
+    dec.use_static_cache(True)
+    memory = model.encode(src)
+    prev = torch.ones(6, dtype=torch.long)
+    with torch.no_grad():
+        old = dec.init_state(memory, max_steps=4)
+        dec.step(prev, old)
+        new = dec.init_state(memory, max_steps=4)  # same shapes: the same buffers
+        assert new.self_k.data_ptr() == old.self_k.data_ptr()
+        with pytest.raises(AtnatError, match="lost its buffers to a newer init_state"):
+            dec.step(prev, old)
+        dec.step(prev, new)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=["greedy", "beam5"])
+def test_every_input_of_the_compiled_step_has_a_static_address(strategy, monkeypatch):
+    """What CUDA graphs ("reduce-overhead") need: the caches the graph writes in place and the
+    step's inputs are marked static (else cudagraphs skip a graph that mutates an input, and copy
+    every other input into a private buffer at each replay)."""
+    real, seen = torch.compile, []
+
+    def backend(gm, example_inputs):
+        seen.extend((tuple(x.shape), getattr(x, "_dynamo_static_input_type", None))
+                    for x in example_inputs if isinstance(x, torch.Tensor))
+        return gm.forward
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch, "compile", lambda fn, *, mode=None, **kw: real(fn, backend=backend, **kw))
+    model = eos_prone_model()
+    src, lengths = padded_batch()
+    model.decoder.use_static_cache(True, "reduce-overhead")
+    model.decode(src, lengths, strategy)
+    torch._dynamo.reset()
+    assert seen and [shape for shape, marked in seen if marked is None] == []
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=["greedy", "beam5"])
 def test_compiled_static_step_compiles_once_per_decode(strategy, counting_compile):
     model = eos_prone_model()
     src, lengths = padded_batch()
@@ -136,3 +191,30 @@ def test_static_step_decodes_like_the_growing_cache(strategy, pad, compiled, cou
     assert out.n_steps == ref.n_steps
     torch.testing.assert_close(out.scores, ref.scores, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out.positional_scores, ref.positional_scores, atol=1e-5, rtol=1e-5)
+
+
+def test_static_reorders_equal_the_plain_ones():
+    """Reorders in place (permute, drop, duplicate within a memory row's block: the same buffers)
+    and relayouts (more rows than a block holds) give the growing cache's log-probs at every step."""
+    model = eos_prone_model()
+    src, _ = padded_batch()
+    dec, memory = model.decoder, model.encode(src)
+    orders = [([5, 4, 3, 2, 1, 0], True), ([0, 2, 3], True),  # permute; drop rows
+              ([0, 0, 1, 1, 2, 2], False),  # 2 copies of each row mid-decode: relaid out
+              (torch.arange(6).repeat_interleave(2).tolist(), False),  # 12 rows: blocks of 2 buffer rows
+              ([1, 1, 2, 3, 5, 4], True),  # within blocks: copy one beam, keep, swap; 3 blocks leave
+              ([3, 2, 0], True), ([2, 2, 2], False)]  # drop; 3 copies outgrow a block
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        plain = dec.init_state(memory)
+        dec.use_static_cache(True)
+        static = dec.init_state(memory, max_steps=len(orders) + 1)
+        for order, in_place in [(None, True), *orders]:
+            if order is not None:
+                before = static.static, static.self_k.data_ptr(), static.self_k.shape
+                plain, static = (dec.reorder_state(s, torch.tensor(order)) for s in (plain, static))
+                assert not in_place or (static.static, static.self_k.data_ptr(), static.self_k.shape) == before
+            tok = torch.randint(6, 40, (len(order or range(6)),), generator=g)
+            a, plain = dec.step(tok, plain)
+            b, static = dec.step(tok, static)
+            torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
