@@ -10,7 +10,8 @@ pad, bos, mask and blank are never emitted. Scores are the model's log-probs aft
 (masked entries -inf, no renormalisation).
 
 Finished rows leave the batch: when some rows finish, the state is shrunk with one
-`model.reorder_state(state, kept_rows)` call, so later steps only pay for live rows.
+`model.reorder_state(state, kept_rows)` call, so later steps only pay for live rows (a model may
+keep them as masked rows instead: the AT decoder's static-cache step does, to keep its shapes).
 """
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+_is_compiling = getattr(torch.compiler, "is_compiling", None) or (lambda: torch._dynamo.is_compiling())  # torch < 2.3
 
 class OutputProjection(nn.Linear):
     """The vocabulary projection: nn.Linear (same parameters, state dict and training path) that, at
@@ -28,7 +29,8 @@ class OutputProjection(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         w = self.weight
-        if self.training or torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != w.dtype:
+        if (self.training or torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != w.dtype
+                or _is_compiling()):  # a compiled step picks its own layout
             return F.linear(x, w, self.bias)
         version = -1 if w.is_inference() else w._version  # inference tensors have no version counter
         c = self._cache

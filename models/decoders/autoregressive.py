@@ -12,6 +12,7 @@ from torch import Tensor
 from atnat.core.options import require_choice
 from atnat.models.batch import Batch
 from atnat.models.decoders.base import Decoder, register_decoder
+from atnat.models.decoders.static_cache import BufferPool, StaticBuffers, place_rows
 from atnat.models.encoder import EncoderOut
 from atnat.core.errors import AtnatError
 from atnat.models.losses import Loss, label_smoothed_nll, token_accuracy
@@ -54,6 +55,8 @@ class ATState:
     (written in place at position t). cross_k/cross_v (L, M, H, S, Dh): encoder keys/values of M
     memory rows; `group` > 0 says rows are laid out as M contiguous groups of `group` rows (a beam),
     so cross-attention runs the group's queries together instead of copying memory per row.
+    With the static cache (`static` set) these tensors are the fixed buffers of `static`: R counts
+    buffer rows, and the strategy's rows are buffer rows `rows`; the others are finished, masked out.
     """
 
     self_k: Tensor
@@ -66,7 +69,14 @@ class ATState:
     t: int = 0
     window: tuple[int, int] | None = None  # decode-time monotonic attention window (back, forward)
     focus: Tensor | None = None  # (R,) source position each row attended last (window centre)
-    pos: Tensor | None = None  # static cache: 0-dim step index on the device (shapes never change)
+    static: StaticBuffers | None = None  # static cache: the buffers the step runs on (shapes never change)
+    rows: Tensor | None = None  # static cache: (R',) buffer row of each of the strategy's rows
+    lease: object = None  # static cache: this decode's claim on `static` (a newer decode may take it)
+
+    @property
+    def pos(self) -> Tensor | None:
+        """Static cache: the 0-dim step index on the device; None otherwise."""
+        return None if self.static is None else self.static.pos
 
 
 @register_decoder("at")
@@ -80,14 +90,20 @@ class AutoregressiveDecoder(Decoder):
         super().__init__(*args, **kwargs)
         self.static_cache = False  # see use_static_cache
         self._static_impl = self._static_step
+        self._static_pool = BufferPool()  # buffer sets of recent static decodes, reused by shape
 
     def use_static_cache(self, enabled: bool = True, compile_mode: str | None = None) -> None:
         """Decode with a fixed-shape step: the KV cache is allocated once for the strategy's
         maximum length and every step attends over all of it under a position mask, with the step
         index kept on the device. Shapes then never change from step to step, which is what
         `torch.compile` (`compile_mode`: "default", "reduce-overhead" = CUDA graphs, "max-autotune")
-        needs to compile the step once. Not used with a monotonic attention window."""
+        needs to compile the step once. More: the step runs on the same tensors at every step (and
+        on those of the last decode of the same shapes; see static_cache.py): finished rows stay in
+        the buffers, masked out, and beams are reordered in place. Not used with a monotonic
+        attention window."""
         self.static_cache = enabled
+        if not enabled:
+            self._static_pool.clear()
         self._static_impl = self._static_step if not compile_mode else torch.compile(
             self._static_step, mode=compile_mode, dynamic=None)
 
@@ -161,19 +177,20 @@ class AutoregressiveDecoder(Decoder):
         attended last, which only moves forward (guided attention at decode time). With the static
         cache on and `max_steps` known, the cache holds max_steps (rounded up to 16) positions."""
         static = self.static_cache and window is None and max_steps is not None
-        if static:
-            capacity = -(-max_steps // 16) * 16
         kv = [layer.cross_attn.project_kv(memory.states) for layer in self.layers]
         cross_k = torch.stack([k for k, _ in kv])  # (L, B, H, S, Dh)
         cross_v = torch.stack([v for _, v in kv])
         n_layers, b, h, _, dh = cross_k.shape
-        empty = cross_k.new_zeros(n_layers, b, h, capacity, dh)  # (L, B, H, C, Dh)
         rows = torch.arange(b, device=cross_k.device)
-        focus = torch.zeros(b, dtype=torch.long, device=cross_k.device) if window else None
         mask = None if bool(memory.attn_mask.all()) else memory.attn_mask  # no padding: SDPA needs no mask
-        pos = torch.zeros((), dtype=torch.long, device=cross_k.device) if static else None
+        if static:  # the self-attention cache lives in the buffers
+            none = cross_k.new_zeros(n_layers, b, h, 0, dh)  # (L, B, H, 0, Dh)
+            plain = ATState(none, none, cross_k, cross_v, mask, rows, group=1)
+            return self._into_buffers(plain, -(-max_steps // 16) * 16, lease=object())
+        empty = cross_k.new_zeros(n_layers, b, h, capacity, dh)  # (L, B, H, C, Dh)
+        focus = torch.zeros(b, dtype=torch.long, device=cross_k.device) if window else None
         return ATState(empty, empty.clone(), cross_k, cross_v, mask, rows, group=1,
-                       window=tuple(window) if window else None, focus=focus, pos=pos)
+                       window=tuple(window) if window else None, focus=focus)
 
     def _grow(self, state: ATState) -> ATState:
         """Double the self-attention cache capacity (amortised O(1) per step)."""
@@ -190,41 +207,50 @@ class AutoregressiveDecoder(Decoder):
         return band if state.memory_mask is None else band & state.memory_mask
 
     def _cross(self, layer, h: Tensor, state: ATState, i: int) -> tuple[Tensor, Tensor | None]:
-        attn = layer.cross_attn
-        q = attn.project_q(h)  # (R, H, 1, Dh)
-        r, hh, _, dh = q.shape
-        m, g = state.cross_k.size(1), max(state.group, 1)
         mask = state.memory_mask if state.window is None else self._window_mask(state)
         last = state.window is not None and i == len(self.layers) - 1  # its attention moves the window
-        q = q.view(m, g, hh, dh).transpose(1, 2)  # (M, H, g, Dh): a group's queries share one memory row
-        out, w = attn.attend(q, state.cross_k[i], state.cross_v[i], mask=mask, need_weights=last)  # (M, g, D)
-        return out.reshape(r, 1, -1), None if w is None else w.transpose(1, 2).reshape(r, hh, -1)  # (R, H, S)
+        return _grouped_cross(layer.cross_attn, h, state.cross_k[i], state.cross_v[i], mask, state.group, last)
 
-    def _static_step(self, prev_tokens: Tensor, state: ATState) -> Tensor:
-        """The fixed-shape step (see use_static_cache): prev_tokens (R,) -> log-probs (R, V)."""
-        pos, cap = state.pos, state.self_k.size(3)
+    def _static_step(self, tokens: Tensor, pos: Tensor, self_k: Tensor, self_v: Tensor, cross_k: Tensor,
+                     cross_v: Tensor, memory_mask: Tensor | None, group: int) -> Tensor:
+        """The fixed-shape step (see use_static_cache) on a StaticBuffers set: tokens (R,) ->
+        log-probs (R, V); writes the caches at position pos and advances pos, all in place."""
+        cap = self_k.size(3)
         at = pos.view(1)
-        x = self.embed.add_positions_at(self.embed.tokens(prev_tokens.unsqueeze(1)) * self.embed.scale, at)
+        x = self.embed.add_positions_at(self.embed.tokens(tokens.unsqueeze(1)) * self.embed.scale, at)  # (R, 1, D)
         valid = (torch.arange(cap, device=pos.device) <= pos).view(1, 1, 1, cap)  # filled positions
         for i, layer in enumerate(self.layers):
             def self_block(h, i=i, attn=layer.self_attn):
                 q, k, v = attn.project_qkv(h)  # (R, H, 1, Dh)
-                state.self_k[i].index_copy_(2, at, k)  # (R, H, C, Dh) at column pos
-                state.self_v[i].index_copy_(2, at, v)
-                return attn.attend(q, state.self_k[i], state.self_v[i], mask=valid)
+                self_k[i].index_copy_(2, at, k)  # (R, H, C, Dh) at column pos
+                self_v[i].index_copy_(2, at, v)
+                return attn.attend(q, self_k[i], self_v[i], mask=valid)
             x, _ = layer.res_self(x, self_block)
-            x, _ = layer.res_cross(x, lambda h, i=i, layer=layer: self._cross(layer, h, state, i))
+            x, _ = layer.res_cross(x, lambda h, i=i, attn=layer.cross_attn: _grouped_cross(
+                attn, h, cross_k[i], cross_v[i], memory_mask, group, False))
             x, _ = layer.res_ffn(x, lambda h, layer=layer: (layer.ffn(h), None))
+        pos.add_(1)
         return F.log_softmax(self.output(self.final_norm(x[:, 0])).float(), -1)  # (R, V)
+
+    def _step_static(self, prev_tokens: Tensor, state: ATState) -> tuple[Tensor, ATState]:
+        """prev_tokens (R',) into the fixed input buffer at the live rows, one step over all R buffer
+        rows, the live rows' log-probs (R', V) out."""
+        buf = state.static
+        if buf.owner is not state.lease:
+            raise AtnatError("this static-cache decoding state lost its buffers to a newer init_state of the "
+                             "same shapes: with the static cache a decoder runs one decode at a time")
+        if state.t >= buf.self_k.size(3):
+            raise AtnatError(f"static KV cache of {buf.self_k.size(3)} positions is full: the strategy "
+                             "ran more steps than the max_steps given to init_state")
+        buf.tokens.index_copy_(0, state.rows, prev_tokens)
+        logp = self._static_impl(*buf.step_inputs(), state.group)  # (R, V)
+        # index_select copies: a CUDA graph overwrites its output at its next replay
+        return logp.index_select(0, state.rows), replace(state, t=state.t + 1)
 
     def step(self, prev_tokens: Tensor, state: ATState) -> tuple[Tensor, ATState]:
         """prev_tokens (R,) -> log-probs (R, V) of the next token; the cache is extended in place."""
-        if state.pos is not None:
-            if state.t >= state.self_k.size(3):
-                raise AtnatError(f"static KV cache of {state.self_k.size(3)} positions is full: the strategy "
-                                 "ran more steps than the max_steps given to init_state")
-            logp = self._static_impl(prev_tokens, state)
-            return logp, replace(state, t=state.t + 1, pos=state.pos + 1)
+        if state.static is not None:
+            return self._step_static(prev_tokens, state)
         if state.t >= state.self_k.size(3):
             state = self._grow(state)
         t = state.t
@@ -247,7 +273,10 @@ class AutoregressiveDecoder(Decoder):
         """Keep rows `order` (R',). The cache is copied whole (capacity grows by doubling from 16,
         so at most 2x the filled part): one contiguous copy beats a strided one. Memory stays
         shared per group while the rows form contiguous groups that share a memory row (beam
-        search, also after finished sentences leave); otherwise it is copied per row."""
+        search, also after finished sentences leave); otherwise it is copied per row.
+        With the static cache the buffers stay: see _reorder_static."""
+        if state.static is not None:
+            return self._reorder_static(state, order)
         r = order.numel()
         rows = state.row_to_memory.index_select(0, order)
         self_k = state.self_k.index_select(1, order)  # (L, R', H, C, Dh): one contiguous copy,
@@ -269,6 +298,37 @@ class AutoregressiveDecoder(Decoder):
                        memory_mask=_rows(state.memory_mask, rows),
                        row_to_memory=torch.arange(r, device=order.device), group=1)
 
+    def _reorder_static(self, state: ATState, order: Tensor) -> ATState:
+        """Reorder in place: live rows take buffer rows within their memory row's block (greedy:
+        rows stay where they are, finished ones are left behind; beam k of a sentence stays at
+        buffer row sentence * K + k, its cache gathered from the beams it extends). Only a block
+        outgrowing its rows (beam search's first call, K copies of each row) lays the buffers anew."""
+        src = state.rows.index_select(0, order)  # (R',) buffer rows the new rows continue
+        dst, moved = place_rows(src, max(state.group, 1))
+        if dst is None:
+            plain = self.reorder_state(replace(state, static=None, rows=None, lease=None), src)
+            return self._into_buffers(plain, state.self_k.size(3), state.lease)
+        if moved:
+            for cache in (state.self_k, state.self_v):  # (L, R, H, C, Dh)
+                cache.index_copy_(1, dst, cache.index_select(1, src))  # gathered first, then written back
+        return replace(state, rows=dst)
+
+    def _into_buffers(self, plain: ATState, capacity: int, lease: object) -> ATState:
+        """The static-cache state holding `plain`'s contents (t steps cached) in a buffer set of the
+        pool, claimed for `lease`."""
+        rows, t = plain.row_to_memory.numel(), plain.t
+        buf = self._static_pool.take(lease, rows=rows, capacity=capacity, cross=plain.cross_k,
+                                     masked=plain.memory_mask is not None)
+        for dst, src in ((buf.cross_k, plain.cross_k), (buf.cross_v, plain.cross_v),
+                         (buf.memory_mask, plain.memory_mask), (buf.self_k[:, :, :, :t], plain.self_k[:, :, :, :t]),
+                         (buf.self_v[:, :, :, :t], plain.self_v[:, :, :, :t])):
+            if src is not None and dst is not src:
+                dst.copy_(src)
+        buf.pos.fill_(t)
+        return replace(plain, self_k=buf.self_k, self_v=buf.self_v, cross_k=buf.cross_k, cross_v=buf.cross_v,
+                       memory_mask=buf.memory_mask, static=buf, lease=lease,
+                       rows=torch.arange(rows, device=buf.tokens.device))
+
     @staticmethod
     def _group_size(rows: Tensor, state: ATState) -> int:
         """The size g of contiguous row groups sharing one memory row (0 if none fits)."""
@@ -279,6 +339,18 @@ class AutoregressiveDecoder(Decoder):
                 if bool((grid == grid[:, :1]).all()):
                     return g
         return 0
+
+
+def _grouped_cross(attn, h: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, group: int,
+                   need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    """Cross-attention of h (R, 1, D) over M memory rows k/v (M, H, S, Dh), rows laid out as M
+    contiguous groups sharing one memory row -> (R, 1, D), weights (R, H, S) if asked."""
+    q = attn.project_q(h)  # (R, H, 1, Dh)
+    r, hh, _, dh = q.shape
+    m, g = k.size(0), max(group, 1)
+    q = q.view(m, g, hh, dh).transpose(1, 2)  # (M, H, g, Dh): a group's queries share one memory row
+    out, w = attn.attend(q, k, v, mask=mask, need_weights=need_weights)  # (M, g, D)
+    return out.reshape(r, 1, -1), None if w is None else w.transpose(1, 2).reshape(r, hh, -1)  # (R, H, S)
 
 
 def _rows(mask: Tensor | None, rows: Tensor) -> Tensor | None:

@@ -78,33 +78,64 @@ def ctc_viterbi(log_probs: Tensor, input_lengths: Tensor, targets: Tensor, targe
     log_probs (B, T, V), input_lengths (B,), targets (B, L) padded, target_lengths (B,) ->
     alignment (B, T): the label (a target token or blank) each slot emits on the best path, blank
     beyond the input length; and the path's log-prob (B,), -inf when the target cannot fit in the
-    slots. Ties prefer staying in a state over advancing.
+    slots. Ties prefer staying in a state over advancing. No gradient flows (an alignment).
+    The max-plus recursion over slots stays a loop, of three operations per slot into
+    preallocated buffers (no per-slot allocation, no host sync); the backtrace takes O(log T).
     """
     B, T, _ = log_probs.shape
     ext = targets.new_full((B, 2 * targets.size(1) + 1), blank)  # (B, Z) blank y1 blank y2 ... blank
     ext[:, 1::2] = targets
     Z = ext.size(1)
-    valid = torch.arange(Z, device=ext.device)[None, :] < (2 * target_lengths + 1)[:, None]  # (B, Z)
+    states = torch.arange(Z, device=ext.device)
+    valid = states[None, :] < (2 * target_lengths + 1)[:, None]  # (B, Z)
     skip = torch.zeros_like(valid)  # (B, Z) state s may be entered from s - 2
     skip[:, 2:] = (ext[:, 2:] != blank) & (ext[:, 2:] != ext[:, :-2])
-    emit = log_probs.float().gather(2, ext[:, None, :].expand(B, T, Z))  # (B, T, Z)
-    alpha = emit[:, 0].masked_fill(torch.arange(Z, device=ext.device) >= 2, NEG_INF).masked_fill(~valid, NEG_INF)
-    back = torch.zeros(B, T, Z, dtype=torch.long, device=ext.device)  # (B, T, Z) states moved back
-    for t in range(1, T):
-        prev1 = torch.cat([alpha.new_full((B, 1), NEG_INF), alpha[:, :-1]], 1)  # (B, Z)
-        prev2 = torch.cat([alpha.new_full((B, 2), NEG_INF), alpha[:, :-2]], 1).masked_fill(~skip, NEG_INF)
-        best, arg = torch.stack([alpha, prev1, prev2], -1).max(-1)  # (B, Z)
-        active = (t < input_lengths)[:, None]  # (B, 1) frozen after the input ends
-        alpha = torch.where(active, (best + emit[:, t]).masked_fill(~valid, NEG_INF), alpha)
-        back[:, t] = torch.where(active, arg, 0)
+    emit = log_probs.detach().float().gather(2, ext[:, None, :].expand(B, T, Z))  # (B, T, Z)
+    emit = emit.masked_fill(~valid[:, None, :], NEG_INF)
+    score_t, back = _viterbi_forward(emit, skip)  # (T, B, Z) each
+    last_slot = (input_lengths - 1).clamp(min=0)  # (B,) rows are frozen after their input ends
+    alpha = score_t[last_slot, torch.arange(B, device=ext.device)]  # (B, Z)
     last = (2 * target_lengths)[:, None]  # (B, 1) final blank state
     end_label = alpha.gather(1, (last - 1).clamp(min=0)).masked_fill(last == 0, NEG_INF)  # (B, 1)
     end_blank = alpha.gather(1, last)
     state = torch.where(end_label > end_blank, last - 1, last).squeeze(1)  # (B,)
     score = torch.maximum(end_label, end_blank).squeeze(1)  # (B,)
-    path = torch.zeros(B, T, dtype=torch.long, device=ext.device)  # (B, T) state per slot
-    for t in range(T - 1, -1, -1):
-        path[:, t] = state
-        state = state - back[:, t].gather(1, state[:, None]).squeeze(1)
     beyond = torch.arange(T, device=ext.device)[None, :] >= input_lengths[:, None]  # (B, T)
+    back.masked_fill_(beyond.t()[:, :, None], 0)  # past its input a row stays where it ended
+    path = _backtrace(back, state)  # (B, T) state per slot
     return ext.gather(1, path).masked_fill(beyond, blank), score
+
+
+def _viterbi_forward(emit: Tensor, skip: Tensor) -> tuple[Tensor, Tensor]:
+    """Best-path scores and moves over all T slots: emit (B, T, Z) with -inf at invalid states,
+    skip (B, Z) -> scores (T, B, Z), back (T, B, Z) in {0 stay, 1, 2 states moved}.
+    States are kept reversed behind two -inf columns, so that one unfold window per state reads
+    (stay, from s - 1, from s - 2) in the order whose first maximum wins ties as the loop did."""
+    B, T, Z = emit.shape
+    emit = emit.flip(2).transpose(0, 1).contiguous()  # (T, B, Z) reversed states
+    bias = emit.new_zeros(B, Z, 3)  # (B, Z, 3) added to the three predecessors
+    bias[:, :, 2] = torch.zeros_like(skip, dtype=emit.dtype).masked_fill(~skip, NEG_INF).flip(1)
+    scores = emit.new_full((T, B, Z + 2), NEG_INF)  # (T, B, Z + 2) reversed states, then 2 pads
+    scores[0, :, :Z] = emit[0]
+    scores[0, :, : max(Z - 2, 0)] = NEG_INF  # a path starts in state 0 or 1
+    back = torch.zeros(T, B, Z, dtype=torch.long, device=emit.device)
+    cand, best = emit.new_empty(B, Z, 3), emit.new_empty(B, Z)
+    for t in range(1, T):
+        torch.add(scores[t - 1].unfold(1, 3, 1), bias, out=cand)  # (B, Z, 3) stay, s - 1, s - 2
+        torch.max(cand, 2, out=(best, back[t]))
+        torch.add(best, emit[t], out=scores[t, :, :Z])
+    return scores[:, :, :Z].flip(2), back.flip(2)
+
+
+def _backtrace(back: Tensor, final: Tensor) -> Tensor:
+    """States of the best path: back (T, B, Z) moves, final (B,) state at slot T - 1 -> (B, T).
+    Pointer doubling: step[t] maps a state at slot t + 1 to its predecessor at t; composing
+    neighbours log2(T) times maps the final state to every slot at once."""
+    T, B, Z = back.shape
+    states = torch.arange(Z, device=back.device)
+    step = torch.cat([states - back[1:], states.expand(1, B, Z)])  # (T, B, Z); the last: identity
+    span = 1
+    while span < T - 1:  # step[t] maps slot min(t + 2 span, T - 1) to t
+        step[: T - span] = step[: T - span].gather(2, step[span:])
+        span *= 2
+    return step.gather(2, final.view(1, B, 1).expand(T, B, 1)).squeeze(2).t()  # (B, T)

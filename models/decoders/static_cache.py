@@ -1,0 +1,90 @@
+"""Fixed buffers for the AT decoder's static-cache step (AutoregressiveDecoder.use_static_cache).
+
+A compiled step, and above all a CUDA graph ("reduce-overhead"), replays on fixed addresses and
+shapes: every tensor it reads or writes must be the same object at every step, updated in place.
+So the step's inputs (tokens, step index) and its caches live in one `StaticBuffers` set of R
+buffer rows: live rows are mapped onto buffer rows (`place_rows`) instead of being dropped or
+copied into new tensors, and a set is taken from a small pool keyed by shape, so the next batch
+of the same shape decodes in the same buffers (no new graph, no re-recording).
+Shapes: L layers, R buffer rows, M memory rows, H heads, C cache positions, S source, Dh = D / H.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(eq=False)
+class StaticBuffers:
+    """One set of buffers the static step reads and writes in place (and nothing else)."""
+
+    tokens: Tensor  # (R,) long: the step's input token per buffer row
+    pos: Tensor  # () long: the step index (= cache position written next)
+    self_k: Tensor  # (L, R, H, C, Dh) self-attention keys, position pos written in place
+    self_v: Tensor  # (L, R, H, C, Dh) values
+    cross_k: Tensor  # (L, M, H, S, Dh) encoder keys (buffer row r reads memory row r // (R / M))
+    cross_v: Tensor  # (L, M, H, S, Dh) encoder values
+    memory_mask: Tensor | None  # (M, 1, 1, S) True where attendable; None: a batch without padding
+    owner: object = None  # the decode (its init_state call) the set belongs to now
+
+    def step_inputs(self) -> tuple[Tensor | None, ...]:
+        return self.tokens, self.pos, self.self_k, self.self_v, self.cross_k, self.cross_v, self.memory_mask
+
+
+class BufferPool:
+    """StaticBuffers sets by shape, dtype, device and inference mode; the `size` used last are kept
+    (2: a beam search takes one for its sentences, one for their beams), the rest released."""
+
+    def __init__(self, size: int = 2):
+        self.size = size
+        self._sets: OrderedDict[tuple, StaticBuffers] = OrderedDict()
+
+    def take(self, owner: object, *, rows: int, capacity: int, cross: Tensor, masked: bool) -> StaticBuffers:
+        """A set for `rows` buffer rows, `capacity` positions and encoder keys shaped like `cross`
+        (L, M, H, S, Dh), now owned by `owner`; its self-attention caches and step index zeroed
+        (stale values could be inf, and 0 x inf under the position mask is NaN)."""
+        n_layers, m, h, s, dh = cross.shape
+        key = (rows, capacity, tuple(cross.shape), cross.dtype, cross.device, masked,
+               torch.is_inference_mode_enabled())  # inference tensors refuse in-place updates outside it
+        buf = self._sets.pop(key, None)
+        if buf is None:
+            zeros = cross.new_zeros
+            buf = StaticBuffers(
+                tokens=torch.zeros(rows, dtype=torch.long, device=cross.device),
+                pos=torch.zeros((), dtype=torch.long, device=cross.device),
+                self_k=zeros(n_layers, rows, h, capacity, dh), self_v=zeros(n_layers, rows, h, capacity, dh),
+                cross_k=torch.empty_like(cross), cross_v=torch.empty_like(cross),
+                memory_mask=torch.ones(m, 1, 1, s, dtype=torch.bool, device=cross.device) if masked else None)
+            for t in buf.step_inputs():  # mutated in place by the graph: cudagraphs must not copy them
+                if t is not None:
+                    torch._dynamo.mark_static_address(t, guard=False)
+        else:
+            buf.self_k.zero_()
+            buf.self_v.zero_()
+            buf.pos.zero_()
+        self._sets[key] = buf
+        while len(self._sets) > self.size:
+            self._sets.popitem(last=False)
+        buf.owner = owner
+        return buf
+
+    def clear(self) -> None:
+        self._sets.clear()
+
+
+def place_rows(src: Tensor, group: int) -> tuple[Tensor | None, bool]:
+    """Buffer rows for live rows that continue buffer rows `src` (R',), each kept within its
+    memory row's block of `group` buffer rows: the k-th live row of a block takes the block's k-th
+    buffer row (beam k of a sentence stays at row sentence * K + k; greedy rows stay where they are).
+    -> (dst (R',), whether any row moves), or (None, True) when a block has more live rows than
+    buffer rows (the buffers need a new layout). One host sync."""
+    mem = torch.div(src, group, rounding_mode="floor")  # (R',) memory row of each live row
+    sorted_mem, perm = mem.sort(stable=True)
+    first = torch.searchsorted(sorted_mem, sorted_mem)  # (R',) where each memory row's block starts
+    rank = torch.empty_like(src).scatter_(0, perm, torch.arange(src.numel(), device=src.device) - first)
+    dst = mem * group + rank  # (R',)
+    overflow, moved = torch.stack([(rank >= group).any(), (dst != src).any()]).tolist()
+    return (None, True) if overflow else (dst, moved)
