@@ -5,6 +5,7 @@ Shapes: B batch, N hypotheses kept per sentence, T output length, V vocabulary, 
 """
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -93,17 +94,38 @@ class Strategy(ABC):
     `requires` names the model capability the strategy drives ("step", "parallel" or "ctc");
     a decoder lists its capabilities, and a mismatch is refused when a config is read and again
     before decoding (`compatibility_problem`). A strategy describes itself: `label` names it in
-    tables, `needs_scorer` says it re-ranks with an AT teacher (it then takes `scorer=`).
+    tables and file names, `needs_scorer` says it re-ranks with an AT teacher (it then takes `scorer=`).
     """
 
     requires: ClassVar[str] = ""
     needs_scorer: ClassVar[bool] = False
     registered_name: ClassVar[str] = ""
+    label_options: ClassVar[tuple[str, ...]] = ()  # options `short_label` already shows
+
+    @property
+    def short_label(self) -> str:
+        """The readable part of the label: greedy, beam5, mask-predict-4-lb3 ... (subclasses)."""
+        return self.registered_name
 
     @property
     def label(self) -> str:
-        """A short, unique-enough name for tables and file names: greedy, beam5, mask-predict-4 ..."""
-        return self.registered_name
+        """The system's name in tables and file names: `short_label` and every other option that
+        differs from its default (`beam5-alpha=0.6`), so two different searches never share a label.
+        A field with `metadata={"in_label": False}` (what is recorded, not how it decodes) is left out."""
+        return self.short_label + "".join(f"-{name}={label_value(value)}" for name, value in self.non_defaults())
+
+    def non_defaults(self) -> list[tuple[str, Any]]:
+        """(option, value) of the options set away from their defaults, beyond `label_options`."""
+        out = []
+        for f in dataclasses.fields(self):
+            if f.name in self.label_options or not f.metadata.get("in_label", True):
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else (
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+            value = getattr(self, f.name)
+            if default is dataclasses.MISSING or value != default:
+                out.append((f.name, value))
+        return out
 
     def problem_with(self, decoder: Any) -> str | None:
         """Why this strategy cannot drive `decoder` (a decoder instance), or None."""
@@ -113,6 +135,17 @@ class Strategy(ABC):
     def search(self, model: Any, memory: Any, *, src_lengths: Tensor, special: SpecialTokens) -> Hypotheses:
         """Decode a batch from the encoder memory (B rows). src_lengths (B,) source lengths (for
         length budgets a * S + b)."""
+
+
+def label_value(value: Any) -> str:
+    """An option's value as a label shows it: 0.6, true, 2x3, none."""
+    if isinstance(value, bool) or value is None:
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (tuple, list)):
+        return "x".join(label_value(v) for v in value)
+    return str(value)
 
 
 def compatibility_problem(decoder_cls: Any, options: Any, strategy: Strategy) -> str | None:
@@ -128,7 +161,7 @@ def compatibility_problem(decoder_cls: Any, options: Any, strategy: Strategy) ->
     return decoder_cls.strategy_problem(options, strategy)
 
 
-STRATEGIES: Registry[Strategy] = Registry("strategy", Strategy)
+STRATEGIES: Registry[Strategy] = Registry("strategy", Strategy, entry_point_group="atnat.strategies")
 register_strategy = STRATEGIES.register
 
 

@@ -24,7 +24,7 @@ Stopped sentences leave the batch at the next `reorder_state`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -72,6 +72,7 @@ class Beam(LengthLimits, Strategy):
     """Beam search with length normalisation; returns the n_best hypotheses, best first."""
 
     requires = "step"
+    label_options: ClassVar[tuple[str, ...]] = ("beam_size",)
 
     beam_size: int = 5  # K: live hypotheses per sentence and size of the finished list
     n_best: int = 1  # hypotheses returned per sentence (<= beam_size)
@@ -90,7 +91,7 @@ class Beam(LengthLimits, Strategy):
                 f"an integer in 1..beam_size ({self.beam_size})", self.n_best)
 
     @property
-    def label(self) -> str:
+    def short_label(self) -> str:
         return f"beam{self.beam_size}"
 
     def normaliser(self, length: int | Tensor) -> float | Tensor:

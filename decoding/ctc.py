@@ -162,6 +162,7 @@ class CTC(Strategy):
     """Best-path (beam_size 1) or prefix beam search over a CTC NAT's single pass."""
 
     requires: ClassVar[str] = "ctc"
+    label_options: ClassVar[tuple[str, ...]] = ("beam_size",)
 
     beam_size: int = 1  # 1: best path; > 1: prefix beam search keeping this many prefixes
 
@@ -169,7 +170,7 @@ class CTC(Strategy):
         require_positive(f"strategy {self.registered_name!r}", beam_size=self.beam_size)
 
     @property
-    def label(self) -> str:
+    def short_label(self) -> str:
         return "ctc" if self.beam_size == 1 else f"ctc-beam{self.beam_size}"
 
     def search(self, model: Any, memory_or_state: Any, *, src_lengths: Tensor,

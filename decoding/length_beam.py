@@ -1,36 +1,20 @@
-"""`length-beam`: one parallel pass over l lengths around the predicted one; every candidate kept."""
+"""`length-beam`: another name for `parallel` with a length beam (default 3), kept for configs that
+use it: one parallel pass over l lengths around the predicted one, every candidate kept and ranked
+by mean token log-prob (Gu et al. 2018's length beam without a teacher). Same search, same label."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
 
-from torch import Tensor
-
-from atnat.core.options import require_positive
-from atnat.core.special import SpecialTokens
-from atnat.decoding.base import Hypotheses, Strategy, register_strategy
-from atnat.decoding.candidates import decode_lengths, predicted_lengths
+from atnat.decoding.base import register_strategy
+from atnat.decoding.parallel import Parallel
 
 
 @register_strategy("length-beam")
 @dataclass(frozen=True)
-class LengthBeam(Strategy):
+class LengthBeam(Parallel):
     """One parallel pass over l lengths around the predicted one; each sentence keeps all l candidates,
-    ranked by mean token log-prob (Gu et al. 2018's length beam without a teacher)."""
+    ranked by mean token log-prob (Gu et al. 2018's length beam without a teacher).
 
-    requires: ClassVar[str] = "parallel"
+    The same search as `parallel` with `length_beam`, whose label it shares (parallel-lb3)."""
 
     length_beam: int = 3  # lengths tried per sentence (argmax, -1, +1, ...; never 0)
-
-    def __post_init__(self) -> None:
-        require_positive(f"strategy {self.registered_name!r}", length_beam=self.length_beam)
-
-    @property
-    def label(self) -> str:
-        return f"{self.registered_name}-{self.length_beam}"
-
-    def search(self, model: Any, memory_or_state: Any, *, src_lengths: Tensor,
-               special: SpecialTokens) -> Hypotheses:
-        """-> Hypotheses (B, length_beam, T), n_steps = 1."""
-        lengths = predicted_lengths(model, memory_or_state, self.length_beam)
-        return decode_lengths(model, memory_or_state, lengths, special)

@@ -9,7 +9,7 @@ each sentence's output independent of the rest of the batch.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -69,18 +69,20 @@ class MaskPredict(Strategy):
     """
 
     requires: ClassVar[str] = "parallel"
+    label_options: ClassVar[tuple[str, ...]] = ("iterations", "length_beam")
 
     iterations: int = 10  # T: decoder passes at most, the first one included
     length_beam: int = 1  # predicted lengths tried per sentence (argmax, -1, +1, ...)
     early_stop: bool = True  # freeze a candidate after a pass that changed none of its tokens
-    record_history: bool = False  # keep the winner's tokens after every pass, each (B, T)
+    record_history: bool = field(default=False, metadata={"in_label": False})  # keep the winner's tokens
+    # after every pass, each (B, T) (what is recorded, not how it decodes: not in the label)
 
     def __post_init__(self) -> None:
         require_positive(f"strategy {self.registered_name!r}", iterations=self.iterations,
                          length_beam=self.length_beam)
 
     @property
-    def label(self) -> str:
+    def short_label(self) -> str:
         return f"mask-predict-{self.iterations}" + (f"-lb{self.length_beam}" if self.length_beam > 1 else "")
 
     def search(self, model: Any, memory_or_state: Any, *, src_lengths: Tensor,

@@ -54,6 +54,7 @@ class NoisyParallel(Strategy):
 
     requires: ClassVar[str] = "parallel"
     needs_scorer: ClassVar[bool] = True
+    label_options: ClassVar[tuple[str, ...]] = ("length_beam",)
 
     length_beam: int = 5  # predicted lengths tried per sentence (argmax, -1, +1, ...)
     samples_per_length: int = 0  # extra candidates per length, sampled from the same pass
@@ -67,7 +68,7 @@ class NoisyParallel(Strategy):
         require_at_least(self.samples_per_length, 0, owner, "samples_per_length")
 
     @property
-    def label(self) -> str:
+    def short_label(self) -> str:
         return f"{self.registered_name}-{self.length_beam}"
 
     def search(self, model: Any, memory_or_state: Any, *, src_lengths: Tensor,

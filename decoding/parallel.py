@@ -47,6 +47,7 @@ class Parallel(Strategy):
     """A single parallel pass with argmax at every slot; n_steps = 1."""
 
     requires: ClassVar[str] = "parallel"
+    label_options: ClassVar[tuple[str, ...]] = ("length", "length_beam")
 
     length_beam: int = 1  # predicted lengths tried per sentence (winner: mean token log-prob)
     length: str = "predicted"  # "predicted" (length predictor) or "fixed" (a*S+b slots, cut at EOS)
@@ -61,7 +62,7 @@ class Parallel(Strategy):
                 "1 with length 'fixed' (a fixed budget gives one candidate)", self.length_beam)
 
     @property
-    def label(self) -> str:
+    def short_label(self) -> str:
         return "parallel" + ("-fixed" if self.length == "fixed" else "") + (
             f"-lb{self.length_beam}" if self.length_beam > 1 else "")
 

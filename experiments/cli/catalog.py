@@ -20,6 +20,7 @@ from atnat.models.decoders.base import DECODERS
 
 from atnat.experiments.console import PipeConsole
 from atnat.experiments.data.tasks import TASKS
+from atnat.experiments.evaluation.metrics.row import METRICS
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def entry(name: str, tag: str, cls: type, base: type, options_cls: type) -> Tree
 
 
 def catalog() -> list[Tree]:
-    """A tree per kind: decoders, strategies, tasks (entry-point plugins included)."""
+    """A tree per kind: decoders, strategies, tasks, metrics (entry-point plugins included)."""
     import atnat.decoding  # noqa: F401  (registers the strategies)
     import atnat.models.decoders  # noqa: F401  (registers the decoders)
 
@@ -140,7 +141,23 @@ def catalog() -> list[Tree]:
         for message in reg.plugin_errors.values():  # a broken plugin is shown, not fatal
             tree.add(Text(message, style="red"))
         trees.append(tree)
+    trees.append(metrics_tree())
     return trees
+
+
+def metrics_tree() -> Tree:
+    """The registered metrics of a results row (plugins included), each with the columns it fills."""
+    tree = Tree(Text("metrics    (every metric fills its columns of results.csv for every system)",
+                     style="bold underline"))
+    for name in METRICS.in_order():
+        cls = METRICS.get(name)
+        node = tree.add(Text.assemble((name, "bold cyan"), "  ", description(cls, METRICS.base)))
+        for col in cls.columns:
+            better = f", {col.better} is better" if col.better else ""
+            node.add(Text.assemble((col.name, "green"), f": {col.kind}{better}  ", (col.description, "dim")))
+    for message in METRICS.plugin_errors.values():
+        tree.add(Text(message, style="red"))
+    return tree
 
 
 def print_catalog(console: Console | None = None) -> None:

@@ -40,9 +40,8 @@ def print_rows(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
     df = pd.DataFrame(rows)
     shown = df[[c for c in cols if c in df]].copy()
     for col in shown.columns:
-        fmt = declared[col].fmt if col in declared else ""
-        if fmt:
-            shown[col] = shown[col].map(lambda v, f=fmt: "–" if pd.isna(v) else format(v, f))
+        if col in declared and declared[col].fmt:
+            shown[col] = shown[col].map(declared[col].format)
     print(shown.to_string(index=False))
 
 
@@ -259,7 +258,11 @@ def parser() -> argparse.ArgumentParser:
 
     ap = argparse.ArgumentParser(prog="atnat", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("train", help="train and evaluate one run from a YAML config")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--plugins", action="append", metavar="MODULE[,MODULE]",
+                        help="import these modules first (they register decoders, strategies, metrics or tasks); "
+                             "installed plugins with entry points need no mention")
+    p = sub.add_parser("train", parents=[common], help="train and evaluate one run from a YAML config")
     p.add_argument("config")
     p.add_argument("--output-dir")
     p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value")
@@ -267,7 +270,7 @@ def parser() -> argparse.ArgumentParser:
                    help="resume a run under other settings than it was trained with (recorded, with the step, "
                         "in settings_changes.json); without it such a resume is refused")
     p.set_defaults(fn=cmd_train)
-    p = sub.add_parser("translate", help="translate stdin to stdout with a trained checkpoint")
+    p = sub.add_parser("translate", parents=[common], help="translate stdin to stdout with a trained checkpoint")
     p.add_argument("--checkpoint", required=True, help="checkpoint file or run directory")
     p.add_argument("--teacher", help="AT teacher checkpoint for npd re-ranking")
     p.add_argument("--batch-size", type=int, default=64)
@@ -280,20 +283,20 @@ def parser() -> argparse.ArgumentParser:
                    help="int8: dynamic int8 linear layers (CPU only; see modelfiles/quantize.py)")
     add_strategy_args(p)
     p.set_defaults(fn=cmd_translate)
-    p = sub.add_parser("export", help="write a trained model as portable files (safetensors or CTranslate2)")
+    p = sub.add_parser("export", parents=[common], help="write a trained model as portable files (safetensors or CTranslate2)")
     p.add_argument("run", help="run directory, checkpoint file or export directory")
     p.add_argument("out_dir", help="directory to write (new, empty, or a previous export)")
     p.add_argument("--format", choices=["safetensors", "ctranslate2"], default="safetensors",
                    help="safetensors: model.safetensors + config.json + tokenizer (atnat loads it); "
                         "ctranslate2: a CTranslate2 model directory (AT decoders only)")
     p.set_defaults(fn=cmd_export)
-    p = sub.add_parser("distill", help="write sequence-level distilled targets with an AT teacher")
+    p = sub.add_parser("distill", parents=[common], help="write sequence-level distilled targets with an AT teacher")
     p.add_argument("--teacher", required=True, help="teacher checkpoint file or run directory")
     p.add_argument("--input", help="source file (default: the teacher run's training sources)")
     p.add_argument("--output", required=True)
     add_strategy_args(p)
     p.set_defaults(fn=cmd_distill, strategy="beam")
-    p = sub.add_parser("evaluate", help="score a trained model on any source/reference files (BLEU, chrF, "
+    p = sub.add_parser("evaluate", parents=[common], help="score a trained model on any source/reference files (BLEU, chrF, "
                                         "tokenised BLEU, speed)")
     p.add_argument("--checkpoint", required=True, help="checkpoint file, run directory or export directory")
     p.add_argument("--src", required=True, help="source file, one sentence per line")
@@ -312,7 +315,7 @@ def parser() -> argparse.ArgumentParser:
                    help="int8: dynamic int8 linear layers (CPU only; see modelfiles/quantize.py)")
     add_strategy_args(p)
     p.set_defaults(fn=cmd_evaluate)
-    p = sub.add_parser("run", help="run an experiment grid and write results/<grid>/")
+    p = sub.add_parser("run", parents=[common], help="run an experiment grid and write results/<grid>/")
     p.add_argument("grid")
     p.add_argument("--results", default="results", metavar="DIR",
                    help="results go to DIR/<grid name>/ (default: results/)")
@@ -330,30 +333,30 @@ def parser() -> argparse.ArgumentParser:
 
     add_cluster_args(p)
     p.set_defaults(fn=cmd_run)
-    p = sub.add_parser("cell", help="run one cell of a grid (what `run --workers` starts in each process)")
+    p = sub.add_parser("cell", parents=[common], help="run one cell of a grid (what `run --workers` starts in each process)")
     p.add_argument("grid")
     p.add_argument("cell", help="cell name (see `atnat run GRID --dry-run`)")
     p.add_argument("--results", default="results", metavar="DIR",
                    help="results go to DIR/<grid name>/ (default: results/)")
     p.add_argument("--smoke", action="store_true", help="the grid's smoke sizes")
     p.set_defaults(fn=cmd_cell)
-    p = sub.add_parser("status", help="each cell's state (done, failed, queued, running), job id and last step")
+    p = sub.add_parser("status", parents=[common], help="each cell's state (done, failed, queued, running), job id and last step")
     p.add_argument("grid")
     p.add_argument("--results", default="results", metavar="DIR",
                    help="results are read from DIR/<grid name>/ (default: results/)")
     p.add_argument("--smoke", action="store_true", help="the grid's smoke run (DIR/<grid name>-smoke/)")
     p.set_defaults(fn=cmd_status)
-    p = sub.add_parser("report", help="regenerate report.md/report.html from a results folder")
+    p = sub.add_parser("report", parents=[common], help="regenerate report.md/report.html from a results folder")
     p.add_argument("results_dir")
     p.set_defaults(fn=cmd_report)
-    p = sub.add_parser("bench", help="speed benchmarks: decode, train, profile (see `atnat bench -h`)",
+    p = sub.add_parser("bench", parents=[common], help="speed benchmarks: decode, train, profile (see `atnat bench -h`)",
                        description="Decoding and training speed of our AT and NAT models on random weights, "
                                    "beside Hugging Face and CTranslate2 peers (results/bench/README.md).")
     from atnat.experiments.bench.cli import add_commands  # lazy: start-up
 
     add_commands(p)
     p.set_defaults(fn=cmd_bench)
-    p = sub.add_parser("list", help="registered decoders, strategies and tasks, with their options")
+    p = sub.add_parser("list", parents=[common], help="registered decoders, strategies and tasks, with their options")
     p.set_defaults(fn=cmd_list)
     return ap
 
@@ -370,6 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     import atnat.decoding  # noqa: F401  (register built-ins)
     import atnat.models.decoders  # noqa: F401
     try:
+        from atnat.experiments.config.plugins import load_env_plugins, load_plugins  # lazy: start-up
+
+        load_env_plugins()  # a worker of `atnat run`: what its parent named
+        load_plugins(getattr(args, "plugins", None))
         check_results_root(args)
         code = args.fn(args) or 0
         sys.stdout.flush()  # a closed pipe shows here, not at exit

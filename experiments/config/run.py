@@ -6,6 +6,7 @@ message naming the file, the key and the valid choices.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from atnat.core.errors import AtnatError
 from atnat.core.options import OptionTypeError, check_fields
 from atnat.models.seq2seq import OptimConfig, build_config
 
+from atnat.experiments.config.plugins import load_plugins
 from atnat.experiments.config.precision import PRECISIONS
 from atnat.experiments.data.tasks import TASKS, TaskData
 from atnat.experiments.data.tokenize import CACHE_DIR
@@ -189,6 +191,8 @@ class RunConfig:
     distill: DistillSettings | None = None
     seed: int = 1
     output_dir: str = ""
+    plugins: tuple[str, ...] = ()  # modules to import first (they register decoders, strategies, metrics,
+    # tasks); installed packages' entry points need no mention (experiments/config/plugins.py)
 
     @property
     def task_name(self) -> str:
@@ -238,9 +242,22 @@ def validate(cfg: RunConfig, where: str) -> RunConfig:
         problem = compatibility_problem(dec_cls, dec_options, strategy)  # the one check, also at decode time
         if problem:
             raise ConfigError(f"{where}: eval.strategies[{i}] ({name}): {problem}")
+    labels: dict[str, int] = {}
+    for i, spec in enumerate(strategies):
+        label = build_strategy(spec)[0]
+        if label in labels:
+            j = labels[label]
+            raise ConfigError(f"{where}: eval.strategies[{j}] ({json_text(strategies[j])}) and eval.strategies[{i}] "
+                              f"({json_text(spec)}) are the same system (label {label!r}): their hypotheses and "
+                              "numbers would overwrite each other; drop one or change an option")
+        labels[label] = i
     return dataclasses.replace(
         cfg, task=_spec(cfg.task, task_name, task_opts), decoder=_spec(cfg.decoder, dec_name, dec_opts),
         **sections, distill=distill, eval=dataclasses.replace(cfg.eval, strategies=tuple(strategies)))
+
+
+def json_text(value: Any) -> str:
+    return json.dumps(value, default=str)
 
 
 def _spec(section: Any, name: str, opts: dict) -> Any:
@@ -271,6 +288,10 @@ def load_task(cfg: RunConfig) -> TaskData:
 
 def run_config_from_dict(data: Any, where: str) -> RunConfig:
     data = dict(check_keys(RunConfig, data, where))
+    plugins = data.get("plugins") or ()
+    if not isinstance(plugins, (list, tuple)) or not all(isinstance(p, str) for p in plugins):
+        raise ConfigError(f"{where}: plugins: expected a list of module names, got {plugins!r}")
+    load_plugins(plugins, f"{where}: plugins")  # before any name is looked up
     for key in ("name", "task", "decoder"):
         if key not in data:
             raise ConfigError(f"{where}: missing required key {key!r}")

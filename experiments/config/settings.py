@@ -15,10 +15,10 @@ from atnat.models.config import ModelConfig
 from atnat.models.decoders.base import DECODERS, LossConfig
 from atnat.models.seq2seq import OptimConfig
 
-from atnat.experiments.config.run import ConfigError, RunConfig, make, named, run_config_from_dict
+from atnat.experiments.config.run import ConfigError, RunConfig, json_text, make, named, run_config_from_dict
 from atnat.experiments.data.tasks import TASKS
 
-NOT_SETTINGS = ("name", "output_dir")  # where a run lives, not what it is
+NOT_SETTINGS = ("name", "output_dir", "plugins")  # where a run lives and what is imported, not what it is
 TRAIN_DOES_NOT_CHANGE = ("progress_bar", "loggers", "num_threads")  # train keys that leave the weights as they are
 
 
@@ -92,10 +92,6 @@ class SettingsChange:
 def _short(value: Any) -> str:
     text = json_text(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def json_text(value: Any) -> str:
-    return json.dumps(value, default=str)
 
 
 def recorded_settings(run_dir: Path) -> dict | None:

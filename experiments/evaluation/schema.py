@@ -5,6 +5,7 @@ from it, the CLI prints with its formats. A metric's columns are declared beside
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -16,17 +17,45 @@ class Column:
     kind: str  # "label" (text), "flag" (bool), "number"
     description: str  # what it holds, in one sentence
     better: str = ""  # "higher" or "lower" when one value is better than another, else ""
-    fmt: str = ""  # how the CLI and the report print it (a format spec such as ".2f"); "" = as is
+    fmt: str = ""  # how the CLI and the report print it: a format spec such as ".2f"; "auto" (about three
+    # significant digits, no exponent: 0.84, 12.3, 1520); "p" (a p-value: <0.001 or 0.123); "" = as is
     required: bool = False  # the report refuses a results.csv without it
     shown: bool = True  # a metric column the report's overview shows (False: auxiliary, e.g. an interval)
+    header: str = ""  # its heading in the report's overview ("" = the column's name); {speed_base} and
+    # {p_base} name the task's baselines
+    scale: float = 1.0  # the overview shows value x scale (100: a share shown in %)
+    spread: bool = False  # the overview shows mean ± sd over seeds (one seed: the value and its 95% interval)
+    with_column: str = ""  # the overview shows "this / that" in one cell (length exact / within one)
 
     def __post_init__(self):
         if self.kind not in ("label", "flag", "number") or self.better not in ("", "higher", "lower"):
             raise ValueError(f"column {self.name}: kind {self.kind!r} / better {self.better!r}")
 
+    @property
+    def heading(self) -> str:
+        return self.header or self.name
 
-def _c(name, kind, description, better="", fmt="", required=False, shown=True) -> Column:
-    return Column(name, kind, description, better, fmt, required, shown)
+    def format(self, value) -> str:
+        """The value as the CLI and the report print it ("–" for a missing one)."""
+        return format_value(value, self.fmt)
+
+
+MISSING = "–"  # shown for a value that does not apply (NaN in the table)
+
+
+def format_value(value, fmt: str) -> str:
+    """`value` printed with a column's format (see Column.fmt)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    if fmt == "auto":
+        return f"{value:.{2 if abs(value) < 10 else 1 if abs(value) < 1000 else 0}f}"
+    if fmt == "p":
+        return "<0.001" if value < 0.001 else f"{value:.3f}"
+    return format(value, fmt) if fmt else str(value)
+
+
+def _c(name, kind, description, better="", fmt="", required=False, shown=True, **presentation) -> Column:
+    return Column(name, kind, description, better, fmt, required, shown, **presentation)
 
 
 LABELS = (
@@ -45,33 +74,37 @@ LABELS = (
 )
 COMPARISONS = (
     _c("bleu_p_vs_at", "number", "paired test p of BLEU against the task's AT baseline (same seed)",
-       required=True, fmt=".3f"),
-    _c("bleu_p_holm", "number", "the p-value Holm-corrected over the systems of the task and seed", fmt=".3f"),
+       required=True, fmt=".3f", shown=False),
+    _c("bleu_p_holm", "number", "paired test of BLEU against the task's baseline (same sentences), Holm-corrected "
+                                "over the systems of the task and seed; with several seeds, the largest over seeds",
+       fmt="p", header="p vs {p_base} (Holm)"),
     _c("p_baseline", "label", "the baseline of the paired test (cell / strategy)"),
 )
 SPEED = (
     _c("latency_ms_b1", "number", "mean decoding time per sentence at batch 1 (ms), timing phase", "lower",
-       ".2f", required=True),
+       "auto", required=True, header="Latency ms (b=1)"),
     _c("latency_ms_b1_ci_low", "number", "95% bootstrap interval of latency_ms_b1 (low)"),
     _c("latency_ms_b1_ci_high", "number", "95% bootstrap interval of latency_ms_b1 (high)"),
-    _c("throughput_sents_s", "number", "sentences per second over large batches, timing phase", "higher", ".1f",
-       required=True),
-    _c("speedup_vs_at", "number", "AT greedy's batch-1 time over this system's, same sentences", "higher", ".2f",
-       required=True),
+    _c("throughput_sents_s", "number", "sentences per second over large batches, timing phase", "higher", "auto",
+       required=True, header="Throughput sent/s"),
+    _c("speedup_vs_at", "number", "the baseline's batch-1 time over this system's, on the same sentences", "higher",
+       ".2f", required=True, header="Speed-up × vs {speed_base} (b=1)", spread=True),
     _c("speedup_ci_low", "number", "95% paired bootstrap interval of speedup_vs_at (low)"),
     _c("speedup_ci_high", "number", "95% paired bootstrap interval of speedup_vs_at (high)"),
-    _c("throughput_speedup_vs_at", "number", "this system's throughput over AT greedy's", "higher", ".2f",
-       required=True),
+    _c("throughput_speedup_vs_at", "number", "this system's large-batch throughput over the baseline's", "higher",
+       ".2f", required=True, header="Thr. speed-up ×", spread=True),
     _c("throughput_speedup_ci_low", "number", "95% paired bootstrap interval of the throughput ratio (low)"),
     _c("throughput_speedup_ci_high", "number", "95% paired bootstrap interval of the throughput ratio (high)"),
     _c("speed_baseline", "label", "the AT greedy system the speed-ups are against"),
     _c("speedup_vs_ct2", "number", "the plain AT exported to CTranslate2 (greedy)'s batch-1 time over this "
-                                   "system's", "higher", ".2f"),
+                                   "system's", "higher", ".2f", header="Speed-up × vs CTranslate2 greedy (b=1)",
+       spread=True),
     _c("speedup_vs_ct2_ci_low", "number", "95% paired bootstrap interval of speedup_vs_ct2 (low)"),
     _c("speedup_vs_ct2_ci_high", "number", "95% paired bootstrap interval of speedup_vs_ct2 (high)"),
-    _c("decoder_passes", "number", "decoder passes per sentence at batch 1", "lower", ".1f", required=True),
+    _c("decoder_passes", "number", "decoder passes per sentence at batch 1", "lower", ".1f", required=True,
+       header="Passes"),
     _c("decode_memory_mb", "number", "peak memory of a large-batch decode above the process's resident size",
-       "lower", ".1f"),
+       "lower", "auto", header="Memory MiB"),
     _c("timing_spread", "number", "median over calls of (max - min) / median of their repeated timings"),
     _c("timing_session", "label", "when the timing phase that timed this row ran (UTC); rows of a task from "
                                   "different sessions were not timed side by side"),

@@ -30,7 +30,8 @@ def aggregate_seeds(ok: pd.DataFrame) -> pd.DataFrame:
     labels = [c for c in df.columns if c not in KEYS and c not in numeric]
     parts = [groups[numeric].mean(), groups[numeric].std().add_suffix("_sd"),
              groups[numeric].min().add_suffix("_min"), groups[numeric].max().add_suffix("_max"),
-             groups[labels].first(), groups.size().rename("n_seeds")]
+             groups[labels].first(),
+             (groups["seed"].nunique() if "seed" in df else groups.size()).rename("n_seeds")]  # seeds, not rows
     return pd.concat(parts, axis=1).reset_index().copy()
 
 

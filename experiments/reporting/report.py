@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from atnat.experiments.config.plugins import describe_plugins
 from atnat.experiments.evaluation.baseline import is_at_rows
-from atnat.experiments.evaluation.columns import better
+from atnat.experiments.evaluation.columns import better, by_name
+from atnat.experiments.evaluation.schema import MISSING, Column
 from atnat.experiments.evaluation.metrics.row import METRICS
 from atnat.experiments.files import write_text_atomic
 from atnat.experiments.reporting import figures
@@ -26,7 +28,7 @@ from atnat.experiments.reporting.markdown import render_markdown
 from atnat.experiments.reporting.results import GridResults, load_results, ok_rows
 
 
-DASH = "–"  # shown for a value that does not apply (NaN in the table); numbers are formatted once
+DASH = MISSING  # shown for a value that does not apply (NaN in the table); numbers are formatted once
 N_SAMPLES = 3  # sample indices shown per task
 MAX_SAMPLE_SYSTEMS = 8  # hypothesis columns per sample table; the rest are named in a note
 
@@ -35,78 +37,50 @@ def _num(x: float, digits: int) -> str:
     return DASH if pd.isna(x) else f"{x:.{digits}f}"
 
 
-def _auto(x: float) -> str:
-    """Three or so significant digits without exponents: 0.84, 12.3, 1520."""
-    return DASH if pd.isna(x) else _num(x, 2 if abs(x) < 10 else 1 if abs(x) < 1000 else 0)
-
-
-def _pct(x: float) -> str:
-    return _num(100 * x, 1)
-
-
-def _pvalue(x: float) -> str:
-    return DASH if pd.isna(x) else "<0.001" if x < 0.001 else f"{x:.3f}"
-
-
-def _length(r: pd.Series) -> str:
-    both = pd.notna(r["length_exact"]) or pd.notna(r["length_within1"])
-    return f"{_pct(r['length_exact'])} / {_pct(r['length_within1'])}" if both else DASH
-
-
-def _spread(r: pd.Series, col: str, digits: int) -> str:
+def _spread(r: pd.Series, col: str, digits: int, scale: float = 1.0) -> str:
     """mean ± sd over seeds; with one seed, the value and its 95% interval when it has one."""
     if pd.isna(r[col]):
         return DASH
     if r.get("n_seeds", 1) > 1:
-        return f"{r[col]:.{digits}f} ± {r[f'{col}_sd']:.{digits}f}"
+        return f"{scale * r[col]:.{digits}f} ± {scale * r[f'{col}_sd']:.{digits}f}"
     low, high = INTERVALS.get(col, (None, None))
     ci = low and pd.notna(r.get(low)) and pd.notna(r.get(high))
-    return f"{r[col]:.{digits}f}" + (f" [{r[low]:.{digits}f}, {r[high]:.{digits}f}]" if ci else "")
+    return f"{scale * r[col]:.{digits}f}" + (f" [{scale * r[low]:.{digits}f}, {scale * r[high]:.{digits}f}]" if ci else "")
 
 
-def _p(r: pd.Series) -> str:
-    return _pvalue(r.get("bleu_p_holm_max", r.get("bleu_p_holm")))
-
-
-# header, source columns (a column is left out when they are all empty for a task), format(row of
-# aggregate_seeds). {speed_base} and {p_base} in a header name the task's baselines.
-OVERVIEW_COLUMNS = (
-    ("System", ("family",), lambda r: r["family"]),
-    ("Strategy", ("strategy",), lambda r: r["strategy"]),
-    ("Seeds", ("n_seeds",), lambda r: str(int(r["n_seeds"]))),
-    ("Mixing %", ("mixing_rate",), lambda r: _pct(r["mixing_rate"])),
-    ("BLEU", ("bleu",), lambda r: _spread(r, "bleu", 2)),
-    ("Tok. BLEU", ("bleu_tok",), lambda r: _num(r["bleu_tok"], 2)),
-    ("chrF", ("chrf",), lambda r: _num(r["chrf"], 1)),
-    ("Exact %", ("exact_match",), lambda r: _pct(r["exact_match"])),
-    ("Latency ms (b=1)", ("latency_ms_b1",), lambda r: _auto(r["latency_ms_b1"])),
-    ("Speed-up × vs {speed_base} (b=1)", ("speedup_vs_at",), lambda r: _spread(r, "speedup_vs_at", 2)),
-    ("Speed-up × vs CTranslate2 greedy (b=1)", ("speedup_vs_ct2",), lambda r: _spread(r, "speedup_vs_ct2", 2)),
-    ("Throughput sent/s", ("throughput_sents_s",), lambda r: _auto(r["throughput_sents_s"])),
-    ("Thr. speed-up ×", ("throughput_speedup_vs_at",), lambda r: _spread(r, "throughput_speedup_vs_at", 2)),
-    ("Passes", ("decoder_passes",), lambda r: _num(r["decoder_passes"], 1)),
-    ("Memory MiB", ("decode_memory_mb",), lambda r: _auto(r["decode_memory_mb"])),
-    ("Repetition %", ("repetition_rate",), lambda r: _pct(r["repetition_rate"])),
-    ("Length exact / ±1 %", ("length_exact", "length_within1"), _length),
-    ("Error excess", ("cond_error_excess",), lambda r: _num(r["cond_error_excess"], 3)),
-    ("p vs {p_base} (Holm)", ("bleu_p_holm",), _p),
-)  # fmt: skip
-
-
-# which way is better for a results.csv column (declared in evaluation/schema.py); an overview column
-# whose first source column has a direction has its best value per task marked (bold) and its first
-# sort click puts the best first
+# The overview's columns, in this order, as their declarations (evaluation/schema.py, metrics/row.py)
+# present them: heading, scale, format, spread; a registered metric's other shown columns (a plugin's
+# too) follow. A column all empty for a task is left out of that task's table.
+OVERVIEW_ORDER = ("mixing_rate", "bleu", "bleu_tok", "chrf", "exact_match", "latency_ms_b1", "speedup_vs_at",
+                  "speedup_vs_ct2", "throughput_sents_s", "throughput_speedup_vs_at", "decoder_passes",
+                  "decode_memory_mb", "repetition_rate", "length_exact", "cond_error_excess", "bleu_p_holm")
+# which way is better for a results.csv column: an overview column with a direction has its best value
+# per task marked (bold) and its first sort click puts the best first
 BETTER = better()
 
 
-def metric_columns(rows: pd.DataFrame) -> tuple:
-    """Overview columns of registered metrics (a plugin's too) that OVERVIEW_COLUMNS does not
-    show already: header = the column name, formatted with its declared format."""
-    covered = {c for _, cols, _ in OVERVIEW_COLUMNS for c in cols}
+def show(col: Column, r: pd.Series) -> str:
+    """One overview cell of a system (a row of aggregate_seeds) as its column's declaration says."""
+    digits = int(col.fmt[1:-1]) if col.fmt[:1] == "." and col.fmt[-1:] == "f" and col.fmt[1:-1].isdigit() else None
+    if col.fmt == "p":  # with several seeds, the least significant one
+        return col.format(r.get(f"{col.name}_max", r.get(col.name)))
+    if col.with_column:
+        both = pd.notna(r[col.name]) or pd.notna(r.get(col.with_column))
+        return f"{_num(col.scale * r[col.name], 1)} / {_num(col.scale * r[col.with_column], 1)}" if both else DASH
+    if col.spread:
+        return _spread(r, col.name, digits if digits is not None else 2, col.scale)
+    if col.scale != 1.0:
+        return _num(col.scale * r[col.name], 1)
+    return col.format(r[col.name])
+
+
+def overview_columns(rows: pd.DataFrame) -> list[Column]:
+    """The overview's columns for these rows: OVERVIEW_ORDER, then every other shown metric column."""
+    declared = by_name()
+    listed = [declared[n] for n in OVERVIEW_ORDER if n in declared]
     extra = [c for name in METRICS.in_order() for c in METRICS.get(name).columns
-             if c.kind == "number" and c.shown and c.name not in covered and c.name in rows]
-    return tuple((c.name, (c.name,), lambda r, c=c: DASH if pd.isna(r[c.name]) else format(r[c.name], c.fmt or ".3g"))
-                 for c in extra)
+             if c.kind == "number" and c.shown and c.name not in OVERVIEW_ORDER]
+    return [c for c in listed + extra if c.name in rows]
 
 
 def _baseline_names(part: pd.DataFrame) -> dict[str, str]:
@@ -127,19 +101,22 @@ def _numbers(column: pd.Series) -> pd.Series:
 def overview_table(part: pd.DataFrame) -> Block:
     """One task's systems (mean over seeds) as a table block, AT first, otherwise in grid order.
 
-    Each column carries the numbers of its first source column and BETTER's direction for that.
-    """
+    Each column carries its numbers and BETTER's direction for them (bold best, sorting)."""
     agg = aggregate_seeds(part)
     rows = agg.assign(_nat=~is_at_rows(agg)).sort_values("_nat", kind="stable")
-    several = bool((rows["n_seeds"] > 1).any())
     names = _baseline_names(part)
-    keep = [(h.format(**names), cols, fmt) for h, cols, fmt in OVERVIEW_COLUMNS + metric_columns(rows)
-            if h in {"System", "Strategy"} or (h == "Seeds" and several)
-            or (h != "Seeds" and rows[list(cols)].notna().to_numpy().any())]  # fmt: skip
+    lead = [("System", None, lambda r: r["family"]), ("Strategy", None, lambda r: r["strategy"])]
+    if bool((rows["n_seeds"] > 1).any()):
+        lead.append(("Seeds", None, lambda r: str(int(r["n_seeds"]))))
+    shown = [(c.heading.format(**names), c, lambda r, c=c: show(c, r)) for c in overview_columns(rows)
+             if rows[[c.name] + ([c.with_column] if c.with_column in rows else [])].notna().to_numpy().any()]
+    keep = lead + shown
     cells = [[fmt(r) for _, _, fmt in keep] for _, r in rows.iterrows()]
     frame = pd.DataFrame(cells, columns=[h for h, _, _ in keep])
-    values = pd.DataFrame({h: _numbers(rows[cols[0]]).to_numpy() for h, cols, _ in keep})
-    return Block("table", frame=frame, values=values, better=tuple(BETTER.get(c[0], "") for _, c, _ in keep))
+    values = pd.DataFrame({h: (_numbers(rows[c.name]) if c is not None else pd.Series(float("nan"), rows.index))
+                           .to_numpy() for h, c, _ in keep})
+    return Block("table", frame=frame, values=values, better=tuple(BETTER.get(c.name, "") if c is not None else ""
+                                                                   for _, c, _ in keep))
 
 
 def failures_table(failed: pd.DataFrame) -> pd.DataFrame:
@@ -182,40 +159,32 @@ def samples_tables(samples: pd.DataFrame, table: pd.DataFrame) -> list[tuple[str
 
 
 def _definitions(g: GridResults) -> list[Block]:
-    """How the numbers are made: metric definitions the tables rely on."""
+    """How to read the numbers: each overview column's own description (a plugin's column explains
+    itself), then how speed, intervals and claims are made."""
     table, env = g.table, g.environment or {}
+    rows = [(col.heading.format(speed_base="the baseline", p_base="the baseline"), _sentence(col.description))
+            for col in overview_columns(table) if table[col.name].notna().any()]
     method = {"bs": "bootstrap resampling", "ar": "approximate randomisation"}.get(env.get("significance"), "")
     if env.get("n_bootstrap"):
         method += f" ({env['n_bootstrap']} resamples)"
-    text = [
-        ("BLEU", "sacreBLEU defaults (cased, detokenised; `13a`, or `none` for symbol tasks) against every "
-                 "reference stream of the test set (dialect: every variant). With one seed, [95% bootstrap "
-                 "interval]; with several, mean ± sd over seeds (per-seed rows in results.csv)."),
-        ("Tok. BLEU", "BLEU on Moses-tokenised text (sacremoses), as NAT papers report it: comparable with their "
-                      "tables, not with sacreBLEU."),
-        ("Speed", "measured after training in one process, every system of a task side by side: each test "
-                  "sentence (batch 1) or batch is decoded by every system in turn, in rotating order, repeated, "
-                  "median per call. Speed-up = total time of the AT greedy baseline / the system's, on the same "
-                  "sentences, [95% paired bootstrap interval over sentences] (batches, for throughput)."),
-        ("vs CTranslate2", "the same, against the plain AT cell's weights exported to CTranslate2 (float32) and "
-                           "decoded greedily by it in the same timing phase (rows `...-ct2`): the fastest AT a user "
-                           "could deploy. Its passes are not observable."),
-        ("Memory", "peak memory of a large-batch decode above what the process held before it (CPU: VmHWM "
-                   "reset per call; CUDA: peak allocated tensors)."),
-        ("Error excess", "P(error | previous alignment column an error) − P(error | previous column a match), "
-                         "over Levenshtein alignments with the closest reference, minus the same difference "
-                         "expected if each sentence's errors were in random order: 0 = errors do not follow "
-                         "errors beyond what their number explains; > 0 = they propagate."),
-        ("p", f"paired test{f' ({method})' if method else ''} of BLEU against the task's AT baseline "
-              "(sacrebleu; same sentences), Holm-corrected over the systems of the task and seed; with several "
-              "seeds, the largest over seeds. A difference is stated in the summary only when it exceeds the "
-              "seed spread (or, with one seed, the 95% intervals) and the test agrees."),
+    rows += [
+        ("Seeds and intervals", "With one seed, [95% bootstrap interval] over the test sentences; with several, "
+                                "mean ± sd over seeds (per-seed rows in results.csv)."),
+        ("Speed", "Measured after training in one process, every system of a task side by side: each test sentence "
+                  "(batch 1) or batch is decoded by every system in turn, in rotating order, repeated, median per "
+                  "call. A speed-up is the baseline's total time over the system's on the same sentences, [95% "
+                  "paired bootstrap interval over sentences] (batches, for throughput)."
+                  + (f" {env['timing']}." if env.get("timing") else "")),
+        ("Claims", f"The paired test{f' ({method})' if method else ''} is sacrebleu's, on the same sentences. A "
+                   "difference is stated in the summary only when it exceeds the seed spread (or, with one seed, "
+                   "the 95% intervals) and the test agrees."),
     ]
-    present = {"Tok. BLEU": "bleu_tok", "Memory": "decode_memory_mb", "Error excess": "cond_error_excess",
-               "vs CTranslate2": "speedup_vs_ct2"}
-    rows = [(k, v) for k, v in text if k not in present or table[present[k]].notna().any()]
     return [Block("heading", "How to read the numbers", 2),
             Block("table", frame=pd.DataFrame(rows, columns=["Column", "Definition"]))]
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
 def _goals(g: GridResults) -> list[Block]:
@@ -242,7 +211,9 @@ def _reproduce(g: GridResults) -> Block:
     command = (g.environment or {}).get("command")
     if not command:
         return Block("note", "environment.json is missing or has no command: the run is not reproducible.")
-    return Block("para", f"To reproduce: `{command}`")
+    plugins = (g.environment or {}).get("plugins") or []
+    with_plugins = f", with the plugins {describe_plugins(plugins)} installed" if plugins else ""
+    return Block("para", f"To reproduce: `{command}`{with_plugins}")
 
 
 def _overview(g: GridResults) -> list[Block]:

@@ -118,6 +118,12 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
         validation = validation_curve(run_dir / "logs" / "metrics.csv")
         if validation is not None:
             curves["validation"].append(validation.assign(cell=name))
+    named = [(r["cell"], r["strategy"]) for r in rows if r.get("status") == "ok" and "strategy" in r]
+    twice = sorted({pair for pair in named if named.count(pair) > 1})
+    if twice:
+        pairs = [f"{cell} / {strategy}" for cell, strategy in twice]
+        raise AtnatError(f"{out}: two systems share a name ({', '.join(pairs)}): their results would be mixed; "
+                         "each strategy of a cell needs its own label")
     timing_path = out / "timing.csv"
     df = add_timing(pd.DataFrame(rows), pd.read_csv(timing_path) if timing_path.exists() else None)
     df = add_significance(df, runs, method=significance, n=n_bootstrap, baseline=baseline)

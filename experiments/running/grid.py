@@ -21,14 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from atnat.experiments.config.run import (
+    ConfigError, RunConfig, build_strategy, checked, deep_update, load_yaml, make, run_config_from_dict,
+)
+from atnat.experiments.config.plugins import load_plugins
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.reporting.goals import parse_goals
-from atnat.experiments.config.run import (
-    ConfigError, RunConfig, checked, deep_update, load_yaml, make, run_config_from_dict,
-)
 
 GRID_KEYS = ("name", "description", "base", "cells", "axes", "zip", "exclude", "seeds", "smoke", "speed", "goals",
-             "baseline")
+             "baseline", "plugins")
 
 
 @dataclass
@@ -114,6 +115,10 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(GRID_KEYS)}")
     name = str(data.get("name") or path.stem)
+    plugins = data.get("plugins") or []
+    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+        raise ConfigError(f"{where}: plugins: expected a list of module names, got {plugins!r}")
+    load_plugins(plugins, f"{where}: plugins")  # before any decoder, strategy, metric or task is looked up
     variants = data.get("cells") or {"default": {}}
     if not isinstance(variants, dict):
         raise ConfigError(f"{where}: cells must map a cell name to its settings")
@@ -132,7 +137,7 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
                 if excluded(labels, data.get("exclude")):
                     continue
                 cells.append(make_cell(name, base, combo, variant, dict(settings or {}), seed, labels,
-                                       smoke_cfg, f"{where}: cells.{variant}"))
+                                       smoke_cfg, f"{where}: cells.{variant}", plugins))
     speed = checked(SpeedSettings, speed, f"{where}: speed")  # the runner builds SpeedSettings(**speed)
     make(SpeedSettings, speed, f"{where}: speed")
     parse_goals(data.get("goals"), where)  # refused now, not after hours of training
@@ -142,10 +147,30 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
     grid = Grid(name, path, cells, speed=speed, description=data.get("description", ""),
                 goals=list(data.get("goals") or []), baseline=baseline)
     resolve_teachers(grid, runs_dir, where)
+    check_goal_systems(grid, parse_goals(data.get("goals"), where), where)
     return grid
 
 
-def make_cell(grid_name, base, combo, variant, settings, seed, labels, smoke, where) -> Cell:
+def systems_of(grid: Grid) -> list[str]:
+    """Every system of the grid as goals and the report name it: `<family> / <strategy label>`."""
+    out = []
+    for cell in grid.cells:
+        family = cell.name[: -len(f"-s{cell.seed}")] if cell.name.endswith(f"-s{cell.seed}") else cell.name
+        out += [f"{family} / {build_strategy(spec)[0]}" for spec in cell.config.eval.strategies]
+    return list(dict.fromkeys(out))
+
+
+def check_goal_systems(grid: Grid, goals: list, where: str) -> None:
+    """A goal naming a system the grid does not have is refused now (it would only ever be "not
+    measured"), with the systems it has."""
+    known = systems_of(grid)
+    for i, goal in enumerate(goals):
+        for name in (*goal.systems, *([goal.of] if goal.of else [])):
+            if name not in known:
+                raise ConfigError(f"{where}: goals[{i}]: no system {name!r} in this grid (systems: {', '.join(known)})")
+
+
+def make_cell(grid_name, base, combo, variant, settings, seed, labels, smoke, where, plugins=()) -> Cell:
     teacher = settings.pop("teacher", None)
     raw = deep_update(base, {})
     for key, (_, value) in combo.items():
@@ -156,6 +181,8 @@ def make_cell(grid_name, base, combo, variant, settings, seed, labels, smoke, wh
     axis_part = "-".join(lab for k, lab in labels.items() if k not in ("cell", "seed"))
     name = "-".join(p for p in (axis_part, variant, f"s{seed}") if p)
     raw.update(name=name, seed=seed)
+    if plugins:
+        raw["plugins"] = list(dict.fromkeys([*plugins, *(raw.get("plugins") or [])]))
     return Cell(name, variant, labels, seed, raw, teacher)
 
 

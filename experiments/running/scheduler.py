@@ -20,6 +20,7 @@ from rich.progress import Progress
 from atnat.core.errors import AtnatError
 
 from atnat.experiments.config.devices import inference_device
+from atnat.experiments.config.plugins import installed_plugins
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.timing import time_grid
 from atnat.experiments.files import write_json_atomic
@@ -141,6 +142,7 @@ def write_outputs(grid, out: Path, path, started: float, run_info: dict) -> None
     speed = SpeedSettings(**grid.speed)
     env["timing"] = ("timing phase after training: every system of a task side by side in one process"
                      + (f", {speed.threads or torch.get_num_threads()} CPU threads" if device_is_cpu(grid) else ""))
+    env["plugins"] = installed_plugins()  # every plugin this process saw, with its distribution's version
     env["results_rows"] = len(table)  # the report refuses a results.csv with fewer (a cut-short file)
     write_json_atomic(out / "environment.json", env)
     if grid.goals:

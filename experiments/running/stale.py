@@ -18,7 +18,9 @@ from pathlib import Path
 
 from atnat.core.errors import AtnatError
 
+from atnat.experiments.config.run import build_strategy
 from atnat.experiments.config.settings import SettingsChange, settings_change
+from atnat.experiments.reporting.records import read_metrics
 
 STALE_CHOICES = ("rerun", "keep")
 
@@ -46,6 +48,9 @@ def find_stale(grid, cells) -> list[Stale]:
         change = settings_change(run_dir, cell.config)
         if change:
             found[cell.name] = Stale(cell.name, change, bool(change.training), change.describe())
+        elif (renamed := renamed_systems(run_dir, cell)):
+            found[cell.name] = Stale(cell.name, change, False, f"its systems are named {renamed} now (this atnat's "
+                                                               "labels): its results are filed under the old names")
     by_name = grid.by_name()
     changed = True
     while changed:  # students of retrained teachers, transitively
@@ -58,6 +63,21 @@ def find_stale(grid, cells) -> list[Stale]:
                                              f"its teacher {teacher.cell} is trained again")
                     changed = True
     return [found[c.name] for c in cells if c.name in found]
+
+
+def renamed_systems(run_dir: Path, cell) -> str:
+    """When a finished cell's results record names its systems otherwise than this atnat labels its
+    strategies (a label scheme changed): "old -> new, ..."; else ""."""
+    try:
+        meta = read_metrics(run_dir)
+    except AtnatError:
+        return ""
+    if meta is None or meta["status"] != "ok":
+        return ""
+    recorded = [str(r.get("strategy")) for r in meta["rows"]]
+    now = [build_strategy(spec)[0] for spec in cell.config.eval.strategies]
+    return "" if recorded == now else ", ".join(f"{a} -> {b}" for a, b in zip(recorded, now) if a != b) or \
+        f"{recorded} -> {now}"
 
 
 def describe_stale(stale: list[Stale]) -> str:

@@ -59,8 +59,8 @@ class SacreBLEU(Metric):
     """Corpus BLEU and chrF (sacrebleu defaults) against every reference stream, BLEU's bootstrap interval."""
 
     columns = (_c("bleu", "number", "sacreBLEU (cased, detokenised, 13a or none) against every reference stream",
-                  "higher", ".2f", required=True),
-               _c("chrf", "number", "chrF2 (sacrebleu)", "higher", ".1f", required=True),
+                  "higher", ".2f", required=True, header="BLEU", spread=True),
+               _c("chrf", "number", "chrF2 (sacrebleu)", "higher", ".1f", required=True, header="chrF"),
                _c("bleu_ci_low", "number", "95% bootstrap interval of BLEU (low)", required=True, shown=False),
                _c("bleu_ci_high", "number", "95% bootstrap interval of BLEU (high)", required=True, shown=False),
                _c("bleu_signature", "label", "sacrebleu's BLEU signature", shown=False),
@@ -78,8 +78,9 @@ class SacreBLEU(Metric):
 class TokenizedBLEU(Metric):
     """BLEU on Moses-tokenised text, as NAT papers report it (not comparable with sacreBLEU)."""
 
-    columns = (_c("bleu_tok", "number", "BLEU on Moses-tokenised text (paper-comparable, not sacreBLEU)", "higher",
-                  ".2f"),)
+    columns = (_c("bleu_tok", "number", "BLEU on Moses-tokenised text (sacremoses), as NAT papers report it: "
+                                        "comparable with their tables, not with sacreBLEU", "higher", ".2f",
+                  header="Tok. BLEU"),)
 
     def compute(self, out: Outputs) -> dict[str, Any]:
         return {"bleu_tok": tokenized_bleu(out.hyp_txt, out.ref_txt, lang=out.task.lang,
@@ -91,7 +92,7 @@ class ExactMatch(Metric):
     """Share of outputs identical to a reference."""
 
     columns = (_c("exact_match", "number", "share of outputs identical to a reference", "higher", ".3f",
-                  required=True),)
+                  required=True, header="Exact %", scale=100),)
 
     def compute(self, out: Outputs) -> dict[str, Any]:
         return {"exact_match": exact_match(out.hyps, out.refs)}
@@ -102,7 +103,7 @@ class Repetition(Metric):
     """Share of output tokens equal to their predecessor (NAT's repeated-token failure)."""
 
     columns = (_c("repetition_rate", "number", "share of tokens equal to the previous one", "lower", ".3f",
-                  required=True),)
+                  required=True, header="Repetition %", scale=100),)
 
     def compute(self, out: Outputs) -> dict[str, Any]:
         return {"repetition_rate": repetition_rate(out.hyps)}
@@ -112,10 +113,11 @@ class Repetition(Metric):
 class Length(Metric):
     """Output length against the closest reference's."""
 
-    columns = (_c("length_exact", "number", "share of outputs as long as their reference", "higher", ".3f",
-                  required=True),
+    columns = (_c("length_exact", "number", "share of outputs as long as their reference / within one token of "
+                                            "it", "higher", ".3f", required=True, header="Length exact / ±1 %",
+                  scale=100, with_column="length_within1"),
                _c("length_within1", "number", "share within one token of the reference length", "higher", ".3f",
-                  required=True),
+                  required=True, shown=False),
                _c("length_mae", "number", "mean absolute length error (tokens)", "lower", ".2f", shown=False))
 
     def compute(self, out: Outputs) -> dict[str, Any]:
@@ -129,7 +131,8 @@ class ErrorPropagation(Metric):
     """Do errors follow errors beyond what their number explains (metrics/error_propagation.py)."""
 
     columns = (_c("cond_error_excess", "number", "P(err | err before) - P(err | match before), minus its "
-                                                  "within-sentence shuffle expectation", "", ".3f"),)
+                                                  "within-sentence shuffle expectation", "", ".3f",
+                  header="Error excess"),)
 
     def compute(self, out: Outputs) -> dict[str, Any]:
         return {"cond_error_excess": conditional_error_rate(out.hyps, out.refs).excess}
@@ -140,7 +143,7 @@ class VariantMixing(Metric):
     """Share of outputs mixing target variants (multi-modal tasks such as dialect)."""
 
     columns = (_c("mixing_rate", "number", "share of outputs whose words come from several target variants",
-                  "lower", ".3f", required=True),)
+                  "lower", ".3f", required=True, header="Mixing %", scale=100),)
 
     def compute(self, out: Outputs) -> dict[str, Any]:
         variants = out.task.token_variant

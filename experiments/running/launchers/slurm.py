@@ -11,6 +11,7 @@ the jobs run on this machine, and a student is submitted once its teacher's job 
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import submitit
 
 from atnat.core.errors import AtnatError
 
+from atnat.experiments.config.plugins import ENV, load_plugins
 from atnat.experiments.running.cell import cell_status, record_failure_unless_held, run_named_cell
 from atnat.experiments.running.grid import Cell
 from atnat.experiments.running.launchers.jobs import is_active, read_job, record_state, write_job
@@ -89,8 +91,13 @@ class CellJob(submitit.helpers.Checkpointable):
     def __init__(self, grid_path: str, cell: str, results_root: str, smoke: bool) -> None:
         self.grid_path, self.cell, self.results_root, self.smoke = grid_path, cell, results_root, smoke
         self.args = ["cell", grid_path, cell, "--results", results_root] + (["--smoke"] if smoke else [])
+        self.plugins = os.environ.get(ENV, "")  # modules named on the submitting command line
 
     def __call__(self) -> str:
+        import atnat.decoding  # noqa: F401  (the job's own process: register the built-ins, then the plugins)
+        import atnat.models.decoders  # noqa: F401
+
+        load_plugins(self.plugins.split(","), "cluster job")
         status = run_named_cell(self.grid_path, self.cell, results_root=Path(self.results_root), smoke=self.smoke)
         if status not in ("ok", None):  # the job fails, so that `afterok` students of this cell never start
             raise RuntimeError(f"atnat {' '.join(self.args)}: the cell {status}")
