@@ -155,16 +155,17 @@ def test_readme_metric_becomes_a_column_of_the_table_the_report_and_the_cli(tmp_
 
     from tests.test_grid import TINY, write_grid
 
-    METRICS.unregister("length-ratio")
-    load_example(tmp_path, monkeypatch, "my_plugin_length_ratio", readme_examples("Adding a metric")[0])
+    METRICS.unregister("unknown-rate")
+    load_example(tmp_path, monkeypatch, "my_plugin_unknown_rate", readme_examples("Adding a metric")[0])
     try:
         monkeypatch.chdir(tmp_path)
         grid = write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"]}})
         assert main(["run", str(grid), "--results", "res"]) == 0
         df = pd.read_csv(tmp_path / "res" / "tiny" / "results.csv")
-        assert df.length_ratio.between(0.1, 10).all()
-        overview = (tmp_path / "res" / "tiny" / "report.md").read_text().split("## How to read")[0]
-        assert "| length_ratio |" in overview  # a column of the overview table, under its own name
+        assert df.unk_rate.between(0, 1).all()
+        overview, definitions = (tmp_path / "res" / "tiny" / "report.md").read_text().split("## How to read")
+        assert "| Unk % |" in overview  # a column of the overview table, under its declared heading
+        assert "| Unk % | Share of output tokens that are the unknown symbol. |" in definitions  # explains itself
     finally:
-        METRICS.unregister("length-ratio")
-        sys.modules.pop("my_plugin_length_ratio", None)
+        METRICS.unregister("unknown-rate")
+        sys.modules.pop("my_plugin_unknown_rate", None)
