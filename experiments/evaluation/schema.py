@@ -101,6 +101,17 @@ SPEED = (
        spread=True),
     _c("speedup_vs_ct2_ci_low", "number", "95% paired bootstrap interval of speedup_vs_ct2 (low)"),
     _c("speedup_vs_ct2_ci_high", "number", "95% paired bootstrap interval of speedup_vs_ct2 (high)"),
+    _c("throughput_speedup_vs_ct2", "number", "this system's large-batch throughput over the CTranslate2 AT's "
+                                              "(greedy)", "higher", ".2f", header="Thr. speed-up × vs CTranslate2",
+       spread=True),
+    _c("throughput_speedup_vs_ct2_ci_low", "number", "95% paired bootstrap interval of the throughput ratio to "
+                                                     "CTranslate2 (low)"),
+    _c("throughput_speedup_vs_ct2_ci_high", "number", "95% paired bootstrap interval of the throughput ratio to "
+                                                      "CTranslate2 (high)"),
+    _c("speed_noise_low", "number", "the A/A control: the baseline timed twice as two systems, their batch-1 "
+                                    "time ratio's 95% interval (low); speed ratios inside it are noise"),
+    _c("speed_noise_high", "number", "the A/A control's 95% interval (high)"),
+    _c("timing_threads", "number", "CPU threads each system decoded with in the timing phase"),
     _c("decoder_passes", "number", "decoder passes per sentence at batch 1", "lower", ".1f", required=True,
        header="Passes"),
     _c("decode_memory_mb", "number", "peak memory of a large-batch decode above the process's resident size",

@@ -12,7 +12,10 @@ Per system: latency (mean seconds per sentence at batch 1), throughput (sentence
 the batches), decoder passes per sentence, and the decoding memory (peak above the resident size
 before the call; CPU: VmHWM after a reset of /proc/self/clear_refs). Against the task's AT
 baseline (greedy of the plain AT cell of the same seed): the speed-up as a ratio of total times of
-the same sentences, with a 95% paired bootstrap interval over sentences (batches for throughput).
+the same sentences, with a 95% paired bootstrap interval over the timed sentences (batches for
+throughput). The A/A control: the baseline is timed a second time as a system of its own (rows
+`<strategy>-aa`, kept in timing.csv only); the ratio of its two timings, ideally 1, and its interval
+are the noise floor of the task's speed ratios (columns speed_noise_low/high of every row).
 """
 from __future__ import annotations
 
@@ -39,7 +42,8 @@ from atnat.experiments.files import write_csv, write_json_atomic
 from atnat.experiments.modelfiles import ct2
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, evaluation_checkpoint, load_module
 
-COLUMNS = ["cell", "strategy", *[c.name for c in SPEED], "fingerprint"]  # timing.csv
+COLUMNS = ["cell", "strategy", *[c.name for c in SPEED], "fingerprint", "control"]  # timing.csv
+AA_SUFFIX = "-aa"  # the A/A control's twin of the baseline (timing.csv only, not a results row)
 
 
 @dataclass
@@ -177,13 +181,20 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
     lat, _, spread = _interleaved(singles, speed, device)
     thr, mem, _ = _interleaved(batches, speed, device, PeakMemory(device))
     index = {(s.cell, s.strategy): k for k, s in enumerate(systems)}
+    threads = torch.get_num_threads() if device.type == "cpu" else float("nan")
+    noise = {}  # baseline (cell, strategy) -> the A/A interval of its task
+    for (cell, strategy), k in index.items():
+        twin = index.get((cell, strategy + AA_SUFFIX))
+        if twin is not None:
+            noise[(cell, strategy)] = _ratio_ci(lat[k], lat[twin], speed.bootstrap)[1:]
     rows = []
     for k, s in enumerate(systems):
         low, high = _mean_ci(lat[k], speed.bootstrap)
         row = {"cell": s.cell, "strategy": s.strategy, "latency_ms_b1": 1000 * float(lat[k].mean()),
                "latency_ms_b1_ci_low": 1000 * low, "latency_ms_b1_ci_high": 1000 * high,
                "throughput_sents_s": nt / float(thr[k].sum()), "decoder_passes": passes[k],
-               "decode_memory_mb": float(mem[k]), "timing_spread": float(spread[k]), "fingerprint": s.fingerprint}
+               "decode_memory_mb": float(mem[k]), "timing_spread": float(spread[k]), "fingerprint": s.fingerprint,
+               "timing_threads": threads, "control": "A/A" if s.strategy.endswith(AA_SUFFIX) else ""}
         base = index.get(baselines.get(s.cell, ("", "")))
         if base is not None:
             b = systems[base]
@@ -191,10 +202,16 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
             row["speedup_vs_at"], row["speedup_ci_low"], row["speedup_ci_high"] = _ratio_ci(lat[base], lat[k], speed.bootstrap)
             (row["throughput_speedup_vs_at"], row["throughput_speedup_ci_low"],
              row["throughput_speedup_ci_high"]) = _ratio_ci(thr[base], thr[k], speed.bootstrap)
+            if (b.cell, b.strategy) in noise:
+                row["speed_noise_low"], row["speed_noise_high"] = noise[(b.cell, b.strategy)]
+                if k == base:  # the baseline's own speed-up is 1 by construction: its spread is the noise
+                    row["speedup_ci_low"], row["speedup_ci_high"] = noise[(b.cell, b.strategy)]
         twin = index.get((ct2_baselines or {}).get(s.cell, ("", "")))
         if twin is not None:
             row["speedup_vs_ct2"], row["speedup_vs_ct2_ci_low"], row["speedup_vs_ct2_ci_high"] = _ratio_ci(
                 lat[twin], lat[k], speed.bootstrap)
+            (row["throughput_speedup_vs_ct2"], row["throughput_speedup_vs_ct2_ci_low"],
+             row["throughput_speedup_vs_ct2_ci_high"]) = _ratio_ci(thr[twin], thr[k], speed.bootstrap)
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=COLUMNS)
 
@@ -228,6 +245,9 @@ def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, b
                                   checkpoint_stamp(run_dir)))
             if speed is not None and speed.ct2_baseline and exportable(cell):
                 systems.append(exported_twin(systems[-1], tokenizer, device, speed))
+            if speed is not None and speed.aa_control and is_baseline_cell(cell, baseline) and label == "greedy":
+                systems.append(dataclasses.replace(systems[-2 if systems[-1].strategy.endswith("-ct2") else -1],
+                                                   strategy=label + AA_SUFFIX))
         if is_baseline_cell(cell, baseline):
             labels = [build_strategy(s)[0] for s in cfg.eval.strategies]
             plain.setdefault((cell.labels.get("task", cfg.task_name), cell.seed),
@@ -247,7 +267,7 @@ def exportable(cell) -> bool:
     return plain_at_config(cell.config) and cell.config.decoder_name == "at"
 
 
-def system_keys(cells: list, speed: SpeedSettings) -> list[tuple[str, str, str]]:
+def system_keys(cells: list, speed: SpeedSettings, baseline: str | None = None) -> list[tuple[str, str, str]]:
     """(cell, strategy label, weights fingerprint) of every system `grid_systems` would build, sorted,
     without loading a model or exporting one: what decides whether an earlier timing still holds."""
     keys = []
@@ -258,6 +278,8 @@ def system_keys(cells: list, speed: SpeedSettings) -> list[tuple[str, str, str]]
             keys.append((cell.name, label, stamp))
             if speed.ct2_baseline and exportable(cell):
                 keys.append((cell.name, f"{label}-ct2", stamp))
+            if speed.aa_control and is_baseline_cell(cell, baseline) and label == "greedy":
+                keys.append((cell.name, label + AA_SUFFIX, stamp))
     return sorted(keys)
 
 
@@ -291,7 +313,8 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
     kept = old[old.cell.isin(gone)] if old is not None else None
     if old is not None:  # decided before any model is loaded: a resumed, finished grid loads nothing
         fresh = old[~old.cell.isin(gone)]
-        if sorted(zip(fresh.cell, fresh.strategy, fresh.fingerprint.astype(str))) == system_keys(timeable, speed):
+        if sorted(zip(fresh.cell, fresh.strategy, fresh.fingerprint.astype(str))) == system_keys(timeable, speed,
+                                                                                                   baseline):
             return old
     systems, baselines, ct2 = grid_systems(timeable, device, speed, baseline)
     threads = torch.get_num_threads()

@@ -221,6 +221,9 @@ def _overview(g: GridResults) -> list[Block]:
     ok = ok_rows(g.table)
     for task, part in ok.groupby("task", sort=False):
         blocks += [Block("heading", f"Task `{task}`", 3), overview_table(part)]
+        speed = speed_note(part)
+        if speed:
+            blocks.append(Block("note", speed))
         sessions = part.loc[part["timing_session"] != "", ["cell", "timing_session"]].drop_duplicates()
         if sessions["timing_session"].nunique() > 1:
             latest = sessions["timing_session"].max()
@@ -241,6 +244,21 @@ def _overview(g: GridResults) -> list[Block]:
     if not failed.empty:
         blocks += [Block("heading", "Failed cells", 3), Block("table", frame=failures_table(failed))]
     return blocks
+
+
+def speed_note(part: pd.DataFrame) -> str:
+    """Beside a task's speed figures: the threads they were measured with and the A/A noise floor."""
+    threads = sorted({int(t) for t in part.get("timing_threads", pd.Series(dtype=float)).dropna()})
+    text = []
+    if threads:
+        text.append(f"Speed measured with {', '.join(map(str, threads))} CPU thread"
+                    f"{'s' if threads != [1] else ''} per system")
+    noise = part[["speed_noise_low", "speed_noise_high"]].dropna() if "speed_noise_low" in part else pd.DataFrame()
+    if not noise.empty:
+        low, high = noise["speed_noise_low"].min(), noise["speed_noise_high"].max()
+        text.append(f"A/A noise floor of the speed ratios: [{low:.2f}, {high:.2f}] (the baseline timed twice, as two "
+                    "systems): a ratio inside it is no difference, and no system leaves the front by less")
+    return "; ".join(text) + "." if text else ""
 
 
 def _figures(g: GridResults) -> tuple[list[Block], list[Block]]:

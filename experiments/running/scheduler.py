@@ -142,6 +142,7 @@ def write_outputs(grid, out: Path, path, started: float, run_info: dict) -> None
     speed = SpeedSettings(**grid.speed)
     env["timing"] = ("timing phase after training: every system of a task side by side in one process"
                      + (f", {speed.threads or torch.get_num_threads()} CPU threads" if device_is_cpu(grid) else ""))
+    env["equivalence_margin"] = grid.equivalence_margin
     env["plugins"] = installed_plugins()  # every plugin this process saw, with its distribution's version
     env["results_rows"] = len(table)  # the report refuses a results.csv with fewer (a cut-short file)
     write_json_atomic(out / "environment.json", env)
