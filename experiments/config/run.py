@@ -159,10 +159,12 @@ class EvalSettings:
     significance: str = "bs"  # paired test against the AT baseline: "bs" bootstrap resampling (Koehn 2004)
     # or "ar" approximate randomisation (Riezler & Maxwell 2005); Holm-corrected per task
     compound_split: bool = False  # tokenised BLEU splits hyphenated compounds (##AT##), as WMT en-de papers
+    probe_sentences: int = 100  # test sentences the injected-error probe decodes twice per system (0: off)
 
     def __post_init__(self) -> None:
         require_choice(self.significance, ("bs", "ar"), "eval", "significance")
         require_at_least(self.max_tokens, 1, "eval", "max_tokens")
+        require_at_least(self.probe_sentences, 0, "eval", "probe_sentences")
         require_at_least(self.n_bootstrap, 1, "eval", "n_bootstrap")
 
 

@@ -7,6 +7,8 @@ phase (evaluation/timing.py): every system of a task side by side in one process
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -20,6 +22,7 @@ from atnat.models.seq2seq import Seq2SeqModule
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.assemble import build_strategy
 from atnat.experiments.evaluation.decode import decode_split
+from atnat.experiments.evaluation.probes import injected_error_drop, run_probes
 from atnat.experiments.evaluation.timing import System, time_systems
 from atnat.experiments.config.run import RunConfig
 from atnat.experiments.data.batching import encode_split
@@ -51,8 +54,6 @@ class EvalResult:
 def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Path, *,
              teacher: Seq2SeqModule | None = None, n_samples: int = 5) -> EvalResult:
     """Decode cfg.eval.split with every strategy of the run; score it; write hyps and references."""
-    from atnat.experiments.evaluation.probes import run_probes
-
     src, tgt = task.splits[cfg.eval.split]
     split = encode_split(task.tokenizer, src, tgt, name=cfg.eval.split, max_len=cfg.train.max_len)
     refs_txt = task.references(cfg.eval.split)  # raw references: BLEU on detokenised text (sacrebleu default)
@@ -67,7 +68,12 @@ def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Pat
         row, hyp_txt = score_outputs(decoded.hyps, refs_ids, refs_txt, task, n_bootstrap=cfg.eval.n_bootstrap,
                                      detok=task.tokenizer.decode, compound_split=cfg.eval.compound_split)
         row.update(strategy=label, strategy_name=strategy.registered_name,
-                   iterations=getattr(strategy, "iterations", float("nan")))
+                   iterations=getattr(strategy, "iterations", float("nan")),
+                   strategy_settings=json.dumps({"name": strategy.registered_name, **dataclasses.asdict(strategy)},
+                                                default=str))
+        if cfg.eval.probe_sentences:
+            row.update(injected_error_drop(module, split, strategy, teacher=teacher, n=cfg.eval.probe_sentences,
+                                           bootstrap=cfg.eval.n_bootstrap))
         rows.append(row)
         first = first if first is not None else decoded.hyps
         write_text_atomic(run_dir / "hyps" / f"{label}.txt", "\n".join(hyp_txt) + "\n")

@@ -66,6 +66,7 @@ LABELS = (
     _c("autoregressive", "flag", "the decoder decodes step by step (an AT: it offers the `step` capability)"),
     _c("strategy", "label", "the search strategy's label (beam5, mask-predict-4, ...)", required=True),
     _c("strategy_name", "label", "the strategy's registered name"),
+    _c("strategy_settings", "label", "every option of the strategy, defaults included (JSON): what the label names"),
     _c("iterations", "number", "mask-predict iterations"),
     _c("seed", "number", "the training seed"),
     _c("distilled", "flag", "trained on an AT teacher's outputs"),
@@ -119,6 +120,16 @@ SPEED = (
     _c("timing_spread", "number", "median over calls of (max - min) / median of their repeated timings"),
     _c("timing_session", "label", "when the timing phase that timed this row ran (UTC); rows of a task from "
                                   "different sessions were not timed side by side"),
+)
+PROBES = (
+    _c("error_propagation", "number", "error propagation, measured causally: the drop in token accuracy after "
+                                      "one error is injected (an AT reads back a wrong token; an iterative NAT a "
+                                      "wrong kept token in its later passes), over the positions downstream of it; "
+                                      "0 when nothing is read back (one-pass NAT, CTC)", "lower", ".3f",
+       header="Error propagation", spread=True),
+    _c("error_propagation_ci_low", "number", "95% bootstrap interval of error_propagation over sentences (low)"),
+    _c("error_propagation_ci_high", "number", "95% bootstrap interval of error_propagation over sentences (high)"),
+    _c("error_propagation_n", "number", "test sentences the injected-error probe measured"),
 )
 RUN = (
     _c("distill_bleu", "number", "BLEU of the distilled training targets against the references"),

@@ -16,7 +16,8 @@ INTERVALS = {"bleu": ("bleu_ci_low", "bleu_ci_high"), "speedup_vs_at": ("speedup
              "throughput_speedup_vs_at": ("throughput_speedup_ci_low", "throughput_speedup_ci_high"),
              "latency_ms_b1": ("latency_ms_b1_ci_low", "latency_ms_b1_ci_high"),
              "speedup_vs_ct2": ("speedup_vs_ct2_ci_low", "speedup_vs_ct2_ci_high"),
-             "throughput_speedup_vs_ct2": ("throughput_speedup_vs_ct2_ci_low", "throughput_speedup_vs_ct2_ci_high")}
+             "throughput_speedup_vs_ct2": ("throughput_speedup_vs_ct2_ci_low", "throughput_speedup_vs_ct2_ci_high"),
+             "error_propagation": ("error_propagation_ci_low", "error_propagation_ci_high")}
 KEYS = ["task", "family", "strategy"]
 
 

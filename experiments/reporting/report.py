@@ -53,7 +53,7 @@ def _spread(r: pd.Series, col: str, digits: int, scale: float = 1.0) -> str:
 # too) follow. A column all empty for a task is left out of that task's table.
 OVERVIEW_ORDER = ("mixing_rate", "bleu", "bleu_tok", "chrf", "exact_match", "latency_ms_b1", "speedup_vs_at",
                   "speedup_vs_ct2", "throughput_sents_s", "throughput_speedup_vs_at", "decoder_passes",
-                  "decode_memory_mb", "repetition_rate", "length_exact", "cond_error_excess", "bleu_p_holm")
+                  "decode_memory_mb", "repetition_rate", "length_exact", "error_propagation", "bleu_p_holm")
 # which way is better for a results.csv column: an overview column with a direction has its best value
 # per task marked (bold) and its first sort click puts the best first
 BETTER = better()

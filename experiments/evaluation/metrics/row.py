@@ -126,13 +126,16 @@ class Length(Metric):
                 "length_mae": lengths.mean_abs_error}
 
 
-@register_metric("error-propagation")
-class ErrorPropagation(Metric):
-    """Do errors follow errors beyond what their number explains (metrics/error_propagation.py)."""
+@register_metric("error-clustering")
+class ErrorClustering(Metric):
+    """Do errors sit next to errors beyond what their number explains (metrics/error_propagation.py)?
+    A statistic of clustering, not of causation: a wrong word split into pieces or a reworded phrase
+    clusters errors in NAT outputs too; the causal measure is the injected-error probe (probes.py)."""
 
-    columns = (_c("cond_error_excess", "number", "P(err | err before) - P(err | match before), minus its "
-                                                  "within-sentence shuffle expectation", "", ".3f",
-                  header="Error excess"),)
+    columns = (_c("cond_error_excess", "number", "errors clustering: P(err | err before) - P(err | match before), "
+                                                  "minus its within-sentence shuffle expectation; > 0 also for "
+                                                  "NAT outputs, where no output feeds back", "", ".3f",
+                  header="Error clustering", shown=False),)
 
     def compute(self, out: Outputs) -> dict[str, Any]:
         return {"cond_error_excess": conditional_error_rate(out.hyps, out.refs).excess}
