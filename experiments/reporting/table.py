@@ -8,6 +8,7 @@ import pandas as pd
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.evaluation.baseline import baseline_cells, is_at_rows
+from atnat.experiments.evaluation.exported import exported_rows
 from atnat.experiments.evaluation.metrics.quality import bleu_difference
 from atnat.experiments.reporting.records import read_metrics
 from atnat.experiments.evaluation.evaluate import read_references
@@ -89,7 +90,7 @@ def compare_systems(df: pd.DataFrame, runs: Path, *, n: int = 1000) -> pd.DataFr
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 
-def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None) -> pd.DataFrame:
+def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None, runs: Path | None = None) -> pd.DataFrame:
     """The timing phase's columns (timing.csv) joined on (cell, strategy); systems timed but not
     evaluated (a plain AT's CTranslate2 twin, `<strategy>-ct2`) become rows of their cell with
     speed columns only; the A/A control's rows stay in timing.csv (their noise floor is a column)."""
@@ -107,6 +108,12 @@ def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None) -> pd.DataFrame:
                           "teacher") if c in df]
     info = df.drop_duplicates("cell").set_index("cell")[labels]
     extra = extra.join(info, on="cell").assign(strategy_name=extra.strategy, status="ok", error="")
+    if runs is not None:  # a CTranslate2 twin scored like any system (evaluation/exported.py)
+        scores = pd.DataFrame([{"cell": c, "strategy": s, **row} for c in extra.cell.unique()
+                               for s, row in exported_rows(runs / c).items()])
+        if not scores.empty:
+            scores = scores.drop(columns=[c for c in scores if c in extra and c not in ("cell", "strategy")])
+            extra = extra.merge(scores, on=["cell", "strategy"], how="left")
     return pd.concat([merged, extra[extra.cell.isin(info.index)]], ignore_index=True)
 
 
@@ -163,7 +170,7 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
         raise AtnatError(f"{out}: two systems share a name ({', '.join(pairs)}): their results would be mixed; "
                          "each strategy of a cell needs its own label")
     timing_path = out / "timing.csv"
-    df = add_timing(pd.DataFrame(rows), pd.read_csv(timing_path) if timing_path.exists() else None)
+    df = add_timing(pd.DataFrame(rows), pd.read_csv(timing_path) if timing_path.exists() else None, runs)
     df = add_significance(df, runs, method=significance, n=n_bootstrap, baseline=baseline)
     write_csv(compare_systems(df, runs, n=n_bootstrap), out / "comparisons.csv")
     order = [c.name for c in schema.columns()]

@@ -22,6 +22,7 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.config.devices import inference_device
 from atnat.experiments.config.plugins import installed_plugins
 from atnat.experiments.config.speed import SpeedSettings
+from atnat.experiments.evaluation.exported import score_exported_twins
 from atnat.experiments.evaluation.timing import time_grid
 from atnat.experiments.files import write_json_atomic
 from atnat.experiments.reporting.environment import environment
@@ -202,3 +203,4 @@ def timing_phase(grid, out: Path) -> None:
         return
     device = inference_device(done[0].config.train.accelerator)
     time_grid(done, out, SpeedSettings(**grid.speed), device, grid.baseline)
+    score_exported_twins(done, device, SpeedSettings(**grid.speed))  # the CTranslate2 AT's BLEU
