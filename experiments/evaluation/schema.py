@@ -26,6 +26,7 @@ class Column:
     scale: float = 1.0  # the overview shows value x scale (100: a share shown in %)
     spread: bool = False  # the overview shows mean ± sd over seeds (one seed: the value and its 95% interval)
     with_column: str = ""  # the overview shows "this / that" in one cell (length exact / within one)
+    secondary: bool = False  # the HTML overview folds it behind "more columns" (the first screen fits 1400 px)
 
     def __post_init__(self):
         if self.kind not in ("label", "flag", "number") or self.better not in ("", "higher", "lower"):
@@ -83,11 +84,11 @@ COMPARISONS = (
 )
 SPEED = (
     _c("latency_ms_b1", "number", "mean decoding time per sentence at batch 1 (ms), timing phase", "lower",
-       "auto", required=True, header="Latency ms (b=1)"),
+       "auto", required=True, header="Latency ms (b=1)", secondary=True),
     _c("latency_ms_b1_ci_low", "number", "95% bootstrap interval of latency_ms_b1 (low)"),
     _c("latency_ms_b1_ci_high", "number", "95% bootstrap interval of latency_ms_b1 (high)"),
     _c("throughput_sents_s", "number", "sentences per second over large batches, timing phase", "higher", "auto",
-       required=True, header="Throughput sent/s"),
+       required=True, header="Throughput sent/s", secondary=True),
     _c("speedup_vs_at", "number", "the baseline's batch-1 time over this system's, on the same sentences", "higher",
        ".2f", required=True, header="Speed-up × vs {speed_base} (b=1)", spread=True),
     _c("speedup_ci_low", "number", "95% paired bootstrap interval of speedup_vs_at (low)"),
@@ -114,9 +115,9 @@ SPEED = (
     _c("speed_noise_high", "number", "the A/A control's 95% interval (high)"),
     _c("timing_threads", "number", "CPU threads each system decoded with in the timing phase"),
     _c("decoder_passes", "number", "decoder passes per sentence at batch 1", "lower", ".1f", required=True,
-       header="Passes"),
+       header="Passes", secondary=True),
     _c("decode_memory_mb", "number", "peak memory of a large-batch decode above the process's resident size",
-       "lower", "auto", header="Memory MiB"),
+       "lower", "auto", header="Memory MiB", secondary=True),
     _c("timing_spread", "number", "median over calls of (max - min) / median of their repeated timings"),
     _c("timing_session", "label", "when the timing phase that timed this row ran (UTC); rows of a task from "
                                   "different sessions were not timed side by side"),

@@ -116,7 +116,8 @@ def overview_table(part: pd.DataFrame) -> Block:
     values = pd.DataFrame({h: (_numbers(rows[c.name]) if c is not None else pd.Series(float("nan"), rows.index))
                            .to_numpy() for h, c, _ in keep})
     return Block("table", frame=frame, values=values, better=tuple(BETTER.get(c.name, "") if c is not None else ""
-                                                                   for _, c, _ in keep))
+                                                                   for _, c, _ in keep),
+                 secondary=tuple(bool(c is not None and c.secondary) for _, c, _ in keep))
 
 
 def failures_table(failed: pd.DataFrame) -> pd.DataFrame:
