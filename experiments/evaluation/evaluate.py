@@ -20,7 +20,7 @@ from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
 
 from atnat.experiments.config.speed import SpeedSettings
-from atnat.experiments.evaluation.assemble import build_strategy
+from atnat.experiments.evaluation.assemble import build_strategy, validation_search
 from atnat.experiments.evaluation.decode import decode_split
 from atnat.experiments.evaluation.probes import injected_error_drop, run_probes
 from atnat.experiments.evaluation.timing import System, time_systems
@@ -86,6 +86,17 @@ def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Pat
     frames = {k: pd.concat(v, ignore_index=True) for k, v in curves.items() if v}
     frames.update(run_probes(module, split, free_running=first, strategy=rows[0]["strategy"]))
     return EvalResult(rows, frames, pd.DataFrame(samples))  # the runner writes metrics.json last
+
+
+def validation_bleu(module: Seq2SeqModule, task: TaskData, cfg: RunConfig) -> float:
+    """BLEU on the validation split of the weights being evaluated (e.g. the average of several
+    checkpoints), decoded as validation decodes during training (greedy / one pass): comparable with
+    the validation curve, so the effect of averaging is visible before any test number."""
+    src, tgt = task.splits["valid"]
+    split = encode_split(task.tokenizer, src, tgt, name="valid", max_len=cfg.train.max_len)
+    decoded = decode_split(module, split, validation_search(module.decoder), max_tokens=cfg.eval.max_tokens)
+    hyps = [task.tokenizer.decode(h) for h in decoded.hyps]
+    return sacrebleu.corpus_bleu(hyps, task.references("valid"), tokenize=task.bleu_tokenize).score
 
 
 def write_references(run_dir: Path, streams: list[list[str]]) -> None:
