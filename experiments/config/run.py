@@ -160,6 +160,8 @@ class EvalSettings:
     # or "ar" approximate randomisation (Riezler & Maxwell 2005); Holm-corrected per task
     compound_split: bool = False  # tokenised BLEU splits hyphenated compounds (##AT##), as WMT en-de papers
     probe_sentences: int = 100  # test sentences the injected-error probe decodes twice per system (0: off)
+    extra_tests: tuple[str, ...] = ()  # further test splits scored beside `split` (parallel task: file stems,
+    # e.g. [test2017]); results in extra_tests.csv and the report's "Other test sets"
 
     def __post_init__(self) -> None:
         require_choice(self.significance, ("bs", "ar"), "eval", "significance")
@@ -244,6 +246,11 @@ def validate(cfg: RunConfig, where: str) -> RunConfig:
         problem = compatibility_problem(dec_cls, dec_options, strategy)  # the one check, also at decode time
         if problem:
             raise ConfigError(f"{where}: eval.strategies[{i}] ({name}): {problem}")
+    for name in cfg.eval.extra_tests:  # read now, not after hours of training
+        try:
+            task_cls(make(task_cls.Options, task_opts, f"{where}: task ({task_name})"), cache_dir=CACHE_DIR).extra_split(name)
+        except AtnatError as err:
+            raise ConfigError(f"{where}: eval.extra_tests: {err}") from None
     labels: dict[str, int] = {}
     for i, spec in enumerate(strategies):
         label = build_strategy(spec)[0]
@@ -279,6 +286,13 @@ def build_strategy(spec) -> tuple[str, Any]:
     name, opts = named(spec, "strategy")
     strategy = make(STRATEGIES.get(name), opts, f"strategy ({name})")
     return strategy.label, strategy
+
+
+def extra_test_split(cfg: RunConfig, name: str) -> tuple[list[str], list[str]]:
+    """(sources, targets) of one of the run's eval.extra_tests."""
+    task_name, opts = named(cfg.task, "task")
+    task_cls = TASKS.get(task_name)
+    return task_cls(make(task_cls.Options, opts, f"task ({task_name})"), cache_dir=CACHE_DIR / "spm").extra_split(name)
 
 
 def load_task(cfg: RunConfig) -> TaskData:

@@ -262,6 +262,54 @@ def speed_note(part: pd.DataFrame) -> str:
     return "; ".join(text) + "." if text else ""
 
 
+def _other_tests(g: GridResults) -> list[Block]:
+    """BLEU on the further test splits (eval.extra_tests) beside the main one, mean ± sd over seeds,
+    and whether the systems rank the same on every split (or which pairs flip)."""
+    if g.extra_tests is None or g.extra_tests.empty:
+        return []
+    blocks = [Block("heading", "Other test sets", 2)]
+    ok = ok_rows(g.table)
+    for task, part in ok.groupby("task", sort=False):
+        extra = g.extra_tests[g.extra_tests["task"].astype(str) == str(task)]
+        if extra.empty:
+            continue
+        main = part.assign(system=part["family"].astype(str) + " / " + part["strategy"].astype(str))
+        main = main[main["strategy"].isin(set(extra["strategy"]))]
+        extra = extra.assign(system=extra["family"].fillna(extra["cell"]).astype(str) + " / " + extra["strategy"])
+        means = {"main test set": main.groupby("system", sort=False)["bleu"].agg(["mean", "std", "count"])}
+        for name, rows in extra.groupby("test_set", sort=False):
+            means[str(name)] = rows.groupby("system", sort=False)["bleu"].agg(["mean", "std", "count"])
+        systems = list(means["main test set"].index)
+        frame = pd.DataFrame({"System": systems, **{f"BLEU ({k})": [_mean_sd(v, s) for s in systems]
+                                                    for k, v in means.items()}})
+        blocks += [Block("heading", f"Task `{task}`", 3), Block("table", frame=frame), Block("para", _ranking(means))]
+    return blocks if len(blocks) > 1 else []
+
+
+def _mean_sd(stats: pd.DataFrame, system: str) -> str:
+    if system not in stats.index or pd.isna(stats.loc[system, "mean"]):
+        return DASH
+    m, sd, n = stats.loc[system, ["mean", "std", "count"]]
+    return f"{m:.2f} ± {sd:.2f}" if n > 1 else f"{m:.2f}"
+
+
+def _ranking(means: dict[str, pd.DataFrame]) -> str:
+    """Do the systems rank the same (by mean BLEU) on every test set? Name the pairs that flip."""
+    names = list(means)
+    common = [s for s in means[names[0]].index if all(s in m.index for m in means.values())]
+    flips = []
+    for other in names[1:]:
+        for i, a in enumerate(common):
+            for b in common[i + 1:]:
+                first = means[names[0]].loc[a, "mean"] - means[names[0]].loc[b, "mean"]
+                second = means[other].loc[a, "mean"] - means[other].loc[b, "mean"]
+                if first * second < 0:
+                    flips.append(f"`{a}` and `{b}` ({names[0]} {first:+.2f}, {other} {second:+.2f})")
+    if not flips:
+        return f"The {len(common)} systems rank the same (by mean BLEU) on {' and '.join(names)}."
+    return f"The ranking by mean BLEU flips between the test sets for: {'; '.join(flips)}."
+
+
 def _figures(g: GridResults) -> tuple[list[Block], list[Block]]:
     """Draw every figure whose data is present (a one-line note for each one that is not).
 
@@ -306,7 +354,8 @@ def build_document(g: GridResults) -> list[Block]:
     """
     headline, other_figures = _figures(g)
     head = [Block("heading", f"Grid report: {g.name}", 1), Block("para", summary(g)), _reproduce(g), *headline]
-    return head + _goals(g) + _overview(g) + _definitions(g) + other_figures + _samples(g) + _environment(g)
+    return (head + _goals(g) + _overview(g) + _other_tests(g) + _definitions(g) + other_figures + _samples(g)
+            + _environment(g))
 
 
 def write_report(results_dir: Path) -> tuple[Path, Path]:

@@ -38,6 +38,7 @@ class GridResults:
     environment: dict | None  # environment.json
     goals: list = ()  # goals.json: the grid's goals (reporting/goals.py), checked in the report
     notes: str = ""  # notes.md: the authors' hand-written notes (why a goal was missed ...)
+    extra_tests: pd.DataFrame | None = None  # extra_tests.csv: BLEU on further test splits (eval.extra_tests)
     comparisons: pd.DataFrame | None = None  # comparisons.csv: BLEU differences to each task's best AT, with
     # intervals pooling sentences and seeds (reporting/table.py)
 
@@ -135,4 +136,6 @@ def load_results(results_dir: Path) -> GridResults:
     notes = (root / "notes.md").read_text(encoding="utf-8").strip() if (root / "notes.md").is_file() else ""
     comparisons = _read_csv(root / "comparisons.csv", ("task", "system", "against", "bleu_diff", "diff_ci_low",
                                                         "diff_ci_high"), ("bleu_diff", "diff_ci_low", "diff_ci_high"))
-    return GridResults(root.resolve().name, root, table, curves, samples, environment, goals, notes, comparisons)
+    extra = _read_csv(root / "extra_tests.csv", ("cell", "task", "strategy", "test_set", "bleu"), ("bleu",))
+    return GridResults(root.resolve().name, root, table, curves, samples, environment, goals, notes,
+                       extra_tests=extra, comparisons=comparisons)

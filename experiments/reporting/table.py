@@ -55,6 +55,8 @@ def add_significance(df: pd.DataFrame, runs: Path, *, method: str = "bs", n: int
     return df
 
 
+EXTRA_COLUMNS = ("cell", "family", "task", "decoder", "seed", "strategy", "test_set", "sentences", "bleu",
+                 "bleu_ci_low", "bleu_ci_high", "chrf", "bleu_tok")  # extra_tests.csv: eval.extra_tests' scores
 COMPARISON_COLUMNS = ("task", "system", "against", "n_seeds", "bleu_diff", "diff_ci_low", "diff_ci_high", "method")
 
 
@@ -141,7 +143,7 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
     decoder, ...: running/cell.py `describe`); the paired test and the grid's `baseline` as in
     add_significance."""
     runs = out / "runs"
-    rows, curves, samples = [], {c: [] for c in (*CURVES, "validation")}, []
+    rows, curves, samples, extra = [], {c: [] for c in (*CURVES, "validation")}, [], []
     for info in cells:
         name = info["cell"]
         run_dir = runs / name
@@ -154,6 +156,8 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
             rows.append(info | {"status": status, "error": meta.get("error", "")})
             continue
         rows += [info | r | {"status": "ok", "error": ""} for r in meta["rows"]]
+        extra += [{k: info.get(k) for k in ("cell", "family", "task", "decoder", "seed")} | e
+                  for e in meta.get("extra_tests") or []]
         for curve in CURVES:
             path = run_dir / "curves" / f"{curve}.csv"
             if path.exists():
@@ -173,6 +177,7 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
     df = add_timing(pd.DataFrame(rows), pd.read_csv(timing_path) if timing_path.exists() else None, runs)
     df = add_significance(df, runs, method=significance, n=n_bootstrap, baseline=baseline)
     write_csv(compare_systems(df, runs, n=n_bootstrap), out / "comparisons.csv")
+    write_csv(pd.DataFrame(extra, columns=EXTRA_COLUMNS), out / "extra_tests.csv")
     order = [c.name for c in schema.columns()]
     df = df.assign(**{col: float("nan") for col in order if col not in df})
     df = df[order + [c for c in df.columns if c not in order]]

@@ -105,7 +105,7 @@ def save_cell_outputs(run_dir: Path, result: EvalResult) -> None:
         write_csv(frame, run_dir / "curves" / f"{name}.csv")
     if result.samples is not None:
         write_csv(result.samples, run_dir / "samples.csv")
-    write_record(run_dir, "ok", result.rows)
+    write_record(run_dir, "ok", result.rows, extra_tests=result.extra_tests)
 
 
 def cell_status(run_dir: Path) -> str | None:
