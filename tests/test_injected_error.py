@@ -62,3 +62,20 @@ def test_a_one_pass_nat_reads_nothing_back_and_a_refining_one_does():
             assert out["error_propagation"] == 0.0  # measured, and nothing fed back
         else:
             assert out["error_propagation"] > 0  # a wrong kept token misleads the later passes
+
+
+def test_a_real_cmlm_with_a_length_beam_and_a_trained_at_go_through_the_probe():
+    """Rows of a length beam finish at different passes (fewer rows later): the probe follows them."""
+    from atnat.decoding.beam import Beam
+    from atnat.experiments.data.batching import encode_split
+
+    from tests.training import fit
+
+    for decoder, strategies in (("cmlm", [MaskPredict(iterations=4, length_beam=3)]),
+                                ("at", [Greedy(), Beam(beam_size=3)])):
+        module, task = fit(decoder, "copy", steps=60, vocab=8, min_len=3, max_len=6, n_train=400, n_test=6)
+        src, tgt = task.splits["test"]
+        test = encode_split(task.tokenizer, src, tgt, name="test")
+        for strategy in strategies:
+            out = injected_error_drop(module, test, strategy, n=6, bootstrap=20)
+            assert out["error_propagation_n"] > 0 and -1.0 <= out["error_propagation"] <= 1.0

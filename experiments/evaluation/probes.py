@@ -151,14 +151,16 @@ class _Injected:
         self._model, self._at, self._calls, self._mask = model, at, 0, special.mask
         self._low, self._vocab = special.first_ordinary, vocab
         self._gen = torch.Generator().manual_seed(seed)
-        self._replaced: list[int] | None = None  # the wrong tokens a NAT reads at `at`, one per row
+        self._offset = int(torch.randint(1, max(vocab - self._low, 2), (1,), generator=self._gen))
+        self._chosen = False  # a NAT's position is chosen at its first refining pass
 
     def __getattr__(self, name):
         return getattr(self._model, name)
 
     def _wrong(self, token: int) -> int:
-        r = int(torch.randint(self._low, self._vocab - 1, (1,), generator=self._gen))
-        return r + int(r >= token)  # any ordinary token but `token`
+        """Another ordinary token, the same one for a given token at every pass (a fixed shift)."""
+        span = self._vocab - self._low
+        return self._low + (max(token - self._low, 0) + self._offset) % span
 
     def step(self, prev_tokens, state):  # AT: the token chosen at position `at` is read back wrong
         self._calls += 1
@@ -172,13 +174,12 @@ class _Injected:
         self._calls += 1
         if self._calls >= 2:
             kept = (tokens != self._mask) & ~padding_mask  # (R, T) tokens this pass reads as given
-            if self._replaced is None and bool(kept[0].any()):  # the kept position nearest `at`, once
+            if not self._chosen and bool(kept[0].any()):  # the kept position nearest `at`, once
                 positions = kept[0].nonzero().squeeze(1).tolist()
-                self._at = min(positions, key=lambda j: (abs(j - self._at), j))
-                self._replaced = [self._wrong(int(t)) for t in tokens[:, self._at].tolist()]
-            if self._replaced is not None:
+                self._at, self._chosen = min(positions, key=lambda j: (abs(j - self._at), j)), True
+            if self._chosen and self._at < tokens.size(1):
                 tokens = tokens.clone()
-                wrong = torch.tensor(self._replaced, device=tokens.device)
+                wrong = torch.tensor([self._wrong(int(t)) for t in tokens[:, self._at].tolist()], device=tokens.device)
                 tokens[:, self._at] = torch.where(kept[:, self._at], wrong, tokens[:, self._at])
         return self._model.forward_parallel(tokens, memory, padding_mask)
 
