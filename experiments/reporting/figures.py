@@ -322,8 +322,9 @@ def _ok(table: pd.DataFrame) -> pd.DataFrame:
 # stem (file name and curve name), caption, source file, draw(results table, curve, path);
 # the first is the report's headline figure, shown under the summary
 FIGURES = (
-    ("quality_vs_speed", "BLEU vs batch-1 speed-up over AT greedy (means; bars: spread over seeds, or 95% "
-     "intervals with one seed); ringed: not clearly beaten in both", "results.csv",
+    ("quality_vs_speed", "BLEU vs speed-up over our AT greedy, at batch 1 (left) and in large-batch throughput "
+     "(right); means; bars: spread over seeds, or 95% intervals with one seed (speed: at least the A/A noise "
+     "floor); ringed: not clearly beaten in both", "results.csv",
      lambda table, _, path: quality_vs_speed(_ok(table), path)),
     ("position_accuracy", "Token accuracy by target position: teacher-forced vs free-running (grey: sentences "
      f"per position; positions fewer than {MIN_SENTENCES} sentences reach are cut)",

@@ -3,17 +3,20 @@ system, whether they differ beyond the seed spread (aggregate.py's rules) or are
 speed-ups, and the systems not clearly beaten in both quality and speed."""
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_at_rows
-from atnat.experiments.reporting.aggregate import aggregate_seeds, robust_front, significant
+from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, robust_front, significant
 from atnat.experiments.reporting.results import GridResults, ok_rows
 
 
 def summary(g: GridResults) -> str:
     """One paragraph per grid phrased from the numbers: per task, best AT and best NAT system, and
     whether they differ beyond the seed spread (aggregate.py's rules) or are tied."""
-    parts = [_task_summary(task, part, g.comparisons, g.equivalence_margin)
+    timing = _threads_of((g.environment or {}).get("timing", ""))
+    parts = [_task_summary(task, part, g.comparisons, g.equivalence_margin, timing)
              for task, part in ok_rows(g.table).groupby("task", sort=False)]
     failed, total = g.table.loc[g.table["status"] != "ok", "cell"].nunique(), g.table["cell"].nunique()
     tail = f"; {failed} failed (listed below)." if failed else "."
@@ -35,9 +38,13 @@ def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin
     ahead or behind when the difference's interval excludes 0 (and the paired test agrees),
     equivalent when the whole interval lies within ±margin, else not resolved - with the interval."""
     several = nat["n_seeds"] > 1 and at["n_seeds"] > 1
-    if comparison is None:  # no interval (hypotheses gone): no claim either way
-        return (f"{nat['bleu'] - at['bleu']:+.2f} BLEU against it; not resolved (no interval: the runs' "
-                "hypotheses are not in this results folder)")
+    if comparison is None:  # no paired interval (hypotheses gone): only the systems' own intervals
+        gap = nat["bleu"] - at["bleu"]
+        if beyond_spread(nat, at, "bleu"):  # disjoint intervals: a conservative claim, still made
+            own = "seed ranges" if several else "95% intervals (one seed: test sentences only)"
+            return f"{abs(gap):.2f} BLEU {'behind' if gap < 0 else 'ahead of'} it, beyond both systems' {own}"
+        return (f"{gap:+.2f} BLEU against it; not resolved (their intervals overlap, and no paired interval: "
+                "the runs' hypotheses are not in this results folder)")
     d, low, high = comparison["bleu_diff"], comparison["diff_ci_low"], comparison["diff_ci_high"]
     n = int(comparison.get("n_seeds", 1) or 1)
     over = f"{n} seeds, test sentences and seeds resampled" if n > 1 else \
@@ -71,6 +78,12 @@ def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+def _threads_of(timing: str) -> str:
+    """'2 CPU threads' from environment.json's timing text (results folders older than timing_threads)."""
+    found = re.search(r"(\d+) CPU threads?", timing or "")
+    return found.group(0) if found else ""
+
+
 def _comparison(comparisons: pd.DataFrame | None, task: str, nat: pd.Series, at: pd.Series) -> pd.Series | None:
     """comparisons.csv's row of `nat` against `at` in this task, if there is one."""
     if comparisons is None:
@@ -82,7 +95,7 @@ def _comparison(comparisons: pd.DataFrame | None, task: str, nat: pd.Series, at:
 
 
 def _task_summary(task: str, part: pd.DataFrame, comparisons: pd.DataFrame | None = None,
-                  margin: float = 1.0) -> str:
+                  margin: float = 1.0, timing: str = "") -> str:
     """Mixing first where a task measures it; best AT and best NAT system (mean BLEU), the verdict,
     the NAT speed-ups, and the front of systems not clearly beaten in both BLEU and speed-up."""
     agg = aggregate_seeds(part)
@@ -99,7 +112,7 @@ def _task_summary(task: str, part: pd.DataFrame, comparisons: pd.DataFrame | Non
     ours = [f"{nat[c]:.2f}× {how}" for c, how in _SPEEDS[:2] if pd.notna(nat.get(c))]
     engine = [f"{nat[c]:.2f}× {how}" for c, how in _SPEEDS[2:] if pd.notna(nat.get(c))]
     threads = f" ({int(nat['timing_threads'])} CPU thread{'s' if nat['timing_threads'] != 1 else ''})" \
-        if pd.notna(nat.get("timing_threads")) else ""
+        if pd.notna(nat.get("timing_threads")) else (f" ({timing})" if timing else "")
     text += f", with a speed-up over our AT greedy of {' and '.join(ours)}{threads}" if ours else ""
     text += f" and over the same AT run by CTranslate2 of {' and '.join(engine)}" if engine else ""
     front = robust_front(agg, "speedup_vs_at", "bleu")

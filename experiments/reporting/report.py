@@ -222,7 +222,7 @@ def _overview(g: GridResults) -> list[Block]:
     ok = ok_rows(g.table)
     for task, part in ok.groupby("task", sort=False):
         blocks += [Block("heading", f"Task `{task}`", 3), overview_table(part)]
-        speed = speed_note(part)
+        speed = speed_note(part, (g.environment or {}).get("timing", ""))
         if speed:
             blocks.append(Block("note", speed))
         sessions = part.loc[part["timing_session"] != "", ["cell", "timing_session"]].drop_duplicates()
@@ -247,10 +247,13 @@ def _overview(g: GridResults) -> list[Block]:
     return blocks
 
 
-def speed_note(part: pd.DataFrame) -> str:
-    """Beside a task's speed figures: the threads they were measured with and the A/A noise floor."""
+def speed_note(part: pd.DataFrame, timing: str = "") -> str:
+    """Beside a task's speed figures: the threads they were measured with and the A/A noise floor
+    (older results folders: environment.json's description of the timing)."""
     threads = sorted({int(t) for t in part.get("timing_threads", pd.Series(dtype=float)).dropna()})
     text = []
+    if not threads and timing:
+        text.append(f"Speed: {timing}; no A/A control was timed, so the noise floor of the ratios is unknown")
     if threads:
         text.append(f"Speed measured with {', '.join(map(str, threads))} CPU thread"
                     f"{'s' if threads != [1] else ''} per system")
