@@ -25,6 +25,7 @@ from atnat.core.options import OptionTypeError, check_fields
 from atnat.models.seq2seq import OptimConfig, build_config
 
 from atnat.experiments.config.plugins import load_plugins
+from atnat.experiments.files import read_utf8
 from atnat.experiments.config.precision import PRECISIONS
 from atnat.experiments.data.tasks import TASKS, TaskData
 from atnat.experiments.data.tokenize import CACHE_DIR
@@ -336,13 +337,10 @@ def load_yaml(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
-    raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise ConfigError(f"{path}: line {line} is not valid UTF-8 ({err.reason} at byte {err.start}); "
-                          "save the file as UTF-8") from None
+        text = read_utf8(path, "")
+    except AtnatError as err:
+        raise ConfigError(str(err)) from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as err:

@@ -15,6 +15,7 @@ from atnat.core.errors import AtnatError
 from atnat.core.registry import Registry
 
 from atnat.core.options import require_at_least, require_optional_at_least
+from atnat.experiments.files import read_utf8
 from atnat.experiments.data.tokenize import MIN_SENTENCEPIECE_VOCAB, SentencePieceTokenizer, SymbolTokenizer
 
 SPLITS = ("train", "valid", "test")
@@ -201,12 +202,7 @@ def read_lines(path: Path, what: str) -> list[str]:
     """Read a UTF-8 text file, one sentence per line; one clear error for each bad input."""
     if not path.is_file():
         raise AtnatError(f"{what}: file {path} does not exist")
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise AtnatError(f"{what}: {path} line {line} is not valid UTF-8 ({err.reason} at byte {err.start})") from None
+    text = read_utf8(path, f"{what}: ")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
