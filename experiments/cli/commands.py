@@ -238,6 +238,15 @@ def cmd_bench(args) -> None:
     run(args)
 
 
+def cmd_data(args) -> None:
+    from atnat.experiments.data.multi30k import download_multi30k  # lazy: start-up
+
+    langs = tuple(x.strip() for x in args.langs.split(",") if x.strip())
+    files = download_multi30k(args.out_dir, base_url=args.base_url, langs=langs,
+                              log=lambda line: print(line, file=sys.stderr))
+    print(f"{len(files)} Multi30k files in {args.out_dir} (point a grid's task.data_dir there)")
+
+
 def cmd_list(args) -> None:
     from atnat.experiments.cli.catalog import print_catalog  # lazy: start-up
 
@@ -356,6 +365,15 @@ def parser() -> argparse.ArgumentParser:
 
     add_commands(p)
     p.set_defaults(fn=cmd_bench)
+    p = sub.add_parser("data", parents=[common], help="fetch a public data set: multi30k")
+    data = p.add_subparsers(dest="dataset", required=True)
+    d = data.add_parser("multi30k", help="Multi30k (WMT16-17 multimodal task 1) from github.com/multi30k/dataset: "
+                                         "{train,val,test2016,test2017}.{en,de,fr}, each checked by its sha256")
+    d.add_argument("out_dir", metavar="DIR", help="folder to write the files to (files there that check are kept)")
+    d.add_argument("--base-url", help="where the release's .gz files are (default: $ATNAT_MULTI30K_URL, else the "
+                                      "repository at the pinned commit)")
+    d.add_argument("--langs", default="en,de,fr", help="comma-separated languages (default: en,de,fr)")
+    d.set_defaults(fn=cmd_data)
     p = sub.add_parser("list", parents=[common], help="registered decoders, strategies and tasks, with their options")
     p.set_defaults(fn=cmd_list)
     return ap
