@@ -6,6 +6,8 @@ import os
 
 import torch
 
+from atnat.core.errors import AtnatError
+
 
 def inference_device(accelerator: str = "auto") -> str:
     """Where a run decodes (evaluation, distillation, translation): the GPU when its accelerator
@@ -19,3 +21,25 @@ def helper_rank() -> bool:
     """True in the extra processes of a multi-device (DDP) run: those Lightning starts (LOCAL_RANK > 0)
     and the tasks past the first of a multi-task SLURM job (SLURM_PROCID > 0)."""
     return any(int(os.environ.get(k, "0") or 0) > 0 for k in ("LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
+
+
+def gpu_problem() -> str | None:
+    """Why this process cannot train on a CUDA GPU, or None when it can (torch sees one)."""
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        return None
+    if torch.version.cuda is None:
+        return f"this torch ({torch.__version__}) is built without CUDA"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return "torch sees no CUDA device (" + (f"CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None
+                                             else "no GPU or no working driver") + ")"
+
+
+def require_gpu(accelerator: str, where: str) -> None:
+    """A run that asks for a GPU (`train.accelerator: gpu`) stops here, with one message, when none is
+    usable, instead of failing inside Lightning after distillation, or (`auto`) training on the CPU."""
+    if str(accelerator).lower() not in ("gpu", "cuda"):
+        return
+    problem = gpu_problem()
+    if problem:
+        raise AtnatError(f"{where}: train.accelerator is {accelerator}, but no GPU is usable here: {problem}; run it "
+                         "on a machine with a CUDA GPU, or set train.accelerator: cpu (a grid's smoke section can)")

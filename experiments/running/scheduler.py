@@ -19,7 +19,7 @@ from rich.progress import Progress
 
 from atnat.core.errors import AtnatError
 
-from atnat.experiments.config.devices import inference_device
+from atnat.experiments.config.devices import inference_device, require_gpu
 from atnat.experiments.config.plugins import installed_plugins
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.timing import time_grid
@@ -63,6 +63,9 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
         if found:
             print(f"stale (run with other settings than these):\n{describe_stale(found)}")
         return GridRun(out)
+    if cluster is None:  # a cluster's jobs check their own node (running/cell.py); here: before anything runs
+        for cell in cells:
+            require_gpu(cell.config.train.accelerator, f"{path}: cell {cell.name}")
     with held(folder_lock(out), f"results folder {out}"):
         kept = handle_stale(grid, cells, stale)
         pending = _run_cells(grid, cells, path, out, results_root=results_root, smoke=smoke, workers=workers,
