@@ -49,11 +49,11 @@ def cmd_translate(args) -> int:
     from atnat.experiments.config.run import build_strategy  # lazy: start-up
     from atnat.experiments.evaluation.assemble import check_compatible  # lazy: start-up
     from atnat.experiments.modelfiles.quantize import maybe_quantize  # lazy: start-up
-    from atnat.experiments.config.devices import inference_device  # lazy: start-up
+    from atnat.experiments.config.devices import decode_device  # lazy: start-up
     from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
     from atnat.experiments.evaluation.translate import translate_stream  # lazy: start-up
 
-    device = inference_device(args.device)
+    device = decode_device(args.device, args.quantize, note=lambda text: print(text, file=sys.stderr))
     module, tokenizer = load_module(args.checkpoint, map_location=device)
     module = maybe_quantize(module, args.quantize)
     teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
@@ -144,12 +144,12 @@ def cmd_evaluate(args) -> None:
     from atnat.experiments.config.speed import SpeedSettings  # lazy: start-up
     from atnat.experiments.evaluation.evaluate import evaluate_files  # lazy: start-up
     from atnat.experiments.data.tasks import read_lines  # lazy: start-up
-    from atnat.experiments.config.devices import inference_device  # lazy: start-up
+    from atnat.experiments.config.devices import decode_device  # lazy: start-up
     from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
 
     from atnat.experiments.modelfiles.quantize import maybe_quantize  # lazy: start-up
 
-    device = inference_device(args.device)
+    device = decode_device(args.device, args.quantize, note=lambda text: print(text, file=sys.stderr))
     module, tokenizer = load_module(args.checkpoint, map_location=device)
     module = maybe_quantize(module, args.quantize)
     teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
@@ -289,7 +289,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", choices=COMPILE_MODES,
                    help="AT only: fixed-shape step under torch.compile (pays at small batches; see results/bench)")
     p.add_argument("--quantize", choices=["none", "int8"], default="none",
-                   help="int8: dynamic int8 linear layers (CPU only; see modelfiles/quantize.py)")
+                   help="int8: dynamic int8 linear layers (on the CPU, also where a GPU is visible; see modelfiles/quantize.py)")
     add_strategy_args(p)
     p.set_defaults(fn=cmd_translate)
     p = sub.add_parser("export", parents=[common], help="write a trained model as portable files (safetensors or CTranslate2)")
@@ -321,7 +321,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hyps", help="write the first strategy's translations here")
     p.add_argument("--json", help="write the scores here as JSON")
     p.add_argument("--quantize", choices=["none", "int8"], default="none",
-                   help="int8: dynamic int8 linear layers (CPU only; see modelfiles/quantize.py)")
+                   help="int8: dynamic int8 linear layers (on the CPU, also where a GPU is visible; see modelfiles/quantize.py)")
     add_strategy_args(p)
     p.set_defaults(fn=cmd_evaluate)
     p = sub.add_parser("run", parents=[common], help="run an experiment grid and write results/<grid>/")

@@ -43,3 +43,18 @@ def require_gpu(accelerator: str, where: str) -> None:
     if problem:
         raise AtnatError(f"{where}: train.accelerator is {accelerator}, but no GPU is usable here: {problem}; run it "
                          "on a machine with a CUDA GPU, or set train.accelerator: cpu (a grid's smoke section can)")
+
+
+def decode_device(requested: str, quantize: str | None = None, note=None) -> str:
+    """The device `translate` / `evaluate` decode on for `--device` (auto, cpu, gpu) and `--quantize`:
+    int8 has CPU kernels only, so `auto` then takes the CPU even where a GPU is visible (`note` is
+    told why: the command prints it on stderr) and `gpu` is refused."""
+    if quantize in (None, "none"):
+        return inference_device(requested)
+    if requested == "gpu":
+        raise AtnatError(f"--quantize {quantize} runs on the CPU only (PyTorch's dynamic int8 kernels); "
+                         "drop --device gpu, or drop --quantize to decode in float on the GPU")
+    if requested == "auto" and inference_device("auto") != "cpu" and note is not None:
+        note(f"atnat: --quantize {quantize} decodes on the CPU (PyTorch's dynamic int8 kernels are CPU-only), "
+             "not on the visible GPU")
+    return "cpu"
