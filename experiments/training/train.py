@@ -16,6 +16,7 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
 from atnat.core.errors import AtnatError
+from atnat.models.decoders.base import LossConfig
 from atnat.models.seq2seq import Seq2SeqModule
 
 from atnat.experiments.modelfiles.checkpoints import (
@@ -117,6 +118,17 @@ def selection(t) -> tuple[str, str]:
     return ("val/bleu", "max") if t.checkpoint_metric == "bleu" else ("val/loss", "min")
 
 
+def ddp_strategy(cfg: RunConfig) -> str:
+    """Lightning's strategy: its own choice ("auto": DDP for several devices), except where a
+    zero-weighted loss part leaves parameters without a gradient (loss.length_weight: 0, the NAT
+    length predictor): DDP refuses those unless told to look for them every step, which costs a
+    walk over the autograd graph, so only such runs pay it."""
+    t = cfg.train
+    several = t.num_nodes > 1 or str(t.devices) not in ("1", "[0]")
+    zero_length = float(cfg.loss.get("length_weight", LossConfig.length_weight)) == 0
+    return "ddp_find_unused_parameters_true" if several and zero_length else "auto"
+
+
 def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
     """The Lightning Trainer of a run: checkpoint selection and averaging, EMA, exact resume
     (`sampler`: the training loader's TokenBudgetSampler), atomic checkpoint files, logs."""
@@ -145,6 +157,7 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
         max_steps=t.max_steps, max_epochs=t.max_epochs, val_check_interval=t.val_every_steps,
         max_time=None if t.max_time_s is None else datetime.timedelta(seconds=t.max_time_s),
         check_val_every_n_epoch=None, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
+        strategy=ddp_strategy(cfg),
         precision=resolve_precision(t.precision, t.accelerator),
         gradient_clip_val=cfg.optim.get("clip_norm", 1.0) or None, callbacks=callbacks,
         default_root_dir=run_dir, logger=make_loggers(t.loggers, run_dir) or False,
