@@ -58,3 +58,10 @@ def decode_device(requested: str, quantize: str | None = None, note=None) -> str
         note(f"atnat: --quantize {quantize} decodes on the CPU (PyTorch's dynamic int8 kernels are CPU-only), "
              "not on the visible GPU")
     return "cpu"
+
+
+def trains_on_gpu(accelerator: str) -> bool:
+    """Whether Lightning will train a run with this `train.accelerator` on a CUDA GPU (its batches are
+    then pinned: data/batching.py)."""
+    accelerator = str(accelerator).lower()
+    return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())

@@ -23,7 +23,7 @@ from atnat.experiments.modelfiles.checkpoints import (
     AtomicCheckpointIO, average_checkpoints, checkpoint_step, read_checkpoint, save_checkpoint_file,
 )
 from atnat.experiments.training.resume import ResumeState, resume_point
-from atnat.experiments.config.devices import helper_rank
+from atnat.experiments.config.devices import helper_rank, trains_on_gpu
 from atnat.experiments.config.run import RunConfig, load_task, named
 from atnat.experiments.config.settings import resolved, settings_change
 from atnat.experiments.data.batching import EncodedSplit, check_budget, encode_split, make_loader
@@ -225,9 +225,11 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
     module = build_module(cfg, data.task)
     t = cfg.train
     initialised = initialise(module, cfg) if t.init_from else None
+    pin = trains_on_gpu(t.accelerator)
     train_loader = make_loader(data.encoded["train"], t.max_tokens, shuffle=True, seed=cfg.seed,
-                               max_sentences=t.max_sentences, distributed=True)
-    val_loader = make_loader(data.encoded["valid"], cfg.eval.max_tokens, shuffle=False)
+                               max_sentences=t.max_sentences, distributed=True, pin_memory=pin)
+    val_loader = make_loader(data.encoded["valid"], cfg.eval.max_tokens, shuffle=False, pin_memory=pin)
+    module.train_loss_in_progress_bar = t.progress_bar  # else no per-step read of the loss on the host
     trainer = make_trainer(cfg, run_dir, train_loader.batch_sampler)
     if change and change.training:
         trainer.callbacks.append(OptimizerSettings())  # the new optim values replace the checkpoint's
