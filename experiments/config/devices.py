@@ -65,3 +65,19 @@ def trains_on_gpu(accelerator: str) -> bool:
     then pinned: data/batching.py)."""
     accelerator = str(accelerator).lower()
     return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+
+
+def device_name(device: str) -> str:
+    """The model of the device a timing ran on: what decides whether saved timings still hold (an H100
+    PCIe and an H100 SXM are both "cuda"): torch.cuda.get_device_name, or the CPU's model name."""
+    if str(device).startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8", errors="replace"):
+            if line.startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "cpu"
