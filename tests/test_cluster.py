@@ -84,6 +84,8 @@ def test_generated_submissions_arrays_dependencies_resources_and_no_second_job(t
     job = json.loads((runs / "6-cmlm-kd-s1" / "job.json").read_text())
     assert job["launcher"] == "slurm" and job["job_id"] == "104_0" and job["after"] == ["101_1"]
     assert job["state"] == "SUBMITTED" and job["stdout"].endswith("104_0_0_log.out")
+    assert main(["status", str(grid), "--results", "res"]) == 0
+    assert "timing phase: job 105 submitted" in capsys.readouterr().out
     # again while every job is queued: no second job for any cell, nor for the timing phase
     assert main(args) == 0 and len(list(fake_slurm.glob("sbatch_*.sh"))) == 5
     assert "5-at-s1: job 101_0 is submitted; not resubmitted" in capsys.readouterr().err
