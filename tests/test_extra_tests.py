@@ -4,7 +4,6 @@ ranking is said to hold or the pairs that flip are named; a missing split is ref
 import shutil
 
 import pandas as pd
-import pytest
 import yaml
 
 from atnat.experiments.cli.commands import main

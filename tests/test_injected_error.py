@@ -11,7 +11,7 @@ from atnat.decoding.parallel import Parallel
 from atnat.experiments.data.batching import EncodedSplit
 from atnat.experiments.evaluation.probes import injected_error_drop
 
-from tests import nat_tables, tables
+from tests import tables
 from tests.nat_tables import FakeParallel, Slot
 
 WORDS = (tables.A, tables.B, tables.C, tables.D)

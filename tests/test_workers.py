@@ -125,6 +125,24 @@ def test_one_cell_trains_with_ddp_on_two_cpu_processes(tmp_path):
     assert len(headers) == 1, log  # only rank 0 evaluated and printed its table
 
 
+def test_ddp_trains_a_decoder_whose_zero_weighted_loss_part_leaves_parameters_unused(tmp_path):
+    """loss.length_weight: 0 leaves a NAT's length predictor out of the loss: DDP must not stop on
+    parameters without a gradient (it raised "Expected to have finished reduction" on step 2)."""
+    import yaml
+
+    cfg = {**{k: v for k, v in TINY["base"].items()}, "name": "ddp-nat", "decoder": {"name": "nat"},
+           "loss": {"length_weight": 0.0}, "eval": {"strategies": [{"name": "parallel", "length_beam": 2}],
+                                                    "n_bootstrap": 10}}
+    cfg["train"] = {**cfg["train"], "devices": 2, "accelerator": "cpu"}
+    path = tmp_path / "ddp.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = run_cli(["train", str(path), "--output-dir", "run"], tmp_path)
+    log = proc.communicate(timeout=240)[0].decode()
+    assert proc.returncode == 0, log[-3000:]
+    info = json.loads((tmp_path / "run" / "train.json").read_text())
+    assert info["world_size"] == 2 and info["global_step"] == 8
+
+
 @pytest.mark.parametrize("decoder, strategy", [
     ({"name": "at"}, "greedy"), ({"name": "nat", "glat": True}, "parallel"),
     ({"name": "cmlm"}, "mask-predict"), ({"name": "ctc", "glat": True}, "ctc")])

@@ -116,7 +116,8 @@ SPEED = (
     _c("timing_threads", "number", "CPU threads each system decoded with in the timing phase"),
     _c("decoder_passes", "number", "decoder passes per sentence at batch 1", "lower", ".1f", required=True,
        header="Passes", secondary=True),
-    _c("decode_memory_mb", "number", "peak memory of a large-batch decode above the process's resident size",
+    _c("decode_memory_mb", "number", "peak memory of a large-batch decode above the process's resident size "
+                                     "(not measured, empty, for a CTranslate2 twin on a GPU: outside torch's allocator)",
        "lower", "auto", header="Memory MiB", secondary=True),
     _c("timing_spread", "number", "median over calls of (max - min) / median of their repeated timings"),
     _c("timing_session", "label", "when the timing phase that timed this row ran (UTC); rows of a task from "

@@ -33,6 +33,7 @@ import torch
 
 from atnat.experiments.data.batching import collate
 from atnat.experiments.evaluation.assemble import needs_teacher
+from atnat.experiments.config.devices import device_name
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.metrics.speed import _synchronize, current_rss_mb, peak_memory_mb, reset_peak
 from atnat.experiments.config.run import build_strategy, load_task
@@ -193,7 +194,8 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
         row = {"cell": s.cell, "strategy": s.strategy, "latency_ms_b1": 1000 * float(lat[k].mean()),
                "latency_ms_b1_ci_low": 1000 * low, "latency_ms_b1_ci_high": 1000 * high,
                "throughput_sents_s": nt / float(thr[k].sum()), "decoder_passes": passes[k],
-               "decode_memory_mb": float(mem[k]), "timing_spread": float(spread[k]), "fingerprint": s.fingerprint,
+               "decode_memory_mb": float(mem[k]) if memory_measured(s, device) else float("nan"),
+               "timing_spread": float(spread[k]), "fingerprint": s.fingerprint,
                "timing_threads": threads, "control": "A/A" if s.strategy.endswith(AA_SUFFIX) else ""}
         base = index.get(baselines.get(s.cell, ("", "")))
         if base is not None:
@@ -214,6 +216,12 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
              row["throughput_speedup_vs_ct2_ci_high"]) = _ratio_ci(thr[twin], thr[k], speed.bootstrap)
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=COLUMNS)
+
+
+def memory_measured(system: System, device: torch.device) -> bool:
+    """CTranslate2 allocates GPU memory outside torch's allocator, which PeakMemory reads on CUDA:
+    its twin's GPU memory is not measured (NaN, not ~0 MB). On the CPU the process's peak RSS sees both."""
+    return not (isinstance(system, ExportedSystem) and device.type == "cuda")
 
 
 def _teacher_pass(system: System) -> int:
@@ -295,13 +303,14 @@ def exported_twin(system: System, tokenizer, device: str, speed: SpeedSettings) 
 
 def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baseline: str | None = None) -> pd.DataFrame:
     """The timing phase of a grid: all finished cells of each task timed together; written to
-    out/timing.csv (its speed settings and device in out/timing.json). A timing whose systems,
+    out/timing.csv (its speed settings, device and the device's model in out/timing.json). A timing whose systems,
     weights and settings are unchanged is kept (a resumed grid whose cells were all done does not
     time again); otherwise every system is timed anew, so that no table mixes timings from
     different sessions. The one exception, named on stderr and in the report (`timing_session`):
     a cell whose checkpoints are gone keeps its earlier timing."""
     path, settings_path = out / "timing.csv", out / "timing.json"
-    settings = {"speed": dataclasses.asdict(speed), "device": device, **({"baseline": baseline} if baseline else {})}
+    settings = {"speed": dataclasses.asdict(speed), "device": device, "device_name": device_name(device),
+                **({"baseline": baseline} if baseline else {})}  # another GPU (or CPU) model times anew
     old = pd.read_csv(path) if path.exists() else None
     if old is not None and (not settings_path.is_file() or json.loads(settings_path.read_text()) != settings):
         old = None  # other speed settings: nothing kept, everything timed anew

@@ -19,7 +19,7 @@ import torch
 
 from atnat.core.errors import AtnatError
 
-from atnat.experiments.config.devices import helper_rank, inference_device
+from atnat.experiments.config.devices import helper_rank, inference_device, require_gpu
 from atnat.experiments.config.run import RunConfig, build_strategy, load_task
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.baseline import autoregressive, plain_at_config
@@ -42,6 +42,7 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
     own strategies are then timed side by side (a grid leaves this to its timing phase:
     speed=None). Returns None in the helper ranks of a DDP run: rank 0 alone evaluates and writes
     results. `allow_changes`: see train()."""
+    require_gpu(cfg.train.accelerator, f"run {cfg.name}")  # before distillation and training
     run_dir.mkdir(parents=True, exist_ok=True)
     task = load_task(cfg)
     device = inference_device(cfg.train.accelerator)  # decoding runs where training ran
