@@ -383,11 +383,14 @@ def test_rows_timed_in_an_earlier_session_are_named_under_their_table(tmp_path):
 def test_equivalent_only_when_the_whole_interval_is_inside_the_margin():
     from atnat.experiments.reporting.judging import _verdict
 
-    nat = pd.Series({"n_seeds": 3, "bleu": 30.1, "p_baseline": "", "strategy": "ctc"})
-    at = pd.Series({"n_seeds": 3, "bleu": 30.4, "strategy": "beam5"})
+    nat = pd.Series({"n_seeds": 3, "bleu": 30.1, "bleu_min": 29.8, "bleu_max": 30.5, "p_baseline": "", "strategy": "ctc"})
+    at = pd.Series({"n_seeds": 3, "bleu": 30.4, "bleu_min": 30.1, "bleu_max": 30.7, "strategy": "beam5"})
     inside = pd.Series({"bleu_diff": -0.3, "diff_ci_low": -0.8, "diff_ci_high": 0.2, "n_seeds": 3})
     wider = inside.copy()
     wider["diff_ci_low"] = -1.4
     assert _verdict(nat, at, inside, 1.0).startswith("equivalent to it within ±1 BLEU: -0.30 BLEU [-0.80, +0.20]")
     assert _verdict(nat, at, wider, 1.0).startswith("not resolved: -0.30 BLEU [-1.40, +0.20]")
     assert "tied" not in _verdict(nat, at, None, 1.0) and "not resolved" in _verdict(nat, at, None, 1.0)
+    far = nat.copy()  # no paired interval, but the seed ranges are disjoint: a conservative claim
+    far[["bleu", "bleu_min", "bleu_max"]] = [28.0, 27.6, 28.3]
+    assert _verdict(far, at, None, 1.0).startswith("2.40 BLEU behind it, beyond both systems' seed ranges")

@@ -19,8 +19,10 @@ def fake_cells(tmp_path, monkeypatch):
     from atnat.experiments.modelfiles import loading
     from atnat.experiments.modelfiles.loading import checkpoint_stamp
 
-    cells = [SimpleNamespace(name=n, labels={"task": "t"}, config=SimpleNamespace(
-        output_dir=str(tmp_path / n), task_name="t", eval=SimpleNamespace(strategies=["greedy"]))) for n in ("a", "b")]
+    # NAT cells: no CTranslate2 twin and no A/A control, so the fake grid_systems below is the whole set
+    cells = [SimpleNamespace(name=n, variant=n, labels={"task": "t"}, config=SimpleNamespace(
+        output_dir=str(tmp_path / n), task_name="t", eval=SimpleNamespace(strategies=["greedy"]),
+        decoder={"name": "nat"}, decoder_name="nat", loss={}, distill=None)) for n in ("a", "b")]
     for c in cells:
         (tmp_path / c.name).mkdir()
         (tmp_path / c.name / "best.ckpt").write_text("w")

@@ -10,6 +10,7 @@ from atnat.experiments.data import batching as data_module
 from atnat.experiments.running.launchers import local as scheduler
 from atnat.experiments.cli.commands import main
 from atnat.experiments.config.run import ConfigError
+from atnat.experiments.evaluation.timing import AA_SUFFIX
 from atnat.experiments.data.batching import encode_split, make_loader
 from atnat.experiments.running.grid import load_grid
 from atnat.experiments.running.launchers.local import Lane, lanes_needed, make_lanes, run_parallel, worker_env
@@ -76,7 +77,9 @@ def test_parallel_grid_matches_a_sequential_run_and_orders_teachers(tmp_path, mo
     assert env["parallel_cells"] == 2 and env["lanes"] == "cpu, cpu" and "side by side" in env["timing"]
     for run in ("par", "seq"):  # cells trained at once, but speed was measured afterwards, all together
         timing = pd.read_csv(tmp_path / run / "tiny" / "timing.csv")
-        assert sorted(timing.cell) == sorted(par.cell)
+        control = timing.strategy.str.endswith(AA_SUFFIX)  # the A/A control: the baseline timed twice
+        assert timing[control].cell.tolist() == ["at-s1"]
+        assert sorted(zip(timing[~control].cell, timing[~control].strategy)) == sorted(zip(par.cell, par.strategy))
 
 
 def test_failed_teacher_fails_its_students_without_running_them(tmp_path, monkeypatch):
