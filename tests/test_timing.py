@@ -40,7 +40,9 @@ def system(name, seconds, log, strategy="greedy", teacher=None, **kw):
 def test_systems_are_interleaved_per_sentence_with_rotating_order_in_inference_mode():
     log = []
     time_systems([system("a", 0.0, log), system("b", 0.0, log), system("c", 0.0, log)], FAST, {})
-    timed = [name for name, n, *_ in log if n == 1][3 * 6 * (1 + FAST.warmup):]  # after the checked + warm-up calls
+    calls = [name for name, n, *_ in log if n == 1][3 * 6 * (1 + FAST.warmup):]  # after the checked + warm-up calls
+    untimed, timed = calls[0::2], calls[1::2]
+    assert untimed == timed  # each timed call right after an untimed call of its own system
     rounds = [timed[i: i + 3] for i in range(0, len(timed), 3)]
     assert all(sorted(r) == ["a", "b", "c"] for r in rounds)  # every sentence: each system once
     assert {r[0] for r in rounds} == {"a", "b", "c"}  # the first system changes from call to call
@@ -150,3 +152,43 @@ def test_the_aa_control_times_the_baseline_twice_and_gives_every_ratio_its_noise
 
 def test_the_timing_phase_defaults_to_one_thread_per_system():
     assert SpeedSettings().threads == 1 and SpeedSettings().aa_control
+
+
+class CacheClock:
+    """A virtual perf_counter: a call costs 1 when the previous call ran the same weights (warm
+    caches) and 1.5 when it ran other weights - what a CPU's caches do to back-to-back decodes."""
+
+    def __init__(self):
+        self.now, self.last = 0.0, None
+
+    def __call__(self):
+        return self.now
+
+    def run(self, weights):
+        self.now += 1.0 if weights == self.last else 1.5
+        self.last = weights
+
+
+def test_no_system_is_timed_on_caches_another_system_warmed(monkeypatch):
+    """The A/A twin ran right after the baseline at every call (a rotation keeps who follows whom),
+    on caches the baseline had warmed: it came out 4-17% faster than the baseline on every quickstart
+    task and seed, a bias, not noise. Every timed call now follows an untimed call of its own."""
+    import dataclasses
+
+    from atnat.experiments.evaluation import timing
+
+    clock = CacheClock()
+    monkeypatch.setattr(timing.time, "perf_counter", clock)
+
+    def timed(weights):
+        sys = system(weights, 0.0, [])
+        sys.module.decode = lambda src, lengths, strategy, **kw: clock.run(weights) or SimpleNamespace(n_steps=1)
+        return sys
+
+    at, nat, other = timed("at"), timed("nat"), timed("other")
+    twin = dataclasses.replace(at, strategy="greedy-aa")  # the same weights, timed as another system
+    table = time_systems([at, twin, nat, other], FAST, {c: ("at", "greedy") for c in ("at", "nat", "other")})
+    rows = table.set_index(["cell", "strategy"])
+    assert rows.loc[("at", "greedy-aa"), "speedup_vs_at"] == pytest.approx(1.0)  # was 1.2: the twin ran warm
+    assert rows.loc[("nat", "greedy"), "speedup_vs_at"] == pytest.approx(1.0)  # equal work, equal time
+    assert rows.speed_noise_low.tolist() == pytest.approx([1.0] * 4) and rows.speed_noise_high.tolist() == pytest.approx([1.0] * 4)
