@@ -2,10 +2,16 @@
 
 Iteration 0 predicts every slot; iteration t re-masks the floor(L (T - t) / T) least confident
 tokens of each candidate and re-predicts only those. All length candidates of all sentences go
-through one decoder pass per iteration. A candidate that has converged (early stop: a pass changed
-none of its tokens) or has nothing left to re-mask is frozen and leaves the batch, as in fairseq's
-iterative refinement; the loop ends when every candidate is frozen. Freezing per candidate keeps
-each sentence's output independent of the rest of the batch.
+through one decoder pass per iteration. A candidate with nothing left to re-mask is frozen and
+leaves the batch; the loop ends when every candidate is frozen. Freezing per candidate keeps each
+sentence's output independent of the rest of the batch.
+
+By default every candidate runs the whole schedule, as the paper's algorithm does (and fairseq with
+--iter-decode-force-max-iter). `early_stop: true` freezes a candidate after a pass that changed
+none of its re-masked tokens (fairseq's adaptive stop): fewer passes, but such a pass is no fixed
+point - the next pass masks fewer slots and sees more context - and it froze sentences early
+enough to cost 4-7 BLEU on the quickstart's fertility CMLMs at 10 iterations, where 10 iterations
+then scored below 4 (results/quickstart/notes.md).
 """
 from __future__ import annotations
 
@@ -65,7 +71,7 @@ class MaskPredict(Strategy):
     """Mask-predict over a length beam; candidates ranked by mean token log-prob.
 
     n_steps counts the decoder passes actually run for the batch (fewer than `iterations` once
-    every candidate is frozen: converged under early_stop, or with no slot left to re-mask).
+    every candidate is frozen: with no slot left to re-mask, or converged under early_stop).
     """
 
     requires: ClassVar[str] = "parallel"
@@ -73,7 +79,7 @@ class MaskPredict(Strategy):
 
     iterations: int = 10  # T: decoder passes at most, the first one included
     length_beam: int = 1  # predicted lengths tried per sentence (argmax, -1, +1, ...)
-    early_stop: bool = True  # freeze a candidate after a pass that changed none of its tokens
+    early_stop: bool = False  # freeze a candidate after a pass that changed none of its tokens (see above)
     record_history: bool = field(default=False, metadata={"in_label": False})  # keep the winner's tokens
     # after every pass, each (B, T) (what is recorded, not how it decodes: not in the label)
 

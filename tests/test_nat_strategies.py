@@ -147,7 +147,7 @@ def test_mask_predict_only_masked_slots_are_updated():
 
 def test_mask_predict_early_stop_and_schedule_seen_by_model():
     stopped = nat_model()
-    hyp = run(MaskPredict(iterations=10), stopped, 0)
+    hyp = run(MaskPredict(iterations=10, early_stop=True), stopped, 0)
     assert hyp.n_steps == 3 and stopped.mask_counts() == [[4], [3], [3]]
     assert best(hyp)[:2] == ([A, B, C, D], approx([log(.9), log(.8), log(.6), log(.7)]))
     full = nat_model()
@@ -157,9 +157,21 @@ def test_mask_predict_early_stop_and_schedule_seen_by_model():
     assert best(hyp)[:2] == ([A, B, C, D], approx([log(.9), log(.8), log(.95), log(.85)]))
 
 
+def test_mask_predict_runs_its_whole_schedule_by_default():
+    """Issue 24.5: the adaptive early stop froze a sentence after a pass that changed nothing, though
+    the next pass masks fewer slots and can change it; on the quickstart's fertility CMLMs 10
+    iterations then scored below 4 (81.7 vs 83.2 BLEU), and 88.8 without it. The paper's schedule
+    (fairseq: --iter-decode-force-max-iter) is the default now; early_stop is opt-in and labelled."""
+    model = nat_model()
+    hyp = run(MaskPredict(iterations=10), model, 0)
+    assert hyp.n_steps == 8 and best(hyp)[:2] == ([A, B, C, D], approx([log(.9), log(.8), log(.95), log(.85)]))
+    assert MaskPredict(iterations=10).label == "mask-predict-10"
+    assert MaskPredict(iterations=10, early_stop=True).label == "mask-predict-10-early_stop=true"
+
+
 def test_mask_predict_winner_among_lengths_and_history():
     model = nat_model()
-    hyp = run(MaskPredict(iterations=10, length_beam=2, record_history=True), model, 0)
+    hyp = run(MaskPredict(iterations=10, length_beam=2, record_history=True, early_stop=True), model, 0)
     assert hyp.n_steps == 3  # length 3 stops changing after pass 1, length 4 after pass 2
     assert model.mask_counts() == [[4, 3], [3, 2], [3]]  # one call per pass; converged rows leave
     assert [o.tolist() for o in model.orders] == [[0, 0], [0]]
