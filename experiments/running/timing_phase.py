@@ -89,5 +89,5 @@ def timing_description(out: Path, job_id: str | None = None, default_threads: in
             f"{settings.get('device', '?')} ({settings.get('device_name', 'model not recorded')})")
     if str(settings.get("device", "")).startswith("cpu"):
         threads = (settings.get("speed") or {}).get("threads") or default_threads
-        text += f", {threads} CPU threads" if threads else ", torch's default CPU threads"
+        text += f", {threads} CPU thread{'' if threads == 1 else 's'}" if threads else ", torch's default CPU threads"
     return text + (f", in cluster job {job_id}" if job_id else "")
