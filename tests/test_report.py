@@ -160,7 +160,7 @@ def test_summary_is_phrased_from_the_numbers(report):
            "the interval covers the choice of test sentences only, not training noise), and the paired test " \
            "agrees (Holm p < 0.05)" in summary  # fmt: skip
     assert "On `dialect`: Variant mixing (sentences whose words come from more than one target variant): " \
-           "`dialect-at / greedy` 2.0%, `dialect-nat / parallel` 31.5%." in summary  # fmt: skip
+           "AT `dialect-at / greedy` 2.0%; NAT `dialect-nat / parallel` 31.5%." in summary  # fmt: skip
     # length-beam-3 (3.01× [2.71, 3.31], 35.20) is beaten by mask-predict-4 (3.86× [3.47, 4.25], 35.50):
     # no worse in BLEU, faster beyond both intervals
     assert "Not clearly beaten in both BLEU and speed-up: `copy-at / beam5`, `copy-at / greedy`, " \
@@ -394,3 +394,20 @@ def test_equivalent_only_when_the_whole_interval_is_inside_the_margin():
     far = nat.copy()  # no paired interval, but the seed ranges are disjoint: a conservative claim
     far[["bleu", "bleu_min", "bleu_max"]] = [28.0, 27.6, 28.3]
     assert _verdict(far, at, None, 1.0).startswith("2.40 BLEU behind it, beyond both systems' seed ranges")
+
+
+def test_the_mixing_sentence_stays_short_with_many_systems():
+    """Issue 24.7: the quickstart's dialect summary listed the mixing of all 19 systems inline; now each
+    family's range with the systems at its ends, and the rest left to the overview's column."""
+    from atnat.experiments.reporting.judging import _mixing
+
+    rates = {"nat / parallel": 0.667, "nat-kd / parallel": 0.15, "cmlm / mask-predict-10": 0.0,
+             "cmlm / mask-predict-1": 0.76, "ctc / ctc": 0.007}
+    rows = [{"family": "at", "strategy": "greedy", "decoder": "at", "mixing_rate": 0.0},
+            {"family": "at", "strategy": "beam5", "decoder": "at", "mixing_rate": 0.0}]
+    rows += [{"family": k.split(" / ")[0], "strategy": k.split(" / ")[1], "decoder": k.split("-")[0].split(" ")[0],
+              "mixing_rate": v} for k, v in rates.items()]
+    text = _mixing(pd.DataFrame(rows).assign(autoregressive=lambda d: d.decoder == "at"))
+    assert text == (" Variant mixing (sentences whose words come from more than one target variant): AT `at / greedy` "
+                    "0.0%, `at / beam5` 0.0%; NAT from `cmlm / mask-predict-10` 0.0% to `cmlm / mask-predict-1` 76.0% "
+                    "(5 systems) (every system: the overview's Mixing column).")

@@ -65,13 +65,32 @@ def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin
 
 
 def _mixing(agg: pd.DataFrame) -> str:
-    """Dialect-like tasks: which systems mix target variants inside a sentence, and how often."""
+    """Dialect-like tasks: how often the AT and the NAT systems mix target variants inside a sentence
+    - each family's range with the systems at its ends; with more than a few systems the rest is
+    left to the overview's Mixing column (the summary stays a few sentences)."""
     rows = agg.dropna(subset=["mixing_rate"])
     if rows.empty:
         return ""
+    at_rows = is_at_rows(rows)
+    parts = [_mixing_range(label, rows[mask]) for label, mask in (("AT", at_rows), ("NAT", ~at_rows))]
+    parts = [p for p in parts if p]
+    more = " (every system: the overview's Mixing column)" if len(rows) > MIXING_NAMED else ""
+    return (" Variant mixing (sentences whose words come from more than one target variant): "
+            f"{'; '.join(parts)}{more}.")
+
+
+MIXING_NAMED = 4  # systems whose mixing the summary can list one by one
+
+
+def _mixing_range(family: str, rows: pd.DataFrame) -> str:
+    if rows.empty:
+        return ""
+    name = lambda r: f"`{r['family']} / {r['strategy']}` {100 * r['mixing_rate']:.1f}%"
     ordered = rows.sort_values("mixing_rate", kind="stable")
-    listed = ", ".join(f"`{r['family']} / {r['strategy']}` {100 * r['mixing_rate']:.1f}%" for _, r in ordered.iterrows())
-    return f" Variant mixing (sentences whose words come from more than one target variant): {listed}."
+    if len(ordered) <= 2 or len(ordered) <= MIXING_NAMED // 2:
+        return f"{family} " + ", ".join(name(r) for _, r in ordered.iterrows())
+    low, high = ordered.iloc[0], ordered.iloc[-1]
+    return f"{family} from {name(low)} to {name(high)} ({len(ordered)} systems)"
 
 
 def _capital(text: str) -> str:
