@@ -81,6 +81,18 @@ def write_csv(df: pd.DataFrame, path: Path) -> None:
     write_text_atomic(path, df.to_csv(index=False))
 
 
+def read_utf8(path: Path, what: str) -> str:
+    """A text file's contents; one AtnatError naming `what`, the file and the line of the first byte
+    that is not UTF-8."""
+    raw = Path(path).read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise AtnatError(f"{what}{path} line {line} is not valid UTF-8 ({err.reason} at byte {err.start}); "
+                         "save it as UTF-8") from None
+
+
 def sha256(path: Path) -> str:
     """The sha256 of a file's bytes, in hex."""
     digest = hashlib.sha256()

@@ -24,5 +24,10 @@ class Batch:
         return Batch(*(t.to(device, non_blocking=True) for t in
                        (self.src, self.tgt, self.src_lengths, self.tgt_lengths, self.ids)))
 
+    def pin_memory(self) -> "Batch":
+        """The batch in page-locked host memory (a DataLoader with pin_memory=True calls this), so that
+        `to(cuda)` copies without blocking the host."""
+        return Batch(*(t.pin_memory() for t in (self.src, self.tgt, self.src_lengths, self.tgt_lengths, self.ids)))
+
     def __len__(self) -> int:
         return self.src.size(0)

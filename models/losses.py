@@ -33,14 +33,13 @@ def label_smoothed_nll(log_probs: Tensor, target: Tensor, *, smoothing: float, i
     (Szegedy et al. 2016). `mask` (...) True selects the positions that count (default: target !=
     ignore_index).
     """
-    keep = target.ne(ignore_index) if mask is None else mask & target.ne(ignore_index)
-    lp = log_probs[keep]  # (N, V)
-    tgt = target[keep]  # (N,)
-    if tgt.numel() == 0:
-        return log_probs.sum() * 0.0
-    nll = -lp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)  # (N,)
-    smooth = -lp.mean(-1)  # (N,)
-    return ((1.0 - smoothing) * nll + smoothing * smooth).mean()
+    keep = target.ne(ignore_index) if mask is None else mask & target.ne(ignore_index)  # (...)
+    safe = target.masked_fill(~keep, 0)  # (...) any valid id where not counted
+    nll = -log_probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)  # (...)
+    smooth = -log_probs.mean(-1)  # (...)
+    per_token = torch.where(keep, (1.0 - smoothing) * nll + smoothing * smooth, 0.0)  # (...)
+    # a masked sum, not log_probs[keep]: boolean indexing sizes its output on the host (a device sync)
+    return per_token.sum() / keep.sum().clamp(min=1)
 
 
 def token_accuracy(log_probs: Tensor, target: Tensor, ignore_index: int) -> Tensor:

@@ -89,6 +89,9 @@ class Seq2SeqModule(pl.LightningModule):
         self.bleu_tokenize = "13a"
         self.target_lang = "en"  # target language (Moses tokenisation of the paper-comparable BLEU)
         self._val_outputs: list[tuple[list[int], list[int]]] = []
+        # the training loss in the progress bar: Lightning reads progress-bar values on the host after
+        # every step (a device sync per step), so only when a bar shows them (set by the trainer's owner)
+        self.train_loss_in_progress_bar = False
 
     # ---- forward pieces ----------------------------------------------------------------------
     def encode(self, src: Tensor, src_lengths: Tensor | None = None) -> EncoderOut:
@@ -102,7 +105,8 @@ class Seq2SeqModule(pl.LightningModule):
         parts = self.loss_parts(batch)
         loss = total_loss(parts)
         bs = len(batch)
-        self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=bs, sync_dist=stage != "train")
+        bar = stage != "train" or self.train_loss_in_progress_bar
+        self.log(f"{stage}/loss", loss, prog_bar=bar, batch_size=bs, sync_dist=stage != "train")
         for name, part in parts.items():
             self.log(f"{stage}/{name}", part.value.detach(), batch_size=bs, sync_dist=stage != "train")
         return loss

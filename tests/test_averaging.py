@@ -80,3 +80,25 @@ def test_tensorboard_logger_writes_event_files_beside_the_csv_log(tmp_path, monk
     run = run_training(tmp_path, "tb", monkeypatch, loggers=["csv", "tensorboard"])
     assert (run / "logs" / "metrics.csv").exists()
     assert list((run / "logs" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_the_evaluated_weights_have_their_own_validation_score(tmp_path, monkeypatch):
+    """Issue 24.6: the average of the last checkpoints is judged, so its validation score is recorded
+    beside the validation curve (it used to be never measured)."""
+    import json
+
+    import pandas as pd
+
+    from atnat.experiments.cli.commands import main
+
+    from tests.test_grid import TINY, write_grid
+
+    monkeypatch.chdir(tmp_path)
+    base = {**TINY["base"], "train": {**TINY["base"]["train"], "keep": 2, "average": "last"}}
+    grid = write_grid(tmp_path, {**TINY, "base": base, "cells": {"at": TINY["cells"]["at"]}})
+    assert main(["run", str(grid), "--results", "res"]) == 0
+    table = pd.read_csv(tmp_path / "res" / "tiny" / "results.csv")
+    assert (table.evaluated_checkpoint == "averaged.ckpt").all()
+    assert table.val_bleu_evaluated.notna().all() and (table.val_bleu_evaluated >= 0).all()
+    rows = json.loads((tmp_path / "res" / "tiny" / "runs" / "at-s1" / "metrics.json").read_text())["rows"]
+    assert rows[0]["val_bleu_evaluated"] == table.val_bleu_evaluated.iloc[0]

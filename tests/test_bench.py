@@ -236,7 +236,12 @@ def test_train_benchmark_runs_every_decoder_in_fp32_and_bf16():
     assert list(df.decoder) == ["at", "at", "nat", "nat", "cmlm", "cmlm", "ctc", "ctc"]
     assert list(df.precision) == ["fp32", "bf16"] * 4
     assert (df.tgt_tokens == 120).all() and (df.tokens_per_s > 0).all()  # training: target tokens/s
-    assert (df.flops_per_step == 6 * df.params * df.tgt_tokens).all() and df.mfu.isna().all()
+    from atnat.experiments.bench.flops import train_step_flops
+
+    expected = [train_step_flops(spec.model, vocab=spec.vocab, decoder=d, batch=4, src_len=spec.src_len, tgt_len=30,
+                                 upsample=3 if d == "ctc" else 1) for d in df.decoder]
+    assert list(df.flops_per_step) == expected and df.mfu.isna().all()  # the source side and CTC's slots counted
+    assert df.set_index("decoder").flops_per_step["ctc"].max() > df.set_index("decoder").flops_per_step["nat"].max()
     assert (df[df.precision == "fp32"].speedup_vs_fp32 == 1).all()
     both = df.pivot(index="decoder", columns="precision", values="last_loss")  # the same model, two precisions
     assert ((both.bf16 - both.fp32).abs() < 0.1 * both.fp32).all()

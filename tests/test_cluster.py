@@ -61,8 +61,17 @@ def test_generated_submissions_arrays_dependencies_resources_and_no_second_job(t
     err = capsys.readouterr().err
     assert "8 of 8 cells are queued or running" in err and not (tmp_path / "res" / "tiny" / "results.csv").exists()
     subs = {int(p.stem.split("_")[1]): sbatch_options(p) for p in fake_slurm.glob("sbatch_*.sh")}
-    assert sorted(subs) == [101, 102, 103, 104]
-    teachers, big, students_5, students_6 = (subs[k] for k in sorted(subs))
+    assert sorted(subs) == [101, 102, 103, 104, 105]
+    teachers, big, students_5, students_6, timing = (subs[k] for k in sorted(subs))
+    # the timing phase: its own job on the cells' kind of node, once every cell job has ended (afterany:
+    # a failed cell must not keep the others from being timed), never on this (login) machine
+    cell_jobs = ["101_0", "101_1", "102_0", "102_1", "103_0", "103_1", "104_0", "104_1"]
+    assert timing["dependency"] == "afterany:" + ":".join(cell_jobs) and "array" not in timing
+    assert timing["partition"] == "gpu" and timing["gpus-per-node"] == "1" and timing["nodes"] == "1"
+    assert timing["ntasks-per-node"] == "1" and timing["account"] == "nlp" and timing["time"] == "90"
+    timing_job = json.loads((tmp_path / "res" / "tiny" / "timing" / "job.json").read_text())
+    assert timing_job["job_id"] == "105" and timing_job["after"] == cell_jobs
+    assert "timing phase: job 105 submitted (after 101_0" in err and not (tmp_path / "res" / "tiny" / "timing.csv").exists()
     assert teachers["array"] == "0-1%2" and "dependency" not in teachers  # both teachers: one array
     assert teachers["partition"] == "gpu" and teachers["time"] == "90" and teachers["gpus-per-node"] == "1"
     assert teachers["ntasks-per-node"] == "1" and teachers["nodes"] == "1" and teachers["cpus-per-task"] == "4"
@@ -75,8 +84,10 @@ def test_generated_submissions_arrays_dependencies_resources_and_no_second_job(t
     job = json.loads((runs / "6-cmlm-kd-s1" / "job.json").read_text())
     assert job["launcher"] == "slurm" and job["job_id"] == "104_0" and job["after"] == ["101_1"]
     assert job["state"] == "SUBMITTED" and job["stdout"].endswith("104_0_0_log.out")
-    # again while every job is queued: no second job for any cell
-    assert main(args) == 0 and len(list(fake_slurm.glob("sbatch_*.sh"))) == 4
+    assert main(["status", str(grid), "--results", "res"]) == 0
+    assert "timing phase: job 105 submitted" in capsys.readouterr().out
+    # again while every job is queued: no second job for any cell, nor for the timing phase
+    assert main(args) == 0 and len(list(fake_slurm.glob("sbatch_*.sh"))) == 5
     assert "5-at-s1: job 101_0 is submitted; not resubmitted" in capsys.readouterr().err
     # the teacher of task 5 finished, the other one's job was cancelled: only that one goes again,
     # and its students now wait for the new job
@@ -86,10 +97,13 @@ def test_generated_submissions_arrays_dependencies_resources_and_no_second_job(t
                         "CANCELLED by 0" if job["job_id"] in cancelled else "PENDING")
     assert main(args) == 0
     new = {int(p.stem.split("_")[1]): sbatch_options(p) for p in fake_slurm.glob("sbatch_*.sh")}
-    assert sorted(new) == [101, 102, 103, 104, 105, 106]
-    assert "array" not in new[105] and "dependency" not in new[105]  # 6-at-s1 alone
-    assert new[106]["dependency"] == "afterok:105" and new[106]["array"] == "0-1%2"
-    assert json.loads((runs / "6-nat-kd-s1" / "job.json").read_text())["job_id"] == "106_1"
+    assert sorted(new) == [101, 102, 103, 104, 105, 106, 107, 108]
+    assert "array" not in new[106] and "dependency" not in new[106]  # 6-at-s1 alone
+    assert new[107]["dependency"] == "afterok:106" and new[107]["array"] == "0-1%2"
+    assert json.loads((runs / "6-nat-kd-s1" / "job.json").read_text())["job_id"] == "107_1"
+    # the queued timing job would start before the new cell jobs: another one follows them and it
+    assert new[108]["dependency"] == "afterany:" + ":".join(sorted(["101_0", "102_0", "102_1", "103_0", "103_1",
+                                                                    "105", "106", "107_0", "107_1"]))
 
 
 def test_cluster_settings_are_checked(tmp_path, monkeypatch, capsys):
@@ -107,19 +121,34 @@ def test_cluster_settings_are_checked(tmp_path, monkeypatch, capsys):
 def test_teacher_and_student_through_the_cluster_code_path_on_submitits_local_executor(tmp_path, monkeypatch, capsys):
     grid = write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"], "nat-kd": STUDENT}})
     monkeypatch.chdir(tmp_path)
+
+    def not_here(*args, **kwargs):
+        raise AssertionError("the submitting process (a login node) timed the grid")
+
+    from atnat.experiments.running import scheduler, timing_phase
+
+    monkeypatch.setattr(scheduler, "timing_phase", not_here, raising=False)
+    monkeypatch.setattr(timing_phase, "time_grid", not_here)
     assert main(["run", str(grid), "--results", "res", "--launcher", "submitit-local"]) == 0
     out = tmp_path / "res" / "tiny"
     df = pd.read_csv(out / "results.csv")
     assert (df.status == "ok").all() and set(df.cell) == {"at-s1", "nat-kd-s1"}
+    # the timing phase ran as its own job, after the cells' jobs, and its numbers reached the table
+    timing_job = json.loads((out / "timing" / "job.json").read_text())
+    assert "timing phase of tiny" in Path(timing_job["stdout"]).read_text()
+    assert timing_job["submitted_s"] >= (out / "runs" / "nat-kd-s1" / "metrics.json").stat().st_mtime
+    assert json.loads((out / "timing.json").read_text())["device_name"]  # the device's model, not just "cpu"
+    assert df.latency_ms_b1.notna().all()
+    assert f"in cluster job {timing_job['job_id']}" in json.loads((out / "environment.json").read_text())["timing"]
     teacher, student = (json.loads((out / "runs" / c / "job.json").read_text()) for c in ("at-s1", "nat-kd-s1"))
     assert student["after"] == [teacher["job_id"]] and teacher["after"] == []
     assert student["submitted_s"] >= (out / "runs" / "at-s1" / "metrics.json").stat().st_mtime  # after its teacher
     assert Path(teacher["stdout"]).parent == out / "jobs" and Path(student["stderr"]).exists()
     err = capsys.readouterr().err
-    assert err.count("submitted job") == 2
-    # again: nothing is resubmitted, the table is rewritten
+    assert err.count("submitted job") == 2 and err.count(f"timing phase: job {timing_job['job_id']} submitted") == 1
+    # again: nothing is resubmitted (the timing holds), the table is rewritten
     assert main(["run", str(grid), "--results", "res", "--launcher", "submitit-local"]) == 0
-    assert "submitted job" not in capsys.readouterr().err
+    assert "submitted" not in capsys.readouterr().err
     assert json.loads((out / "runs" / "at-s1" / "job.json").read_text())["job_id"] == teacher["job_id"]
     assert main(["status", str(grid), "--results", "res"]) == 0
     table = capsys.readouterr().out

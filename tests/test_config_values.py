@@ -55,7 +55,7 @@ def test_a_yaml_file_that_is_not_utf8_is_one_message(tmp_path, capsys):
     path.write_bytes(yaml.safe_dump(RUN).encode() + b"# caf\xe9\n")
     assert main(["train", str(path)]) == 2
     err = capsys.readouterr().err
-    assert f"{path}: line " in err and "is not valid UTF-8" in err and "Traceback" not in err
+    assert f"{path} line " in err and "is not valid UTF-8" in err and "Traceback" not in err
 
 
 def test_a_section_is_named_once_in_the_message(tmp_path, capsys):

@@ -123,3 +123,25 @@ def test_moses_tokenised_bleu_splits_punctuation_and_optionally_compounds():
     assert bleu_metric("none").corpus_score(hyp, [ref]).score < 100.0  # raw strings differ
     two_streams = tokenized_bleu(hyp, [["Etwas anderes hier ganz ."], ref], lang="de")
     assert two_streams == pytest.approx(100.0)  # the closest of several references counts
+
+
+def test_bleu_difference_pools_sentences_and_seeds_and_pairs_by_seed():
+    import random
+
+    from atnat.experiments.evaluation.metrics.quality import bleu_difference
+
+    rng = random.Random(0)
+    refs = [" ".join(rng.choice("abcdefgh") for _ in range(8)) for _ in range(150)]
+
+    def noisy(p, seed):
+        r = random.Random(seed)
+        return [" ".join(w if r.random() > p else "z" for w in line.split()) for line in refs]
+
+    same = bleu_difference([noisy(0.2, s) for s in (1, 2, 3)], [noisy(0.2, s) for s in (1, 2, 3)], refs,
+                           tokenize="none", n=200)
+    assert same.diff == 0 and same.low == 0 and same.high == 0 and same.n_seeds == 3  # paired by seed
+    better = bleu_difference([noisy(0.1, s) for s in (1, 2)], [noisy(0.3, s + 10) for s in (1, 2)], refs,
+                             tokenize="none", n=200)
+    assert better.low > 0 and better.low < better.diff < better.high and "seeds resampled" in better.method
+    one = bleu_difference([noisy(0.2, 1)], [noisy(0.2, 2)], refs, tokenize="none", n=200)
+    assert one.low < one.diff < one.high and "one seed" in one.method

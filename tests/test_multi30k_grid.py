@@ -18,10 +18,40 @@ def test_multi30k_grid_is_valid_and_orders_the_teacher_first():
     assert names[0] == "at-s1" and {"nat-kd-s1", "cmlm-kd-s1", "cmlm-s1", "ctc-glat-kd-s1", "at-ga-s1",
                                      "at-ss-s1"} <= set(names)
     by = grid.by_name()
-    assert by["cmlm-kd-s1"].teacher == "at-s1" and by["cmlm-s1"].teacher is None
+    assert by["cmlm-kd-s1"].teacher == "at-s1" and by["cmlm-s1"].teacher == "at-s1"
+    assert by["cmlm-s1"].config.distill.targets is False  # the no-distillation control: the teacher's weights only
     assert by["at-s1"].config.train.precision == "bf16-mixed"
-    smoke = load_grid(GRID, smoke=True).by_name()["at-s1"].config
-    assert smoke.train.precision == "32-true" and smoke.task["max_train"] == 1500
+    assert {c.config.train.accelerator for c in grid.cells} == {"gpu"}  # a GPU grid says so (and stops without one)
+    students = [c for c in grid.cells if c.teacher]
+    assert len(students) == 4 and all(c.config.train.init_from == "teacher" for c in students)
+    assert all(c.config.train.max_time_s for c in grid.cells)  # a slower GPU trains fewer steps, not for an hour
+    smoke = load_grid(GRID, smoke=True).by_name()
+    assert {c.config.train.accelerator for c in smoke.values()} == {"cpu"}  # --smoke runs here
+    assert smoke["at-s1"].config.train.precision == "32-true" and smoke["at-s1"].config.task["max_train"] == 1500
+    assert all(c.config.train.max_time_s is None and c.config.train.max_steps == 40 for c in smoke.values())
+
+
+def test_multi30k_header_shows_the_flops_it_was_sized_with():
+    """The grid's size is an estimate from bench/flops.py (replaced by a measured step time on the
+    first GPU run): the header's FLOPs per step are the formula's on the measured batch shape."""
+    from atnat.experiments.bench.flops import train_step_flops
+
+    header = GRID.read_text().split("\nname:")[0]
+    assert "AN ESTIMATE, NOT A MEASUREMENT" in header
+    model = dict(d_model=512, ffn_dim=2048, encoder_layers=5, decoder_layers=5)
+    shape = dict(vocab=8000, batch=690, src_len=17, tgt_len=16)
+    for text, decoder, extra in (("AT 2.89 T", "at", {}), ("AT + scheduled sampling 3.48 T", "at", {"extra_passes": 1}),
+                                 ("NAT / CMLM 2.80 T", "cmlm", {}),
+                                 ("CTC+GLAT (upsample 3) 7.78 T", "ctc", {"upsample": 3, "extra_passes": 1})):
+        value = float(text.rsplit(" ", 2)[-2])
+        assert text in header and round(train_step_flops(model, decoder=decoder, **shape, **extra) / 1e12, 2) == value
+    grid = load_grid(GRID)
+    steps = {c.variant: c.config.train.max_steps for c in grid.cells}
+    per_step = {"at": 2.89, "at-ga": 2.89, "at-ss": 3.48, "nat-kd": 2.80, "cmlm-kd": 2.80, "cmlm": 2.80, "ctc-glat-kd": 7.78}
+    total = sum(per_step[v] * n for v, n in steps.items()) / 1000  # PFLOP
+    assert "= 131 PFLOP" in header and round(total) == 131
+    assert "7.4 / 6.3 / 5.5 min of training" in header
+    assert [round(total * 1e15 / (mfu * 989e12) / 60, 1) for mfu in (0.30, 0.35, 0.40)] == [7.4, 6.3, 5.5]
 
 
 @pytest.mark.slow
@@ -30,5 +60,6 @@ def test_multi30k_smoke_grid_runs_on_cpu(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)  # the grid's data_dir is relative to the repo root
     assert main(["run", str(GRID), "--smoke", "--results", str(tmp_path)]) == 0
     df = pd.read_csv(tmp_path / "multi30k-smoke" / "results.csv")
-    assert (df.status == "ok").all() and len(df) == 15
+    assert (df.status == "ok").all() and len(df) == 17  # 15 systems + the AT cell's 2 CTranslate2 twins
+    assert set(df[df.strategy.str.endswith("-ct2")].strategy) == {"greedy-ct2", "beam5-alpha=0.6-ct2"}
     assert (tmp_path / "multi30k-smoke" / "report.md").exists()

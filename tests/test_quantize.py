@@ -56,3 +56,27 @@ def test_translate_quantize_int8_and_bad_values(tmp_path, monkeypatch, capsys):
     with pytest.raises(AtnatError, match="--quantize 'int4'; valid: none, int8"):
         maybe_quantize(module, "int4")
     assert maybe_quantize(module, "none") is module
+
+
+def test_int8_decodes_on_the_cpu_where_a_gpu_is_visible(tmp_path, monkeypatch, capsys):
+    """--device auto (the default) on a GPU machine: int8 takes the CPU and says so; --device gpu
+    with int8 is refused by name (PyTorch has no CUDA kernels for dynamic int8)."""
+    module, task = fit("at", "copy", steps=20, model=MODEL, vocab=6, min_len=2, max_len=5, n_train=100, n_test=4)
+    attach_tokenizer(module, task.tokenizer, task.bleu_tokenize)
+    export_safetensors(module, tmp_path / "exp")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU box, as far as atnat can tell
+    text = "".join(s + "\n" for s in task.splits["test"][0])
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    assert main(["translate", "--checkpoint", str(tmp_path / "exp"), "--quantize", "int8"]) == 0
+    out = capsys.readouterr()
+    assert len(out.out.split("\n")) == 5 and "--quantize int8 decodes on the CPU" in out.err
+    ref = tmp_path / "ref.txt"
+    ref.write_text("".join(s + "\n" for s in task.splits["test"][1]))
+    src = tmp_path / "src.txt"
+    src.write_text(text)
+    assert main(["evaluate", "--checkpoint", str(tmp_path / "exp"), "--src", str(src), "--ref", str(ref),
+                 "--quantize", "int8", "--no-speed", "--n-bootstrap", "2"]) == 0
+    assert "--quantize int8 decodes on the CPU" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    assert main(["translate", "--checkpoint", str(tmp_path / "exp"), "--quantize", "int8", "--device", "gpu"]) == 2
+    assert "--quantize int8 runs on the CPU only" in capsys.readouterr().err

@@ -149,13 +149,16 @@ def test_summary_is_phrased_from_the_numbers(report):
     _, md, _ = report
     summary = md.split("\n\n")[1]
     assert "the best AT system is `copy-at / beam5` (38.05 BLEU)" in summary
-    # 35.50 [34.0, 36.9] against 38.05 [36.7, 39.4]: the intervals overlap, so no claim is made
-    assert "the best NAT system is `copy-cmlm-kd / mask-predict-4` (35.50 BLEU), tied with it " \
-           "(-2.55 BLEU, within the 95% intervals; one seed)" in summary  # fmt: skip
-    assert "speed-up over AT greedy of 3.86× at batch 1 and 2.70× in large-batch throughput" in summary
-    # dialect: 41.87 [39.5, 44.1] vs 52.40 [50.1, 54.6] do not overlap; p is against greedy, Holm 0.0004
-    assert "`dialect-nat / parallel` (41.87 BLEU), 10.53 BLEU behind it, beyond the 95% intervals and " \
-           "significant" in summary  # fmt: skip
+    # the difference's interval [-5.1, 0.2] holds 0 and reaches beyond ±1: no claim either way (issue 24.2:
+    # it used to say "tied")
+    assert "the best NAT system is `copy-cmlm-kd / mask-predict-4` (35.50 BLEU), not resolved: -2.55 BLEU " \
+           "[-5.10, +0.20] (one seed: the interval covers the choice of test sentences only, not training noise); " \
+           "the interval holds 0 but is not inside ±1" in summary  # fmt: skip
+    assert "speed-up over our AT greedy of 3.86× at batch 1 and 2.70× in large-batch throughput" in summary
+    # dialect: [-13.0, -8.1] excludes 0; p is against greedy, Holm 0.0004
+    assert "`dialect-nat / parallel` (41.87 BLEU), 10.53 BLEU behind it: -10.53 BLEU [-13.00, -8.10] (one seed: " \
+           "the interval covers the choice of test sentences only, not training noise), and the paired test " \
+           "agrees (Holm p < 0.05)" in summary  # fmt: skip
     assert "On `dialect`: Variant mixing (sentences whose words come from more than one target variant): " \
            "`dialect-at / greedy` 2.0%, `dialect-nat / parallel` 31.5%." in summary  # fmt: skip
     # length-beam-3 (3.01× [2.71, 3.31], 35.20) is beaten by mask-predict-4 (3.86× [3.47, 4.25], 35.50):
@@ -170,15 +173,18 @@ def test_several_seeds_give_mean_and_spread_and_claims_only_beyond_it(tmp_path):
     root = fx.build_results(tmp_path)
     table = fx.with_seeds(fx.results_frame(), {2: 1.0, 3: -1.0})  # BLEU 37.12 / 38.12 / 36.12 ...
     table.to_csv(root / "results.csv", index=False)
+    fx.comparisons(n_seeds=3).assign(diff_ci_low=[-4.0, -12.1], diff_ci_high=[-1.1, -9.0]).to_csv(
+        root / "comparisons.csv", index=False)
     md = write_report(root)[0].read_text(encoding="utf-8")
     copy = tables_under(md, "Task `copy`")[0]
     at = row_of(copy, "copy-at-s1", "greedy")
     assert at["Seeds"] == "3" and at["BLEU"] == "37.12 ± 1.00"
     summary = md.split("\n\n")[1]
-    # copy: NAT 34.50-36.50 vs AT beam 37.05-39.05: ranges do not overlap, but Holm p = 0.08 > 0.05
-    assert "`copy-cmlm-kd / mask-predict-4` (35.50 BLEU, 3 seeds), tied with it (-2.55 BLEU, not " \
-           "significant in every seed (Holm))" in summary  # fmt: skip
-    assert "10.53 BLEU behind it, beyond the seed spread and significant" in summary
+    # copy: the interval [-4.0, -1.1] excludes 0, but Holm p = 0.08 > 0.05 in a seed: not resolved, not "tied"
+    assert "`copy-cmlm-kd / mask-predict-4` (35.50 BLEU, 3 seeds), not resolved: -2.55 BLEU [-4.00, -1.10] " \
+           "(3 seeds, test sentences and seeds resampled); the paired test does not agree in every seed" in summary
+    assert "10.53 BLEU behind it: -10.53 BLEU [-12.10, -9.00] (3 seeds, test sentences and seeds resampled), and " \
+           "the paired test agrees (Holm p < 0.05 in every seed)" in summary
     assert len(pd.read_csv(root / "results.csv")) == 3 * len(fx.ROWS)  # per-seed rows stay
 
 
@@ -372,3 +378,19 @@ def test_rows_timed_in_an_earlier_session_are_named_under_their_table(tmp_path):
     assert ("Speed of `copy-ctc-s1` was measured in an earlier timing phase (their checkpoints are gone), not "
             "side by side with the others (timed 2026-11-22 20:00:00 UTC)") in copy
     assert "earlier timing phase" not in md.split("### Task `dialect`")[1]
+
+
+def test_equivalent_only_when_the_whole_interval_is_inside_the_margin():
+    from atnat.experiments.reporting.judging import _verdict
+
+    nat = pd.Series({"n_seeds": 3, "bleu": 30.1, "bleu_min": 29.8, "bleu_max": 30.5, "p_baseline": "", "strategy": "ctc"})
+    at = pd.Series({"n_seeds": 3, "bleu": 30.4, "bleu_min": 30.1, "bleu_max": 30.7, "strategy": "beam5"})
+    inside = pd.Series({"bleu_diff": -0.3, "diff_ci_low": -0.8, "diff_ci_high": 0.2, "n_seeds": 3})
+    wider = inside.copy()
+    wider["diff_ci_low"] = -1.4
+    assert _verdict(nat, at, inside, 1.0).startswith("equivalent to it within ±1 BLEU: -0.30 BLEU [-0.80, +0.20]")
+    assert _verdict(nat, at, wider, 1.0).startswith("not resolved: -0.30 BLEU [-1.40, +0.20]")
+    assert "tied" not in _verdict(nat, at, None, 1.0) and "not resolved" in _verdict(nat, at, None, 1.0)
+    far = nat.copy()  # no paired interval, but the seed ranges are disjoint: a conservative claim
+    far[["bleu", "bleu_min", "bleu_max"]] = [28.0, 27.6, 28.3]
+    assert _verdict(far, at, None, 1.0).startswith("2.40 BLEU behind it, beyond both systems' seed ranges")

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.skipif(
     "this when run as root) to check report.html in a browser")  # fmt: skip
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync")  # fmt: skip
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--window-size=1400,1000")  # fmt: skip
 
 # Before the report's script: every uncaught error lands on <html data-js-errors>.
 CATCH = """<script>addEventListener("error", function (e) { var h = document.documentElement;
@@ -80,6 +81,16 @@ PROBE = """<script>(function () {
     return [row.cells[0].textContent + " / " + row.cells[1].textContent, heads[td.cellIndex].textContent,
             getComputedStyle(td.firstElementChild || td).fontWeight];
   });
+  function shown(table) {
+    return Array.prototype.filter.call(table.tHead.rows[0].cells, function (th) {
+      return getComputedStyle(th).display !== "none"; }).length;
+  }
+  out.window_width = window.innerWidth;
+  out.overview_width = tables[0].getBoundingClientRect().width;
+  out.overview_columns = shown(tables[0]);
+  var more = document.querySelector("div.folded-columns > button.more-columns");
+  if (more) { more.click(); out.overview_columns_all = shown(tables[0]); more.click();
+              out.overview_columns_again = shown(tables[0]); }
   addEventListener("load", function () {
     out.images = Array.prototype.map.call(document.images, function (img) { return img.naturalWidth; });
     var pre = document.createElement("pre");
@@ -202,6 +213,17 @@ def test_every_figure_decoded(dom):
     from atnat.experiments.reporting.figures import FIGURES
 
     assert len(widths) == len(FIGURES) and min(widths) > 100  # the fixture has data for every figure
+
+
+def test_the_first_screen_fits_a_1400_px_window_and_shows_every_column_on_request(dom):
+    """Issue 24.7: the overview's secondary columns are folded behind a button; the figure is wide."""
+    found = probe(dom)
+    assert found["window_width"] == 1400
+    assert found["overview_width"] <= 1400 - 32  # inside the page's margins
+    assert found["overview_columns"] < found["overview_columns_all"] == len(
+        parse(dom).rows[0])  # every column exists; the button shows them all
+    assert found["overview_columns_again"] == found["overview_columns"]  # and folds them again
+    assert found["images"][0] >= 900  # the headline figure: quality against speed
 
 
 def test_best_values_marked_bold(dom):

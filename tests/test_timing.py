@@ -111,18 +111,42 @@ def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_ar
 
     monkeypatch.setattr(timing, "grid_systems", fake_grid_systems)
     monkeypatch.setattr(timing, "time_systems", fake_time_systems)
-    fast = SpeedSettings(repeats=1)
+    fast = SpeedSettings(repeats=1, aa_control=False)
     first = timing.time_grid(cells, tmp_path, fast, "cpu")
     assert timed == [["at-s1", "nat-s1"]] and first["timing_session"].notna().all()
     timing.time_grid(cells, tmp_path, fast, "cpu")
     assert len(timed) == 1 and len(built) == 1  # same systems, weights and settings: kept, nothing loaded
-    timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2), "cpu")
+    timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2, aa_control=False), "cpu")
     assert len(timed) == 2  # other settings: timed anew
     (tmp_path / "nat-s1" / "best.ckpt").unlink()
-    assert len(timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2), "cpu")) == 2 and len(timed) == 2
+    assert len(timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2, aa_control=False), "cpu")) == 2 and len(timed) == 2
     (tmp_path / "at-s1" / "best.ckpt").write_text("retrained")  # timed again, alone, beside nat's earlier row
     monkeypatch.setattr(timing.time, "strftime", lambda fmt, t=None: "2099-01-01 00:00:00 UTC")
-    table = timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2), "cpu").set_index("cell")
+    table = timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2, aa_control=False), "cpu").set_index("cell")
     assert timed[-1] == ["at-s1"]  # only what can still be loaded is timed
     assert table.loc["at-s1", "timing_session"] == "2099-01-01 00:00:00 UTC"
     assert table.loc["nat-s1", "timing_session"] != "2099-01-01 00:00:00 UTC"  # its earlier timing, named
+
+
+def test_the_aa_control_times_the_baseline_twice_and_gives_every_ratio_its_noise_floor():
+    """Issue 24.3: the baseline's speed-up is 1 by construction; its twin, the same computation timed
+    as another system, measures how far apart two identical systems land - the noise floor."""
+    import dataclasses
+
+    log = []
+    at = system("at", 0.002, log)
+    twin = dataclasses.replace(at, strategy="greedy-aa")
+    nat = system("nat", 0.0005, log)
+    table = time_systems([at, twin, nat], FAST, {"at": ("at", "greedy"), "nat": ("at", "greedy")})
+    rows = table.set_index(["cell", "strategy"])
+    assert rows.loc[("at", "greedy-aa"), "control"] == "A/A" and rows.loc[("at", "greedy"), "control"] == ""
+    low, high = rows.loc[("at", "greedy"), ["speed_noise_low", "speed_noise_high"]]
+    assert 0.5 < low <= high < 2.0  # identical systems: a ratio near 1 (its width is the noise; wide under load)
+    assert (table.speed_noise_low == low).all()  # every row of the task carries it
+    base = rows.loc[("at", "greedy")]
+    assert (base.speedup_ci_low, base.speedup_ci_high) == (low, high)  # the baseline's spread is the noise
+    assert (table.timing_threads == torch.get_num_threads()).all()
+
+
+def test_the_timing_phase_defaults_to_one_thread_per_system():
+    assert SpeedSettings().threads == 1 and SpeedSettings().aa_control

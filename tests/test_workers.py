@@ -10,6 +10,7 @@ from atnat.experiments.data import batching as data_module
 from atnat.experiments.running.launchers import local as scheduler
 from atnat.experiments.cli.commands import main
 from atnat.experiments.config.run import ConfigError
+from atnat.experiments.evaluation.timing import AA_SUFFIX
 from atnat.experiments.data.batching import encode_split, make_loader
 from atnat.experiments.running.grid import load_grid
 from atnat.experiments.running.launchers.local import Lane, lanes_needed, make_lanes, run_parallel, worker_env
@@ -76,7 +77,9 @@ def test_parallel_grid_matches_a_sequential_run_and_orders_teachers(tmp_path, mo
     assert env["parallel_cells"] == 2 and env["lanes"] == "cpu, cpu" and "side by side" in env["timing"]
     for run in ("par", "seq"):  # cells trained at once, but speed was measured afterwards, all together
         timing = pd.read_csv(tmp_path / run / "tiny" / "timing.csv")
-        assert sorted(timing.cell) == sorted(par.cell)
+        control = timing.strategy.str.endswith(AA_SUFFIX)  # the A/A control: the baseline timed twice
+        assert timing[control].cell.tolist() == ["at-s1"]
+        assert sorted(zip(timing[~control].cell, timing[~control].strategy)) == sorted(zip(par.cell, par.strategy))
 
 
 def test_failed_teacher_fails_its_students_without_running_them(tmp_path, monkeypatch):
@@ -123,6 +126,24 @@ def test_one_cell_trains_with_ddp_on_two_cpu_processes(tmp_path):
     assert [r["train_devices"] for r in rows] == [2]
     headers = [line for line in log.splitlines() if re.match(r"\s*strategy\s+bleu\b", line)]
     assert len(headers) == 1, log  # only rank 0 evaluated and printed its table
+
+
+def test_ddp_trains_a_decoder_whose_zero_weighted_loss_part_leaves_parameters_unused(tmp_path):
+    """loss.length_weight: 0 leaves a NAT's length predictor out of the loss: DDP must not stop on
+    parameters without a gradient (it raised "Expected to have finished reduction" on step 2)."""
+    import yaml
+
+    cfg = {**{k: v for k, v in TINY["base"].items()}, "name": "ddp-nat", "decoder": {"name": "nat"},
+           "loss": {"length_weight": 0.0}, "eval": {"strategies": [{"name": "parallel", "length_beam": 2}],
+                                                    "n_bootstrap": 10}}
+    cfg["train"] = {**cfg["train"], "devices": 2, "accelerator": "cpu"}
+    path = tmp_path / "ddp.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = run_cli(["train", str(path), "--output-dir", "run"], tmp_path)
+    log = proc.communicate(timeout=240)[0].decode()
+    assert proc.returncode == 0, log[-3000:]
+    info = json.loads((tmp_path / "run" / "train.json").read_text())
+    assert info["world_size"] == 2 and info["global_step"] == 8
 
 
 @pytest.mark.parametrize("decoder, strategy", [

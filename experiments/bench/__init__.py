@@ -11,7 +11,8 @@ encoder included. Warm-up, CUDA sync, median of repeats, decoder passes counted 
 memory in use over repeated calls (the leak check, OUT_memory.csv: delta_mb > 0 is a leak).
 `--sweep` adds a figure (plots.py).
 train (train.py): target tokens/s of forward + backward + clip + Adam step per decoder; on CUDA
-bf16 autocast and MFU (6 x params x target tokens per step).
+bf16 autocast and MFU (the step's FLOPs, encoder and CTC slots and GLAT's pass included: flops.py,
+against the card's exact bf16 peak).
 profile (profile.py): torch.profiler's top operators of one of our strategies.
 The command line (cli.py) hangs these under `atnat bench` of the main parser. May import:
 evaluation/, config/, modelfiles/, data/, files.py.

@@ -30,13 +30,8 @@ def available() -> bool:
 
 
 def device_problem(device: str) -> str | None:
-    """Why CTranslate2 cannot run on `device` here (None if it can)."""
-    if device == "cuda":
-        import ctranslate2
-
-        if ctranslate2.get_cuda_device_count() == 0:
-            return "this CTranslate2 build sees no CUDA device"
-    return None
+    """Why CTranslate2 cannot run on `device` here (None if it can): modelfiles/ct2.py's one check."""
+    return ct2.device_problem(device)
 
 
 class Peer:

@@ -1,7 +1,8 @@
 """`atnat bench train`: training throughput (target tokens/s) of every decoder family on one
 token-budget batch: forward + backward + clip + Adam step, in fp32 and bf16 autocast (on a CPU with
 avx512_bf16/AMX, or a GPU), every system timed in turn (round robin, median per system); on CUDA
-MFU (6 x params x target tokens per step against the device's dense bf16 peak)."""
+MFU: the step's matrix-multiply FLOPs (encoder, decoder on its positions, CTC's slots, GLAT's extra
+pass: bench/flops.py) against the device's dense bf16 peak (by its exact model, or --peak-tflops)."""
 from __future__ import annotations
 
 import statistics
@@ -10,6 +11,7 @@ import time
 import pandas as pd
 import torch
 
+from atnat.experiments.bench.flops import peak_tflops as known_peak, train_step_flops
 from atnat.experiments.bench.spec import OUT_LEN, Spec, start, FIRST_ORDINARY
 from atnat.experiments.evaluation.metrics.speed import _synchronize
 from atnat.experiments.config.precision import resolve_precision
@@ -18,7 +20,6 @@ from atnat.core.errors import AtnatError
 from atnat.models.losses import total_loss
 from atnat.models.seq2seq import Seq2SeqModule
 
-PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense bf16 tensor-core peaks
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}  # autocast dtype of each --precision value
 
 
@@ -72,8 +73,7 @@ def run_train(spec: Spec, *, steps: int, tokens: int, peak_tflops: float | None 
     b, gen = tokens // OUT_LEN, torch.Generator().manual_seed(1)
     src, tgt = (torch.randint(FIRST_ORDINARY, spec.vocab, (b, n), generator=gen) for n in (spec.src_len, OUT_LEN))
     batch = Batch(src, tgt, torch.full((b,), spec.src_len), torch.full((b,), OUT_LEN), torch.arange(b)).to(spec.device)
-    name = torch.cuda.get_device_name() if spec.device == "cuda" else "-"
-    peak = (peak_tflops or next((v for k, v in PEAK_TFLOPS.items() if k in name), float("nan"))) * 1e12
+    peak = device_peak(spec.device, peak_tflops, log) * 1e12
     systems = [TrainSystem(d, p, spec, batch) for d in ("at", "nat", "cmlm", "ctc") for p in precisions]
     for rnd in range(spec.warmup + steps):  # round robin: a slow moment of the machine hits every system
         for system in systems[rnd % len(systems):] + systems[: rnd % len(systems)]:
@@ -82,7 +82,7 @@ def run_train(spec: Spec, *, steps: int, tokens: int, peak_tflops: float | None 
     for s in systems:
         median = statistics.median(s.times)
         params, tokens_ = sum(p.numel() for p in s.module.parameters()), int(batch.tgt_lengths.sum())
-        flops = 6 * params * tokens_
+        flops = step_flops(s.module, spec, len(batch), batch.tgt.size(1))
         rows.append(dict(decoder=s.decoder, precision=s.precision, batch=len(batch), src_len=spec.src_len,
                          tgt_len=batch.tgt.size(1), tgt_tokens=tokens_, median_s=median, tokens_per_s=tokens_ / median,
                          params=params, flops_per_step=flops, mfu=flops / median / peak, device=spec.device,
@@ -92,3 +92,28 @@ def run_train(spec: Spec, *, steps: int, tokens: int, peak_tflops: float | None 
     fp32 = df[df.precision == "fp32"].set_index("decoder")["median_s"]
     df["speedup_vs_fp32"] = [fp32.get(d, float("nan")) / m for d, m in zip(df.decoder, df.median_s)]
     return df
+
+
+def step_flops(module, spec: Spec, batch: int, tgt_len: int) -> int:
+    """The FLOPs of one training step of `module` on the benchmark batch (bench/flops.py)."""
+    options = module.decoder.options
+    return train_step_flops(spec.model, vocab=spec.vocab, decoder=module.hparams["decoder"], batch=batch,
+                            src_len=spec.src_len, tgt_len=tgt_len, upsample=getattr(options, "upsample", 1),
+                            extra_passes=int(bool(getattr(options, "glat", False))))
+
+
+def device_peak(device: str, given: float | None, log=print) -> float:
+    """TFLOPS that MFU divides by: `given` (--peak-tflops), else the peak of this GPU's exact model;
+    NaN on the CPU or for a GPU name that does not say which card it is (noted, with what to do)."""
+    if given:
+        return given
+    if device != "cuda":
+        return float("nan")
+    name = torch.cuda.get_device_name()
+    peak = known_peak(name)
+    if peak is None:
+        log(f"  note: no bf16 peak known for {name!r} (H100 PCIe, NVL and SXM differ): MFU left empty; "
+            "give --peak-tflops")
+        return float("nan")
+    log(f"  MFU against {peak:g} TFLOPS, the dense bf16 peak of {name}")
+    return peak

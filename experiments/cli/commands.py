@@ -49,11 +49,11 @@ def cmd_translate(args) -> int:
     from atnat.experiments.config.run import build_strategy  # lazy: start-up
     from atnat.experiments.evaluation.assemble import check_compatible  # lazy: start-up
     from atnat.experiments.modelfiles.quantize import maybe_quantize  # lazy: start-up
-    from atnat.experiments.config.devices import inference_device  # lazy: start-up
+    from atnat.experiments.config.devices import decode_device  # lazy: start-up
     from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
     from atnat.experiments.evaluation.translate import translate_stream  # lazy: start-up
 
-    device = inference_device(args.device)
+    device = decode_device(args.device, args.quantize, note=lambda text: print(text, file=sys.stderr))
     module, tokenizer = load_module(args.checkpoint, map_location=device)
     module = maybe_quantize(module, args.quantize)
     teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
@@ -144,12 +144,12 @@ def cmd_evaluate(args) -> None:
     from atnat.experiments.config.speed import SpeedSettings  # lazy: start-up
     from atnat.experiments.evaluation.evaluate import evaluate_files  # lazy: start-up
     from atnat.experiments.data.tasks import read_lines  # lazy: start-up
-    from atnat.experiments.config.devices import inference_device  # lazy: start-up
+    from atnat.experiments.config.devices import decode_device  # lazy: start-up
     from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
 
     from atnat.experiments.modelfiles.quantize import maybe_quantize  # lazy: start-up
 
-    device = inference_device(args.device)
+    device = decode_device(args.device, args.quantize, note=lambda text: print(text, file=sys.stderr))
     module, tokenizer = load_module(args.checkpoint, map_location=device)
     module = maybe_quantize(module, args.quantize)
     teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
@@ -238,6 +238,15 @@ def cmd_bench(args) -> None:
     run(args)
 
 
+def cmd_data(args) -> None:
+    from atnat.experiments.data.multi30k import download_multi30k  # lazy: start-up
+
+    langs = tuple(x.strip() for x in args.langs.split(",") if x.strip())
+    files = download_multi30k(args.out_dir, base_url=args.base_url, langs=langs,
+                              log=lambda line: print(line, file=sys.stderr))
+    print(f"{len(files)} Multi30k files in {args.out_dir} (point a grid's task.data_dir there)")
+
+
 def cmd_list(args) -> None:
     from atnat.experiments.cli.catalog import print_catalog  # lazy: start-up
 
@@ -280,7 +289,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", choices=COMPILE_MODES,
                    help="AT only: fixed-shape step under torch.compile (pays at small batches; see results/bench)")
     p.add_argument("--quantize", choices=["none", "int8"], default="none",
-                   help="int8: dynamic int8 linear layers (CPU only; see modelfiles/quantize.py)")
+                   help="int8: dynamic int8 linear layers (on the CPU, also where a GPU is visible; see modelfiles/quantize.py)")
     add_strategy_args(p)
     p.set_defaults(fn=cmd_translate)
     p = sub.add_parser("export", parents=[common], help="write a trained model as portable files (safetensors or CTranslate2)")
@@ -312,7 +321,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hyps", help="write the first strategy's translations here")
     p.add_argument("--json", help="write the scores here as JSON")
     p.add_argument("--quantize", choices=["none", "int8"], default="none",
-                   help="int8: dynamic int8 linear layers (CPU only; see modelfiles/quantize.py)")
+                   help="int8: dynamic int8 linear layers (on the CPU, also where a GPU is visible; see modelfiles/quantize.py)")
     add_strategy_args(p)
     p.set_defaults(fn=cmd_evaluate)
     p = sub.add_parser("run", parents=[common], help="run an experiment grid and write results/<grid>/")
@@ -356,6 +365,15 @@ def parser() -> argparse.ArgumentParser:
 
     add_commands(p)
     p.set_defaults(fn=cmd_bench)
+    p = sub.add_parser("data", parents=[common], help="fetch a public data set: multi30k")
+    data = p.add_subparsers(dest="dataset", required=True)
+    d = data.add_parser("multi30k", help="Multi30k (WMT16-17 multimodal task 1) from github.com/multi30k/dataset: "
+                                         "{train,val,test2016,test2017}.{en,de,fr}, each checked by its sha256")
+    d.add_argument("out_dir", metavar="DIR", help="folder to write the files to (files there that check are kept)")
+    d.add_argument("--base-url", help="where the release's .gz files are (default: $ATNAT_MULTI30K_URL, else the "
+                                      "repository at the pinned commit)")
+    d.add_argument("--langs", default="en,de,fr", help="comma-separated languages (default: en,de,fr)")
+    d.set_defaults(fn=cmd_data)
     p = sub.add_parser("list", parents=[common], help="registered decoders, strategies and tasks, with their options")
     p.set_defaults(fn=cmd_list)
     return ap

@@ -6,6 +6,8 @@ import os
 
 import torch
 
+from atnat.core.errors import AtnatError
+
 
 def inference_device(accelerator: str = "auto") -> str:
     """Where a run decodes (evaluation, distillation, translation): the GPU when its accelerator
@@ -19,3 +21,63 @@ def helper_rank() -> bool:
     """True in the extra processes of a multi-device (DDP) run: those Lightning starts (LOCAL_RANK > 0)
     and the tasks past the first of a multi-task SLURM job (SLURM_PROCID > 0)."""
     return any(int(os.environ.get(k, "0") or 0) > 0 for k in ("LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
+
+
+def gpu_problem() -> str | None:
+    """Why this process cannot train on a CUDA GPU, or None when it can (torch sees one)."""
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        return None
+    if torch.version.cuda is None:
+        return f"this torch ({torch.__version__}) is built without CUDA"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return "torch sees no CUDA device (" + (f"CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None
+                                             else "no GPU or no working driver") + ")"
+
+
+def require_gpu(accelerator: str, where: str) -> None:
+    """A run that asks for a GPU (`train.accelerator: gpu`) stops here, with one message, when none is
+    usable, instead of failing inside Lightning after distillation, or (`auto`) training on the CPU."""
+    if str(accelerator).lower() not in ("gpu", "cuda"):
+        return
+    problem = gpu_problem()
+    if problem:
+        raise AtnatError(f"{where}: train.accelerator is {accelerator}, but no GPU is usable here: {problem}; run it "
+                         "on a machine with a CUDA GPU, or set train.accelerator: cpu (a grid's smoke section can)")
+
+
+def decode_device(requested: str, quantize: str | None = None, note=None) -> str:
+    """The device `translate` / `evaluate` decode on for `--device` (auto, cpu, gpu) and `--quantize`:
+    int8 has CPU kernels only, so `auto` then takes the CPU even where a GPU is visible (`note` is
+    told why: the command prints it on stderr) and `gpu` is refused."""
+    if quantize in (None, "none"):
+        return inference_device(requested)
+    if requested == "gpu":
+        raise AtnatError(f"--quantize {quantize} runs on the CPU only (PyTorch's dynamic int8 kernels); "
+                         "drop --device gpu, or drop --quantize to decode in float on the GPU")
+    if requested == "auto" and inference_device("auto") != "cpu" and note is not None:
+        note(f"atnat: --quantize {quantize} decodes on the CPU (PyTorch's dynamic int8 kernels are CPU-only), "
+             "not on the visible GPU")
+    return "cpu"
+
+
+def trains_on_gpu(accelerator: str) -> bool:
+    """Whether Lightning will train a run with this `train.accelerator` on a CUDA GPU (its batches are
+    then pinned: data/batching.py)."""
+    accelerator = str(accelerator).lower()
+    return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+
+
+def device_name(device: str) -> str:
+    """The model of the device a timing ran on: what decides whether saved timings still hold (an H100
+    PCIe and an H100 SXM are both "cuda"): torch.cuda.get_device_name, or the CPU's model name."""
+    if str(device).startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8", errors="replace"):
+            if line.startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "cpu"

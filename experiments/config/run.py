@@ -25,6 +25,7 @@ from atnat.core.options import OptionTypeError, check_fields
 from atnat.models.seq2seq import OptimConfig, build_config
 
 from atnat.experiments.config.plugins import load_plugins
+from atnat.experiments.files import read_utf8
 from atnat.experiments.config.precision import PRECISIONS
 from atnat.experiments.data.tasks import TASKS, TaskData
 from atnat.experiments.data.tokenize import CACHE_DIR
@@ -159,10 +160,14 @@ class EvalSettings:
     significance: str = "bs"  # paired test against the AT baseline: "bs" bootstrap resampling (Koehn 2004)
     # or "ar" approximate randomisation (Riezler & Maxwell 2005); Holm-corrected per task
     compound_split: bool = False  # tokenised BLEU splits hyphenated compounds (##AT##), as WMT en-de papers
+    probe_sentences: int = 100  # test sentences the injected-error probe decodes twice per system (0: off)
+    extra_tests: tuple[str, ...] = ()  # further test splits scored beside `split` (parallel task: file stems,
+    # e.g. [test2017]); results in extra_tests.csv and the report's "Other test sets"
 
     def __post_init__(self) -> None:
         require_choice(self.significance, ("bs", "ar"), "eval", "significance")
         require_at_least(self.max_tokens, 1, "eval", "max_tokens")
+        require_at_least(self.probe_sentences, 0, "eval", "probe_sentences")
         require_at_least(self.n_bootstrap, 1, "eval", "n_bootstrap")
 
 
@@ -242,6 +247,11 @@ def validate(cfg: RunConfig, where: str) -> RunConfig:
         problem = compatibility_problem(dec_cls, dec_options, strategy)  # the one check, also at decode time
         if problem:
             raise ConfigError(f"{where}: eval.strategies[{i}] ({name}): {problem}")
+    for name in cfg.eval.extra_tests:  # read now, not after hours of training
+        try:
+            task_cls(make(task_cls.Options, task_opts, f"{where}: task ({task_name})"), cache_dir=CACHE_DIR).extra_split(name)
+        except AtnatError as err:
+            raise ConfigError(f"{where}: eval.extra_tests: {err}") from None
     labels: dict[str, int] = {}
     for i, spec in enumerate(strategies):
         label = build_strategy(spec)[0]
@@ -277,6 +287,13 @@ def build_strategy(spec) -> tuple[str, Any]:
     name, opts = named(spec, "strategy")
     strategy = make(STRATEGIES.get(name), opts, f"strategy ({name})")
     return strategy.label, strategy
+
+
+def extra_test_split(cfg: RunConfig, name: str) -> tuple[list[str], list[str]]:
+    """(sources, targets) of one of the run's eval.extra_tests."""
+    task_name, opts = named(cfg.task, "task")
+    task_cls = TASKS.get(task_name)
+    return task_cls(make(task_cls.Options, opts, f"task ({task_name})"), cache_dir=CACHE_DIR / "spm").extra_split(name)
 
 
 def load_task(cfg: RunConfig) -> TaskData:
@@ -320,13 +337,10 @@ def load_yaml(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
-    raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise ConfigError(f"{path}: line {line} is not valid UTF-8 ({err.reason} at byte {err.start}); "
-                          "save the file as UTF-8") from None
+        text = read_utf8(path, "")
+    except AtnatError as err:
+        raise ConfigError(str(err)) from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as err:

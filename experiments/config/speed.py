@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from atnat.core.options import require_at_least, require_optional_at_least
+
 
 @dataclass(frozen=True)
 class SpeedSettings:
@@ -14,6 +16,17 @@ class SpeedSettings:
     repeats: int = 3  # timed repeats of every call (the median of each call's repeats is used)
     warmup: int = 1  # untimed passes over every call before timing
     bootstrap: int = 1000  # resamples of the sentences (batches) for the speed-up confidence intervals
-    threads: int | None = None  # torch CPU threads while timing (None: torch's default)
+    threads: int | None = 1  # torch CPU threads per system while timing: 1 is what the bench found sound on a
+    # small or shared CPU (results/bench/README.md: 2-thread ratios on 2 vCPUs were noise); null: torch's
+    # default. Shown beside every speed figure of the report
     ct2_baseline: bool = False  # also time each plain AT cell exported to CTranslate2 (float32; needs the
-    # bench extra): rows <strategy>-ct2 and a speedup_vs_ct2 column against its greedy
+    # bench extra): rows <strategy>-ct2 and speedup columns against its greedy
+    aa_control: bool = True  # time the baseline twice, as two systems: the ratio of the two (ideally 1) is
+    # the noise floor of every speed ratio of its task (columns speed_noise_low/high)
+
+    def __post_init__(self) -> None:
+        for name in ("latency_sentences", "throughput_sentences", "throughput_batch", "repeats"):
+            require_at_least(getattr(self, name), 1, "speed", name)
+        require_at_least(self.warmup, 0, "speed", "warmup")
+        require_at_least(self.bootstrap, 0, "speed", "bootstrap")
+        require_optional_at_least(self.threads, 1, "speed", "threads")

@@ -156,10 +156,12 @@ def shard() -> tuple[int, int]:
 
 
 def make_loader(split: EncodedSplit, max_tokens: int, *, shuffle: bool, seed: int = 0,
-                max_sentences: int | None = None, distributed: bool = False):
+                max_sentences: int | None = None, distributed: bool = False, pin_memory: bool = False):
+    """A loader of token-budget batches; `pin_memory` (training on a GPU) collates them into
+    page-locked memory, so their copy to the device overlaps the step before (Batch.to is non-blocking)."""
     sampler = TokenBudgetSampler(split, max_tokens, shuffle=shuffle, seed=seed, max_sentences=max_sentences,
                                  distributed=distributed)
     # its own generator: creating an iterator draws a seed, which must not move the global torch RNG
     # (dropout, masking), or a resumed run would draw different numbers than an uninterrupted one
-    return ResumableLoader(split, batch_sampler=sampler, collate_fn=collate, num_workers=0,
+    return ResumableLoader(split, batch_sampler=sampler, collate_fn=collate, num_workers=0, pin_memory=pin_memory,
                            generator=torch.Generator().manual_seed(seed))

@@ -15,6 +15,7 @@ from atnat.core.errors import AtnatError
 from atnat.core.registry import Registry
 
 from atnat.core.options import require_at_least, require_optional_at_least
+from atnat.experiments.files import read_utf8
 from atnat.experiments.data.tokenize import MIN_SENTENCEPIECE_VOCAB, SentencePieceTokenizer, SymbolTokenizer
 
 SPLITS = ("train", "valid", "test")
@@ -47,6 +48,11 @@ class Task(ABC):
     @abstractmethod
     def load(self) -> TaskData:
         """Build or read the splits and the tokenizer."""
+
+    def extra_split(self, name: str) -> tuple[list[str], list[str]]:
+        """(sources, targets) of a further test split (`eval.extra_tests`), e.g. test2017 beside test2016."""
+        raise AtnatError(f"task {self.registered_name!r} has no further test splits (eval.extra_tests needs a "
+                         "task that reads split files, e.g. parallel)")
 
 
 TASKS: Registry[Task] = Registry("task", Task, entry_point_group="atnat.tasks")
@@ -196,12 +202,7 @@ def read_lines(path: Path, what: str) -> list[str]:
     """Read a UTF-8 text file, one sentence per line; one clear error for each bad input."""
     if not path.is_file():
         raise AtnatError(f"{what}: file {path} does not exist")
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise AtnatError(f"{what}: {path} line {line} is not valid UTF-8 ({err.reason} at byte {err.start})") from None
+    text = read_utf8(path, f"{what}: ")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -227,6 +228,17 @@ class ParallelTask(Task):
             return Path(files[f"{split}_{side}"]).expanduser()
         stem = {"train": o.train, "valid": o.valid, "test": o.test}[split]
         return Path(o.data_dir).expanduser() / f"{stem}.{o.src if side == 'src' else o.tgt}"
+
+    def extra_split(self, name: str) -> tuple[list[str], list[str]]:
+        """`{data_dir}/{name}.{src}` and `.{tgt}`, read and checked like the other splits."""
+        o = self.options
+        base = Path(o.data_dir).expanduser()
+        src = read_lines(base / f"{name}.{o.src}", f"extra test split {name} source")
+        tgt = read_lines(base / f"{name}.{o.tgt}", f"extra test split {name} target")
+        if len(src) != len(tgt):
+            raise AtnatError(f"extra test split {name}: {base / f'{name}.{o.src}'} has {len(src)} lines but "
+                             f"{base / f'{name}.{o.tgt}'} has {len(tgt)}; parallel files need equal line counts")
+        return (src[: o.max_eval], tgt[: o.max_eval]) if o.max_eval else (src, tgt)
 
     def load(self) -> TaskData:
         o = self.options

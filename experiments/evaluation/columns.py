@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from atnat.experiments.evaluation.metrics.row import METRICS
-from atnat.experiments.evaluation.schema import COMPARISONS, LABELS, RUN, SPEED, Column
+from atnat.experiments.evaluation.schema import COMPARISONS, LABELS, PROBES, RUN, SPEED, Column
 
 
 def columns() -> tuple[Column, ...]:
     """Every column of results.csv, in table order: labels, quality metrics (the registered
     metrics' own columns), comparisons, speed, run information."""
     metric_columns = tuple(col for name in METRICS.in_order() for col in METRICS.get(name).columns)
-    return LABELS + metric_columns + COMPARISONS + SPEED + RUN
+    return LABELS + metric_columns + PROBES + COMPARISONS + SPEED + RUN
 
 
 def by_name() -> dict[str, Column]:

@@ -7,6 +7,8 @@ phase (evaluation/timing.py): every system of a task side by side in one process
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -18,15 +20,17 @@ from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
 
 from atnat.experiments.config.speed import SpeedSettings
-from atnat.experiments.evaluation.assemble import build_strategy
+from atnat.experiments.evaluation.assemble import build_strategy, validation_search
 from atnat.experiments.evaluation.decode import decode_split
+from atnat.experiments.evaluation.probes import injected_error_drop, run_probes
 from atnat.experiments.evaluation.timing import System, time_systems
-from atnat.experiments.config.run import RunConfig
+from atnat.experiments.config.run import RunConfig, extra_test_split
 from atnat.experiments.data.batching import encode_split
 from atnat.experiments.files import write_text_atomic
 from atnat.experiments.evaluation.metrics import closest_references
 from atnat.experiments.evaluation.metrics.row import Outputs, score
 from atnat.experiments.evaluation.metrics.error_propagation import bleu_by_length
+from atnat.experiments.evaluation.metrics.quality import corpus_quality, tokenized_bleu
 from atnat.experiments.data.tasks import TaskData
 
 
@@ -46,13 +50,12 @@ class EvalResult:
     rows: list[dict]
     curves: dict[str, pd.DataFrame] = field(default_factory=dict)
     samples: pd.DataFrame | None = None
+    extra_tests: list[dict] = field(default_factory=list)  # scores on eval.extra_tests, per strategy and split
 
 
 def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Path, *,
              teacher: Seq2SeqModule | None = None, n_samples: int = 5) -> EvalResult:
     """Decode cfg.eval.split with every strategy of the run; score it; write hyps and references."""
-    from atnat.experiments.evaluation.probes import run_probes
-
     src, tgt = task.splits[cfg.eval.split]
     split = encode_split(task.tokenizer, src, tgt, name=cfg.eval.split, max_len=cfg.train.max_len)
     refs_txt = task.references(cfg.eval.split)  # raw references: BLEU on detokenised text (sacrebleu default)
@@ -67,7 +70,12 @@ def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Pat
         row, hyp_txt = score_outputs(decoded.hyps, refs_ids, refs_txt, task, n_bootstrap=cfg.eval.n_bootstrap,
                                      detok=task.tokenizer.decode, compound_split=cfg.eval.compound_split)
         row.update(strategy=label, strategy_name=strategy.registered_name,
-                   iterations=getattr(strategy, "iterations", float("nan")))
+                   iterations=getattr(strategy, "iterations", float("nan")),
+                   strategy_settings=json.dumps({"name": strategy.registered_name, **dataclasses.asdict(strategy)},
+                                                default=str))
+        if cfg.eval.probe_sentences:
+            row.update(injected_error_drop(module, split, strategy, teacher=teacher, n=cfg.eval.probe_sentences,
+                                           bootstrap=cfg.eval.n_bootstrap))
         rows.append(row)
         first = first if first is not None else decoded.hyps
         write_text_atomic(run_dir / "hyps" / f"{label}.txt", "\n".join(hyp_txt) + "\n")
@@ -79,7 +87,39 @@ def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Pat
                      "hypothesis": hyp_txt[i]} for i in range(min(n_samples, len(src)))]
     frames = {k: pd.concat(v, ignore_index=True) for k, v in curves.items() if v}
     frames.update(run_probes(module, split, free_running=first, strategy=rows[0]["strategy"]))
-    return EvalResult(rows, frames, pd.DataFrame(samples))  # the runner writes metrics.json last
+    extra = [score for name in cfg.eval.extra_tests
+             for score in evaluate_extra_test(module, task, cfg, run_dir, name, teacher=teacher)]
+    return EvalResult(rows, frames, pd.DataFrame(samples), extra)  # the runner writes metrics.json last
+
+
+def evaluate_extra_test(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Path, name: str, *,
+                        teacher: Seq2SeqModule | None = None) -> list[dict]:
+    """Every strategy of the run on a further test split (eval.extra_tests): hypotheses in
+    `hyps/<label>@<name>.txt`, sacreBLEU with its interval, chrF and tokenised BLEU per strategy."""
+    src, tgt = extra_test_split(cfg, name)
+    split = encode_split(task.tokenizer, src, tgt, name=name, max_len=cfg.train.max_len)
+    out = []
+    for spec in cfg.eval.strategies:
+        label, strategy = build_strategy(spec)
+        decoded = decode_split(module, split, strategy, max_tokens=cfg.eval.max_tokens, teacher=teacher)
+        hyps = [task.tokenizer.decode(h) for h in decoded.hyps]
+        write_text_atomic(run_dir / "hyps" / f"{label}@{name}.txt", "\n".join(hyps) + "\n")
+        q = corpus_quality(hyps, [tgt], tokenize=task.bleu_tokenize, n_bootstrap=cfg.eval.n_bootstrap)
+        out.append({"strategy": label, "test_set": name, "sentences": len(src), "bleu": q.bleu,
+                    "bleu_ci_low": q.bleu_ci_low, "bleu_ci_high": q.bleu_ci_high, "chrf": q.chrf,
+                    "bleu_tok": tokenized_bleu(hyps, [tgt], lang=task.lang, compound_split=cfg.eval.compound_split)})
+    return out
+
+
+def validation_bleu(module: Seq2SeqModule, task: TaskData, cfg: RunConfig) -> float:
+    """BLEU on the validation split of the weights being evaluated (e.g. the average of several
+    checkpoints), decoded as validation decodes during training (greedy / one pass): comparable with
+    the validation curve, so the effect of averaging is visible before any test number."""
+    src, tgt = task.splits["valid"]
+    split = encode_split(task.tokenizer, src, tgt, name="valid", max_len=cfg.train.max_len)
+    decoded = decode_split(module, split, validation_search(module.decoder), max_tokens=cfg.eval.max_tokens)
+    hyps = [task.tokenizer.decode(h) for h in decoded.hyps]
+    return sacrebleu.corpus_bleu(hyps, task.references("valid"), tokenize=task.bleu_tokenize).score
 
 
 def write_references(run_dir: Path, streams: list[list[str]]) -> None:

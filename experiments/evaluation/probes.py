@@ -17,6 +17,7 @@ from atnat.models.encoder import lengths_to_padding_mask
 from atnat.models.seq2seq import Seq2SeqModule
 
 from atnat.experiments.data.batching import EncodedSplit, collate, make_loader
+from atnat.experiments.evaluation.assemble import needs_teacher
 from atnat.experiments.evaluation.metrics import accuracy_by_position, corruption_effect
 
 CORRUPTED = (1, 2, 4)  # prefix tokens corrupted in the probe
@@ -134,3 +135,102 @@ def run_probes(module: Seq2SeqModule, split: EncodedSplit, *, free_running: list
     if attn is not None:
         out["attention"] = attn
     return out
+
+
+# ---- error propagation, causal: one injected error, the drop it causes downstream ------------------
+
+INJECTED_SENTENCES = 100  # test sentences the injected-error probe decodes (twice each, at batch 1)
+
+
+class _Injected:
+    """A model seen through a corruption: the decoding strategy drives it as usual, but after the
+    first decoder pass one token of the context the next passes read is wrong (an AT's input at
+    output position `at`; a refining NAT's kept token at `at`). Everything else is delegated."""
+
+    def __init__(self, model, at: int, special, vocab: int, seed: int = 0):
+        self._model, self._at, self._calls, self._mask = model, at, 0, special.mask
+        self._low, self._vocab = special.first_ordinary, vocab
+        self._gen = torch.Generator().manual_seed(seed)
+        self._offset = int(torch.randint(1, max(vocab - self._low, 2), (1,), generator=self._gen))
+        self._chosen = False  # a NAT's position is chosen at its first refining pass
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def _wrong(self, token: int) -> int:
+        """Another ordinary token, the same one for a given token at every pass (a fixed shift)."""
+        span = self._vocab - self._low
+        return self._low + (max(token - self._low, 0) + self._offset) % span
+
+    def step(self, prev_tokens, state):  # AT: the token chosen at position `at` is read back wrong
+        self._calls += 1
+        if self._calls == self._at + 2:
+            prev_tokens = prev_tokens.clone()
+            for row in range(prev_tokens.numel()):
+                prev_tokens[row] = self._wrong(int(prev_tokens[row]))
+        return self._model.step(prev_tokens, state)
+
+    def forward_parallel(self, tokens, memory, padding_mask):  # NAT: a kept token is read back wrong
+        self._calls += 1
+        if self._calls >= 2:
+            kept = (tokens != self._mask) & ~padding_mask  # (R, T) tokens this pass reads as given
+            if not self._chosen and bool(kept[0].any()):  # the kept position nearest `at`, once
+                positions = kept[0].nonzero().squeeze(1).tolist()
+                self._at, self._chosen = min(positions, key=lambda j: (abs(j - self._at), j)), True
+            if self._chosen and self._at < tokens.size(1):
+                tokens = tokens.clone()
+                wrong = torch.tensor([self._wrong(int(t)) for t in tokens[:, self._at].tolist()], device=tokens.device)
+                tokens[:, self._at] = torch.where(kept[:, self._at], wrong, tokens[:, self._at])
+        return self._model.forward_parallel(tokens, memory, padding_mask)
+
+    @property
+    def position(self) -> int:
+        """The output position whose token was read back wrong."""
+        return self._at
+
+
+def _accuracy(hyp: list[int], ref: list[int], positions) -> float | None:
+    """Share of the given output positions whose token equals the reference's at that position."""
+    checked = [i for i in positions if i < len(hyp)]
+    if not checked:
+        return None
+    return sum(i < len(ref) and hyp[i] == ref[i] for i in checked) / len(checked)
+
+
+@torch.inference_mode()
+def injected_error_drop(module: Seq2SeqModule, split: EncodedSplit, strategy, *, teacher=None,
+                        n: int = INJECTED_SENTENCES, bootstrap: int = 1000, seed: int = 0) -> dict:
+    """Error propagation measured causally: each of the first `n` test sentences is decoded twice
+    with `strategy`, clean and with one error injected after the first decoder pass (an AT reads a
+    wrong token back at output position p = a third of its clean output; an iterative NAT reads a
+    wrong token at kept position p in every later pass). The drop in token accuracy against the
+    reference, over the positions after p (AT) or all but p (NAT), is the error's downstream effect:
+    one-pass NAT and CTC read nothing back, so theirs is 0 by construction (still measured here).
+    -> {"error_propagation": mean drop, "_ci_low"/"_ci_high": 95% bootstrap interval, "_n": sentences}."""
+    dec, special = module.decoder, module.special
+    drops = []
+    for i in range(min(n, len(split))):
+        batch = collate([split[i]]).to(module.device)
+        memory = module.encode(batch.src)
+        kwargs = dict(src_lengths=batch.src_lengths, special=special, **needs_teacher(strategy, teacher, batch.src))
+        clean = strategy.search(dec, memory, **kwargs).sequences(special)[0]
+        if len(clean) < 2:
+            continue
+        p = max(0, len(clean) // 3)
+        wrapped = _Injected(dec, p, special, dec.vocab_size, seed + i)
+        hurt = strategy.search(wrapped, memory, **kwargs).sequences(special)[0]
+        p = wrapped.position
+        downstream = range(p + 1, max(len(clean), len(hurt))) if "step" in dec.capabilities else \
+            [j for j in range(max(len(clean), len(hurt))) if j != p]
+        ref = split.tgt[i]
+        a, b = _accuracy(clean, ref, downstream), _accuracy(hurt, ref, downstream)
+        if a is not None and b is not None:
+            drops.append(a - b)
+    if not drops:
+        return {"error_propagation": float("nan"), "error_propagation_ci_low": float("nan"),
+                "error_propagation_ci_high": float("nan"), "error_propagation_n": 0}
+    values = np.array(drops)
+    rng = np.random.default_rng(seed)
+    boots = values[rng.integers(0, len(values), size=(max(bootstrap, 1), len(values)))].mean(axis=1)
+    return {"error_propagation": float(values.mean()), "error_propagation_ci_low": float(np.percentile(boots, 2.5)),
+            "error_propagation_ci_high": float(np.percentile(boots, 97.5)), "error_propagation_n": len(values)}

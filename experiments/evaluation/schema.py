@@ -26,6 +26,7 @@ class Column:
     scale: float = 1.0  # the overview shows value x scale (100: a share shown in %)
     spread: bool = False  # the overview shows mean ± sd over seeds (one seed: the value and its 95% interval)
     with_column: str = ""  # the overview shows "this / that" in one cell (length exact / within one)
+    secondary: bool = False  # the HTML overview folds it behind "more columns" (the first screen fits 1400 px)
 
     def __post_init__(self):
         if self.kind not in ("label", "flag", "number") or self.better not in ("", "higher", "lower"):
@@ -66,6 +67,7 @@ LABELS = (
     _c("autoregressive", "flag", "the decoder decodes step by step (an AT: it offers the `step` capability)"),
     _c("strategy", "label", "the search strategy's label (beam5, mask-predict-4, ...)", required=True),
     _c("strategy_name", "label", "the strategy's registered name"),
+    _c("strategy_settings", "label", "every option of the strategy, defaults included (JSON): what the label names"),
     _c("iterations", "number", "mask-predict iterations"),
     _c("seed", "number", "the training seed"),
     _c("distilled", "flag", "trained on an AT teacher's outputs"),
@@ -82,11 +84,11 @@ COMPARISONS = (
 )
 SPEED = (
     _c("latency_ms_b1", "number", "mean decoding time per sentence at batch 1 (ms), timing phase", "lower",
-       "auto", required=True, header="Latency ms (b=1)"),
+       "auto", required=True, header="Latency ms (b=1)", secondary=True),
     _c("latency_ms_b1_ci_low", "number", "95% bootstrap interval of latency_ms_b1 (low)"),
     _c("latency_ms_b1_ci_high", "number", "95% bootstrap interval of latency_ms_b1 (high)"),
     _c("throughput_sents_s", "number", "sentences per second over large batches, timing phase", "higher", "auto",
-       required=True, header="Throughput sent/s"),
+       required=True, header="Throughput sent/s", secondary=True),
     _c("speedup_vs_at", "number", "the baseline's batch-1 time over this system's, on the same sentences", "higher",
        ".2f", required=True, header="Speed-up × vs {speed_base} (b=1)", spread=True),
     _c("speedup_ci_low", "number", "95% paired bootstrap interval of speedup_vs_at (low)"),
@@ -101,17 +103,42 @@ SPEED = (
        spread=True),
     _c("speedup_vs_ct2_ci_low", "number", "95% paired bootstrap interval of speedup_vs_ct2 (low)"),
     _c("speedup_vs_ct2_ci_high", "number", "95% paired bootstrap interval of speedup_vs_ct2 (high)"),
+    _c("throughput_speedup_vs_ct2", "number", "this system's large-batch throughput over the CTranslate2 AT's "
+                                              "(greedy)", "higher", ".2f", header="Thr. speed-up × vs CTranslate2",
+       spread=True),
+    _c("throughput_speedup_vs_ct2_ci_low", "number", "95% paired bootstrap interval of the throughput ratio to "
+                                                     "CTranslate2 (low)"),
+    _c("throughput_speedup_vs_ct2_ci_high", "number", "95% paired bootstrap interval of the throughput ratio to "
+                                                      "CTranslate2 (high)"),
+    _c("speed_noise_low", "number", "the A/A control: the baseline timed twice as two systems, their batch-1 "
+                                    "time ratio's 95% interval (low); speed ratios inside it are noise"),
+    _c("speed_noise_high", "number", "the A/A control's 95% interval (high)"),
+    _c("timing_threads", "number", "CPU threads each system decoded with in the timing phase"),
     _c("decoder_passes", "number", "decoder passes per sentence at batch 1", "lower", ".1f", required=True,
-       header="Passes"),
-    _c("decode_memory_mb", "number", "peak memory of a large-batch decode above the process's resident size",
-       "lower", "auto", header="Memory MiB"),
+       header="Passes", secondary=True),
+    _c("decode_memory_mb", "number", "peak memory of a large-batch decode above the process's resident size "
+                                     "(not measured, empty, for a CTranslate2 twin on a GPU: outside torch's allocator)",
+       "lower", "auto", header="Memory MiB", secondary=True),
     _c("timing_spread", "number", "median over calls of (max - min) / median of their repeated timings"),
     _c("timing_session", "label", "when the timing phase that timed this row ran (UTC); rows of a task from "
                                   "different sessions were not timed side by side"),
 )
+PROBES = (
+    _c("error_propagation", "number", "error propagation, measured causally: the drop in token accuracy after "
+                                      "one error is injected (an AT reads back a wrong token; an iterative NAT a "
+                                      "wrong kept token in its later passes), over the positions downstream of it; "
+                                      "0 when nothing is read back (one-pass NAT, CTC)", "lower", ".3f",
+       header="Error propagation", spread=True),
+    _c("error_propagation_ci_low", "number", "95% bootstrap interval of error_propagation over sentences (low)"),
+    _c("error_propagation_ci_high", "number", "95% bootstrap interval of error_propagation over sentences (high)"),
+    _c("error_propagation_n", "number", "test sentences the injected-error probe measured"),
+)
 RUN = (
     _c("distill_bleu", "number", "BLEU of the distilled training targets against the references"),
     _c("train_steps", "number", "optimizer steps trained"),
+    _c("evaluated_checkpoint", "label", "the weights evaluated: best.ckpt, or averaged.ckpt (the mean of several)"),
+    _c("val_bleu_evaluated", "number", "validation BLEU (greedy / one pass, as the validation curve) of the "
+                                       "evaluated weights: where an average lands against the curve"),
     _c("train_time_s", "number", "training wall time of the cell (s)"),
     _c("status", "label", "ok, failed or not run", required=True),
     _c("error", "label", "why the cell failed", required=True),

@@ -12,7 +12,10 @@ Per system: latency (mean seconds per sentence at batch 1), throughput (sentence
 the batches), decoder passes per sentence, and the decoding memory (peak above the resident size
 before the call; CPU: VmHWM after a reset of /proc/self/clear_refs). Against the task's AT
 baseline (greedy of the plain AT cell of the same seed): the speed-up as a ratio of total times of
-the same sentences, with a 95% paired bootstrap interval over sentences (batches for throughput).
+the same sentences, with a 95% paired bootstrap interval over the timed sentences (batches for
+throughput). The A/A control: the baseline is timed a second time as a system of its own (rows
+`<strategy>-aa`, kept in timing.csv only); the ratio of its two timings, ideally 1, and its interval
+are the noise floor of the task's speed ratios (columns speed_noise_low/high of every row).
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ import torch
 
 from atnat.experiments.data.batching import collate
 from atnat.experiments.evaluation.assemble import needs_teacher
+from atnat.experiments.config.devices import device_name
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.metrics.speed import _synchronize, current_rss_mb, peak_memory_mb, reset_peak
 from atnat.experiments.config.run import build_strategy, load_task
@@ -39,7 +43,8 @@ from atnat.experiments.files import write_csv, write_json_atomic
 from atnat.experiments.modelfiles import ct2
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, evaluation_checkpoint, load_module
 
-COLUMNS = ["cell", "strategy", *[c.name for c in SPEED], "fingerprint"]  # timing.csv
+COLUMNS = ["cell", "strategy", *[c.name for c in SPEED], "fingerprint", "control"]  # timing.csv
+AA_SUFFIX = "-aa"  # the A/A control's twin of the baseline (timing.csv only, not a results row)
 
 
 @dataclass
@@ -177,13 +182,21 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
     lat, _, spread = _interleaved(singles, speed, device)
     thr, mem, _ = _interleaved(batches, speed, device, PeakMemory(device))
     index = {(s.cell, s.strategy): k for k, s in enumerate(systems)}
+    threads = torch.get_num_threads() if device.type == "cpu" else float("nan")
+    noise = {}  # baseline (cell, strategy) -> the A/A interval of its task
+    for (cell, strategy), k in index.items():
+        twin = index.get((cell, strategy + AA_SUFFIX))
+        if twin is not None:
+            noise[(cell, strategy)] = _ratio_ci(lat[k], lat[twin], speed.bootstrap)[1:]
     rows = []
     for k, s in enumerate(systems):
         low, high = _mean_ci(lat[k], speed.bootstrap)
         row = {"cell": s.cell, "strategy": s.strategy, "latency_ms_b1": 1000 * float(lat[k].mean()),
                "latency_ms_b1_ci_low": 1000 * low, "latency_ms_b1_ci_high": 1000 * high,
                "throughput_sents_s": nt / float(thr[k].sum()), "decoder_passes": passes[k],
-               "decode_memory_mb": float(mem[k]), "timing_spread": float(spread[k]), "fingerprint": s.fingerprint}
+               "decode_memory_mb": float(mem[k]) if memory_measured(s, device) else float("nan"),
+               "timing_spread": float(spread[k]), "fingerprint": s.fingerprint,
+               "timing_threads": threads, "control": "A/A" if s.strategy.endswith(AA_SUFFIX) else ""}
         base = index.get(baselines.get(s.cell, ("", "")))
         if base is not None:
             b = systems[base]
@@ -191,12 +204,24 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
             row["speedup_vs_at"], row["speedup_ci_low"], row["speedup_ci_high"] = _ratio_ci(lat[base], lat[k], speed.bootstrap)
             (row["throughput_speedup_vs_at"], row["throughput_speedup_ci_low"],
              row["throughput_speedup_ci_high"]) = _ratio_ci(thr[base], thr[k], speed.bootstrap)
+            if (b.cell, b.strategy) in noise:
+                row["speed_noise_low"], row["speed_noise_high"] = noise[(b.cell, b.strategy)]
+                if k == base:  # the baseline's own speed-up is 1 by construction: its spread is the noise
+                    row["speedup_ci_low"], row["speedup_ci_high"] = noise[(b.cell, b.strategy)]
         twin = index.get((ct2_baselines or {}).get(s.cell, ("", "")))
         if twin is not None:
             row["speedup_vs_ct2"], row["speedup_vs_ct2_ci_low"], row["speedup_vs_ct2_ci_high"] = _ratio_ci(
                 lat[twin], lat[k], speed.bootstrap)
+            (row["throughput_speedup_vs_ct2"], row["throughput_speedup_vs_ct2_ci_low"],
+             row["throughput_speedup_vs_ct2_ci_high"]) = _ratio_ci(thr[twin], thr[k], speed.bootstrap)
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=COLUMNS)
+
+
+def memory_measured(system: System, device: torch.device) -> bool:
+    """CTranslate2 allocates GPU memory outside torch's allocator, which PeakMemory reads on CUDA:
+    its twin's GPU memory is not measured (NaN, not ~0 MB). On the CPU the process's peak RSS sees both."""
+    return not (isinstance(system, ExportedSystem) and device.type == "cuda")
 
 
 def _teacher_pass(system: System) -> int:
@@ -228,6 +253,9 @@ def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, b
                                   checkpoint_stamp(run_dir)))
             if speed is not None and speed.ct2_baseline and exportable(cell):
                 systems.append(exported_twin(systems[-1], tokenizer, device, speed))
+            if speed is not None and speed.aa_control and is_baseline_cell(cell, baseline) and label == "greedy":
+                systems.append(dataclasses.replace(systems[-2 if systems[-1].strategy.endswith("-ct2") else -1],
+                                                   strategy=label + AA_SUFFIX))
         if is_baseline_cell(cell, baseline):
             labels = [build_strategy(s)[0] for s in cfg.eval.strategies]
             plain.setdefault((cell.labels.get("task", cfg.task_name), cell.seed),
@@ -247,7 +275,7 @@ def exportable(cell) -> bool:
     return plain_at_config(cell.config) and cell.config.decoder_name == "at"
 
 
-def system_keys(cells: list, speed: SpeedSettings) -> list[tuple[str, str, str]]:
+def system_keys(cells: list, speed: SpeedSettings, baseline: str | None = None) -> list[tuple[str, str, str]]:
     """(cell, strategy label, weights fingerprint) of every system `grid_systems` would build, sorted,
     without loading a model or exporting one: what decides whether an earlier timing still holds."""
     keys = []
@@ -258,6 +286,8 @@ def system_keys(cells: list, speed: SpeedSettings) -> list[tuple[str, str, str]]
             keys.append((cell.name, label, stamp))
             if speed.ct2_baseline and exportable(cell):
                 keys.append((cell.name, f"{label}-ct2", stamp))
+            if speed.aa_control and is_baseline_cell(cell, baseline) and label == "greedy":
+                keys.append((cell.name, label + AA_SUFFIX, stamp))
     return sorted(keys)
 
 
@@ -273,13 +303,14 @@ def exported_twin(system: System, tokenizer, device: str, speed: SpeedSettings) 
 
 def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baseline: str | None = None) -> pd.DataFrame:
     """The timing phase of a grid: all finished cells of each task timed together; written to
-    out/timing.csv (its speed settings and device in out/timing.json). A timing whose systems,
+    out/timing.csv (its speed settings, device and the device's model in out/timing.json). A timing whose systems,
     weights and settings are unchanged is kept (a resumed grid whose cells were all done does not
     time again); otherwise every system is timed anew, so that no table mixes timings from
     different sessions. The one exception, named on stderr and in the report (`timing_session`):
     a cell whose checkpoints are gone keeps its earlier timing."""
     path, settings_path = out / "timing.csv", out / "timing.json"
-    settings = {"speed": dataclasses.asdict(speed), "device": device, **({"baseline": baseline} if baseline else {})}
+    settings = {"speed": dataclasses.asdict(speed), "device": device, "device_name": device_name(device),
+                **({"baseline": baseline} if baseline else {})}  # another GPU (or CPU) model times anew
     old = pd.read_csv(path) if path.exists() else None
     if old is not None and (not settings_path.is_file() or json.loads(settings_path.read_text()) != settings):
         old = None  # other speed settings: nothing kept, everything timed anew
@@ -291,7 +322,8 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
     kept = old[old.cell.isin(gone)] if old is not None else None
     if old is not None:  # decided before any model is loaded: a resumed, finished grid loads nothing
         fresh = old[~old.cell.isin(gone)]
-        if sorted(zip(fresh.cell, fresh.strategy, fresh.fingerprint.astype(str))) == system_keys(timeable, speed):
+        if sorted(zip(fresh.cell, fresh.strategy, fresh.fingerprint.astype(str))) == system_keys(timeable, speed,
+                                                                                                   baseline):
             return old
     systems, baselines, ct2 = grid_systems(timeable, device, speed, baseline)
     threads = torch.get_num_threads()

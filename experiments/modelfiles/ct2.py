@@ -60,6 +60,28 @@ def require() -> Any:
     return ctranslate2
 
 
+def split_device(device: str) -> tuple[str, int]:
+    """torch's device string -> CTranslate2's (device, device_index): "cuda:1" -> ("cuda", 1)."""
+    kind, _, index = str(device).partition(":")
+    return kind, int(index or 0)
+
+
+def device_problem(device: str) -> str | None:
+    """Why CTranslate2 cannot decode on `device` ("cpu", "cuda", "cuda:N") in this process, or None:
+    checked before a grid with speed.ct2_baseline trains, not in its timing phase hours later."""
+    try:
+        ctranslate2 = require()
+    except AtnatError as err:
+        return str(err)
+    kind, index = split_device(device)
+    if kind == "cuda":
+        count = ctranslate2.get_cuda_device_count()
+        if count <= index:
+            return (f"CTranslate2 {ctranslate2.__version__} sees {count} CUDA device(s), so it cannot decode on "
+                    f"{device} (a CPU-only build, or CUDA libraries that do not match the driver)")
+    return None
+
+
 # ---- conversion ----------------------------------------------------------------------------
 def vocabulary(tokenizer, vocab_size: int) -> list[str]:
     """Our ids as CTranslate2 token strings (one per id, all distinct)."""
@@ -285,7 +307,8 @@ def load_translator(model_dir: str | Path, *, compute_type: str = "float32", dev
     ctranslate2 = require()
     if compute_type not in COMPUTE_TYPES:
         raise AtnatError(f"compute_type {compute_type!r}; valid: {', '.join(COMPUTE_TYPES)}")
-    return ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
+    kind, index = split_device(device)
+    return ctranslate2.Translator(str(model_dir), device=kind, device_index=index, compute_type=compute_type,
                                   intra_threads=threads, inter_threads=1)
 
 

@@ -15,7 +15,9 @@ ALPHA = 0.05  # significance level of the paired tests (after Holm's correction)
 INTERVALS = {"bleu": ("bleu_ci_low", "bleu_ci_high"), "speedup_vs_at": ("speedup_ci_low", "speedup_ci_high"),
              "throughput_speedup_vs_at": ("throughput_speedup_ci_low", "throughput_speedup_ci_high"),
              "latency_ms_b1": ("latency_ms_b1_ci_low", "latency_ms_b1_ci_high"),
-             "speedup_vs_ct2": ("speedup_vs_ct2_ci_low", "speedup_vs_ct2_ci_high")}
+             "speedup_vs_ct2": ("speedup_vs_ct2_ci_low", "speedup_vs_ct2_ci_high"),
+             "throughput_speedup_vs_ct2": ("throughput_speedup_vs_ct2_ci_low", "throughput_speedup_vs_ct2_ci_high"),
+             "error_propagation": ("error_propagation_ci_low", "error_propagation_ci_high")}
 KEYS = ["task", "family", "strategy"]
 
 
@@ -35,14 +37,22 @@ def aggregate_seeds(ok: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, axis=1).reset_index().copy()
 
 
+SPEED_RATIOS = ("speedup_vs_at", "throughput_speedup_vs_at", "speedup_vs_ct2", "throughput_speedup_vs_ct2")
+
+
 def span(row: pd.Series, col: str) -> tuple[float, float]:
-    """The spread of a system in one column: its seed range, or its 95% interval with one seed."""
+    """The spread of a system in one column: its seed range, or its 95% interval with one seed; a
+    speed ratio's spread is widened to at least the A/A control's noise floor around its value."""
     if row.get("n_seeds", 1) > 1:
-        return row[f"{col}_min"], row[f"{col}_max"]
-    low, high = INTERVALS.get(col, (None, None))
-    if low and pd.notna(row.get(low)) and pd.notna(row.get(high)):
-        return row[low], row[high]
-    return row[col], row[col]
+        low, high = row[f"{col}_min"], row[f"{col}_max"]
+    else:
+        lo_col, hi_col = INTERVALS.get(col, (None, None))
+        found = lo_col and pd.notna(row.get(lo_col)) and pd.notna(row.get(hi_col))
+        low, high = (row[lo_col], row[hi_col]) if found else (row[col], row[col])
+    noise_low, noise_high = row.get("speed_noise_low"), row.get("speed_noise_high")
+    if col in SPEED_RATIOS and pd.notna(noise_low) and pd.notna(noise_high) and pd.notna(row[col]):
+        low, high = min(low, row[col] * noise_low), max(high, row[col] * noise_high)
+    return low, high
 
 
 def beyond_spread(a: pd.Series, b: pd.Series, col: str) -> bool:

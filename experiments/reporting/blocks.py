@@ -28,6 +28,7 @@ class Block:
     values: pd.DataFrame | None = None  # table: the numbers behind frame's cells, same shape; NaN = none
     better: tuple[str, ...] = ()  # table with values: per column, a DIRECTIONS entry
     folded: bool = False  # level-2 heading: the HTML page shows its section closed until opened
+    secondary: tuple[bool, ...] = ()  # table: per column, folded in the HTML page behind "more columns"
 
     def __post_init__(self):
         if self.values is not None and (self.frame is None or self.values.shape != self.frame.shape):

@@ -78,7 +78,8 @@ def _numeric_columns(b: Block) -> list[bool]:
 
 def _header(b: Block, j: int, numeric: bool) -> str:
     direction = b.better[j] if b.better else ""
-    attrs = (' class="num"' if numeric else "") + (
+    classes = [c for c, on in (("num", numeric), ("sec", bool(b.secondary) and b.secondary[j])) if on]
+    attrs = (f' class="{" ".join(classes)}"' if classes else "") + (
         f' data-better="{direction}" title="{direction} is better"' if direction else "")
     return f"<th{attrs}>{html.escape(str(b.frame.columns[j]))}</th>"
 
@@ -99,12 +100,18 @@ def html_table(b: Block) -> str:
     short = [b.frame.iloc[:, j].astype(str).str.len().max() <= NOWRAP_CHARS for j in range(n_cols)]
     rows = []
     for i, row in enumerate(b.frame.itertuples(index=False)):
-        flags = [(("num", numeric[j]), ("nw", short[j]), ("best", (i, j) in best)) for j in range(n_cols)]
+        folded = [bool(b.secondary) and b.secondary[j] for j in range(n_cols)]
+        flags = [(("num", numeric[j]), ("nw", short[j]), ("best", (i, j) in best), ("sec", folded[j]))
+                 for j in range(n_cols)]
         cells = [_cell(str(v), [c for c, on in flags[j] if on], b.values.iat[i, j] if keyed[j] else None)
                  for j, v in enumerate(row)]  # fmt: skip
         rows.append(f"<tr>{''.join(cells)}</tr>")
     head = "".join(_header(b, j, numeric[j]) for j in range(n_cols))
     table = f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    if any(b.secondary):  # the first screen shows the headline columns; a button shows the rest
+        n = sum(b.secondary)
+        table = (f'<div class="folded-columns"><button type="button" class="more-columns" aria-expanded="false">'
+                 f'Show {n} more columns</button>{table}</div>')
     if len(rows) > FOLD_ROWS:
         return f'<details class="long"><summary>Show all {len(rows)} rows</summary>{table}</details>'
     return table

@@ -3,6 +3,8 @@ system, whether they differ beyond the seed spread (aggregate.py's rules) or are
 speed-ups, and the systems not clearly beaten in both quality and speed."""
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_at_rows
@@ -13,7 +15,9 @@ from atnat.experiments.reporting.results import GridResults, ok_rows
 def summary(g: GridResults) -> str:
     """One paragraph per grid phrased from the numbers: per task, best AT and best NAT system, and
     whether they differ beyond the seed spread (aggregate.py's rules) or are tied."""
-    parts = [_task_summary(task, part) for task, part in ok_rows(g.table).groupby("task", sort=False)]
+    timing = _threads_of((g.environment or {}).get("timing", ""))
+    parts = [_task_summary(task, part, g.comparisons, g.equivalence_margin, timing)
+             for task, part in ok_rows(g.table).groupby("task", sort=False)]
     failed, total = g.table.loc[g.table["status"] != "ok", "cell"].nunique(), g.table["cell"].nunique()
     tail = f"; {failed} failed (listed below)." if failed else "."
     return " ".join([*parts, f"{total - failed} of {total} cells finished{tail}"])
@@ -29,21 +33,35 @@ def _name(r: pd.Series) -> str:
     return f"`{r['family']} / {r['strategy']}` ({r['bleu']:.2f} BLEU{seeds})"
 
 
-def _verdict(nat: pd.Series, at: pd.Series) -> str:
-    """How the best NAT system compares with the best AT one, claimed only beyond the spread."""
-    gap = nat["bleu"] - at["bleu"]
-    beyond = beyond_spread(nat, at, "bleu")
+def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin: float) -> str:
+    """How the best NAT system compares with the best AT one, claimed only as far as the numbers go:
+    ahead or behind when the difference's interval excludes 0 (and the paired test agrees),
+    equivalent when the whole interval lies within ±margin, else not resolved - with the interval."""
+    several = nat["n_seeds"] > 1 and at["n_seeds"] > 1
+    if comparison is None:  # no paired interval (hypotheses gone): only the systems' own intervals
+        gap = nat["bleu"] - at["bleu"]
+        if beyond_spread(nat, at, "bleu"):  # disjoint intervals: a conservative claim, still made
+            own = "seed ranges" if several else "95% intervals (one seed: test sentences only)"
+            return f"{abs(gap):.2f} BLEU {'behind' if gap < 0 else 'ahead of'} it, beyond both systems' {own}"
+        return (f"{gap:+.2f} BLEU against it; not resolved (their intervals overlap, and no paired interval: "
+                "the runs' hypotheses are not in this results folder)")
+    d, low, high = comparison["bleu_diff"], comparison["diff_ci_low"], comparison["diff_ci_high"]
+    n = int(comparison.get("n_seeds", 1) or 1)
+    over = f"{n} seeds, test sentences and seeds resampled" if n > 1 else \
+        "one seed: the interval covers the choice of test sentences only, not training noise"
+    interval = f"{d:+.2f} BLEU [{low:+.2f}, {high:+.2f}] ({over})"
     tested = str(nat.get("p_baseline", "")).split(" / ")[-1] == at["strategy"]  # p is against that system
     agrees = significant(nat) if tested else True
-    where = "behind" if gap < 0 else "ahead of"
-    if beyond and agrees:
-        how = "beyond the seed spread" if nat["n_seeds"] > 1 and at["n_seeds"] > 1 else "beyond the 95% intervals"
-        test = " and significant (Holm p < 0.05 in every seed)" if tested else ""
-        return f"{abs(gap):.2f} BLEU {where} it, {how}{test}"
-    several = nat["n_seeds"] > 1 and at["n_seeds"] > 1
-    why = ("not significant in every seed (Holm)" if beyond else
-           "within the spread over seeds" if several else "within the 95% intervals; one seed")
-    return f"tied with it ({gap:+.2f} BLEU, {why})"
+    if (low > 0 or high < 0) and agrees:
+        test = ""
+        if tested:
+            test = ", and the paired test agrees (Holm p < 0.05" + (" in every seed)" if several else ")")
+        return f"{abs(d):.2f} BLEU {'behind' if d < 0 else 'ahead of'} it: {interval}{test}"
+    if -margin <= low and high <= margin:
+        return f"equivalent to it within ±{margin:g} BLEU: {interval}"
+    why = "the paired test does not agree in every seed" if (low > 0 or high < 0) else \
+        f"the interval holds 0 but is not inside ±{margin:g}"
+    return f"not resolved: {interval}; {why}"
 
 
 def _mixing(agg: pd.DataFrame) -> str:
@@ -60,7 +78,24 @@ def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _task_summary(task: str, part: pd.DataFrame) -> str:
+def _threads_of(timing: str) -> str:
+    """'2 CPU threads' from environment.json's timing text (results folders older than timing_threads)."""
+    found = re.search(r"(\d+) CPU threads?", timing or "")
+    return found.group(0) if found else ""
+
+
+def _comparison(comparisons: pd.DataFrame | None, task: str, nat: pd.Series, at: pd.Series) -> pd.Series | None:
+    """comparisons.csv's row of `nat` against `at` in this task, if there is one."""
+    if comparisons is None:
+        return None
+    hit = comparisons[(comparisons["task"].astype(str) == task)
+                      & (comparisons["system"] == f"{nat['family']} / {nat['strategy']}")
+                      & (comparisons["against"] == f"{at['family']} / {at['strategy']}")]
+    return None if hit.empty else hit.iloc[0]
+
+
+def _task_summary(task: str, part: pd.DataFrame, comparisons: pd.DataFrame | None = None,
+                  margin: float = 1.0, timing: str = "") -> str:
     """Mixing first where a task measures it; best AT and best NAT system (mean BLEU), the verdict,
     the NAT speed-ups, and the front of systems not clearly beaten in both BLEU and speed-up."""
     agg = aggregate_seeds(part)
@@ -73,10 +108,20 @@ def _task_summary(task: str, part: pd.DataFrame) -> str:
         return text + " and no NAT system."
     text += f"; the best NAT system is {_name(nat)}"
     if at is not None:
-        text += ", " + _verdict(nat, at)
-    speed = [f"{nat[c]:.2f}× {how}" for c, how in _SPEEDS if pd.notna(nat[c])]
-    text += f", with a speed-up over AT greedy of {' and '.join(speed)}" if speed else ""
+        text += ", " + _verdict(nat, at, _comparison(comparisons, task, nat, at), margin)
+    ours = [f"{nat[c]:.2f}× {how}" for c, how in _SPEEDS[:2] if pd.notna(nat.get(c))]
+    engine = [f"{nat[c]:.2f}× {how}" for c, how in _SPEEDS[2:] if pd.notna(nat.get(c))]
+    threads = f" ({int(nat['timing_threads'])} CPU thread{'s' if nat['timing_threads'] != 1 else ''})" \
+        if pd.notna(nat.get("timing_threads")) else (f" ({timing})" if timing else "")
+    text += f", with a speed-up over our AT greedy of {' and '.join(ours)}{threads}" if ours else ""
+    text += f" and over the same AT run by CTranslate2 of {' and '.join(engine)}" if engine else ""
     front = robust_front(agg, "speedup_vs_at", "bleu")
     listed = [f"`{r['family']} / {r['strategy']}`" for _, r in front.iterrows()]
+    if len(listed) > FRONT_NAMED:  # a few names; the figure rings them all
+        listed = listed[:FRONT_NAMED] + [f"{len(listed) - FRONT_NAMED} more (ringed in the figure)"]
     return text + (f". Not clearly beaten in both BLEU and speed-up: {', '.join(listed)}." if listed else ".")
-_SPEEDS = (("speedup_vs_at", "at batch 1"), ("throughput_speedup_vs_at", "in large-batch throughput"))
+
+
+FRONT_NAMED = 4  # systems of the front the summary names before it points to the figure
+_SPEEDS = (("speedup_vs_at", "at batch 1"), ("throughput_speedup_vs_at", "in large-batch throughput"),
+           ("speedup_vs_ct2", "at batch 1"), ("throughput_speedup_vs_ct2", "in large-batch throughput"))

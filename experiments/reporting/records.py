@@ -10,9 +10,13 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.files import write_json_atomic
 
 
-def write_record(run_dir: Path, status: str, rows: list[dict], error: str = "") -> None:
-    """The cell's record: written last, atomically (its presence marks the cell finished or failed)."""
+def write_record(run_dir: Path, status: str, rows: list[dict], error: str = "",
+                 extra_tests: list[dict] | None = None) -> None:
+    """The cell's record: written last, atomically (its presence marks the cell finished or failed);
+    `extra_tests`: the scores on eval.extra_tests, one dict per (strategy, test set)."""
     record = {"status": status, "rows": rows}
+    if extra_tests:
+        record["extra_tests"] = extra_tests
     if error:
         record["error"] = error
     write_json_atomic(run_dir / "metrics.json", record)

@@ -53,7 +53,7 @@ def _spread(r: pd.Series, col: str, digits: int, scale: float = 1.0) -> str:
 # too) follow. A column all empty for a task is left out of that task's table.
 OVERVIEW_ORDER = ("mixing_rate", "bleu", "bleu_tok", "chrf", "exact_match", "latency_ms_b1", "speedup_vs_at",
                   "speedup_vs_ct2", "throughput_sents_s", "throughput_speedup_vs_at", "decoder_passes",
-                  "decode_memory_mb", "repetition_rate", "length_exact", "cond_error_excess", "bleu_p_holm")
+                  "decode_memory_mb", "repetition_rate", "length_exact", "error_propagation", "bleu_p_holm")
 # which way is better for a results.csv column: an overview column with a direction has its best value
 # per task marked (bold) and its first sort click puts the best first
 BETTER = better()
@@ -116,7 +116,8 @@ def overview_table(part: pd.DataFrame) -> Block:
     values = pd.DataFrame({h: (_numbers(rows[c.name]) if c is not None else pd.Series(float("nan"), rows.index))
                            .to_numpy() for h, c, _ in keep})
     return Block("table", frame=frame, values=values, better=tuple(BETTER.get(c.name, "") if c is not None else ""
-                                                                   for _, c, _ in keep))
+                                                                   for _, c, _ in keep),
+                 secondary=tuple(bool(c is not None and c.secondary) for _, c, _ in keep))
 
 
 def failures_table(failed: pd.DataFrame) -> pd.DataFrame:
@@ -221,6 +222,9 @@ def _overview(g: GridResults) -> list[Block]:
     ok = ok_rows(g.table)
     for task, part in ok.groupby("task", sort=False):
         blocks += [Block("heading", f"Task `{task}`", 3), overview_table(part)]
+        speed = speed_note(part, (g.environment or {}).get("timing", ""))
+        if speed:
+            blocks.append(Block("note", speed))
         sessions = part.loc[part["timing_session"] != "", ["cell", "timing_session"]].drop_duplicates()
         if sessions["timing_session"].nunique() > 1:
             latest = sessions["timing_session"].max()
@@ -241,6 +245,72 @@ def _overview(g: GridResults) -> list[Block]:
     if not failed.empty:
         blocks += [Block("heading", "Failed cells", 3), Block("table", frame=failures_table(failed))]
     return blocks
+
+
+def speed_note(part: pd.DataFrame, timing: str = "") -> str:
+    """Beside a task's speed figures: the threads they were measured with and the A/A noise floor
+    (older results folders: environment.json's description of the timing)."""
+    threads = sorted({int(t) for t in part.get("timing_threads", pd.Series(dtype=float)).dropna()})
+    text = []
+    if not threads and timing:
+        text.append(f"Speed: {timing}; no A/A control was timed, so the noise floor of the ratios is unknown")
+    if threads:
+        text.append(f"Speed measured with {', '.join(map(str, threads))} CPU thread"
+                    f"{'s' if threads != [1] else ''} per system")
+    noise = part[["speed_noise_low", "speed_noise_high"]].dropna() if "speed_noise_low" in part else pd.DataFrame()
+    if not noise.empty:
+        low, high = noise["speed_noise_low"].min(), noise["speed_noise_high"].max()
+        text.append(f"A/A noise floor of the speed ratios: [{low:.2f}, {high:.2f}] (the baseline timed twice, as two "
+                    "systems): a ratio inside it is no difference, and no system leaves the front by less")
+    return "; ".join(text) + "." if text else ""
+
+
+def _other_tests(g: GridResults) -> list[Block]:
+    """BLEU on the further test splits (eval.extra_tests) beside the main one, mean ± sd over seeds,
+    and whether the systems rank the same on every split (or which pairs flip)."""
+    if g.extra_tests is None or g.extra_tests.empty:
+        return []
+    blocks = [Block("heading", "Other test sets", 2)]
+    ok = ok_rows(g.table)
+    for task, part in ok.groupby("task", sort=False):
+        extra = g.extra_tests[g.extra_tests["task"].astype(str) == str(task)]
+        if extra.empty:
+            continue
+        main = part.assign(system=part["family"].astype(str) + " / " + part["strategy"].astype(str))
+        main = main[main["strategy"].isin(set(extra["strategy"]))]
+        extra = extra.assign(system=extra["family"].fillna(extra["cell"]).astype(str) + " / " + extra["strategy"])
+        means = {"main test set": main.groupby("system", sort=False)["bleu"].agg(["mean", "std", "count"])}
+        for name, rows in extra.groupby("test_set", sort=False):
+            means[str(name)] = rows.groupby("system", sort=False)["bleu"].agg(["mean", "std", "count"])
+        systems = list(means["main test set"].index)
+        frame = pd.DataFrame({"System": systems, **{f"BLEU ({k})": [_mean_sd(v, s) for s in systems]
+                                                    for k, v in means.items()}})
+        blocks += [Block("heading", f"Task `{task}`", 3), Block("table", frame=frame), Block("para", _ranking(means))]
+    return blocks if len(blocks) > 1 else []
+
+
+def _mean_sd(stats: pd.DataFrame, system: str) -> str:
+    if system not in stats.index or pd.isna(stats.loc[system, "mean"]):
+        return DASH
+    m, sd, n = stats.loc[system, ["mean", "std", "count"]]
+    return f"{m:.2f} ± {sd:.2f}" if n > 1 else f"{m:.2f}"
+
+
+def _ranking(means: dict[str, pd.DataFrame]) -> str:
+    """Do the systems rank the same (by mean BLEU) on every test set? Name the pairs that flip."""
+    names = list(means)
+    common = [s for s in means[names[0]].index if all(s in m.index for m in means.values())]
+    flips = []
+    for other in names[1:]:
+        for i, a in enumerate(common):
+            for b in common[i + 1:]:
+                first = means[names[0]].loc[a, "mean"] - means[names[0]].loc[b, "mean"]
+                second = means[other].loc[a, "mean"] - means[other].loc[b, "mean"]
+                if first * second < 0:
+                    flips.append(f"`{a}` and `{b}` ({names[0]} {first:+.2f}, {other} {second:+.2f})")
+    if not flips:
+        return f"The {len(common)} systems rank the same (by mean BLEU) on {' and '.join(names)}."
+    return f"The ranking by mean BLEU flips between the test sets for: {'; '.join(flips)}."
 
 
 def _figures(g: GridResults) -> tuple[list[Block], list[Block]]:
@@ -287,7 +357,8 @@ def build_document(g: GridResults) -> list[Block]:
     """
     headline, other_figures = _figures(g)
     head = [Block("heading", f"Grid report: {g.name}", 1), Block("para", summary(g)), _reproduce(g), *headline]
-    return head + _goals(g) + _overview(g) + _definitions(g) + other_figures + _samples(g) + _environment(g)
+    return (head + _goals(g) + _overview(g) + _other_tests(g) + _definitions(g) + other_figures + _samples(g)
+            + _environment(g))
 
 
 def write_report(results_dir: Path) -> tuple[Path, Path]:

@@ -23,6 +23,7 @@ REQUIRED_COLUMNS = tuple(c.name for c in columns() if c.required)
 OPTIONAL_NUMERIC = tuple(c.name for c in columns() if c.kind == "number" and not c.required)
 OPTIONAL_TEXT = tuple(c.name for c in columns() if c.kind == "label" and not c.required)
 SAMPLE_COLUMNS = ("cell", "strategy", "index", "source", "reference", "hypothesis")
+DEFAULT_MARGIN = 1.0  # BLEU: the equivalence margin when the grid sets none (its `equivalence_margin`)
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,14 @@ class GridResults:
     environment: dict | None  # environment.json
     goals: list = ()  # goals.json: the grid's goals (reporting/goals.py), checked in the report
     notes: str = ""  # notes.md: the authors' hand-written notes (why a goal was missed ...)
+    extra_tests: pd.DataFrame | None = None  # extra_tests.csv: BLEU on further test splits (eval.extra_tests)
+    comparisons: pd.DataFrame | None = None  # comparisons.csv: BLEU differences to each task's best AT, with
+    # intervals pooling sentences and seeds (reporting/table.py)
+
+    @property
+    def equivalence_margin(self) -> float:
+        """±BLEU inside which a difference's whole interval makes two systems "equivalent" (grid key)."""
+        return float((self.environment or {}).get("equivalence_margin", DEFAULT_MARGIN))
 
 
 def _read_csv(path: Path, required: tuple[str, ...], numeric: tuple[str, ...]) -> pd.DataFrame | None:
@@ -125,4 +134,8 @@ def load_results(results_dir: Path) -> GridResults:
     samples = _read_csv(root / "samples.csv", SAMPLE_COLUMNS, ())
     goals = parse_goals(_read_json(root / "goals.json"), str(root / "goals.json"))
     notes = (root / "notes.md").read_text(encoding="utf-8").strip() if (root / "notes.md").is_file() else ""
-    return GridResults(root.resolve().name, root, table, curves, samples, environment, goals, notes)
+    comparisons = _read_csv(root / "comparisons.csv", ("task", "system", "against", "bleu_diff", "diff_ci_low",
+                                                        "diff_ci_high"), ("bleu_diff", "diff_ci_low", "diff_ci_high"))
+    extra = _read_csv(root / "extra_tests.csv", ("cell", "task", "strategy", "test_set", "bleu"), ("bleu",))
+    return GridResults(root.resolve().name, root, table, curves, samples, environment, goals, notes,
+                       extra_tests=extra, comparisons=comparisons)

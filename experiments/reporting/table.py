@@ -7,7 +7,9 @@ from pathlib import Path
 import pandas as pd
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.evaluation.baseline import baseline_cells
+from atnat.experiments.evaluation.baseline import baseline_cells, is_at_rows
+from atnat.experiments.evaluation.exported import exported_rows
+from atnat.experiments.evaluation.metrics.quality import bleu_difference
 from atnat.experiments.reporting.records import read_metrics
 from atnat.experiments.evaluation.evaluate import read_references
 from atnat.experiments.evaluation import columns as schema
@@ -53,12 +55,51 @@ def add_significance(df: pd.DataFrame, runs: Path, *, method: str = "bs", n: int
     return df
 
 
-def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None) -> pd.DataFrame:
+EXTRA_COLUMNS = ("cell", "family", "task", "decoder", "seed", "strategy", "test_set", "sentences", "bleu",
+                 "bleu_ci_low", "bleu_ci_high", "chrf", "bleu_tok")  # extra_tests.csv: eval.extra_tests' scores
+COMPARISON_COLUMNS = ("task", "system", "against", "n_seeds", "bleu_diff", "diff_ci_low", "diff_ci_high", "method")
+
+
+def compare_systems(df: pd.DataFrame, runs: Path, *, n: int = 1000) -> pd.DataFrame:
+    """Per task, every system's BLEU minus that of the task's best AT system (by mean BLEU over seeds),
+    paired by seed, with a 95% bootstrap interval pooling test sentences and seeds
+    (metrics.quality.bleu_difference). -> comparisons.csv's rows (COMPARISON_COLUMNS)."""
+    ok = df[df["status"] == "ok"].copy()
+    if ok.empty or "bleu" not in ok:
+        return pd.DataFrame(columns=COMPARISON_COLUMNS)
+    ok["system"] = ok["family"].fillna(ok["cell"]).astype(str) + " / " + ok["strategy"].astype(str)
+    rows = []
+    for task, part in ok.groupby("task", sort=False):
+        at = part[is_at_rows(part)].dropna(subset=["bleu"])
+        if at.empty:
+            continue
+        best = at.groupby("system", sort=False)["bleu"].mean().idxmax()
+        reference = {int(r.seed): r for _, r in part[part["system"] == best].iterrows()}
+        tokens = part["bleu_tokenize"].dropna() if "bleu_tokenize" in part else pd.Series(dtype=object)
+        tokenize = str(tokens.iloc[0]) if len(tokens) else "13a"
+        for system, rows_of in part.groupby("system", sort=False):
+            if system == best:
+                continue
+            pairs = [(r, reference[int(r.seed)]) for _, r in rows_of.iterrows() if int(r.seed) in reference]
+            outputs = [(read_hyps(runs / a.cell / "hyps" / f"{a.strategy}.txt"),
+                        read_hyps(runs / b.cell / "hyps" / f"{b.strategy}.txt")) for a, b in pairs]
+            refs = read_references(runs / pairs[0][1].cell) if pairs else None
+            if not pairs or refs is None or any(x is None or y is None for x, y in outputs):
+                continue
+            d = bleu_difference([x for x, _ in outputs], [y for _, y in outputs], refs, tokenize=tokenize, n=n)
+            rows.append({"task": task, "system": system, "against": best, "n_seeds": d.n_seeds, "bleu_diff": d.diff,
+                         "diff_ci_low": d.low, "diff_ci_high": d.high, "method": d.method})
+    return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
+
+
+def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None, runs: Path | None = None) -> pd.DataFrame:
     """The timing phase's columns (timing.csv) joined on (cell, strategy); systems timed but not
     evaluated (a plain AT's CTranslate2 twin, `<strategy>-ct2`) become rows of their cell with
-    speed columns only."""
+    speed columns only; the A/A control's rows stay in timing.csv (their noise floor is a column)."""
     if timing is None or timing.empty:
         return df
+    if "control" in timing:  # the A/A control's twin is a measurement of noise, not a system
+        timing = timing[timing["control"].fillna("").astype(str) == ""]
     keep = timing[["cell", "strategy", *[c for c in TIMING if c in timing]]]
     merged = df.drop(columns=[c for c in TIMING if c in df]).merge(keep, on=["cell", "strategy"], how="left")
     known = set(zip(df.cell, df.strategy))
@@ -69,6 +110,12 @@ def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None) -> pd.DataFrame:
                           "teacher") if c in df]
     info = df.drop_duplicates("cell").set_index("cell")[labels]
     extra = extra.join(info, on="cell").assign(strategy_name=extra.strategy, status="ok", error="")
+    if runs is not None:  # a CTranslate2 twin scored like any system (evaluation/exported.py)
+        scores = pd.DataFrame([{"cell": c, "strategy": s, **row} for c in extra.cell.unique()
+                               for s, row in exported_rows(runs / c).items()])
+        if not scores.empty:
+            scores = scores.drop(columns=[c for c in scores if c in extra and c not in ("cell", "strategy")])
+            extra = extra.merge(scores, on=["cell", "strategy"], how="left")
     return pd.concat([merged, extra[extra.cell.isin(info.index)]], ignore_index=True)
 
 
@@ -96,7 +143,7 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
     decoder, ...: running/cell.py `describe`); the paired test and the grid's `baseline` as in
     add_significance."""
     runs = out / "runs"
-    rows, curves, samples = [], {c: [] for c in (*CURVES, "validation")}, []
+    rows, curves, samples, extra = [], {c: [] for c in (*CURVES, "validation")}, [], []
     for info in cells:
         name = info["cell"]
         run_dir = runs / name
@@ -109,6 +156,8 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
             rows.append(info | {"status": status, "error": meta.get("error", "")})
             continue
         rows += [info | r | {"status": "ok", "error": ""} for r in meta["rows"]]
+        extra += [{k: info.get(k) for k in ("cell", "family", "task", "decoder", "seed")} | e
+                  for e in meta.get("extra_tests") or []]
         for curve in CURVES:
             path = run_dir / "curves" / f"{curve}.csv"
             if path.exists():
@@ -125,8 +174,10 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
         raise AtnatError(f"{out}: two systems share a name ({', '.join(pairs)}): their results would be mixed; "
                          "each strategy of a cell needs its own label")
     timing_path = out / "timing.csv"
-    df = add_timing(pd.DataFrame(rows), pd.read_csv(timing_path) if timing_path.exists() else None)
+    df = add_timing(pd.DataFrame(rows), pd.read_csv(timing_path) if timing_path.exists() else None, runs)
     df = add_significance(df, runs, method=significance, n=n_bootstrap, baseline=baseline)
+    write_csv(compare_systems(df, runs, n=n_bootstrap), out / "comparisons.csv")
+    write_csv(pd.DataFrame(extra, columns=EXTRA_COLUMNS), out / "extra_tests.csv")
     order = [c.name for c in schema.columns()]
     df = df.assign(**{col: float("nan") for col in order if col not in df})
     df = df[order + [c for c in df.columns if c not in order]]

@@ -19,11 +19,11 @@ import torch
 
 from atnat.core.errors import AtnatError
 
-from atnat.experiments.config.devices import helper_rank, inference_device
+from atnat.experiments.config.devices import helper_rank, inference_device, require_gpu
 from atnat.experiments.config.run import RunConfig, build_strategy, load_task
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.baseline import autoregressive, plain_at_config
-from atnat.experiments.evaluation.evaluate import EvalResult, evaluate
+from atnat.experiments.evaluation.evaluate import EvalResult, evaluate, validation_bleu
 from atnat.experiments.evaluation.timing import COLUMNS, System, time_systems
 from atnat.experiments.files import write_csv, write_json_atomic, write_text_atomic
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, load_module
@@ -42,6 +42,7 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
     own strategies are then timed side by side (a grid leaves this to its timing phase:
     speed=None). Returns None in the helper ranks of a DDP run: rank 0 alone evaluates and writes
     results. `allow_changes`: see train()."""
+    require_gpu(cfg.train.accelerator, f"run {cfg.name}")  # before distillation and training
     run_dir.mkdir(parents=True, exist_ok=True)
     task = load_task(cfg)
     device = inference_device(cfg.train.accelerator)  # decoding runs where training ran
@@ -73,9 +74,11 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     result = evaluate(module, task, cfg, run_dir, teacher=teacher)
+    evaluated_val = validation_bleu(module, task, cfg)  # of the weights judged (averaged ones too)
     for row in result.rows:  # steps trained, not the best checkpoint's
         row.update(train_steps=trained["global_step"], train_time_s=train_time, train_devices=trained["world_size"],
-                   distill_bleu=distill_meta["bleu_vs_references"] if distill_meta else float("nan"))
+                   distill_bleu=distill_meta["bleu_vs_references"] if distill_meta else float("nan"),
+                   evaluated_checkpoint=trained.get("evaluated_checkpoint", ""), val_bleu_evaluated=evaluated_val)
     if speed is not None:
         time_own_strategies(cfg, run_dir, module, teacher, speed, result)
     save_cell_outputs(run_dir, result)
@@ -103,7 +106,7 @@ def save_cell_outputs(run_dir: Path, result: EvalResult) -> None:
         write_csv(frame, run_dir / "curves" / f"{name}.csv")
     if result.samples is not None:
         write_csv(result.samples, run_dir / "samples.csv")
-    write_record(run_dir, "ok", result.rows)
+    write_record(run_dir, "ok", result.rows, extra_tests=result.extra_tests)
 
 
 def cell_status(run_dir: Path) -> str | None:

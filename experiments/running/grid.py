@@ -29,7 +29,7 @@ from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.reporting.goals import parse_goals
 
 GRID_KEYS = ("name", "description", "base", "cells", "axes", "zip", "exclude", "seeds", "smoke", "speed", "goals",
-             "baseline", "plugins")
+             "baseline", "plugins", "equivalence_margin")
 
 
 @dataclass
@@ -55,6 +55,8 @@ class Grid:
     goals: list = field(default_factory=list)  # the grid's `goals:` as written (reporting/goals.py)
     baseline: str | None = None  # the cell (name in `cells`) every comparison is against; None: the plain AT
     # cell (evaluation/baseline.py)
+    equivalence_margin: float = 1.0  # ±BLEU: two systems are called equivalent only when the whole interval of
+    # their difference lies inside it (reporting/judging.py)
 
     def by_name(self) -> dict[str, Cell]:
         return {c.name: c for c in self.cells}
@@ -144,8 +146,11 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
     baseline = data.get("baseline")
     if baseline is not None and baseline not in variants:
         raise ConfigError(f"{where}: baseline: {baseline!r} is not a cell of this grid (cells: {', '.join(variants)})")
+    margin = data.get("equivalence_margin", 1.0)
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0:
+        raise ConfigError(f"{where}: equivalence_margin must be a positive number of BLEU points, got {margin!r}")
     grid = Grid(name, path, cells, speed=speed, description=data.get("description", ""),
-                goals=list(data.get("goals") or []), baseline=baseline)
+                goals=list(data.get("goals") or []), baseline=baseline, equivalence_margin=float(margin))
     resolve_teachers(grid, runs_dir, where)
     check_goal_systems(grid, parse_goals(data.get("goals"), where), where)
     return grid

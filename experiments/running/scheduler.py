@@ -1,5 +1,6 @@
 """Running a grid: which cells run, in what order and where (serially, in worker processes, or as
-cluster jobs), then the timing phase, results.csv, environment.json and the report.
+cluster jobs), then the timing phase (here, or as its own cluster job: timing_phase.py), results.csv,
+environment.json and the report.
 
 A results folder is locked by its runner (locks.py): a second runner is refused. Cells run with other
 settings than the grid gives now are handled first (stale.py); each cell's own life is cell.py.
@@ -19,10 +20,8 @@ from rich.progress import Progress
 
 from atnat.core.errors import AtnatError
 
-from atnat.experiments.config.devices import inference_device
+from atnat.experiments.config.devices import require_gpu
 from atnat.experiments.config.plugins import installed_plugins
-from atnat.experiments.config.speed import SpeedSettings
-from atnat.experiments.evaluation.timing import time_grid
 from atnat.experiments.files import write_json_atomic
 from atnat.experiments.reporting.environment import environment
 from atnat.experiments.reporting.report import write_report
@@ -32,6 +31,7 @@ from atnat.experiments.running.grid import Cell, load_grid_into, run_order
 from atnat.experiments.running.launchers.local import make_lanes, run_parallel
 from atnat.experiments.running.locks import LockHeld, folder_lock, held
 from atnat.experiments.running.stale import describe_stale, find_stale, handle_stale
+from atnat.experiments.running.timing_phase import check_timing_peers, timing_description, timing_phase, timing_device
 from atnat.experiments.training.progress import describe as describe_progress, read_progress
 
 
@@ -41,7 +41,8 @@ class GridRun:
 
     out: Path
     failed: list[str] = field(default_factory=list)  # cells whose metrics.json is not "ok"
-    pending: list[str] = field(default_factory=list)  # cells whose cluster job is queued or running
+    pending: list[str] = field(default_factory=list)  # cells whose cluster job is queued or running (and
+    # "timing phase" while the timing phase's cluster job is)
 
 
 def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = False,
@@ -63,6 +64,11 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
         if found:
             print(f"stale (run with other settings than these):\n{describe_stale(found)}")
         return GridRun(out)
+    if cluster is None:  # a cluster's jobs check their own node (running/cell.py); here: before anything runs
+        for cell in cells:
+            require_gpu(cell.config.train.accelerator, f"{path}: cell {cell.name}")
+    # the timing phase's peers: on the timing device here; on a login node only what it can see (the install)
+    check_timing_peers(grid, timing_device(grid, devices) if cluster is None else "cpu", path)
     with held(folder_lock(out), f"results folder {out}"):
         kept = handle_stale(grid, cells, stale)
         pending = _run_cells(grid, cells, path, out, results_root=results_root, smoke=smoke, workers=workers,
@@ -91,14 +97,16 @@ def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, de
                kept_stale: dict[str, str]) -> list[str]:
     """Run (or submit) the cells, then write the table and report; returns the cells still pending."""
     if cluster is not None:
-        from atnat.experiments.running.launchers.slurm import run_on_cluster  # here: submitit loads only for a cluster
+        from atnat.experiments.running.launchers.slurm import run_on_cluster, time_on_cluster  # submitit: only here
 
         started = time.time()
         pending = run_on_cluster(grid, cells, cluster, results_root=results_root, smoke=smoke)
-        if not pending:
-            write_outputs(grid, out, path, started, {"parallel_cells": len(cells), "lanes": cluster.executor,
-                                                     "stale_cells_kept": kept_stale})
-        return pending
+        timing = time_on_cluster(grid, out, pending, cluster, results_root=results_root, smoke=smoke)
+        if pending or timing.pending:
+            return pending + (["timing phase"] if timing.pending else [])
+        write_outputs(grid, out, path, started, {"parallel_cells": len(cells), "lanes": cluster.executor,
+                                                 "stale_cells_kept": kept_stale}, timed_by_job=timing.job_id)
+        return []
 
     multi_node = [c.name for c in cells if c.config.train.num_nodes > 1]
     if multi_node:
@@ -122,15 +130,16 @@ def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, de
                     except LockHeld as err:  # trained by another process right now: not this run's
                         progress.console.print(f"cell {cell.name} skipped: {err}")
                 progress.advance(bar)
+    timing_phase(grid, out, timing_device(grid, devices))
     write_outputs(grid, out, path, started, {"parallel_cells": len(lanes) if parallel else 1,
                                              "lanes": ", ".join(lane.gpu or "cpu" for lane in lanes),
                                              "stale_cells_kept": kept_stale})
     return []
 
 
-def write_outputs(grid, out: Path, path, started: float, run_info: dict) -> None:
-    """The timing phase, then results.csv, environment.json and the report of the results folder `out`."""
-    timing_phase(grid, out)
+def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_by_job: str | None = None) -> None:
+    """results.csv, environment.json and the report of the results folder `out`, after the timing phase
+    (run by the caller, or by the cluster job `timed_by_job`)."""
     first = grid.cells[0].config.eval if grid.cells else None
     table = tabulate([describe(c) for c in grid.cells], out, significance=first.significance if first else "bs",
                      n_bootstrap=first.n_bootstrap if first else 1000, baseline=grid.baseline)
@@ -139,9 +148,8 @@ def write_outputs(grid, out: Path, path, started: float, run_info: dict) -> None
     if grid.cells:
         env.update(significance=grid.cells[0].config.eval.significance,
                    n_bootstrap=grid.cells[0].config.eval.n_bootstrap)
-    speed = SpeedSettings(**grid.speed)
-    env["timing"] = ("timing phase after training: every system of a task side by side in one process"
-                     + (f", {speed.threads or torch.get_num_threads()} CPU threads" if device_is_cpu(grid) else ""))
+    env["timing"] = timing_description(out, timed_by_job, default_threads=None if timed_by_job else torch.get_num_threads())
+    env["equivalence_margin"] = grid.equivalence_margin
     env["plugins"] = installed_plugins()  # every plugin this process saw, with its distribution's version
     env["results_rows"] = len(table)  # the report refuses a results.csv with fewer (a cut-short file)
     write_json_atomic(out / "environment.json", env)
@@ -188,16 +196,3 @@ def priority_order(grid, cells: list[Cell]) -> list[Cell]:
     teachers = {c.teacher for c in grid.cells if c.teacher}
     declared = {c.name: i for i, c in enumerate(grid.cells)}
     return sorted(cells, key=lambda c: (c.name not in teachers, declared[c.name]))
-
-
-def device_is_cpu(grid) -> bool:
-    return bool(grid.cells) and inference_device(grid.cells[0].config.train.accelerator) == "cpu"
-
-
-def timing_phase(grid, out: Path) -> None:
-    """Time every finished cell's strategies side by side (evaluation/timing.py), into out/timing.csv."""
-    done = [c for c in grid.cells if cell_status(Path(c.config.output_dir)) == "ok"]
-    if not done:
-        return
-    device = inference_device(done[0].config.train.accelerator)
-    time_grid(done, out, SpeedSettings(**grid.speed), device, grid.baseline)

@@ -2,7 +2,8 @@
 
 State: done / failed (metrics.json), queued / running (job.json, asked of submitit; or the cell's
 lock, held by whoever trains it), ended (a job that ended without a result: cancelled, timed out
-for good), interrupted (a checkpoint and no result), not started.
+for good), interrupted (a checkpoint and no result), not started. Under a cluster launcher, a last
+line gives the state of the timing phase's job (launchers/slurm.py).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from atnat.experiments.running.cell import cell_status
 from atnat.experiments.running.grid import load_grid_into
 from atnat.experiments.running.launchers.jobs import is_active, job_state, read_job
 from atnat.experiments.running.locks import cell_lock, holder_alive
+from atnat.experiments.running.timing_phase import TIMING_DIR
 
 
 def last_step(run_dir: Path) -> int | None:
@@ -62,13 +64,19 @@ def cell_state(run_dir: Path) -> dict:
     return row
 
 
-def status_rows(grid_path, results_root: Path, smoke: bool) -> list[dict]:
-    grid, _ = load_grid_into(grid_path, results_root, smoke)
+def status_rows(grid) -> list[dict]:
     return [{"cell": c.name, "teacher": c.teacher or ""} | cell_state(Path(c.config.output_dir)) for c in grid.cells]
 
 
+def timing_line(out: Path) -> str | None:
+    """The timing phase's cluster job, where there is one: `timing phase: job 105 pending`."""
+    job = read_job(out / TIMING_DIR)
+    return f"timing phase: job {job['job_id']} {job_state(job).lower()}" if job else None
+
+
 def print_status(grid_path, *, results_root: Path, smoke: bool) -> list[dict]:
-    rows = status_rows(grid_path, results_root, smoke)
+    grid, out = load_grid_into(grid_path, results_root, smoke)
+    rows = status_rows(grid)
     table = Table(title=f"{grid_path}: {len(rows)} cells")
     for col in ("cell", "state", "job", "last step", "teacher", "error"):
         table.add_column(col)
@@ -81,4 +89,6 @@ def print_status(grid_path, *, results_root: Path, smoke: bool) -> list[dict]:
     for r in rows:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
     console.print(", ".join(f"{n} {state}" for state, n in counts.items()))
+    if timing_line(out):
+        console.print(timing_line(out))
     return rows

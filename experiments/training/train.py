@@ -16,13 +16,14 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
 from atnat.core.errors import AtnatError
+from atnat.models.decoders.base import LossConfig
 from atnat.models.seq2seq import Seq2SeqModule
 
 from atnat.experiments.modelfiles.checkpoints import (
     AtomicCheckpointIO, average_checkpoints, checkpoint_step, read_checkpoint, save_checkpoint_file,
 )
 from atnat.experiments.training.resume import ResumeState, resume_point
-from atnat.experiments.config.devices import helper_rank
+from atnat.experiments.config.devices import helper_rank, trains_on_gpu
 from atnat.experiments.config.run import RunConfig, load_task, named
 from atnat.experiments.config.settings import resolved, settings_change
 from atnat.experiments.data.batching import EncodedSplit, check_budget, encode_split, make_loader
@@ -117,6 +118,17 @@ def selection(t) -> tuple[str, str]:
     return ("val/bleu", "max") if t.checkpoint_metric == "bleu" else ("val/loss", "min")
 
 
+def ddp_strategy(cfg: RunConfig) -> str:
+    """Lightning's strategy: its own choice ("auto": DDP for several devices), except where a
+    zero-weighted loss part leaves parameters without a gradient (loss.length_weight: 0, the NAT
+    length predictor): DDP refuses those unless told to look for them every step, which costs a
+    walk over the autograd graph, so only such runs pay it."""
+    t = cfg.train
+    several = t.num_nodes > 1 or str(t.devices) not in ("1", "[0]")
+    zero_length = float(cfg.loss.get("length_weight", LossConfig.length_weight)) == 0
+    return "ddp_find_unused_parameters_true" if several and zero_length else "auto"
+
+
 def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
     """The Lightning Trainer of a run: checkpoint selection and averaging, EMA, exact resume
     (`sampler`: the training loader's TokenBudgetSampler), atomic checkpoint files, logs."""
@@ -145,6 +157,7 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
         max_steps=t.max_steps, max_epochs=t.max_epochs, val_check_interval=t.val_every_steps,
         max_time=None if t.max_time_s is None else datetime.timedelta(seconds=t.max_time_s),
         check_val_every_n_epoch=None, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
+        strategy=ddp_strategy(cfg),
         precision=resolve_precision(t.precision, t.accelerator),
         gradient_clip_val=cfg.optim.get("clip_norm", 1.0) or None, callbacks=callbacks,
         default_root_dir=run_dir, logger=make_loggers(t.loggers, run_dir) or False,
@@ -212,9 +225,11 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
     module = build_module(cfg, data.task)
     t = cfg.train
     initialised = initialise(module, cfg) if t.init_from else None
+    pin = trains_on_gpu(t.accelerator)
     train_loader = make_loader(data.encoded["train"], t.max_tokens, shuffle=True, seed=cfg.seed,
-                               max_sentences=t.max_sentences, distributed=True)
-    val_loader = make_loader(data.encoded["valid"], cfg.eval.max_tokens, shuffle=False)
+                               max_sentences=t.max_sentences, distributed=True, pin_memory=pin)
+    val_loader = make_loader(data.encoded["valid"], cfg.eval.max_tokens, shuffle=False, pin_memory=pin)
+    module.train_loss_in_progress_bar = t.progress_bar  # else no per-step read of the loss on the host
     trainer = make_trainer(cfg, run_dir, train_loader.batch_sampler)
     if change and change.training:
         trainer.callbacks.append(OptimizerSettings())  # the new optim values replace the checkpoint's

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
@@ -204,3 +205,46 @@ def tokenized_bleu(hyps: list[str], refs: Sequence[list[str]] | list[str], *, la
     tokenised = [moses_tokenize(s, lang, compound_split=compound_split) for s in streams]
     hyp_tok = moses_tokenize(hyps, lang, compound_split=compound_split)
     return float(bleu_metric("none").corpus_score(hyp_tok, tokenised).score)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """BLEU of system a minus system b, averaged over seeds, with its 95% bootstrap interval."""
+
+    diff: float
+    low: float
+    high: float
+    n_seeds: int
+    method: str  # what the interval resamples
+
+
+def bleu_difference(a: Sequence[Sequence[str]], b: Sequence[Sequence[str]], refs: Sequence[str] | Sequence[Sequence[str]],
+                    *, tokenize: str = "13a", n: int = 1000, seed: int = 12345) -> Difference:
+    """Mean over seeds of BLEU(a_s) - BLEU(b_s), pairing seed s of a with seed s of b (a[s], b[s]: the
+    outputs of seed s on the same test sentences, `refs` their reference streams). The interval pools
+    both sources of variance in one bootstrap: each resample draws the seeds (with replacement) and
+    the test sentences (with replacement, the same for every seed and both systems); with one seed it
+    covers the choice of test sentences only."""
+    if len(a) != len(b) or not a:
+        raise AtnatError(f"bleu_difference: {len(a)} and {len(b)} seeds; pair the same seeds of both systems")
+    streams = reference_streams(refs)
+    for outputs in (*a, *b):
+        check_parallel(outputs, streams[0])
+    bleu = bleu_metric(tokenize)
+    stats_a = [np.array(bleu._extract_corpus_statistics(list(h), streams), dtype=np.int64) for h in a]  # (N, 10)
+    stats_b = [np.array(bleu._extract_corpus_statistics(list(h), streams), dtype=np.int64) for h in b]
+
+    def score(stats: np.ndarray) -> float:
+        return bleu._compute_score_from_stats(stats.sum(axis=0).tolist()).score
+
+    diff = float(np.mean([score(sa) - score(sb) for sa, sb in zip(stats_a, stats_b)]))
+    rng = np.random.default_rng(seed)
+    n_sents, n_seeds = len(streams[0]), len(a)
+    draws = []
+    for _ in range(n):
+        seeds = rng.integers(0, n_seeds, size=n_seeds) if n_seeds > 1 else [0]
+        rows = rng.integers(0, n_sents, size=n_sents)
+        draws.append(np.mean([score(stats_a[s][rows]) - score(stats_b[s][rows]) for s in seeds]))
+    method = ("test sentences and seeds resampled together (paired by seed)" if n_seeds > 1
+              else "test sentences resampled (one seed: training noise not covered)")
+    return Difference(diff, float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5)), n_seeds, method)

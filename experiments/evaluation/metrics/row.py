@@ -60,7 +60,7 @@ class SacreBLEU(Metric):
 
     columns = (_c("bleu", "number", "sacreBLEU (cased, detokenised, 13a or none) against every reference stream",
                   "higher", ".2f", required=True, header="BLEU", spread=True),
-               _c("chrf", "number", "chrF2 (sacrebleu)", "higher", ".1f", required=True, header="chrF"),
+               _c("chrf", "number", "chrF2 (sacrebleu)", "higher", ".1f", required=True, header="chrF", secondary=True),
                _c("bleu_ci_low", "number", "95% bootstrap interval of BLEU (low)", required=True, shown=False),
                _c("bleu_ci_high", "number", "95% bootstrap interval of BLEU (high)", required=True, shown=False),
                _c("bleu_signature", "label", "sacrebleu's BLEU signature", shown=False),
@@ -80,7 +80,7 @@ class TokenizedBLEU(Metric):
 
     columns = (_c("bleu_tok", "number", "BLEU on Moses-tokenised text (sacremoses), as NAT papers report it: "
                                         "comparable with their tables, not with sacreBLEU", "higher", ".2f",
-                  header="Tok. BLEU"),)
+                  header="Tok. BLEU", secondary=True),)
 
     def compute(self, out: Outputs) -> dict[str, Any]:
         return {"bleu_tok": tokenized_bleu(out.hyp_txt, out.ref_txt, lang=out.task.lang,
@@ -92,7 +92,7 @@ class ExactMatch(Metric):
     """Share of outputs identical to a reference."""
 
     columns = (_c("exact_match", "number", "share of outputs identical to a reference", "higher", ".3f",
-                  required=True, header="Exact %", scale=100),)
+                  required=True, header="Exact %", scale=100, secondary=True),)
 
     def compute(self, out: Outputs) -> dict[str, Any]:
         return {"exact_match": exact_match(out.hyps, out.refs)}
@@ -103,7 +103,7 @@ class Repetition(Metric):
     """Share of output tokens equal to their predecessor (NAT's repeated-token failure)."""
 
     columns = (_c("repetition_rate", "number", "share of tokens equal to the previous one", "lower", ".3f",
-                  required=True, header="Repetition %", scale=100),)
+                  required=True, header="Repetition %", scale=100, secondary=True),)
 
     def compute(self, out: Outputs) -> dict[str, Any]:
         return {"repetition_rate": repetition_rate(out.hyps)}
@@ -115,7 +115,7 @@ class Length(Metric):
 
     columns = (_c("length_exact", "number", "share of outputs as long as their reference / within one token of "
                                             "it", "higher", ".3f", required=True, header="Length exact / ±1 %",
-                  scale=100, with_column="length_within1"),
+                  scale=100, with_column="length_within1", secondary=True),
                _c("length_within1", "number", "share within one token of the reference length", "higher", ".3f",
                   required=True, shown=False),
                _c("length_mae", "number", "mean absolute length error (tokens)", "lower", ".2f", shown=False))
@@ -126,13 +126,16 @@ class Length(Metric):
                 "length_mae": lengths.mean_abs_error}
 
 
-@register_metric("error-propagation")
-class ErrorPropagation(Metric):
-    """Do errors follow errors beyond what their number explains (metrics/error_propagation.py)."""
+@register_metric("error-clustering")
+class ErrorClustering(Metric):
+    """Do errors sit next to errors beyond what their number explains (metrics/error_propagation.py)?
+    A statistic of clustering, not of causation: a wrong word split into pieces or a reworded phrase
+    clusters errors in NAT outputs too; the causal measure is the injected-error probe (probes.py)."""
 
-    columns = (_c("cond_error_excess", "number", "P(err | err before) - P(err | match before), minus its "
-                                                  "within-sentence shuffle expectation", "", ".3f",
-                  header="Error excess"),)
+    columns = (_c("cond_error_excess", "number", "errors clustering: P(err | err before) - P(err | match before), "
+                                                  "minus its within-sentence shuffle expectation; > 0 also for "
+                                                  "NAT outputs, where no output feeds back", "", ".3f",
+                  header="Error clustering", shown=False),)
 
     def compute(self, out: Outputs) -> dict[str, Any]:
         return {"cond_error_excess": conditional_error_rate(out.hyps, out.refs).excess}

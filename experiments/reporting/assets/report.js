@@ -3,6 +3,7 @@
 // the data-v value behind a cell (else its text), text with numeric-aware collation, missing
 // values ("", "–") last in both directions. The first sort of a column with data-better puts its
 // best value first. Opens a folded <details> when the address names it or something inside it.
+// Folds an overview's secondary columns behind a button.
 (function () {
   "use strict";
   var NUMBER = /^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$/i;
@@ -57,6 +58,16 @@
     th.addEventListener("click", function () { sortBy(th); });
     th.addEventListener("keydown", function (e) {
       if (e.key === "Enter" || e.key === " ") { e.preventDefault(); sortBy(th); }
+    });
+  });
+  // the overview folds its secondary columns (th.sec, td.sec) behind a button, so that the first
+  // screen fits a 1400 px window; the button shows them all and hides them again
+  document.querySelectorAll("div.folded-columns > button.more-columns").forEach(function (button) {
+    var label = button.textContent;
+    button.addEventListener("click", function () {
+      var open = button.parentElement.classList.toggle("all");
+      button.setAttribute("aria-expanded", open ? "true" : "false");
+      button.textContent = open ? "Show fewer columns" : label;
     });
   });
   window.addEventListener("hashchange", openTarget);

@@ -8,6 +8,13 @@ a finished cell is never resubmitted, nor one whose job is still queued or runni
 times out or is pre-empted gets submitit's signal, requeues itself (CellJob is Checkpointable) and
 resumes from `checkpoints/last.ckpt`. On submitit's local executor (`--launcher submitit-local`)
 the jobs run on this machine, and a student is submitted once its teacher's job has ended.
+
+The timing phase is a job of its own (TimingJob), on the cells' kind of node (their partition and
+resources, one GPU), submitted after the cells' jobs with `--dependency=afterany:<their jobs>` (a
+failed cell must not stop the others from being timed); its job.json is `results/<grid>/timing/`.
+The table and report are written once no cell's job and no timing job is queued or running, by the
+`atnat run` that finds them ended (or waits for them: `--wait`); the submitting machine (a login
+node) never times anything.
 """
 from __future__ import annotations
 
@@ -23,8 +30,9 @@ from atnat.core.errors import AtnatError
 
 from atnat.experiments.config.plugins import ENV, load_plugins
 from atnat.experiments.running.cell import cell_status, record_failure_unless_held, run_named_cell
-from atnat.experiments.running.grid import Cell
+from atnat.experiments.running.grid import Cell, load_grid_into
 from atnat.experiments.running.launchers.jobs import is_active, read_job, record_state, write_job
+from atnat.experiments.running.timing_phase import TIMING_DIR, timing_is_current, timing_phase
 
 EXECUTORS = {"slurm": "slurm", "submitit-local": "local"}  # --launcher -> submitit executor
 
@@ -104,9 +112,30 @@ class CellJob(submitit.helpers.Checkpointable):
         return "ok"
 
 
-def dependency(job_ids: list[str]) -> str:
-    """The sbatch dependency that starts a job once all `job_ids` have completed successfully."""
-    return "afterok:" + ":".join(job_ids)
+class TimingJob(submitit.helpers.Checkpointable):
+    """The grid's timing phase as a cluster job (running/timing_phase.py): every finished cell's
+    systems timed side by side on this job's node, into results/<grid>/timing.csv. Requeued on
+    pre-emption; it then times again from the start."""
+
+    def __init__(self, grid_path: str, results_root: str, smoke: bool) -> None:
+        self.grid_path, self.results_root, self.smoke = grid_path, results_root, smoke
+        self.plugins = os.environ.get(ENV, "")
+
+    def __call__(self) -> str:
+        import atnat.decoding  # noqa: F401  (the job's own process: register the built-ins, then the plugins)
+        import atnat.models.decoders  # noqa: F401
+
+        load_plugins(self.plugins.split(","), "cluster job")
+        grid, out = load_grid_into(self.grid_path, Path(self.results_root), self.smoke)
+        timing_phase(grid, out)
+        print(f"timing phase of {grid.name}: {out / 'timing.csv'}", flush=True)
+        return "ok"
+
+
+def dependency(job_ids: list[str], kind: str = "afterok") -> str:
+    """The sbatch dependency that starts a job once all `job_ids` have completed successfully
+    (afterok), or have ended in any way (afterany)."""
+    return f"{kind}:" + ":".join(job_ids)
 
 
 def devices_of(cell: Cell) -> int:
@@ -229,3 +258,69 @@ def wait_for(names: list[str], jobs: dict, handles: dict, dirs: dict, settings: 
     poll = 0.5 if settings.executor == "local" else settings.poll_s
     while any(is_active(record_state(dirs[n], jobs[n], handles.get(n))) for n in names):
         time.sleep(poll)
+
+
+@dataclass(frozen=True)
+class TimingState:
+    """Where the grid's timing phase stands under a cluster launcher."""
+
+    pending: bool  # its job is queued or running: the table and report wait for it
+    job_id: str | None = None  # the job that timed (or times) the grid; None when nothing needed timing
+
+
+def timing_parameters(cells: list[Cell], settings: ClusterSettings, after: list[str], name: str) -> dict:
+    """The timing job's submitit parameters: the cells' partition, account, constraints and limits, one
+    task, one GPU when their jobs have GPUs (none with --gpus-per-cell 0), after every cell job given."""
+    params = job_parameters(cells[0], settings, [], name)
+    params.update(nodes=1, tasks_per_node=1, gpus_per_node=min(1, params["gpus_per_node"]))
+    params.pop("slurm_array_parallelism", None)
+    if after and settings.executor != "local":
+        params["slurm_dependency"] = dependency(after, "afterany")
+    return params
+
+
+def time_on_cluster(grid, out: Path, pending: list[str], settings: ClusterSettings, *, results_root: Path,
+                    smoke: bool) -> TimingState:
+    """Make sure the timing phase runs as a job once the cells' jobs have ended: none needed when
+    timing.csv already holds every finished system; one submitted after the cells still queued or
+    running (`pending`), unless a timing job waiting for all of them is queued already; with
+    `settings.wait`, wait for it. A timing job that ended without a current timing is named on stderr."""
+    folder = out / TIMING_DIR
+    dirs = {c.name: Path(c.config.output_dir) for c in grid.cells}
+    after = sorted({read_job(dirs[n])["job_id"] for n in pending if read_job(dirs[n])})
+    job = read_job(folder)
+    active = job is not None and is_active(record_state(folder, job))
+    if not pending and not active and timing_is_current(grid, out):
+        return TimingState(False, job["job_id"] if job else None)
+    handle = None
+    if not (active and set(after) <= set(job.get("after", []))):
+        if active:  # a timing job that would start before this run's new cell jobs: the new one follows it
+            after = sorted(set(after) | {job["job_id"]})
+        job, handle = submit_timing(grid, after, settings, out, results_root, smoke)
+    if settings.wait:
+        while is_active(record_state(folder, job, handle)):
+            time.sleep(0.5 if settings.executor == "local" else settings.poll_s)
+    if is_active(record_state(folder, job, handle)) or pending:
+        print(f"timing phase: job {job['job_id']} runs once the cells' jobs have ended; run this command again "
+              "after it to write the table and report", file=sys.stderr)
+        return TimingState(True, job["job_id"])
+    if not timing_is_current(grid, out):
+        print(f"atnat: the timing job {job['job_id']} ended without timing every finished system "
+              f"(see {job['stderr']}); the table's speed columns are missing or old", file=sys.stderr)
+    return TimingState(False, job["job_id"])
+
+
+def submit_timing(grid, after: list[str], settings: ClusterSettings, out: Path, results_root: Path,
+                  smoke: bool) -> tuple[dict, submitit.Job]:
+    """Submit the timing job (after the jobs `after`); its job.json goes to results/<grid>/timing/."""
+    executor = submitit.AutoExecutor(folder=(out / "jobs").resolve(), cluster=settings.executor)
+    executor.update_parameters(**timing_parameters(grid.cells, settings, after, f"atnat-{grid.name}-timing"))
+    handle = executor.submit(TimingJob(str(Path(grid.path).resolve()), str(results_root.resolve()), smoke))
+    record = {"launcher": "slurm" if settings.executor == "slurm" else "submitit-local",
+              "executor": settings.executor, "job_id": str(handle.job_id), "folder": str((out / "jobs").resolve()),
+              "submitted": time.strftime("%Y-%m-%d %H:%M:%S"), "submitted_s": time.time(), "state": "SUBMITTED",
+              "after": after, "stdout": str(handle.paths.stdout), "stderr": str(handle.paths.stderr)}
+    write_job(out / TIMING_DIR, record)
+    print(f"timing phase: job {handle.job_id} submitted" + (f" (after {', '.join(after)})" if after else ""),
+          file=sys.stderr)
+    return record, handle

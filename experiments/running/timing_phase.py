@@ -1,0 +1,93 @@
+"""A grid's timing phase, wherever it runs: in `atnat run` after the local launcher's cells, or as its
+own cluster job on the cells' kind of node (launchers/slurm.py TimingJob), never on a login node.
+
+It decodes on the device the cells trained for: the GPU when their accelerator allows one (the first
+GPU of `--devices`), else the CPU. What it measures is evaluation/timing.py; timing.json records the
+device's model, so timings taken on another GPU model are taken again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from atnat.core.errors import AtnatError
+
+from atnat.experiments.config.devices import inference_device
+from atnat.experiments.config.speed import SpeedSettings
+from atnat.experiments.evaluation.exported import score_exported_twins
+from atnat.experiments.evaluation.timing import system_keys, time_grid
+from atnat.experiments.modelfiles import ct2
+from atnat.experiments.modelfiles.loading import evaluation_checkpoint
+from atnat.experiments.running.cell import cell_status
+
+TIMING_DIR = "timing"  # results/<grid>/timing/: job.json of the timing phase's cluster job
+
+
+def timing_device(grid, devices: list[str] | None = None) -> str:
+    """Where the timing phase decodes: `cuda:<first of --devices>` (or cuda) when the cells' accelerator
+    allows a GPU and one is visible, else cpu."""
+    device = inference_device(grid.cells[0].config.train.accelerator) if grid.cells else "cpu"
+    return f"cuda:{devices[0]}" if device == "cuda" and devices else device
+
+
+def check_timing_peers(grid, device: str, where) -> None:
+    """speed.ct2_baseline needs CTranslate2 on the timing device: refused before anything trains."""
+    if SpeedSettings(**grid.speed).ct2_baseline:
+        problem = ct2.device_problem(device)
+        if problem:
+            raise AtnatError(f"{where}: speed.ct2_baseline: {problem}; the timing phase could not time the "
+                             f"CTranslate2 twin on {device} (set speed.ct2_baseline: false to time without it)")
+
+
+def finished(grid) -> list:
+    return [c for c in grid.cells if cell_status(Path(c.config.output_dir)) == "ok"]
+
+
+def timing_phase(grid, out: Path, device: str | None = None) -> None:
+    """Time every finished cell's strategies side by side (evaluation/timing.py), into out/timing.csv."""
+    done = finished(grid)
+    if not done:
+        return
+    device = device or timing_device(grid)
+    time_grid(done, out, SpeedSettings(**grid.speed), device, grid.baseline)
+    score_exported_twins(done, device, SpeedSettings(**grid.speed))  # the CTranslate2 AT's BLEU
+
+
+def timing_is_current(grid, out: Path) -> bool:
+    """Whether out/timing.csv holds every finished cell's systems with their present weights, timed
+    with these speed settings: time_grid's own test, less the device, which only the node that times
+    knows (run there, the timing job re-times on another GPU model). Nothing finished: True."""
+    done = finished(grid)
+    if not done:
+        return True
+    try:
+        settings = json.loads((out / "timing.json").read_text())
+        table = pd.read_csv(out / "timing.csv")
+    except (OSError, ValueError):
+        return False
+    speed = SpeedSettings(**grid.speed)
+    if settings.get("speed") != json.loads(json.dumps(dataclasses.asdict(speed))) or settings.get("baseline") != grid.baseline:
+        return False
+    timeable = [c for c in done if evaluation_checkpoint(Path(c.config.output_dir)).is_file()]
+    fresh = table[table.cell.isin([c.name for c in timeable])]
+    return sorted(zip(fresh.cell, fresh.strategy, fresh.fingerprint.astype(str))) == system_keys(timeable, speed,
+                                                                                               grid.baseline)
+
+
+def timing_description(out: Path, job_id: str | None = None, default_threads: int | None = None) -> str:
+    """How the timing phase ran, for environment.json: its device and the device's model, the CPU
+    threads on a CPU (`default_threads`: torch's count where the phase ran, when speed.threads is
+    not set), and the cluster job that ran it."""
+    try:
+        settings = json.loads((out / "timing.json").read_text())
+    except (OSError, ValueError):
+        return "no timing phase ran"
+    text = (f"timing phase after training: every system of a task side by side in one process, on "
+            f"{settings.get('device', '?')} ({settings.get('device_name', 'model not recorded')})")
+    if str(settings.get("device", "")).startswith("cpu"):
+        threads = (settings.get("speed") or {}).get("threads") or default_threads
+        text += f", {threads} CPU threads" if threads else ", torch's default CPU threads"
+    return text + (f", in cluster job {job_id}" if job_id else "")

@@ -1,0 +1,44 @@
+"""A second test set (issue 25: test2017 beside test2016): every strategy of a run scored on each
+split of eval.extra_tests, tabulated in extra_tests.csv and compared in the report, where the
+ranking is said to hold or the pairs that flip are named; a missing split is refused up front."""
+import shutil
+
+import pandas as pd
+import yaml
+
+from atnat.experiments.cli.commands import main
+
+from tests.test_export import parallel_files
+
+
+def grid(root, extra):
+    return {"name": "two-tests", "base": {
+        "task": {"name": "parallel", "data_dir": str(root), "src": "xx", "tgt": "yy", "valid": "valid",
+                 "test": "test", "vocab_size": 60},
+        "model": {"d_model": 16, "n_heads": 2, "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 1},
+        "train": {"max_steps": 8, "max_tokens": 256, "val_every_steps": 4, "progress_bar": False, "num_threads": 1},
+        "eval": {"n_bootstrap": 20, "probe_sentences": 0, "extra_tests": extra}},
+        "cells": {"at": {"decoder": "at", "eval": {"strategies": ["greedy", {"name": "beam", "beam_size": 2}]}}},
+        "speed": {"latency_sentences": 2, "throughput_sentences": 4, "repeats": 1, "warmup": 0}}
+
+
+def test_a_second_test_split_is_scored_tabulated_and_ranked(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    parallel_files(data)
+    for side in ("xx", "yy"):
+        shutil.copy(data / f"valid.{side}", data / f"test2.{side}")
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(grid(data, ["nope"])))
+    assert main(["run", str(tmp_path / "g.yaml"), "--results", "res"]) == 2
+    assert "eval.extra_tests: extra test split nope source: file" in capsys.readouterr().err  # before training
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(grid(data, ["test2"])))
+    assert main(["run", str(tmp_path / "g.yaml"), "--results", "res"]) == 0
+    out = tmp_path / "res" / "two-tests"
+    extra = pd.read_csv(out / "extra_tests.csv")
+    assert set(extra.strategy) == {"greedy", "beam2"} and set(extra.test_set) == {"test2"}
+    assert extra.bleu.between(0, 100).all() and (extra.sentences == 12).all()
+    assert (out / "runs" / "at-s1" / "hyps" / "beam2@test2.txt").is_file()
+    report = (out / "report.md").read_text()
+    assert "## Other test sets" in report and "BLEU (test2)" in report
+    assert "rank the same (by mean BLEU) on main test set and test2" in report or "flips between" in report
