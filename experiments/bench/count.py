@@ -4,14 +4,17 @@ Wall-clock times need a quiet machine; instruction counts do not: callgrind coun
 a process executes, the same on a loaded machine as on an idle one (within a fraction of a percent).
 They are no stand-in for time where memory is the bottleneck (a GEMV at batch 1 reads every weight
 per step) or where vector widths differ: valgrind knows no AVX-512, so every system runs its AVX2
-code here (torch, MKL, oneDNN, inductor and CTranslate2 alike; pinned through ISA_ENV so that a
-compiled engine built outside valgrind runs inside it). What they show is overhead: how many
+code here (torch, MKL, oneDNN, inductor and CTranslate2 alike; pinned through ISA_ENV, which
+inductor follows too: a compiled engine is compiled inside the counted process, never loaded from
+disk, and its compiler reads /proc/cpuinfo, which valgrind does not hide). What they show is overhead: how many
 instructions a system spends beside its matrix products, and where (column `*_share` by code:
 matmul kernels, Python, the rest of torch, compiled engine code, CTranslate2, other).
 
-Each system runs in its own process: built, its checked first call and one warm call, then
-`calls` timed-equivalent calls inside callgrind's collection window (opened and closed through a
-6-line C helper compiled with gcc against valgrind/callgrind.h).
+Each system runs in its own process under valgrind, uninstrumented (--instr-atstart=no: model
+building and compilation run several times faster than counted code): built, its checked first
+call and one warm call, then `calls` timed-equivalent calls inside callgrind's instrumented
+collection window (opened and closed through a 6-line C helper compiled with gcc against
+valgrind/callgrind.h). The counts include Python's interpretation of our decoding loop.
 """
 from __future__ import annotations
 
@@ -30,8 +33,8 @@ from atnat.core.errors import AtnatError
 ISA_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
            "CT2_FORCE_CPU_ISA": "AVX2"}
 HELPER = """#include <valgrind/callgrind.h>
-void atnat_collect_on(void) { CALLGRIND_ZERO_STATS; CALLGRIND_TOGGLE_COLLECT; }
-void atnat_collect_off(void) { CALLGRIND_TOGGLE_COLLECT; CALLGRIND_DUMP_STATS_AT("measured"); }
+void atnat_collect_on(void) { CALLGRIND_START_INSTRUMENTATION; CALLGRIND_ZERO_STATS; CALLGRIND_TOGGLE_COLLECT; }
+void atnat_collect_off(void) { CALLGRIND_TOGGLE_COLLECT; CALLGRIND_DUMP_STATS_AT("measured"); CALLGRIND_STOP_INSTRUMENTATION; }
 """
 KINDS = [("matmul", re.compile(r"gemm|gemv|mkl_blas|dnnl|brg|CppMicroGemm|fbgemm|xbyak|ruy|\?\?\?:0x\w+ \[\?\?\?\]|"
                                 r"\?\?\?:\?\?\? \[\?\?\?\]", re.I)),  # libraries, templates, JIT code
@@ -69,11 +72,8 @@ def count(systems: list[str], strategies: list[str], batches: list[int], *, call
                 for batch in batches:
                     args = [sys.executable, "-m", "atnat.experiments.bench.count", system, strategy, str(batch),
                             str(out_len), str(calls), str(lib), "tiny" if tiny else "full"]
-                    warm = subprocess.run(args[:-3] + ["0", str(lib), args[-1]], env=env, capture_output=True, text=True)
-                    if warm.returncode:  # builds (and caches) any compiled engine outside valgrind first
-                        raise AtnatError(f"bench count: {system} {strategy} failed:\n{warm.stderr[-2000:]}")
                     out = folder / f"cg-{len(rows)}.out"
-                    run = subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no",
+                    run = subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no", "--instr-atstart=no",
                                           f"--callgrind-out-file={out}", *args], env=env, capture_output=True, text=True)
                     if run.returncode:
                         raise AtnatError(f"bench count: {system} {strategy} under valgrind failed:\n{run.stderr[-2000:]}")

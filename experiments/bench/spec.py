@@ -10,7 +10,7 @@ import torch
 from atnat.decoding import beam, ctc, greedy, mask_predict, parallel
 from atnat.core.errors import AtnatError
 from atnat.core.special import SpecialTokens
-from atnat.experiments.modelfiles.engines import parse_engine
+from atnat.core.engines import parse_engine
 
 FIRST_ORDINARY = SpecialTokens().first_ordinary  # random sources use ordinary tokens only
 FULL = dict(d_model=256, n_heads=4, ffn_dim=1024, encoder_layers=3, decoder_layers=3, dropout=0.0)

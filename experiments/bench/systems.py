@@ -16,7 +16,8 @@ import torch
 import atnat.models.decoders  # noqa: F401  (registers the decoders)
 from atnat.experiments.bench import ct2, hf
 from atnat.experiments.bench.spec import HF_BEAMS, STRATEGIES, Spec, ctc_upsample, our_strategy
-from atnat.experiments.modelfiles.engines import apply_engine, parse_engine, touches
+from atnat.core.engines import parse_engine, touches
+from atnat.experiments.modelfiles.engines import apply_engine
 from atnat.experiments.modelfiles.quantize import quantize_int8
 from atnat.experiments.evaluation.metrics.speed import current_rss_mb, measure, peak_memory_mb, reset_peak
 from atnat.core.errors import AtnatError
@@ -46,7 +47,7 @@ class Models(dict):
     def __init__(self, spec: Spec, cache=None):
         super().__init__()
         self.spec = spec
-        self.cache = cache  # engines' package cache (aoti.PackageCache; None: the default folder)
+        self.cache = cache  # compiled engines' packages (aoti.PackageCache; None: the process's, aoti.PACKAGES)
 
     def get(self, decoder: str, upsample: int = 0, compile_mode: str | None = None, quantize: str | None = None,
             engine: str | None = None):
@@ -56,9 +57,8 @@ class Models(dict):
         key = (decoder, upsample, compile_mode, quantize, engine)
         if engine:
             if key not in self:
-                self[key] = self.get(decoder, upsample, compile_mode, quantize, engine=None)
-                if quantize is None:  # quantize_int8 made a copy; the float model is shared: copy it
-                    self[key] = copy.deepcopy(self[key])
+                plain = self.get(decoder, upsample, compile_mode)  # the same weights, of its own (engines work in place)
+                self[key] = quantize_int8(plain) if quantize else copy.deepcopy(plain)
                 apply_engine(self[key], engine, cache=self.cache)
             return self[key]
         if quantize:

@@ -1,22 +1,21 @@
-"""AOTInductor packages of a model's hot functions (the `aoti` engine; see engines.py), compiled once
-and cached on disk.
+"""AOTInductor-compiled static AT steps (the `aoti` engine; see engines.py), compiled in this process
+and kept in memory for its lifetime.
 
 A package (`torch._inductor.aoti_compile_and_package`) is a shared library with the weights frozen
-in, so it is keyed by everything it was built from: the sha256 of the weights, the exported
-function and its dynamic shapes, the inductor settings, and the machine's code (torch version,
-the vector ISA inductor picked, the environment variables that steer the CPU kernels). A changed
-weight or another CPU builds a new package; the same ones load in a second or so. Each package has
-a sidecar `<key>.json` with its sha256 and compile time, checked before it is loaded; a package
-that does not check is compiled again. Loading a package runs its code: the cache folder
-(ATNAT_ENGINE_CACHE, else $ATNAT_CACHE/engines, else ~/.cache/atnat/engines) must be as private
-as the user's home.
+in. Loading one runs its code, so nothing here loads a package that this process did not compile
+itself a moment before: each is written to a private temporary folder (mode 0700, removed once the
+package is loaded) and never read from a cache on disk. Packages are kept in memory by a key of
+everything they were built from: the sha256 of the weights, the decoder's class and dimensions,
+the group size (rows per memory row: 1 greedy, K a K-beam), the dynamic shapes of the export, the
+inductor settings, the dtype and torch's version; a second model with the same weights and engine
+in the same process reuses the package instead of compiling it again. The compile time of each
+package is recorded (CompileRecord; `compile_s` of the bench rows).
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,17 +26,7 @@ from torch import Tensor, nn
 
 from atnat.models.decoders.static_cache import StaticStep
 
-from atnat.experiments.files import sha256, write_json_atomic
-
-FORMAT = 1  # bump when what a package holds changes
-ISA_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
-
-
-def cache_root() -> Path:
-    env = os.environ.get("ATNAT_ENGINE_CACHE")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("ATNAT_CACHE", Path.home() / ".cache" / "atnat")) / "engines"
+FORMAT = 2  # bump when what a package holds changes
 
 
 def weights_sha256(module: nn.Module) -> str:
@@ -52,33 +41,15 @@ def weights_sha256(module: nn.Module) -> str:
     return digest.hexdigest()
 
 
-def code_sha256() -> str:
-    """sha256 of the model code a package is traced from (every file of atnat.models)."""
-    import atnat.models
-
-    digest = hashlib.sha256()
-    for path in sorted(Path(atnat.models.__file__).parent.rglob("*.py")):
-        digest.update(path.name.encode() + b"|" + path.read_bytes())
-    return digest.hexdigest()
-
-
-def machine_key() -> dict:
-    """What decides the code a package holds, besides the model: torch, the ISA, the kernels' env."""
-    from torch._inductor.cpu_vec_isa import pick_vec_isa
-
-    return {"torch": torch.__version__, "isa": str(pick_vec_isa()), "capability": torch.backends.cpu.get_cpu_capability(),
-            "env": {k: os.environ[k] for k in ISA_ENV if k in os.environ}}
-
-
 @dataclass
 class CompileRecord:
-    """One package in use: what it runs, its cache key, and whether it was compiled or loaded."""
+    """One package in use: what it runs, its key, and whether this use compiled it."""
 
     what: str  # e.g. "at step, group 5"
-    key: str  # sha256 of the key fields (the package's file name)
-    compiled: bool  # True: compiled in this process; False: loaded from the cache
-    seconds: float  # export + compile (or load) time
-    compile_seconds: float  # the compile time recorded when the package was built
+    key: str  # sha256 of the key fields
+    compiled: bool  # True: compiled for this use; False: the process had compiled it already
+    seconds: float  # export + compile + load time of this use (~0 when it was in memory)
+    compile_seconds: float  # the time it took when it was compiled
 
 
 @dataclass(frozen=True)
@@ -91,57 +62,44 @@ class Exportable:
 
 
 class PackageCache:
-    """Packages under `root`, by key; `load_or_compile` returns a callable runner."""
+    """Compiled packages of this process, in memory, by key; `get_or_compile` returns a runner.
+    One shared instance (PACKAGES) serves every model of the process."""
 
-    def __init__(self, root: Path | None = None, log: Callable[[str], None] | None = None):
-        self.root = Path(root) if root is not None else cache_root()
-        self.log = log or (lambda text: print(text, file=sys.stderr))
+    def __init__(self):
+        self.runners: dict[str, tuple[Callable, float]] = {}  # key -> (runner, compile seconds)
 
-    def key(self, fields: dict) -> str:
-        text = json.dumps({"format": FORMAT, **fields, "code": code_sha256(), "machine": machine_key()},
-                          sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:32]
+    @staticmethod
+    def key(fields: dict) -> str:
+        text = json.dumps({"format": FORMAT, **fields, "torch": torch.__version__}, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
 
-    def load_or_compile(self, what: str, fields: dict, build: Callable[[], Exportable], configs: dict,
-                        context: Callable = torch.no_grad):
-        """The runner of the package keyed by `fields` (+ the machine): loaded when the cache has it
-        and it checks, else exported from build(), compiled with inductor `configs`, and cached.
-        -> (runner, CompileRecord)."""
+    def get_or_compile(self, what: str, fields: dict, build: Callable[[], Exportable], configs: dict,
+                       context: Callable = torch.no_grad) -> tuple[Callable, CompileRecord]:
+        """The runner of the package keyed by `fields`: the one this process compiled before, else
+        exported from build(), compiled with inductor `configs` and loaded. -> (runner, record)."""
         key = self.key({**fields, "configs": configs})
-        path, meta_path = self.root / f"{key}.pt2", self.root / f"{key}.json"
+        if key in self.runners:
+            runner, seconds = self.runners[key]
+            return runner, CompileRecord(what, key, False, 0.0, seconds)
         began = time.perf_counter()
-        meta = _read_meta(meta_path)
-        if meta is not None and path.is_file() and sha256(path) == meta.get("sha256"):
-            runner = torch._inductor.aoti_load_package(str(path))
-            return runner, CompileRecord(what, key, False, time.perf_counter() - began, meta.get("compile_s", float("nan")))
-        if meta is not None or path.exists():
-            self.log(f"atnat: engine cache {path} does not match its {meta_path.name}: compiling it again")
         exportable = build()
-        tmp = self.root / f".{key}.{os.getpid()}.pt2"
-        self.root.mkdir(parents=True, exist_ok=True)
-        try:
+        with tempfile.TemporaryDirectory(prefix="atnat-aoti-") as folder:  # private (0700), removed after loading
+            path = Path(folder) / "step.pt2"
             with context():
                 program = torch.export.export(exportable.module, exportable.args,
                                               dynamic_shapes=exportable.dynamic_shapes, strict=False)
-                torch._inductor.aoti_compile_and_package(program, package_path=str(tmp),
+                torch._inductor.aoti_compile_and_package(program, package_path=str(path),
                                                         inductor_configs=dict(configs))  # it adds keys
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+            runner = torch._inductor.aoti_load_package(str(path))
         seconds = time.perf_counter() - began
-        write_json_atomic(meta_path, {"what": what, "fields": fields, "configs": configs, "machine": machine_key(),
-                                      "sha256": sha256(path), "compile_s": seconds,
-                                      "created": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())})
-        self.log(f"atnat: compiled {what} in {seconds:.1f} s (cached as {path})")
-        return torch._inductor.aoti_load_package(str(path)), CompileRecord(what, key, True, seconds, seconds)
+        self.runners[key] = (runner, seconds)
+        return runner, CompileRecord(what, key, True, seconds, seconds)
+
+    def clear(self) -> None:
+        self.runners.clear()
 
 
-def _read_meta(path: Path) -> dict | None:
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) else None
+PACKAGES = PackageCache()  # the process's packages
 
 
 class CompiledStep:
@@ -149,8 +107,8 @@ class CompiledStep:
     per group size (1: greedy, K: a K-beam), each built on first use. Needs the decoder's static
     cache with `always_mask` (the packages take a memory mask)."""
 
-    def __init__(self, decoder, cache: PackageCache, *, fields: dict, configs: dict):
-        self.decoder, self.cache, self.fields, self.configs = decoder, cache, fields, configs
+    def __init__(self, decoder, cache: PackageCache | None = None, *, fields: dict, configs: dict):
+        self.decoder, self.cache, self.fields, self.configs = decoder, cache or PACKAGES, fields, configs
         self.runners: dict[int, Callable] = {}
         self.records: list[CompileRecord] = []
 
@@ -160,8 +118,10 @@ class CompiledStep:
                 step = StaticStep(self.decoder, group)
                 args, shapes = step.example()
                 return Exportable(step, args, shapes)
-            runner, record = self.cache.load_or_compile(f"at step, group {group}", {**self.fields, "group": group},
-                                                        build, self.configs)
+            dtype = self.decoder.output.weight.dtype if hasattr(self.decoder.output, "weight") else None
+            runner, record = self.cache.get_or_compile(
+                f"at step, group {group}", {**self.fields, "group": group, "dtype": str(dtype),
+                                            "dims": StaticStep.DIMS}, build, self.configs)
             self.runners[group] = runner
             self.records.append(record)
         return self.runners[group]

@@ -95,6 +95,8 @@ class StaticStep(torch.nn.Module):
     AOTInductor: forward(tokens, pos, self_k, self_v, cross_k, cross_v, memory_mask) -> log-probs
     (R, V), updating the caches and pos in place; `group` (rows per memory row) is fixed per module."""
 
+    DIMS = {"M": (1, 65536), "S": (1, 4096), "C": (1, 4096)}  # the dynamic dimensions' ranges (min, max)
+
     def __init__(self, decoder, group: int):
         super().__init__()
         self.decoder, self.group = decoder, group
@@ -117,7 +119,7 @@ class StaticStep(torch.nn.Module):
         args = (torch.full((r,), 4, dtype=torch.long, device=dev), torch.zeros((), dtype=torch.long, device=dev),
                 cache(r, c), cache(r, c), cache(m, s).normal_(), cache(m, s).normal_(),
                 torch.ones(m, 1, 1, s, dtype=torch.bool, device=dev))
-        rows_m, src, cap = dim("M", min=1, max=65536), dim("S", min=1, max=4096), dim("C", min=1, max=4096)
+        rows_m, src, cap = (dim(name, min=low, max=high) for name, (low, high) in self.DIMS.items())
         rows = rows_m * self.group if self.group > 1 else rows_m
         shapes = ({0: rows}, None, {1: rows, 3: cap}, {1: rows, 3: cap}, {1: rows_m, 3: src}, {1: rows_m, 3: src},
                   {0: rows_m, 3: src})
