@@ -31,7 +31,8 @@ import pandas as pd
 from atnat.core.errors import AtnatError
 
 ISA_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-           "CT2_FORCE_CPU_ISA": "AVX2"}
+           "CT2_FORCE_CPU_ISA": "AVX2",
+           "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3"}  # inductor's C++ compiles with -march=native otherwise
 HELPER = """#include <valgrind/callgrind.h>
 void atnat_collect_on(void) { CALLGRIND_START_INSTRUMENTATION; CALLGRIND_ZERO_STATS; CALLGRIND_TOGGLE_COLLECT; }
 void atnat_collect_off(void) { CALLGRIND_TOGGLE_COLLECT; CALLGRIND_DUMP_STATS_AT("measured"); CALLGRIND_STOP_INSTRUMENTATION; }
@@ -43,7 +44,7 @@ KINDS = [("matmul", re.compile(r"gemm|gemv|mkl_blas|dnnl|brg|CppMicroGemm|fbgemm
          ("ctranslate2", re.compile(r"ctranslate2", re.I)),
          ("torch", re.compile(r"libtorch|libc10|libgomp|libiomp|libshm"))]
 COLUMNS = ["system", "strategy", "batch", "out_len", "calls", "instructions_per_call", "passes",
-           "instructions_per_pass", *[f"{k}_share" for k, _ in KINDS], "other_share"]
+           "instructions_per_pass", *[f"{k}_share" for k, _ in KINDS], "other_share", "error"]
 
 
 def helper_library(folder: Path) -> Path:
@@ -75,8 +76,12 @@ def count(systems: list[str], strategies: list[str], batches: list[int], *, call
                     out = folder / f"cg-{len(rows)}.out"
                     run = subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no", "--instr-atstart=no",
                                           f"--callgrind-out-file={out}", *args], env=env, capture_output=True, text=True)
-                    if run.returncode:
-                        raise AtnatError(f"bench count: {system} {strategy} under valgrind failed:\n{run.stderr[-2000:]}")
+                    if run.returncode:  # a row saying why, and on with the others
+                        error = failure(run.stderr)
+                        rows.append(dict(system=system, strategy=strategy, batch=batch, out_len=out_len, calls=calls,
+                                         error=error))
+                        log(f"  {system:22s} {strategy:8s} batch {batch:3d}: failed under valgrind: {error}")
+                        continue
                     passes = json.loads(run.stdout.strip().splitlines()[-1])["passes"]
                     total, shares = breakdown(measured_dump(out))
                     rows.append(dict(system=system, strategy=strategy, batch=batch, out_len=out_len, calls=calls,
@@ -86,6 +91,16 @@ def count(systems: list[str], strategies: list[str], batches: list[int], *, call
                     log(f"  {system:22s} {strategy:8s} batch {batch:3d}: {total / calls / 1e6:9.1f} M instructions "
                         f"per call (matmul {shares['matmul']:.0%}, python {shares['python']:.0%})")
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def failure(stderr: str) -> str:
+    """The line that says why a counted process failed: valgrind's own, else the Python error's."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for marker in ("Unrecognised instruction", "Process terminating", "Error"):
+        found = [line for line in lines if marker in line]
+        if found:
+            return found[-1][:300]
+    return (lines[-1] if lines else "no output")[:300]
 
 
 def measured_dump(out: Path) -> Path:
