@@ -109,6 +109,19 @@ class MultiHeadAttention(nn.Module):
         out = ctx.transpose(1, 2).reshape(b, t, self.h * self.dh)  # (B, T, D)
         return self.out_proj(out), weights
 
+    def attend_fused(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+        """attend() for a few queries over a short cache, written as broadcast products and
+        reductions instead of SDPA: a compiler (inductor) fuses q.K, the masked softmax and p.V into
+        loops over the cache with no GEMM call per head (eager, it is slower than SDPA).
+        q (B, H, T, Dh), k/v (B, H, S, Dh), mask broadcastable to (B, H, T, S) -> (B, T, D)."""
+        scores = (q.unsqueeze(-2) * k.unsqueeze(-3)).sum(-1) * self.dh**-0.5  # (B, H, T, S)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(-1)  # (B, H, T, S)
+        ctx = (weights.unsqueeze(-1) * v.unsqueeze(-3)).sum(-2)  # (B, H, T, Dh)
+        b, _, t, _ = ctx.shape
+        return self.out_proj(ctx.transpose(1, 2).reshape(b, t, self.h * self.dh))  # (B, T, D)
+
     def forward(self, query: Tensor, key_value: Tensor, *, mask: Tensor | None = None,
                 is_causal: bool = False, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         if query is key_value:

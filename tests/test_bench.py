@@ -303,3 +303,57 @@ def test_profile_lists_where_a_strategy_spends_its_time(capsys):
     assert any(op in " ".join(df.op) for op in ("addmm", "linear", "mm"))  # the matmuls show up
     bench.main(["profile", "--tiny", "--strategy", "parallel", "--batch", "1", "--calls", "1"])
     assert "ours/parallel, batch 1, 30 tokens: self time per call by op" in capsys.readouterr().out
+
+
+def engine_rows(monkeypatch, engines, int8_engines=()):
+    monkeypatch.setattr(bench.systems, "STRATEGIES", ("greedy", "beam5", "parallel"))
+    spec = bench.make_spec(tiny=True, threads=1, warmup=0, repeats=1, hf=False, ct2=False, shapes=((2, 6),),
+                           quantize="int8" if int8_engines else None, engines=engines, int8_engines=int8_engines)
+    models = bench.Models(spec)
+    return bench.run_decode(spec, log=lambda *_: None, models=models), models
+
+
+def test_engine_rows_sit_beside_the_eager_ones(monkeypatch):
+    """--engine static,packed (and --int8-engine static): rows ours-ENGINE for the strategies the
+    engine changes (a step engine: the AT ones; packed: all), same work, first call and compile
+    time recorded; the int8 engine works on its own copy of the int8 model."""
+    df, models = engine_rows(monkeypatch, ("static", "packed"), ("static",))
+    rows = set(zip(df.system, df.strategy))
+    assert rows == {(s, st) for s in ("ours", "ours-packed", "ours-int8") for st in ("greedy", "beam5", "parallel")} | {
+        ("ours-static", "greedy"), ("ours-static", "beam5"), ("ours-int8-static", "greedy"), ("ours-int8-static", "beam5")}
+    assert (df.tokens_out == 6).all() and (df.first_call_s > 0).all() and df.compile_s.isna().all()
+    assert df.ratio_vs_ct2.isna().all()
+    assert not models.get("at", quantize="int8").decoder.static_cache  # the shared int8 model left eager
+    assert models.get("at", quantize="int8", engine="static").decoder.static_cache
+
+
+def test_bad_engine_is_one_error_naming_the_valid_ones():
+    with pytest.raises(AtnatError, match="unknown engine 'fast'; valid: engines eager, static, packed"):
+        bench.main(["decode", "--tiny", "--engine", "static,fast"])
+    with pytest.raises(AtnatError, match="--int8-engine needs --quantize int8"):
+        bench.main(["decode", "--tiny", "--int8-engine", "static"])
+
+
+@pytest.mark.slow
+def test_compiled_engine_rows_record_their_compile_time(monkeypatch):
+    df, _ = engine_rows(monkeypatch, ("inductor", "aoti"))
+    compiled = df[df.system.isin(["ours-inductor", "ours-aoti"])]
+    assert set(zip(compiled.system, compiled.strategy)) == {(s, st) for s in ("ours-inductor", "ours-aoti")
+                                                            for st in ("greedy", "beam5")}
+    assert (compiled.compile_s > 0).all() and (compiled.tokens_out == 6).all()
+
+
+@pytest.mark.slow
+def test_count_gives_instructions_per_call_by_kind_of_code():
+    import shutil
+
+    if not (shutil.which("valgrind") and shutil.which("gcc")):
+        pytest.skip("needs valgrind and gcc")
+    from atnat.experiments.bench.count import count
+
+    df = count(["ours", "ours-static", "ct2-f32"], ["greedy"], [1], calls=1, tiny=True, log=lambda *_: None)
+    ours, ct2 = df[df.system != "ct2-f32"], df[df.system == "ct2-f32"]
+    assert (ours.instructions_per_call > 1e6).all() and (ours.passes == 30).all() and ours.error.isna().all()
+    shares = ours[[c for c in df.columns if c.endswith("_share")]].sum(axis=1)
+    assert ((shares > 0.99) & (shares < 1.01)).all()
+    assert ct2.instructions_per_call.isna().all() and ct2.error.str.contains("worker thread").all()  # not counted

@@ -1,4 +1,5 @@
 """Scoring against several references, and `atnat evaluate` on any test files."""
+import io
 import json
 
 import pytest
@@ -44,6 +45,24 @@ def test_atnat_evaluate_scores_any_files(tmp_path, monkeypatch, capsys):
     assert rows["greedy"]["bleu"] == pytest.approx(metrics[0]["bleu"])  # the grid scored the same test set
     assert rows["greedy"]["latency_ms_b1"] > 0 and "bleu_tok" in rows["greedy"]
     assert len((tmp_path / "hyps.txt").read_text().split("\n")[:-1]) == len(refs)
+    assert rows["greedy"]["engine"] == "eager"
+    # an exact engine: the same translations and scores, the engine recorded
+    assert main(args[:-4] + ["--no-speed", "--engine", "packed", "--json", "packed.json", "--hyps", "packed.txt"]) == 0
+    packed = {r["strategy"]: r for r in json.loads((tmp_path / "packed.json").read_text())["rows"]}
+    assert packed["greedy"]["engine"] == "packed" and packed["beam2"]["bleu"] == rows["beam2"]["bleu"]
+    assert (tmp_path / "packed.txt").read_text() == (tmp_path / "hyps.txt").read_text()
+    outs = []
+    for extra in ([], ["--engine", "static"], ["--engine", "packed+onednn"]):
+        monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(refs[:5]) + "\n"))
+        capsys.readouterr()
+        assert main(["translate", "--checkpoint", str(run), "--strategy", "beam", "--beam", "2", *extra]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] == outs[2] and len(outs[0].split("\n")) == 6
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", str(tmp_path / "no-such-run"), "--engine", "turbo"]) == 2
+    assert "--engine 'turbo': unknown engine 'turbo'; valid: engines eager, static" in capsys.readouterr().err
+    assert main(["translate", "--checkpoint", str(run), "--engine", "aoti", "--compile", "default"]) == 2
+    assert "--compile and --engine aoti: give one" in capsys.readouterr().err
     (tmp_path / "short.txt").write_text("w1\n")
     assert main(["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "short.txt", "--no-speed"]) == 2
     assert "reference file 1 has 1 lines but the source has" in capsys.readouterr().err

@@ -63,6 +63,8 @@ def test_expansion_axes_zip_exclude_seeds_and_teacher_order(tmp_path):
     ({"cells": {"x": {"decoder": {"name": "at"}, "eval": {"strategies": ["ctc"]}}}}, r"cannot drive decoder 'at'"),
     ({"zip": [["task.vocab"]]}, r"zip names axis 'task.vocab', which is not in axes"),
     ({"speed": {"repeat": 3}}, r"speed: unknown key 'repeat'; valid keys: latency_sentences"),
+    ({"speed": {"engine": "aoti+turbo"}}, r"speed.engine 'aoti\+turbo': unknown option 'turbo'; valid: engines eager, "
+                                          r"static, packed, inductor, aoti; options \+autotune"),
 ])
 def test_grid_config_errors_name_file_and_key(tmp_path, change, message):
     path = write_grid(tmp_path, {**TINY, **change})
@@ -78,11 +80,13 @@ def md_table_rows(md: str) -> list[list[str]]:
 
 def test_tiny_grid_end_to_end_through_the_cli(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    grid = write_grid(tmp_path)
+    grid = write_grid(tmp_path, {**TINY, "speed": {**TINY["speed"], "engine": "static"}})  # the timing's engine
     assert main(["run", str(grid), "--results", "res"]) == 0
     out = tmp_path / "res" / "tiny"
     df = pd.read_csv(out / "results.csv")
     assert list(df.strategy) == ["greedy", "beam2", "mask-predict-2"]
+    assert (df.timing_engine == "static").all()
+    assert "engine static" in json.loads((out / "environment.json").read_text())["timing"]
     assert (df.status == "ok").all() and df.bleu.between(0, 100).all()
     assert df.loc[df.strategy == "greedy", "speedup_vs_at"].iloc[0] == pytest.approx(1.0)
     assert bool(df.loc[df.decoder == "cmlm", "distilled"].iloc[0])

@@ -1,4 +1,5 @@
 """The timing phase: interleaved, paired speed-ups with intervals, passes, memory, NPD's teacher."""
+import json
 import time
 from types import SimpleNamespace
 
@@ -120,8 +121,13 @@ def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_ar
     assert len(timed) == 1 and len(built) == 1  # same systems, weights and settings: kept, nothing loaded
     timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2, aa_control=False), "cpu")
     assert len(timed) == 2  # other settings: timed anew
+    assert "engine" not in json.loads((tmp_path / "timing.json").read_text())["speed"]  # eager, as before engines
+    timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2, aa_control=False, engine="static"), "cpu")
+    assert len(timed) == 3  # another engine: timed anew
+    timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2, aa_control=False), "cpu")
+    assert len(timed) == 4
     (tmp_path / "nat-s1" / "best.ckpt").unlink()
-    assert len(timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2, aa_control=False), "cpu")) == 2 and len(timed) == 2
+    assert len(timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2, aa_control=False), "cpu")) == 2 and len(timed) == 4
     (tmp_path / "at-s1" / "best.ckpt").write_text("retrained")  # timed again, alone, beside nat's earlier row
     monkeypatch.setattr(timing.time, "strftime", lambda fmt, t=None: "2099-01-01 00:00:00 UTC")
     table = timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2, aa_control=False), "cpu").set_index("cell")
@@ -192,3 +198,20 @@ def test_no_system_is_timed_on_caches_another_system_warmed(monkeypatch):
     assert rows.loc[("at", "greedy-aa"), "speedup_vs_at"] == pytest.approx(1.0)  # was 1.2: the twin ran warm
     assert rows.loc[("nat", "greedy"), "speedup_vs_at"] == pytest.approx(1.0)  # equal work, equal time
     assert rows.speed_noise_low.tolist() == pytest.approx([1.0] * 4) and rows.speed_noise_high.tolist() == pytest.approx([1.0] * 4)
+
+
+def test_each_row_names_the_engine_its_system_decoded_with():
+    log = []
+    packed = system("packed", 0.0, log)
+    packed.module.engine_info = SimpleNamespace(label="packed+onednn")
+    table = time_systems([system("at", 0.0, log), packed], FAST, {}).set_index("cell")
+    assert table.loc["at", "timing_engine"] == "eager" and table.loc["packed", "timing_engine"] == "packed+onednn"
+
+
+def test_the_speed_engine_is_checked_and_spelled_one_way():
+    from atnat.core.errors import AtnatError
+
+    assert SpeedSettings().engine == "eager" and "engine" not in SpeedSettings().record()
+    assert SpeedSettings(engine="aoti+fused+autotune").record()["engine"] == "aoti+autotune+fused"
+    with pytest.raises(AtnatError, match="speed.engine 'fast': unknown engine 'fast'; valid: engines eager"):
+        SpeedSettings(engine="fast")

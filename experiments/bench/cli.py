@@ -12,12 +12,15 @@ from atnat.experiments.bench.plots import plot_sweep
 from atnat.experiments.bench.profile import run_profile
 from atnat.experiments.bench.spec import OUT_LEN, STRATEGIES, SWEEP_BATCHES, SWEEP_LENGTHS, check_spec, make_spec
 from atnat.experiments.bench.train import run_train
+from atnat.core.engines import ENGINES, OPTIONS
 from atnat.models.decoders.autoregressive import COMPILE_MODES
 
 COMMANDS = {
     "decode": "decoding speed of every strategy of ours beside the Hugging Face and CTranslate2 peers",
     "train": "training throughput (target tokens/s; MFU on CUDA) of every decoder family",
     "profile": "self time per operator of one of our strategies at one shape (torch.profiler)",
+    "count": "instructions per decode call of each system, by kind of code (valgrind's callgrind; valid on a "
+             "loaded machine)",
 }
 
 
@@ -31,13 +34,22 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
         p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
         p.add_argument("--tiny", action="store_true", help="tiny model, 1 repeat (tests)")
         p.add_argument("--warmup", type=int, help="untimed calls first (default 2; tiny 1)")
-    dec, tr, prof = sub.choices["decode"], sub.choices["train"], sub.choices["profile"]
+    dec, tr, prof, cnt = (sub.choices[name] for name in ("decode", "train", "profile", "count"))
+    cnt.add_argument("--systems", default="ours,ct2-f32", help="comma-separated rows as decode names them: ours, "
+                     "ours-int8, ours-ENGINE, ours-int8-ENGINE, ct2-f32, ct2-int8 (default ours,ct2-f32)")
+    cnt.add_argument("--strategies", default="greedy", help="comma-separated (default greedy)")
+    cnt.add_argument("--batches", default="1", help="comma-separated batch sizes (default 1)")
+    cnt.add_argument("--calls", type=int, default=2, help="decode calls counted per system (default 2)")
+    cnt.add_argument("--out-len", type=int, default=OUT_LEN)
+    cnt.set_defaults(sweep=False, repeats=None, no_hf=True, no_ct2=True, quantize="none", compile=None, engine=None,
+                     int8_engine=None)
     prof.add_argument("--strategy", choices=STRATEGIES, default="greedy")
     prof.add_argument("--batch", type=int, default=1)
     prof.add_argument("--out-len", type=int, default=OUT_LEN)
     prof.add_argument("--calls", type=int, default=5, help="profiled calls (after one warm-up)")
     prof.add_argument("--compile", choices=COMPILE_MODES)
-    prof.set_defaults(sweep=False, repeats=None, no_hf=True, no_ct2=True, quantize="none")
+    prof.add_argument("--engine", help="profile with this decoding engine (see --engine of decode)")
+    prof.set_defaults(sweep=False, repeats=None, no_hf=True, no_ct2=True, quantize="none", int8_engine=None)
     dec.add_argument("--sweep", action="store_true", help=f"lengths {SWEEP_LENGTHS}, batches {SWEEP_BATCHES}")
     dec.add_argument("--repeats", type=int, help="timed calls per row (default 5; tiny 1)")
     dec.add_argument("--no-hf", action="store_true", help="skip the Hugging Face peer")
@@ -47,23 +59,36 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
     dec.add_argument("--compile", choices=COMPILE_MODES,
                      help="add ours-compiled rows: the AT step with a static cache under torch.compile "
                           "(reduce-overhead = CUDA graphs on a GPU)")
+    dec.add_argument("--engine", help="comma-separated decoding engines, each adding rows ours-ENGINE beside the "
+                                      "eager ones: " + ", ".join(ENGINES) + " with options +" + ", +".join(OPTIONS)
+                                      + " (e.g. static,aoti,aoti+autotune,packed+bf16; modelfiles/engines.py)")
+    dec.add_argument("--int8-engine", help="with --quantize int8: engines for the int8 models (rows ours-int8-ENGINE)")
     tr.add_argument("--steps", type=int, default=5, help="timed training steps (default 5)")
     tr.add_argument("--tokens", type=int, help="target tokens per batch (default 4096; tiny 256)")
     tr.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: by GPU name)")
     tr.add_argument("--precision", help="comma-separated: fp32,bf16 (default: fp32, and bf16 where the device "
                                         "does it natively: a GPU, a CPU with avx512_bf16/AMX)")
-    tr.set_defaults(sweep=False, repeats=None, no_hf=False, compile=None, no_ct2=True, quantize="none")
+    tr.set_defaults(sweep=False, repeats=None, no_hf=False, compile=None, no_ct2=True, quantize="none", engine=None,
+                    int8_engine=None)
 
 
 def run(args: argparse.Namespace) -> None:
     """Run the parsed `atnat bench` command: print its table, write --out (and the sweep figure)."""
     spec = make_spec(tiny=args.tiny, sweep=args.sweep, threads=args.threads, device=args.device,
                      warmup=args.warmup, repeats=args.repeats, hf=not args.no_hf, compile=args.compile,
-                     ct2=not args.no_ct2, quantize=None if args.quantize == "none" else args.quantize)
+                     ct2=not args.no_ct2, quantize=None if args.quantize == "none" else args.quantize,
+                     engines=_engines(args.engine), int8_engines=_engines(args.int8_engine))
     check_spec(spec)
     print(f"atnat bench {args.what}: d_model {spec.model['d_model']}, vocab {spec.vocab}, "
           f"{spec.device}, {spec.threads} threads, torch {torch.__version__}")
-    if args.what == "profile":
+    if args.what == "count":
+        from atnat.experiments.bench.count import count  # lazy: needs valgrind
+
+        split = lambda text: [x.strip() for x in text.split(",") if x.strip()]
+        df = count(split(args.systems), split(args.strategies), [int(b) for b in split(args.batches)],
+                   calls=args.calls, tiny=args.tiny, out_len=args.out_len)
+        print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    elif args.what == "profile":
         df = run_profile(spec, args.strategy, args.batch, args.out_len, calls=args.calls)
         print(f"ours/{args.strategy}, batch {args.batch}, {args.out_len} tokens: self time per call by op")
         print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
@@ -79,6 +104,10 @@ def run(args: argparse.Namespace) -> None:
         write_csv(df, args.out)
         if args.sweep:
             print(f"wrote {plot_sweep(args.out)}")
+
+
+def _engines(text: str | None) -> tuple[str, ...] | None:
+    return tuple(e.strip() for e in text.split(",") if e.strip()) if text else None
 
 
 def write_csv(df, out: str) -> None:

@@ -12,15 +12,15 @@ from atnat.experiments.bench.systems import Models, leak_check, shape_systems, t
 
 COLUMNS = ["system", "strategy", "batch", "src_len", "out_len", "median_s", "emitted_tokens_per_s",
            "sents_per_s", "ratio_vs_hf", "ratio_vs_ct2", "speedup_vs_at_greedy", "passes", "peak_mem_mb",
-           "device", "threads", "repeats", "min_s", "tokens_out", "slots"]
+           "device", "threads", "repeats", "min_s", "tokens_out", "slots", "first_call_s", "compile_s"]
 LEAK_BATCH, LEAK_STRATEGY = 64, "beam5"  # the shape whose memory growth over repeated calls we report
 
 
 def add_ratios(df: pd.DataFrame) -> pd.DataFrame:
     """Speed ratios of rows that decode the same sentences (sentences/s, i.e. inverse time):
     ratio_vs_hf: our row / HF's for the same strategy and shape (our rows with a peer);
-    ratio_vs_ct2: our row / CTranslate2's of the same precision (ours-int8 vs ct2-int8, our
-    float rows vs ct2-f32); speedup_vs_at_greedy: a row / our AT greedy's at the same shape."""
+    ratio_vs_ct2: our row / CTranslate2's of the same precision (ours-int8[-engine] vs ct2-int8,
+    our other rows, bf16 engines included, vs ct2-f32); speedup_vs_at_greedy: a row / our AT greedy's at the same shape."""
     shape, key = ["batch", "src_len", "out_len"], ["strategy", "batch", "src_len", "out_len"]
     peer = lambda system, col: df[df.system == system][[*key, "sents_per_s"]].rename(columns={"sents_per_s": col})
     at = df[(df.system == "ours") & (df.strategy == "greedy")][[*shape, "sents_per_s"]]
@@ -29,7 +29,7 @@ def add_ratios(df: pd.DataFrame) -> pd.DataFrame:
            .merge(at.rename(columns={"sents_per_s": "_at"}), on=shape, how="left"))
     ours = out.system.str.startswith("ours")
     out["ratio_vs_hf"] = (out.sents_per_s / out._hf).where(ours)
-    ct2_ref = out._ct2i8.where(out.system == "ours-int8", out._ct2)
+    ct2_ref = out._ct2i8.where(out.system.str.startswith("ours-int8"), out._ct2)
     out["ratio_vs_ct2"] = (out.sents_per_s / ct2_ref).where(ours)
     out["speedup_vs_at_greedy"] = out.sents_per_s / out._at
     return out[COLUMNS]

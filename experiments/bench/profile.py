@@ -15,7 +15,8 @@ def run_profile(spec: Spec, name: str, batch: int, out_len: int, *, calls: int =
 
     start(spec)
     src = torch.randint(FIRST_ORDINARY, spec.vocab, (batch, spec.src_len), generator=torch.Generator().manual_seed(0))
-    system = our_system(Models(spec), name, src.to(spec.device), out_len, spec, compiled=bool(spec.compile))
+    system = our_system(Models(spec), name, src.to(spec.device), out_len, spec, compiled=bool(spec.compile),
+                        engine=spec.engines[0] if spec.engines else None)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if spec.device == "cuda" else [])
     with torch.inference_mode():
         system.first()

@@ -10,6 +10,7 @@ import torch
 from atnat.decoding import beam, ctc, greedy, mask_predict, parallel
 from atnat.core.errors import AtnatError
 from atnat.core.special import SpecialTokens
+from atnat.core.engines import parse_engine
 
 FIRST_ORDINARY = SpecialTokens().first_ordinary  # random sources use ordinary tokens only
 FULL = dict(d_model=256, n_heads=4, ffn_dim=1024, encoder_layers=3, decoder_layers=3, dropout=0.0)
@@ -36,6 +37,8 @@ class Spec:
     compile: str | None = None  # torch.compile mode: adds "ours-compiled" rows (static-cache AT step)
     ct2: bool = True  # add the CTranslate2 rows (ct2-f32, ct2-int8) when ctranslate2 is importable
     quantize: str | None = None  # "int8": add "ours-int8" rows (dynamic int8 linear layers, CPU)
+    engines: tuple[str, ...] = ()  # decoding engines (modelfiles/engines.py): rows "ours-<engine>"
+    int8_engines: tuple[str, ...] = ()  # engines of the int8 models (with quantize int8): "ours-int8-<engine>"
 
 
 def make_spec(*, tiny=False, sweep=False, **kw) -> Spec:
@@ -54,6 +57,10 @@ def check_spec(spec: Spec) -> None:
         raise AtnatError(f"--device {spec.device}: not available (cpu, or cuda with a CUDA device)")
     if spec.quantize not in (None, "none", "int8") or (spec.quantize == "int8" and spec.device != "cpu"):
         raise AtnatError(f"--quantize {spec.quantize}: int8 rows run on the CPU only (PyTorch's dynamic int8 kernels)")
+    for engine in spec.engines + spec.int8_engines:
+        parse_engine(engine)  # an unknown name or option: one message with the valid ones
+    if spec.int8_engines and spec.quantize != "int8":
+        raise AtnatError("--int8-engine needs --quantize int8 (it adds engines to the int8 rows)")
     if spec.repeats < 1 or spec.warmup < 0 or spec.threads < 1:
         raise AtnatError(f"need --repeats >= 1, warm-up >= 0 and --threads >= 1; got repeats="
                          f"{spec.repeats}, warmup={spec.warmup}, threads={spec.threads}")

@@ -2,9 +2,11 @@
 round-robin over the systems of one shape, peak memory per call, and a leak check."""
 from __future__ import annotations
 
+import copy
 import gc
 import re
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +16,8 @@ import torch
 import atnat.models.decoders  # noqa: F401  (registers the decoders)
 from atnat.experiments.bench import ct2, hf
 from atnat.experiments.bench.spec import HF_BEAMS, STRATEGIES, Spec, ctc_upsample, our_strategy
+from atnat.core.engines import parse_engine, touches
+from atnat.experiments.modelfiles.engines import apply_engine
 from atnat.experiments.modelfiles.quantize import quantize_int8
 from atnat.experiments.evaluation.metrics.speed import current_rss_mb, measure, peak_memory_mb, reset_peak
 from atnat.core.errors import AtnatError
@@ -40,14 +44,23 @@ class ForcedLength:
 class Models(dict):
     """Random-weight Seq2SeqModules of one size, built once per (decoder, CTC upsampling)."""
 
-    def __init__(self, spec: Spec):
+    def __init__(self, spec: Spec, cache=None):
         super().__init__()
         self.spec = spec
+        self.cache = cache  # compiled engines' packages (aoti.PackageCache; None: the process's, aoti.PACKAGES)
 
-    def get(self, decoder: str, upsample: int = 0, compile_mode: str | None = None, quantize: str | None = None):
+    def get(self, decoder: str, upsample: int = 0, compile_mode: str | None = None, quantize: str | None = None,
+            engine: str | None = None):
         """compile_mode: the same weights (same seed) with the static-cache step under torch.compile;
-        quantize="int8": the same weights with dynamic int8 linear layers."""
-        key = (decoder, upsample, compile_mode, quantize)
+        quantize="int8": the same weights with dynamic int8 linear layers; engine: the same weights
+        (quantized or not) decoding with that engine (modelfiles/engines.py)."""
+        key = (decoder, upsample, compile_mode, quantize, engine)
+        if engine:
+            if key not in self:
+                plain = self.get(decoder, upsample, compile_mode)  # the same weights, of its own (engines work in place)
+                self[key] = quantize_int8(plain) if quantize else copy.deepcopy(plain)
+                apply_engine(self[key], engine, cache=self.cache)
+            return self[key]
         if quantize:
             if key not in self:
                 self[key] = quantize_int8(self.get(decoder, upsample))
@@ -94,20 +107,26 @@ class System:
 
 
 def our_system(models: Models, name: str, src, out_len: int, spec: Spec, compiled: bool = False,
-               int8: bool = False) -> System:
+               int8: bool = False, engine: str | None = None) -> System:
     """Our strategy `name` on its random-weight model, pinned to out_len tokens (`compiled`: the
     AT model with the static-cache step under torch.compile, spec.compile mode; `int8`: the model
-    with dynamic int8 linear layers)."""
+    with dynamic int8 linear layers; `engine`: decoding with that engine, row ours[-int8]-ENGINE).
+    The checked first call also records its own time (`first_call_s`: an engine compiles or loads
+    its packages there) and the engine's compile/load time (`compile_s`)."""
     decoder, strategy = our_strategy(name, out_len)
     k = ctc_upsample(out_len, spec.src_len) if decoder == "ctc" else 0
-    module = models.get(decoder, k, spec.compile if compiled else None, "int8" if int8 else None)
+    module = models.get(decoder, k, spec.compile if compiled else None, "int8" if int8 else None, engine=engine)
     fn = our_fn(module, strategy, src, out_len)
 
     def first() -> dict:
+        began = time.perf_counter()
         hyps = fn()
+        info = getattr(module, "engine_info", None)
         return dict(passes=hyps.n_steps, tokens_out=check_ours(hyps, name, out_len, module.special),
-                    slots=k * spec.src_len if k else out_len)
-    return System("ours-compiled" if compiled else "ours-int8" if int8 else "ours", name, fn, first)
+                    slots=k * spec.src_len if k else out_len, first_call_s=time.perf_counter() - began,
+                    compile_s=info.compile_s if info is not None else float("nan"))
+    system = "ours-compiled" if compiled else "ours-int8" if int8 else "ours"
+    return System(f"{system}-{parse_engine(engine).label}" if engine else system, name, fn, first)
 
 
 def shape_systems(models: Models, hf_model, src, out_len: int, spec: Spec, ct2_peer=None) -> list[System]:
@@ -118,8 +137,15 @@ def shape_systems(models: Models, hf_model, src, out_len: int, spec: Spec, ct2_p
         systems.append(our_system(models, name, src, out_len, spec))
         if spec.compile and name in HF_BEAMS:  # the AT strategies, before/after side by side
             systems.append(our_system(models, name, src, out_len, spec, compiled=True))
+        capability = "step" if name in HF_BEAMS else "parallel"
+        for engine in spec.engines:  # an engine that changes nothing for a strategy gets no row
+            if touches(parse_engine(engine), capability):
+                systems.append(our_system(models, name, src, out_len, spec, engine=engine))
         if spec.quantize == "int8":
             systems.append(our_system(models, name, src, out_len, spec, int8=True))
+            for engine in spec.int8_engines:
+                if touches(parse_engine(engine), capability):
+                    systems.append(our_system(models, name, src, out_len, spec, int8=True, engine=engine))
         if hf_model is not None and name in HF_BEAMS:
             systems.append(System("hf", name, *hf.peer(hf_model, HF_BEAMS[name], src, out_len)))
         if ct2_peer is not None and name in HF_BEAMS:

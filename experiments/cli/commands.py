@@ -53,6 +53,7 @@ def cmd_translate(args) -> int:
     from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
     from atnat.experiments.evaluation.translate import translate_stream  # lazy: start-up
 
+    engine = checked_engine(args)
     device = decode_device(args.device, args.quantize, note=lambda text: print(text, file=sys.stderr))
     module, tokenizer = load_module(args.checkpoint, map_location=device)
     module = maybe_quantize(module, args.quantize)
@@ -62,6 +63,7 @@ def cmd_translate(args) -> int:
     check_compatible(module.decoder, strategy)  # refuse before reading any input
     if args.compile:
         module.decoder.use_static_cache(True, args.compile)
+    use_engine(module, engine)
     report = translate_stream(module, tokenizer, strategy, sys.stdin, sys.stdout, sys.stderr,
                               batch_size=args.batch_size, long_lines=args.long_lines, teacher=teacher)
     if report.refused:
@@ -69,6 +71,27 @@ def cmd_translate(args) -> int:
               "empty", file=sys.stderr)
         return 1
     return 0
+
+
+def checked_engine(args):
+    """--engine read and checked (one error naming the valid engines and options), before any model loads."""
+    from atnat.core.engines import parse_engine  # lazy: start-up
+
+    engine = parse_engine(args.engine, "--engine")
+    if getattr(args, "compile", None) and not engine.is_eager:
+        raise AtnatError(f"--compile and --engine {engine.label}: give one (--engine inductor is the compiled "
+                         "static step on the CPU)")
+    return engine
+
+
+def use_engine(module, engine) -> None:
+    """Decode with `engine` (modelfiles/engines.py); an engine whose tokens may differ from eager's says so."""
+    from atnat.experiments.modelfiles.engines import apply_engine  # lazy: start-up
+
+    info = apply_engine(module, engine)
+    if not info.exact:
+        print(f"atnat: engine {info.label}: bfloat16 products, outputs may differ from eager float32's",
+              file=sys.stderr)
 
 
 def strategy_options(args) -> dict:
@@ -149,9 +172,11 @@ def cmd_evaluate(args) -> None:
 
     from atnat.experiments.modelfiles.quantize import maybe_quantize  # lazy: start-up
 
+    engine = checked_engine(args)
     device = decode_device(args.device, args.quantize, note=lambda text: print(text, file=sys.stderr))
     module, tokenizer = load_module(args.checkpoint, map_location=device)
     module = maybe_quantize(module, args.quantize)
+    use_engine(module, engine)
     teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
     sources = read_lines(Path(args.src), "--src")
     references = [read_lines(Path(r), f"--ref {r}") for r in args.ref]
@@ -161,6 +186,8 @@ def cmd_evaluate(args) -> None:
     rows = evaluate_files(module, tokenizer, sources, references, specs, teacher=teacher,
                           n_bootstrap=args.n_bootstrap, compound_split=args.compound_split, lang=args.lang,
                           speed=speed)
+    for row in rows:
+        row["engine"] = engine.label  # decoding and timing alike
     print_rows(rows, extra=("bleu_tok", "bleu_ci_low", "bleu_ci_high"))
     if args.hyps:
         write_lines_atomic(Path(args.hyps), rows[0]["hypotheses"])
@@ -262,6 +289,14 @@ def add_strategy_args(p) -> None:
     p.add_argument("--option", action="append", metavar="NAME=VALUE", help="any other strategy option")
 
 
+def add_engine_arg(p) -> None:
+    from atnat.core.engines import DEFAULT_ENGINE, ENGINES, OPTIONS  # lazy: start-up
+
+    p.add_argument("--engine", default=DEFAULT_ENGINE, metavar="NAME[+OPTION...]",
+                   help=f"how the model decodes (default {DEFAULT_ENGINE}): {', '.join(ENGINES)}; options "
+                        f"{', '.join('+' + o for o in OPTIONS)} (+bf16 may change outputs; see README, Engines)")
+
+
 def parser() -> argparse.ArgumentParser:
     from atnat.models.decoders.autoregressive import COMPILE_MODES  # lazy: start-up
 
@@ -290,6 +325,7 @@ def parser() -> argparse.ArgumentParser:
                    help="AT only: fixed-shape step under torch.compile (pays at small batches; see results/bench)")
     p.add_argument("--quantize", choices=["none", "int8"], default="none",
                    help="int8: dynamic int8 linear layers (on the CPU, also where a GPU is visible; see modelfiles/quantize.py)")
+    add_engine_arg(p)
     add_strategy_args(p)
     p.set_defaults(fn=cmd_translate)
     p = sub.add_parser("export", parents=[common], help="write a trained model as portable files (safetensors or CTranslate2)")
@@ -322,6 +358,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the scores here as JSON")
     p.add_argument("--quantize", choices=["none", "int8"], default="none",
                    help="int8: dynamic int8 linear layers (on the CPU, also where a GPU is visible; see modelfiles/quantize.py)")
+    add_engine_arg(p)
     add_strategy_args(p)
     p.set_defaults(fn=cmd_evaluate)
     p = sub.add_parser("run", parents=[common], help="run an experiment grid and write results/<grid>/")

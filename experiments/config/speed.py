@@ -1,8 +1,10 @@
 """How a grid's timing phase (and `atnat evaluate`) measures decoding speed: the `speed:` section."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from atnat.core.engines import DEFAULT_ENGINE, parse_engine
 from atnat.core.options import require_at_least, require_optional_at_least
 
 
@@ -23,6 +25,8 @@ class SpeedSettings:
     # bench extra): rows <strategy>-ct2 and speedup columns against its greedy
     aa_control: bool = True  # time the baseline twice, as two systems: the ratio of the two (ideally 1) is
     # the noise floor of every speed ratio of its task (columns speed_noise_low/high)
+    engine: str = DEFAULT_ENGINE  # how our systems decode while timed (core/engines.py, modelfiles/engines.py:
+    # eager, static, packed, inductor, aoti, with +options); recorded per row (timing_engine)
 
     def __post_init__(self) -> None:
         for name in ("latency_sentences", "throughput_sentences", "throughput_batch", "repeats"):
@@ -30,3 +34,12 @@ class SpeedSettings:
         require_at_least(self.warmup, 0, "speed", "warmup")
         require_at_least(self.bootstrap, 0, "speed", "bootstrap")
         require_optional_at_least(self.threads, 1, "speed", "threads")
+        object.__setattr__(self, "engine", parse_engine(self.engine, "speed.engine").label)  # one spelling
+
+    def record(self) -> dict:
+        """These settings as timing.json records them: an eager engine is left out, as timings taken
+        before engines existed recorded it (they were eager), so those stay current."""
+        out = dataclasses.asdict(self)
+        if out["engine"] == "eager":
+            del out["engine"]
+        return out

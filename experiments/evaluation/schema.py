@@ -114,6 +114,8 @@ SPEED = (
                                     "time ratio's 95% interval (low); speed ratios inside it are noise"),
     _c("speed_noise_high", "number", "the A/A control's 95% interval (high)"),
     _c("timing_threads", "number", "CPU threads each system decoded with in the timing phase"),
+    _c("timing_engine", "label", "the decoding engine each system ran with in the timing phase (speed.engine: eager, "
+                                 "static, packed, inductor, aoti; ctranslate2 for a CTranslate2 twin)"),
     _c("decoder_passes", "number", "decoder passes per sentence at batch 1", "lower", ".1f", required=True,
        header="Passes", secondary=True),
     _c("decode_memory_mb", "number", "peak memory of a large-batch decode above the process's resident size "

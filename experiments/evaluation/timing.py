@@ -44,6 +44,7 @@ from atnat.experiments.evaluation.baseline import is_baseline_cell, plain_at_con
 from atnat.experiments.evaluation.schema import SPEED
 from atnat.experiments.files import write_csv, write_json_atomic
 from atnat.experiments.modelfiles import ct2
+from atnat.experiments.modelfiles.engines import apply_engine
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, evaluation_checkpoint, load_module
 
 COLUMNS = ["cell", "strategy", *[c.name for c in SPEED], "fingerprint", "control"]  # timing.csv
@@ -200,7 +201,8 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
                "throughput_sents_s": nt / float(thr[k].sum()), "decoder_passes": passes[k],
                "decode_memory_mb": float(mem[k]) if memory_measured(s, device) else float("nan"),
                "timing_spread": float(spread[k]), "fingerprint": s.fingerprint,
-               "timing_threads": threads, "control": "A/A" if s.strategy.endswith(AA_SUFFIX) else ""}
+               "timing_threads": threads, "timing_engine": engine_of(s),
+               "control": "A/A" if s.strategy.endswith(AA_SUFFIX) else ""}
         base = index.get(baselines.get(s.cell, ("", "")))
         if base is not None:
             b = systems[base]
@@ -220,6 +222,14 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
              row["throughput_speedup_vs_ct2_ci_high"]) = _ratio_ci(thr[twin], thr[k], speed.bootstrap)
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=COLUMNS)
+
+
+def engine_of(system: System) -> str:
+    """The decoding engine a system ran with: its module's (modelfiles/engines.py), ctranslate2 for a twin."""
+    if isinstance(system, ExportedSystem):
+        return "ctranslate2"
+    info = getattr(system.module, "engine_info", None)
+    return info.label if info is not None else "eager"
 
 
 def memory_measured(system: System, device: torch.device) -> bool:
@@ -243,6 +253,8 @@ def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, b
     for cell in cells:
         cfg, run_dir = cell.config, Path(cell.config.output_dir)
         module, tokenizer = load_module(evaluation_checkpoint(run_dir), map_location=device)
+        if speed is not None:
+            apply_engine(module, speed.engine)
         src = load_task(cfg).splits[cfg.eval.split][0]
         sources = [tokenizer.encode(line)[: cfg.train.max_len] for line in src]
         teacher = None
@@ -313,7 +325,7 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
     different sessions. The one exception, named on stderr and in the report (`timing_session`):
     a cell whose checkpoints are gone keeps its earlier timing."""
     path, settings_path = out / "timing.csv", out / "timing.json"
-    settings = {"speed": dataclasses.asdict(speed), "device": device, "device_name": device_name(device),
+    settings = {"speed": speed.record(), "device": device, "device_name": device_name(device),
                 **({"baseline": baseline} if baseline else {})}  # another GPU (or CPU) model times anew
     old = pd.read_csv(path) if path.exists() else None
     if old is not None and (not settings_path.is_file() or json.loads(settings_path.read_text()) != settings):

@@ -19,6 +19,8 @@ from torch import Tensor, nn
 from atnat.core.errors import AtnatError
 from atnat.models.layers import MultiHeadAttention
 
+from atnat.experiments.modelfiles.packed import MappedAttention
+
 QUANTIZE_CHOICES = ("none", "int8")
 
 
@@ -44,29 +46,11 @@ def _int8_linear(weight: Tensor, bias: Tensor | None) -> nn.Module:
         return nnqd.Linear.from_float(plain)
 
 
-class Int8Attention(MultiHeadAttention):
+class Int8Attention(MappedAttention):
     """MultiHeadAttention whose projections are dynamic int8 maps (attend() is inherited)."""
 
     def __init__(self, float_attn: MultiHeadAttention):
-        nn.Module.__init__(self)
-        self.h, self.dh, self.dropout, self.d = float_attn.h, float_attn.dh, float_attn.dropout, float_attn.d
-        w, b, d = float_attn.in_weight.detach(), float_attn.in_bias.detach(), float_attn.d
-        self.qkv = _int8_linear(w, b)
-        self.q = _int8_linear(w[:d], b[:d])
-        self.kv = _int8_linear(w[d:], b[d:])
-        self.out_proj = _int8_linear(float_attn.out_proj.weight.detach(), float_attn.out_proj.bias.detach())
-        self.training = float_attn.training
-
-    def project_q(self, x: Tensor) -> Tensor:
-        return self.split_heads(self.q(x))  # (B, H, T, Dh)
-
-    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        k, v = self.kv(x).chunk(2, dim=-1)
-        return self.split_heads(k), self.split_heads(v)  # 2 x (B, H, S, Dh)
-
-    def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        q, k, v = self.qkv(x).chunk(3, dim=-1)
-        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+        super().__init__(float_attn, _int8_linear)
 
 
 def quantize_int8(module):
@@ -79,7 +63,7 @@ def quantize_int8(module):
     q = copy.deepcopy(module).eval()
     for parent in list(q.modules()):
         for name, child in list(parent.named_children()):
-            if isinstance(child, MultiHeadAttention) and not isinstance(child, Int8Attention):
+            if isinstance(child, MultiHeadAttention) and not isinstance(child, MappedAttention):
                 setattr(parent, name, Int8Attention(child))
     out = q.decoder.output
     q.decoder.output = _int8_linear(out.weight.detach(), None if out.bias is None else out.bias.detach())

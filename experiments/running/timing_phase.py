@@ -7,7 +7,6 @@ device's model, so timings taken on another GPU model are taken again.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -69,7 +68,7 @@ def timing_is_current(grid, out: Path) -> bool:
     except (OSError, ValueError):
         return False
     speed = SpeedSettings(**grid.speed)
-    if settings.get("speed") != json.loads(json.dumps(dataclasses.asdict(speed))) or settings.get("baseline") != grid.baseline:
+    if settings.get("speed") != json.loads(json.dumps(speed.record())) or settings.get("baseline") != grid.baseline:
         return False
     timeable = [c for c in done if evaluation_checkpoint(Path(c.config.output_dir)).is_file()]
     fresh = table[table.cell.isin([c.name for c in timeable])]
@@ -90,4 +89,5 @@ def timing_description(out: Path, job_id: str | None = None, default_threads: in
     if str(settings.get("device", "")).startswith("cpu"):
         threads = (settings.get("speed") or {}).get("threads") or default_threads
         text += f", {threads} CPU thread{'' if threads == 1 else 's'}" if threads else ", torch's default CPU threads"
+    text += f", engine {(settings.get('speed') or {}).get('engine', 'eager')}"
     return text + (f", in cluster job {job_id}" if job_id else "")

@@ -19,6 +19,7 @@ from atnat.models.losses import Loss, label_smoothed_nll, token_accuracy
 
 SCHEDULES = ("none", "linear", "exponential", "inverse_sigmoid")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")  # torch.compile modes for the static step
+STEP_ATTENTION = ("sdpa", "fused")  # the static step's attention: SDPA, or MultiHeadAttention.attend_fused
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,11 @@ class AutoregressiveDecoder(Decoder):
         self.static_cache = False  # see use_static_cache
         self._static_impl = self._static_step
         self._static_pool = BufferPool()  # buffer sets of recent static decodes, reused by shape
+        self._static_masked = False  # always give the step a memory mask (all True without padding)
+        self._static_attention = "sdpa"
 
-    def use_static_cache(self, enabled: bool = True, compile_mode: str | None = None) -> None:
+    def use_static_cache(self, enabled: bool = True, compile_mode: str | None = None, *, step=None,
+                         always_mask: bool = False, attention: str = "sdpa") -> None:
         """Decode with a fixed-shape step: the KV cache is allocated once for the strategy's
         maximum length and every step attends over all of it under a position mask, with the step
         index kept on the device. Shapes then never change from step to step, which is what
@@ -100,12 +104,18 @@ class AutoregressiveDecoder(Decoder):
         needs to compile the step once. More: the step runs on the same tensors at every step (and
         on those of the last decode of the same shapes; see static_cache.py): finished rows stay in
         the buffers, masked out, and beams are reordered in place. Not used with a monotonic
-        attention window."""
+        attention window.
+        An engine (experiments/modelfiles/engines.py) gives its own `step`, a callable with the
+        signature of `_static_step` (e.g. an AOTInductor package of `static_step_module`);
+        `always_mask` gives the step a memory mask even when the batch has no padding (one compiled
+        variant instead of two); `attention` "fused" writes the step's attention as
+        MultiHeadAttention.attend_fused (for a compiler to fuse)."""
+        require_choice(attention, STEP_ATTENTION, "use_static_cache", "attention")
         self.static_cache = enabled
-        if not enabled:
-            self._static_pool.clear()
-        self._static_impl = self._static_step if not compile_mode else torch.compile(
-            self._static_step, mode=compile_mode, dynamic=None)
+        self._static_pool.clear()
+        self._static_masked, self._static_attention = always_mask, attention
+        impl = step or self._static_step
+        self._static_impl = impl if not compile_mode else torch.compile(impl, mode=compile_mode, dynamic=None)
 
     @property
     def max_output_length(self) -> int:
@@ -219,15 +229,18 @@ class AutoregressiveDecoder(Decoder):
         at = pos.view(1)
         x = self.embed.add_positions_at(self.embed.tokens(tokens.unsqueeze(1)) * self.embed.scale, at)  # (R, 1, D)
         valid = (torch.arange(cap, device=pos.device) <= pos).view(1, 1, 1, cap)  # filled positions
+        fused = self._static_attention == "fused"
         for i, layer in enumerate(self.layers):
             def self_block(h, i=i, attn=layer.self_attn):
                 q, k, v = attn.project_qkv(h)  # (R, H, 1, Dh)
                 self_k[i].index_copy_(2, at, k)  # (R, H, C, Dh) at column pos
                 self_v[i].index_copy_(2, at, v)
+                if fused:
+                    return attn.attend_fused(q, self_k[i], self_v[i], valid), None
                 return attn.attend(q, self_k[i], self_v[i], mask=valid)
             x, _ = layer.res_self(x, self_block)
             x, _ = layer.res_cross(x, lambda h, i=i, attn=layer.cross_attn: _grouped_cross(
-                attn, h, cross_k[i], cross_v[i], memory_mask, group, False))
+                attn, h, cross_k[i], cross_v[i], memory_mask, group, False, fused))
             x, _ = layer.res_ffn(x, lambda h, layer=layer: (layer.ffn(h), None))
         pos.add_(1)
         return F.log_softmax(self.output(self.final_norm(x[:, 0])).float(), -1)  # (R, V)
@@ -317,8 +330,10 @@ class AutoregressiveDecoder(Decoder):
         """The static-cache state holding `plain`'s contents (t steps cached) in a buffer set of the
         pool, claimed for `lease`."""
         rows, t = plain.row_to_memory.numel(), plain.t
-        buf = self._static_pool.take(lease, rows=rows, capacity=capacity, cross=plain.cross_k,
-                                     masked=plain.memory_mask is not None)
+        masked = plain.memory_mask is not None or self._static_masked
+        buf = self._static_pool.take(lease, rows=rows, capacity=capacity, cross=plain.cross_k, masked=masked)
+        if masked and plain.memory_mask is None:
+            buf.memory_mask.fill_(True)  # a batch without padding: every source position attendable
         for dst, src in ((buf.cross_k, plain.cross_k), (buf.cross_v, plain.cross_v),
                          (buf.memory_mask, plain.memory_mask), (buf.self_k[:, :, :, :t], plain.self_k[:, :, :, :t]),
                          (buf.self_v[:, :, :, :t], plain.self_v[:, :, :, :t])):
@@ -342,13 +357,15 @@ class AutoregressiveDecoder(Decoder):
 
 
 def _grouped_cross(attn, h: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, group: int,
-                   need_weights: bool) -> tuple[Tensor, Tensor | None]:
+                   need_weights: bool, fused: bool = False) -> tuple[Tensor, Tensor | None]:
     """Cross-attention of h (R, 1, D) over M memory rows k/v (M, H, S, Dh), rows laid out as M
     contiguous groups sharing one memory row -> (R, 1, D), weights (R, H, S) if asked."""
     q = attn.project_q(h)  # (R, H, 1, Dh)
     r, hh, _, dh = q.shape
     m, g = k.size(0), max(group, 1)
     q = q.view(m, g, hh, dh).transpose(1, 2)  # (M, H, g, Dh): a group's queries share one memory row
+    if fused:
+        return attn.attend_fused(q, k, v, mask).reshape(r, 1, -1), None  # (M, g, D) -> (R, 1, D)
     out, w = attn.attend(q, k, v, mask=mask, need_weights=need_weights)  # (M, g, D)
     return out.reshape(r, 1, -1), None if w is None else w.transpose(1, 2).reshape(r, hh, -1)  # (R, H, S)
 

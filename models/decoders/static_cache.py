@@ -88,3 +88,39 @@ def place_rows(src: Tensor, group: int) -> tuple[Tensor | None, bool]:
     dst = mem * group + rank  # (R',)
     overflow, moved = torch.stack([(rank >= group).any(), (dst != src).any()]).tolist()
     return (None, True) if overflow else (dst, moved)
+
+
+class StaticStep(torch.nn.Module):
+    """The static-cache step of an AT decoder as a module of tensors only, for torch.export /
+    AOTInductor: forward(tokens, pos, self_k, self_v, cross_k, cross_v, memory_mask) -> log-probs
+    (R, V), updating the caches and pos in place; `group` (rows per memory row) is fixed per module."""
+
+    DIMS = {"M": (1, 65536), "S": (1, 4096), "C": (1, 4096)}  # the dynamic dimensions' ranges (min, max)
+
+    def __init__(self, decoder, group: int):
+        super().__init__()
+        self.decoder, self.group = decoder, group
+
+    def forward(self, tokens: Tensor, pos: Tensor, self_k: Tensor, self_v: Tensor, cross_k: Tensor,
+                cross_v: Tensor, memory_mask: Tensor) -> Tensor:
+        return self.decoder._static_step(tokens, pos, self_k, self_v, cross_k, cross_v, memory_mask, self.group)
+
+    def example(self, dtype: torch.dtype = torch.float32) -> tuple[tuple[Tensor, ...], tuple]:
+        """Example inputs of a masked step and their dynamic dimensions (torch.export.Dim): M memory
+        rows, R = group x M buffer rows, S source positions, C cache positions. The example sizes
+        are distinct and above 1, so that export specialises none of them."""
+        dim = torch.export.Dim
+        m, s, c = 3, 7, 16
+        n_layers, h = len(self.decoder.layers), self.decoder.layers[0].self_attn.h
+        dh = self.decoder.layers[0].self_attn.dh
+        r = self.group * m
+        dev = self.decoder.output.weight.device
+        cache = lambda n, t: torch.zeros(n_layers, n, h, t, dh, dtype=dtype, device=dev)  # (L, n, H, t, Dh)
+        args = (torch.full((r,), 4, dtype=torch.long, device=dev), torch.zeros((), dtype=torch.long, device=dev),
+                cache(r, c), cache(r, c), cache(m, s).normal_(), cache(m, s).normal_(),
+                torch.ones(m, 1, 1, s, dtype=torch.bool, device=dev))
+        rows_m, src, cap = (dim(name, min=low, max=high) for name, (low, high) in self.DIMS.items())
+        rows = rows_m * self.group if self.group > 1 else rows_m
+        shapes = ({0: rows}, None, {1: rows, 3: cap}, {1: rows, 3: cap}, {1: rows_m, 3: src}, {1: rows_m, 3: src},
+                  {0: rows_m, 3: src})
+        return args, shapes

@@ -1,0 +1,137 @@
+"""Decoding engines: how a trained model's hot path runs, chosen by name (`--engine` of translate,
+evaluate and bench; `speed: {engine: ...}` of a grid's timing phase). The names and options are
+core/engines.py; exact engines decode the tokens eager decodes (tests/test_engines.py).
+
+- eager     the modules as trained; the AT step grows its KV cache (the reference)
+- static    the AT step on a fixed-shape KV cache (models/decoders/static_cache.py), eager
+- packed    every linear layer (every decoder, the encoder too) on a weight packed once for the CPU
+            GEMM (packed.py: MKL's packed sgemm; oneDNN with +onednn or +bf16), eager
+- inductor  the static AT step under torch.compile: inductor with cpp_wrapper and weight freezing
+- aoti      the static AT step as an AOTInductor package (weights frozen in), compiled in this
+            process at the first decode of each group size and kept in memory (aoti.py; never
+            loaded from disk); no Python per op while it runs
+
+Options: +autotune (inductor, aoti: max-autotune, inductor's CPP GEMM templates compete with the
+library GEMMs), +fused (static, inductor, aoti: the step's attention as broadcast products a
+compiler fuses into loops over the cache), +onednn (packed: oneDNN's float32 GEMM instead of MKL's),
++bf16 (any: linear weights in bfloat16, a product in bfloat16; opt-in, outputs may differ).
+Engines other than eager and static run on the CPU. `apply_engine` changes a module in place.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+
+from atnat.core.engines import DEFAULT_ENGINE, ENGINES, OPTIONS, STEP_ENGINES, Engine, parse_engine, touches
+from atnat.core.errors import AtnatError
+
+from atnat.experiments.modelfiles.aoti import CompiledStep, CompileRecord, PackageCache, weights_sha256
+from atnat.experiments.modelfiles.packed import Bf16Linear, PackedLinear, replace_linears
+
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "OPTIONS", "Engine", "EngineInfo", "apply_engine", "parse_engine", "touches"]
+
+
+def inductor_configs(engine: Engine) -> dict:
+    """Inductor settings of a compiled engine: weights frozen (and packed), autotuned GEMMs on ask."""
+    configs = {"freezing": True}
+    if engine.has("autotune"):
+        configs.update(max_autotune=True, max_autotune_gemm_backends="CPP,ATEN")
+    return configs
+
+
+@dataclass
+class EngineInfo:
+    """What apply_engine did: the engine, the linear maps it swapped, the compilations it ran
+    (filled as they happen: a compiled step compiles at its first decode of each group size)."""
+
+    engine: Engine
+    swapped: int = 0
+    records: list[CompileRecord] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return self.engine.label
+
+    @property
+    def exact(self) -> bool:
+        return self.engine.exact
+
+    @property
+    def compile_s(self) -> float:
+        """Seconds spent compiling so far; NaN when the engine compiles nothing."""
+        return sum(r.seconds for r in self.records) if self.records else float("nan")
+
+
+def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | None = None) -> EngineInfo:
+    """Make `module` (a Seq2SeqModule in eval mode) decode with `engine`, in place; -> EngineInfo
+    (also kept as module.engine_info). Refused (one error) on a module in training mode, and for
+    every engine but eager and static on a device other than the CPU."""
+    engine = parse_engine(engine)
+    info = EngineInfo(engine)
+    if engine.is_eager:
+        module.engine_info = info
+        return info
+    if getattr(module, "engine_info", None) is not None and not module.engine_info.engine.is_eager:
+        raise AtnatError(f"engine {engine.label}: the model already decodes with {module.engine_info.label}")
+    if module.device.type != "cpu" and engine.name != "static":
+        raise AtnatError(f"engine {engine.label}: runs on the CPU only; the model is on {module.device} "
+                         "(eager, static, or --compile there)")
+    if module.training:
+        raise AtnatError(f"engine {engine.label}: for inference only; the model is in training mode")
+    decoder = module.decoder
+    steps = engine.name in STEP_ENGINES and "step" in decoder.capabilities
+    if engine.name in ("inductor", "aoti") and _quantized(module):
+        raise AtnatError(f"engine {engine.label}: does not compile int8 models (dynamic int8 layers); "
+                         "use static with --quantize int8")
+    if engine.name == "packed":
+        make = partial(PackedLinear, backend="onednn" if engine.has("onednn") or engine.has("bf16") else "mkl",
+                       dtype=torch.bfloat16 if engine.has("bf16") else torch.float32)
+        info.swapped = replace_linears(module, make)
+    elif engine.has("bf16"):
+        info.swapped = replace_linears(module, Bf16Linear)
+    if steps:
+        decoder.use_static_cache(True, step=_step(decoder, engine, info, cache), always_mask=engine.name != "static",
+                                 attention="fused" if engine.has("fused") else "sdpa")
+    module.engine_info = info
+    return info
+
+
+def _quantized(module) -> bool:
+    return any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in module.modules())
+
+
+class FirstCallTimer:
+    """A compiled step (torch.compile's) whose first call per group size, where it compiles, is
+    timed into the engine's records."""
+
+    def __init__(self, step, records: list[CompileRecord], what: str):
+        self.step, self.records, self.what, self.seen = step, records, what, set()
+
+    def __call__(self, *args):
+        group = args[-1]
+        if group in self.seen:
+            return self.step(*args)
+        began = time.perf_counter()
+        out = self.step(*args)
+        seconds = time.perf_counter() - began
+        self.seen.add(group)
+        self.records.append(CompileRecord(f"{self.what}, group {group} (first call)", "", True, seconds, seconds))
+        return out
+
+
+def _step(decoder, engine: Engine, info: EngineInfo, cache: PackageCache | None):
+    """The static step callable of a step engine (None: the decoder's own, eager)."""
+    if engine.name == "static":
+        return None
+    configs = inductor_configs(engine)
+    if engine.name == "inductor":
+        compiled = torch.compile(decoder._static_step, options={**configs, "cpp_wrapper": True}, dynamic=None)
+        return FirstCallTimer(compiled, info.records, "at step under torch.compile")
+    step = CompiledStep(decoder, cache, configs=configs,
+                        fields={"weights": weights_sha256(decoder), "engine": engine.label,
+                                "class": type(decoder).__qualname__, "model": repr(decoder.cfg)})
+    step.records = info.records  # the engine's report sees each package as it is built
+    return step

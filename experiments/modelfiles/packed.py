@@ -1,0 +1,116 @@
+"""Linear layers with their weights laid out once for the CPU's GEMM kernels (the `packed` engine and
+the bf16 option of every engine; see engines.py).
+
+PackedLinear keeps one pre-packed copy of a weight: MKL's packed sgemm (`torch.ops.mkl._mkl_linear`,
+what inductor's freezing uses for float32) or oneDNN's blocked layout (`torch.ops.mkldnn.
+_linear_pointwise`, float32 or bfloat16). Bf16Linear stores a bfloat16 weight and multiplies in
+bfloat16 (half the bytes per GEMV; oneDNN uses avx512_bf16/AMX where the CPU has them), activations
+around it stay float32. `replace_linears` swaps every linear map of a model, including the
+attention's fused q|k|v parameter and the vocabulary projection; embeddings are left as they are.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from atnat.core.errors import AtnatError
+from atnat.models.layers import MultiHeadAttention
+
+BACKENDS = ("mkl", "onednn")
+
+
+class PackedLinear(nn.Module):
+    """y = x W^T + b on a weight packed once for the CPU kernels: `backend` "mkl" (float32 only)
+    or "onednn" (float32 or bfloat16: `dtype`; a bfloat16 product returns float32)."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, *, backend: str = "mkl",
+                 dtype: torch.dtype = torch.float32):
+        super().__init__()
+        if weight.device.type != "cpu":
+            raise AtnatError(f"packed linear layers run on the CPU only; the weight is on {weight.device}")
+        if backend not in BACKENDS or (backend == "mkl" and dtype != torch.float32):
+            raise AtnatError(f"packed linear: backend {backend!r} with {dtype}; valid: mkl (float32), onednn "
+                             "(float32, bfloat16)")
+        self.backend, self.dtype = backend, dtype
+        self.out_features, self.in_features = weight.shape
+        w = weight.detach().to(dtype).contiguous()
+        self.register_buffer("weight", w, persistent=False)  # MKL's kernel reads the plain weight too
+        self.register_buffer("bias", None if bias is None else bias.detach().to(dtype).clone(), persistent=False)
+        with torch.no_grad():
+            if backend == "mkl":
+                self.packed = torch.ops.mkl._mkl_reorder_linear_weight(w, 1)
+            else:
+                self.packed = torch.ops.mkldnn._reorder_linear_weight(w, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = x.reshape(-1, self.in_features)  # (N, in)
+        if self.backend == "mkl":
+            out = torch.ops.mkl._mkl_linear(flat, self.packed, self.weight, self.bias, 1)
+        else:
+            out = torch.ops.mkldnn._linear_pointwise(flat.to(self.dtype), self.packed, self.bias, "none", [], "")
+        return out.to(x.dtype).view(*x.shape[:-1], self.out_features)  # (..., out)
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}, backend={self.backend}, dtype={self.dtype}"
+
+
+class Bf16Linear(nn.Module):
+    """y = x W^T + b with W (and b) stored in bfloat16 and the product taken in bfloat16; x and y
+    stay float32. Plain ops, so a compiler (inductor freezing, AOTInductor) packs W for its kernels."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None):
+        super().__init__()
+        self.register_buffer("weight", weight.detach().to(torch.bfloat16).contiguous(), persistent=False)
+        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.bfloat16).clone(),
+                             persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nn.functional.linear(x.to(torch.bfloat16), self.weight, self.bias).to(x.dtype)
+
+
+class MappedAttention(MultiHeadAttention):
+    """MultiHeadAttention whose projections are given linear maps (attend() is inherited): q|k|v for
+    self-attention, q and k|v for cross-attention, and the output projection."""
+
+    def __init__(self, attn: MultiHeadAttention, make: Callable[[Tensor, Tensor | None], nn.Module]):
+        nn.Module.__init__(self)
+        self.h, self.dh, self.dropout, self.d = attn.h, attn.dh, attn.dropout, attn.d
+        w, b, d = attn.in_weight.detach(), attn.in_bias.detach(), attn.d
+        self.qkv, self.q, self.kv = make(w, b), make(w[:d], b[:d]), make(w[d:], b[d:])
+        out = attn.out_proj
+        self.out_proj = out if not isinstance(out, nn.Linear) else make(out.weight.detach(), _bias(out))
+        self.training = attn.training
+
+    def project_q(self, x: Tensor) -> Tensor:
+        return self.split_heads(self.q(x))  # (B, H, T, Dh)
+
+    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        k, v = self.kv(x).chunk(2, dim=-1)
+        return self.split_heads(k), self.split_heads(v)  # 2 x (B, H, S, Dh)
+
+    def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+
+
+def _bias(linear: nn.Linear) -> Tensor | None:
+    return None if linear.bias is None else linear.bias.detach()
+
+
+def replace_linears(module: nn.Module, make: Callable[[Tensor, Tensor | None], nn.Module]) -> int:
+    """Swap, in place, every nn.Linear below `module` (the vocabulary projection included) for
+    make(weight, bias), and every attention for a MappedAttention over such maps; -> maps swapped.
+    Dynamic int8 layers (not nn.Linear; packed by their own kernels) are left alone."""
+    swapped = 0
+    for name, child in list(module.named_children()):
+        if isinstance(child, MultiHeadAttention) and not isinstance(child, MappedAttention):
+            setattr(module, name, MappedAttention(child, make))
+            swapped += 4
+        elif isinstance(child, nn.Linear):
+            setattr(module, name, make(child.weight.detach(), _bias(child)))
+            swapped += 1
+        else:
+            swapped += replace_linears(child, make)
+    return swapped

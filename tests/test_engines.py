@@ -1,0 +1,214 @@
+"""Decoding engines (experiments/modelfiles/engines.py): every exact engine decodes the tokens eager
+decodes, greedy and beam 5, at batch 1 and on a padded batch whose sentences end at different steps;
+the packed linear layers also for the NAT decoders (parallel, mask-predict, CTC); bf16 runs and says
+it is not exact; int8 models take the engines that apply to them; a compiled step is compiled in
+this process and never loaded from disk. The compiling engines (inductor, aoti) are `slow`."""
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+from atnat.core.engines import DEFAULT_ENGINE, ENGINES, OPTIONS, parse_engine, touches
+from atnat.core.errors import AtnatError
+from atnat.decoding.beam import Beam
+from atnat.decoding.ctc import CTC
+from atnat.decoding.greedy import Greedy
+from atnat.decoding.mask_predict import MaskPredict
+from atnat.decoding.parallel import Parallel
+from atnat.experiments.modelfiles import aoti
+from atnat.experiments.modelfiles.engines import apply_engine
+from atnat.experiments.modelfiles.packed import PackedLinear
+from atnat.experiments.modelfiles.quantize import quantize_int8
+from atnat.models.seq2seq import Seq2SeqModule
+
+SMALL = dict(d_model=32, n_heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
+V = 40
+STRATEGIES = {"greedy": Greedy(max_len_a=1.0, max_len_b=2, min_len=1),
+              "beam5": Beam(beam_size=5, max_len_a=1.0, max_len_b=2, min_len=1)}
+
+
+def at_model() -> Seq2SeqModule:
+    """A random AT model whose outputs end at different steps (weights x2, an EOS bias; as
+    tests/test_static_step.py's)."""
+    torch.manual_seed(2)
+    model = Seq2SeqModule(vocab_size=V, decoder="at", model=SMALL).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(2.0)
+        model.decoder.output.bias[model.special.eos] += 1.0
+    return model
+
+
+def nat_model(decoder: str, **options) -> Seq2SeqModule:
+    torch.manual_seed(3)
+    return Seq2SeqModule(vocab_size=V, decoder=decoder, model=SMALL, decoder_options=options or None).eval()
+
+
+def batches() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Batch 1, and 6 sentences padded to 4 lengths."""
+    g = torch.Generator().manual_seed(2)
+    src = torch.randint(6, V, (6, 8), generator=g)  # (B, S)
+    src[3, 6:] = 0
+    src[4, 5:] = 0
+    src[5, 3:] = 0
+    lengths = src.ne(0).sum(1)
+    return {"b1": (src[:1], lengths[:1]), "padded": (src, lengths)}
+
+
+def assert_same_tokens(model, engine: str, strategies: dict, *, decode_twice: bool = True, scores: bool = True):
+    """The model with `engine` decodes every strategy and batch with the tokens (and lengths, and
+    decoder passes) of the eager model."""
+    engined = copy.deepcopy(model)
+    info = apply_engine(engined, engine)
+    assert info.exact and engined.engine_info is info
+    for name, strategy in strategies.items():
+        for batch, (src, lengths) in batches().items():
+            with torch.inference_mode():
+                ref = model.decode(src, lengths, strategy)
+                for _ in range(2 if decode_twice else 1):  # the second reuses buffers / compiled code
+                    out = engined.decode(src, lengths, strategy)
+                    assert torch.equal(out.tokens, ref.tokens), f"{engine} {name} {batch}: tokens differ"
+                    assert torch.equal(out.lengths, ref.lengths) and out.n_steps == ref.n_steps
+                    if scores:
+                        torch.testing.assert_close(out.scores, ref.scores, atol=1e-4, rtol=1e-4)
+    return info
+
+
+def test_the_padded_batch_ends_at_different_steps():
+    """What makes the exactness tests bite: rows finish (EOS) at different steps, beams reorder."""
+    src, lengths = batches()["padded"]
+    with torch.inference_mode():
+        for strategy in STRATEGIES.values():
+            out = at_model().decode(src, lengths, strategy)
+            assert len(set(out.lengths[:, 0].tolist())) >= 3
+
+
+@pytest.mark.parametrize("engine", ["static", "static+fused", "packed", "packed+onednn"])
+def test_exact_eager_engines_decode_the_tokens_of_eager(engine):
+    info = assert_same_tokens(at_model(), engine, STRATEGIES)
+    if engine.startswith("packed"):
+        assert info.swapped > 0
+    assert info.compile_s != info.compile_s  # nothing compiled: NaN
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["inductor", "aoti", "aoti+fused"])
+def test_compiled_engines_decode_the_tokens_of_eager(engine):
+    info = assert_same_tokens(at_model(), engine, STRATEGIES)
+    groups = sorted(r.what for r in info.records)
+    assert len(groups) == 2 and info.compile_s > 0  # greedy (group 1) and beam 5 (group 5), each compiled once
+
+
+@pytest.mark.parametrize("decoder,options,strategies", [
+    ("nat", {}, {"parallel": Parallel(), "parallel-lb3": Parallel(length_beam=3)}),
+    ("cmlm", {}, {"mask-predict": MaskPredict(iterations=4, length_beam=2)}),
+    ("ctc", {"upsample": 2}, {"ctc": CTC(), "ctc-beam4": CTC(beam_size=4)}),
+], ids=["nat", "cmlm", "ctc"])
+def test_packed_linears_decode_the_nat_tokens_of_eager(decoder, options, strategies):
+    model = nat_model(decoder, **options)
+    info = assert_same_tokens(model, "packed", strategies, decode_twice=False)
+    assert info.swapped > 0
+
+
+def test_step_engines_leave_a_nat_decoder_as_it_is():
+    model = nat_model("nat")
+    info = apply_engine(model, "static")
+    assert info.swapped == 0 and not touches(parse_engine("static"), "parallel")
+    assert touches(parse_engine("packed"), "parallel") and touches(parse_engine("aoti+bf16"), "ctc")
+
+
+@pytest.mark.parametrize("engine", ["packed+bf16", "static+bf16"])
+def test_bf16_runs_and_says_it_is_not_exact(engine):
+    model = at_model()
+    info = apply_engine(model, engine)
+    assert not info.exact and not parse_engine(engine).exact and info.swapped > 0
+    src, lengths = batches()["padded"]
+    with torch.inference_mode():
+        for strategy in STRATEGIES.values():
+            out = model.decode(src, lengths, strategy)
+            assert out.tokens.shape[0] == 6 and torch.isfinite(out.scores).all()
+    assert all(p.dtype == torch.bfloat16 for m in model.modules() if isinstance(m, PackedLinear) for p in [m.weight])
+
+
+def test_int8_models_take_the_static_and_packed_engines():
+    """On an int8 model, static replaces the step: the same tokens here, but not the same scores
+    (dynamic int8 scales each step's activations by the whole batch's range, and the static step
+    keeps finished rows in its batch where eager drops them; so int8 is not exact by construction,
+    with or without an engine). packed leaves the int8 layers as they are (no float linear map left)."""
+    model = quantize_int8(at_model())
+    assert_same_tokens(model, "static", STRATEGIES, scores=False)
+    assert assert_same_tokens(model, "packed", {"greedy": STRATEGIES["greedy"]}).swapped == 0
+
+
+def test_compiling_engines_refuse_int8_models():
+    with pytest.raises(AtnatError, match="does not compile int8 models"):
+        apply_engine(quantize_int8(at_model()), "aoti")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("turbo", "unknown engine 'turbo'; valid: engines eager, static, packed, inductor, aoti; options \\+autotune"),
+    ("aoti+fast", "unknown option 'fast'"),
+    ("packed+autotune", r"\+autotune applies to inductor, aoti, not packed"),
+])
+def test_a_bad_engine_is_one_error_naming_the_valid_ones(text, message):
+    with pytest.raises(AtnatError, match=message):
+        parse_engine(text, "--engine")
+
+
+def test_engine_names_and_the_default():
+    assert parse_engine(None).label == DEFAULT_ENGINE == "eager"
+    assert parse_engine("aoti+fused+autotune").label == "aoti+autotune+fused"  # options sorted: one spelling
+    assert set(ENGINES) == {"eager", "static", "packed", "inductor", "aoti"}
+    assert set(OPTIONS) == {"autotune", "fused", "onednn", "bf16"}
+
+
+def test_an_engine_is_applied_once_and_in_eval_mode_only():
+    model = at_model()
+    apply_engine(model, "static")
+    with pytest.raises(AtnatError, match="already decodes with static"):
+        apply_engine(model, "packed")
+    with pytest.raises(AtnatError, match="inference only"):
+        apply_engine(at_model().train(), "packed")
+
+
+def test_aoti_packages_are_compiled_in_process_and_kept_in_memory_only(monkeypatch, tmp_path):
+    """Nothing read from disk runs: a package is loaded only right after this process compiled it
+    (into a private temporary folder, gone afterwards); the same weights and engine in the same
+    process reuse it, other weights compile anew. inductor's compile stands in for a fake here."""
+    compiled, loaded = [], []
+    folders = []
+
+    def fake_compile(program, package_path, inductor_configs):
+        folders.append(package_path)
+        with open(package_path, "w") as f:
+            f.write("package")
+        compiled.append(package_path)
+
+    def fake_load(path):
+        assert path in compiled, "a package this process did not just compile was loaded"
+        loaded.append(path)
+        return lambda *args: "ran"
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", fake_compile)
+    monkeypatch.setattr(torch._inductor, "aoti_load_package", fake_load)
+    monkeypatch.setattr(aoti, "PACKAGES", aoti.PackageCache())
+    monkeypatch.setattr(torch.export, "export", lambda module, args, **kw: None)
+    first = at_model()
+    info = apply_engine(first, "aoti")
+    step = first.decoder._static_impl
+    assert step(*[None] * 7, 1) == "ran" and step(*[None] * 7, 1) == "ran"
+    second = at_model()  # same weights: the package of the first
+    info2 = apply_engine(second, "aoti")
+    assert second.decoder._static_impl(*[None] * 7, 1) == "ran"
+    assert len(compiled) == 1 and [r.compiled for r in info.records + info2.records] == [True, False]
+    third = at_model()
+    with torch.no_grad():
+        third.decoder.output.bias.add_(1.0)
+    apply_engine(third, "aoti")
+    third.decoder._static_impl(*[None] * 7, 1)
+    assert len(compiled) == 2  # other weights: compiled again
+    assert not any(os.path.exists(os.path.dirname(p)) for p in folders)  # the temporary folders are gone
