@@ -3,6 +3,8 @@ that follow from the medians; the KV-cached fast paths equal a no-cache referenc
 CTranslate2 peers emit exactly the forced number of tokens; the training benchmark runs every decoder."""
 from dataclasses import dataclass
 
+from types import SimpleNamespace
+
 import pandas as pd
 from numpy.testing import assert_allclose
 import pytest
@@ -357,3 +359,19 @@ def test_count_gives_instructions_per_call_by_kind_of_code():
     shares = ours[[c for c in df.columns if c.endswith("_share")]].sum(axis=1)
     assert ((shares > 0.99) & (shares < 1.01)).all()
     assert ct2.instructions_per_call.isna().all() and ct2.error.str.contains("worker thread").all()  # not counted
+
+
+def test_each_timed_bench_call_follows_an_untimed_call_of_its_own_system(monkeypatch):
+    """As in the grid's timing phase: no system is timed on caches another system warmed."""
+    from atnat.experiments.bench import systems as bench_systems
+
+    log = []
+    monkeypatch.setattr(bench_systems, "timed_call", lambda fn, spec: (log.append("timed"), fn(), (0.0, 0.0))[-1])
+    rows = [bench_systems.System(name, "greedy", lambda name=name: log.append(name), lambda: {})
+            for name in ("ours", "ours-static", "ct2-f32")]
+    spec = SimpleNamespace(warmup=1, repeats=3)
+    bench_systems.time_round_robin(rows, spec)
+    assert log.count("timed") == 9
+    for i, entry in enumerate(log):
+        if entry == "timed":
+            assert log[i - 1] == log[i + 1] != "timed"  # untimed call, timed call: the same system
