@@ -404,10 +404,11 @@ def test_the_mixing_sentence_stays_short_with_many_systems():
     rates = {"nat / parallel": 0.667, "nat-kd / parallel": 0.15, "cmlm / mask-predict-10": 0.0,
              "cmlm / mask-predict-1": 0.76, "ctc / ctc": 0.007}
     rows = [{"family": "at", "strategy": "greedy", "decoder": "at", "mixing_rate": 0.0},
-            {"family": "at", "strategy": "beam5", "decoder": "at", "mixing_rate": 0.0}]
+            {"family": "at", "strategy": "beam5", "decoder": "at", "mixing_rate": 0.0},
+            {"family": "at-ga", "strategy": "greedy", "decoder": "at", "mixing_rate": 0.0}]
     rows += [{"family": k.split(" / ")[0], "strategy": k.split(" / ")[1], "decoder": k.split("-")[0].split(" ")[0],
               "mixing_rate": v} for k, v in rates.items()]
     text = _mixing(pd.DataFrame(rows).assign(autoregressive=lambda d: d.decoder == "at"))
-    assert text == (" Variant mixing (sentences whose words come from more than one target variant): AT `at / greedy` "
-                    "0.0%, `at / beam5` 0.0%; NAT from `cmlm / mask-predict-10` 0.0% to `cmlm / mask-predict-1` 76.0% "
+    assert text == (" Variant mixing (sentences whose words come from more than one target variant): AT 0.0% (all 3 "
+                    "systems); NAT from `cmlm / mask-predict-10` 0.0% to `cmlm / mask-predict-1` 76.0% "
                     "(5 systems) (every system: the overview's Mixing column).")

@@ -90,6 +90,8 @@ def _mixing_range(family: str, rows: pd.DataFrame) -> str:
     if len(ordered) <= 2 or len(ordered) <= MIXING_NAMED // 2:
         return f"{family} " + ", ".join(name(r) for _, r in ordered.iterrows())
     low, high = ordered.iloc[0], ordered.iloc[-1]
+    if low["mixing_rate"] == high["mixing_rate"]:
+        return f"{family} {100 * low['mixing_rate']:.1f}% (all {len(ordered)} systems)"
     return f"{family} from {name(low)} to {name(high)} ({len(ordered)} systems)"
 
 
