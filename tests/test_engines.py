@@ -24,23 +24,16 @@ from atnat.experiments.modelfiles.packed import PackedLinear
 from atnat.experiments.modelfiles.quantize import quantize_int8
 from atnat.models.seq2seq import Seq2SeqModule
 
-SMALL = dict(d_model=32, n_heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
-V = 40
+from tests.test_static_step import SMALL, eos_prone_model
+
+V = 40  # eos_prone_model's vocabulary
 STRATEGIES = {"greedy": Greedy(max_len_a=1.0, max_len_b=2, min_len=1),
               "beam5": Beam(beam_size=5, max_len_a=1.0, max_len_b=2, min_len=1)}
 
 
 def at_model() -> Seq2SeqModule:
-    """A random AT model whose outputs end at different steps (weights x2, an EOS bias; as
-    tests/test_static_step.py's)."""
-    torch.manual_seed(2)
-    model = Seq2SeqModule(vocab_size=V, decoder="at", model=SMALL).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(2.0)
-        model.decoder.output.bias[model.special.eos] += 1.0
-    return model
+    """A random AT model whose outputs end at different steps (tests/test_static_step.py's)."""
+    return eos_prone_model()
 
 
 def nat_model(decoder: str, **options) -> Seq2SeqModule:
