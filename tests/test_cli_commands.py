@@ -118,3 +118,12 @@ def test_bench_is_a_command_group_with_declared_options(capsys):
 def test_results_help_names_the_folder_results_go_to(command, capsys):
     text = " ".join(help_text([command, "-h"], capsys).split())
     assert "--results DIR" in text and "DIR/<grid name>/ (default: results/)" in text
+
+
+def test_list_shows_the_decoding_engines_and_their_options():
+    text = listing()
+    engines = text[text.index("engines    (--engine"):]
+    for name in ("eager", "static", "packed", "inductor", "aoti"):
+        assert f"{name}  " in engines
+    assert "+bf16  [eager, static, packed, inductor, aoti]" in engines and "outputs may differ" in engines
+    assert "+onednn  [packed]" in engines and "default eager" in engines

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
+from atnat.core.engines import DEFAULT_ENGINE, ENGINES, INEXACT_OPTIONS, OPTIONS
 from atnat.decoding.base import STRATEGIES
 from atnat.models.decoders.base import DECODERS
 
@@ -142,7 +143,21 @@ def catalog() -> list[Tree]:
             tree.add(Text(message, style="red"))
         trees.append(tree)
     trees.append(metrics_tree())
+    trees.append(engines_tree())
     return trees
+
+
+def engines_tree() -> Tree:
+    """The decoding engines (--engine of translate, evaluate, bench decode; speed.engine of a grid)
+    and their options, with what each applies to."""
+    tree = Tree(Text(f"engines    (--engine NAME[+OPTION...]; in a grid: speed: {{engine: NAME}}; default "
+                     f"{DEFAULT_ENGINE})", style="bold underline"))
+    for name, what in ENGINES.items():
+        tree.add(Text.assemble((name, "bold magenta"), "  ", what))
+    for option, (engines, what) in OPTIONS.items():
+        exact = "" if option not in INEXACT_OPTIONS or "differ" in what else "  (outputs may differ)"
+        tree.add(Text.assemble((f"+{option}", "bold cyan"), f"  [{', '.join(engines)}]  ", what, exact))
+    return tree
 
 
 def metrics_tree() -> Tree:
