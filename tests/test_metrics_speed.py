@@ -1,9 +1,9 @@
 """Timing and memory probes: controlled clocks, warm-up/repeat counts, CUDA sync calls."""
 
 import gc
+import mmap
 import time
 
-import numpy as np
 import pytest
 import torch
 
@@ -59,19 +59,25 @@ def test_measure_rejects_bad_counts():
 
 
 def test_cpu_memory_probes():
-    # garbage from earlier tests of this worker, collected in the middle of the measurement, once
-    # gave back 36 MiB while the block took 64 (CI: +28 MiB): collect first, then no collection
+    # The block is an anonymous mapping of our own, touched page by page and unmapped on close, so
+    # what the probe sees does not depend on the allocator: numpy's 64 MiB array once stayed
+    # resident after del on CI (glibc kept it), and garbage collected mid-measurement once gave
+    # back 36 MiB while the block took 64 (CI: +28 MiB) - hence gc off as well.
+    size = 64 * 2**20
     gc.collect()
     gc.disable()
     try:
         before = current_rss_mb()
-        block = np.ones(64 * 2**20 // 8)  # 64 MiB, touched
+        block = mmap.mmap(-1, size)
+        page = mmap.PAGESIZE
+        for offset in range(0, size, page):
+            block[offset] = 1  # touch every page
         after = current_rss_mb()
         assert after - before > 48
         reset_peak("cpu")  # a documented no-op
         assert peak_memory_mb("cpu") >= after - 1
-        del block
-        assert after - current_rss_mb() > 48  # an mmapped block goes back to the system at once
+        block.close()  # munmap: the pages go back at once
+        assert after - current_rss_mb() > 48
     finally:
         gc.enable()
 
