@@ -17,12 +17,15 @@ ENGINES = {
     "packed": "every linear layer on a weight packed once for the CPU GEMM (MKL; oneDNN with +onednn/+bf16)",
     "inductor": "the static AT step under torch.compile (inductor, cpp_wrapper, weight freezing)",
     "aoti": "the static AT step as an AOTInductor package, weights frozen in, compiled in this process",
+    "auto": "the fastest exact engine per shape: aoti+fused for the AT step of a single-sentence decode, "
+            "packed+onednn for every other decode and layer (eager on a GPU or an int8 model)",
 }
+AUTO_STEP_ROWS = 1  # auto: decodes of at most this many sentences run the compiled (aoti+fused) AT step
 OPTIONS = {  # option -> (engines it applies to, what it does)
     "autotune": (("inductor", "aoti"), "max-autotune: inductor's CPP GEMM templates compete with the library GEMMs"),
     "fused": (("static", "inductor", "aoti"), "the step's attention as broadcast products a compiler fuses"),
     "onednn": (("packed",), "oneDNN's packed float32 GEMM instead of MKL's"),
-    "bf16": (tuple(ENGINES), "linear weights and products in bfloat16 (opt-in: outputs may differ from float32)"),
+    "bf16": (tuple(e for e in ENGINES if e != "auto"), "linear weights and products in bfloat16 (opt-in: outputs may differ from float32)"),
 }
 STEP_ENGINES = ("static", "inductor", "aoti")  # the engines that replace the AT step
 INEXACT_OPTIONS = ("bf16",)  # options whose tokens may differ from eager's
@@ -80,6 +83,6 @@ def parse_engine(text: str | Engine | None, what: str = "engine") -> Engine:
 def touches(engine: Engine, capability: str) -> bool:
     """Whether `engine` changes how a decoder with `capability` ("step": AT; "parallel", "ctc":
     NAT) decodes: the linear layers' engines change every decoder, the step engines the AT."""
-    if engine.name == "packed" or engine.has("bf16"):
+    if engine.name in ("packed", "auto") or engine.has("bf16"):
         return True
     return capability == "step" and engine.name in STEP_ENGINES

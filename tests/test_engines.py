@@ -96,6 +96,42 @@ def test_compiled_engines_decode_the_tokens_of_eager(engine):
     assert len(groups) == 2 and info.compile_s > 0  # greedy (group 1) and beam 5 (group 5), each compiled once
 
 
+@pytest.mark.slow
+def test_auto_decodes_the_tokens_of_eager_with_a_compiled_step_for_one_sentence_only():
+    """auto = packed+onednn everywhere, and the aoti+fused step for single-sentence AT decodes: the
+    batch-1 decodes run the compiled package (traced through the packed layers' plain products),
+    the padded batch of 6 the packed eager step; tokens and scores are eager's either way."""
+    info = assert_same_tokens(at_model(), "auto", STRATEGIES)
+    assert info.swapped > 0 and info.exact and not info.fallback
+    assert sorted(r.what for r in info.records) == ["at step, group 1", "at step, group 5"]
+
+
+def test_auto_runs_the_packed_step_above_one_sentence_and_eager_where_it_cannot_pack(monkeypatch):
+    """Above AUTO_STEP_ROWS sentences auto compiles nothing (here a package would fail the test);
+    a NAT decoder gets the packed layers only; an int8 model decodes eager and says why."""
+    def no_compiling(*args, **kwargs):
+        raise AssertionError("auto compiled a step for a batch of 6")
+
+    monkeypatch.setattr(aoti.PackageCache, "get_or_compile", no_compiling)
+    model = at_model()
+    engined = copy.deepcopy(model)
+    info = apply_engine(engined, "auto")
+    src, lengths = batches()["padded"]
+    with torch.inference_mode():
+        for strategy in STRATEGIES.values():
+            ref, out = model.decode(src, lengths, strategy), engined.decode(src, lengths, strategy)
+            assert torch.equal(out.tokens, ref.tokens) and torch.equal(out.lengths, ref.lengths)
+    assert info.records == [] and info.swapped > 0
+    nat = assert_same_tokens(nat_model("ctc", upsample=2), "auto", {"ctc": CTC()}, decode_twice=False)
+    assert nat.swapped > 0 and touches(parse_engine("auto"), "ctc") and touches(parse_engine("auto"), "step")
+    int8 = apply_engine(quantize_int8(at_model()), "auto")
+    assert int8.swapped == 0 and "int8" in int8.fallback
+    with pytest.raises(AtnatError, match="inference only"):
+        apply_engine(at_model().train(), "auto")
+    with pytest.raises(AtnatError, match=r"\+bf16 applies to"):
+        parse_engine("auto+bf16")
+
+
 @pytest.mark.parametrize("decoder,options,strategies", [
     ("nat", {}, {"parallel": Parallel(), "parallel-lb3": Parallel(length_beam=3)}),
     ("cmlm", {}, {"mask-predict": MaskPredict(iterations=4, length_beam=2)}),
@@ -143,7 +179,7 @@ def test_compiling_engines_refuse_int8_models():
 
 
 @pytest.mark.parametrize("text,message", [
-    ("turbo", "unknown engine 'turbo'; valid: engines eager, static, packed, inductor, aoti; options \\+autotune"),
+    ("turbo", "unknown engine 'turbo'; valid: engines eager, static, packed, inductor, aoti, auto; options \\+autotune"),
     ("aoti+fast", "unknown option 'fast'"),
     ("packed+autotune", r"\+autotune applies to inductor, aoti, not packed"),
 ])
@@ -155,7 +191,7 @@ def test_a_bad_engine_is_one_error_naming_the_valid_ones(text, message):
 def test_engine_names_and_the_default():
     assert parse_engine(None).label == DEFAULT_ENGINE == "eager"
     assert parse_engine("aoti+fused+autotune").label == "aoti+autotune+fused"  # options sorted: one spelling
-    assert set(ENGINES) == {"eager", "static", "packed", "inductor", "aoti"}
+    assert set(ENGINES) == {"eager", "static", "packed", "inductor", "aoti", "auto"}
     assert set(OPTIONS) == {"autotune", "fused", "onednn", "bf16"}
 
 

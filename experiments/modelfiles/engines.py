@@ -10,6 +10,8 @@ core/engines.py; exact engines decode the tokens eager decodes (tests/test_engin
 - aoti      the static AT step as an AOTInductor package (weights frozen in), compiled in this
             process at the first decode of each group size and kept in memory (aoti.py; never
             loaded from disk); no Python per op while it runs
+- auto      the fastest exact engine per shape: aoti+fused for the AT step of a single-sentence
+            decode, packed+onednn for everything else (eager on a GPU or an int8 model)
 
 Options: +autotune (inductor, aoti: max-autotune, inductor's CPP GEMM templates compete with the
 library GEMMs), +fused (static, inductor, aoti: the step's attention as broadcast products a
@@ -25,7 +27,7 @@ from functools import partial
 
 import torch
 
-from atnat.core.engines import DEFAULT_ENGINE, ENGINES, OPTIONS, STEP_ENGINES, Engine, parse_engine, touches
+from atnat.core.engines import AUTO_STEP_ROWS, DEFAULT_ENGINE, ENGINES, OPTIONS, STEP_ENGINES, Engine, parse_engine, touches
 from atnat.core.errors import AtnatError
 
 from atnat.experiments.modelfiles.aoti import CompiledStep, CompileRecord, PackageCache, weights_sha256
@@ -50,6 +52,7 @@ class EngineInfo:
     engine: Engine
     swapped: int = 0
     records: list[CompileRecord] = field(default_factory=list)
+    fallback: str = ""  # the auto engine where it runs eager: why (a GPU, an int8 model)
 
     @property
     def label(self) -> str:
@@ -71,6 +74,8 @@ def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | N
     every engine but eager and static on a device other than the CPU."""
     engine = parse_engine(engine)
     info = EngineInfo(engine)
+    if engine.name == "auto":
+        return _apply_auto(module, info, cache)
     if engine.is_eager:
         module.engine_info = info
         return info
@@ -95,6 +100,35 @@ def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | N
     if steps:
         decoder.use_static_cache(True, step=_step(decoder, engine, info, cache), always_mask=engine.name != "static",
                                  attention="fused" if engine.has("fused") else "sdpa")
+    module.engine_info = info
+    return info
+
+
+def _apply_auto(module, info: EngineInfo, cache: PackageCache | None) -> EngineInfo:
+    """The auto engine: per shape, the exact engine the bench found fastest (results/bench/README.md,
+    decode_engines_t1*.csv): every linear layer on oneDNN's packed weights (packed+onednn, fastest
+    exact at batch 64 and for the NAT decoders), and for an AT decoder the AOTInductor step with
+    fused attention (aoti+fused, fastest exact at batch 1) on decodes of at most AUTO_STEP_ROWS
+    sentences: the compiled step is traced from the plain products (PackedLinear under export)
+    and compiled at its first such decode. Where neither applies, eager: a model on a GPU, an
+    int8 model (`info.fallback` says why)."""
+    if getattr(module, "engine_info", None) is not None and not module.engine_info.engine.is_eager:
+        raise AtnatError(f"engine auto: the model already decodes with {module.engine_info.label}")
+    if module.training:
+        raise AtnatError("engine auto: for inference only; the model is in training mode")
+    if module.device.type != "cpu":
+        info.fallback = f"eager: the model is on {module.device}"
+    elif _quantized(module):
+        info.fallback = "eager: an int8 model (dynamic int8 layers pack their own weights)"
+    if info.fallback:
+        module.engine_info = info
+        return info
+    info.swapped = replace_linears(module, partial(PackedLinear, backend="onednn", dtype=torch.float32))
+    decoder = module.decoder
+    if "step" in decoder.capabilities:
+        step_engine = parse_engine("aoti+fused")
+        decoder.use_static_cache(True, step=_step(decoder, step_engine, info, cache), always_mask=True,
+                                 attention="fused", max_rows=AUTO_STEP_ROWS)
     module.engine_info = info
     return info
 

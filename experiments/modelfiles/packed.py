@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from atnat.core.errors import AtnatError
 from atnat.models.layers import MultiHeadAttention
@@ -45,6 +46,10 @@ class PackedLinear(nn.Module):
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(w, 1)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.dtype == torch.float32 and (torch.compiler.is_exporting() or torch.compiler.is_compiling()):
+            # traced for a compiled step (the auto engine's): the plain product, which inductor's
+            # weight freezing packs its own way; the packed handle is not a tensor a graph can hold
+            return F.linear(x, self.weight, self.bias)
         flat = x.reshape(-1, self.in_features)  # (N, in)
         if self.backend == "mkl":
             out = torch.ops.mkl._mkl_linear(flat, self.packed, self.weight, self.bias, 1)

@@ -94,9 +94,10 @@ class AutoregressiveDecoder(Decoder):
         self._static_pool = BufferPool()  # buffer sets of recent static decodes, reused by shape
         self._static_masked = False  # always give the step a memory mask (all True without padding)
         self._static_attention = "sdpa"
+        self._static_max_rows: int | None = None  # static only for decodes of at most this many sentences
 
     def use_static_cache(self, enabled: bool = True, compile_mode: str | None = None, *, step=None,
-                         always_mask: bool = False, attention: str = "sdpa") -> None:
+                         always_mask: bool = False, attention: str = "sdpa", max_rows: int | None = None) -> None:
         """Decode with a fixed-shape step: the KV cache is allocated once for the strategy's
         maximum length and every step attends over all of it under a position mask, with the step
         index kept on the device. Shapes then never change from step to step, which is what
@@ -109,8 +110,12 @@ class AutoregressiveDecoder(Decoder):
         signature of `_static_step` (e.g. an AOTInductor package of `static_step_module`);
         `always_mask` gives the step a memory mask even when the batch has no padding (one compiled
         variant instead of two); `attention` "fused" writes the step's attention as
-        MultiHeadAttention.attend_fused (for a compiler to fuse)."""
+        MultiHeadAttention.attend_fused (for a compiler to fuse); `max_rows` limits the static step
+        to decodes of at most that many sentences (larger ones grow their cache as without it)."""
         require_choice(attention, STEP_ATTENTION, "use_static_cache", "attention")
+        if max_rows is not None and (not isinstance(max_rows, int) or max_rows < 1):
+            raise AtnatError(f"use_static_cache: max_rows {max_rows!r} must be a positive integer or None")
+        self._static_max_rows = max_rows
         self.static_cache = enabled
         self._static_pool.clear()
         self._static_masked, self._static_attention = always_mask, attention
@@ -187,6 +192,8 @@ class AutoregressiveDecoder(Decoder):
         attended last, which only moves forward (guided attention at decode time). With the static
         cache on and `max_steps` known, the cache holds max_steps (rounded up to 16) positions."""
         static = self.static_cache and window is None and max_steps is not None
+        if static and self._static_max_rows is not None:
+            static = memory.states.size(0) <= self._static_max_rows
         kv = [layer.cross_attn.project_kv(memory.states) for layer in self.layers]
         cross_k = torch.stack([k for k, _ in kv])  # (L, B, H, S, Dh)
         cross_v = torch.stack([v for _, v in kv])
