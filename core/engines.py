@@ -29,7 +29,8 @@ OPTIONS = {  # option -> (engines it applies to, what it does)
 }
 STEP_ENGINES = ("static", "inductor", "aoti")  # the engines that replace the AT step
 INEXACT_OPTIONS = ("bf16",)  # options whose tokens may differ from eager's
-DEFAULT_ENGINE = "eager"  # of translate, evaluate and the grid's timing phase (one place to change it)
+DEFAULT_ENGINE = "auto"  # of translate, evaluate and the grid's timing phase (one place to change it): the
+# fastest exact engine per shape in results/bench/decode_auto_t1.csv; eager is the reference, one flag away
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,20 @@ def test_results_help_names_the_folder_results_go_to(command, capsys):
 def test_list_shows_the_decoding_engines_and_their_options():
     text = listing()
     engines = text[text.index("engines    (--engine"):]
-    for name in ("eager", "static", "packed", "inductor", "aoti"):
+    for name in ("eager", "static", "packed", "inductor", "aoti", "auto"):
         assert f"{name}  " in engines
     assert "+bf16  [eager, static, packed, inductor, aoti]" in engines and "outputs may differ" in engines
-    assert "+onednn  [packed]" in engines and "default eager" in engines
+    assert "+onednn  [packed]" in engines and "default auto" in engines
+
+
+def test_the_engine_flag_defaults_to_auto_and_to_eager_beside_compile():
+    from types import SimpleNamespace
+
+    from atnat.core.errors import AtnatError
+    from atnat.experiments.cli.commands import checked_engine
+
+    assert checked_engine(SimpleNamespace(engine=None, compile=None)).label == "auto"
+    assert checked_engine(SimpleNamespace(engine=None, compile="default")).label == "eager"  # was an error
+    assert checked_engine(SimpleNamespace(engine="eager", compile="default")).label == "eager"
+    with pytest.raises(AtnatError, match="--compile and --engine packed: give one"):
+        checked_engine(SimpleNamespace(engine="packed", compile="default"))

@@ -125,7 +125,7 @@ def test_auto_runs_the_packed_step_above_one_sentence_and_eager_where_it_cannot_
     nat = assert_same_tokens(nat_model("ctc", upsample=2), "auto", {"ctc": CTC()}, decode_twice=False)
     assert nat.swapped > 0 and touches(parse_engine("auto"), "ctc") and touches(parse_engine("auto"), "step")
     int8 = apply_engine(quantize_int8(at_model()), "auto")
-    assert int8.swapped == 0 and "int8" in int8.fallback
+    assert int8.swapped == 0 and "int8" in int8.fallback and int8.label == "auto=eager"
     with pytest.raises(AtnatError, match="inference only"):
         apply_engine(at_model().train(), "auto")
     with pytest.raises(AtnatError, match=r"\+bf16 applies to"):
@@ -189,7 +189,7 @@ def test_a_bad_engine_is_one_error_naming_the_valid_ones(text, message):
 
 
 def test_engine_names_and_the_default():
-    assert parse_engine(None).label == DEFAULT_ENGINE == "eager"
+    assert parse_engine(None).label == DEFAULT_ENGINE == "auto"
     assert parse_engine("aoti+fused+autotune").label == "aoti+autotune+fused"  # options sorted: one spelling
     assert set(ENGINES) == {"eager", "static", "packed", "inductor", "aoti", "auto"}
     assert set(OPTIONS) == {"autotune", "fused", "onednn", "bf16"}

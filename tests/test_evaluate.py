@@ -36,7 +36,7 @@ def test_atnat_evaluate_scores_any_files(tmp_path, monkeypatch, capsys):
     (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n")
     args = ["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "ref.txt", "--ref", "ref.txt",
             "--also", "beam:beam_size=2", "--json", "scores.json", "--hyps", "hyps.txt", "--repeats", "1",
-            "--latency-sentences", "3"]
+            "--latency-sentences", "3", "--engine", "eager"]
     assert main(args) == 0
     scores = json.loads((tmp_path / "scores.json").read_text())
     rows = {r["strategy"]: r for r in scores["rows"]}
@@ -46,18 +46,18 @@ def test_atnat_evaluate_scores_any_files(tmp_path, monkeypatch, capsys):
     assert rows["greedy"]["latency_ms_b1"] > 0 and "bleu_tok" in rows["greedy"]
     assert len((tmp_path / "hyps.txt").read_text().split("\n")[:-1]) == len(refs)
     assert rows["greedy"]["engine"] == "eager"
-    # an exact engine: the same translations and scores, the engine recorded
-    assert main(args[:-4] + ["--no-speed", "--engine", "packed", "--json", "packed.json", "--hyps", "packed.txt"]) == 0
-    packed = {r["strategy"]: r for r in json.loads((tmp_path / "packed.json").read_text())["rows"]}
-    assert packed["greedy"]["engine"] == "packed" and packed["beam2"]["bleu"] == rows["beam2"]["bleu"]
-    assert (tmp_path / "packed.txt").read_text() == (tmp_path / "hyps.txt").read_text()
+    # the default engine (auto; without timing it compiles nothing): the same translations and scores, recorded
+    assert main(args[:-6] + ["--no-speed", "--json", "auto.json", "--hyps", "auto.txt"]) == 0
+    auto = {r["strategy"]: r for r in json.loads((tmp_path / "auto.json").read_text())["rows"]}
+    assert auto["greedy"]["engine"] == "auto" and auto["beam2"]["bleu"] == rows["beam2"]["bleu"]
+    assert (tmp_path / "auto.txt").read_text() == (tmp_path / "hyps.txt").read_text()
     outs = []
-    for extra in ([], ["--engine", "static"], ["--engine", "packed+onednn"]):
+    for extra in (["--engine", "eager"], [], ["--engine", "static"], ["--engine", "packed"]):
         monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(refs[:5]) + "\n"))
         capsys.readouterr()
         assert main(["translate", "--checkpoint", str(run), "--strategy", "beam", "--beam", "2", *extra]) == 0
         outs.append(capsys.readouterr().out)
-    assert outs[0] == outs[1] == outs[2] and len(outs[0].split("\n")) == 6
+    assert outs[0] == outs[1] == outs[2] == outs[3] and len(outs[0].split("\n")) == 6
     capsys.readouterr()
     assert main(["translate", "--checkpoint", str(tmp_path / "no-such-run"), "--engine", "turbo"]) == 2
     assert "--engine 'turbo': unknown engine 'turbo'; valid: engines eager, static" in capsys.readouterr().err

@@ -30,7 +30,9 @@ TINY = {
                     "eval": {"strategies": [{"name": "mask-predict", "iterations": 2}]}},
     },
     "seeds": [1],
-    "speed": {"latency_sentences": 2, "throughput_sentences": 4, "repeats": 1, "warmup": 0},
+    # eager: these grids test the timing phase's logic; the default engine (auto) compiles an AT step
+    # for single-sentence decodes (~10 s a package), which tests/test_engines.py covers
+    "speed": {"latency_sentences": 2, "throughput_sentences": 4, "repeats": 1, "warmup": 0, "engine": "eager"},
 }
 
 
@@ -64,7 +66,7 @@ def test_expansion_axes_zip_exclude_seeds_and_teacher_order(tmp_path):
     ({"zip": [["task.vocab"]]}, r"zip names axis 'task.vocab', which is not in axes"),
     ({"speed": {"repeat": 3}}, r"speed: unknown key 'repeat'; valid keys: latency_sentences"),
     ({"speed": {"engine": "aoti+turbo"}}, r"speed.engine 'aoti\+turbo': unknown option 'turbo'; valid: engines eager, "
-                                          r"static, packed, inductor, aoti; options \+autotune"),
+                                          r"static, packed, inductor, aoti, auto; options \+autotune"),
 ])
 def test_grid_config_errors_name_file_and_key(tmp_path, change, message):
     path = write_grid(tmp_path, {**TINY, **change})

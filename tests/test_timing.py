@@ -1,6 +1,8 @@
 """The timing phase: interleaved, paired speed-ups with intervals, passes, memory, NPD's teacher."""
 import json
+import mmap
 import time
+from functools import partial
 from types import SimpleNamespace
 
 import pandas as pd
@@ -26,9 +28,11 @@ class FakeModule:
         self.log.append((self.name, src.size(0), torch.is_inference_mode_enabled(), kwargs))
         if "scorer" in kwargs:
             kwargs["scorer"](src[:, :1], src[:, :1].eq(0), torch.arange(src.size(0)))
-        if self.mb:
-            block = torch.ones(self.mb * 2**18)  # mb MiB of float32, touched
-            block += 1
+        if self.mb:  # mb MiB of fresh pages, touched, then unmapped: an allocator that keeps a freed
+            block = mmap.mmap(-1, self.mb * 2**20)  # block resident (glibc did, in CI) would hide them
+            for offset in range(0, self.mb * 2**20, mmap.PAGESIZE):
+                block[offset] = 1
+            block.close()
         time.sleep(self.seconds * src.size(0))
         return SimpleNamespace(n_steps=self.steps)
 
@@ -114,23 +118,27 @@ def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_ar
 
     monkeypatch.setattr(timing, "grid_systems", fake_grid_systems)
     monkeypatch.setattr(timing, "time_systems", fake_time_systems)
-    fast = SpeedSettings(repeats=1, aa_control=False)
+    eager = partial(SpeedSettings, aa_control=False, engine="eager")
+    fast = eager(repeats=1)
     first = timing.time_grid(cells, tmp_path, fast, "cpu")
     assert timed == [["at-s1", "nat-s1"]] and first["timing_session"].notna().all()
     timing.time_grid(cells, tmp_path, fast, "cpu")
     assert len(timed) == 1 and len(built) == 1  # same systems, weights and settings: kept, nothing loaded
-    timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2, aa_control=False), "cpu")
+    timing.time_grid(cells, tmp_path, eager(repeats=2), "cpu")
     assert len(timed) == 2  # other settings: timed anew
     assert "engine" not in json.loads((tmp_path / "timing.json").read_text())["speed"]  # eager, as before engines
-    timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2, aa_control=False, engine="static"), "cpu")
+    timing.time_grid(cells, tmp_path, eager(repeats=2, engine="static"), "cpu")
     assert len(timed) == 3  # another engine: timed anew
     timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2, aa_control=False), "cpu")
-    assert len(timed) == 4
+    assert len(timed) == 4  # the default engine (auto) is another engine again, and recorded by name
+    assert json.loads((tmp_path / "timing.json").read_text())["speed"]["engine"] == "auto"
+    timing.time_grid(cells, tmp_path, eager(repeats=2), "cpu")
+    assert len(timed) == 5
     (tmp_path / "nat-s1" / "best.ckpt").unlink()
-    assert len(timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2, aa_control=False), "cpu")) == 2 and len(timed) == 4
+    assert len(timing.time_grid(cells, tmp_path, eager(repeats=2), "cpu")) == 2 and len(timed) == 5
     (tmp_path / "at-s1" / "best.ckpt").write_text("retrained")  # timed again, alone, beside nat's earlier row
     monkeypatch.setattr(timing.time, "strftime", lambda fmt, t=None: "2099-01-01 00:00:00 UTC")
-    table = timing.time_grid(cells, tmp_path, SpeedSettings(repeats=2, aa_control=False), "cpu").set_index("cell")
+    table = timing.time_grid(cells, tmp_path, eager(repeats=2), "cpu").set_index("cell")
     assert timed[-1] == ["at-s1"]  # only what can still be loaded is timed
     assert table.loc["at-s1", "timing_session"] == "2099-01-01 00:00:00 UTC"
     assert table.loc["nat-s1", "timing_session"] != "2099-01-01 00:00:00 UTC"  # its earlier timing, named
@@ -211,7 +219,8 @@ def test_each_row_names_the_engine_its_system_decoded_with():
 def test_the_speed_engine_is_checked_and_spelled_one_way():
     from atnat.core.errors import AtnatError
 
-    assert SpeedSettings().engine == "eager" and "engine" not in SpeedSettings().record()
+    assert SpeedSettings().engine == "auto" and SpeedSettings().record()["engine"] == "auto"
+    assert "engine" not in SpeedSettings(engine="eager").record()  # as timings before engines recorded it
     assert SpeedSettings(engine="aoti+fused+autotune").record()["engine"] == "aoti+autotune+fused"
     with pytest.raises(AtnatError, match="speed.engine 'fast': unknown engine 'fast'; valid: engines eager"):
         SpeedSettings(engine="fast")

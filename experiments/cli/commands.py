@@ -63,7 +63,7 @@ def cmd_translate(args) -> int:
     check_compatible(module.decoder, strategy)  # refuse before reading any input
     if args.compile:
         module.decoder.use_static_cache(True, args.compile)
-    use_engine(module, engine)
+    use_engine(module, engine, single_sentences=args.batch_size == 1)
     report = translate_stream(module, tokenizer, strategy, sys.stdin, sys.stdout, sys.stderr,
                               batch_size=args.batch_size, long_lines=args.long_lines, teacher=teacher)
     if report.refused:
@@ -77,6 +77,8 @@ def checked_engine(args):
     """--engine read and checked (one error naming the valid engines and options), before any model loads."""
     from atnat.core.engines import parse_engine  # lazy: start-up
 
+    if args.engine is None:  # not given: the default, or eager beside --compile (the compiled step is its own engine)
+        return parse_engine("eager" if getattr(args, "compile", None) else None, "--engine")
     engine = parse_engine(args.engine, "--engine")
     if getattr(args, "compile", None) and not engine.is_eager:
         raise AtnatError(f"--compile and --engine {engine.label}: give one (--engine inductor is the compiled "
@@ -84,11 +86,14 @@ def checked_engine(args):
     return engine
 
 
-def use_engine(module, engine) -> None:
-    """Decode with `engine` (modelfiles/engines.py); an engine whose tokens may differ from eager's says so."""
+def use_engine(module, engine, single_sentences: bool) -> None:
+    """Decode with `engine` (modelfiles/engines.py); an engine whose tokens may differ from eager's
+    says so. `single_sentences`: the command decodes sentences one at a time (the auto engine then
+    compiles the AT step for them; for batches it would not pay)."""
+    from atnat.core.engines import AUTO_STEP_ROWS  # lazy: start-up
     from atnat.experiments.modelfiles.engines import apply_engine  # lazy: start-up
 
-    info = apply_engine(module, engine)
+    info = apply_engine(module, engine, step_rows=AUTO_STEP_ROWS if single_sentences else 0)
     if not info.exact:
         print(f"atnat: engine {info.label}: bfloat16 products, outputs may differ from eager float32's",
               file=sys.stderr)
@@ -176,7 +181,7 @@ def cmd_evaluate(args) -> None:
     device = decode_device(args.device, args.quantize, note=lambda text: print(text, file=sys.stderr))
     module, tokenizer = load_module(args.checkpoint, map_location=device)
     module = maybe_quantize(module, args.quantize)
-    use_engine(module, engine)
+    use_engine(module, engine, single_sentences=not args.no_speed)  # the latency timing decodes one at a time
     teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
     sources = read_lines(Path(args.src), "--src")
     references = [read_lines(Path(r), f"--ref {r}") for r in args.ref]
@@ -292,9 +297,10 @@ def add_strategy_args(p) -> None:
 def add_engine_arg(p) -> None:
     from atnat.core.engines import DEFAULT_ENGINE, ENGINES, OPTIONS  # lazy: start-up
 
-    p.add_argument("--engine", default=DEFAULT_ENGINE, metavar="NAME[+OPTION...]",
-                   help=f"how the model decodes (default {DEFAULT_ENGINE}): {', '.join(ENGINES)}; options "
-                        f"{', '.join('+' + o for o in OPTIONS)} (+bf16 may change outputs; see README, Engines)")
+    p.add_argument("--engine", default=None, metavar="NAME[+OPTION...]",
+                   help=f"how the model decodes (default {DEFAULT_ENGINE}; eager with --compile; eager is the "
+                        f"reference): {', '.join(ENGINES)}; options {', '.join('+' + o for o in OPTIONS)} "
+                        "(+bf16 may change outputs; see README, Engines)")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -253,8 +253,6 @@ def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, b
     for cell in cells:
         cfg, run_dir = cell.config, Path(cell.config.output_dir)
         module, tokenizer = load_module(evaluation_checkpoint(run_dir), map_location=device)
-        if speed is not None:
-            apply_engine(module, speed.engine)
         src = load_task(cfg).splits[cfg.eval.split][0]
         sources = [tokenizer.encode(line)[: cfg.train.max_len] for line in src]
         teacher = None
@@ -272,6 +270,8 @@ def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, b
             if speed is not None and speed.aa_control and is_baseline_cell(cell, baseline) and label == "greedy":
                 systems.append(dataclasses.replace(systems[-2 if systems[-1].strategy.endswith("-ct2") else -1],
                                                    strategy=label + AA_SUFFIX))
+        if speed is not None:  # after the CTranslate2 twins: they are exported from the plain modules
+            apply_engine(module, speed.engine)
         if is_baseline_cell(cell, baseline):
             labels = [build_strategy(s)[0] for s in cfg.eval.strategies]
             plain.setdefault((cell.labels.get("task", cfg.task_name), cell.seed),

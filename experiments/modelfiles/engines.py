@@ -56,7 +56,8 @@ class EngineInfo:
 
     @property
     def label(self) -> str:
-        return self.engine.label
+        """The engine's name and options; `auto=eager` where auto ran eager (`fallback` says why)."""
+        return f"{self.engine.label}=eager" if self.fallback else self.engine.label
 
     @property
     def exact(self) -> bool:
@@ -68,14 +69,17 @@ class EngineInfo:
         return sum(r.seconds for r in self.records) if self.records else float("nan")
 
 
-def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | None = None) -> EngineInfo:
+def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | None = None,
+                 step_rows: int = AUTO_STEP_ROWS) -> EngineInfo:
     """Make `module` (a Seq2SeqModule in eval mode) decode with `engine`, in place; -> EngineInfo
     (also kept as module.engine_info). Refused (one error) on a module in training mode, and for
-    every engine but eager and static on a device other than the CPU."""
+    every engine but eager and static on a device other than the CPU. `step_rows` (auto only):
+    decodes of at most this many sentences run the compiled AT step; 0 compiles nothing (a caller
+    whose decodes are batches, where a compile for a one-sentence remainder would not pay)."""
     engine = parse_engine(engine)
     info = EngineInfo(engine)
     if engine.name == "auto":
-        return _apply_auto(module, info, cache)
+        return _apply_auto(module, info, cache, step_rows)
     if engine.is_eager:
         module.engine_info = info
         return info
@@ -104,11 +108,11 @@ def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | N
     return info
 
 
-def _apply_auto(module, info: EngineInfo, cache: PackageCache | None) -> EngineInfo:
+def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows: int) -> EngineInfo:
     """The auto engine: per shape, the exact engine the bench found fastest (results/bench/README.md,
     decode_engines_t1*.csv): every linear layer on oneDNN's packed weights (packed+onednn, fastest
     exact at batch 64 and for the NAT decoders), and for an AT decoder the AOTInductor step with
-    fused attention (aoti+fused, fastest exact at batch 1) on decodes of at most AUTO_STEP_ROWS
+    fused attention (aoti+fused, fastest exact at batch 1) on decodes of at most `step_rows`
     sentences: the compiled step is traced from the plain products (PackedLinear under export)
     and compiled at its first such decode. Where neither applies, eager: a model on a GPU, an
     int8 model (`info.fallback` says why)."""
@@ -125,10 +129,10 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None) -> EngineI
         return info
     info.swapped = replace_linears(module, partial(PackedLinear, backend="onednn", dtype=torch.float32))
     decoder = module.decoder
-    if "step" in decoder.capabilities:
+    if "step" in decoder.capabilities and step_rows > 0:
         step_engine = parse_engine("aoti+fused")
         decoder.use_static_cache(True, step=_step(decoder, step_engine, info, cache), always_mask=True,
-                                 attention="fused", max_rows=AUTO_STEP_ROWS)
+                                 attention="fused", max_rows=step_rows)
     module.engine_info = info
     return info
 
