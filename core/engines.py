@@ -16,9 +16,11 @@ ENGINES = {
     "static": "the AT step on a fixed-shape KV cache, eager",
     "packed": "every linear layer on a weight packed once for the CPU GEMM (MKL; oneDNN with +onednn/+bf16)",
     "inductor": "the static AT step under torch.compile (inductor, cpp_wrapper, weight freezing)",
-    "aoti": "the static AT step as an AOTInductor package, weights frozen in, compiled in this process",
-    "auto": "the fastest exact engine per shape: aoti+fused for the AT step of a single-sentence decode, "
-            "packed+onednn for every other decode and layer (eager on a GPU or an int8 model)",
+    "aoti": "AOTInductor packages compiled in this process, weights frozen in: the static AT step, the "
+            "encoder and a NAT decoder's pass (dynamic batch and lengths)",
+    "auto": "the fastest exact engine per shape: every linear layer packed for oneDNN, and where a command "
+            "decodes single sentences (timing, evaluate, translate --batch-size 1) aoti+fused for the encoder, "
+            "the NAT passes and single-sentence AT steps (eager on a GPU or an int8 model)",
 }
 AUTO_STEP_ROWS = 1  # auto: decodes of at most this many sentences run the compiled (aoti+fused) AT step
 OPTIONS = {  # option -> (engines it applies to, what it does)
@@ -84,6 +86,6 @@ def parse_engine(text: str | Engine | None, what: str = "engine") -> Engine:
 def touches(engine: Engine, capability: str) -> bool:
     """Whether `engine` changes how a decoder with `capability` ("step": AT; "parallel", "ctc":
     NAT) decodes: the linear layers' engines change every decoder, the step engines the AT."""
-    if engine.name in ("packed", "auto") or engine.has("bf16"):
+    if engine.name in ("packed", "auto", "aoti") or engine.has("bf16"):
         return True
     return capability == "step" and engine.name in STEP_ENGINES

@@ -92,8 +92,21 @@ def test_exact_eager_engines_decode_the_tokens_of_eager(engine):
 @pytest.mark.parametrize("engine", ["inductor", "aoti", "aoti+fused"])
 def test_compiled_engines_decode_the_tokens_of_eager(engine):
     info = assert_same_tokens(at_model(), engine, STRATEGIES)
-    groups = sorted(r.what for r in info.records)
-    assert len(groups) == 2 and info.compile_s > 0  # greedy (group 1) and beam 5 (group 5), each compiled once
+    built = sorted(r.what for r in info.records)
+    steps = [w for w in built if "group" in w]
+    assert len(steps) == 2 and info.compile_s > 0  # greedy (group 1) and beam 5 (group 5), each compiled once
+    assert built == steps + (["encoder pass"] if engine.startswith("aoti") else [])  # aoti compiles the encoder too
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["aoti", "auto"])
+def test_compiled_nat_passes_decode_the_tokens_of_eager(engine):
+    """The encoder and each NAT decoder's pass as one package with dynamic batch and lengths: the
+    same tokens as eager at batch 1 and on the padded batch, with length beams and iterations."""
+    for decoder, options, strategies in NAT_CASES:
+        info = assert_same_tokens(nat_model(decoder, **options), engine, strategies, decode_twice=False)
+        kind = "ctc" if decoder == "ctc" else "parallel"
+        assert sorted(r.what for r in info.records) == sorted(["encoder pass", f"{kind} pass"])
 
 
 @pytest.mark.slow
@@ -103,27 +116,82 @@ def test_auto_decodes_the_tokens_of_eager_with_a_compiled_step_for_one_sentence_
     the padded batch of 6 the packed eager step; tokens and scores are eager's either way."""
     info = assert_same_tokens(at_model(), "auto", STRATEGIES)
     assert info.swapped > 0 and info.exact and not info.fallback
-    assert sorted(r.what for r in info.records) == ["at step, group 1", "at step, group 5"]
+    assert sorted(r.what for r in info.records) == ["at step, group 1", "at step, group 5", "encoder pass"]
 
 
-def test_auto_runs_the_packed_step_above_one_sentence_and_eager_where_it_cannot_pack(monkeypatch):
-    """Above AUTO_STEP_ROWS sentences auto compiles nothing (here a package would fail the test);
-    a NAT decoder gets the packed layers only; an int8 model decodes eager and says why."""
-    def no_compiling(*args, **kwargs):
-        raise AssertionError("auto compiled a step for a batch of 6")
+def traced_not_compiled(monkeypatch) -> list[str]:
+    """PackageCache.get_or_compile replaced by the traced module itself (no export, no compile):
+    the wiring of the compiled engines - which calls go to a package, with which tensors - in
+    milliseconds. -> the names of the packages asked for."""
+    asked = []
 
-    monkeypatch.setattr(aoti.PackageCache, "get_or_compile", no_compiling)
+    def fake(self, what, fields, build, configs, context=None):
+        asked.append(what)
+        module = build().module
+        return (lambda *tensors: module(*tensors)), aoti.CompileRecord(what, "", True, 0.0, 0.0)
+
+    monkeypatch.setattr(aoti.PackageCache, "get_or_compile", fake)
+    return asked
+
+
+def test_auto_compiles_where_single_sentences_are_decoded_and_packs_only_elsewhere(monkeypatch):
+    """auto with step_rows=1 (the timing phase): the encoder's package for every batch, the AT step's
+    for the one-sentence decode only (the padded batch of 6 grows its cache, packed); step_rows=0
+    (translate in batches): no package at all. Tokens are eager's throughout."""
+    asked = traced_not_compiled(monkeypatch)
     model = at_model()
-    engined = copy.deepcopy(model)
-    info = apply_engine(engined, "auto")
     src, lengths = batches()["padded"]
+    for rows, expected in ((1, ["encoder pass"]), (0, [])):
+        asked.clear()
+        engined = copy.deepcopy(model)
+        info = apply_engine(engined, "auto", step_rows=rows)
+        with torch.inference_mode():
+            for strategy in STRATEGIES.values():
+                ref, out = model.decode(src, lengths, strategy), engined.decode(src, lengths, strategy)
+                assert torch.equal(out.tokens, ref.tokens) and torch.equal(out.lengths, ref.lengths)
+        assert sorted(set(asked)) == expected and info.swapped > 0
+    engined = copy.deepcopy(model)
+    apply_engine(engined, "auto")
+    asked.clear()
+    single = {"b1": batches()["b1"]}
     with torch.inference_mode():
         for strategy in STRATEGIES.values():
-            ref, out = model.decode(src, lengths, strategy), engined.decode(src, lengths, strategy)
-            assert torch.equal(out.tokens, ref.tokens) and torch.equal(out.lengths, ref.lengths)
-    assert info.records == [] and info.swapped > 0
+            for src, lengths in single.values():
+                assert torch.equal(engined.decode(src, lengths, strategy).tokens, model.decode(src, lengths, strategy).tokens)
+    assert sorted(set(asked)) == ["at step, group 1", "at step, group 5", "encoder pass"]
+
+
+NAT_CASES = [
+    ("nat", {}, {"parallel": Parallel(), "parallel-lb3": Parallel(length_beam=3)}),
+    ("cmlm", {}, {"mask-predict": MaskPredict(iterations=4, length_beam=2)}),
+    ("ctc", {"upsample": 2}, {"ctc": CTC(), "ctc-beam4": CTC(beam_size=4)}),
+]
+
+
+@pytest.mark.parametrize("decoder,options,strategies", NAT_CASES, ids=["nat", "cmlm", "ctc"])
+def test_nat_passes_go_to_their_package_with_the_right_tensors(monkeypatch, decoder, options, strategies):
+    """Every NAT pass and the encoder go through their (here traced) package; a source of one token
+    is outside the packages' ranges (export specialises a size of 1) and runs eager."""
+    asked = traced_not_compiled(monkeypatch)
+    model = nat_model(decoder, **options)
+    assert_same_tokens(model, "aoti", strategies, decode_twice=False)
+    kind = "ctc" if decoder == "ctc" else "parallel"
+    assert sorted(set(asked)) == sorted(["encoder pass", f"{kind} pass"])
+    engined = copy.deepcopy(model)
+    apply_engine(engined, "aoti")
+    asked.clear()
+    one = torch.tensor([[7]])
+    with torch.inference_mode():
+        for strategy in strategies.values():
+            ref = model.decode(one, torch.tensor([1]), strategy)
+            assert torch.equal(engined.decode(one, torch.tensor([1]), strategy).tokens, ref.tokens)
+    assert "encoder pass" not in asked
+
+
+def test_auto_packs_a_nat_decoder_and_runs_eager_where_it_cannot_pack():
     nat = assert_same_tokens(nat_model("ctc", upsample=2), "auto", {"ctc": CTC()}, decode_twice=False)
     assert nat.swapped > 0 and touches(parse_engine("auto"), "ctc") and touches(parse_engine("auto"), "step")
+    assert touches(parse_engine("aoti"), "parallel")
     int8 = apply_engine(quantize_int8(at_model()), "auto")
     assert int8.swapped == 0 and "int8" in int8.fallback and int8.label == "auto=eager"
     with pytest.raises(AtnatError, match="inference only"):
@@ -132,11 +200,7 @@ def test_auto_runs_the_packed_step_above_one_sentence_and_eager_where_it_cannot_
         parse_engine("auto+bf16")
 
 
-@pytest.mark.parametrize("decoder,options,strategies", [
-    ("nat", {}, {"parallel": Parallel(), "parallel-lb3": Parallel(length_beam=3)}),
-    ("cmlm", {}, {"mask-predict": MaskPredict(iterations=4, length_beam=2)}),
-    ("ctc", {"upsample": 2}, {"ctc": CTC(), "ctc-beam4": CTC(beam_size=4)}),
-], ids=["nat", "cmlm", "ctc"])
+@pytest.mark.parametrize("decoder,options,strategies", NAT_CASES, ids=["nat", "cmlm", "ctc"])
 def test_packed_linears_decode_the_nat_tokens_of_eager(decoder, options, strategies):
     model = nat_model(decoder, **options)
     info = assert_same_tokens(model, "packed", strategies, decode_twice=False)

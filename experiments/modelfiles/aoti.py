@@ -1,5 +1,7 @@
-"""AOTInductor-compiled static AT steps (the `aoti` engine; see engines.py), compiled in this process
-and kept in memory for its lifetime.
+"""AOTInductor-compiled code (the `aoti` and `auto` engines; see engines.py): the static AT step
+(CompiledStep, one package per group size), and whole-sequence passes with dynamic batch and
+lengths (CompiledPass: the encoder, a NAT decoder's parallel or CTC pass, one package each),
+compiled in this process and kept in memory for its lifetime.
 
 A package (`torch._inductor.aoti_compile_and_package`) is a shared library with the weights frozen
 in. Loading one runs its code, so nothing here loads a package that this process did not compile
@@ -129,3 +131,132 @@ class CompiledStep:
     def __call__(self, tokens: Tensor, pos: Tensor, self_k: Tensor, self_v: Tensor, cross_k: Tensor,
                  cross_v: Tensor, memory_mask: Tensor | None, group: int) -> Tensor:
         return self.runner(group)(tokens, pos, self_k, self_v, cross_k, cross_v, memory_mask)
+
+
+class TensorPass(nn.Module):
+    """A whole-sequence pass of a model part as a module of tensors only, for torch.export /
+    AOTInductor, with dynamic batch and lengths: the encoder (`encoder`), a NAT decoder's
+    forward_parallel (`parallel`) or forward_ctc (`ctc`). `DIMS`: each dynamic dimension's range;
+    a length of 1 is outside (export specialises it), such calls run eager."""
+
+    METHODS = {"encoder": "forward", "parallel": "forward_parallel", "ctc": "forward_ctc"}  # kind -> the part's method
+
+    def __init__(self, part: nn.Module, kind: str):
+        super().__init__()
+        self.part, self.kind = part, kind
+        longest = {"encoder": lambda: part.embed.max_positions, "ctc": lambda: part.max_source_length,
+                   "parallel": lambda: part.cfg.max_positions}[kind]()
+        self.DIMS = {"B": (1, 65536), "S": (2, longest)}
+        if kind == "parallel":
+            self.DIMS["T"] = (2, longest)
+
+    def method(self):
+        """The part's own (eager) method this pass runs, unbound."""
+        return getattr(type(self.part), self.METHODS[self.kind])
+
+    def forward(self, *tensors: Tensor):
+        from atnat.models.encoder import EncoderOut
+
+        run = self.method()
+        if self.kind == "encoder":  # (src (B, S), padding (B, S)) -> states (B, S, D)
+            return run(self.part, *tensors).states
+        if self.kind == "ctc":  # (states, memory padding) -> log-probs (B, k S, V), slot padding (B, k S)
+            return run(self.part, EncoderOut(*tensors))
+        tokens, states, memory_padding, padding_mask = tensors  # -> log-probs (B, T, V)
+        return run(self.part, tokens, EncoderOut(states, memory_padding), padding_mask)
+
+    def sizes(self, *args) -> dict[str, int]:
+        """The dynamic sizes of a call with the part's own arguments."""
+        if self.kind == "encoder":
+            return {"B": args[0].size(0), "S": args[0].size(1)}
+        memory = args[0] if self.kind == "ctc" else args[1]
+        sizes = {"B": memory.states.size(0), "S": memory.states.size(1)}
+        if self.kind == "parallel":
+            sizes["T"] = args[0].size(1)
+        return sizes
+
+    @staticmethod
+    def tensors(kind: str, *args) -> tuple[Tensor, ...]:
+        """The package's inputs from the part's own arguments."""
+        if kind == "encoder":
+            return args
+        if kind == "ctc":
+            return args[0].states, args[0].padding_mask
+        tokens, memory, padding_mask = args
+        return tokens, memory.states, memory.padding_mask, padding_mask
+
+    def example(self) -> tuple[tuple[Tensor, ...], tuple]:
+        """Example inputs of distinct sizes above 1 (so that export specialises none), with padding
+        as real batches have, and their dynamic dimensions (torch.export.Dim; one tuple, for
+        forward's *tensors)."""
+        args, shapes = self._example()
+        return args, (shapes,)
+
+    def _example(self) -> tuple[tuple[Tensor, ...], tuple]:
+        dim = torch.export.Dim
+        b, s, t = 3, 5, 7
+        dev = next(self.part.parameters()).device
+        dims = {name: dim(f"{self.kind}_{name}", min=low, max=high) for name, (low, high) in self.DIMS.items()}
+        memory_padding = torch.zeros(b, s, dtype=torch.bool, device=dev)
+        memory_padding[1, -1:] = True
+        bs = {0: dims["B"], 1: dims["S"]}
+        if self.kind == "encoder":
+            return (torch.randint(4, 9, (b, s), device=dev), memory_padding), (bs, bs)
+        states = torch.randn(b, s, self.part.cfg.d_model, device=dev)
+        if self.kind == "ctc":
+            return (states, memory_padding), ({0: dims["B"], 1: dims["S"]}, bs)
+        padding = torch.zeros(b, t, dtype=torch.bool, device=dev)
+        padding[0, -2:] = True
+        tokens = torch.full((b, t), self.part.special.mask, dtype=torch.long, device=dev)
+        bt = {0: dims["B"], 1: dims["T"]}
+        return (tokens, states, memory_padding, padding), (bt, {0: dims["B"], 1: dims["S"]}, bs, bt)
+
+
+class CompiledPass:
+    """A model part's pass (TensorPass: the encoder, or a NAT decoder's protocol method) run by one
+    AOTInductor package with dynamic batch and lengths, built at its first call; calls outside the
+    package's ranges run the part's own method. Set on the part in place of that method
+    (`install`)."""
+
+    def __init__(self, part: nn.Module, kind: str, cache: PackageCache | None = None, *, fields: dict, configs: dict):
+        self.module = TensorPass(part, kind)
+        self.kind, self.cache, self.fields, self.configs = kind, cache or PACKAGES, fields, configs
+        self.runner_: Callable | None = None
+        self.records: list[CompileRecord] = []
+
+    @staticmethod
+    def kind_of(part: nn.Module) -> str | None:
+        """encoder, ctc or parallel: the pass this part would compile, or None (an AT decoder)."""
+        from atnat.models.encoder import TransformerEncoder
+
+        if isinstance(part, TransformerEncoder):
+            return "encoder"
+        caps = getattr(part, "capabilities", ())
+        return "ctc" if "ctc" in caps else "parallel" if "parallel" in caps else None
+
+    def install(self) -> None:
+        part = self.module.part
+        object.__setattr__(part, TensorPass.METHODS[self.kind], self)  # an instance attribute: nn.Module.__call__ finds forward there
+
+    def fits(self, sizes: dict[str, int]) -> bool:
+        return all(low <= sizes[name] <= high for name, (low, high) in self.module.DIMS.items())
+
+    def runner(self) -> Callable:
+        if self.runner_ is None:
+            def build() -> Exportable:
+                args, shapes = self.module.example()
+                return Exportable(self.module, args, shapes)
+            self.runner_, record = self.cache.get_or_compile(
+                f"{self.kind} pass", {**self.fields, "pass": self.kind, "dims": self.module.DIMS}, build, self.configs)
+            self.records.append(record)
+        return self.runner_
+
+    def __call__(self, *args):
+        if not self.fits(self.module.sizes(*args)):
+            return self.module.method()(self.module.part, *args)
+        out = self.runner()(*TensorPass.tensors(self.kind, *args))
+        if self.kind == "encoder":
+            from atnat.models.encoder import EncoderOut
+
+            return EncoderOut(out, args[1])
+        return tuple(out) if self.kind == "ctc" else out

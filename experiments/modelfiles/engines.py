@@ -7,11 +7,15 @@ core/engines.py; exact engines decode the tokens eager decodes (tests/test_engin
 - packed    every linear layer (every decoder, the encoder too) on a weight packed once for the CPU
             GEMM (packed.py: MKL's packed sgemm; oneDNN with +onednn or +bf16), eager
 - inductor  the static AT step under torch.compile: inductor with cpp_wrapper and weight freezing
-- aoti      the static AT step as an AOTInductor package (weights frozen in), compiled in this
-            process at the first decode of each group size and kept in memory (aoti.py; never
-            loaded from disk); no Python per op while it runs
-- auto      the fastest exact engine per shape: aoti+fused for the AT step of a single-sentence
-            decode, packed+onednn for everything else (eager on a GPU or an int8 model)
+- aoti      AOTInductor packages (weights frozen in), compiled in this process at first use and kept
+            in memory (aoti.py; never loaded from disk), no Python per op while they run: the static
+            AT step (one package per group size), the encoder and a NAT decoder's pass (one each,
+            dynamic batch and lengths)
+- auto      the fastest exact engine per shape (results/bench/README.md): every linear layer packed
+            for oneDNN (packed+onednn), and where the command decodes single sentences (the timing
+            phase, evaluate's latency, translate --batch-size 1) aoti+fused's packages for the
+            encoder, the NAT passes and the AT step of single-sentence decodes (eager on a GPU or
+            an int8 model)
 
 Options: +autotune (inductor, aoti: max-autotune, inductor's CPP GEMM templates compete with the
 library GEMMs), +fused (static, inductor, aoti: the step's attention as broadcast products a
@@ -30,7 +34,7 @@ import torch
 from atnat.core.engines import AUTO_STEP_ROWS, DEFAULT_ENGINE, ENGINES, OPTIONS, STEP_ENGINES, Engine, parse_engine, touches
 from atnat.core.errors import AtnatError
 
-from atnat.experiments.modelfiles.aoti import CompiledStep, CompileRecord, PackageCache, weights_sha256
+from atnat.experiments.modelfiles.aoti import CompiledPass, CompiledStep, CompileRecord, PackageCache, weights_sha256
 from atnat.experiments.modelfiles.packed import Bf16Linear, PackedLinear, replace_linears
 
 __all__ = ["DEFAULT_ENGINE", "ENGINES", "OPTIONS", "Engine", "EngineInfo", "apply_engine", "parse_engine", "touches"]
@@ -104,18 +108,33 @@ def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | N
     if steps:
         decoder.use_static_cache(True, step=_step(decoder, engine, info, cache), always_mask=engine.name != "static",
                                  attention="fused" if engine.has("fused") else "sdpa")
+    if engine.name == "aoti":
+        _compile_passes(module, engine, info, cache)
     module.engine_info = info
     return info
 
 
+def _compile_passes(module, engine: Engine, info: EngineInfo, cache: PackageCache | None) -> None:
+    """The encoder and a NAT decoder's pass as AOTInductor packages (CompiledPass), each compiled at
+    its first call and then run for every batch and length in its ranges."""
+    for part in (module.encoder, module.decoder):
+        kind = CompiledPass.kind_of(part)
+        if kind is None:
+            continue
+        compiled = CompiledPass(part, kind, cache, configs=inductor_configs(engine),
+                                fields={"weights": weights_sha256(part), "engine": engine.label,
+                                        "class": type(part).__qualname__, "model": repr(getattr(part, "cfg", None))})
+        compiled.records = info.records  # the engine's report sees each package as it is built
+        compiled.install()
+
+
 def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows: int) -> EngineInfo:
-    """The auto engine: per shape, the exact engine the bench found fastest (results/bench/README.md,
-    decode_engines_t1*.csv): every linear layer on oneDNN's packed weights (packed+onednn, fastest
-    exact at batch 64 and for the NAT decoders), and for an AT decoder the AOTInductor step with
-    fused attention (aoti+fused, fastest exact at batch 1) on decodes of at most `step_rows`
-    sentences: the compiled step is traced from the plain products (PackedLinear under export)
-    and compiled at its first such decode. Where neither applies, eager: a model on a GPU, an
-    int8 model (`info.fallback` says why)."""
+    """The auto engine: per shape, the exact engine the bench found fastest (results/bench/README.md):
+    every linear layer on oneDNN's packed weights (packed+onednn: fastest exact AT step at batch
+    64), and with `step_rows` > 0 aoti+fused's packages (traced from the plain products:
+    PackedLinear under export): the encoder and a NAT decoder's pass at every batch size, the AT step
+    on decodes of at most `step_rows` sentences (fastest exact at batch 1). Where neither applies,
+    eager: a model on a GPU, an int8 model (`info.fallback` says why)."""
     if getattr(module, "engine_info", None) is not None and not module.engine_info.engine.is_eager:
         raise AtnatError(f"engine auto: the model already decodes with {module.engine_info.label}")
     if module.training:
@@ -129,10 +148,12 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
         return info
     info.swapped = replace_linears(module, partial(PackedLinear, backend="onednn", dtype=torch.float32))
     decoder = module.decoder
-    if "step" in decoder.capabilities and step_rows > 0:
-        step_engine = parse_engine("aoti+fused")
-        decoder.use_static_cache(True, step=_step(decoder, step_engine, info, cache), always_mask=True,
-                                 attention="fused", max_rows=step_rows)
+    if step_rows > 0:
+        compiled = parse_engine("aoti+fused")
+        if "step" in decoder.capabilities:
+            decoder.use_static_cache(True, step=_step(decoder, compiled, info, cache), always_mask=True,
+                                     attention="fused", max_rows=step_rows)
+        _compile_passes(module, compiled, info, cache)
     module.engine_info = info
     return info
 
