@@ -188,7 +188,8 @@ def test_nat_passes_go_to_their_package_with_the_right_tensors(monkeypatch, deco
     assert "encoder pass" not in asked
 
 
-def test_auto_packs_a_nat_decoder_and_runs_eager_where_it_cannot_pack():
+def test_auto_packs_a_nat_decoder_and_runs_eager_where_it_cannot_pack(monkeypatch):
+    traced_not_compiled(monkeypatch)
     nat = assert_same_tokens(nat_model("ctc", upsample=2), "auto", {"ctc": CTC()}, decode_twice=False)
     assert nat.swapped > 0 and touches(parse_engine("auto"), "ctc") and touches(parse_engine("auto"), "step")
     assert touches(parse_engine("aoti"), "parallel")

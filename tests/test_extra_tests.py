@@ -19,7 +19,7 @@ def grid(root, extra):
         "train": {"max_steps": 8, "max_tokens": 256, "val_every_steps": 4, "progress_bar": False, "num_threads": 1},
         "eval": {"n_bootstrap": 20, "probe_sentences": 0, "extra_tests": extra}},
         "cells": {"at": {"decoder": "at", "eval": {"strategies": ["greedy", {"name": "beam", "beam_size": 2}]}}},
-        "speed": {"latency_sentences": 2, "throughput_sentences": 4, "repeats": 1, "warmup": 0}}
+        "speed": {"latency_sentences": 2, "throughput_sentences": 4, "repeats": 1, "warmup": 0, "engine": "eager"}}
 
 
 def test_a_second_test_split_is_scored_tabulated_and_ranked(tmp_path, monkeypatch, capsys):
