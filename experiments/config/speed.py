@@ -26,7 +26,7 @@ class SpeedSettings:
     aa_control: bool = True  # time the baseline twice, as two systems: the ratio of the two (ideally 1) is
     # the noise floor of every speed ratio of its task (columns speed_noise_low/high)
     engine: str = DEFAULT_ENGINE  # how our systems decode while timed (core/engines.py, modelfiles/engines.py:
-    # eager, static, packed, inductor, aoti, with +options); recorded per row (timing_engine)
+    # auto (the default), eager, static, packed, inductor, aoti, with +options); recorded per row (timing_engine)
 
     def __post_init__(self) -> None:
         for name in ("latency_sentences", "throughput_sentences", "throughput_batch", "repeats"):
