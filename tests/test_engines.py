@@ -186,6 +186,13 @@ def test_nat_passes_go_to_their_package_with_the_right_tensors(monkeypatch, deco
             ref = model.decode(one, torch.tensor([1]), strategy)
             assert torch.equal(engined.decode(one, torch.tensor([1]), strategy).tokens, ref.tokens)
     assert "encoder pass" not in asked
+    engined.decoder.record_attention = True  # the maps are set inside the pass: eager records them
+    with torch.inference_mode():
+        engined.decode(torch.tensor([[7, 8, 9]]), torch.tensor([3]), next(iter(strategies.values())))
+    assert engined.decoder.recorded_attention is not None and "encoder pass" in asked
+    engined.train()
+    with pytest.raises(AtnatError, match="is for inference; the model was put back in training mode"):
+        engined.encode(torch.tensor([[7, 8, 9]]))
 
 
 def test_auto_packs_a_nat_decoder_and_runs_eager_where_it_cannot_pack(monkeypatch):

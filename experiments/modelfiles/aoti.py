@@ -26,6 +26,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
+from atnat.core.errors import AtnatError
 from atnat.models.decoders.static_cache import StaticStep
 
 FORMAT = 2  # bump when what a package holds changes
@@ -252,8 +253,12 @@ class CompiledPass:
         return self.runner_
 
     def __call__(self, *args):
-        if not self.fits(self.module.sizes(*args)):
-            return self.module.method()(self.module.part, *args)
+        part = self.module.part
+        if part.training:
+            raise AtnatError(f"the compiled {self.kind} pass is for inference; the model was put back in "
+                             "training mode (train a model without an engine)")
+        if getattr(part, "record_attention", False) or not self.fits(self.module.sizes(*args)):
+            return self.module.method()(part, *args)  # eager: attention maps recorded, or sizes outside the ranges
         out = self.runner()(*TensorPass.tensors(self.kind, *args))
         if self.kind == "encoder":
             from atnat.models.encoder import EncoderOut
