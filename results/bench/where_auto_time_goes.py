@@ -2,7 +2,10 @@
 compiled packages (encoder pass, AT step, NAT pass) timed inside real decodes by wrapping their
 calls, the rest of the call (search loop, state updates, length prediction: Python and eager ops)
 by difference. The benchmark's model and 30-token strategies (experiments/bench); medians over
-10 calls after 3 warm-up calls. Writes where_auto_time_goes.csv next to this file.
+10 calls after 3 warm-up calls. Then the greedy AT step's package alone, called 30 times in a
+tight loop on the buffers of a real decode (row "at-step-loop"), and the packed output projection
+alone at one row (row "output-projection"), per step, medians of 20 loops. Writes
+where_auto_time_goes.csv next to this file.
 
     .venv/bin/python results/bench/where_auto_time_goes.py
 """
@@ -63,4 +66,35 @@ for batch in (1, 64):
         row["rest_ms"] = row["total_ms"] - sum(v for k, v in row.items() if k.endswith("_ms") and k != "total_ms")
         rows.append(row)
         print({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+
+module = models.get("at", engine="auto")
+src = torch.randint(6, spec.vocab, (1, spec.src_len))
+decoder, strategy = our_strategy("greedy", 30)
+fn = our_fn(module, strategy, src, 30)
+step = module.decoder._static_impl
+captured = {}
+
+
+def spy(*args):
+    captured["args"] = args
+    return step(*args)
+
+
+module.decoder._static_impl = spy
+with torch.inference_mode():
+    fn()
+    module.decoder._static_impl = step
+    args = captured["args"]  # the buffers of the decode's last step: tokens, pos, caches, mask, group
+    pos, x = args[1], torch.randn(1, module.decoder.output.in_features)
+
+    def per_step(f, n=30):
+        start = time.perf_counter()
+        for _ in range(n):
+            pos.zero_()  # every call writes cache position 0: in bounds however often it runs
+            f()
+        return (time.perf_counter() - start) / n * 1000
+
+    for name, f in (("at-step-loop", lambda: step(*args)), ("output-projection", lambda: module.decoder.output(x))):
+        rows.append({"strategy": name, "batch": 1, "total_ms": statistics.median(per_step(f) for _ in range(20))})
+        print(rows[-1], flush=True)
 pd.DataFrame(rows).to_csv(Path(__file__).with_name("where_auto_time_goes.csv"), index=False, float_format="%.3f")
