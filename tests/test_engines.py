@@ -313,3 +313,15 @@ def test_aoti_packages_are_compiled_in_process_and_kept_in_memory_only(monkeypat
     third.decoder._static_impl(*[None] * 7, 1)
     assert len(compiled) == 2  # other weights: compiled again
     assert not any(os.path.exists(os.path.dirname(p)) for p in folders)  # the temporary folders are gone
+
+
+def test_auto_on_a_gpu_decodes_eager_and_says_so(monkeypatch):
+    """The default engine must work wherever a model decodes: on a GPU auto changes nothing and its
+    label (timing_engine) reads auto=eager; an explicit CPU engine is refused there."""
+    model = at_model()
+    monkeypatch.setattr(Seq2SeqModule, "device", property(lambda self: torch.device("cuda")))
+    info = apply_engine(model, "auto")
+    assert info.swapped == 0 and info.records == [] and info.label == "auto=eager" and "cuda" in info.fallback
+    assert not model.decoder.static_cache and not any(isinstance(m, PackedLinear) for m in model.modules())
+    with pytest.raises(AtnatError, match="runs on the CPU only"):
+        apply_engine(at_model(), "packed")
