@@ -298,6 +298,8 @@ def test_aoti_packages_are_compiled_in_process_and_kept_in_memory_only(monkeypat
     monkeypatch.setattr(torch._inductor, "aoti_load_package", fake_load)
     monkeypatch.setattr(aoti, "PACKAGES", aoti.PackageCache())
     monkeypatch.setattr(torch.export, "export", lambda module, args, **kw: None)
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "ATNAT_PRIVATE_COMPILE_CACHE", "TRITON_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
     first = at_model()
     info = apply_engine(first, "aoti")
     step = first.decoder._static_impl
@@ -306,6 +308,8 @@ def test_aoti_packages_are_compiled_in_process_and_kept_in_memory_only(monkeypat
     info2 = apply_engine(second, "aoti")
     assert second.decoder._static_impl(*[None] * 7, 1) == "ran"
     assert len(compiled) == 1 and [r.compiled for r in info.records + info2.records] == [True, False]
+    # inductor's own cache: a private folder of this process, not the shared /tmp/torchinductor_<user>
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == os.environ["ATNAT_PRIVATE_COMPILE_CACHE"]
     third = at_model()
     with torch.no_grad():
         third.decoder.output.bias.add_(1.0)

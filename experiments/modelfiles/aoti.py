@@ -26,6 +26,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
+from atnat.core.compile_cache import private_compile_cache
 from atnat.core.errors import AtnatError
 from atnat.models.decoders.static_cache import StaticStep
 
@@ -84,6 +85,7 @@ class PackageCache:
         if key in self.runners:
             runner, seconds = self.runners[key]
             return runner, CompileRecord(what, key, False, 0.0, seconds)
+        private_compile_cache()  # nothing inductor finds on disk from before this process is used
         began = time.perf_counter()
         exportable = build()
         with tempfile.TemporaryDirectory(prefix="atnat-aoti-") as folder:  # private (0700), removed after loading

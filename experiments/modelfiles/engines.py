@@ -32,6 +32,7 @@ from functools import partial
 import torch
 
 from atnat.core.engines import AUTO_STEP_ROWS, DEFAULT_ENGINE, ENGINES, OPTIONS, STEP_ENGINES, Engine, parse_engine, touches
+from atnat.core.compile_cache import private_compile_cache
 from atnat.core.errors import AtnatError
 
 from atnat.experiments.modelfiles.aoti import CompiledPass, CompiledStep, CompileRecord, PackageCache, weights_sha256
@@ -187,6 +188,7 @@ def _step(decoder, engine: Engine, info: EngineInfo, cache: PackageCache | None)
         return None
     configs = inductor_configs(engine)
     if engine.name == "inductor":
+        private_compile_cache()
         compiled = torch.compile(decoder._static_step, options={**configs, "cpp_wrapper": True}, dynamic=None)
         return FirstCallTimer(compiled, info.records, "at step under torch.compile")
     step = CompiledStep(decoder, cache, configs=configs,

@@ -14,6 +14,7 @@ from atnat.models.batch import Batch
 from atnat.models.decoders.base import Decoder, register_decoder
 from atnat.models.decoders.static_cache import BufferPool, StaticBuffers, place_rows
 from atnat.models.encoder import EncoderOut
+from atnat.core.compile_cache import private_compile_cache
 from atnat.core.errors import AtnatError
 from atnat.models.losses import Loss, label_smoothed_nll, token_accuracy
 
@@ -120,6 +121,8 @@ class AutoregressiveDecoder(Decoder):
         self._static_pool.clear()
         self._static_masked, self._static_attention = always_mask, attention
         impl = step or self._static_step
+        if compile_mode:
+            private_compile_cache()  # see core/compile_cache.py
         self._static_impl = impl if not compile_mode else torch.compile(impl, mode=compile_mode, dynamic=None)
 
     @property
