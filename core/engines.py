@@ -19,10 +19,12 @@ ENGINES = {
     "aoti": "AOTInductor packages compiled in this process, weights frozen in: the static AT step, the "
             "encoder and a NAT decoder's pass (dynamic batch and lengths)",
     "auto": "the fastest exact engine per shape: every linear layer packed for oneDNN, and where a command "
-            "decodes single sentences (timing, evaluate, translate --batch-size 1) aoti+fused for the encoder, "
-            "the NAT passes and single-sentence AT steps (eager on a GPU or an int8 model)",
+            "decodes single sentences (timing, evaluate, translate --batch-size 1) aoti+fused for the encoder "
+            "and the NAT passes, aoti+autotune+fused for single-sentence AT steps (eager on a GPU or an int8 model)",
 }
-AUTO_STEP_ROWS = 1  # auto: decodes of at most this many sentences run the compiled (aoti+fused) AT step
+AUTO_STEP_ROWS = 1  # auto: decodes of at most this many sentences run the compiled AT step
+AUTO_STEP_ENGINE = "aoti+autotune+fused"  # auto's AT step (results/bench/decode_autotune_t1.csv)
+AUTO_PASS_ENGINE = "aoti+fused"  # auto's encoder and NAT passes (autotune gained nothing there)
 OPTIONS = {  # option -> (engines it applies to, what it does)
     "autotune": (("inductor", "aoti"), "max-autotune: inductor's CPP GEMM templates compete with the library GEMMs"),
     "fused": (("static", "inductor", "aoti"), "the step's attention as broadcast products a compiler fuses"),

@@ -89,7 +89,7 @@ def test_exact_eager_engines_decode_the_tokens_of_eager(engine):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["inductor", "aoti", "aoti+fused"])
+@pytest.mark.parametrize("engine", ["inductor", "aoti", "aoti+fused", "aoti+autotune+fused"])
 def test_compiled_engines_decode_the_tokens_of_eager(engine):
     info = assert_same_tokens(at_model(), engine, STRATEGIES)
     built = sorted(r.what for r in info.records)

@@ -14,8 +14,8 @@ core/engines.py; exact engines decode the tokens eager decodes (tests/test_engin
 - auto      the fastest exact engine per shape (results/bench/README.md): every linear layer packed
             for oneDNN (packed+onednn), and where the command decodes single sentences (the timing
             phase, evaluate's latency, translate --batch-size 1) aoti+fused's packages for the
-            encoder, the NAT passes and the AT step of single-sentence decodes (eager on a GPU or
-            an int8 model)
+            encoder and the NAT passes, aoti+autotune+fused's for the AT step of single-sentence
+            decodes (eager on a GPU or an int8 model)
 
 Options: +autotune (inductor, aoti: max-autotune, inductor's CPP GEMM templates compete with the
 library GEMMs), +fused (static, inductor, aoti: the step's attention as broadcast products a
@@ -31,7 +31,7 @@ from functools import partial
 
 import torch
 
-from atnat.core.engines import AUTO_STEP_ROWS, DEFAULT_ENGINE, ENGINES, OPTIONS, STEP_ENGINES, Engine, parse_engine, touches
+from atnat.core.engines import AUTO_PASS_ENGINE, AUTO_STEP_ENGINE, AUTO_STEP_ROWS, DEFAULT_ENGINE, ENGINES, OPTIONS, STEP_ENGINES, Engine, parse_engine, touches
 from atnat.core.compile_cache import private_compile_cache
 from atnat.core.errors import AtnatError
 
@@ -132,10 +132,11 @@ def _compile_passes(module, engine: Engine, info: EngineInfo, cache: PackageCach
 def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows: int) -> EngineInfo:
     """The auto engine: per shape, the exact engine the bench found fastest (results/bench/README.md):
     every linear layer on oneDNN's packed weights (packed+onednn: fastest exact AT step at batch
-    64), and with `step_rows` > 0 aoti+fused's packages (traced from the plain products:
-    PackedLinear under export): the encoder and a NAT decoder's pass at every batch size, the AT step
-    on decodes of at most `step_rows` sentences (fastest exact at batch 1). Where neither applies,
-    eager: a model on a GPU, an int8 model (`info.fallback` says why)."""
+    64), and with `step_rows` > 0 compiled packages (traced from the plain products: PackedLinear
+    under export): the encoder and a NAT decoder's pass at every batch size (AUTO_PASS_ENGINE), the
+    AT step on decodes of at most `step_rows` sentences (AUTO_STEP_ENGINE: max-autotune's GEMM
+    templates, fastest exact at batch 1, at ~2x the compile time). Where neither applies, eager: a
+    model on a GPU, an int8 model (`info.fallback` says why)."""
     if getattr(module, "engine_info", None) is not None and not module.engine_info.engine.is_eager:
         raise AtnatError(f"engine auto: the model already decodes with {module.engine_info.label}")
     if module.training:
@@ -150,11 +151,10 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
     info.swapped = replace_linears(module, partial(PackedLinear, backend="onednn", dtype=torch.float32))
     decoder = module.decoder
     if step_rows > 0:
-        compiled = parse_engine("aoti+fused")
-        if "step" in decoder.capabilities:
-            decoder.use_static_cache(True, step=_step(decoder, compiled, info, cache), always_mask=True,
-                                     attention="fused", max_rows=step_rows)
-        _compile_passes(module, compiled, info, cache)
+        if "step" in decoder.capabilities:  # max-autotune's GEMM templates: 1.1x CTranslate2 at greedy batch 1
+            step = _step(decoder, parse_engine(AUTO_STEP_ENGINE), info, cache)
+            decoder.use_static_cache(True, step=step, always_mask=True, attention="fused", max_rows=step_rows)
+        _compile_passes(module, parse_engine(AUTO_PASS_ENGINE), info, cache)
     module.engine_info = info
     return info
 
