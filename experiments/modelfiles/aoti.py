@@ -178,12 +178,11 @@ class TensorPass(nn.Module):
             sizes["T"] = args[0].size(1)
         return sizes
 
-    @staticmethod
-    def tensors(kind: str, *args) -> tuple[Tensor, ...]:
+    def tensors(self, *args) -> tuple[Tensor, ...]:
         """The package's inputs from the part's own arguments."""
-        if kind == "encoder":
+        if self.kind == "encoder":
             return args
-        if kind == "ctc":
+        if self.kind == "ctc":
             return args[0].states, args[0].padding_mask
         tokens, memory, padding_mask = args
         return tokens, memory.states, memory.padding_mask, padding_mask
@@ -261,7 +260,7 @@ class CompiledPass:
                              "training mode (train a model without an engine)")
         if getattr(part, "record_attention", False) or not self.fits(self.module.sizes(*args)):
             return self.module.method()(part, *args)  # eager: attention maps recorded, or sizes outside the ranges
-        out = self.runner()(*TensorPass.tensors(self.kind, *args))
+        out = self.runner()(*self.module.tensors(*args))
         if self.kind == "encoder":
             from atnat.models.encoder import EncoderOut
 

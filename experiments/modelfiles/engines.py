@@ -83,18 +83,18 @@ def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | N
     whose decodes are batches, where a compile for a one-sentence remainder would not pay)."""
     engine = parse_engine(engine)
     info = EngineInfo(engine)
-    if engine.name == "auto":
-        return _apply_auto(module, info, cache, step_rows)
     if engine.is_eager:
         module.engine_info = info
         return info
     if getattr(module, "engine_info", None) is not None and not module.engine_info.engine.is_eager:
         raise AtnatError(f"engine {engine.label}: the model already decodes with {module.engine_info.label}")
+    if module.training:
+        raise AtnatError(f"engine {engine.label}: for inference only; the model is in training mode")
+    if engine.name == "auto":
+        return _apply_auto(module, info, cache, step_rows)
     if module.device.type != "cpu" and engine.name != "static":
         raise AtnatError(f"engine {engine.label}: runs on the CPU only; the model is on {module.device} "
                          "(eager, static, or --compile there)")
-    if module.training:
-        raise AtnatError(f"engine {engine.label}: for inference only; the model is in training mode")
     decoder = module.decoder
     steps = engine.name in STEP_ENGINES and "step" in decoder.capabilities
     if engine.name in ("inductor", "aoti") and _quantized(module):
@@ -136,11 +136,7 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
     under export): the encoder and a NAT decoder's pass at every batch size (AUTO_PASS_ENGINE), the
     AT step on decodes of at most `step_rows` sentences (AUTO_STEP_ENGINE: max-autotune's GEMM
     templates, fastest exact at batch 1, at ~2x the compile time). Where neither applies, eager: a
-    model on a GPU, an int8 model (`info.fallback` says why)."""
-    if getattr(module, "engine_info", None) is not None and not module.engine_info.engine.is_eager:
-        raise AtnatError(f"engine auto: the model already decodes with {module.engine_info.label}")
-    if module.training:
-        raise AtnatError("engine auto: for inference only; the model is in training mode")
+    model on a GPU, an int8 model (`info.fallback` says why). apply_engine checked the rest."""
     if module.device.type != "cpu":
         info.fallback = f"eager: the model is on {module.device}"
     elif _quantized(module):

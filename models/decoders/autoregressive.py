@@ -120,10 +120,10 @@ class AutoregressiveDecoder(Decoder):
         self.static_cache = enabled
         self._static_pool.clear()
         self._static_masked, self._static_attention = always_mask, attention
-        impl = step or self._static_step
+        self._static_impl = step or self._static_step
         if compile_mode:
             private_compile_cache()  # see core/compile_cache.py
-        self._static_impl = impl if not compile_mode else torch.compile(impl, mode=compile_mode, dynamic=None)
+            self._static_impl = torch.compile(self._static_impl, mode=compile_mode, dynamic=None)
 
     @property
     def max_output_length(self) -> int:
