@@ -329,3 +329,27 @@ def test_auto_on_a_gpu_decodes_eager_and_says_so(monkeypatch):
     assert not model.decoder.static_cache and not any(isinstance(m, PackedLinear) for m in model.modules())
     with pytest.raises(AtnatError, match="runs on the CPU only"):
         apply_engine(at_model(), "packed")
+
+
+@pytest.mark.slow
+def test_the_autotuned_step_decodes_the_bench_models_tokens():
+    """auto's AT step (aoti+autotune+fused) at the bench size (D=256, 3+3 layers, V=8000), where
+    max-autotune's GEMM templates replace library GEMMs: random sources at batch 1, greedy and beam
+    5 pinned to 30 tokens, the tokens of eager and scores within 1e-4."""
+    from atnat.core.engines import AUTO_STEP_ENGINE
+    from atnat.experiments.bench import Models, make_spec, our_strategy
+
+    spec = make_spec(threads=1)
+    model = Models(spec).get("at")
+    engined = copy.deepcopy(model)
+    apply_engine(engined, AUTO_STEP_ENGINE)
+    g = torch.Generator().manual_seed(5)
+    with torch.inference_mode():
+        for name in ("greedy", "beam5"):
+            strategy = our_strategy(name, 30)[1]
+            for _ in range(6):
+                src = torch.randint(6, spec.vocab, (1, spec.src_len), generator=g)
+                lengths = torch.tensor([spec.src_len])
+                ref, out = model.decode(src, lengths, strategy), engined.decode(src, lengths, strategy)
+                assert torch.equal(out.tokens, ref.tokens), name
+                torch.testing.assert_close(out.scores, ref.scores, atol=1e-4, rtol=1e-4)
