@@ -20,10 +20,11 @@ ENGINES = {
             "encoder and a NAT decoder's pass (dynamic batch and lengths)",
     "auto": "the fastest exact engine per shape: every linear layer packed for oneDNN, and where a command "
             "decodes single sentences (timing, evaluate, translate --batch-size 1) aoti+fused for the encoder "
-            "and the NAT passes, aoti+autotune+fused for single-sentence AT steps (eager on a GPU or an int8 model)",
+            "and the NAT passes, aoti+autotune+fused for single-sentence AT steps (aoti+fused for an int8 model's, its int8 layers on oneDNN's int8 GEMM; eager on a GPU)",
 }
 AUTO_STEP_ROWS = 1  # auto: decodes of at most this many sentences run the compiled AT step
 AUTO_STEP_ENGINE = "aoti+autotune+fused"  # auto's AT step (results/bench/decode_autotune_t1.csv)
+AUTO_INT8_STEP_ENGINE = "aoti+fused"  # auto's AT step of an int8 model
 AUTO_PASS_ENGINE = "aoti+fused"  # auto's encoder and NAT passes (autotune gained nothing there)
 OPTIONS = {  # option -> (engines it applies to, what it does)
     "autotune": (("inductor", "aoti"), "max-autotune: inductor's CPP GEMM templates compete with the library GEMMs"),

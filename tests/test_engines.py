@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import os
+import zipfile
 
 import pytest
 import torch
@@ -200,8 +201,6 @@ def test_auto_packs_a_nat_decoder_and_runs_eager_where_it_cannot_pack(monkeypatc
     nat = assert_same_tokens(nat_model("ctc", upsample=2), "auto", {"ctc": CTC()}, decode_twice=False)
     assert nat.swapped > 0 and touches(parse_engine("auto"), "ctc") and touches(parse_engine("auto"), "step")
     assert touches(parse_engine("aoti"), "parallel")
-    int8 = apply_engine(quantize_int8(at_model()), "auto")
-    assert int8.swapped == 0 and "int8" in int8.fallback and int8.label == "auto=eager"
     with pytest.raises(AtnatError, match="inference only"):
         apply_engine(at_model().train(), "auto")
     with pytest.raises(AtnatError, match=r"\+bf16 applies to"):
@@ -245,9 +244,58 @@ def test_int8_models_take_the_static_and_packed_engines():
     assert assert_same_tokens(model, "packed", {"greedy": STRATEGIES["greedy"]}).swapped == 0
 
 
-def test_compiling_engines_refuse_int8_models():
-    with pytest.raises(AtnatError, match="does not compile int8 models"):
-        apply_engine(quantize_int8(at_model()), "aoti")
+def test_torch_compile_refuses_int8_models():
+    with pytest.raises(AtnatError, match="does not compile int8 models.*use aoti or auto"):
+        apply_engine(quantize_int8(at_model()), "inductor")
+
+
+def test_auto_compiles_an_int8_model_through_its_wrapped_int8_layers(monkeypatch):
+    """auto on an int8 model (before: eager, `auto=eager`): every int8 layer wrapped (eager calls
+    stay FBGEMM's), and the same packages as a float model's, here traced: the encoder's, and the
+    AT step's for the one-sentence decodes; tokens are the int8 model's own."""
+    from atnat.experiments.modelfiles.quantize import CompilableInt8Linear
+
+    asked = traced_not_compiled(monkeypatch)
+    model = quantize_int8(at_model())
+    engined = copy.deepcopy(model)
+    info = apply_engine(engined, "auto")
+    assert not info.fallback and info.label == "auto" and info.exact
+    assert info.swapped == sum(isinstance(m, CompilableInt8Linear) for m in engined.modules()) > 0
+    src, lengths = batches()["b1"]
+    with torch.inference_mode():
+        for strategy in STRATEGIES.values():
+            assert torch.equal(engined.decode(src, lengths, strategy).tokens, model.decode(src, lengths, strategy).tokens)
+    assert sorted(set(asked)) == ["at step, group 1", "at step, group 5", "encoder pass"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["aoti", "auto"])
+def test_compiled_int8_engines_decode_the_int8_tokens_on_onednns_int8_gemm(monkeypatch, engine):
+    """An int8 model's packages run oneDNN's int8 GEMM (qlinear in the generated code, not a
+    dequantized float product) and decode the int8 model's tokens: at batch 1 also its scores (the
+    same activation ranges); on the padded batch tokens only (aoti's static step keeps finished rows
+    in the range, as `static` does)."""
+    sources = []
+    real = torch._inductor.aoti_compile_and_package
+
+    def keep_source(program, package_path, inductor_configs):
+        out = real(program, package_path=package_path, inductor_configs=inductor_configs)
+        with zipfile.ZipFile(package_path) as z:
+            sources.append("".join(z.read(n).decode(errors="ignore") for n in z.namelist() if n.endswith(".cpp")))
+        return out
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", keep_source)
+    model = quantize_int8(at_model())
+    info = assert_same_tokens(model, engine, {"greedy": STRATEGIES["greedy"]}, scores=False)
+    engined = copy.deepcopy(model)
+    apply_engine(engined, engine)
+    src, lengths = batches()["b1"]
+    with torch.inference_mode():
+        for strategy in STRATEGIES.values():
+            ref, out = model.decode(src, lengths, strategy), engined.decode(src, lengths, strategy)
+            assert torch.equal(out.tokens, ref.tokens)
+            torch.testing.assert_close(out.scores, ref.scores, atol=1e-4, rtol=1e-4)
+    assert info.records and sources and all("qlinear" in code for code in sources)
 
 
 @pytest.mark.parametrize("text,message", [

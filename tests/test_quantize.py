@@ -80,3 +80,66 @@ def test_int8_decodes_on_the_cpu_where_a_gpu_is_visible(tmp_path, monkeypatch, c
     monkeypatch.setattr("sys.stdin", io.StringIO(text))
     assert main(["translate", "--checkpoint", str(tmp_path / "exp"), "--quantize", "int8", "--device", "gpu"]) == 2
     assert "--quantize int8 runs on the CPU only" in capsys.readouterr().err
+
+
+def _dynamic_layer(per_channel: bool) -> nn.Module:
+    """A dynamic int8 Linear (24 -> 40) as quantize_int8 builds them, or with per-channel weights."""
+    import warnings
+
+    from torch.ao.quantization import per_channel_dynamic_qconfig
+
+    from atnat.experiments.modelfiles.quantize import _int8_linear
+    torch.manual_seed(0)
+    weight, bias = torch.randn(40, 24) * 0.2, torch.randn(40) * 0.1
+    if not per_channel:
+        return _int8_linear(weight, bias)
+    plain = nn.Linear(24, 40)
+    with torch.no_grad():
+        plain.weight.copy_(weight)
+        plain.bias.copy_(bias)
+    plain.qconfig = per_channel_dynamic_qconfig
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.ao.nn.quantized.dynamic.Linear.from_float(plain)
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
+def test_the_compilable_int8_layer_traces_to_the_layers_own_arithmetic(per_channel):
+    """What a compiled engine runs for an int8 layer (its decomposed ops, as torch.export traces them)
+    equals the layer's FBGEMM output up to float rounding, on 3-d inputs of several row counts:
+    the same activation range (0..127: the layer's reduce_range), scales and integer products.
+    Eager, the wrapper is the layer itself."""
+    from atnat.experiments.modelfiles.quantize import CompilableInt8Linear
+
+    layer = _dynamic_layer(per_channel)
+    wrapped = CompilableInt8Linear(layer)
+    assert wrapped.act_max == 127
+    rows = torch.export.Dim("rows", min=1, max=64)
+    program = torch.export.export(wrapped, (torch.randn(3, 5, 24),), dynamic_shapes=({0: rows},), strict=False)
+    traced = program.module()
+    ops = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert {"quantized_decomposed.choose_qparams.tensor", "quantized_decomposed.dequantize_per_channel.default"} <= ops
+    for n in (1, 2, 7):
+        x = torch.randn(n, 5, 24) * 3
+        with torch.no_grad():
+            ref = layer(x)
+            assert torch.equal(wrapped(x), ref)
+            out = traced(x)
+        assert out.shape == (n, 5, 40)
+        torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-5)
+    wrong = CompilableInt8Linear(layer)
+    wrong.act_max = 255  # the full uint8 range: not the layer's activations grid
+    program = torch.export.export(wrong, (x,), strict=False)
+    assert (program.module()(x) - ref).abs().max() > 1e-3
+
+
+def test_compilable_int8_wraps_every_int8_layer_and_is_still_an_int8_model():
+    from atnat.experiments.modelfiles.quantize import CompilableInt8Linear, compilable_int8, is_quantized
+    from atnat.models.seq2seq import Seq2SeqModule
+
+    model = quantize_int8(Seq2SeqModule(vocab_size=20, decoder="at", model=MODEL).eval())
+    layers = sum(1 for m in model.modules() if type(m).__name__ == "Linear" and "dynamic" in type(m).__module__)
+    assert compilable_int8(model) == layers > 0
+    assert sum(isinstance(m, CompilableInt8Linear) for m in model.modules()) == layers and is_quantized(model)
+    assert compilable_int8(model) == 0  # wrapped once
+    assert not is_quantized(Seq2SeqModule(vocab_size=20, decoder="at", model=MODEL))

@@ -19,6 +19,7 @@ import hashlib
 import json
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -90,7 +91,9 @@ class PackageCache:
         exportable = build()
         with tempfile.TemporaryDirectory(prefix="atnat-aoti-") as folder:  # private (0700), removed after loading
             path = Path(folder) / "step.pt2"
-            with context():
+            with context(), warnings.catch_warnings():
+                # inductor's own int8 lowering copy-constructs a tensor: its warning is not the user's
+                warnings.filterwarnings("ignore", "To copy construct from a tensor", UserWarning, r"torch\._inductor")
                 program = torch.export.export(exportable.module, exportable.args,
                                               dynamic_shapes=exportable.dynamic_shapes, strict=False)
                 torch._inductor.aoti_compile_and_package(program, package_path=str(path),

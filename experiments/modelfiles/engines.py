@@ -10,12 +10,12 @@ core/engines.py; exact engines decode the tokens eager decodes (tests/test_engin
 - aoti      AOTInductor packages (weights frozen in), compiled in this process at first use and kept
             in memory (aoti.py; never loaded from disk), no Python per op while they run: the static
             AT step (one package per group size), the encoder and a NAT decoder's pass (one each,
-            dynamic batch and lengths)
+            dynamic batch and lengths); an int8 model's layers as oneDNN int8 GEMMs (quantize.py)
 - auto      the fastest exact engine per shape (results/bench/README.md): every linear layer packed
             for oneDNN (packed+onednn), and where the command decodes single sentences (the timing
             phase, evaluate's latency, translate --batch-size 1) aoti+fused's packages for the
             encoder and the NAT passes, aoti+autotune+fused's for the AT step of single-sentence
-            decodes (eager on a GPU or an int8 model)
+            decodes (an int8 model: its int8 layers traced as oneDNN int8 GEMMs; eager on a GPU)
 
 Options: +autotune (inductor, aoti: max-autotune, inductor's CPP GEMM templates compete with the
 library GEMMs), +fused (static, inductor, aoti: the step's attention as broadcast products a
@@ -31,12 +31,13 @@ from functools import partial
 
 import torch
 
-from atnat.core.engines import AUTO_PASS_ENGINE, AUTO_STEP_ENGINE, AUTO_STEP_ROWS, DEFAULT_ENGINE, ENGINES, OPTIONS, STEP_ENGINES, Engine, parse_engine, touches
+from atnat.core.engines import AUTO_INT8_STEP_ENGINE, AUTO_PASS_ENGINE, AUTO_STEP_ENGINE, AUTO_STEP_ROWS, DEFAULT_ENGINE, ENGINES, OPTIONS, STEP_ENGINES, Engine, parse_engine, touches
 from atnat.core.compile_cache import private_compile_cache
 from atnat.core.errors import AtnatError
 
 from atnat.experiments.modelfiles.aoti import CompiledPass, CompiledStep, CompileRecord, PackageCache, weights_sha256
 from atnat.experiments.modelfiles.packed import Bf16Linear, PackedLinear, replace_linears
+from atnat.experiments.modelfiles.quantize import compilable_int8, is_quantized
 
 __all__ = ["DEFAULT_ENGINE", "ENGINES", "OPTIONS", "Engine", "EngineInfo", "apply_engine", "parse_engine", "touches"]
 
@@ -57,7 +58,7 @@ class EngineInfo:
     engine: Engine
     swapped: int = 0
     records: list[CompileRecord] = field(default_factory=list)
-    fallback: str = ""  # the auto engine where it runs eager: why (a GPU, an int8 model)
+    fallback: str = ""  # the auto engine where it runs eager: why (a GPU)
 
     @property
     def label(self) -> str:
@@ -97,9 +98,11 @@ def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | N
                          "(eager, static, or --compile there)")
     decoder = module.decoder
     steps = engine.name in STEP_ENGINES and "step" in decoder.capabilities
-    if engine.name in ("inductor", "aoti") and _quantized(module):
+    if engine.name == "inductor" and is_quantized(module):
         raise AtnatError(f"engine {engine.label}: does not compile int8 models (dynamic int8 layers); "
-                         "use static with --quantize int8")
+                         "use aoti or auto (or static) with --quantize int8")
+    if engine.name == "aoti" and is_quantized(module):
+        info.swapped = compilable_int8(module)  # traced as decomposed int8 ops: oneDNN's int8 GEMM
     if engine.name == "packed":
         make = partial(PackedLinear, backend="onednn" if engine.has("onednn") or engine.has("bf16") else "mkl",
                        dtype=torch.bfloat16 if engine.has("bf16") else torch.float32)
@@ -136,27 +139,26 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
     under export): the encoder and a NAT decoder's pass at every batch size (AUTO_PASS_ENGINE), the
     AT step on decodes of at most `step_rows` sentences (AUTO_STEP_ENGINE: max-autotune's GEMM
     templates, fastest exact at batch 1, at ~2x the compile time). Where neither applies, eager: a
-    model on a GPU, an int8 model (`info.fallback` says why). apply_engine checked the rest."""
+    model on a GPU (`info.fallback` says why). An int8 model keeps FBGEMM's kernels eager, and its
+    packages trace each int8 layer's arithmetic (CompilableInt8Linear: oneDNN's int8 GEMM, the same
+    products), the AT step as AUTO_INT8_STEP_ENGINE. apply_engine checked the rest."""
     if module.device.type != "cpu":
         info.fallback = f"eager: the model is on {module.device}"
-    elif _quantized(module):
-        info.fallback = "eager: an int8 model (dynamic int8 layers pack their own weights)"
-    if info.fallback:
         module.engine_info = info
         return info
-    info.swapped = replace_linears(module, partial(PackedLinear, backend="onednn", dtype=torch.float32))
+    int8 = is_quantized(module)
+    if int8:  # eager: FBGEMM's int8 kernels as before; traced: decomposed int8 ops (oneDNN's int8 GEMM)
+        info.swapped = compilable_int8(module)
+    else:
+        info.swapped = replace_linears(module, partial(PackedLinear, backend="onednn", dtype=torch.float32))
     decoder = module.decoder
     if step_rows > 0:
         if "step" in decoder.capabilities:  # max-autotune's GEMM templates: 1.1x CTranslate2 at greedy batch 1
-            step = _step(decoder, parse_engine(AUTO_STEP_ENGINE), info, cache)
+            step = _step(decoder, parse_engine(AUTO_INT8_STEP_ENGINE if int8 else AUTO_STEP_ENGINE), info, cache)
             decoder.use_static_cache(True, step=step, always_mask=True, attention="fused", max_rows=step_rows)
         _compile_passes(module, parse_engine(AUTO_PASS_ENGINE), info, cache)
     module.engine_info = info
     return info
-
-
-def _quantized(module) -> bool:
-    return any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in module.modules())
 
 
 class FirstCallTimer:

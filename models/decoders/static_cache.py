@@ -114,7 +114,7 @@ class StaticStep(torch.nn.Module):
         n_layers, h = len(self.decoder.layers), self.decoder.layers[0].self_attn.h
         dh = self.decoder.layers[0].self_attn.dh
         r = self.group * m
-        dev = self.decoder.output.weight.device
+        dev = next(self.decoder.parameters()).device  # (an int8 output layer has no float weight)
         cache = lambda n, t: torch.zeros(n_layers, n, h, t, dh, dtype=dtype, device=dev)  # (L, n, H, t, Dh)
         args = (torch.full((r,), 4, dtype=torch.long, device=dev), torch.zeros((), dtype=torch.long, device=dev),
                 cache(r, c), cache(r, c), cache(m, s).normal_(), cache(m, s).normal_(),
