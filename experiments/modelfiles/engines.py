@@ -101,6 +101,10 @@ def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | N
     if engine.name == "inductor" and is_quantized(module):
         raise AtnatError(f"engine {engine.label}: does not compile int8 models (dynamic int8 layers); "
                          "use aoti or auto (or static) with --quantize int8")
+    if engine.has("autotune") and is_quantized(module):
+        raise AtnatError(f"engine {engine.label}: +autotune does not compile int8 models (benchmarking inductor's "
+                         f"int8 GEMM templates aborts the process with heap corruption, torch {torch.__version__}); "
+                         "use aoti or aoti+fused")
     if engine.name == "aoti" and is_quantized(module):
         info.swapped = compilable_int8(module)  # traced as decomposed int8 ops: oneDNN's int8 GEMM
     if engine.name == "packed":
