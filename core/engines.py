@@ -20,14 +20,18 @@ ENGINES = {
             "encoder and a NAT decoder's pass (dynamic batch and lengths)",
     "auto": "the fastest exact engine per shape: every linear layer packed for oneDNN, and where a command "
             "decodes single sentences (timing, evaluate, translate --batch-size 1) aoti+fused for the encoder "
-            "and the NAT passes, aoti+autotune+fused for single-sentence AT steps (aoti+fused for an int8 model's, its int8 layers on oneDNN's int8 GEMM; eager on a GPU)",
+            "and the NAT passes, aoti+cppgemm+fused for single-sentence AT steps (aoti+fused for an int8 model's, "
+            "its int8 layers on oneDNN's int8 GEMM; eager on a GPU)",
 }
 AUTO_STEP_ROWS = 1  # auto: decodes of at most this many sentences run the compiled AT step
-AUTO_STEP_ENGINE = "aoti+autotune+fused"  # auto's AT step (results/bench/decode_autotune_t1.csv)
+AUTO_STEP_ENGINE = "aoti+cppgemm+fused"  # auto's AT step: +autotune's kernels at single sentences, no benchmarking
+# (results/bench/step_variants.csv: as fast as +autotune, beam 5 faster; half the compile time)
 AUTO_INT8_STEP_ENGINE = "aoti+fused"  # auto's AT step of an int8 model
 AUTO_PASS_ENGINE = "aoti+fused"  # auto's encoder and NAT passes (autotune gained nothing there)
 OPTIONS = {  # option -> (engines it applies to, what it does)
     "autotune": (("inductor", "aoti"), "max-autotune: inductor's CPP GEMM templates compete with the library GEMMs"),
+    "cppgemm": (("inductor", "aoti"), "inductor's CPP GEMM template for every GEMM, nothing benchmarked (what +autotune "
+                "picked at a single sentence's shapes, in half its compile time)"),
     "fused": (("static", "inductor", "aoti"), "the step's attention as broadcast products a compiler fuses"),
     "onednn": (("packed",), "oneDNN's packed float32 GEMM instead of MKL's"),
     "bf16": (tuple(e for e in ENGINES if e != "auto"), "linear weights and products in bfloat16 (opt-in: outputs may differ from float32)"),
@@ -78,6 +82,9 @@ def parse_engine(text: str | Engine | None, what: str = "engine") -> Engine:
     name, *options = text.strip().split("+")
     if name not in ENGINES:
         raise AtnatError(f"{what} {text!r}: unknown engine {name!r}; valid: {engine_choices()}")
+    if {"autotune", "cppgemm"} <= set(options):
+        raise AtnatError(f"{what} {text!r}: +autotune and +cppgemm exclude each other (+cppgemm is +autotune "
+                         "with the CPP templates only)")
     for opt in options:
         if opt not in OPTIONS:
             raise AtnatError(f"{what} {text!r}: unknown option {opt!r}; valid: {engine_choices()}")

@@ -90,7 +90,7 @@ def test_exact_eager_engines_decode_the_tokens_of_eager(engine):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["inductor", "aoti", "aoti+fused", "aoti+autotune+fused"])
+@pytest.mark.parametrize("engine", ["inductor", "aoti", "aoti+fused", "aoti+autotune+fused", "aoti+cppgemm+fused"])
 def test_compiled_engines_decode_the_tokens_of_eager(engine):
     info = assert_same_tokens(at_model(), engine, STRATEGIES)
     built = sorted(r.what for r in info.records)
@@ -249,8 +249,9 @@ def test_torch_compile_and_autotune_refuse_int8_models():
     aborted the bench process (glibc: double free or corruption, torch 2.13), so it is not offered."""
     with pytest.raises(AtnatError, match="does not compile int8 models.*use aoti or auto"):
         apply_engine(quantize_int8(at_model()), "inductor")
-    with pytest.raises(AtnatError, match=r"\+autotune does not compile int8 models.*heap corruption"):
-        apply_engine(quantize_int8(at_model()), "aoti+autotune+fused")
+    for engine in ("aoti+autotune+fused", "aoti+cppgemm"):
+        with pytest.raises(AtnatError, match=r"\+autotune and \+cppgemm do not compile int8 models.*heap corruption"):
+            apply_engine(quantize_int8(at_model()), engine)
 
 
 def test_auto_compiles_an_int8_model_through_its_wrapped_int8_layers(monkeypatch):
@@ -306,6 +307,7 @@ def test_compiled_int8_engines_decode_the_int8_tokens_on_onednns_int8_gemm(monke
     ("turbo", "unknown engine 'turbo'; valid: engines eager, static, packed, inductor, aoti, auto; options \\+autotune"),
     ("aoti+fast", "unknown option 'fast'"),
     ("packed+autotune", r"\+autotune applies to inductor, aoti, not packed"),
+    ("aoti+autotune+cppgemm", r"\+autotune and \+cppgemm exclude each other"),
 ])
 def test_a_bad_engine_is_one_error_naming_the_valid_ones(text, message):
     with pytest.raises(AtnatError, match=message):
@@ -316,7 +318,7 @@ def test_engine_names_and_the_default():
     assert parse_engine(None).label == DEFAULT_ENGINE == "auto"
     assert parse_engine("aoti+fused+autotune").label == "aoti+autotune+fused"  # options sorted: one spelling
     assert set(ENGINES) == {"eager", "static", "packed", "inductor", "aoti", "auto"}
-    assert set(OPTIONS) == {"autotune", "fused", "onednn", "bf16"}
+    assert set(OPTIONS) == {"autotune", "cppgemm", "fused", "onednn", "bf16"}
 
 
 def test_an_engine_is_applied_once_and_in_eval_mode_only():
@@ -384,10 +386,10 @@ def test_auto_on_a_gpu_decodes_eager_and_says_so(monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_autotuned_step_decodes_the_bench_models_tokens():
-    """auto's AT step (aoti+autotune+fused) at the bench size (D=256, 3+3 layers, V=8000), where
-    max-autotune's GEMM templates replace library GEMMs: random sources at batch 1, greedy and beam
-    5 pinned to 30 tokens, the tokens of eager and scores within 1e-4."""
+def test_autos_step_decodes_the_bench_models_tokens():
+    """auto's AT step (AUTO_STEP_ENGINE, aoti+cppgemm+fused) at the bench size (D=256, 3+3 layers,
+    V=8000), where inductor's CPP GEMM templates replace library GEMMs: random sources at batch 1,
+    greedy and beam 5 pinned to 30 tokens, the tokens of eager and scores within 1e-4."""
     from atnat.core.engines import AUTO_STEP_ENGINE
     from atnat.experiments.bench import Models, make_spec, our_strategy
 

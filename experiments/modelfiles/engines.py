@@ -14,11 +14,11 @@ core/engines.py; exact engines decode the tokens eager decodes (tests/test_engin
 - auto      the fastest exact engine per shape (results/bench/README.md): every linear layer packed
             for oneDNN (packed+onednn), and where the command decodes single sentences (the timing
             phase, evaluate's latency, translate --batch-size 1) aoti+fused's packages for the
-            encoder and the NAT passes, aoti+autotune+fused's for the AT step of single-sentence
+            encoder and the NAT passes, aoti+cppgemm+fused's for the AT step of single-sentence
             decodes (an int8 model: its int8 layers traced as oneDNN int8 GEMMs; eager on a GPU)
 
 Options: +autotune (inductor, aoti: max-autotune, inductor's CPP GEMM templates compete with the
-library GEMMs), +fused (static, inductor, aoti: the step's attention as broadcast products a
+library GEMMs), +cppgemm (inductor, aoti: the CPP GEMM template for every GEMM, nothing benchmarked), +fused (static, inductor, aoti: the step's attention as broadcast products a
 compiler fuses into loops over the cache), +onednn (packed: oneDNN's float32 GEMM instead of MKL's),
 +bf16 (any: linear weights in bfloat16, a product in bfloat16; opt-in, outputs may differ).
 Engines other than eager and static run on the CPU. `apply_engine` changes a module in place.
@@ -47,6 +47,8 @@ def inductor_configs(engine: Engine) -> dict:
     configs = {"freezing": True}
     if engine.has("autotune"):
         configs.update(max_autotune=True, max_autotune_gemm_backends="CPP,ATEN")
+    elif engine.has("cppgemm"):  # one choice per GEMM: max-autotune benchmarks nothing
+        configs.update(max_autotune=True, max_autotune_gemm_backends="CPP")
     return configs
 
 
@@ -101,10 +103,10 @@ def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | N
     if engine.name == "inductor" and is_quantized(module):
         raise AtnatError(f"engine {engine.label}: does not compile int8 models (dynamic int8 layers); "
                          "use aoti or auto (or static) with --quantize int8")
-    if engine.has("autotune") and is_quantized(module):
-        raise AtnatError(f"engine {engine.label}: +autotune does not compile int8 models (benchmarking inductor's "
-                         f"int8 GEMM templates aborts the process with heap corruption, torch {torch.__version__}); "
-                         "use aoti or aoti+fused")
+    if (engine.has("autotune") or engine.has("cppgemm")) and is_quantized(module):
+        raise AtnatError(f"engine {engine.label}: +autotune and +cppgemm do not compile int8 models (benchmarking "
+                         f"inductor's int8 GEMM templates aborted the process with heap corruption, torch "
+                         f"{torch.__version__}); use aoti or aoti+fused")
     if engine.name == "aoti" and is_quantized(module):
         info.swapped = compilable_int8(module)  # traced as decomposed int8 ops: oneDNN's int8 GEMM
     if engine.name == "packed":
@@ -141,8 +143,8 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
     every linear layer on oneDNN's packed weights (packed+onednn: fastest exact AT step at batch
     64), and with `step_rows` > 0 compiled packages (traced from the plain products: PackedLinear
     under export): the encoder and a NAT decoder's pass at every batch size (AUTO_PASS_ENGINE), the
-    AT step on decodes of at most `step_rows` sentences (AUTO_STEP_ENGINE: max-autotune's GEMM
-    templates, fastest exact at batch 1, at ~2x the compile time). Where neither applies, eager: a
+    AT step on decodes of at most `step_rows` sentences (AUTO_STEP_ENGINE: inductor's CPP GEMM
+    templates, fastest exact at batch 1). Where neither applies, eager: a
     model on a GPU (`info.fallback` says why). An int8 model keeps FBGEMM's kernels eager, and its
     packages trace each int8 layer's arithmetic (CompilableInt8Linear: oneDNN's int8 GEMM, the same
     products), the AT step as AUTO_INT8_STEP_ENGINE. apply_engine checked the rest."""
@@ -157,7 +159,7 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
         info.swapped = replace_linears(module, partial(PackedLinear, backend="onednn", dtype=torch.float32))
     decoder = module.decoder
     if step_rows > 0:
-        if "step" in decoder.capabilities:  # max-autotune's GEMM templates: 1.1x CTranslate2 at greedy batch 1
+        if "step" in decoder.capabilities:  # CPP GEMM templates: ~1.1x CTranslate2's time at greedy batch 1
             step = _step(decoder, parse_engine(AUTO_INT8_STEP_ENGINE if int8 else AUTO_STEP_ENGINE), info, cache)
             decoder.use_static_cache(True, step=step, always_mask=True, attention="fused", max_rows=step_rows)
         _compile_passes(module, parse_engine(AUTO_PASS_ENGINE), info, cache)
