@@ -36,8 +36,8 @@ class OneSentenceStep(StaticStep):
     def example(self, dtype=torch.float32):
         args, shapes = super().example(dtype)
         m = args[4].size(1)
-        args = (args[0][: self.group], args[1], args[2][:, : self.group], args[3][:, : self.group],
-                args[4][:, :1], args[5][:, :1], args[6][:1])
+        args = tuple(a.contiguous() for a in (args[0][: self.group], args[1], args[2][:, : self.group],
+                                              args[3][:, : self.group], args[4][:, :1], args[5][:, :1], args[6][:1]))
         static = torch.export.Dim.STATIC
         shapes = ({0: static}, None, {1: static, 3: shapes[2][3]}, {1: static, 3: shapes[3][3]},
                   {1: static, 3: shapes[4][3]}, {1: static, 3: shapes[5][3]}, {0: static, 3: shapes[6][3]})
