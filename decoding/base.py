@@ -57,7 +57,8 @@ class StepModel(Protocol):
         """prev_tokens (B,) -> log_probs (B, V) over the next token, and the new state."""
 
     def reorder_state(self, state: Any, order: Tensor) -> Any:
-        """Select/duplicate batch rows of the state: order (B',) indexes the current batch."""
+        """Select/duplicate batch rows of the state: order (B',) indexes the current batch. Consumes
+        `state` (the result may reuse its buffers, or reorder them in place): use only the result."""
 
 
 class ParallelModel(Protocol):

@@ -192,3 +192,29 @@ def test_score_sequences_charges_a_pad_id_inside_a_candidate():
         lp = model.decoder(inputs, memory)[0].float().log_softmax(-1)
         every = lp.gather(-1, outputs.unsqueeze(-1)).squeeze(-1).sum(1)  # each position, the pad too
     torch.testing.assert_close(got, every, atol=1e-4, rtol=1e-4)
+
+
+def test_a_beam_reorder_writes_into_the_caches_freed_by_the_one_before():
+    """With as many rows as before (a beam search's usual step), reorder_state gathers the caches
+    into the buffers of the state before last (ATState.spare) instead of fresh tensors: the same
+    values as a fresh gather; the spare is handed over once, so a second reorder of one state
+    (outside the protocol, which consumes it) gets new memory, not the first result's."""
+    model = make_model()
+    src, prev = random_batch()
+    dec = model.decoder
+    with torch.no_grad():
+        s0 = dec.reorder_state(dec.init_state(model.encode(src)), torch.arange(3).repeat_interleave(2))  # 6 rows
+        _, s0 = dec.step(prev[:, 0].repeat_interleave(2), s0)
+        order = torch.tensor([1, 1, 2, 3, 5, 4])
+        s1 = dec.reorder_state(s0, order)
+        assert s1.spare is not None and s1.spare[0] is s0.self_k  # kept for the next reorder
+        _, s1 = dec.step(prev[:, 1].repeat_interleave(2), s1)
+        expected = s1.self_k.index_select(1, order).clone()
+        s2 = dec.reorder_state(s1, order)
+        assert s2.self_k.data_ptr() == s0.self_k.data_ptr()  # written into s0's freed cache
+        assert torch.equal(s2.self_k, expected)
+        again = dec.reorder_state(s1, order)  # s1's spare was handed to s2: fresh memory here
+        assert again.self_k.data_ptr() not in (s2.self_k.data_ptr(), s1.self_k.data_ptr())
+        assert torch.equal(again.self_k, s2.self_k)
+        fewer = dec.reorder_state(s2, torch.tensor([0, 1, 4, 5]))  # rows leave: no spare of another shape
+        assert fewer.spare is None and fewer.self_k.size(1) == 4

@@ -74,6 +74,8 @@ class ATState:
     static: StaticBuffers | None = None  # static cache: the buffers the step runs on (shapes never change)
     rows: Tensor | None = None  # static cache: (R',) buffer row of each of the strategy's rows
     lease: object = None  # static cache: this decode's claim on `static` (a newer decode may take it)
+    spare: tuple[Tensor, Tensor] | None = None  # growing cache: the caches before the last reorder, written
+    # by the next reorder of as many rows instead of new tensors (a beam step reuses memory it just freed)
 
     @property
     def pos(self) -> Tensor | None:
@@ -293,8 +295,10 @@ class AutoregressiveDecoder(Decoder):
         return F.log_softmax(logits.float(), -1), replace(state, t=t + 1)
 
     def reorder_state(self, state: ATState, order: Tensor) -> ATState:
-        """Keep rows `order` (R',). The cache is copied whole (capacity grows by doubling from 16,
-        so at most 2x the filled part): one contiguous copy beats a strided one. Memory stays
+        """Keep rows `order` (R',). Consumes `state`: the returned state may reuse its buffers. The
+        cache is copied whole (capacity grows by doubling from 16, so at most 2x the filled part): one
+        contiguous copy beats a strided one; with as many rows as before, into the buffers of the
+        state before `state` (ATState.spare), whose memory is warm, instead of fresh tensors. Memory stays
         shared per group while the rows form contiguous groups that share a memory row (beam
         search, also after finished sentences leave); otherwise it is copied per row.
         With the static cache the buffers stay: see _reorder_static."""
@@ -302,9 +306,15 @@ class AutoregressiveDecoder(Decoder):
             return self._reorder_static(state, order)
         r = order.numel()
         rows = state.row_to_memory.index_select(0, order)
-        self_k = state.self_k.index_select(1, order)  # (L, R', H, C, Dh): one contiguous copy,
-        self_v = state.self_v.index_select(1, order)  # cheaper than copying the strided prefix [:t]
+        shape = (state.self_k.size(0), r, *state.self_k.shape[2:])  # (L, R', H, C, Dh)
+        spare, state.spare = state.spare, None  # handed over once: a second reorder of `state` allocates
+        if spare is not None and spare[0].shape == shape:  # written in place: no fresh pages per beam step
+            self_k = torch.index_select(state.self_k, 1, order, out=spare[0])
+            self_v = torch.index_select(state.self_v, 1, order, out=spare[1])
+        else:  # one contiguous copy each, cheaper than copying the strided prefix [:t]
+            self_k, self_v = state.self_k.index_select(1, order), state.self_v.index_select(1, order)
         new = replace(state, self_k=self_k, self_v=self_v,
+                      spare=(state.self_k, state.self_v) if r == state.self_k.size(1) else None,
                       focus=None if state.focus is None else state.focus.index_select(0, order))
         if state.group > 1 and r == state.row_to_memory.numel() and torch.equal(rows, state.row_to_memory):
             return new  # beam search's usual step: rows moved within their groups, memory as it was
