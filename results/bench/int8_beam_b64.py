@@ -2,7 +2,7 @@
 and 6): eager int8, int8 with the compilable wrappers only (`auto` with step_rows=0: nothing
 compiled), and int8 `auto` (its encoder package; the step is FBGEMM's eager step at 64 sentences),
 interleaved, each timed call right after an untimed one, median of 5, plus each one's encoder
-alone. 1 thread; run at commit 8d0d8f5 with the long grid paused: 764 / 780 / 760 ms (encoder 17.9 /
+alone. 1 thread; run at commit 8c16640 with the long grid paused: 764 / 780 / 760 ms (encoder 17.9 /
 16.7 / 28.4 ms): no slowdown of `auto` here.
 
     .venv/bin/python results/bench/int8_beam_b64.py
