@@ -18,7 +18,8 @@ core/engines.py; exact engines decode the tokens eager decodes (tests/test_engin
             decodes (an int8 model: its int8 layers traced as oneDNN int8 GEMMs; eager on a GPU)
 
 Options: +autotune (inductor, aoti: max-autotune, inductor's CPP GEMM templates compete with the
-library GEMMs), +cppgemm (inductor, aoti: the CPP GEMM template for every GEMM, nothing benchmarked), +fused (static, inductor, aoti: the step's attention as broadcast products a
+library GEMMs), +cppgemm (inductor, aoti: the CPP GEMM template for every GEMM, nothing
+benchmarked), +fused (static, inductor, aoti: the step's attention as broadcast products a
 compiler fuses into loops over the cache), +onednn (packed: oneDNN's float32 GEMM instead of MKL's),
 +bf16 (any: linear weights in bfloat16, a product in bfloat16; opt-in, outputs may differ).
 Engines other than eager and static run on the CPU. `apply_engine` changes a module in place.
@@ -144,8 +145,8 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
     64), and with `step_rows` > 0 compiled packages (traced from the plain products: PackedLinear
     under export): the encoder and a NAT decoder's pass at every batch size (AUTO_PASS_ENGINE), the
     AT step on decodes of at most `step_rows` sentences (AUTO_STEP_ENGINE: inductor's CPP GEMM
-    templates, fastest exact at batch 1). Where neither applies, eager: a
-    model on a GPU (`info.fallback` says why). An int8 model keeps FBGEMM's kernels eager, and its
+    templates, fastest exact at batch 1). Where neither applies, eager: a model on a GPU
+    (`info.fallback` says why). An int8 model keeps FBGEMM's kernels eager, and its
     packages trace each int8 layer's arithmetic (CompilableInt8Linear: oneDNN's int8 GEMM, the same
     products), the AT step as AUTO_INT8_STEP_ENGINE. apply_engine checked the rest."""
     if module.device.type != "cpu":
