@@ -84,23 +84,12 @@ def test_int8_decodes_on_the_cpu_where_a_gpu_is_visible(tmp_path, monkeypatch, c
 
 def _dynamic_layer(per_channel: bool) -> nn.Module:
     """A dynamic int8 Linear (24 -> 40) as quantize_int8 builds them, or with per-channel weights."""
-    import warnings
-
     from torch.ao.quantization import per_channel_dynamic_qconfig
 
     from atnat.experiments.modelfiles.quantize import _int8_linear
     torch.manual_seed(0)
     weight, bias = torch.randn(40, 24) * 0.2, torch.randn(40) * 0.1
-    if not per_channel:
-        return _int8_linear(weight, bias)
-    plain = nn.Linear(24, 40)
-    with torch.no_grad():
-        plain.weight.copy_(weight)
-        plain.bias.copy_(bias)
-    plain.qconfig = per_channel_dynamic_qconfig
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return torch.ao.nn.quantized.dynamic.Linear.from_float(plain)
+    return _int8_linear(weight, bias, per_channel_dynamic_qconfig if per_channel else None)
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])

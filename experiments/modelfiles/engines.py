@@ -101,14 +101,15 @@ def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | N
                          "(eager, static, or --compile there)")
     decoder = module.decoder
     steps = engine.name in STEP_ENGINES and "step" in decoder.capabilities
-    if engine.name == "inductor" and is_quantized(module):
+    int8 = is_quantized(module)
+    if engine.name == "inductor" and int8:
         raise AtnatError(f"engine {engine.label}: does not compile int8 models (dynamic int8 layers); "
                          "use aoti or auto (or static) with --quantize int8")
-    if (engine.has("autotune") or engine.has("cppgemm")) and is_quantized(module):
+    if (engine.has("autotune") or engine.has("cppgemm")) and int8:
         raise AtnatError(f"engine {engine.label}: +autotune and +cppgemm do not compile int8 models (benchmarking "
                          f"inductor's int8 GEMM templates aborted the process with heap corruption, torch "
                          f"{torch.__version__}); use aoti or aoti+fused")
-    if engine.name == "aoti" and is_quantized(module):
+    if engine.name == "aoti" and int8:
         info.swapped = compilable_int8(module)  # traced as decomposed int8 ops: oneDNN's int8 GEMM
     if engine.name == "packed":
         make = partial(PackedLinear, backend="onednn" if engine.has("onednn") or engine.has("bf16") else "mkl",

@@ -39,15 +39,16 @@ def _dynamic():
     return nnqd, default_dynamic_qconfig, quantize_dynamic
 
 
-def _int8_linear(weight: Tensor, bias: Tensor | None) -> nn.Module:
-    """A dynamic int8 Linear holding a quantized copy of weight (out, in) and bias."""
-    nnqd, qconfig, _ = _dynamic()
+def _int8_linear(weight: Tensor, bias: Tensor | None, qconfig=None) -> nn.Module:
+    """A dynamic int8 Linear holding a quantized copy of weight (out, in) and bias (`qconfig`:
+    torch's default dynamic one, per-tensor weights, unless given)."""
+    nnqd, default_qconfig, _ = _dynamic()
     plain = nn.Linear(weight.size(1), weight.size(0), bias=bias is not None)
     with torch.no_grad():
         plain.weight.copy_(weight)
         if bias is not None:
             plain.bias.copy_(bias)
-    plain.qconfig = qconfig
+    plain.qconfig = qconfig or default_qconfig
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return nnqd.Linear.from_float(plain)
