@@ -95,8 +95,10 @@ def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Pat
 def evaluate_extra_test(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Path, name: str, *,
                         teacher: Seq2SeqModule | None = None) -> list[dict]:
     """Every strategy of the run on a further test split (eval.extra_tests): hypotheses in
-    `hyps/<label>@<name>.txt`, sacreBLEU with its interval, chrF and tokenised BLEU per strategy."""
+    `hyps/<label>@<name>.txt` (references in `references@<name>.txt`, for the report's paired
+    comparisons), sacreBLEU with its interval, chrF and tokenised BLEU per strategy."""
     src, tgt = extra_test_split(cfg, name)
+    write_text_atomic(run_dir / f"references@{name}.txt", "\n".join(tgt) + "\n")
     split = encode_split(task.tokenizer, src, tgt, name=name, max_len=cfg.train.max_len)
     out = []
     for spec in cfg.eval.strategies:

@@ -20,9 +20,8 @@ REBUILD = ("rebuild the tables with `atnat run {grid}` (same --results folder): 
 def check_tables(root: Path, env: dict | None) -> None:
     """Every CSV table of the results folder `root` is whole (see the module docstring)."""
     grid = _grid(env)
-    for path in [root / "results.csv", root / "samples.csv", *sorted((root / "curves").glob("*.csv"))]:
-        if path.is_file():
-            check_whole(path, grid)
+    for path in [*sorted(root.glob("*.csv")), *sorted((root / "curves").glob("*.csv"))]:
+        check_whole(path, grid)
 
 
 def check_whole(path: Path, grid: str = "GRID") -> None:

@@ -17,7 +17,7 @@ from atnat.experiments.evaluation.columns import better, by_name
 from atnat.experiments.evaluation.schema import MISSING, Column
 from atnat.experiments.evaluation.metrics.row import METRICS
 from atnat.experiments.files import write_text_atomic
-from atnat.experiments.reporting import figures
+from atnat.experiments.reporting import figures, ranking
 from atnat.experiments.reporting.aggregate import INTERVALS, aggregate_seeds
 from atnat.experiments.reporting.blocks import Block
 from atnat.experiments.reporting.figures import system_label
@@ -285,8 +285,41 @@ def _other_tests(g: GridResults) -> list[Block]:
         systems = list(means["main test set"].index)
         frame = pd.DataFrame({"System": systems, **{f"BLEU ({k})": [_mean_sd(v, s) for s in systems]
                                                     for k, v in means.items()}})
-        blocks += [Block("heading", f"Task `{task}`", 3), Block("table", frame=frame), Block("para", _ranking(means))]
+        ranked = g.ranking is not None and (g.ranking["task"].astype(str) == str(task)).any()
+        flipped = ranking.flips(g.ranking, task) if ranked else None
+        if flipped is None:  # no ranking.csv (an older results folder): the order of the means only
+            text = _ranking(means)
+        elif flipped:
+            text = (f"The order by mean BLEU differs between the test sets for {len(flipped)} pair(s), each with "
+                    "its paired 95% interval per test set: " + "; ".join(flipped) + ".")
+        else:
+            text = f"The {len(systems)} systems rank the same (by mean BLEU) on every test set."
+        blocks += [Block("heading", f"Task `{task}`", 3), Block("table", frame=frame), Block("para", text)]
     return blocks if len(blocks) > 1 else []
+
+
+def _ranking_section(g: GridResults) -> list[Block]:
+    """Per task and test set: the systems by mean BLEU, each against the next one down with its paired
+    interval and verdict (ranking.csv), so the order is read as far as the noise allows."""
+    if g.ranking is None:
+        return []
+    blocks = [Block("heading", "Ranking", 2), Block("para", (
+        "Systems by mean BLEU over seeds, each minus the next one down: the mean over seeds of the paired "
+        "difference with its 95% bootstrap interval (test sentences and seeds resampled together; with one seed "
+        "the test sentences only). `>` the interval excludes 0; `≈` it lies within the equivalence margin "
+        f"±{g.equivalence_margin:g} BLEU; `?` neither: the order of that pair is not resolved by these runs."))]
+    nexts = g.ranking[g.ranking["relation"].astype(str).str.contains("next")]
+    for (task, split), rows in nexts.groupby(["task", "split_name"], sort=False):
+        last = rows.iloc[-1]
+        frame = pd.DataFrame({
+            "Rank": [str(i) for i in range(1, len(rows) + 2)], "System": [*rows["system"], last["against"]],
+            "BLEU": [f"{v:.2f}" for v in [*rows["system_bleu"], last["against_bleu"]]],
+            "Seeds": [str(int(n)) for n in rows["n_seeds"]] + [DASH],
+            "Minus next down": [f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]" for d, lo, hi in
+                                zip(rows["bleu_diff"], rows["diff_ci_low"], rows["diff_ci_high"])] + [DASH],
+            "Verdict": [ranking.SYMBOL.get(v, "?") for v in rows["verdict"]] + [""]})
+        blocks += [Block("heading", f"Task `{task}`, {split}", 3), Block("table", frame=frame)]
+    return blocks if len(blocks) > 2 else []
 
 
 def _mean_sd(stats: pd.DataFrame, system: str) -> str:
@@ -357,8 +390,8 @@ def build_document(g: GridResults) -> list[Block]:
     """
     headline, other_figures = _figures(g)
     head = [Block("heading", f"Grid report: {g.name}", 1), Block("para", summary(g)), _reproduce(g), *headline]
-    return (head + _goals(g) + _overview(g) + _other_tests(g) + _definitions(g) + other_figures + _samples(g)
-            + _environment(g))
+    return (head + _goals(g) + _overview(g) + _ranking_section(g) + _other_tests(g) + _definitions(g)
+            + other_figures + _samples(g) + _environment(g))
 
 
 def write_report(results_dir: Path) -> tuple[Path, Path]:

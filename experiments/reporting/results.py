@@ -15,6 +15,7 @@ from atnat.experiments.evaluation.columns import columns
 from atnat.experiments.reporting import figures
 from atnat.experiments.reporting.goals import parse_goals
 from atnat.experiments.reporting.integrity import check_row_count, check_tables
+from atnat.experiments.reporting.ranking import RANKING_COLUMNS
 
 # The columns of results.csv the report reads, from their one declaration (evaluation/schema.py):
 # required ones must be there; the others are read when present (NaN or empty when absent).
@@ -41,6 +42,8 @@ class GridResults:
     extra_tests: pd.DataFrame | None = None  # extra_tests.csv: BLEU on further test splits (eval.extra_tests)
     comparisons: pd.DataFrame | None = None  # comparisons.csv: BLEU differences to each task's best AT, with
     # intervals pooling sentences and seeds (reporting/table.py)
+    ranking: pd.DataFrame | None = None  # ranking.csv: each system against the next one down, per test set,
+    # and the pairs that flip between test sets (reporting/ranking.py)
 
     @property
     def equivalence_margin(self) -> float:
@@ -137,5 +140,7 @@ def load_results(results_dir: Path) -> GridResults:
     comparisons = _read_csv(root / "comparisons.csv", ("task", "system", "against", "bleu_diff", "diff_ci_low",
                                                         "diff_ci_high"), ("bleu_diff", "diff_ci_low", "diff_ci_high"))
     extra = _read_csv(root / "extra_tests.csv", ("cell", "task", "strategy", "test_set", "bleu"), ("bleu",))
+    numbers = ("system_bleu", "against_bleu", "bleu_diff", "diff_ci_low", "diff_ci_high")
+    ranking = _read_csv(root / "ranking.csv", RANKING_COLUMNS, numbers)
     return GridResults(root.resolve().name, root, table, curves, samples, environment, goals, notes,
-                       extra_tests=extra, comparisons=comparisons)
+                       extra_tests=extra, comparisons=comparisons, ranking=ranking)

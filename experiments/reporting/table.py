@@ -10,6 +10,7 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.evaluation.baseline import baseline_cells, is_at_rows
 from atnat.experiments.evaluation.exported import exported_rows
 from atnat.experiments.evaluation.metrics.quality import bleu_difference
+from atnat.experiments.reporting.ranking import rank_systems
 from atnat.experiments.reporting.records import read_metrics
 from atnat.experiments.evaluation.evaluate import read_references
 from atnat.experiments.evaluation import columns as schema
@@ -137,11 +138,11 @@ def validation_curve(log: Path) -> pd.DataFrame | None:
 
 
 def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootstrap: int = 1000,
-             baseline: str | None = None) -> pd.DataFrame:
+             baseline: str | None = None, margin: float = 1.0) -> pd.DataFrame:
     """Gather every cell's metrics.json and curves into the results folder `out`'s tables; returns
     results.csv. `cells`: one dict per cell of the grid, its label columns (cell, family, task,
     decoder, ...: running/cell.py `describe`); the paired test and the grid's `baseline` as in
-    add_significance."""
+    add_significance; `margin`: the grid's equivalence margin (ranking.csv's verdicts)."""
     runs = out / "runs"
     rows, curves, samples, extra = [], {c: [] for c in (*CURVES, "validation")}, [], []
     for info in cells:
@@ -177,7 +178,9 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
     df = add_timing(pd.DataFrame(rows), pd.read_csv(timing_path) if timing_path.exists() else None, runs)
     df = add_significance(df, runs, method=significance, n=n_bootstrap, baseline=baseline)
     write_csv(compare_systems(df, runs, n=n_bootstrap), out / "comparisons.csv")
-    write_csv(pd.DataFrame(extra, columns=EXTRA_COLUMNS), out / "extra_tests.csv")
+    extra = pd.DataFrame(extra, columns=EXTRA_COLUMNS)
+    write_csv(extra, out / "extra_tests.csv")
+    write_csv(rank_systems(df, extra, runs, margin=margin, n=n_bootstrap), out / "ranking.csv")
     order = [c.name for c in schema.columns()]
     df = df.assign(**{col: float("nan") for col in order if col not in df})
     df = df[order + [c for c in df.columns if c not in order]]

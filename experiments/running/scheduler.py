@@ -142,7 +142,8 @@ def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_b
     (run by the caller, or by the cluster job `timed_by_job`)."""
     first = grid.cells[0].config.eval if grid.cells else None
     table = tabulate([describe(c) for c in grid.cells], out, significance=first.significance if first else "bs",
-                     n_bootstrap=first.n_bootstrap if first else 1000, baseline=grid.baseline)
+                     n_bootstrap=first.n_bootstrap if first else 1000, baseline=grid.baseline,
+                     margin=grid.equivalence_margin)
     command = "atnat " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else f"atnat run {path}"
     env = environment(grid.path, time.time() - started, command) | run_info
     if grid.cells:

@@ -1,0 +1,156 @@
+"""Where the ranking of a task's systems is beyond noise, on every test set: ranking.csv and its
+sentences in the report.
+
+Per task and test set (the main one and each of eval.extra_tests) the systems are ordered by mean
+BLEU over seeds; each one is compared with the next one down by the paired difference of
+metrics.quality.bleu_difference (seeds paired, a 95% interval resampling test sentences and seeds
+together). A pair whose order differs between two test sets is compared on both (`relation`:
+`next`, `flip` or both), so a flip is called real only when both of its intervals exclude 0.
+The verdict of a pair:
+
+- `ahead`: the interval excludes 0 (the order holds beyond sentence and seed noise);
+- `equivalent`: the whole interval lies within ± the grid's equivalence_margin;
+- `not resolved`: neither (the order is noise as far as these runs can tell).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from atnat.experiments.evaluation.evaluate import read_references
+from atnat.experiments.evaluation.metrics.quality import bleu_difference
+
+MAIN = "main"  # ranking.csv's test_set of the task's own test split (its name in `split_name`)
+RANKING_COLUMNS = ("task", "test_set", "split_name", "relation", "system", "against", "system_bleu", "against_bleu",
+                   "n_seeds", "bleu_diff", "diff_ci_low", "diff_ci_high", "verdict")
+SYMBOL = {"ahead": ">", "behind": "<", "equivalent": "≈", "not resolved": "?"}
+
+
+def verdict(low: float, high: float, margin: float) -> str:
+    """`ahead` / `behind` when the interval excludes 0, `equivalent` when it lies within ±margin, else
+    `not resolved`."""
+    if low > 0 or high < 0:
+        return "ahead" if low > 0 else "behind"
+    if -margin <= low and high <= margin:
+        return "equivalent"
+    return "not resolved"
+
+
+def _outputs(rows: pd.DataFrame, runs: Path, test_set: str) -> dict[str, dict[int, Path]]:
+    """system -> {seed: hypothesis file} on `test_set` (MAIN: hyps/<strategy>.txt, else <strategy>@<set>)."""
+    out: dict[str, dict[int, Path]] = {}
+    for r in rows.itertuples():
+        name = f"{r.strategy}.txt" if test_set == MAIN else f"{r.strategy}@{test_set}.txt"
+        path = runs / r.cell / "hyps" / name
+        if path.is_file():
+            out.setdefault(r.system, {})[int(r.seed)] = path
+    return out
+
+
+def _references(run_dir: Path, test_set: str) -> list[list[str]] | None:
+    if test_set == MAIN:
+        return read_references(run_dir)
+    path = run_dir / f"references@{test_set}.txt"
+    return [path.read_text(encoding="utf-8").split("\n")[:-1]] if path.is_file() else None
+
+
+def _read(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def _pair(a: str, b: str, files: dict[str, dict[int, Path]], refs, tokenize: str, n: int) -> dict | None:
+    """The paired difference a - b over their common seeds; None when they share none."""
+    seeds = sorted(set(files[a]) & set(files[b]))
+    if not seeds:
+        return None
+    d = bleu_difference([_read(files[a][s]) for s in seeds], [_read(files[b][s]) for s in seeds], refs,
+                        tokenize=tokenize, n=n)
+    return {"n_seeds": d.n_seeds, "bleu_diff": d.diff, "diff_ci_low": d.low, "diff_ci_high": d.high}
+
+
+def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, margin: float,
+                 n: int = 1000) -> pd.DataFrame:
+    """ranking.csv's rows (RANKING_COLUMNS) for the finished rows of results.csv `df` and the scores
+    on further test sets `extra` (extra_tests.csv); systems without hypotheses on disk are left out."""
+    ok = df[df["status"] == "ok"].dropna(subset=["bleu"]).copy()
+    if ok.empty:
+        return pd.DataFrame(columns=RANKING_COLUMNS)
+    ok["system"] = ok["family"].fillna(ok["cell"]).astype(str) + " / " + ok["strategy"].astype(str)
+    rows = []
+    for task, part in ok.groupby("task", sort=False):
+        tokens = part["bleu_tokenize"].dropna() if "bleu_tokenize" in part else pd.Series(dtype=object)
+        tokenize = str(tokens.iloc[0]) if len(tokens) else "13a"
+        means = {MAIN: part.groupby("system", sort=False)["bleu"].mean()}
+        if extra is not None and not extra.empty:
+            mine = extra[extra["task"].astype(str) == str(task)]
+            mine = mine.assign(system=mine["family"].fillna(mine["cell"]).astype(str) + " / " + mine["strategy"])
+            for name, scores in mine.groupby("test_set", sort=False):
+                means[str(name)] = scores.groupby("system", sort=False)["bleu"].mean()
+        split = _split_name(runs / part["cell"].iloc[0])
+        files = {name: _outputs(part, runs, name) for name in means}
+        order = {name: [s for s in m.sort_values(ascending=False, kind="stable").index if s in files[name]]
+                 for name, m in means.items()}
+        wanted = {name: {(a, b): ["next"] for a, b in zip(o, o[1:])} for name, o in order.items()}
+        for name, ranked in order.items():  # pairs ordered differently on another test set: on both
+            for other, ranked_other in order.items():
+                place = {s: i for i, s in enumerate(ranked_other)}
+                common = [s for s in ranked if s in place]
+                for i, a in enumerate(common):
+                    for b in common[i + 1:]:
+                        if other != name and place[a] > place[b] and "flip" not in wanted[name].get((a, b), []):
+                            wanted[name].setdefault((a, b), []).append("flip")
+        for name, pairs in wanted.items():
+            first = part.loc[part["system"].isin([a for a, _ in pairs]), "cell"]
+            refs = _references(runs / first.iloc[0], name) if len(first) else None
+            if refs is None:
+                continue
+            for (a, b), relation in pairs.items():
+                d = _pair(a, b, files[name], refs, tokenize, n)
+                if d is None:
+                    continue
+                rows.append({"task": task, "test_set": name, "split_name": split if name == MAIN else name,
+                             "relation": " ".join(relation), "system": a, "against": b,
+                             "system_bleu": means[name][a], "against_bleu": means[name][b], **d,
+                             "verdict": verdict(d["diff_ci_low"], d["diff_ci_high"], margin)})
+    return pd.DataFrame(rows, columns=RANKING_COLUMNS)
+
+
+def _split_name(run_dir: Path) -> str:
+    """The task's own test split as the run's config.json names it (`test` of a parallel task)."""
+    try:
+        task = json.loads((run_dir / "config.json").read_text(encoding="utf-8")).get("task", {})
+    except (OSError, ValueError):
+        return "main test set"
+    return str(task.get("test") or task.get("split") or "main test set") if isinstance(task, dict) else "main test set"
+
+
+def chain(rows: pd.DataFrame) -> str:
+    """`A (37.8) > B (35.1) ? C (34.9)`: one test set's `next` rows as a ranked chain."""
+    nexts = rows[rows["relation"].str.contains("next")]
+    if nexts.empty:
+        return ""
+    parts = [f"`{nexts.iloc[0]['system']}` ({nexts.iloc[0]['system_bleu']:.2f})"]
+    for r in nexts.itertuples():
+        parts.append(f"{SYMBOL.get(r.verdict, '?')} `{r.against}` ({r.against_bleu:.2f})")
+    return " ".join(parts)
+
+
+def flips(ranking: pd.DataFrame, task: str) -> list[str]:
+    """One sentence per pair of `task` whose order differs between test sets, with its intervals."""
+    mine = ranking[(ranking["task"].astype(str) == str(task)) & ranking["relation"].str.contains("flip")]
+    sides: dict[tuple[str, str], dict[str, tuple[float, float, float]]] = {}
+    for r in mine.itertuples():  # each flip has a row on both test sets, a and b swapped: one orientation
+        key = next((k for k in ((r.system, r.against), (r.against, r.system)) if k in sides), (r.system, r.against))
+        sign = 1 if key == (r.system, r.against) else -1
+        low, high = sorted((sign * r.diff_ci_low, sign * r.diff_ci_high))
+        sides.setdefault(key, {})[r.split_name] = (sign * r.bleu_diff, low, high)
+    out = []
+    for (a, b), per_set in sides.items():
+        beyond = {name: d > 0 for name, (d, low, high) in per_set.items() if low > 0 or high < 0}
+        judged = ("a real flip: beyond noise on both sides" if len(set(beyond.values())) == 2 else
+                  "beyond noise on " + ", ".join(beyond) + " only" if beyond else "within noise on every test set")
+        text = "; ".join(f"{name} {d:+.2f} [{low:+.2f}, {high:+.2f}]" for name, (d, low, high) in per_set.items())
+        out.append(f"`{a}` minus `{b}`: {text} ({judged})")
+    return out

@@ -1,0 +1,94 @@
+"""The report's ranking (issue 25): each system against the next one down by a paired interval over
+seeds and test sentences, and the pairs whose order differs between test sets, each called a real
+flip only when its intervals exclude 0 on both sides (experiments/reporting/ranking.py)."""
+import random
+
+import pandas as pd
+import sacrebleu
+
+from atnat.experiments.reporting.ranking import flips, rank_systems
+
+N = 120
+
+
+def sentences(seed):
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(400)]
+    return [" ".join(rng.choice(words) for _ in range(12)) for _ in range(N)]
+
+
+def damage(refs, share, seed):
+    """The references with `share` of the sentences replaced by a wrong one (another sentence)."""
+    rng = random.Random(seed)
+    return [refs[(i + 7) % N] if rng.random() < share else r for i, r in enumerate(refs)]
+
+
+def write(runs, cell, name, lines):
+    path = runs / cell / "hyps" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def results(tmp_path):
+    """Three systems x 3 seeds on the main set and on `t2`: `good` far ahead everywhere; `b` equals `a`
+    on the main set (same outputs) but is clearly better on t2."""
+    runs = tmp_path / "runs"
+    main, t2 = sentences(1), sentences(2)
+    rows, extra = [], []
+    for seed in (1, 2, 3):
+        outputs = {"good": (damage(main, 0.05, seed), damage(t2, 0.05, seed)),
+                   "a": (damage(main, 0.5, 10 + seed), damage(t2, 0.7, 20 + seed)),
+                   "b": (damage(main, 0.5, 10 + seed), damage(t2, 0.2, 30 + seed))}
+        for family, (on_main, on_t2) in outputs.items():
+            cell = f"{family}-s{seed}"
+            write(runs, cell, "greedy.txt", on_main)
+            write(runs, cell, "greedy@t2.txt", on_t2)
+            (runs / cell / "references.txt").write_text("\n".join(main) + "\n")
+            (runs / cell / "references@t2.txt").write_text("\n".join(t2) + "\n")
+            rows.append({"cell": cell, "family": family, "task": "x", "seed": seed, "strategy": "greedy",
+                         "status": "ok", "bleu_tokenize": "13a", "bleu": sacrebleu.corpus_bleu(on_main, [main]).score})
+            extra.append({"cell": cell, "family": family, "task": "x", "seed": seed, "strategy": "greedy",
+                          "test_set": "t2", "bleu": sacrebleu.corpus_bleu(on_t2, [t2]).score})
+    return pd.DataFrame(rows), pd.DataFrame(extra), runs
+
+
+def test_adjacent_systems_get_paired_intervals_and_verdicts(tmp_path):
+    df, extra, runs = results(tmp_path)
+    ranking = rank_systems(df, extra, runs, margin=1.0, n=200)
+    main = ranking[(ranking.test_set == "main") & ranking.relation.str.contains("next")]
+    assert main.system.iloc[0] == "good / greedy" and main.verdict.iloc[0] == "ahead"
+    assert main.diff_ci_low.iloc[0] > 0 and main.n_seeds.iloc[0] == 3
+    # a and b wrote the same outputs on the main set: difference 0, interval [0, 0] -> equivalent
+    assert {main.system.iloc[1], main.against.iloc[1]} == {"a / greedy", "b / greedy"}
+    assert main.verdict.iloc[1] == "equivalent" and main.bleu_diff.iloc[1] == 0
+    t2 = ranking[(ranking.test_set == "t2") & ranking.relation.str.contains("next")]
+    assert list(t2.system) == ["good / greedy", "b / greedy"] and list(t2.verdict) == ["ahead", "ahead"]
+
+
+def test_a_flip_is_judged_on_both_test_sets(tmp_path):
+    df, extra, runs = results(tmp_path)
+    df.loc[df.family == "a", "bleu"] += 0.001  # a ranks above b on the main set by a hair: their order flips
+    ranking = rank_systems(df, extra, runs, margin=1.0, n=200)
+    flipped = ranking[ranking.relation.str.contains("flip")]
+    assert set(flipped.test_set) == {"main", "t2"}
+    (sentence,) = flips(ranking, "x")
+    assert sentence.startswith("`a / greedy` minus `b / greedy`: main test set +0.00 [+0.00, +0.00]; t2 -")
+    assert sentence.endswith("(beyond noise on t2 only)")
+
+
+def test_not_resolved_when_the_interval_is_wider_than_the_margin(tmp_path):
+    df, extra, runs = results(tmp_path)
+    for seed in (1, 2, 3):  # b now damages other sentences than a, at the same rate: close, but not equal
+        write(runs, f"b-s{seed}", "greedy.txt", damage(sentences(1), 0.5, 40 + seed))
+    ranking = rank_systems(df, None, runs, margin=0.01, n=200)
+    pair = ranking[(ranking.system != "good / greedy") & ranking.relation.str.contains("next")].iloc[0]
+    assert pair.diff_ci_low < 0 < pair.diff_ci_high and pair.verdict == "not resolved"
+
+
+def test_systems_without_hypotheses_on_disk_are_left_out(tmp_path):
+    df, extra, runs = results(tmp_path)
+    for seed in (1, 2, 3):
+        (runs / f"a-s{seed}" / "hyps" / "greedy.txt").unlink()
+    ranking = rank_systems(df, None, runs, margin=1.0, n=50)
+    assert "a / greedy" not in set(ranking.system) | set(ranking.against)
+    assert len(ranking) == 1
