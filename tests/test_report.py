@@ -231,6 +231,12 @@ def test_environment_table(report):
     assert env["wall_time_s"] == "754 s (12.6 min)"
 
 
+def test_the_training_compute_is_summed_over_finished_cells(report):
+    _, md, _ = report
+    cells = fx.results_frame().query("status == 'ok'")["cell"].nunique()  # 42 s of training each
+    assert f"Compute: training took {cells * 42 / 60:.1f} min of wall time summed over {cells} cells" in md
+
+
 def test_missing_optional_files_give_notes_and_remove_stale_figures(tmp_path):
     optional = [f"curves/{name}.csv" for name in fx.CURVE_FILES] + ["samples.csv", "environment.json"]
     root = fx.build_results(tmp_path, omit=optional)

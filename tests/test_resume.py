@@ -1,5 +1,7 @@
 """Exact resume, atomic checkpoints, damaged checkpoints set aside, appended training logs."""
 import csv
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,36 @@ def test_a_cell_killed_mid_training_resumes_to_the_same_metrics(tmp_path):
     b = pd.read_csv(fresh / "res" / "tiny" / "results.csv")[cols]
     pd.testing.assert_frame_equal(a, b)
     assert json.loads((run / "train.json").read_text())["global_step"] == 400
+
+
+class Slow(pl.Callback):
+    """Sleeps after each of the first `steps` training steps: time the first attempt spends before its checkpoint."""
+
+    def __init__(self, steps: int, seconds: float):
+        self.steps, self.seconds = steps, seconds
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step <= self.steps:
+            time.sleep(self.seconds)
+
+
+def test_train_time_counts_every_attempt_of_a_resumed_run(tmp_path, monkeypatch):
+    """train.json's train_time_s is the whole training time (kept in the checkpoint by Lightning's
+    Timer), not only the last attempt's: the compute a grid took is summed from it."""
+    make = train_module.make_trainer
+
+    def slow_then_killed(*args, **kwargs):
+        trainer = make(*args, **kwargs)
+        trainer.callbacks[:0] = [Slow(14, 0.3), Kill(17)]  # 4.2 s before the checkpoint of step 14
+        return trainer
+
+    cfg = run_config_from_dict(RUN, "test")
+    monkeypatch.setattr(train_module, "make_trainer", slow_then_killed)
+    with pytest.raises(SystemError, match="killed"):
+        train(cfg, tmp_path / "run")
+    monkeypatch.setattr(train_module, "make_trainer", make)
+    train(cfg, tmp_path / "run")
+    info = json.loads((tmp_path / "run" / "train.json").read_text())
+    assert info["global_step"] == 28
+    assert info["train_time_s"] >= 4.2, info  # the first attempt's time up to its checkpoint is counted
+    assert info["train_time_this_attempt_s"] < info["train_time_s"] - 3, info

@@ -141,7 +141,7 @@ RUN = (
     _c("evaluated_checkpoint", "label", "the weights evaluated: best.ckpt, or averaged.ckpt (the mean of several)"),
     _c("val_bleu_evaluated", "number", "validation BLEU (greedy / one pass, as the validation curve) of the "
                                        "evaluated weights: where an average lands against the curve"),
-    _c("train_time_s", "number", "training wall time of the cell (s)"),
+    _c("train_time_s", "number", "training wall time of the cell (s), every attempt of a resumed run counted"),
     _c("status", "label", "ok, failed or not run", required=True),
     _c("error", "label", "why the cell failed", required=True),
 )

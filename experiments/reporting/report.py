@@ -217,6 +217,21 @@ def _reproduce(g: GridResults) -> Block:
     return Block("para", f"To reproduce: `{command}`{with_plugins}")
 
 
+def _compute(g: GridResults) -> list[Block]:
+    """The training compute the grid took: its cells' training wall times summed (train_time_s)."""
+    cells = ok_rows(g.table).drop_duplicates("cell")
+    times = cells["train_time_s"].dropna() if "train_time_s" in cells else pd.Series(dtype=float)
+    if times.empty:
+        return []
+    missing = len(cells) - len(times)
+    tail = f"; {missing} finished cell(s) recorded none" if missing else ""
+    total = times.sum()
+    took = f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.1f} min"
+    return [Block("para", f"Compute: training took {took} of wall time summed over "
+                          f"{len(times)} cells (each cell's train_time_s, every attempt of a resumed run; cells "
+                          f"that ran at once overlap in wall-clock time{tail}).")]
+
+
 def _overview(g: GridResults) -> list[Block]:
     blocks = [Block("heading", "Overview", 2)]
     ok = ok_rows(g.table)
@@ -389,7 +404,8 @@ def build_document(g: GridResults) -> list[Block]:
     their columns, the other figures, the samples and the environment.
     """
     headline, other_figures = _figures(g)
-    head = [Block("heading", f"Grid report: {g.name}", 1), Block("para", summary(g)), _reproduce(g), *headline]
+    head = [Block("heading", f"Grid report: {g.name}", 1), Block("para", summary(g)), _reproduce(g), *_compute(g),
+            *headline]
     return (head + _goals(g) + _overview(g) + _ranking_section(g) + _other_tests(g) + _definitions(g)
             + other_figures + _samples(g) + _environment(g))
 

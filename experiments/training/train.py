@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, Timer
 
 from atnat.core.errors import AtnatError
 from atnat.models.decoders.base import LossConfig
@@ -153,9 +153,12 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
         callbacks.append(EMAWeightAveraging(decay=t.ema))
     callbacks.append(DivergenceGuard(t.divergence_factor))  # a NaN/exploding loss fails the run
     callbacks.append(ProgressReporter(run_dir, t.max_steps, t.max_time_s))  # progress.json, a line per validation
+    # training wall time kept in the checkpoints (Lightning's Timer restores it on resume): train.json's
+    # train_time_s counts every attempt of a resumed run; max_time_s, if set, caps that total
+    callbacks.append(Timer(None if t.max_time_s is None else datetime.timedelta(seconds=t.max_time_s),
+                           interval="step"))
     return pl.Trainer(
         max_steps=t.max_steps, max_epochs=t.max_epochs, val_check_interval=t.val_every_steps,
-        max_time=None if t.max_time_s is None else datetime.timedelta(seconds=t.max_time_s),
         check_val_every_n_epoch=None, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
         strategy=ddp_strategy(cfg),
         precision=resolve_precision(t.precision, t.accelerator),
@@ -236,6 +239,7 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
     started = time.time()
     fit(trainer, module, train_loader, val_loader, resume)
     train_time = time.time() - started
+    timer = next(c for c in trainer.callbacks if isinstance(c, Timer))
     best = run_dir / "checkpoints" / "best.ckpt"
     if not any(isinstance(c, ModelCheckpoint) and c.best_model_path and Path(c.best_model_path).is_file()
                for c in trainer.callbacks):
@@ -245,7 +249,8 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
     chosen = select_weights(trainer, t, run_dir / "checkpoints")
     info = {"world_size": trainer.world_size, "accelerator": type(trainer.accelerator).__name__,
             "precision": str(trainer.precision), "precision_asked": t.precision, "global_step": trainer.global_step,
-            "evaluated_checkpoint": chosen.name, "train_time_s": train_time}
+            "evaluated_checkpoint": chosen.name, "train_time_s": timer.time_elapsed("train"),
+            "train_time_this_attempt_s": train_time}
     if initialised:
         info["initialised_from"] = initialised
     write_json_atomic(run_dir / "train.json", info)
