@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 import struct
 from html.parser import HTMLParser
@@ -418,3 +419,19 @@ def test_the_mixing_sentence_stays_short_with_many_systems():
     assert text == (" Variant mixing (sentences whose words come from more than one target variant): AT 0.0% (all 3 "
                     "systems); NAT from `cmlm / mask-predict-10` 0.0% to `cmlm / mask-predict-1` 76.0% "
                     "(5 systems) (every system: the overview's Mixing column).")
+
+
+def test_a_cell_without_results_is_not_run_not_failed(tmp_path):
+    """A partial grid (cells still training or not started) reports them as not run, never as failed."""
+    root = fx.build_results(tmp_path)
+    table = fx.results_frame()
+    waiting = table.iloc[[0]].assign(cell="copy-nat-s9", status="not run", error="", strategy=None, bleu=None)
+    pd.concat([table, waiting]).to_csv(root / "results.csv", index=False)
+    env = json.loads((root / "environment.json").read_text())
+    (root / "environment.json").write_text(json.dumps(env | {"results_rows": len(table) + 1}))
+    write_report(root)
+    md = (root / "report.md").read_text()
+    assert "5 of 7 cells finished; 1 failed (listed below); 1 not run yet (listed below)." in md
+    ((failed,),) = tables_under(md, "Failed cells")  # the failed cell alone
+    assert failed["Cell"] == fx.FAILED_CELL
+    assert "### Cells not run yet" in md and "`copy-nat-s9`" in md.split("### Cells not run yet")[1]

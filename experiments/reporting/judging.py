@@ -18,9 +18,13 @@ def summary(g: GridResults) -> str:
     timing = _threads_of((g.environment or {}).get("timing", ""))
     parts = [_task_summary(task, part, g.comparisons, g.equivalence_margin, timing)
              for task, part in ok_rows(g.table).groupby("task", sort=False)]
-    failed, total = g.table.loc[g.table["status"] != "ok", "cell"].nunique(), g.table["cell"].nunique()
-    tail = f"; {failed} failed (listed below)." if failed else "."
-    return " ".join([*parts, f"{total - failed} of {total} cells finished{tail}"])
+    cells = g.table.drop_duplicates("cell")
+    finished, total = int((cells["status"] == "ok").sum()), len(cells)
+    not_run = int((cells["status"] == "not run").sum())  # no result yet (a partial grid), not a failure
+    failed = total - finished - not_run
+    tail = "".join([f"; {failed} failed (listed below)" if failed else "",
+                    f"; {not_run} not run yet (listed below)" if not_run else ""])
+    return " ".join([*parts, f"{finished} of {total} cells finished{tail}."])
 
 
 def _best(agg: pd.DataFrame) -> pd.Series | None:

@@ -256,9 +256,15 @@ def _overview(g: GridResults) -> list[Block]:
         blocks.append(Block("note", "Kept on the user's word (`--stale keep`) although the grid's settings changed "
                                     "since they ran, so their numbers come from other settings: "
                                     + "; ".join(f"`{cell}` ({why})" for cell, why in kept.items()) + "."))
-    failed = g.table[g.table["status"] != "ok"]
+    failed = g.table[~g.table["status"].isin(["ok", "not run"])]
     if not failed.empty:
         blocks += [Block("heading", "Failed cells", 3), Block("table", frame=failures_table(failed))]
+    not_run = g.table.loc[g.table["status"] == "not run", "cell"].drop_duplicates()
+    if not not_run.empty:
+        blocks += [Block("heading", "Cells not run yet", 3),
+                   Block("para", f"{len(not_run)} cell(s) of the grid have no result in this folder (not started, "
+                                 "still training, or waiting for a teacher): " + ", ".join(f"`{c}`" for c in not_run)
+                                 + ".")]
     return blocks
 
 
