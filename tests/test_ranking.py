@@ -92,3 +92,21 @@ def test_systems_without_hypotheses_on_disk_are_left_out(tmp_path):
     ranking = rank_systems(df, None, runs, margin=1.0, n=50)
     assert "a / greedy" not in set(ranking.system) | set(ranking.against)
     assert len(ranking) == 1
+
+
+def test_the_report_table_keeps_every_system_of_the_chain(tmp_path):
+    """A system with no pair below it (no common seed with the next one) still gets its own row."""
+    from types import SimpleNamespace
+
+    from atnat.experiments.reporting.report import _ranking_section
+
+    def row(a, b, bleu_a, bleu_b, verdict):
+        return {"task": "x", "test_set": "main", "split_name": "test", "relation": "next", "system": a, "against": b,
+                "system_bleu": bleu_a, "against_bleu": bleu_b, "n_seeds": 3, "bleu_diff": bleu_a - bleu_b,
+                "diff_ci_low": 0.5, "diff_ci_high": 1.5, "verdict": verdict}
+    ranking = pd.DataFrame([row("A / s", "B / s", 40.0, 39.0, "ahead"), row("C / s", "D / s", 30.0, 29.0, "ahead")])
+    blocks = _ranking_section(SimpleNamespace(ranking=ranking, equivalence_margin=1.0))
+    frame = blocks[-1].frame
+    assert list(frame["System"]) == ["A / s", "B / s", "C / s", "D / s"]
+    assert list(frame["Verdict"]) == [">", "", ">", ""] and list(frame["Rank"]) == ["1", "2", "3", "4"]
+    assert frame["Minus next down"].iloc[0] == "+1.00 [+0.50, +1.50]"

@@ -331,14 +331,16 @@ def _ranking_section(g: GridResults) -> list[Block]:
         f"±{g.equivalence_margin:g} BLEU; `?` neither: the order of that pair is not resolved by these runs."))]
     nexts = g.ranking[g.ranking["relation"].astype(str).str.contains("next")]
     for (task, split), rows in nexts.groupby(["task", "split_name"], sort=False):
-        last = rows.iloc[-1]
-        frame = pd.DataFrame({
-            "Rank": [str(i) for i in range(1, len(rows) + 2)], "System": [*rows["system"], last["against"]],
-            "BLEU": [f"{v:.2f}" for v in [*rows["system_bleu"], last["against_bleu"]]],
-            "Seeds": [str(int(n)) for n in rows["n_seeds"]] + [DASH],
-            "Minus next down": [f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]" for d, lo, hi in
-                                zip(rows["bleu_diff"], rows["diff_ci_low"], rows["diff_ci_high"])] + [DASH],
-            "Verdict": [ranking.SYMBOL.get(v, "?") for v in rows["verdict"]] + [""]})
+        table = []  # (system, BLEU, seeds paired, difference to the next one down, verdict)
+        for r in rows.itertuples():
+            if not table or table[-1][0] != r.system:  # the first, or after a system with no pair below it
+                table.append((r.system, r.system_bleu, DASH, DASH, ""))
+            table[-1] = (r.system, r.system_bleu, str(int(r.n_seeds)),
+                         f"{r.bleu_diff:+.2f} [{r.diff_ci_low:+.2f}, {r.diff_ci_high:+.2f}]",
+                         ranking.SYMBOL.get(r.verdict, "?"))
+            table.append((r.against, r.against_bleu, DASH, DASH, ""))
+        frame = pd.DataFrame([(str(i), s, f"{b:.2f}", n, d, v) for i, (s, b, n, d, v) in enumerate(table, 1)],
+                             columns=["Rank", "System", "BLEU", "Seeds paired", "Minus next down", "Verdict"])
         blocks += [Block("heading", f"Task `{task}`, {split}", 3), Block("table", frame=frame)]
     return blocks if len(blocks) > 2 else []
 
