@@ -1,6 +1,7 @@
 """Goals set in a grid file: refused when malformed, judged from the results, shown in the report."""
 import json
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -65,3 +66,29 @@ def test_the_report_states_the_goals_and_the_authors_notes(tmp_path):
     (root / "goals.json").write_text(json.dumps([{"system": "copy-at / beam5"}]))
     with pytest.raises(ConfigError, match=r"goals.json: goals\[0\]: give exactly one of"):
         write_report(root)
+
+
+def test_each_goal_says_how_far_past_its_target_and_whether_beyond_noise():
+    """A met goal is not a claim beyond noise: against a number, the seed range (one seed: the 95%
+    interval) must clear the target; against a system, the paired interval of the difference."""
+    table = fx.results_frame()
+    ranking = pd.DataFrame([  # cmlm-kd minus AT beam 5, and ctc's pair stored the other way round
+        {"test_set": "main", "system": "copy-cmlm-kd / mask-predict-4", "against": "copy-at / beam5",
+         "bleu_diff": -2.55, "diff_ci_low": -3.5, "diff_ci_high": -1.6},
+        {"test_set": "main", "system": "copy-at / beam5", "against": "copy-cmlm-kd / length-beam-3",
+         "bleu_diff": 2.85, "diff_ci_low": 2.1, "diff_ci_high": 3.6}])
+    rows = check_goals(parse_goals(GOALS, "grid.yaml"), aggregate_seeds(table[table["status"] == "ok"]), ranking)
+    at = rows.loc[0]  # 38.05 >= 38 on the mean, one seed with 95% interval [36.7, 39.4]: not beyond noise
+    assert at["Result"] == "met" and at["Interval"] == "95% (one seed)" and at["Beyond noise"] == "no"
+    assert (at["Over target"], at["Over low"], at["Over high"]) == pytest.approx((0.05, -1.3, 1.4))
+    cmlm = rows.loc[1]  # missed: -2.55 + 2 = -0.55 over target, interval [-1.5, +0.4] holds 0
+    assert cmlm["Interval"] == "paired 95%" and cmlm["Beyond noise"] == "no"
+    assert (cmlm["Over target"], cmlm["Over low"], cmlm["Over high"]) == pytest.approx((-0.55, -1.5, 0.4))
+    best = rows.loc[2]  # length-beam-3 vs AT beam 5 read the other way round: -2.85 + 8, [4.4, 5.9]
+    assert best["Beyond noise"] == "yes" and best["Over low"] == pytest.approx(4.4)
+    assert rows.loc[4]["Interval"] == "none recorded" and rows.loc[4]["Beyond noise"] == ""  # latency: no interval
+    assert check_goals(parse_goals(GOALS, "grid.yaml"),
+                       aggregate_seeds(table[table["status"] == "ok"])).loc[1, "Interval"] == "no paired interval"
+    several = aggregate_seeds(fx.with_seeds(table, {2: 1.0, 3: -0.2}).query("status == 'ok'"))
+    spread = check_goals(parse_goals(GOALS[:1], "grid.yaml"), several).loc[0]  # seeds 38.05, 39.05, 37.85
+    assert spread["Interval"] == "seed range" and spread["Over low"] == pytest.approx(-0.15)

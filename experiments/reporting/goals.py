@@ -23,6 +23,8 @@ import pandas as pd
 from atnat.core.errors import AtnatError
 
 from atnat.experiments.config.run import ConfigError
+from atnat.experiments.reporting.aggregate import span
+from atnat.experiments.reporting.ranking import paired
 
 GOAL_KEYS = ("goal", "system", "metric", "at_least", "at_most", "within", "of")
 
@@ -78,9 +80,19 @@ def parse_goals(raw, where: str) -> list[Goal]:
     return goals
 
 
-def check_goals(goals: list[Goal], aggregated: pd.DataFrame) -> pd.DataFrame:
-    """One row per goal: the system judged, its value, the target, the speed-up over AT greedy and
-    `met` / `missed` / `not measured`. `aggregated` has one row per (family, strategy), seeds averaged."""
+def goal_pairs(goals: list[Goal]) -> list[tuple[str, str]]:
+    """(system, of) of every goal judged against another system: the pairs ranking.csv compares."""
+    return list(dict.fromkeys((s, g.of) for g in goals if g.of is not None for s in g.systems))
+
+
+def check_goals(goals: list[Goal], aggregated: pd.DataFrame, ranking: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per goal: the system judged, its value, the target, the speed-up over AT greedy,
+    `met` / `missed` / `not measured` (on the means), and how far past the target it lies with an
+    interval: `Over target` (positive: on the goal's side), `Over low` / `Over high` and
+    `Interval` saying what they span - for a goal against another system the paired 95% interval of
+    their difference (ranking.csv), else the system's seed range (one seed: its 95% interval) - and
+    `Beyond noise` (yes / no: whether that interval excludes 0). `aggregated` has one row per
+    (family, strategy), seeds averaged."""
     named = aggregated.assign(system=aggregated["family"] + " / " + aggregated["strategy"].astype(str))
     values = named.set_index("system")
     rows = []
@@ -89,7 +101,8 @@ def check_goals(goals: list[Goal], aggregated: pd.DataFrame) -> pd.DataFrame:
             raise AtnatError(f"goal {goal.describe()!r}: results have no column {goal.metric!r}")
         present = [s for s in goal.systems if s in values.index and pd.notna(values.at[s, goal.metric])]
         row = {"Goal": goal.describe(), "System": "", "Value": float("nan"), "Target": float("nan"),
-               "Speed-up vs AT greedy": float("nan"), "Result": "not measured"}
+               "Speed-up vs AT greedy": float("nan"), "Result": "not measured", "Over target": float("nan"),
+               "Over low": float("nan"), "Over high": float("nan"), "Interval": "", "Beyond noise": ""}
         target = goal.at_least if goal.at_least is not None else goal.at_most
         if goal.of is not None:
             ref = values.at[goal.of, goal.metric] if goal.of in values.index else float("nan")
@@ -101,8 +114,32 @@ def check_goals(goals: list[Goal], aggregated: pd.DataFrame) -> pd.DataFrame:
             speed = values.at[best, "speedup_vs_at"] if "speedup_vs_at" in values else float("nan")
             row |= {"System": best, "Value": value, "Target": float(target), "Speed-up vs AT greedy": speed,
                     "Result": "met" if met else "missed"}
+            row |= _over_target(goal, best, value, float(target), values.loc[best], ranking)
         else:
             missing = [s for s in (*goal.systems, *([goal.of] if goal.of else [])) if s not in values.index]
             row["System"] = "no result for " + ", ".join(missing) if missing else "no value"
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _over_target(goal: Goal, system: str, value: float, target: float, row: pd.Series,
+                 ranking: pd.DataFrame | None) -> dict:
+    """How far `system` lies past the goal's target, signed so that positive meets it, with the
+    interval of that margin and whether it excludes 0 (see check_goals)."""
+    sign = -1.0 if goal.at_most is not None else 1.0
+    over = sign * (value - target)
+    pair = paired(ranking, system, goal.of) if goal.of is not None and goal.metric == "bleu" else None
+    if goal.of is not None:
+        if pair is None:
+            return {"Over target": over, "Interval": "no paired interval"}
+        diff, low, high = pair  # value - target = (system - of) + within
+        low, high, kind = low + goal.within, high + goal.within, "paired 95%"
+        over = diff + goal.within
+    else:
+        low, high = span(row, goal.metric)
+        low, high = sorted((sign * (low - target), sign * (high - target)))
+        kind = "seed range" if row.get("n_seeds", 1) > 1 else "95% (one seed)"
+    if pd.isna(low) or pd.isna(high) or (low == high == over and kind != "paired 95%"):
+        return {"Over target": over, "Interval": "none recorded"}
+    return {"Over target": over, "Over low": low, "Over high": high, "Interval": kind,
+            "Beyond noise": "yes" if low > 0 or high < 0 else "no"}

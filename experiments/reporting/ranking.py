@@ -5,7 +5,8 @@ Per task and test set (the main one and each of eval.extra_tests) the systems ar
 BLEU over seeds; each one is compared with the next one down by the paired difference of
 metrics.quality.bleu_difference (seeds paired, a 95% interval resampling test sentences and seeds
 together). A pair whose order differs between two test sets is compared on both (`relation`:
-`next`, `flip` or both), so a flip is called real only when both of its intervals exclude 0.
+`next`, `flip`, `goal` - a grid goal's system against its `of` - or several), so a flip is called
+real only when both of its intervals exclude 0.
 The verdict of a pair:
 
 - `ahead`: the interval excludes 0 (the order holds beyond sentence and seed noise);
@@ -71,9 +72,11 @@ def _pair(a: str, b: str, files: dict[str, dict[int, Path]], refs, tokenize: str
 
 
 def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, margin: float,
-                 n: int = 1000) -> pd.DataFrame:
+                 n: int = 1000, goal_pairs: list[tuple[str, str]] = ()) -> pd.DataFrame:
     """ranking.csv's rows (RANKING_COLUMNS) for the finished rows of results.csv `df` and the scores
-    on further test sets `extra` (extra_tests.csv); systems without hypotheses on disk are left out."""
+    on further test sets `extra` (extra_tests.csv); systems without hypotheses on disk are left out.
+    `goal_pairs`: (system, of) of the grid's goals against another system, compared on the main test
+    set too (relation `goal`), so the goals table can say whether a goal is met beyond noise."""
     ok = df[df["status"] == "ok"].dropna(subset=["bleu"]).copy()
     if ok.empty:
         return pd.DataFrame(columns=RANKING_COLUMNS)
@@ -101,6 +104,9 @@ def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, ma
                     for b in common[i + 1:]:
                         if other != name and place[a] > place[b] and "flip" not in wanted[name].get((a, b), []):
                             wanted[name].setdefault((a, b), []).append("flip")
+        for a, b in goal_pairs:
+            if a in files[MAIN] and b in files[MAIN]:
+                wanted[MAIN].setdefault((a, b), []).append("goal")
         for name, pairs in wanted.items():
             first = part.loc[part["system"].isin([a for a, _ in pairs]), "cell"]
             refs = _references(runs / first.iloc[0], name) if len(first) else None
@@ -154,3 +160,18 @@ def flips(ranking: pd.DataFrame, task: str) -> list[str]:
         text = "; ".join(f"{name} {d:+.2f} [{low:+.2f}, {high:+.2f}]" for name, (d, low, high) in per_set.items())
         out.append(f"`{a}` minus `{b}`: {text} ({judged})")
     return out
+
+
+def paired(ranking: pd.DataFrame | None, a: str, b: str) -> tuple[float, float, float] | None:
+    """(difference, low, high) of a - b on the main test set from ranking.csv, either way round; None
+    when the pair was not compared."""
+    if ranking is None:
+        return None
+    main = ranking[ranking["test_set"].astype(str) == MAIN]
+    for sign, (x, y) in ((1, (a, b)), (-1, (b, a))):
+        hit = main[(main["system"] == x) & (main["against"] == y)]
+        if not hit.empty:
+            r = hit.iloc[0]
+            low, high = sorted((sign * r["diff_ci_low"], sign * r["diff_ci_high"]))
+            return sign * r["bleu_diff"], low, high
+    return None

@@ -193,14 +193,24 @@ def _goals(g: GridResults) -> list[Block]:
     authors' notes (notes.md) under a heading that says they are written by hand."""
     blocks = []
     if g.goals:
-        checked = check_goals(g.goals, aggregate_seeds(ok_rows(g.table)))
+        checked = check_goals(g.goals, aggregate_seeds(ok_rows(g.table)), g.ranking)
         met = int((checked["Result"] == "met").sum())
+        sure = int(((checked["Result"] == "met") & (checked["Beyond noise"] == "yes")).sum())
+        over = [DASH if pd.isna(o) else f"{o:+.2f}" + ("" if pd.isna(lo) else f" [{lo:+.2f}, {hi:+.2f}]")
+                for o, lo, hi in zip(checked["Over target"], checked["Over low"], checked["Over high"])]
         frame = checked.assign(**{c: checked[c].map(lambda v: DASH if pd.isna(v) else f"{v:.2f}")
                                   for c in ("Value", "Target")},
                                **{"Speed-up vs AT greedy": checked["Speed-up vs AT greedy"].map(
-                                   lambda v: DASH if pd.isna(v) else f"{v:.2f}×")})
+                                   lambda v: DASH if pd.isna(v) else f"{v:.2f}×")},
+                               **{"Over target": over, "Beyond noise": checked["Beyond noise"].replace("", DASH)})
+        frame = frame.drop(columns=["Over low", "Over high"])
         blocks += [Block("heading", "Goals", 2),
-                   Block("para", f"{met} of {len(checked)} goals set in the grid file met (seeds averaged)."),
+                   Block("para", f"{met} of {len(checked)} goals set in the grid file met on the means over seeds, "
+                                 f"{sure} of them beyond noise. Over target: how far the system lies past its target "
+                                 "(positive: met) with the interval of that margin - the paired 95% interval of the "
+                                 "difference (test sentences and seeds resampled) for a goal against another system, "
+                                 "the seed range (one seed: the 95% interval) for a goal against a number; beyond "
+                                 "noise when that interval excludes 0."),
                    Block("table", frame=frame)]
     if g.notes:
         blocks += [Block("heading", "Notes (written by the authors, not generated)", 2)]

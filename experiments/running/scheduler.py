@@ -24,6 +24,7 @@ from atnat.experiments.config.devices import require_gpu
 from atnat.experiments.config.plugins import installed_plugins
 from atnat.experiments.files import write_json_atomic
 from atnat.experiments.reporting.environment import environment
+from atnat.experiments.reporting.goals import goal_pairs, parse_goals
 from atnat.experiments.reporting.report import write_report
 from atnat.experiments.reporting.table import tabulate
 from atnat.experiments.running.cell import cell_status, describe, record_failure_unless_held, run_one, students_of
@@ -143,7 +144,7 @@ def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_b
     first = grid.cells[0].config.eval if grid.cells else None
     table = tabulate([describe(c) for c in grid.cells], out, significance=first.significance if first else "bs",
                      n_bootstrap=first.n_bootstrap if first else 1000, baseline=grid.baseline,
-                     margin=grid.equivalence_margin)
+                     margin=grid.equivalence_margin, goal_pairs=goal_pairs(parse_goals(grid.goals, str(path))))
     command = "atnat " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else f"atnat run {path}"
     env = environment(grid.path, time.time() - started, command) | run_info
     if grid.cells:
