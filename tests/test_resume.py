@@ -1,6 +1,7 @@
 """Exact resume, atomic checkpoints, damaged checkpoints set aside, appended training logs."""
 import csv
 import json
+import math
 import time
 from pathlib import Path
 
@@ -183,3 +184,17 @@ def test_train_time_counts_every_attempt_of_a_resumed_run(tmp_path, monkeypatch)
     assert info["global_step"] == 28
     assert info["train_time_s"] >= 4.2, info  # the first attempt's time up to its checkpoint is counted
     assert info["train_time_this_attempt_s"] < info["train_time_s"] - 3, info
+
+
+def test_an_older_resumed_runs_partial_train_time_is_not_reported_as_whole(tmp_path):
+    """train.json written before the Timer held the last attempt's time only: a results row takes it
+    only where the run trained in one attempt (logs/attempts), else leaves it empty."""
+    from atnat.experiments.running.cell import whole_train_time
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "attempts").write_text("3")
+    assert math.isnan(whole_train_time(tmp_path, {"train_time_s": 700.0}, 5.0))
+    assert whole_train_time(tmp_path, {"train_time_s": 900.0, "train_time_this_attempt_s": 700.0}, 5.0) == 900.0
+    (tmp_path / "logs" / "attempts").write_text("1")
+    assert whole_train_time(tmp_path, {"train_time_s": 700.0}, 5.0) == 700.0
+    assert whole_train_time(tmp_path, {}, 5.0) == 5.0

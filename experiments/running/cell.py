@@ -69,7 +69,7 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
     if best is None:
         return None
     trained = json.loads((run_dir / "train.json").read_text())
-    train_time = trained.get("train_time_s", time.time() - started)
+    train_time = whole_train_time(run_dir, trained, time.time() - started)
     module, _ = load_module(best, map_location=device)
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
@@ -83,6 +83,18 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
         time_own_strategies(cfg, run_dir, module, teacher, speed, result)
     save_cell_outputs(run_dir, result)
     return result
+
+
+def whole_train_time(run_dir: Path, trained: dict, fallback: float) -> float:
+    """The cell's whole training time from train.json: counted over every attempt since train.json
+    has `train_time_this_attempt_s` beside it; an older train.json holds the last attempt's only,
+    which is the whole only when the run trained in one attempt (logs/attempts) - else NaN, so no
+    report sums part of a resumed run's time as if it were all of it."""
+    if "train_time_s" not in trained:
+        return fallback
+    attempts = run_dir / "logs" / "attempts"
+    single = attempts.is_file() and attempts.read_text().strip() in ("", "1")
+    return trained["train_time_s"] if "train_time_this_attempt_s" in trained or single else float("nan")
 
 
 def time_own_strategies(cfg: RunConfig, run_dir: Path, module, teacher, speed: SpeedSettings,
