@@ -71,7 +71,8 @@ def test_a_flip_is_judged_on_both_test_sets(tmp_path):
     ranking = rank_systems(df, extra, runs, margin=1.0, n=200)
     flipped = ranking[ranking.relation.str.contains("flip")]
     assert set(flipped.test_set) == {"main", "t2"}
-    (sentence,) = flips(ranking, "x")
+    ((kind, sentence),) = flips(ranking, "x")
+    assert kind == "one test set"
     assert sentence.startswith("`a / greedy` minus `b / greedy`: main test set +0.00 [+0.00, +0.00]; t2 -")
     assert sentence.endswith("(beyond noise on t2 only)")
 

@@ -143,8 +143,12 @@ def chain(rows: pd.DataFrame) -> str:
     return " ".join(parts)
 
 
-def flips(ranking: pd.DataFrame, task: str) -> list[str]:
-    """One sentence per pair of `task` whose order differs between test sets, with its intervals."""
+FLIP_KINDS = ("real", "one test set", "noise")  # beyond noise both ways / on one test set only / on none
+
+
+def flips(ranking: pd.DataFrame, task: str) -> list[tuple[str, str]]:
+    """(kind, sentence) per pair of `task` whose order differs between test sets, with its intervals;
+    kind is one of FLIP_KINDS, real flips first."""
     mine = ranking[(ranking["task"].astype(str) == str(task)) & ranking["relation"].str.contains("flip")]
     sides: dict[tuple[str, str], dict[str, tuple[float, float, float]]] = {}
     for r in mine.itertuples():  # each flip has a row on both test sets, a and b swapped: one orientation
@@ -155,11 +159,12 @@ def flips(ranking: pd.DataFrame, task: str) -> list[str]:
     out = []
     for (a, b), per_set in sides.items():
         beyond = {name: d > 0 for name, (d, low, high) in per_set.items() if low > 0 or high < 0}
-        judged = ("a real flip: beyond noise on both sides" if len(set(beyond.values())) == 2 else
-                  "beyond noise on " + ", ".join(beyond) + " only" if beyond else "within noise on every test set")
+        kind = "real" if len(set(beyond.values())) == 2 else "one test set" if beyond else "noise"
+        judged = {"real": "a real flip: beyond noise on both sides", "noise": "within noise on every test set",
+                  "one test set": "beyond noise on " + ", ".join(beyond) + " only"}[kind]
         text = "; ".join(f"{name} {d:+.2f} [{low:+.2f}, {high:+.2f}]" for name, (d, low, high) in per_set.items())
-        out.append(f"`{a}` minus `{b}`: {text} ({judged})")
-    return out
+        out.append((kind, f"`{a}` minus `{b}`: {text} ({judged})"))
+    return sorted(out, key=lambda k: FLIP_KINDS.index(k[0]))
 
 
 def paired(ranking: pd.DataFrame | None, a: str, b: str) -> tuple[float, float, float] | None:

@@ -310,10 +310,13 @@ def _other_tests(g: GridResults) -> list[Block]:
         main = part.assign(system=part["family"].astype(str) + " / " + part["strategy"].astype(str))
         main = main[main["strategy"].isin(set(extra["strategy"]))]
         extra = extra.assign(system=extra["family"].fillna(extra["cell"]).astype(str) + " / " + extra["strategy"])
-        means = {"main test set": main.groupby("system", sort=False)["bleu"].agg(["mean", "std", "count"])}
+        named = g.ranking[(g.ranking["task"].astype(str) == str(task)) & (g.ranking["test_set"] == ranking.MAIN)] \
+            if g.ranking is not None else pd.DataFrame()
+        first = str(named["split_name"].iloc[0]) if len(named) else "main test set"
+        means = {first: main.groupby("system", sort=False)["bleu"].agg(["mean", "std", "count"])}
         for name, rows in extra.groupby("test_set", sort=False):
             means[str(name)] = rows.groupby("system", sort=False)["bleu"].agg(["mean", "std", "count"])
-        systems = list(means["main test set"].index)
+        systems = list(means[first].index)
         frame = pd.DataFrame({"System": systems, **{f"BLEU ({k})": [_mean_sd(v, s) for s in systems]
                                                     for k, v in means.items()}})
         ranked = g.ranking is not None and (g.ranking["task"].astype(str) == str(task)).any()
@@ -321,8 +324,12 @@ def _other_tests(g: GridResults) -> list[Block]:
         if flipped is None:  # no ranking.csv (an older results folder): the order of the means only
             text = _ranking(means)
         elif flipped:
-            text = (f"The order by mean BLEU differs between the test sets for {len(flipped)} pair(s), each with "
-                    "its paired 95% interval per test set: " + "; ".join(flipped) + ".")
+            count = {k: sum(kind == k for kind, _ in flipped) for k in ranking.FLIP_KINDS}
+            text = (f"The order by mean BLEU differs between the test sets for {len(flipped)} pair(s): "
+                    f"{count['real']} real flip(s) (the paired 95% interval excludes 0 on both test sets, in "
+                    f"opposite directions), {count['one test set']} beyond noise on one test set only, "
+                    f"{count['noise']} within noise on both. Each with its paired interval per test set: "
+                    + "; ".join(sentence for _, sentence in flipped) + ".")
         else:
             text = f"The {len(systems)} systems rank the same (by mean BLEU) on every test set."
         blocks += [Block("heading", f"Task `{task}`", 3), Block("table", frame=frame), Block("para", text)]
