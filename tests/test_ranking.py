@@ -111,3 +111,48 @@ def test_the_report_table_keeps_every_system_of_the_chain(tmp_path):
     assert list(frame["System"]) == ["A / s", "B / s", "C / s", "D / s"]
     assert list(frame["Verdict"]) == [">", "", ">", ""] and list(frame["Rank"]) == ["1", "2", "3", "4"]
     assert frame["Minus next down"].iloc[0] == "+1.00 [+0.50, +1.50]"
+
+
+def test_pairs_the_grid_asks_for_are_compared_on_every_test_set(tmp_path):
+    df, extra, runs = results(tmp_path)
+    ranking = rank_systems(df, extra, runs, margin=1.0, n=100, compare=[("a / greedy", "good / greedy")])
+    asked = ranking[ranking.relation.str.contains("compare")]
+    assert list(asked.test_set) == ["main", "t2"] and (asked.system == "a / greedy").all()
+    assert (asked.verdict == "behind").all() and (asked.diff_ci_high < 0).all()
+
+
+def test_a_malformed_compare_entry_is_refused_when_the_grid_is_read(tmp_path):
+    import pytest
+    import yaml
+
+    from atnat.experiments.config.run import ConfigError
+    from atnat.experiments.running.grid import load_grid
+
+    grid = {"name": "g", "base": {"task": {"name": "copy"}},
+            "cells": {"at": {"decoder": {"name": "at"}},
+                      "nat": {"decoder": {"name": "nat"}, "eval": {"strategies": ["parallel"]}}}}
+    for compare, message in [([["at / greedy"]], r"compare\[0\]: expected a pair"),
+                             ([["at / greedy", "at / greedy"]], r"compare\[0\]: a system compared with itself"),
+                             ([["at / greedy", "nat / beam"]], r"compare\[0\]: no system 'nat / beam' in this grid")]:
+        (tmp_path / "g.yaml").write_text(yaml.safe_dump(grid | {"compare": compare}))
+        with pytest.raises(ConfigError, match=message):
+            load_grid(tmp_path / "g.yaml")
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(grid | {"compare": [["nat / parallel", "at / greedy"]]}))
+    assert load_grid(tmp_path / "g.yaml").compare == [("nat / parallel", "at / greedy")]
+
+
+def test_the_report_shows_each_asked_pair_on_its_test_sets_together(tmp_path):
+    from types import SimpleNamespace
+
+    from atnat.experiments.reporting.report import _compare_section
+
+    df, extra, runs = results(tmp_path)
+    ranking = rank_systems(df, extra, runs, margin=1.0, n=100,
+                           compare=[("a / greedy", "good / greedy"), ("b / greedy", "a / greedy")])
+    heading, _, table = _compare_section(SimpleNamespace(ranking=ranking, equivalence_margin=1.0))
+    assert heading.text == "Comparisons the grid asks for"
+    frame = table.frame
+    main = "main test set"  # these runs have no config.json naming their test split
+    assert list(zip(frame["System"], frame["Test set"])) == [("a / greedy", main), ("a / greedy", "t2"),
+                                                             ("b / greedy", main), ("b / greedy", "t2")]
+    assert list(frame["Verdict"]) == ["behind", "behind", "equivalent", "ahead"]

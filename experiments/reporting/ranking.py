@@ -5,7 +5,8 @@ Per task and test set (the main one and each of eval.extra_tests) the systems ar
 BLEU over seeds; each one is compared with the next one down by the paired difference of
 metrics.quality.bleu_difference (seeds paired, a 95% interval resampling test sentences and seeds
 together). A pair whose order differs between two test sets is compared on both (`relation`:
-`next`, `flip`, `goal` - a grid goal's system against its `of` - or several), so a flip is called
+`next`, `flip`, `goal` - a grid goal's system against its `of` -, `compare` - a pair the grid's
+`compare:` asks for - or several), so a flip is called
 real only when both of its intervals exclude 0.
 The verdict of a pair:
 
@@ -72,11 +73,13 @@ def _pair(a: str, b: str, files: dict[str, dict[int, Path]], refs, tokenize: str
 
 
 def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, margin: float,
-                 n: int = 1000, goal_pairs: list[tuple[str, str]] = ()) -> pd.DataFrame:
+                 n: int = 1000, goal_pairs: list[tuple[str, str]] = (),
+                 compare: list[tuple[str, str]] = ()) -> pd.DataFrame:
     """ranking.csv's rows (RANKING_COLUMNS) for the finished rows of results.csv `df` and the scores
     on further test sets `extra` (extra_tests.csv); systems without hypotheses on disk are left out.
     `goal_pairs`: (system, of) of the grid's goals against another system, compared on the main test
-    set too (relation `goal`), so the goals table can say whether a goal is met beyond noise."""
+    set too (relation `goal`), so the goals table can say whether a goal is met beyond noise;
+    `compare`: the grid's `compare:` pairs, on every test set (relation `compare`)."""
     ok = df[df["status"] == "ok"].dropna(subset=["bleu"]).copy()
     if ok.empty:
         return pd.DataFrame(columns=RANKING_COLUMNS)
@@ -107,6 +110,10 @@ def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, ma
         for a, b in goal_pairs:
             if a in files[MAIN] and b in files[MAIN]:
                 wanted[MAIN].setdefault((a, b), []).append("goal")
+        for name in wanted:
+            for a, b in compare:
+                if a in files[name] and b in files[name]:
+                    wanted[name].setdefault((a, b), []).append("compare")
         for name, pairs in wanted.items():
             first = part.loc[part["system"].isin([a for a, _ in pairs]), "cell"]
             refs = _references(runs / first.iloc[0], name) if len(first) else None

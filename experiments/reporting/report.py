@@ -369,6 +369,30 @@ def _mean_sd(stats: pd.DataFrame, system: str) -> str:
     return f"{m:.2f} ± {sd:.2f}" if n > 1 else f"{m:.2f}"
 
 
+def _compare_section(g: GridResults) -> list[Block]:
+    """The pairs the grid's `compare:` asks for, on every test set: the paired difference with its
+    interval and verdict (ranking.csv rows with relation `compare`)."""
+    if g.ranking is None:
+        return []
+    asked = g.ranking[g.ranking["relation"].astype(str).str.contains("compare")]
+    if asked.empty:
+        return []
+    pair = asked["system"] + "\t" + asked["against"]  # each pair's test sets together, pairs in first-seen order
+    asked = asked.assign(_pair=pair.map({p: i for i, p in enumerate(dict.fromkeys(pair))}))
+    asked = asked.sort_values("_pair", kind="stable")
+    frame = pd.DataFrame({
+        "System": asked["system"], "Against": asked["against"], "Task": asked["task"].astype(str),
+        "Test set": asked["split_name"].astype(str), "Seeds paired": asked["n_seeds"].map(lambda n: str(int(n))),
+        "Difference": [f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]" for d, lo, hi in
+                       zip(asked["bleu_diff"], asked["diff_ci_low"], asked["diff_ci_high"])],
+        "Verdict": asked["verdict"]})
+    return [Block("heading", "Comparisons the grid asks for", 2), Block("para", (
+        "Each pair of the grid file's `compare:`: BLEU of the system minus the other's, the mean over seeds of "
+        "the paired difference with its 95% bootstrap interval (test sentences and seeds resampled together), "
+        "on every test set. ahead / behind: the interval excludes 0; equivalent: it lies within "
+        f"±{g.equivalence_margin:g} BLEU; not resolved: neither.")), Block("table", frame=frame)]
+
+
 def _ranking(means: dict[str, pd.DataFrame]) -> str:
     """Do the systems rank the same (by mean BLEU) on every test set? Name the pairs that flip."""
     names = list(means)
@@ -431,8 +455,8 @@ def build_document(g: GridResults) -> list[Block]:
     headline, other_figures = _figures(g)
     head = [Block("heading", f"Grid report: {g.name}", 1), Block("para", summary(g)), _reproduce(g), *_compute(g),
             *headline]
-    return (head + _goals(g) + _overview(g) + _ranking_section(g) + _other_tests(g) + _definitions(g)
-            + other_figures + _samples(g) + _environment(g))
+    return (head + _goals(g) + _overview(g) + _ranking_section(g) + _compare_section(g) + _other_tests(g)
+            + _definitions(g) + other_figures + _samples(g) + _environment(g))
 
 
 def write_report(results_dir: Path) -> tuple[Path, Path]:

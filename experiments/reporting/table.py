@@ -139,12 +139,12 @@ def validation_curve(log: Path) -> pd.DataFrame | None:
 
 def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootstrap: int = 1000,
              baseline: str | None = None, margin: float = 1.0,
-             goal_pairs: list[tuple[str, str]] = ()) -> pd.DataFrame:
+             goal_pairs: list[tuple[str, str]] = (), compare: list[tuple[str, str]] = ()) -> pd.DataFrame:
     """Gather every cell's metrics.json and curves into the results folder `out`'s tables; returns
     results.csv. `cells`: one dict per cell of the grid, its label columns (cell, family, task,
     decoder, ...: running/cell.py `describe`); the paired test and the grid's `baseline` as in
     add_significance; `margin`: the grid's equivalence margin (ranking.csv's verdicts); `goal_pairs`:
-    the (system, of) pairs of its goals, compared in ranking.csv."""
+    the (system, of) pairs of its goals, and `compare` its `compare:` pairs, compared in ranking.csv."""
     runs = out / "runs"
     rows, curves, samples, extra = [], {c: [] for c in (*CURVES, "validation")}, [], []
     for info in cells:
@@ -182,7 +182,8 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
     write_csv(compare_systems(df, runs, n=n_bootstrap), out / "comparisons.csv")
     extra = pd.DataFrame(extra, columns=EXTRA_COLUMNS)
     write_csv(extra, out / "extra_tests.csv")
-    write_csv(rank_systems(df, extra, runs, margin=margin, n=n_bootstrap, goal_pairs=goal_pairs), out / "ranking.csv")
+    write_csv(rank_systems(df, extra, runs, margin=margin, n=n_bootstrap, goal_pairs=goal_pairs,
+                                 compare=compare), out / "ranking.csv")
     order = [c.name for c in schema.columns()]
     df = df.assign(**{col: float("nan") for col in order if col not in df})
     df = df[order + [c for c in df.columns if c not in order]]

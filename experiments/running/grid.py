@@ -29,7 +29,7 @@ from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.reporting.goals import parse_goals
 
 GRID_KEYS = ("name", "description", "base", "cells", "axes", "zip", "exclude", "seeds", "smoke", "speed", "goals",
-             "baseline", "plugins", "equivalence_margin")
+             "compare", "baseline", "plugins", "equivalence_margin")
 
 
 @dataclass
@@ -57,6 +57,8 @@ class Grid:
     # cell (evaluation/baseline.py)
     equivalence_margin: float = 1.0  # ±BLEU: two systems are called equivalent only when the whole interval of
     # their difference lies inside it (reporting/judging.py)
+    compare: list = field(default_factory=list)  # `compare:` [(system, against), ...]: pairs the report
+    # compares on every test set with a paired interval (reporting/ranking.py)
 
     def by_name(self) -> dict[str, Cell]:
         return {c.name: c for c in self.cells}
@@ -150,10 +152,34 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0:
         raise ConfigError(f"{where}: equivalence_margin must be a positive number of BLEU points, got {margin!r}")
     grid = Grid(name, path, cells, speed=speed, description=data.get("description", ""),
-                goals=list(data.get("goals") or []), baseline=baseline, equivalence_margin=float(margin))
+                goals=list(data.get("goals") or []), baseline=baseline, equivalence_margin=float(margin),
+                compare=parse_compare(data.get("compare"), where))
     resolve_teachers(grid, runs_dir, where)
     check_goal_systems(grid, parse_goals(data.get("goals"), where), where)
+    known = systems_of(grid)
+    for i, pair in enumerate(grid.compare):
+        for name in pair:
+            if name not in known:
+                raise ConfigError(f"{where}: compare[{i}]: no system {name!r} in this grid (systems: {', '.join(known)})")
     return grid
+
+
+def parse_compare(raw, where: str) -> list[tuple[str, str]]:
+    """The grid's `compare:` - a list of [system, against] pairs, each `<family> / <strategy>` - or
+    one ConfigError naming the entry at fault."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}: compare must be a list of [system, against] pairs")
+    pairs = []
+    for i, pair in enumerate(raw):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(s, str) and " / " in s for s in pair)):
+            raise ConfigError(f"{where}: compare[{i}]: expected a pair [<family> / <strategy>, <family> / <strategy>], "
+                              f"got {pair!r}")
+        if pair[0] == pair[1]:
+            raise ConfigError(f"{where}: compare[{i}]: a system compared with itself ({pair[0]!r})")
+        pairs.append((pair[0], pair[1]))
+    return pairs
 
 
 def systems_of(grid: Grid) -> list[str]:

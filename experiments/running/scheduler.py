@@ -144,7 +144,8 @@ def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_b
     first = grid.cells[0].config.eval if grid.cells else None
     table = tabulate([describe(c) for c in grid.cells], out, significance=first.significance if first else "bs",
                      n_bootstrap=first.n_bootstrap if first else 1000, baseline=grid.baseline,
-                     margin=grid.equivalence_margin, goal_pairs=goal_pairs(parse_goals(grid.goals, str(path))))
+                     margin=grid.equivalence_margin, goal_pairs=goal_pairs(parse_goals(grid.goals, str(path))),
+                     compare=grid.compare)
     command = "atnat " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else f"atnat run {path}"
     env = environment(grid.path, time.time() - started, command) | run_info
     if grid.cells:
