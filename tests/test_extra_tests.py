@@ -19,6 +19,8 @@ def grid(root, extra):
         "train": {"max_steps": 8, "max_tokens": 256, "val_every_steps": 4, "progress_bar": False, "num_threads": 1},
         "eval": {"n_bootstrap": 20, "probe_sentences": 0, "extra_tests": extra}},
         "cells": {"at": {"decoder": "at", "eval": {"strategies": ["greedy", {"name": "beam", "beam_size": 2}]}}},
+        "goals": [{"system": "at / beam2", "within": 1, "of": "at / greedy"}],
+        "compare": [["at / beam2", "at / greedy"]],
         "speed": {"latency_sentences": 2, "throughput_sentences": 4, "repeats": 1, "warmup": 0, "engine": "eager"}}
 
 
@@ -47,3 +49,6 @@ def test_a_second_test_split_is_scored_tabulated_and_ranked(tmp_path, monkeypatc
     assert set(ranking.test_set) == {"main", "test2"} and set(ranking.split_name) == {"test", "test2"}
     assert set(ranking.verdict) <= {"ahead", "behind", "equivalent", "not resolved"}
     assert "## Ranking" in report and "### Task `parallel`, test2" in report
+    # the grid's goal pair (main test set) and its compare pair (both test sets) reach ranking.csv and the report
+    assert ranking.relation.str.contains("goal").sum() == 1 and ranking.relation.str.contains("compare").sum() == 2
+    assert "## Comparisons the grid asks for" in report and "| paired 95% |" in report
