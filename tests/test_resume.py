@@ -189,7 +189,7 @@ def test_train_time_counts_every_attempt_of_a_resumed_run(tmp_path, monkeypatch)
 def test_an_older_resumed_runs_partial_train_time_is_not_reported_as_whole(tmp_path):
     """train.json written before the Timer held the last attempt's time only: a results row takes it
     only where the run trained in one attempt (logs/attempts), else leaves it empty."""
-    from atnat.experiments.running.cell import whole_train_time
+    from atnat.experiments.reporting.records import whole_train_time
 
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "attempts").write_text("3")

@@ -258,6 +258,12 @@ def cmd_status(args) -> int:
 
 
 def cmd_report(args) -> None:
+    if args.interim:
+        from atnat.experiments.running.scheduler import write_interim  # lazy: start-up
+
+        folder = write_interim(args.results_dir, results_root=Path(args.results), smoke=args.smoke)
+        print(f"wrote the interim report {folder / 'report.md'} and report.html")
+        return
     from atnat.experiments.reporting.report import write_report  # lazy: start-up
 
     md, html = write_report(Path(args.results_dir))
@@ -398,8 +404,15 @@ def parser() -> argparse.ArgumentParser:
                    help="results are read from DIR/<grid name>/ (default: results/)")
     p.add_argument("--smoke", action="store_true", help="the grid's smoke run (DIR/<grid name>-smoke/)")
     p.set_defaults(fn=cmd_status)
-    p = sub.add_parser("report", parents=[common], help="regenerate report.md/report.html from a results folder")
-    p.add_argument("results_dir")
+    p = sub.add_parser("report", parents=[common], help="regenerate report.md/report.html from a results folder; "
+                                                         "--interim GRID: a report of a grid still running")
+    p.add_argument("results_dir", metavar="RESULTS_DIR | GRID",
+                   help="a results folder; with --interim, the grid file")
+    p.add_argument("--interim", action="store_true",
+                   help="tabulate the finished cells of the grid GRID (results under --results) into "
+                        "<results>/<grid>/interim/ with their report: no timing phase, the runner's folder untouched")
+    p.add_argument("--results", default="results", metavar="DIR", help="with --interim: the grid's --results folder")
+    p.add_argument("--smoke", action="store_true", help="with --interim: the grid's --smoke run")
     p.set_defaults(fn=cmd_report)
     p = sub.add_parser("bench", parents=[common], help="speed benchmarks: decode, train, profile (see `atnat bench -h`)",
                        description="Decoding and training speed of our AT and NAT models on random weights, "

@@ -45,3 +45,15 @@ def read_metrics(run_dir: Path) -> dict | None:
     if problem:
         raise AtnatError(f"{path}: not a results record of atnat: {problem}")
     return meta
+
+
+def whole_train_time(run_dir: Path, trained: dict, fallback: float = float("nan")) -> float:
+    """The cell's whole training time from train.json: counted over every attempt since train.json
+    has `train_time_this_attempt_s` beside it; an older train.json holds the last attempt's only,
+    which is the whole only when the run trained in one attempt (logs/attempts) - else NaN, so no
+    report sums part of a resumed run's time as if it were all of it."""
+    if "train_time_s" not in trained:
+        return fallback
+    attempts = run_dir / "logs" / "attempts"
+    single = attempts.is_file() and attempts.read_text().strip() in ("", "1")
+    return trained["train_time_s"] if "train_time_this_attempt_s" in trained or single else float("nan")

@@ -238,7 +238,7 @@ def _compute(g: GridResults) -> list[Block]:
     total = times.sum()
     took = f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.1f} min"
     return [Block("para", f"Compute: training took {took} of wall time summed over "
-                          f"{len(times)} cells (each cell's train_time_s, every attempt of a resumed run; cells "
+                          f"{len(times)} cell{'s' if len(times) != 1 else ''} (each cell's train_time_s, every attempt of a resumed run; cells "
                           f"that ran at once overlap in wall-clock time{tail}).")]
 
 
@@ -453,8 +453,11 @@ def build_document(g: GridResults) -> list[Block]:
     their columns, the other figures, the samples and the environment.
     """
     headline, other_figures = _figures(g)
-    head = [Block("heading", f"Grid report: {g.name}", 1), Block("para", summary(g)), _reproduce(g), *_compute(g),
-            *headline]
+    interim = (g.environment or {}).get("interim")
+    head = [Block("heading", f"Grid report: {g.name}", 1),
+            *([Block("note", f"Interim report of a grid still running: {interim}. Cells not finished are listed "
+                             "under the overview; the final `atnat run` replaces these numbers.")] if interim else []),
+            Block("para", summary(g)), _reproduce(g), *_compute(g), *headline]
     return (head + _goals(g) + _overview(g) + _ranking_section(g) + _compare_section(g) + _other_tests(g)
             + _definitions(g) + other_figures + _samples(g) + _environment(g))
 

@@ -142,5 +142,8 @@ def load_results(results_dir: Path) -> GridResults:
     extra = _read_csv(root / "extra_tests.csv", ("cell", "task", "strategy", "test_set", "bleu"), ("bleu",))
     numbers = ("system_bleu", "against_bleu", "bleu_diff", "diff_ci_low", "diff_ci_high")
     ranking = _read_csv(root / "ranking.csv", RANKING_COLUMNS, numbers)
-    return GridResults(root.resolve().name, root, table, curves, samples, environment, goals, notes,
+    name = root.resolve().name
+    if (environment or {}).get("interim"):  # <results>/<grid>/interim/: named after its grid
+        name = f"{root.resolve().parent.name} (interim)"
+    return GridResults(name, root, table, curves, samples, environment, goals, notes,
                        extra_tests=extra, comparisons=comparisons, ranking=ranking)

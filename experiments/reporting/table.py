@@ -2,6 +2,7 @@
 comparisons against each task's AT baseline (speed-up, paired significance)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -11,7 +12,7 @@ from atnat.experiments.evaluation.baseline import baseline_cells, is_at_rows
 from atnat.experiments.evaluation.exported import exported_rows
 from atnat.experiments.evaluation.metrics.quality import bleu_difference
 from atnat.experiments.reporting.ranking import rank_systems
-from atnat.experiments.reporting.records import read_metrics
+from atnat.experiments.reporting.records import read_metrics, whole_train_time
 from atnat.experiments.evaluation.evaluate import read_references
 from atnat.experiments.evaluation import columns as schema
 from atnat.experiments.files import write_csv
@@ -120,6 +121,15 @@ def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None, runs: Path | None 
     return pd.concat([merged, extra[extra.cell.isin(info.index)]], ignore_index=True)
 
 
+def _read_json(path: Path) -> dict | None:
+    """A run's JSON record (train.json), or None when absent or unreadable (it only refines a column)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def read_hyps(path: Path) -> list[str] | None:
     return path.read_text(encoding="utf-8").split("\n")[:-1] if path.exists() else None
 
@@ -139,13 +149,15 @@ def validation_curve(log: Path) -> pd.DataFrame | None:
 
 def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootstrap: int = 1000,
              baseline: str | None = None, margin: float = 1.0,
-             goal_pairs: list[tuple[str, str]] = (), compare: list[tuple[str, str]] = ()) -> pd.DataFrame:
+             goal_pairs: list[tuple[str, str]] = (), compare: list[tuple[str, str]] = (),
+             runs: Path | None = None) -> pd.DataFrame:
     """Gather every cell's metrics.json and curves into the results folder `out`'s tables; returns
     results.csv. `cells`: one dict per cell of the grid, its label columns (cell, family, task,
     decoder, ...: running/cell.py `describe`); the paired test and the grid's `baseline` as in
     add_significance; `margin`: the grid's equivalence margin (ranking.csv's verdicts); `goal_pairs`:
-    the (system, of) pairs of its goals, and `compare` its `compare:` pairs, compared in ranking.csv."""
-    runs = out / "runs"
+    the (system, of) pairs of its goals, and `compare` its `compare:` pairs, compared in ranking.csv;
+    `runs`: the cells' run folders (default `out`/runs)."""
+    runs = runs if runs is not None else out / "runs"
     rows, curves, samples, extra = [], {c: [] for c in (*CURVES, "validation")}, [], []
     for info in cells:
         name = info["cell"]
@@ -158,6 +170,10 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
         if status != "ok" or not meta.get("rows"):
             rows.append(info | {"status": status, "error": meta.get("error", "")})
             continue
+        trained = _read_json(run_dir / "train.json")
+        if trained is not None:  # the whole training time, or NaN where only part of it was recorded
+            meta["rows"] = [r | {"train_time_s": whole_train_time(run_dir, trained, r.get("train_time_s", float("nan")))}
+                            for r in meta["rows"]]
         rows += [info | r | {"status": "ok", "error": ""} for r in meta["rows"]]
         extra += [{k: info.get(k) for k in ("cell", "family", "task", "decoder", "seed")} | e
                   for e in meta.get("extra_tests") or []]

@@ -27,7 +27,7 @@ from atnat.experiments.evaluation.evaluate import EvalResult, evaluate, validati
 from atnat.experiments.evaluation.timing import COLUMNS, System, time_systems
 from atnat.experiments.files import write_csv, write_json_atomic, write_text_atomic
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, load_module
-from atnat.experiments.reporting.records import read_metrics, write_record
+from atnat.experiments.reporting.records import whole_train_time, read_metrics, write_record
 from atnat.experiments.running.grid import Cell, load_grid_into
 from atnat.experiments.running.locks import LockHeld, cell_lock, held
 from atnat.experiments.training.distill import distilled_targets
@@ -83,18 +83,6 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
         time_own_strategies(cfg, run_dir, module, teacher, speed, result)
     save_cell_outputs(run_dir, result)
     return result
-
-
-def whole_train_time(run_dir: Path, trained: dict, fallback: float) -> float:
-    """The cell's whole training time from train.json: counted over every attempt since train.json
-    has `train_time_this_attempt_s` beside it; an older train.json holds the last attempt's only,
-    which is the whole only when the run trained in one attempt (logs/attempts) - else NaN, so no
-    report sums part of a resumed run's time as if it were all of it."""
-    if "train_time_s" not in trained:
-        return fallback
-    attempts = run_dir / "logs" / "attempts"
-    single = attempts.is_file() and attempts.read_text().strip() in ("", "1")
-    return trained["train_time_s"] if "train_time_this_attempt_s" in trained or single else float("nan")
 
 
 def time_own_strategies(cfg: RunConfig, run_dir: Path, module, teacher, speed: SpeedSettings,

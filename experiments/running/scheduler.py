@@ -138,6 +138,34 @@ def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, de
     return []
 
 
+def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = False) -> Path:
+    """An interim report of a grid whose cells are not all done (a run of days, still running or
+    paused): its finished cells tabulated into <results>/<grid>/interim/ - tables, goals, ranking and
+    report, no timing phase - without touching the runner's own folder or taking its lock; the
+    final `atnat run` writes the real report. Returns the interim folder."""
+    grid, out = load_grid_into(path, results_root, smoke)
+    if not (out / "runs").is_dir():
+        raise AtnatError(f"{out / 'runs'}: no run folders yet: nothing to report for {path}")
+    interim = out / "interim"
+    first = grid.cells[0].config.eval if grid.cells else None
+    table = tabulate([describe(c) for c in grid.cells], interim, significance=first.significance if first else "bs",
+                     n_bootstrap=first.n_bootstrap if first else 1000, baseline=grid.baseline,
+                     margin=grid.equivalence_margin, goal_pairs=goal_pairs(parse_goals(grid.goals, str(path))),
+                     compare=grid.compare, runs=out / "runs")
+    command = "atnat " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else f"atnat report --interim {path}"
+    env = environment(grid.path, 0.0, command)
+    done = int(table.drop_duplicates("cell")["status"].eq("ok").sum())
+    env |= {"interim": f"{done} of {len(grid.cells)} cells finished when written ({env.pop('started')}); "
+                       "no timing phase yet", "equivalence_margin": grid.equivalence_margin,
+            "results_rows": len(table), "timing": "none yet (interim report)"}
+    env.pop("wall_time_s")
+    write_json_atomic(interim / "environment.json", env)
+    if grid.goals:
+        write_json_atomic(interim / "goals.json", grid.goals)
+    write_report(interim)
+    return interim
+
+
 def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_by_job: str | None = None) -> None:
     """results.csv, environment.json and the report of the results folder `out`, after the timing phase
     (run by the caller, or by the cluster job `timed_by_job`)."""

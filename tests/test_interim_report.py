@@ -1,0 +1,40 @@
+"""atnat report --interim: a report of a grid whose cells are not all done (issue 25's grid runs for
+days), written beside the runner's folder without touching it, cells not finished named as such."""
+import json
+
+import pandas as pd
+import yaml
+
+from atnat.experiments.cli.commands import main
+
+from tests.test_export import parallel_files
+from tests.test_extra_tests import grid
+
+
+def test_an_interim_report_tabulates_the_finished_cells_only(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    parallel_files(data)
+    spec = grid(data, [])
+    spec["cells"]["nat"] = {"decoder": "nat", "eval": {"strategies": ["parallel"]}}
+    spec["compare"] = [["nat / parallel", "at / greedy"]]
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["report", "--interim", str(tmp_path / "g.yaml"), "--results", "res"]) == 2  # nothing ran yet
+    assert "no run folders yet" in capsys.readouterr().err
+    assert main(["run", str(tmp_path / "g.yaml"), "--results", "res", "--only", "at-s1"]) == 0
+    out = tmp_path / "res" / "two-tests"
+    (out / "results.csv").unlink()  # as while the grid still runs: the runner has written no table yet
+    before = sorted(p.name for p in out.iterdir())
+    assert main(["report", "--interim", str(tmp_path / "g.yaml"), "--results", "res"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted([*before, "interim"])  # nothing else touched
+    interim = out / "interim"
+    table = pd.read_csv(interim / "results.csv")
+    assert set(table.loc[table.status == "ok", "cell"]) == {"at-s1"}
+    assert set(table.loc[table.status == "not run", "cell"]) == {"nat-s1"}
+    env = json.loads((interim / "environment.json").read_text())
+    assert env["interim"].startswith("1 of 2 cells finished when written") and "wall_time_s" not in env
+    report = (interim / "report.md").read_text()
+    assert report.startswith("# Grid report: two-tests (interim)\n\n> Note: Interim report of a grid still running")
+    assert "1 of 2 cells finished; 1 not run yet (listed below)." in report and "`nat-s1`" in report
+    assert "## Comparisons the grid asks for" not in report  # its pair has no finished NAT yet
