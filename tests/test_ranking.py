@@ -156,3 +156,8 @@ def test_the_report_shows_each_asked_pair_on_its_test_sets_together(tmp_path):
     assert list(zip(frame["System"], frame["Test set"])) == [("a / greedy", main), ("a / greedy", "t2"),
                                                              ("b / greedy", main), ("b / greedy", "t2")]
     assert list(frame["Verdict"]) == ["behind", "behind", "equivalent", "ahead"]
+
+
+def test_a_grid_whose_cells_all_failed_has_an_empty_ranking(tmp_path):
+    failed = pd.DataFrame([{"cell": "a-s1", "family": "a", "task": "x", "seed": 1, "status": "failed", "error": "boom"}])
+    assert rank_systems(failed, None, tmp_path, margin=1.0).empty

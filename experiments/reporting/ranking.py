@@ -80,6 +80,8 @@ def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, ma
     `goal_pairs`: (system, of) of the grid's goals against another system, compared on the main test
     set too (relation `goal`), so the goals table can say whether a goal is met beyond noise;
     `compare`: the grid's `compare:` pairs, on every test set (relation `compare`)."""
+    if "bleu" not in df:  # no cell finished with scores (all failed)
+        return pd.DataFrame(columns=RANKING_COLUMNS)
     ok = df[df["status"] == "ok"].dropna(subset=["bleu"]).copy()
     if ok.empty:
         return pd.DataFrame(columns=RANKING_COLUMNS)
