@@ -38,3 +38,4 @@ def test_an_interim_report_tabulates_the_finished_cells_only(tmp_path, monkeypat
     assert report.startswith("# Grid report: two-tests (interim)\n\n> Note: Interim report of a grid still running")
     assert "1 of 2 cells finished; 1 not run yet (listed below)." in report and "`nat-s1`" in report
     assert "## Comparisons the grid asks for" not in report  # its pair has no finished NAT yet
+    assert "no A/A control was timed" not in report  # no speed at all yet: no note about its noise floor

@@ -157,7 +157,7 @@ def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = F
     done = int(table.drop_duplicates("cell")["status"].eq("ok").sum())
     env |= {"interim": f"{done} of {len(grid.cells)} cells finished when written ({env.pop('started')}); "
                        "no timing phase yet", "equivalence_margin": grid.equivalence_margin,
-            "results_rows": len(table), "timing": "none yet (interim report)"}
+            "results_rows": len(table)}  # no `timing`: no speed was measured
     env.pop("wall_time_s")
     write_json_atomic(interim / "environment.json", env)
     if grid.goals:
