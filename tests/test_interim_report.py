@@ -39,3 +39,10 @@ def test_an_interim_report_tabulates_the_finished_cells_only(tmp_path, monkeypat
     assert "1 of 2 cells finished; 1 not run yet (listed below)." in report and "`nat-s1`" in report
     assert "## Comparisons the grid asks for" not in report  # its pair has no finished NAT yet
     assert "no A/A control was timed" not in report  # no speed at all yet: no note about its noise floor
+    assert "Run with other settings" not in report
+    # the grid file changes under a finished cell (here: an eval setting): the interim report says so
+    spec["base"]["eval"]["n_bootstrap"] = 30
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["report", "--interim", str(tmp_path / "g.yaml"), "--results", "res"]) == 0
+    report = (interim / "report.md").read_text()
+    assert "> Note: Run with other settings than the grid file gives now" in report and "`at-s1` (" in report

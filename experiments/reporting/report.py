@@ -261,6 +261,11 @@ def _overview(g: GridResults) -> list[Block]:
         blocks.append(Block("note", "No cell finished: there are no results to tabulate."))
     else:
         blocks.insert(1, Block("para", "Bold marks the best value of a column within its task."))
+    stale = (g.environment or {}).get("stale_cells_interim") or {}
+    if stale:
+        blocks.append(Block("note", "Run with other settings than the grid file gives now, so their numbers come "
+                                    "from those settings (the final `atnat run --stale rerun` evaluates or trains them "
+                                    "again): " + "; ".join(f"`{cell}` ({why})" for cell, why in stale.items()) + "."))
     kept = (g.environment or {}).get("stale_cells_kept") or {}
     if kept:
         blocks.append(Block("note", "Kept on the user's word (`--stale keep`) although the grid's settings changed "

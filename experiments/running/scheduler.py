@@ -157,7 +157,8 @@ def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = F
     done = int(table.drop_duplicates("cell")["status"].eq("ok").sum())
     env |= {"interim": f"{done} of {len(grid.cells)} cells finished when written ({env.pop('started')}); "
                        "no timing phase yet", "equivalence_margin": grid.equivalence_margin,
-            "results_rows": len(table)}  # no `timing`: no speed was measured
+            "results_rows": len(table),  # no `timing`: no speed was measured
+            "stale_cells_interim": {x.cell: x.reason for x in find_stale(grid, grid.cells)}}
     env.pop("wall_time_s")
     write_json_atomic(interim / "environment.json", env)
     if grid.goals:
