@@ -161,3 +161,11 @@ def test_the_report_shows_each_asked_pair_on_its_test_sets_together(tmp_path):
 def test_a_grid_whose_cells_all_failed_has_an_empty_ranking(tmp_path):
     failed = pd.DataFrame([{"cell": "a-s1", "family": "a", "task": "x", "seed": 1, "status": "failed", "error": "boom"}])
     assert rank_systems(failed, None, tmp_path, margin=1.0).empty
+
+
+def test_outputs_without_a_score_on_that_test_set_are_left_out(tmp_path):
+    """A hypothesis file left from an earlier evaluation (no score for it in extra_tests.csv now)."""
+    df, extra, runs = results(tmp_path)
+    ranking = rank_systems(df, extra[extra.family != "a"], runs, margin=1.0, n=50)
+    t2 = ranking[ranking.test_set == "t2"]
+    assert "a / greedy" not in set(t2.system) | set(t2.against) and not t2.empty

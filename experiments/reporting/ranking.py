@@ -97,7 +97,8 @@ def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, ma
             for name, scores in mine.groupby("test_set", sort=False):
                 means[str(name)] = scores.groupby("system", sort=False)["bleu"].mean()
         split = _split_name(runs / part["cell"].iloc[0])
-        files = {name: _outputs(part, runs, name) for name in means}
+        files = {name: {s: f for s, f in _outputs(part, runs, name).items() if s in means[name].index}
+                 for name in means}  # a system's outputs on a test set it has a score on
         order = {name: [s for s in m.sort_values(ascending=False, kind="stable").index if s in files[name]]
                  for name, m in means.items()}
         wanted = {name: {(a, b): ["next"] for a, b in zip(o, o[1:])} for name, o in order.items()}
