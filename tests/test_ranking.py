@@ -166,6 +166,8 @@ def test_a_grid_whose_cells_all_failed_has_an_empty_ranking(tmp_path):
 def test_outputs_without_a_score_on_that_test_set_are_left_out(tmp_path):
     """A hypothesis file left from an earlier evaluation (no score for it in extra_tests.csv now)."""
     df, extra, runs = results(tmp_path)
-    ranking = rank_systems(df, extra[extra.family != "a"], runs, margin=1.0, n=50)
+    ranking = rank_systems(df, extra[extra.family != "a"], runs, margin=1.0, n=50,
+                           compare=[("a / greedy", "good / greedy")])
+    assert list(ranking.loc[ranking.relation.str.contains("compare"), "test_set"]) == ["main"]
     t2 = ranking[ranking.test_set == "t2"]
     assert "a / greedy" not in set(t2.system) | set(t2.against) and not t2.empty
