@@ -89,3 +89,22 @@ def test_atnat_list_into_a_closed_pipe_exits_quietly_like_a_unix_filter():
     proc.stdout.close()  # the reader is gone before anything is written (`| head -0`)
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141 and err == ""  # 128 + SIGPIPE, what `seq 1e9 | head -1` gives
+
+
+def test_a_cache_written_under_an_older_label_of_the_same_options_is_reused(teacher, monkeypatch):
+    """Labels grow as strategies show more options (beam5 became beam5-alpha=0.6); the hash of every
+    option names the cache, so a teacher's targets decoded under the old label are not decoded again."""
+    src = ["a b", "c d", "e f"]
+    run = teacher(["x", "y", "z"])
+    spec = {"name": "beam", "beam_size": 5, "alpha": 0.6}
+    distill.distilled_targets(run, src, src, spec)
+    written = distill.cache_dir(run, spec)
+    older = written.with_name("beam5-" + written.name.rsplit("-", 1)[1])
+    written.rename(older)
+
+    def decode_again(*_, **__):
+        raise AssertionError("decoded again although the targets are cached")
+
+    monkeypatch.setattr(distill, "distill_sources", decode_again)
+    assert distill.distilled_targets(run, src, src, spec)[0] == ["x", "y", "z"]
+    assert distill.cache_dir(run, spec) == older and not written.exists()

@@ -139,9 +139,11 @@ def students_of(grid, cell: Cell) -> list[Cell]:
 def distil_for_students(cell: Cell, students: list[Cell]) -> None:
     """A teacher that has just finished writes its students' distilled targets while it still holds
     the machine (all its threads; the students would otherwise start together and wait for one of
-    them to decode with its share). A failure here is left to the students, which retry it."""
+    them to decode with its share); students whose training finished under their settings need none
+    (a teacher evaluated again). A failure here is left to the students, which retry it."""
     specs = {json.dumps(s.config.distill.strategy, sort_keys=True): s for s in students
-             if s.config.distill is not None and s.config.distill.targets}
+             if s.config.distill is not None and s.config.distill.targets
+             and finished_training(Path(s.config.output_dir), s.config) is None}  # a trained student needs none
     if not specs or helper_rank():
         return
     run_dir = Path(cell.config.output_dir)

@@ -50,8 +50,16 @@ def cache_dir(teacher_path: str | Path, strategy_spec) -> Path:
 
 
 def _cache_dir(teacher_path: str | Path, label: str, options: dict) -> Path:
+    """The hash alone identifies a cache: a folder written under an older label of the same options
+    (labels grow as strategies gain shown options: beam5 -> beam5-alpha=0.6) is the one reused."""
     digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
-    return teacher_dir(teacher_path) / "distill" / f"{label}-{digest}"
+    root = teacher_dir(teacher_path) / "distill"
+    named = root / f"{label}-{digest}"
+    if not (named / "train.txt").is_file() and root.is_dir():
+        earlier = sorted(p for p in root.glob(f"*-{digest}") if (p / "train.txt").is_file())
+        if earlier:
+            return earlier[0]
+    return named
 
 
 def distilled_targets(teacher_path: str | Path, sources: list[str], references: list[str], strategy_spec,
