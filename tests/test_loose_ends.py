@@ -108,3 +108,20 @@ def test_a_cache_written_under_an_older_label_of_the_same_options_is_reused(teac
     monkeypatch.setattr(distill, "distill_sources", decode_again)
     assert distill.distilled_targets(run, src, src, spec)[0] == ["x", "y", "z"]
     assert distill.cache_dir(run, spec) == older and not written.exists()
+
+
+def test_a_cache_stamped_by_size_and_time_before_checksums_is_reused_for_the_same_file(teacher, monkeypatch):
+    """Older versions stamped a teacher's weights by size and mtime; with a checksum beside the file
+    the stamp is its sha256. The same untouched file keeps its cache; a rewritten one does not."""
+    from atnat.experiments.modelfiles.checkpoints import write_checksum
+
+    src = ["a b", "c d", "e f"]
+    run = teacher(["x", "y", "z"])
+    _, meta = distill.distilled_targets(run, src, src, {"name": "greedy"})
+    assert not meta["checkpoint"].startswith("sha256-")  # stamped as before checksums
+    write_checksum(run / "checkpoints" / "best.ckpt")
+    teacher(["decoded", "again", "!"])
+    assert distill.distilled_targets(run, src, src, {"name": "greedy"})[0] == ["x", "y", "z"]
+    weights = run / "checkpoints" / "best.ckpt"
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # rewritten since
+    assert distill.distilled_targets(run, src, src, {"name": "greedy"})[0] == ["decoded", "again", "!"]

@@ -55,5 +55,20 @@ def checkpoint_stamp(teacher: str | Path) -> str:
     path = evaluation_checkpoint(path) if path.is_dir() else path
     if checksum_path(path).is_file():
         return "sha256-" + checksum_path(path).read_text().split()[0]
+    return _size_and_time(path)
+
+
+def checkpoint_stamps(teacher: str | Path) -> set[str]:
+    """Every stamp that names these weights: checkpoint_stamp's, and the size-and-mtime stamp that
+    versions before checksummed stamps recorded for the same file (a distillation cache of theirs
+    stays valid while the file is untouched)."""
+    path = Path(teacher)
+    stamps = {checkpoint_stamp(path)}
+    if not is_export_dir(path):
+        stamps.add(_size_and_time(evaluation_checkpoint(path) if path.is_dir() else path))
+    return stamps - {""}
+
+
+def _size_and_time(path: Path) -> str:
     st = path.stat() if path.exists() else None
     return f"{st.st_size}-{st.st_mtime_ns}" if st else ""

@@ -16,7 +16,7 @@ from atnat.experiments.config.run import build_strategy
 from atnat.experiments.evaluation.decode import decode_split
 from atnat.experiments.files import write_json_atomic, write_lines_atomic
 from atnat.experiments.evaluation.metrics.quality import bleu_metric
-from atnat.experiments.modelfiles.loading import checkpoint_stamp, load_module
+from atnat.experiments.modelfiles.loading import checkpoint_stamp, checkpoint_stamps, load_module
 
 
 def distill_sources(teacher, tokenizer, sources: list[str], strategy_spec, *, max_tokens: int = 8000,
@@ -89,7 +89,7 @@ def _cached_or_decoded(teacher_path, cache: Path, described: tuple[str, dict], s
     if text_path.exists() and meta_path.exists():  # reuse only for the same teacher weights
         lines = text_path.read_text(encoding="utf-8").split("\n")[:-1]
         meta = json.loads(meta_path.read_text())
-        if (len(lines) == len(sources) and meta.get("checkpoint") == stamp
+        if (len(lines) == len(sources) and meta.get("checkpoint") in checkpoint_stamps(teacher_path)
                 and meta.get("options") == options and meta.get("sources_sha256") == digest):
             return lines, meta
     module, tokenizer = load_module(teacher_path, map_location=device)
