@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Issue 26's GPU runs on a borrowed GPU machine that has torch but no network and no copy of the
+# data (this project's `device` tool: one H100/H200, commands of at most 10 minutes, the machine
+# given back when idle): the GPU tier, experiments/grids/multi30k.yaml, and the CUDA bench rows,
+# in steps that each end well inside 10 minutes and bring their results back under $OUT.
+#
+#   here, with network, once:   bash experiments/gpu_lease.sh pack
+#       .whl/  wheels of what the machine lacks (sacremoses, submitit, ctranslate2) for its Python
+#       .data/ a copy of the Multi30k files the grid reads (git-ignored; never committed)
+#   there (carry .whl and .data; call the next step before the machine goes back, about 30 s idle):
+#       bash experiments/gpu_lease.sh start        # install, grid started in the background, then the GPU tier
+#       bash experiments/gpu_lease.sh wait [SEC]   # until the grid ends or SEC (default 500) pass; packs results
+#       bash experiments/gpu_lease.sh bench        # bench decode (sweep, CUDA graphs) and bench train on cuda
+#   here again: tar xzf <files_at>/multi30k.tgz -C results/   (results/multi30k/ without checkpoints)
+#
+# The grid's results live in .lease-results/ on the machine (git-ignored, never carried, so a later
+# call on the same warm machine finds them); every step copies what it has to $OUT, so a machine
+# taken back mid-grid loses only the checkpoints (a fresh machine starts the grid again).
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+out="${OUT:-$root/.lease-out}"
+mkdir -p "$out"
+results="${LEASE_RESULTS:-$root/.lease-results}"
+grid_log="$results/grid.log"
+wheels="sacremoses==0.2.0 submitit==1.5.4 ctranslate2==4.8.5"  # what KINDS.md lists as missing there, at the versions CI installs
+
+pack() {
+  local py="${GPU_PYTHON_VERSION:-3.12}"
+  mkdir -p .whl .data
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$py" --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d .whl $wheels || { echo "pack: pip download failed" >&2; return 1; }
+  local data="${MULTI30K:-$root/../shared/data/multi30k}"
+  [ -f "$data/train.en" ] || { echo "pack: no Multi30k in $data (atnat data multi30k DIR fetches it)" >&2; return 1; }
+  rm -rf .data/multi30k && cp -r "$data" .data/multi30k
+  du -sh .whl .data
+}
+
+install() {
+  [ -f "$results/.installed" ] && return 0
+  python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl \
+    || { echo "start: installing the carried wheels failed (carry .whl: bash experiments/gpu_lease.sh pack)" >&2; return 1; }
+  python3 -m pip install --quiet --no-deps --no-build-isolation -e . \
+    || { echo "start: pip install -e . failed" >&2; return 1; }
+  # the grid files read ../shared/data/multi30k: point it at the carried copy
+  [ -f .data/multi30k/train.en ] || { echo "start: no .data/multi30k (carry .data)" >&2; return 1; }
+  [ -f ../shared/data/multi30k/train.en ] || { mkdir -p ../shared/data && ln -sfn "$root/.data/multi30k" ../shared/data/multi30k; }
+  mkdir -p "$results" && touch "$results/.installed"
+}
+
+machine() {
+  { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    python3 -c "import torch, pytorch_lightning as pl; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'lightning', pl.__version__)"
+    nproc; } > "$out/machine.txt" 2>&1
+}
+
+atnat=(python3 -m atnat.experiments.cli)  # the machine's python3 holds torch; its bin may not be on PATH
+grid_running() { pgrep -f "atnat.experiments.cli run experiments/grids/multi30k.yaml" >/dev/null; }
+
+pack_results() {  # results/multi30k/ without checkpoints or distilled targets, plus the grid's log
+  [ -d "$results/multi30k" ] || return 0
+  tar czf "$out/multi30k.tgz" -C "$results" --exclude='*.ckpt' --exclude='*.safetensors' --exclude='*.pt' \
+    --exclude='checkpoints' --exclude='distilled*' multi30k
+  cp "$grid_log" "$out/grid.log" 2>/dev/null || true
+  ls -la "$out"
+}
+
+start() {
+  install || return 1
+  machine
+  if ! grid_running && [ ! -f "$results/multi30k/report.md" ]; then
+    setsid nohup "${atnat[@]}" run experiments/grids/multi30k.yaml --results "$results" > "$grid_log" 2>&1 < /dev/null &
+    echo "grid started in the background (log: $grid_log)"
+  fi
+  # the tier beside the grid: its tiny models load the GPU little; --timeout keeps the call inside its limit
+  timeout 420 python3 -m pytest -m gpu -p no:cacheprovider -n 4 -q -rs --junitxml="$out/gpu-tier.xml" 2>&1 \
+    | tee "$out/gpu-tier.log" | tail -n 40
+  echo "tier exit: ${PIPESTATUS[0]}"
+  pack_results
+}
+
+wait_grid() {
+  local until=$((SECONDS + ${1:-500}))
+  while grid_running && [ $SECONDS -lt $until ]; do sleep 10; done
+  tail -n 5 "$grid_log"
+  if grid_running; then echo "grid still running: call wait again"; else echo "grid finished: $(tail -n 1 "$grid_log")"; fi
+  pack_results
+}
+
+bench() {
+  install || return 1
+  machine
+  ! grid_running || { echo "bench: the grid is still running; time nothing beside it" >&2; return 1; }
+  timeout 280 "${atnat[@]}" bench decode --device cuda --compile reduce-overhead --sweep --out "$out/sweep_gpu.csv" 2>&1 | tail -n 30
+  timeout 200 "${atnat[@]}" bench train --device cuda --out "$out/train_gpu.csv" 2>&1 | tail -n 20
+}
+
+case "${1:-}" in
+  pack) pack ;;
+  start) start ;;
+  wait) wait_grid "${2:-500}" ;;
+  bench) bench ;;
+  *) sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 2 ;;
+esac
