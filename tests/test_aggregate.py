@@ -29,3 +29,41 @@ def test_the_front_drops_only_systems_beaten_beyond_the_seed_spread():
     by = agg.set_index("family")
     assert beyond_spread(by.loc["fast"], by.loc["beaten"], "bleu")
     assert not beyond_spread(by.loc["fast"], by.loc["close"], "bleu")
+
+
+def test_a_seed_without_a_paired_test_leaves_no_claim_of_agreement_in_every_seed():
+    """bleu_p_holm_max is the least significant seed's p; a seed without a test (its baseline failed,
+    its outputs gone) used to be skipped, so p [0.01, 0.02, none] read as "agrees in every seed"."""
+    from atnat.experiments.reporting.aggregate import significant
+
+    table = pd.DataFrame(rows("nat", [30.0, 31.0, 32.0], [5.0, 5.0, 5.0])).assign(bleu_p_holm=[0.01, 0.02, None])
+    (row,) = aggregate_seeds(table).to_dict("records")
+    assert pd.isna(row["bleu_p_holm_max"]) and not significant(pd.Series(row))
+    complete = aggregate_seeds(table.assign(bleu_p_holm=[0.01, 0.02, 0.03])).iloc[0]
+    assert complete["bleu_p_holm_max"] == pytest.approx(0.03) and significant(complete)
+
+
+def test_the_summary_cites_the_paired_test_only_against_the_system_it_tested():
+    """p-values are against the plain AT cell's beam (here `x-at`); when the best AT is its fp32 twin
+    `x-at-fp32` with the same strategy name, the summary must not say the test agrees."""
+    from atnat.experiments.reporting.judging import _verdict
+
+    nat = pd.Series({"family": "x-nat", "strategy": "parallel", "n_seeds": 3, "bleu": 30.0,
+                     "p_baseline": "x-at-s1 / beam5", "bleu_p_holm_max": 0.001})
+    comparison = pd.Series({"bleu_diff": -7.0, "diff_ci_low": -9.0, "diff_ci_high": -5.0, "n_seeds": 3})
+    family_of = {"x-at-s1": "x-at", "x-at-fp32-s1": "x-at-fp32"}
+    twin = pd.Series({"family": "x-at-fp32", "strategy": "beam5", "n_seeds": 3, "bleu": 37.0})
+    text = _verdict(nat, twin, comparison, 1.0, family_of)
+    assert text.startswith("7.00 BLEU behind it") and "paired test" not in text
+    at = twin.copy()
+    at["family"] = "x-at"
+    assert "the paired test agrees (Holm p < 0.05 in every seed)" in _verdict(nat, at, comparison, 1.0, family_of)
+
+
+def test_the_front_compares_intervals_of_the_means_not_seed_ranges():
+    """Three seeds' ranges [30, 32] and [32.5, 34.5] do not overlap, but 3 seeds cannot tell these
+    means apart at 95% (t with 2 degrees of freedom): neither is beyond the other."""
+    table = pd.DataFrame(rows("a", [30.0, 31.0, 32.0], [1.0, 1.0, 1.0]) + rows("b", [32.5, 33.5, 34.5], [1.0, 1.0, 1.0]))
+    by = aggregate_seeds(table).set_index("family")
+    assert by.loc["a", "bleu_max"] < by.loc["b", "bleu_min"]  # what the old rule called beyond the spread
+    assert not beyond_spread(by.loc["a"], by.loc["b"], "bleu")

@@ -1,5 +1,6 @@
 """Goals set in a grid file: refused when malformed, judged from the results, shown in the report."""
 import json
+import statistics
 
 import pandas as pd
 import pytest
@@ -69,20 +70,23 @@ def test_the_report_states_the_goals_and_the_authors_notes(tmp_path):
 
 
 def test_each_goal_says_how_far_past_its_target_and_whether_beyond_noise():
-    """A met goal is not a claim beyond noise: against a number, the seed range (one seed: the 95%
-    interval) must clear the target; against a system, the paired interval of the difference."""
+    """A met goal is not a claim beyond noise: against a number, the 95% interval of the mean (one
+    seed: its bootstrap interval; several: Student's t over the seeds, not their range) must clear the
+    target; against a system, the paired interval of the difference."""
     table = fx.results_frame()
     ranking = pd.DataFrame([  # cmlm-kd minus AT beam 5, and ctc's pair stored the other way round
         {"test_set": "main", "system": "copy-cmlm-kd / mask-predict-4", "against": "copy-at / beam5",
-         "bleu_diff": -2.55, "diff_ci_low": -3.5, "diff_ci_high": -1.6},
+         "bleu_diff": -2.55, "diff_ci_low": -3.5, "diff_ci_high": -1.6, "system_bleu": 35.5, "against_bleu": 38.05,
+         "n_seeds": 1},
         {"test_set": "main", "system": "copy-at / beam5", "against": "copy-cmlm-kd / length-beam-3",
-         "bleu_diff": 2.85, "diff_ci_low": 2.1, "diff_ci_high": 3.6}])
+         "bleu_diff": 2.85, "diff_ci_low": 2.1, "diff_ci_high": 3.6, "system_bleu": 38.05, "against_bleu": 35.2,
+         "n_seeds": 1}])
     rows = check_goals(parse_goals(GOALS, "grid.yaml"), aggregate_seeds(table[table["status"] == "ok"]), ranking)
     at = rows.loc[0]  # 38.05 >= 38 on the mean, one seed with 95% interval [36.7, 39.4]: not beyond noise
     assert at["Result"] == "met" and at["Interval"] == "95% (one seed)" and at["Beyond noise"] == "no"
     assert (at["Over target"], at["Over low"], at["Over high"]) == pytest.approx((0.05, -1.3, 1.4))
     cmlm = rows.loc[1]  # missed: -2.55 + 2 = -0.55 over target, interval [-1.5, +0.4] holds 0
-    assert cmlm["Interval"] == "paired 95%" and cmlm["Beyond noise"] == "no"
+    assert cmlm["Interval"] == "paired 95% (1 seed)" and cmlm["Beyond noise"] == "no"
     assert (cmlm["Over target"], cmlm["Over low"], cmlm["Over high"]) == pytest.approx((-0.55, -1.5, 0.4))
     best = rows.loc[2]  # length-beam-3 vs AT beam 5 read the other way round: -2.85 + 8, [4.4, 5.9]
     assert best["Beyond noise"] == "yes" and best["Over low"] == pytest.approx(4.4)
@@ -91,4 +95,36 @@ def test_each_goal_says_how_far_past_its_target_and_whether_beyond_noise():
                        aggregate_seeds(table[table["status"] == "ok"])).loc[1, "Interval"] == "no paired interval"
     several = aggregate_seeds(fx.with_seeds(table, {2: 1.0, 3: -0.2}).query("status == 'ok'"))
     spread = check_goals(parse_goals(GOALS[:1], "grid.yaml"), several).loc[0]  # seeds 38.05, 39.05, 37.85
-    assert spread["Interval"] == "seed range" and spread["Over low"] == pytest.approx(-0.15)
+    assert spread["Interval"] == "95% of the mean (3 seeds)" and spread["Result"] == "met"
+    # mean 38.3167 +- t(df) * sqrt(sd^2 / 3 + v), v from the seeds' interval width 39.4 - 36.7 (not the
+    # seed range [37.85, 39.05], which the old check took for an interval: Over low -0.15)
+    from scipy.stats import t as student
+    sd, v = statistics.stdev([38.05, 39.05, 37.85]), (2.7 / (2 * 1.959964)) ** 2
+    df = (sd ** 2 / 3 + v) ** 2 / ((sd ** 2 / 3) ** 2 / 2)
+    half = student.ppf(0.975, df) * (sd ** 2 / 3 + v) ** 0.5
+    assert (spread["Over low"], spread["Over high"]) == pytest.approx((0.3167 - half, 0.3167 + half), abs=1e-3)
+    assert spread["Over low"] < -1.0 and spread["Beyond noise"] == "no"
+
+
+def test_a_goal_against_a_system_is_judged_on_the_seeds_its_interval_pairs():
+    """Value and Target come from the same seeds as the paired difference, so Value - Target equals
+    Over target; the all-seed means (38.3 vs 36.0 here) would have called it met."""
+    table = fx.with_seeds(fx.results_frame(), {2: 1.0, 3: -0.2})
+    goal = [{"system": "copy-at / beam5", "within": 0, "of": "copy-cmlm-kd / mask-predict-4"}]
+    ranking = pd.DataFrame([{"test_set": "main", "system": "copy-at / beam5", "against": "copy-cmlm-kd / mask-predict-4",
+                             "bleu_diff": -1.0, "diff_ci_low": -1.8, "diff_ci_high": -0.2, "system_bleu": 34.0,
+                             "against_bleu": 35.0, "n_seeds": 2}])
+    (row,) = check_goals(parse_goals(goal, "grid.yaml"), aggregate_seeds(table[table["status"] == "ok"]),
+                         ranking).to_dict("records")
+    assert (row["Value"], row["Target"], row["Over target"]) == pytest.approx((34.0, 35.0, -1.0))
+    assert row["Result"] == "missed" and row["Beyond noise"] == "yes" and row["Interval"] == "paired 95% (2 seeds)"
+
+
+def test_the_best_of_several_is_not_called_missed_while_one_of_them_has_no_result():
+    table = fx.results_frame()
+    agg = aggregate_seeds(table[table["status"] == "ok"])
+    goal = [{"system": ["copy-cmlm-kd / mask-predict-4", "copy-ctc-big / ctc"], "at_least": 90}]
+    (row,) = check_goals(parse_goals(goal, "grid.yaml"), agg).to_dict("records")
+    assert row["Result"] == "not measured" and row["System"] == "copy-cmlm-kd / mask-predict-4 (no result for copy-ctc-big / ctc)"
+    goal[0]["at_least"] = 10  # met by one that ran: the others cannot undo that
+    assert check_goals(parse_goals(goal, "grid.yaml"), agg).loc[0, "Result"] == "met"

@@ -142,6 +142,38 @@ def test_bleu_difference_pools_sentences_and_seeds_and_pairs_by_seed():
     assert same.diff == 0 and same.low == 0 and same.high == 0 and same.n_seeds == 3  # paired by seed
     better = bleu_difference([noisy(0.1, s) for s in (1, 2)], [noisy(0.3, s + 10) for s in (1, 2)], refs,
                              tokenize="none", n=200)
-    assert better.low > 0 and better.low < better.diff < better.high and "seeds resampled" in better.method
+    assert better.low > 0 and better.low < better.diff < better.high and "2 seeds: t interval" in better.method
     one = bleu_difference([noisy(0.2, 1)], [noisy(0.2, 2)], refs, tokenize="none", n=200)
     assert one.low < one.diff < one.high and "one seed" in one.method
+
+
+def test_two_or_three_seeds_give_a_t_interval_not_the_seed_range():
+    """A bootstrap over 2-3 seeds comes out as about [min, max] of the seeds (it covered a true
+    difference of 0 in about half of simulated 2-seed cases, not 95%). With per-seed differences
+    +0.5 and +3.0 on many sentences, the old interval was about [+0.5, +3.0], "ahead"; 2 seeds cannot
+    show that."""
+    import random
+
+    from scipy.stats import t as student
+
+    from atnat.experiments.evaluation.metrics.quality import bleu_difference, seed_interval
+
+    rng = random.Random(0)
+    refs = [" ".join(rng.choice("abcdefgh") for _ in range(8)) for _ in range(1500)]
+
+    def noisy(p, seed):
+        r = random.Random(seed)
+        return [" ".join(w if r.random() > p else "z" for w in line.split()) for line in refs]
+
+    base = [noisy(0.2, 1), noisy(0.2, 2)]
+    ours = [noisy(0.195, 1), noisy(0.16, 2)]  # a little better with seed 1, much better with seed 2
+    d = bleu_difference(ours, base, refs, tokenize="none", n=100)
+    per_seed = [bleu_difference([o], [b], refs, tokenize="none", n=10).diff for o, b in zip(ours, base)]
+    assert 0 < per_seed[0] < 1.5 < per_seed[1] and d.diff == pytest.approx(sum(per_seed) / 2)
+    assert d.low < 0 < d.diff < d.high and "2 seeds: t interval" in d.method
+    # the arithmetic: mean +- t(df) * sqrt(s^2/k + v); with no sentence noise, df = k - 1
+    low, high, _ = seed_interval([0.2, 0.8, 1.4], [0.8] * 50)
+    half = student.ppf(0.975, 2) * (0.36 / 3) ** 0.5
+    assert (low, high) == pytest.approx((0.8 - half, 0.8 + half))
+    low, high, what = seed_interval([1.0], [0.5, 1.0, 1.5] * 20)  # one seed: the draws' percentiles
+    assert low == pytest.approx(0.5) and high == pytest.approx(1.5) and "one seed" in what

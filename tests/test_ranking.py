@@ -4,6 +4,7 @@ flip only when its intervals exclude 0 on both sides (experiments/reporting/rank
 import random
 
 import pandas as pd
+import pytest
 import sacrebleu
 
 from atnat.experiments.reporting.ranking import flips, rank_systems
@@ -171,3 +172,17 @@ def test_outputs_without_a_score_on_that_test_set_are_left_out(tmp_path):
     assert list(ranking.loc[ranking.relation.str.contains("compare"), "test_set"]) == ["main"]
     t2 = ranking[ranking.test_set == "t2"]
     assert "a / greedy" not in set(t2.system) | set(t2.against) and not t2.empty
+
+
+def test_both_means_of_a_pair_come_from_the_seeds_its_difference_pairs(tmp_path):
+    """`good` lost its seed 3; `a`'s seed 3 scored far above everything (its mean over 3 seeds ranks
+    it first), yet on the seeds both have it is far behind: the row says so with means on those seeds,
+    its difference equal to theirs, and the verdict `behind`."""
+    df, extra, runs = results(tmp_path)
+    df = df[~((df.family == "good") & (df.seed == 3)) & (df.family != "b")].copy()
+    df.loc[(df.family == "a") & (df.seed == 3), "bleu"] += 200.0
+    ranking = rank_systems(df, None, runs, margin=1.0, n=200)
+    (row,) = ranking[ranking.relation.str.contains("next")].itertuples()
+    assert (row.system, row.against, row.n_seeds, row.verdict) == ("a / greedy", "good / greedy", 2, "behind")
+    assert row.system_bleu == pytest.approx(df[(df.family == "a") & (df.seed < 3)].bleu.mean())
+    assert row.system_bleu - row.against_bleu == pytest.approx(row.bleu_diff)

@@ -183,9 +183,10 @@ def test_several_seeds_give_mean_and_spread_and_claims_only_beyond_it(tmp_path):
     summary = md.split("\n\n")[1]
     # copy: the interval [-4.0, -1.1] excludes 0, but Holm p = 0.08 > 0.05 in a seed: not resolved, not "tied"
     assert "`copy-cmlm-kd / mask-predict-4` (35.50 BLEU, 3 seeds), not resolved: -2.55 BLEU [-4.00, -1.10] " \
-           "(3 seeds, test sentences and seeds resampled); the paired test does not agree in every seed" in summary
-    assert "10.53 BLEU behind it: -10.53 BLEU [-12.10, -9.00] (3 seeds, test sentences and seeds resampled), and " \
-           "the paired test agrees (Holm p < 0.05 in every seed)" in summary
+           "(3 seeds; Student's t over the seeds, test-sentence variance added); the paired test does not agree in " \
+           "every seed" in summary
+    assert "10.53 BLEU behind it: -10.53 BLEU [-12.10, -9.00] (3 seeds; Student's t over the seeds, test-sentence " \
+           "variance added), and the paired test agrees (Holm p < 0.05 in every seed)" in summary
     assert len(pd.read_csv(root / "results.csv")) == 3 * len(fx.ROWS)  # per-seed rows stay
 
 
@@ -390,17 +391,21 @@ def test_rows_timed_in_an_earlier_session_are_named_under_their_table(tmp_path):
 def test_equivalent_only_when_the_whole_interval_is_inside_the_margin():
     from atnat.experiments.reporting.judging import _verdict
 
-    nat = pd.Series({"n_seeds": 3, "bleu": 30.1, "bleu_min": 29.8, "bleu_max": 30.5, "p_baseline": "", "strategy": "ctc"})
-    at = pd.Series({"n_seeds": 3, "bleu": 30.4, "bleu_min": 30.1, "bleu_max": 30.7, "strategy": "beam5"})
+    nat = pd.Series({"n_seeds": 3, "bleu": 30.1, "bleu_sd": 0.35, "p_baseline": "", "strategy": "ctc"})
+    at = pd.Series({"n_seeds": 3, "bleu": 30.4, "bleu_sd": 0.3, "strategy": "beam5"})
     inside = pd.Series({"bleu_diff": -0.3, "diff_ci_low": -0.8, "diff_ci_high": 0.2, "n_seeds": 3})
     wider = inside.copy()
     wider["diff_ci_low"] = -1.4
     assert _verdict(nat, at, inside, 1.0).startswith("equivalent to it within ±1 BLEU: -0.30 BLEU [-0.80, +0.20]")
     assert _verdict(nat, at, wider, 1.0).startswith("not resolved: -0.30 BLEU [-1.40, +0.20]")
     assert "tied" not in _verdict(nat, at, None, 1.0) and "not resolved" in _verdict(nat, at, None, 1.0)
-    far = nat.copy()  # no paired interval, but the seed ranges are disjoint: a conservative claim
-    far[["bleu", "bleu_min", "bleu_max"]] = [28.0, 27.6, 28.3]
-    assert _verdict(far, at, None, 1.0).startswith("2.40 BLEU behind it, beyond both systems' seed ranges")
+    far = nat.copy()  # no paired interval, but the means' 95% intervals are disjoint: a conservative claim
+    far["bleu"] = 28.0  # 28.0 +- 4.30 * 0.35 / sqrt(3) = [27.13, 28.87] against [29.66, 31.14]
+    assert _verdict(far, at, None, 1.0).startswith("2.40 BLEU behind it, beyond both systems' 95% intervals of the "
+                                                   "means (Student's t over seeds)")
+    near = nat.copy()  # ranges [28.3, 29.5] and [30.1, 30.7] would be disjoint; 3 seeds' t intervals are not
+    near[["bleu", "bleu_sd"]] = [28.9, 0.6]
+    assert "not resolved" in _verdict(near, at, None, 1.0)
 
 
 def test_the_mixing_sentence_stays_short_with_many_systems():

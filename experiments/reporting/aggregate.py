@@ -1,14 +1,15 @@
 """Results over seeds: one row per system (cell family x strategy) with the mean and the spread,
-and the rules the report uses before it calls one system better than another.
-
-A difference is stated only when it exceeds the spread: with several seeds, the two systems'
-per-seed ranges [min, max] must not overlap; with one seed (no spread known), their 95%
-intervals (BLEU bootstrap, speed-up paired bootstrap) must not overlap. For BLEU against the AT
-baseline the paired significance test must agree as well (Holm-corrected p < 0.05 in every seed).
+and the rules the report uses before it calls one system better than another where no paired
+interval exists (reporting/ranking.py and table.py give those): the two systems' 95% intervals of
+their means (`interval`: Student's t over seeds, the test-sentence variance added; one seed: the
+recorded bootstrap interval) must not overlap. For BLEU against the AT baseline the paired
+significance test must agree as well (Holm-corrected p < 0.05 in every seed).
 """
 from __future__ import annotations
 
 import pandas as pd
+
+from atnat.experiments.evaluation.metrics.quality import t_interval
 
 ALPHA = 0.05  # significance level of the paired tests (after Holm's correction)
 # columns whose (low, high) 95% interval stands in for the spread when a system has one seed
@@ -24,7 +25,8 @@ KEYS = ["task", "family", "strategy"]
 def aggregate_seeds(ok: pd.DataFrame) -> pd.DataFrame:
     """Finished rows -> one row per (task, family, strategy) in first-seen order: every numeric
     column's mean, and `<col>_sd`, `<col>_min`, `<col>_max` over seeds, `n_seeds`, and
-    `bleu_p_holm_max` (the least significant seed); label columns from the first seed."""
+    `bleu_p_holm_max` (the least significant seed; NaN when a seed has no test); label columns from the
+    first seed."""
     df = ok.assign(family=ok["family"].fillna(ok["cell"]) if "family" in ok else ok["cell"]).copy()
     numeric = [c for c in df.columns if c not in KEYS and pd.api.types.is_numeric_dtype(df[c])
                and not pd.api.types.is_bool_dtype(df[c])]
@@ -34,7 +36,10 @@ def aggregate_seeds(ok: pd.DataFrame) -> pd.DataFrame:
              groups[numeric].min().add_suffix("_min"), groups[numeric].max().add_suffix("_max"),
              groups[labels].first(),
              (groups["seed"].nunique() if "seed" in df else groups.size()).rename("n_seeds")]  # seeds, not rows
-    return pd.concat(parts, axis=1).reset_index().copy()
+    out = pd.concat(parts, axis=1)
+    if "bleu_p_holm" in df:  # the least significant seed; a seed without a test leaves no claim for all
+        out["bleu_p_holm_max"] = groups["bleu_p_holm"].agg(lambda p: p.max() if p.notna().all() else float("nan"))
+    return out.reset_index().copy()
 
 
 SPEED_RATIOS = ("speedup_vs_at", "throughput_speedup_vs_at", "speedup_vs_ct2", "throughput_speedup_vs_ct2")
@@ -55,9 +60,31 @@ def span(row: pd.Series, col: str) -> tuple[float, float]:
     return low, high
 
 
+def interval(row: pd.Series, col: str) -> tuple[float, float]:
+    """The 95% interval of a system's mean in one column: with one seed its recorded interval (test
+    sentences resampled); with k >= 2 seeds, Student's t on the seeds' sd with the test-sentence variance
+    added, taken from the seeds' mean interval width (metrics.quality.t_interval; as if the seeds' sentence
+    noise were fully shared, the wide side); a speed ratio's is widened to at least the A/A noise floor.
+    A seed range alone is no interval: 2-3 seeds' [min, max] covers the mean far less often than 95%."""
+    k = int(row.get("n_seeds", 1) or 1)
+    if k < 2:
+        return span(row, col)
+    lo_col, hi_col = INTERVALS.get(col, (None, None))
+    width = row[hi_col] - row[lo_col] if lo_col and pd.notna(row.get(lo_col)) and pd.notna(row.get(hi_col)) else 0.0
+    sd = row.get(f"{col}_sd")
+    if pd.isna(row[col]) or pd.isna(sd):
+        return float("nan"), float("nan")
+    low, high, _ = t_interval(float(row[col]), float(sd), k, (width / (2 * 1.959964)) ** 2)
+    noise_low, noise_high = row.get("speed_noise_low"), row.get("speed_noise_high")
+    if col in SPEED_RATIOS and pd.notna(noise_low) and pd.notna(noise_high):
+        low, high = min(low, row[col] * noise_low), max(high, row[col] * noise_high)
+    return low, high
+
+
 def beyond_spread(a: pd.Series, b: pd.Series, col: str) -> bool:
-    """True when a's and b's spreads in `col` do not overlap (the difference exceeds them)."""
-    (a_low, a_high), (b_low, b_high) = span(a, col), span(b, col)
+    """True when a's and b's 95% intervals in `col` (`interval`) do not overlap: a conservative test
+    of their difference, for where no paired interval exists."""
+    (a_low, a_high), (b_low, b_high) = interval(a, col), interval(b, col)
     if any(pd.isna(v) for v in (a_low, a_high, b_low, b_high)):
         return False
     return a_low > b_high or b_low > a_high

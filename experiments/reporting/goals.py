@@ -23,7 +23,7 @@ import pandas as pd
 from atnat.core.errors import AtnatError
 
 from atnat.experiments.config.run import ConfigError
-from atnat.experiments.reporting.aggregate import span
+from atnat.experiments.reporting.aggregate import interval
 from atnat.experiments.reporting.ranking import paired
 
 GOAL_KEYS = ("goal", "system", "metric", "at_least", "at_most", "within", "of")
@@ -90,9 +90,11 @@ def check_goals(goals: list[Goal], aggregated: pd.DataFrame, ranking: pd.DataFra
     `met` / `missed` / `not measured` (on the means), and how far past the target it lies with an
     interval: `Over target` (positive: on the goal's side), `Over low` / `Over high` and
     `Interval` saying what they span - for a goal against another system the paired 95% interval of
-    their difference (ranking.csv), else the system's seed range (one seed: its 95% interval) - and
-    `Beyond noise` (yes / no: whether that interval excludes 0). `aggregated` has one row per
-    (family, strategy), seeds averaged."""
+    their difference (ranking.csv; then Value and Target are both means over the seeds it pairs),
+    else the 95% interval of the system's mean (aggregate.interval) - and `Beyond noise` (yes / no:
+    whether that interval excludes 0). The best of several systems is judged among those with a
+    result; a miss while some of them have none is `not measured`, the row naming them. `aggregated`
+    has one row per (family, strategy), seeds averaged."""
     named = aggregated.assign(system=aggregated["family"] + " / " + aggregated["strategy"].astype(str))
     values = named.set_index("system")
     rows = []
@@ -115,6 +117,13 @@ def check_goals(goals: list[Goal], aggregated: pd.DataFrame, ranking: pd.DataFra
             row |= {"System": best, "Value": value, "Target": float(target), "Speed-up vs AT greedy": speed,
                     "Result": "met" if met else "missed"}
             row |= _over_target(goal, best, value, float(target), values.loc[best], ranking)
+            if "Paired value" in row:  # a goal against another system: both sides on the seeds paired
+                row["Value"], row["Target"] = row.pop("Paired value"), row.pop("Paired target")
+                row["Result"] = "met" if row["Over target"] >= 0 else "missed"
+            absent = [s for s in goal.systems if s not in present]
+            if row["Result"] == "missed" and absent:  # one of those without a result might have met it
+                row["Result"] = "not measured"
+                row["System"] = f"{best} (no result for {', '.join(absent)})"
         else:
             missing = [s for s in (*goal.systems, *([goal.of] if goal.of else [])) if s not in values.index]
             row["System"] = "no result for " + ", ".join(missing) if missing else "no value"
@@ -129,17 +138,20 @@ def _over_target(goal: Goal, system: str, value: float, target: float, row: pd.S
     sign = -1.0 if goal.at_most is not None else 1.0
     over = sign * (value - target)
     pair = paired(ranking, system, goal.of) if goal.of is not None and goal.metric == "bleu" else None
+    paired_sides = {}
     if goal.of is not None:
         if pair is None:
             return {"Over target": over, "Interval": "no paired interval"}
-        diff, low, high = pair  # value - target = (system - of) + within
-        low, high, kind = low + goal.within, high + goal.within, "paired 95%"
-        over = diff + goal.within
+        # value - target = (system - of) + within, all on the seeds the difference pairs
+        low, high, over = pair["low"] + goal.within, pair["high"] + goal.within, pair["diff"] + goal.within
+        kind = f"paired 95% ({pair['n_seeds']} seed{'s' if pair['n_seeds'] != 1 else ''})"
+        paired_sides = {"Paired value": float(pair["a"]), "Paired target": float(pair["b"] - goal.within)}
     else:
-        low, high = span(row, goal.metric)
+        low, high = interval(row, goal.metric)
         low, high = sorted((sign * (low - target), sign * (high - target)))
-        kind = "seed range" if row.get("n_seeds", 1) > 1 else "95% (one seed)"
-    if pd.isna(low) or pd.isna(high) or (low == high == over and kind != "paired 95%"):
-        return {"Over target": over, "Interval": "none recorded"}
+        n = int(row.get("n_seeds", 1) or 1)
+        kind = f"95% of the mean ({n} seeds)" if n > 1 else "95% (one seed)"
+    if pd.isna(low) or pd.isna(high) or (low == high == over and not paired_sides):
+        return {"Over target": over, "Interval": "none recorded", **paired_sides}
     return {"Over target": over, "Over low": low, "Over high": high, "Interval": kind,
-            "Beyond noise": "yes" if low > 0 or high < 0 else "no"}
+            "Beyond noise": "yes" if low > 0 or high < 0 else "no", **paired_sides}

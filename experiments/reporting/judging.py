@@ -1,6 +1,8 @@
 """What the report's summary says, phrased from the numbers: per task the best AT and the best NAT
-system, whether they differ beyond the seed spread (aggregate.py's rules) or are tied, the NAT
-speed-ups, and the systems not clearly beaten in both quality and speed."""
+system, whether they differ beyond noise (the paired interval of comparisons.csv, and the paired
+test against that very system; aggregate.py's rules where no paired interval exists), are
+equivalent within the margin, or are not resolved; the NAT speed-ups, and the systems not clearly
+beaten in both quality and speed."""
 from __future__ import annotations
 
 import re
@@ -14,7 +16,7 @@ from atnat.experiments.reporting.results import GridResults, ok_rows
 
 def summary(g: GridResults) -> str:
     """One paragraph per grid phrased from the numbers: per task, best AT and best NAT system, and
-    whether they differ beyond the seed spread (aggregate.py's rules) or are tied."""
+    how far their difference is resolved (see the module docstring)."""
     timing = _threads_of((g.environment or {}).get("timing", ""))
     parts = [_task_summary(task, part, g.comparisons, g.equivalence_margin, timing)
              for task, part in ok_rows(g.table).groupby("task", sort=False)]
@@ -37,7 +39,8 @@ def _name(r: pd.Series) -> str:
     return f"`{r['family']} / {r['strategy']}` ({r['bleu']:.2f} BLEU{seeds})"
 
 
-def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin: float) -> str:
+def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin: float,
+             family_of: dict[str, str] | None = None) -> str:
     """How the best NAT system compares with the best AT one, claimed only as far as the numbers go:
     ahead or behind when the difference's interval excludes 0 (and the paired test agrees),
     equivalent when the whole interval lies within ±margin, else not resolved - with the interval."""
@@ -45,16 +48,19 @@ def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin
     if comparison is None:  # no paired interval (hypotheses gone): only the systems' own intervals
         gap = nat["bleu"] - at["bleu"]
         if beyond_spread(nat, at, "bleu"):  # disjoint intervals: a conservative claim, still made
-            own = "seed ranges" if several else "95% intervals (one seed: test sentences only)"
+            own = "95% intervals of the means (Student's t over seeds)" if several else \
+                "95% intervals (one seed: test sentences only)"
             return f"{abs(gap):.2f} BLEU {'behind' if gap < 0 else 'ahead of'} it, beyond both systems' {own}"
         return (f"{gap:+.2f} BLEU against it; not resolved (their intervals overlap, and no paired interval: "
                 "the runs' hypotheses are not in this results folder)")
     d, low, high = comparison["bleu_diff"], comparison["diff_ci_low"], comparison["diff_ci_high"]
     n = int(comparison.get("n_seeds", 1) or 1)
-    over = f"{n} seeds, test sentences and seeds resampled" if n > 1 else \
+    over = f"{n} seeds; Student's t over the seeds, test-sentence variance added" if n > 1 else \
         "one seed: the interval covers the choice of test sentences only, not training noise"
     interval = f"{d:+.2f} BLEU [{low:+.2f}, {high:+.2f}] ({over})"
-    tested = str(nat.get("p_baseline", "")).split(" / ")[-1] == at["strategy"]  # p is against that system
+    base_cell, _, base_strategy = str(nat.get("p_baseline", "")).partition(" / ")
+    tested = (base_strategy == at["strategy"]  # the p-values are against this very system (family and strategy)
+              and (family_of or {}).get(base_cell, base_cell) == at["family"])
     agrees = significant(nat) if tested else True
     if (low > 0 or high < 0) and agrees:
         test = ""
@@ -63,8 +69,9 @@ def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin
         return f"{abs(d):.2f} BLEU {'behind' if d < 0 else 'ahead of'} it: {interval}{test}"
     if -margin <= low and high <= margin:
         return f"equivalent to it within ±{margin:g} BLEU: {interval}"
-    why = "the paired test does not agree in every seed" if (low > 0 or high < 0) else \
-        f"the interval holds 0 but is not inside ±{margin:g}"
+    untested = pd.isna(nat.get("bleu_p_holm_max", nat.get("bleu_p_holm")))
+    why = ("the paired test is missing for a seed" if untested else "the paired test does not agree in every seed") \
+        if (low > 0 or high < 0) else f"the interval holds 0 but is not inside ±{margin:g}"
     return f"not resolved: {interval}; {why}"
 
 
@@ -133,7 +140,8 @@ def _task_summary(task: str, part: pd.DataFrame, comparisons: pd.DataFrame | Non
         return text + " and no NAT system."
     text += f"; the best NAT system is {_name(nat)}"
     if at is not None:
-        text += ", " + _verdict(nat, at, _comparison(comparisons, task, nat, at), margin)
+        family_of = dict(zip(part["cell"], part["family"].fillna(part["cell"]))) if "family" in part else {}
+        text += ", " + _verdict(nat, at, _comparison(comparisons, task, nat, at), margin, family_of)
     ours = [f"{nat[c]:.2f}× {how}" for c, how in _SPEEDS[:2] if pd.notna(nat.get(c))]
     engine = [f"{nat[c]:.2f}× {how}" for c, how in _SPEEDS[2:] if pd.notna(nat.get(c))]
     threads = f" ({int(nat['timing_threads'])} CPU thread{'s' if nat['timing_threads'] != 1 else ''})" \

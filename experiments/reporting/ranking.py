@@ -3,7 +3,7 @@ sentences in the report.
 
 Per task and test set (the main one and each of eval.extra_tests) the systems are ordered by mean
 BLEU over seeds; each one is compared with the next one down by the paired difference of
-metrics.quality.bleu_difference (seeds paired, a 95% interval resampling test sentences and seeds
+metrics.quality.bleu_difference (seeds paired, a 95% interval over test sentences and seeds
 together). A pair whose order differs between two test sets is compared on both (`relation`:
 `next`, `flip`, `goal` - a grid goal's system against its `of` -, `compare` - a pair the grid's
 `compare:` asks for - or several), so a flip is called
@@ -69,7 +69,7 @@ def _pair(a: str, b: str, files: dict[str, dict[int, Path]], refs, tokenize: str
         return None
     d = bleu_difference([_read(files[a][s]) for s in seeds], [_read(files[b][s]) for s in seeds], refs,
                         tokenize=tokenize, n=n)
-    return {"n_seeds": d.n_seeds, "bleu_diff": d.diff, "diff_ci_low": d.low, "diff_ci_high": d.high}
+    return {"seeds": seeds, "n_seeds": d.n_seeds, "bleu_diff": d.diff, "diff_ci_low": d.low, "diff_ci_high": d.high}
 
 
 def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, margin: float,
@@ -90,12 +90,15 @@ def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, ma
     for task, part in ok.groupby("task", sort=False):
         tokens = part["bleu_tokenize"].dropna() if "bleu_tokenize" in part else pd.Series(dtype=object)
         tokenize = str(tokens.iloc[0]) if len(tokens) else "13a"
-        means = {MAIN: part.groupby("system", sort=False)["bleu"].mean()}
+        scores_of = {MAIN: part}  # per test set: one row per system and seed
         if extra is not None and not extra.empty:
             mine = extra[extra["task"].astype(str) == str(task)]
             mine = mine.assign(system=mine["family"].fillna(mine["cell"]).astype(str) + " / " + mine["strategy"])
             for name, scores in mine.groupby("test_set", sort=False):
-                means[str(name)] = scores.groupby("system", sort=False)["bleu"].mean()
+                scores_of[str(name)] = scores
+        means = {name: s.groupby("system", sort=False)["bleu"].mean() for name, s in scores_of.items()}
+        by_seed = {name: s.dropna(subset=["bleu"]).set_index(["system", s["seed"].astype(int)])["bleu"]
+                   for name, s in scores_of.items()}
         split = _split_name(runs / part["cell"].iloc[0])
         files = {name: {s: f for s, f in _outputs(part, runs, name).items() if s in means[name].index}
                  for name in means}  # a system's outputs on a test set it has a score on
@@ -126,9 +129,11 @@ def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, ma
                 d = _pair(a, b, files[name], refs, tokenize, n)
                 if d is None:
                     continue
+                seeds = d.pop("seeds")  # both means on the seeds the difference pairs, as the difference
                 rows.append({"task": task, "test_set": name, "split_name": split if name == MAIN else name,
                              "relation": " ".join(relation), "system": a, "against": b,
-                             "system_bleu": means[name][a], "against_bleu": means[name][b], **d,
+                             "system_bleu": by_seed[name][a].loc[seeds].mean(),
+                             "against_bleu": by_seed[name][b].loc[seeds].mean(), **d,
                              "verdict": verdict(d["diff_ci_low"], d["diff_ci_high"], margin)})
     return pd.DataFrame(rows, columns=RANKING_COLUMNS)
 
@@ -153,7 +158,9 @@ def chain(rows: pd.DataFrame) -> str:
     return " ".join(parts)
 
 
-FLIP_KINDS = ("real", "one test set", "noise")  # beyond noise both ways / on one test set only / on none
+# beyond noise both ways / on one test set only / on none / beyond noise the same way on every test set (the
+# means' order differed only through the seeds each mean holds: no flip once paired)
+FLIP_KINDS = ("real", "one test set", "noise", "same when paired")
 
 
 def flips(ranking: pd.DataFrame, task: str) -> list[tuple[str, str]]:
@@ -169,17 +176,20 @@ def flips(ranking: pd.DataFrame, task: str) -> list[tuple[str, str]]:
     out = []
     for (a, b), per_set in sides.items():
         beyond = {name: d > 0 for name, (d, low, high) in per_set.items() if low > 0 or high < 0}
-        kind = "real" if len(set(beyond.values())) == 2 else "one test set" if beyond else "noise"
+        kind = "real" if len(set(beyond.values())) == 2 else "noise" if not beyond else \
+            "same when paired" if len(beyond) == len(per_set) else "one test set"
         judged = {"real": "a real flip: beyond noise on both sides", "noise": "within noise on every test set",
-                  "one test set": "beyond noise on " + ", ".join(beyond) + " only"}[kind]
+                  "one test set": "beyond noise on " + ", ".join(beyond) + " only",
+                  "same when paired": "not a flip: paired on common seeds, the same order beyond noise on every "
+                                      "test set"}[kind]
         text = "; ".join(f"{name} {d:+.2f} [{low:+.2f}, {high:+.2f}]" for name, (d, low, high) in per_set.items())
         out.append((kind, f"`{a}` minus `{b}`: {text} ({judged})"))
     return sorted(out, key=lambda k: FLIP_KINDS.index(k[0]))
 
 
-def paired(ranking: pd.DataFrame | None, a: str, b: str) -> tuple[float, float, float] | None:
-    """(difference, low, high) of a - b on the main test set from ranking.csv, either way round; None
-    when the pair was not compared."""
+def paired(ranking: pd.DataFrame | None, a: str, b: str) -> dict | None:
+    """a - b on the main test set from ranking.csv, either way round: {diff, low, high, a, b, n_seeds}
+    (a, b: their mean BLEU on the seeds the difference pairs); None when the pair was not compared."""
     if ranking is None:
         return None
     main = ranking[ranking["test_set"].astype(str) == MAIN]
@@ -188,5 +198,7 @@ def paired(ranking: pd.DataFrame | None, a: str, b: str) -> tuple[float, float, 
         if not hit.empty:
             r = hit.iloc[0]
             low, high = sorted((sign * r["diff_ci_low"], sign * r["diff_ci_high"]))
-            return sign * r["bleu_diff"], low, high
+            mine, theirs = (r["system_bleu"], r["against_bleu"])[::sign]
+            return {"diff": sign * r["bleu_diff"], "low": low, "high": high, "a": mine, "b": theirs,
+                    "n_seeds": int(r["n_seeds"])}
     return None

@@ -159,6 +159,10 @@ def samples_tables(samples: pd.DataFrame, table: pd.DataFrame) -> list[tuple[str
     return out
 
 
+INTERVAL = ("with several seeds, Student's t over the seeds' paired differences with the test-sentence bootstrap "
+            "variance added (metrics/quality.py seed_interval); with one seed, the test sentences resampled only")
+
+
 def _definitions(g: GridResults) -> list[Block]:
     """How to read the numbers: each overview column's own description (a plugin's column explains
     itself), then how speed, intervals and claims are made."""
@@ -170,15 +174,19 @@ def _definitions(g: GridResults) -> list[Block]:
         method += f" ({env['n_bootstrap']} resamples)"
     rows += [
         ("Seeds and intervals", "With one seed, [95% bootstrap interval] over the test sentences; with several, "
-                                "mean ± sd over seeds (per-seed rows in results.csv)."),
+                                "mean ± sd over seeds (per-seed rows in results.csv): a description, not an "
+                                "interval."),
         ("Speed", "Measured after training in one process, every system of a task side by side: each test sentence "
                   "(batch 1) or batch is decoded by every system in turn, in rotating order, repeated, median per "
                   "call. A speed-up is the baseline's total time over the system's on the same sentences, [95% "
                   "paired bootstrap interval over sentences] (batches, for throughput)."
                   + (f" {env['timing']}." if env.get("timing") else "")),
-        ("Claims", f"The paired test{f' ({method})' if method else ''} is sacrebleu's, on the same sentences. A "
-                   "difference is stated in the summary only when it exceeds the seed spread (or, with one seed, "
-                   "the 95% intervals) and the test agrees."),
+        ("Claims", f"The paired test{f' ({method})' if method else ''} is sacrebleu's, on the same sentences. The "
+                   "summary calls a system ahead or behind only when the paired 95% interval of the difference "
+                   f"({INTERVAL}) excludes 0 and the paired test against that very system agrees in every seed; "
+                   f"equivalent only when the whole interval lies within ±{g.equivalence_margin:g} BLEU; else not "
+                   "resolved. Without hypotheses for a paired interval, only when the two means' 95% intervals "
+                   "do not overlap."),
     ]
     return [Block("heading", "How to read the numbers", 2),
             Block("table", frame=pd.DataFrame(rows, columns=["Column", "Definition"]))]
@@ -195,7 +203,7 @@ def _goals(g: GridResults) -> list[Block]:
     if g.goals:
         checked = check_goals(g.goals, aggregate_seeds(ok_rows(g.table)), g.ranking)
         met = int((checked["Result"] == "met").sum())
-        sure = int(((checked["Result"] == "met") & (checked["Beyond noise"] == "yes")).sum())
+        sure = int(((checked["Result"] == "met") & (checked["Over low"] > 0)).sum())  # met, interval clear of 0
         over = [DASH if pd.isna(o) else f"{o:+.2f}" + ("" if pd.isna(lo) else f" [{lo:+.2f}, {hi:+.2f}]")
                 for o, lo, hi in zip(checked["Over target"], checked["Over low"], checked["Over high"])]
         frame = checked.assign(**{c: checked[c].map(lambda v: DASH if pd.isna(v) else f"{v:.2f}")
@@ -208,9 +216,12 @@ def _goals(g: GridResults) -> list[Block]:
                    Block("para", f"{met} of {len(checked)} goals set in the grid file met on the means over seeds, "
                                  f"{sure} of them beyond noise. Over target: how far the system lies past its target "
                                  "(positive: met) with the interval of that margin - the paired 95% interval of the "
-                                 "difference (test sentences and seeds resampled) for a goal against another system, "
-                                 "the seed range (one seed: the 95% interval) for a goal against a number; beyond "
-                                 "noise when that interval excludes 0."),
+                                 f"difference ({INTERVAL}) for a goal against another system, its Value and "
+                                 "Target then both means over the seeds it pairs; for a goal against a number the "
+                                 "95% interval of the mean (several seeds: Student's t over the seeds, the "
+                                 "test-sentence variance added; one seed: its bootstrap interval); beyond noise "
+                                 "when that interval excludes 0. The best of several systems is judged among those "
+                                 "with a result; a miss while one of them has none is not measured."),
                    Block("table", frame=frame)]
     if g.notes:
         blocks += [Block("heading", "Notes (written by the authors, not generated)", 2)]
@@ -333,10 +344,16 @@ def _other_tests(g: GridResults) -> list[Block]:
             text = (f"The order by mean BLEU differs between the test sets for {len(flipped)} pair(s): "
                     f"{count['real']} real flip(s) (the paired 95% interval excludes 0 on both test sets, in "
                     f"opposite directions), {count['one test set']} beyond noise on one test set only, "
-                    f"{count['noise']} within noise on both. Each with its paired interval per test set: "
+                    f"{count['noise']} within noise on both"
+                    + (f", {count['same when paired']} the same order once paired on common seeds"
+                       if count['same when paired'] else "") + ". Each with its paired interval per test set: "
                     + "; ".join(sentence for _, sentence in flipped) + ".")
         else:
-            text = f"The {len(systems)} systems rank the same (by mean BLEU) on every test set."
+            everywhere = [s for s in systems if all(s in v.index for v in means.values())]
+            text = f"The {len(everywhere)} systems scored on every test set rank the same (by mean BLEU) on each."
+        unscored = {k: [s for s in systems if s not in v.index] for k, v in means.items()}
+        text += "".join(f" No score on {k} for {', '.join(f'`{s}`' for s in missing)}: left out of its order."
+                        for k, missing in unscored.items() if missing)
         blocks += [Block("heading", f"Task `{task}`", 3), Block("table", frame=frame), Block("para", text)]
     return blocks if len(blocks) > 1 else []
 
@@ -348,8 +365,8 @@ def _ranking_section(g: GridResults) -> list[Block]:
         return []
     blocks = [Block("heading", "Ranking", 2), Block("para", (
         "Systems by mean BLEU over seeds, each minus the next one down: the mean over seeds of the paired "
-        "difference with its 95% bootstrap interval (test sentences and seeds resampled together; with one seed "
-        "the test sentences only). `>` the interval excludes 0; `≈` it lies within the equivalence margin "
+        f"difference with its 95% interval ({INTERVAL}). `>` / `<` the interval excludes 0 (`<`: the paired "
+        "difference puts it below the next one, on the seeds both have); `≈` it lies within the equivalence margin "
         f"±{g.equivalence_margin:g} BLEU; `?` neither: the order of that pair is not resolved by these runs."))]
     nexts = g.ranking[g.ranking["relation"].astype(str).str.contains("next")]
     for (task, split), rows in nexts.groupby(["task", "split_name"], sort=False):
@@ -393,7 +410,7 @@ def _compare_section(g: GridResults) -> list[Block]:
         "Verdict": asked["verdict"]})
     return [Block("heading", "Comparisons the grid asks for", 2), Block("para", (
         "Each pair of the grid file's `compare:`: BLEU of the system minus the other's, the mean over seeds of "
-        "the paired difference with its 95% bootstrap interval (test sentences and seeds resampled together), "
+        f"the paired difference with its 95% interval ({INTERVAL}), "
         "on every test set. ahead / behind: the interval excludes 0; equivalent: it lies within "
         f"±{g.equivalence_margin:g} BLEU; not resolved: neither.")), Block("table", frame=frame)]
 

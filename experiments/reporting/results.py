@@ -41,7 +41,7 @@ class GridResults:
     notes: str = ""  # notes.md: the authors' hand-written notes (why a goal was missed ...)
     extra_tests: pd.DataFrame | None = None  # extra_tests.csv: BLEU on further test splits (eval.extra_tests)
     comparisons: pd.DataFrame | None = None  # comparisons.csv: BLEU differences to each task's best AT, with
-    # intervals pooling sentences and seeds (reporting/table.py)
+    # intervals over sentences and seeds (reporting/table.py)
     ranking: pd.DataFrame | None = None  # ranking.csv: each system against the next one down, per test set,
     # and the pairs that flip between test sets (reporting/ranking.py)
 

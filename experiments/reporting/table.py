@@ -64,8 +64,7 @@ COMPARISON_COLUMNS = ("task", "system", "against", "n_seeds", "bleu_diff", "diff
 
 def compare_systems(df: pd.DataFrame, runs: Path, *, n: int = 1000) -> pd.DataFrame:
     """Per task, every system's BLEU minus that of the task's best AT system (by mean BLEU over seeds),
-    paired by seed, with a 95% bootstrap interval pooling test sentences and seeds
-    (metrics.quality.bleu_difference). -> comparisons.csv's rows (COMPARISON_COLUMNS)."""
+    paired by seed, with a 95% interval over test sentences and seeds (metrics.quality.bleu_difference). -> comparisons.csv's rows (COMPARISON_COLUMNS)."""
     ok = df[df["status"] == "ok"].copy()
     if ok.empty or "bleu" not in ok:
         return pd.DataFrame(columns=COMPARISON_COLUMNS)

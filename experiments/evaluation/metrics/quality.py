@@ -209,22 +209,60 @@ def tokenized_bleu(hyps: list[str], refs: Sequence[list[str]] | list[str], *, la
 
 @dataclass(frozen=True)
 class Difference:
-    """BLEU of system a minus system b, averaged over seeds, with its 95% bootstrap interval."""
+    """BLEU of system a minus system b, averaged over seeds, with its 95% interval."""
 
     diff: float
     low: float
     high: float
     n_seeds: int
-    method: str  # what the interval resamples
+    method: str  # what the interval covers
+
+
+def seed_interval(per_seed: Sequence[float], sentence_draws: Sequence[float], level: float = 0.95
+                  ) -> tuple[float, float, str]:
+    """A `level` interval for the mean over seeds of a per-seed quantity (a BLEU score, or a paired
+    BLEU difference) measured on one test set. Two sources of noise: the choice of test sentences
+    (`sentence_draws`: the mean over seeds recomputed on resampled test sentences, the same sentences
+    for every seed) and the training seed. With one seed: the percentile interval of the draws (test
+    sentences only). With k >= 2 seeds, mean +- t * sqrt(s^2/k + v): s^2 the variance of the k
+    per-seed values, v the variance of the draws, t Student's quantile at the Welch-Satterthwaite
+    degrees of freedom (the sentence part taken as exactly known). A bootstrap over 2 or 3 seeds would
+    come out as about [min, max] of the seeds, which covers the mean far less often than 95%; the
+    t quantile at k-1 degrees of freedom (12.7 for 2 seeds, 4.3 for 3) is what so few seeds allow.
+    s^2 already holds part of the sentence noise, so the interval errs on the wide side.
+    -> (low, high, what it covers)."""
+    values, draws = np.asarray(per_seed, dtype=float), np.asarray(sentence_draws, dtype=float)
+    tail = 100 * (1 - level) / 2
+    if len(values) == 1:
+        return (float(np.percentile(draws, tail)), float(np.percentile(draws, 100 - tail)),
+                "test sentences resampled (one seed: training noise not covered)")
+    return t_interval(float(np.mean(values)), float(np.std(values, ddof=1)), len(values),
+                      float(np.var(draws, ddof=1)), level)
+
+
+def t_interval(mean: float, sd: float, k: int, sentence_var: float, level: float = 0.95
+               ) -> tuple[float, float, str]:
+    """mean +- t * sqrt(sd^2/k + sentence_var) for the mean of k >= 2 per-seed values with standard
+    deviation `sd` (see seed_interval), t at the Welch-Satterthwaite degrees of freedom with the
+    sentence part taken as known. -> (low, high, what it covers)."""
+    from scipy.stats import t as student
+
+    seed_var = sd ** 2 / k
+    total = seed_var + sentence_var
+    if total == 0:
+        return mean, mean, f"{k} seeds: no variation over seeds or test sentences"
+    df = total ** 2 / (seed_var ** 2 / (k - 1)) if seed_var > 0 else float("inf")
+    half = float(student.ppf(1 - (1 - level) / 2, df)) * total ** 0.5
+    return (mean - half, mean + half,
+            f"{k} seeds: t interval (seed variance/{k} + test-sentence variance, df {df:.1f})")
 
 
 def bleu_difference(a: Sequence[Sequence[str]], b: Sequence[Sequence[str]], refs: Sequence[str] | Sequence[Sequence[str]],
                     *, tokenize: str = "13a", n: int = 1000, seed: int = 12345) -> Difference:
     """Mean over seeds of BLEU(a_s) - BLEU(b_s), pairing seed s of a with seed s of b (a[s], b[s]: the
-    outputs of seed s on the same test sentences, `refs` their reference streams). The interval pools
-    both sources of variance in one bootstrap: each resample draws the seeds (with replacement) and
-    the test sentences (with replacement, the same for every seed and both systems); with one seed it
-    covers the choice of test sentences only."""
+    outputs of seed s on the same test sentences, `refs` their reference streams), with the 95%
+    interval of `seed_interval`: the test sentences resampled `n` times (the same sentences for every
+    seed and both systems; corpus BLEU recomputed from summed statistics), and the seeds' own spread."""
     if len(a) != len(b) or not a:
         raise AtnatError(f"bleu_difference: {len(a)} and {len(b)} seeds; pair the same seeds of both systems")
     streams = reference_streams(refs)
@@ -237,14 +275,12 @@ def bleu_difference(a: Sequence[Sequence[str]], b: Sequence[Sequence[str]], refs
     def score(stats: np.ndarray) -> float:
         return bleu._compute_score_from_stats(stats.sum(axis=0).tolist()).score
 
-    diff = float(np.mean([score(sa) - score(sb) for sa, sb in zip(stats_a, stats_b)]))
+    per_seed = [score(sa) - score(sb) for sa, sb in zip(stats_a, stats_b)]
     rng = np.random.default_rng(seed)
-    n_sents, n_seeds = len(streams[0]), len(a)
+    n_sents = len(streams[0])
     draws = []
     for _ in range(n):
-        seeds = rng.integers(0, n_seeds, size=n_seeds) if n_seeds > 1 else [0]
         rows = rng.integers(0, n_sents, size=n_sents)
-        draws.append(np.mean([score(stats_a[s][rows]) - score(stats_b[s][rows]) for s in seeds]))
-    method = ("test sentences and seeds resampled together (paired by seed)" if n_seeds > 1
-              else "test sentences resampled (one seed: training noise not covered)")
-    return Difference(diff, float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5)), n_seeds, method)
+        draws.append(np.mean([score(sa[rows]) - score(sb[rows]) for sa, sb in zip(stats_a, stats_b)]))
+    low, high, method = seed_interval(per_seed, draws)
+    return Difference(float(np.mean(per_seed)), low, high, len(a), method)
