@@ -258,6 +258,14 @@ def cmd_status(args) -> int:
 
 
 def cmd_report(args) -> None:
+    if args.interim and args.restat:
+        raise AtnatError("atnat report: --interim and --restat exclude each other")
+    if args.restat:
+        from atnat.experiments.running.scheduler import write_restat  # lazy: start-up
+
+        folder = write_restat(args.results_dir, results_root=Path(args.results), smoke=args.smoke)
+        print(f"recomputed the tables and wrote {folder / 'report.md'} and report.html")
+        return
     if args.interim:
         from atnat.experiments.running.scheduler import write_interim  # lazy: start-up
 
@@ -411,8 +419,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--interim", action="store_true",
                    help="tabulate the finished cells of the grid GRID (results under --results) into "
                         "<results>/<grid>/interim/ with their report: no timing phase, the runner's folder untouched")
-    p.add_argument("--results", default="results", metavar="DIR", help="with --interim: the grid's --results folder")
-    p.add_argument("--smoke", action="store_true", help="with --interim: the grid's --smoke run")
+    p.add_argument("--restat", action="store_true",
+                   help="recompute the tables of the grid GRID's results folder (results.csv, comparisons.csv, "
+                        "ranking.csv) from its run folders with this version's statistics, then its report; "
+                        "nothing is trained, decoded or timed again, environment.json keeps the run's record")
+    p.add_argument("--results", default="results", metavar="DIR",
+                   help="with --interim or --restat: the grid's --results folder")
+    p.add_argument("--smoke", action="store_true", help="with --interim or --restat: the grid's --smoke run")
     p.set_defaults(fn=cmd_report)
     p = sub.add_parser("bench", parents=[common], help="speed benchmarks: decode, train, profile (see `atnat bench -h`)",
                        description="Decoding and training speed of our AT and NAT models on random weights, "

@@ -8,6 +8,7 @@ settings than the grid gives now are handled first (stale.py); each cell's own l
 from __future__ import annotations
 
 import fnmatch
+import json
 import shlex
 import sys
 import time
@@ -138,6 +139,15 @@ def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, de
     return []
 
 
+def _tabulate(grid, path, out: Path, runs: Path | None = None) -> pd.DataFrame:
+    """The grid's tables in `out` (reporting/table.py tabulate) with the grid's own settings."""
+    first = grid.cells[0].config.eval if grid.cells else None
+    return tabulate([describe(c) for c in grid.cells], out, significance=first.significance if first else "bs",
+                    n_bootstrap=first.n_bootstrap if first else 1000, baseline=grid.baseline,
+                    margin=grid.equivalence_margin, goal_pairs=goal_pairs(parse_goals(grid.goals, str(path))),
+                    compare=grid.compare, runs=runs)
+
+
 def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = False) -> Path:
     """An interim report of a grid whose cells are not all done (a run of days, still running or
     paused): its finished cells tabulated into <results>/<grid>/interim/ - tables, goals, ranking and
@@ -147,11 +157,7 @@ def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = F
     if not (out / "runs").is_dir():
         raise AtnatError(f"{out / 'runs'}: no run folders yet: nothing to report for {path}")
     interim = out / "interim"
-    first = grid.cells[0].config.eval if grid.cells else None
-    table = tabulate([describe(c) for c in grid.cells], interim, significance=first.significance if first else "bs",
-                     n_bootstrap=first.n_bootstrap if first else 1000, baseline=grid.baseline,
-                     margin=grid.equivalence_margin, goal_pairs=goal_pairs(parse_goals(grid.goals, str(path))),
-                     compare=grid.compare, runs=out / "runs")
+    table = _tabulate(grid, path, interim, runs=out / "runs")
     command = "atnat " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else f"atnat report --interim {path}"
     env = environment(grid.path, 0.0, command)
     done = int(table.drop_duplicates("cell")["status"].eq("ok").sum())
@@ -167,14 +173,33 @@ def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = F
     return interim
 
 
+def write_restat(path, *, results_root: Path = Path("results"), smoke: bool = False) -> Path:
+    """The tables of a grid's results folder recomputed from its run folders with this version's
+    statistics (the paired tests, comparisons.csv, ranking.csv), then the report: for a results folder
+    written by an older version. Nothing is trained, evaluated or timed again (timing.csv is read as
+    it is); environment.json keeps the run's own record, with `restat` (command, commit, date) added."""
+    grid, out = load_grid_into(path, results_root, smoke)
+    if not (out / "runs").is_dir() or not (out / "environment.json").is_file():
+        raise AtnatError(f"{out}: --restat needs a finished run's folder with its runs/ and environment.json")
+    with held(folder_lock(out), f"results folder {out}"):  # not under a runner writing the same tables
+        table = _tabulate(grid, path, out)
+        env = json.loads((out / "environment.json").read_text(encoding="utf-8"))
+        command = f"atnat report --restat {shlex.quote(str(path))} --results {shlex.quote(str(results_root))}" \
+            + (" --smoke" if smoke else "")
+        now = environment(grid.path, 0.0, command)
+        env |= {"restat": {k: now[k] for k in ("command", "git_commit", "git_dirty", "started") if k in now},
+                "equivalence_margin": grid.equivalence_margin, "results_rows": len(table)}
+        write_json_atomic(out / "environment.json", env)
+        if grid.goals:  # judged as the grid states them now, as ranking.csv's goal pairs are
+            write_json_atomic(out / "goals.json", grid.goals)
+        write_report(out)
+    return out
+
+
 def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_by_job: str | None = None) -> None:
     """results.csv, environment.json and the report of the results folder `out`, after the timing phase
     (run by the caller, or by the cluster job `timed_by_job`)."""
-    first = grid.cells[0].config.eval if grid.cells else None
-    table = tabulate([describe(c) for c in grid.cells], out, significance=first.significance if first else "bs",
-                     n_bootstrap=first.n_bootstrap if first else 1000, baseline=grid.baseline,
-                     margin=grid.equivalence_margin, goal_pairs=goal_pairs(parse_goals(grid.goals, str(path))),
-                     compare=grid.compare)
+    table = _tabulate(grid, path, out)
     command = "atnat " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else f"atnat run {path}"
     env = environment(grid.path, time.time() - started, command) | run_info
     if grid.cells:

@@ -1,0 +1,41 @@
+"""atnat report --restat: a finished grid's tables recomputed from its run folders with this version's
+statistics (for a results folder written by an older version), nothing trained, decoded or timed again,
+the run's own record kept."""
+import json
+
+import pandas as pd
+import yaml
+
+from atnat.experiments.cli.commands import main
+
+from tests.test_export import parallel_files
+from tests.test_extra_tests import grid
+
+
+def test_restat_recomputes_the_tables_and_keeps_the_runs_record(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    parallel_files(data)
+    spec = grid(data, [])
+    spec["seeds"] = [1, 2]
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["report", "--restat", str(tmp_path / "g.yaml"), "--results", "res"]) == 2  # nothing ran yet
+    assert "--restat needs a finished run's folder" in capsys.readouterr().err
+    assert main(["run", str(tmp_path / "g.yaml"), "--results", "res"]) == 0
+    out = tmp_path / "res" / "two-tests"
+    ranking = pd.read_csv(out / "ranking.csv")
+    env = json.loads((out / "environment.json").read_text())
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "runs" / "at-s1").rglob("*") if p.is_file()}
+    # as an older version would have left them: other intervals in ranking.csv, another margin
+    pd.DataFrame(ranking.assign(diff_ci_low=-99.0, diff_ci_high=99.0, verdict="not resolved")).to_csv(
+        out / "ranking.csv", index=False)
+    assert main(["report", "--restat", str(tmp_path / "g.yaml"), "--results", "res"]) == 0
+    again = pd.read_csv(out / "ranking.csv")
+    pd.testing.assert_frame_equal(again, ranking)  # recomputed from the runs, the same as the run's
+    after = json.loads((out / "environment.json").read_text())
+    assert after["wall_time_s"] == env["wall_time_s"] and after["started"] == env["started"]  # the run's record
+    assert after["restat"]["command"].startswith("atnat report --restat")
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "runs" / "at-s1").rglob("*") if p.is_file()} == stamps
+    assert "recomputed the tables" in capsys.readouterr().out
+    assert main(["report", "--restat", "--interim", str(tmp_path / "g.yaml"), "--results", "res"]) == 2
