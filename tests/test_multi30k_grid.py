@@ -63,3 +63,24 @@ def test_multi30k_smoke_grid_runs_on_cpu(tmp_path, monkeypatch):
     assert (df.status == "ok").all() and len(df) == 17  # 15 systems + the AT cell's 2 CTranslate2 twins
     assert set(df[df.strategy.str.endswith("-ct2")].strategy) == {"greedy-ct2", "beam5-alpha=0.6-ct2"}
     assert (tmp_path / "multi30k-smoke" / "report.md").exists()
+
+
+def test_multi30k_cpu_steps_are_the_fp32_budgets_times_the_measured_bf16_speedups():
+    """multi30k-cpu.yaml trains in bf16 where the CPU has it, its step budgets (no time caps) the fp32
+    ones that filled ~150 minutes times the speed-ups `atnat bench train` measured at the thread count
+    each cell uses (the teacher 2 threads, the students 1), rounded."""
+    grid = load_grid(ROOT / "experiments" / "grids" / "multi30k-cpu.yaml")
+    bench = {t: pd.read_csv(ROOT / "results" / "bench" / f"train_cpu_bf16_t{t}.csv") for t in (1, 2)}
+
+    def speedup(threads, decoder):
+        rows = bench[threads]
+        return rows[(rows.decoder == decoder) & (rows.precision == "bf16")].speedup_vs_fp32.iloc[0]
+
+    expected = {"at": 1600 * speedup(2, "at"), "cmlm-kd": 800 * speedup(1, "cmlm"), "cmlm": 800 * speedup(1, "cmlm"),
+                "nat-kd": 620 * speedup(1, "nat"), "ctc-glat-kd": 340 * speedup(1, "ctc")}
+    for cell in grid.cells:
+        train = cell.config.train
+        assert abs(train.max_steps - expected[cell.variant]) <= 0.02 * expected[cell.variant], cell.variant
+        assert train.max_time_s is None and train.precision == "auto"
+        assert train.max_steps / train.val_every_steps in (10, pytest.approx(15.9, abs=0.1))
+        assert train.num_threads == (2 if cell.variant == "at" else 1)
