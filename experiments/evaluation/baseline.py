@@ -48,6 +48,15 @@ def is_at_rows(df: pd.DataFrame) -> pd.Series:
     return df["decoder"].map(autoregressive).astype(bool)
 
 
+ENGINE_TWIN = "-ct2"  # strategy suffix of a plain AT's CTranslate2 twin (evaluation/exported.py)
+
+
+def is_engine_twin(df: pd.DataFrame) -> pd.Series:
+    """Per row: a system that is another system's weights run by an outside engine (a CTranslate2
+    twin): a speed and quality reference, never the task's best AT that comparisons are against."""
+    return df["strategy"].astype(str).str.endswith(ENGINE_TWIN)
+
+
 def baseline_cells(df: pd.DataFrame, baseline: str | None = None) -> dict[tuple, str]:
     """(task, seed) -> the baseline cell of a results table: the grid's `baseline` variant when it
     names one, else the plain AT cell (the first in table order when there are several)."""

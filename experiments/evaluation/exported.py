@@ -18,13 +18,14 @@ import torch
 from atnat.experiments.config.run import build_strategy, load_task
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.data.batching import encode_split
+from atnat.experiments.evaluation.baseline import ENGINE_TWIN
 from atnat.experiments.evaluation.evaluate import score_outputs
 from atnat.experiments.evaluation.timing import exportable
 from atnat.experiments.files import write_json_atomic, write_text_atomic
 from atnat.experiments.modelfiles import ct2
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, evaluation_checkpoint, load_module
 
-SUFFIX = "-ct2"
+SUFFIX = ENGINE_TWIN
 BATCH = 64  # sentences per CTranslate2 call
 
 

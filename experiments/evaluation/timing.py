@@ -40,7 +40,7 @@ from atnat.experiments.config.devices import device_name
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.metrics.speed import _synchronize, current_rss_mb, peak_memory_mb, reset_peak
 from atnat.experiments.config.run import build_strategy, load_task
-from atnat.experiments.evaluation.baseline import is_baseline_cell, plain_at_config
+from atnat.experiments.evaluation.baseline import ENGINE_TWIN, is_baseline_cell, plain_at_config
 from atnat.experiments.evaluation.schema import SPEED
 from atnat.experiments.files import write_csv, write_json_atomic
 from atnat.experiments.modelfiles import ct2
@@ -268,7 +268,7 @@ def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, b
             if speed is not None and speed.ct2_baseline and exportable(cell):
                 systems.append(exported_twin(systems[-1], tokenizer, device, speed))
             if speed is not None and speed.aa_control and is_baseline_cell(cell, baseline) and label == "greedy":
-                systems.append(dataclasses.replace(systems[-2 if systems[-1].strategy.endswith("-ct2") else -1],
+                systems.append(dataclasses.replace(systems[-2 if systems[-1].strategy.endswith(ENGINE_TWIN) else -1],
                                                    strategy=label + AA_SUFFIX))
         if speed is not None:  # after the CTranslate2 twins: they are exported from the plain modules
             apply_engine(module, speed.engine)
@@ -282,7 +282,7 @@ def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, b
         if base is not None:
             baselines[cell.name] = base[:2]
             if speed is not None and speed.ct2_baseline and base[2] and base[1] == "greedy":
-                ct2[cell.name] = (base[0], "greedy-ct2")
+                ct2[cell.name] = (base[0], f"greedy{ENGINE_TWIN}")
     return systems, baselines, ct2
 
 
@@ -301,7 +301,7 @@ def system_keys(cells: list, speed: SpeedSettings, baseline: str | None = None) 
             label = build_strategy(spec)[0]
             keys.append((cell.name, label, stamp))
             if speed.ct2_baseline and exportable(cell):
-                keys.append((cell.name, f"{label}-ct2", stamp))
+                keys.append((cell.name, f"{label}{ENGINE_TWIN}", stamp))
             if speed.aa_control and is_baseline_cell(cell, baseline) and label == "greedy":
                 keys.append((cell.name, label + AA_SUFFIX, stamp))
     return sorted(keys)
@@ -313,7 +313,7 @@ def exported_twin(system: System, tokenizer, device: str, speed: SpeedSettings) 
     ct2.require()
     decoder = ct2.ct2_decoder((system.module, tokenizer), system.search, compute_type="float32", device=device,
                               threads=speed.threads or torch.get_num_threads(), exact=False)
-    return ExportedSystem(system.cell, f"{system.strategy}-ct2", decoder, system.search, system.sources,
+    return ExportedSystem(system.cell, f"{system.strategy}{ENGINE_TWIN}", decoder, system.search, system.sources,
                           fingerprint=system.fingerprint)
 
 

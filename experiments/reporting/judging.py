@@ -9,7 +9,7 @@ import re
 
 import pandas as pd
 
-from atnat.experiments.evaluation.baseline import is_at_rows
+from atnat.experiments.evaluation.baseline import is_at_rows, is_engine_twin
 from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, robust_front, significant
 from atnat.experiments.reporting.results import GridResults, ok_rows
 
@@ -133,7 +133,7 @@ def _task_summary(task: str, part: pd.DataFrame, comparisons: pd.DataFrame | Non
     agg = aggregate_seeds(part)
     mixing = _mixing(agg)
     at_rows = is_at_rows(agg)
-    at, nat = _best(agg[at_rows]), _best(agg[~at_rows])
+    at, nat = _best(agg[at_rows & ~is_engine_twin(agg)]), _best(agg[~at_rows])  # our AT, not its engine twin
     rest = f"the best AT system is {_name(at)}" if at is not None else "there is no AT baseline"
     text = f"On `{task}`:{mixing} {_capital(rest) if mixing else rest}"
     if nat is None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.evaluation.baseline import baseline_cells, is_at_rows
+from atnat.experiments.evaluation.baseline import baseline_cells, is_at_rows, is_engine_twin
 from atnat.experiments.evaluation.exported import exported_rows
 from atnat.experiments.evaluation.metrics.quality import bleu_difference
 from atnat.experiments.reporting.ranking import rank_systems
@@ -63,7 +63,8 @@ COMPARISON_COLUMNS = ("task", "system", "against", "n_seeds", "bleu_diff", "diff
 
 
 def compare_systems(df: pd.DataFrame, runs: Path, *, n: int = 1000) -> pd.DataFrame:
-    """Per task, every system's BLEU minus that of the task's best AT system (by mean BLEU over seeds),
+    """Per task, every system's BLEU minus that of the task's best AT system (by mean BLEU over seeds; not
+    a CTranslate2 twin),
     paired by seed, with a 95% interval over test sentences and seeds (metrics.quality.bleu_difference). -> comparisons.csv's rows (COMPARISON_COLUMNS)."""
     ok = df[df["status"] == "ok"].copy()
     if ok.empty or "bleu" not in ok:
@@ -71,7 +72,7 @@ def compare_systems(df: pd.DataFrame, runs: Path, *, n: int = 1000) -> pd.DataFr
     ok["system"] = ok["family"].fillna(ok["cell"]).astype(str) + " / " + ok["strategy"].astype(str)
     rows = []
     for task, part in ok.groupby("task", sort=False):
-        at = part[is_at_rows(part)].dropna(subset=["bleu"])
+        at = part[is_at_rows(part) & ~is_engine_twin(part)].dropna(subset=["bleu"])
         if at.empty:
             continue
         best = at.groupby("system", sort=False)["bleu"].mean().idxmax()
