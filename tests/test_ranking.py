@@ -186,3 +186,15 @@ def test_both_means_of_a_pair_come_from_the_seeds_its_difference_pairs(tmp_path)
     assert (row.system, row.against, row.n_seeds, row.verdict) == ("a / greedy", "good / greedy", 2, "behind")
     assert row.system_bleu == pytest.approx(df[(df.family == "a") & (df.seed < 3)].bleu.mean())
     assert row.system_bleu - row.against_bleu == pytest.approx(row.bleu_diff)
+
+
+def test_an_order_that_holds_once_paired_is_not_called_a_flip():
+    """Means over different seed sets can order a pair differently on two test sets while the paired
+    differences agree beyond noise on both: the old rule called that 'beyond noise on one test set'."""
+    rows = pd.DataFrame([
+        {"task": "x", "test_set": "main", "split_name": "test2016", "relation": "flip", "system": "a", "against": "b",
+         "bleu_diff": 2.0, "diff_ci_low": 1.0, "diff_ci_high": 3.0},
+        {"task": "x", "test_set": "t2", "split_name": "test2017", "relation": "flip", "system": "b", "against": "a",
+         "bleu_diff": -2.0, "diff_ci_low": -3.0, "diff_ci_high": -1.0}])
+    ((kind, sentence),) = flips(rows, "x")
+    assert kind == "same when paired" and sentence.endswith("the same order beyond noise on every test set)")
