@@ -177,3 +177,26 @@ def test_two_or_three_seeds_give_a_t_interval_not_the_seed_range():
     assert (low, high) == pytest.approx((0.8 - half, 0.8 + half))
     low, high, what = seed_interval([1.0], [0.5, 1.0, 1.5] * 20)  # one seed: the draws' percentiles
     assert low == pytest.approx(0.5) and high == pytest.approx(1.5) and "one seed" in what
+
+
+def test_an_interval_re_levelled_with_its_degrees_of_freedom_is_the_interval_at_that_level():
+    """relevel (simultaneous intervals for the best of several) gives exactly t_interval at the other
+    level when it has the difference's df; bleu_difference records that df (inf with one seed)."""
+    import random
+
+    from atnat.experiments.evaluation.metrics.quality import bleu_difference, relevel, t_interval, welch_df
+
+    low, high, _ = t_interval(1.0, 0.6, 3, 0.04)
+    df = welch_df(0.6, 3, 0.04)
+    assert 2 < df < float("inf")
+    assert relevel(1.0, low, high, df, 0.99) == pytest.approx(t_interval(1.0, 0.6, 3, 0.04, 0.99)[:2])
+    assert relevel(1.0, low, high, df, 0.95) == (low, high)
+    assert relevel(1.0, 0.0, 3.0, float("inf"), 0.99) == pytest.approx((1 - 2.5758 / 1.96, 1 + 2 * 2.5758 / 1.96),
+                                                                        abs=1e-4)  # asymmetric sides kept
+    rng = random.Random(1)
+    refs = [" ".join(rng.choice("abcdef") for _ in range(6)) for _ in range(200)]
+    hyp = lambda seed, p: [" ".join(w if random.Random(seed * 1000 + i).random() > p else "z" for w in line.split())
+                           for i, line in enumerate(refs)]  # noqa: E731
+    two = bleu_difference([hyp(1, 0.1), hyp(2, 0.15)], [hyp(3, 0.2), hyp(4, 0.2)], refs, tokenize="none", n=50)
+    assert 1 <= two.df < float("inf")
+    assert bleu_difference([hyp(1, 0.1)], [hyp(3, 0.2)], refs, tokenize="none", n=50).df == float("inf")

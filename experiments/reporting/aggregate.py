@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from atnat.experiments.evaluation.metrics.quality import t_interval
+from atnat.experiments.evaluation.metrics.quality import relevel, t_interval
 
 ALPHA = 0.05  # significance level of the paired tests (after Holm's correction)
 # columns whose (low, high) 95% interval stands in for the spread when a system has one seed
@@ -51,34 +51,46 @@ def span(row: pd.Series, col: str) -> tuple[float, float]:
     if row.get("n_seeds", 1) > 1:
         low, high = row[f"{col}_min"], row[f"{col}_max"]
     else:
-        lo_col, hi_col = INTERVALS.get(col, (None, None))
-        found = lo_col and pd.notna(row.get(lo_col)) and pd.notna(row.get(hi_col))
-        low, high = (row[lo_col], row[hi_col]) if found else (row[col], row[col])
+        low, high = _recorded(row, col)
+    return _noise_floor(row, col, low, high)
+
+
+def _recorded(row: pd.Series, col: str) -> tuple[float, float]:
+    """A one-seed row's recorded 95% interval in `col` (its value twice when it has none)."""
+    lo_col, hi_col = INTERVALS.get(col, (None, None))
+    found = lo_col and pd.notna(row.get(lo_col)) and pd.notna(row.get(hi_col))
+    return (row[lo_col], row[hi_col]) if found else (row[col], row[col])
+
+
+def _noise_floor(row: pd.Series, col: str, low: float, high: float) -> tuple[float, float]:
+    """(low, high) widened to at least the A/A control's noise floor around a speed ratio's value."""
     noise_low, noise_high = row.get("speed_noise_low"), row.get("speed_noise_high")
     if col in SPEED_RATIOS and pd.notna(noise_low) and pd.notna(noise_high) and pd.notna(row[col]):
         low, high = min(low, row[col] * noise_low), max(high, row[col] * noise_high)
     return low, high
 
 
-def interval(row: pd.Series, col: str) -> tuple[float, float]:
-    """The 95% interval of a system's mean in one column: with one seed its recorded interval (test
-    sentences resampled); with k >= 2 seeds, Student's t on the seeds' sd with the test-sentence variance
-    added, taken from the seeds' mean interval width (metrics.quality.t_interval; as if the seeds' sentence
-    noise were fully shared, the wide side); a speed ratio's is widened to at least the A/A noise floor.
-    A seed range alone is no interval: 2-3 seeds' [min, max] covers the mean far less often than 95%."""
+def interval(row: pd.Series, col: str, level: float = 0.95) -> tuple[float, float]:
+    """The `level` interval (95% unless said) of a system's mean in one column: with one seed its
+    recorded 95% interval (test sentences resampled; another level scales its sides by the normal
+    quantiles, metrics.quality.relevel); with k >= 2 seeds, Student's t on the seeds' sd with the
+    test-sentence variance added, taken from the seeds' mean interval width (metrics.quality.t_interval;
+    as if the seeds' sentence noise were fully shared, the wide side); a speed ratio's is widened to at
+    least the A/A noise floor. A seed range alone is no interval: 2-3 seeds' [min, max] covers the mean
+    far less often than 95%."""
     k = int(row.get("n_seeds", 1) or 1)
     if k < 2:
-        return span(row, col)
+        low, high = _recorded(row, col)
+        if pd.notna(row[col]) and pd.notna(low) and pd.notna(high):
+            low, high = relevel(float(row[col]), float(low), float(high), float("inf"), level)
+        return _noise_floor(row, col, low, high)
     lo_col, hi_col = INTERVALS.get(col, (None, None))
     width = row[hi_col] - row[lo_col] if lo_col and pd.notna(row.get(lo_col)) and pd.notna(row.get(hi_col)) else 0.0
     sd = row.get(f"{col}_sd")
     if pd.isna(row[col]) or pd.isna(sd):
         return float("nan"), float("nan")
-    low, high, _ = t_interval(float(row[col]), float(sd), k, (width / (2 * 1.959964)) ** 2)
-    noise_low, noise_high = row.get("speed_noise_low"), row.get("speed_noise_high")
-    if col in SPEED_RATIOS and pd.notna(noise_low) and pd.notna(noise_high):
-        low, high = min(low, row[col] * noise_low), max(high, row[col] * noise_high)
-    return low, high
+    low, high, _ = t_interval(float(row[col]), float(sd), k, (width / (2 * 1.959964)) ** 2, level)
+    return _noise_floor(row, col, low, high)
 
 
 def beyond_spread(a: pd.Series, b: pd.Series, col: str) -> bool:

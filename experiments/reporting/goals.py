@@ -92,9 +92,11 @@ def check_goals(goals: list[Goal], aggregated: pd.DataFrame, ranking: pd.DataFra
     `Interval` saying what they span - for a goal against another system the paired 95% interval of
     their difference (ranking.csv; then Value and Target are both means over the seeds it pairs),
     else the 95% interval of the system's mean (aggregate.interval) - and `Beyond noise` (yes / no:
-    whether that interval excludes 0). The best of several systems is judged among those with a
-    result; a miss while some of them have none is `not measured`, the row naming them. `aggregated`
-    has one row per (family, strategy), seeds averaged."""
+    whether that interval excludes 0). The best of m systems is judged among those with a result; a
+    miss while some of them have none is `not measured`, the row naming them. Picking the best of m
+    noisy values favours a lucky one, so its intervals are simultaneous over the m (Bonferroni: each
+    at 1 - 0.05/m, `level`), and a miss is beyond noise only when every one of the m misses beyond
+    noise. `aggregated` has one row per (family, strategy), seeds averaged."""
     named = aggregated.assign(system=aggregated["family"] + " / " + aggregated["strategy"].astype(str))
     values = named.set_index("system")
     rows = []
@@ -120,6 +122,11 @@ def check_goals(goals: list[Goal], aggregated: pd.DataFrame, ranking: pd.DataFra
             if "Paired value" in row:  # a goal against another system: both sides on the seeds paired
                 row["Value"], row["Target"] = row.pop("Paired value"), row.pop("Paired target")
                 row["Result"] = "met" if row["Over target"] >= 0 else "missed"
+            if row["Result"] == "missed" and row["Beyond noise"] == "yes" and len(present) > 1:
+                others = [_over_target(goal, s, float(values.at[s, goal.metric]), float(target), values.loc[s],
+                                       ranking) for s in present if s != best]
+                if not all(o.get("Over high", float("nan")) < 0 for o in others):  # one of them may still meet it
+                    row["Beyond noise"] = "no"
             absent = [s for s in goal.systems if s not in present]
             if row["Result"] == "missed" and absent:  # one of those without a result might have met it
                 row["Result"] = "not measured"
@@ -131,26 +138,36 @@ def check_goals(goals: list[Goal], aggregated: pd.DataFrame, ranking: pd.DataFra
     return pd.DataFrame(rows)
 
 
+def level_for(goal: Goal) -> float:
+    """The confidence of each of a goal's intervals: 95%, or for the best of m systems 1 - 0.05/m
+    (Bonferroni), so that the m intervals hold together at 95% and the choice of the best among
+    them cannot make noise look like a result."""
+    return 1 - 0.05 / len(goal.systems)
+
+
 def _over_target(goal: Goal, system: str, value: float, target: float, row: pd.Series,
                  ranking: pd.DataFrame | None) -> dict:
     """How far `system` lies past the goal's target, signed so that positive meets it, with the
-    interval of that margin and whether it excludes 0 (see check_goals)."""
+    interval of that margin (at level_for(goal)) and whether it excludes 0 (see check_goals)."""
     sign = -1.0 if goal.at_most is not None else 1.0
     over = sign * (value - target)
-    pair = paired(ranking, system, goal.of) if goal.of is not None and goal.metric == "bleu" else None
+    level = level_for(goal)
+    m = len(goal.systems)
+    confidence = "95%" if m == 1 else f"{100 * level:.1f}% (simultaneous over {m} systems, Bonferroni)"
+    pair = paired(ranking, system, goal.of, level) if goal.of is not None and goal.metric == "bleu" else None
     paired_sides = {}
     if goal.of is not None:
         if pair is None:
             return {"Over target": over, "Interval": "no paired interval"}
         # value - target = (system - of) + within, all on the seeds the difference pairs
         low, high, over = pair["low"] + goal.within, pair["high"] + goal.within, pair["diff"] + goal.within
-        kind = f"paired 95% ({pair['n_seeds']} seed{'s' if pair['n_seeds'] != 1 else ''})"
+        kind = f"paired {confidence} ({pair['n_seeds']} seed{'s' if pair['n_seeds'] != 1 else ''})"
         paired_sides = {"Paired value": float(pair["a"]), "Paired target": float(pair["b"] - goal.within)}
     else:
-        low, high = interval(row, goal.metric)
+        low, high = interval(row, goal.metric, level)
         low, high = sorted((sign * (low - target), sign * (high - target)))
         n = int(row.get("n_seeds", 1) or 1)
-        kind = f"95% of the mean ({n} seeds)" if n > 1 else "95% (one seed)"
+        kind = f"{confidence} of the mean ({n} seeds)" if n > 1 else f"{confidence} (one seed)"
     if pd.isna(low) or pd.isna(high) or (low == high == over and not paired_sides):
         return {"Over target": over, "Interval": "none recorded", **paired_sides}
     return {"Over target": over, "Over low": low, "Over high": high, "Interval": kind,

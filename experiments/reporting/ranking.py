@@ -22,11 +22,13 @@ from pathlib import Path
 import pandas as pd
 
 from atnat.experiments.evaluation.evaluate import read_references
-from atnat.experiments.evaluation.metrics.quality import bleu_difference
+from atnat.experiments.evaluation.metrics.quality import bleu_difference, relevel
 
 MAIN = "main"  # ranking.csv's test_set of the task's own test split (its name in `split_name`)
 RANKING_COLUMNS = ("task", "test_set", "split_name", "relation", "system", "against", "system_bleu", "against_bleu",
-                   "n_seeds", "bleu_diff", "diff_ci_low", "diff_ci_high", "verdict")
+                   "n_seeds", "bleu_diff", "diff_ci_low", "diff_ci_high", "diff_df", "verdict")
+# written since the simultaneous intervals of best-of-several goals; a ranking.csv from before has none (paired())
+RANKING_OPTIONAL = ("diff_df",)
 SYMBOL = {"ahead": ">", "behind": "<", "equivalent": "≈", "not resolved": "?"}
 
 
@@ -69,7 +71,8 @@ def _pair(a: str, b: str, files: dict[str, dict[int, Path]], refs, tokenize: str
         return None
     d = bleu_difference([_read(files[a][s]) for s in seeds], [_read(files[b][s]) for s in seeds], refs,
                         tokenize=tokenize, n=n)
-    return {"seeds": seeds, "n_seeds": d.n_seeds, "bleu_diff": d.diff, "diff_ci_low": d.low, "diff_ci_high": d.high}
+    return {"seeds": seeds, "n_seeds": d.n_seeds, "bleu_diff": d.diff, "diff_ci_low": d.low, "diff_ci_high": d.high,
+            "diff_df": d.df}
 
 
 def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, margin: float,
@@ -187,9 +190,12 @@ def flips(ranking: pd.DataFrame, task: str) -> list[tuple[str, str]]:
     return sorted(out, key=lambda k: FLIP_KINDS.index(k[0]))
 
 
-def paired(ranking: pd.DataFrame | None, a: str, b: str) -> dict | None:
+def paired(ranking: pd.DataFrame | None, a: str, b: str, level: float = 0.95) -> dict | None:
     """a - b on the main test set from ranking.csv, either way round: {diff, low, high, a, b, n_seeds}
-    (a, b: their mean BLEU on the seeds the difference pairs); None when the pair was not compared."""
+    (a, b: their mean BLEU on the seeds the difference pairs; low, high: its `level` interval, the
+    stored 95% one re-levelled with its degrees of freedom, metrics.quality.relevel - a ranking.csv
+    written before `diff_df` existed takes k - 1, the fewest k seeds allow: wider, never narrower);
+    None when the pair was not compared."""
     if ranking is None:
         return None
     main = ranking[ranking["test_set"].astype(str) == MAIN]
@@ -197,8 +203,13 @@ def paired(ranking: pd.DataFrame | None, a: str, b: str) -> dict | None:
         hit = main[(main["system"] == x) & (main["against"] == y)]
         if not hit.empty:
             r = hit.iloc[0]
-            low, high = sorted((sign * r["diff_ci_low"], sign * r["diff_ci_high"]))
+            n_seeds = int(r["n_seeds"])
+            df = r.get("diff_df", float("nan"))
+            if pd.isna(df):
+                df = n_seeds - 1 if n_seeds > 1 else float("inf")
+            low, high = relevel(r["bleu_diff"], r["diff_ci_low"], r["diff_ci_high"], float(df), level)
+            low, high = sorted((sign * low, sign * high))
             mine, theirs = (r["system_bleu"], r["against_bleu"])[::sign]
             return {"diff": sign * r["bleu_diff"], "low": low, "high": high, "a": mine, "b": theirs,
-                    "n_seeds": int(r["n_seeds"])}
+                    "n_seeds": n_seeds}
     return None

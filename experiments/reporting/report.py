@@ -221,7 +221,10 @@ def _goals(g: GridResults) -> list[Block]:
                                  "95% interval of the mean (several seeds: Student's t over the seeds, the "
                                  "test-sentence variance added; one seed: its bootstrap interval); beyond noise "
                                  "when that interval excludes 0. The best of several systems is judged among those "
-                                 "with a result; a miss while one of them has none is not measured."),
+                                 "with a result; a miss while one of them has none is not measured. For the "
+                                 "best of m systems each interval is at 1 - 0.05/m (Bonferroni), so that "
+                                 "picking the best cannot pass noise for a result, and a miss is beyond noise "
+                                 "only when each of the m misses beyond noise."),
                    Block("table", frame=frame)]
     if g.notes:
         blocks += [Block("heading", "Notes (written by the authors, not generated)", 2)]

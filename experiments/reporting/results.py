@@ -15,7 +15,7 @@ from atnat.experiments.evaluation.columns import columns
 from atnat.experiments.reporting import figures
 from atnat.experiments.reporting.goals import parse_goals
 from atnat.experiments.reporting.integrity import check_row_count, check_tables
-from atnat.experiments.reporting.ranking import RANKING_COLUMNS
+from atnat.experiments.reporting.ranking import RANKING_COLUMNS, RANKING_OPTIONAL
 
 # The columns of results.csv the report reads, from their one declaration (evaluation/schema.py):
 # required ones must be there; the others are read when present (NaN or empty when absent).
@@ -65,7 +65,7 @@ def _read_csv(path: Path, required: tuple[str, ...], numeric: tuple[str, ...]) -
     if missing:
         raise AtnatError(f"{path}: missing required column(s) {', '.join(missing)}; "
                          f"expected at least: {', '.join(required)}")  # fmt: skip
-    for col in numeric:
+    for col in (c for c in numeric if c in df.columns):  # an optional column may be absent
         values = pd.to_numeric(df[col], errors="coerce")
         bad = df[col].notna() & values.isna()
         if bad.any():
@@ -140,8 +140,8 @@ def load_results(results_dir: Path) -> GridResults:
     comparisons = _read_csv(root / "comparisons.csv", ("task", "system", "against", "bleu_diff", "diff_ci_low",
                                                         "diff_ci_high"), ("bleu_diff", "diff_ci_low", "diff_ci_high"))
     extra = _read_csv(root / "extra_tests.csv", ("cell", "task", "strategy", "test_set", "bleu"), ("bleu",))
-    numbers = ("system_bleu", "against_bleu", "bleu_diff", "diff_ci_low", "diff_ci_high")
-    ranking = _read_csv(root / "ranking.csv", RANKING_COLUMNS, numbers)
+    numbers = ("system_bleu", "against_bleu", "bleu_diff", "diff_ci_low", "diff_ci_high", *RANKING_OPTIONAL)
+    ranking = _read_csv(root / "ranking.csv", tuple(c for c in RANKING_COLUMNS if c not in RANKING_OPTIONAL), numbers)
     name = root.resolve().name
     if (environment or {}).get("interim"):  # <results>/<grid>/interim/: named after its grid
         name = f"{root.resolve().parent.name} (interim)"

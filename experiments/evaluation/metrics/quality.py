@@ -216,6 +216,7 @@ class Difference:
     high: float
     n_seeds: int
     method: str  # what the interval covers
+    df: float = float("inf")  # the t interval's degrees of freedom (inf: one seed, the draws' percentiles)
 
 
 def seed_interval(per_seed: Sequence[float], sentence_draws: Sequence[float], level: float = 0.95
@@ -244,17 +245,39 @@ def t_interval(mean: float, sd: float, k: int, sentence_var: float, level: float
                ) -> tuple[float, float, str]:
     """mean +- t * sqrt(sd^2/k + sentence_var) for the mean of k >= 2 per-seed values with standard
     deviation `sd` (see seed_interval), t at the Welch-Satterthwaite degrees of freedom with the
-    sentence part taken as known. -> (low, high, what it covers)."""
+    sentence part taken as known (`welch_df`). -> (low, high, what it covers)."""
     from scipy.stats import t as student
 
-    seed_var = sd ** 2 / k
-    total = seed_var + sentence_var
+    total = sd ** 2 / k + sentence_var
     if total == 0:
         return mean, mean, f"{k} seeds: no variation over seeds or test sentences"
-    df = total ** 2 / (seed_var ** 2 / (k - 1)) if seed_var > 0 else float("inf")
+    df = welch_df(sd, k, sentence_var)
     half = float(student.ppf(1 - (1 - level) / 2, df)) * total ** 0.5
     return (mean - half, mean + half,
             f"{k} seeds: t interval (seed variance/{k} + test-sentence variance, df {df:.1f})")
+
+
+def welch_df(sd: float, k: int, sentence_var: float) -> float:
+    """The degrees of freedom of t_interval: (s^2/k + v)^2 / ((s^2/k)^2 / (k-1)), inf when the seeds
+    agree exactly (only the sentence part, taken as known, is left) or with one seed."""
+    seed_var = sd ** 2 / k
+    if k < 2 or seed_var == 0:
+        return float("inf")
+    return (seed_var + sentence_var) ** 2 / (seed_var ** 2 / (k - 1))
+
+
+def relevel(point: float, low: float, high: float, df: float, level: float) -> tuple[float, float]:
+    """A 95% interval around `point` (t at `df` degrees of freedom; inf: normal, as for a bootstrap
+    percentile interval) widened or narrowed to `level`, each side scaled by the ratio of the
+    quantiles. Exact for t_interval's intervals given their df; for a percentile interval the
+    normal approximation of its tails. Used for simultaneous intervals over several systems
+    (Bonferroni: level 1 - 0.05/m)."""
+    from scipy.stats import t as student
+
+    if level == 0.95:
+        return low, high
+    ratio = float(student.ppf(1 - (1 - level) / 2, df) / student.ppf(0.975, df))
+    return point - (point - low) * ratio, point + (high - point) * ratio
 
 
 def bleu_difference(a: Sequence[Sequence[str]], b: Sequence[Sequence[str]], refs: Sequence[str] | Sequence[Sequence[str]],
@@ -283,4 +306,5 @@ def bleu_difference(a: Sequence[Sequence[str]], b: Sequence[Sequence[str]], refs
         rows = rng.integers(0, n_sents, size=n_sents)
         draws.append(np.mean([score(sa[rows]) - score(sb[rows]) for sa, sb in zip(stats_a, stats_b)]))
     low, high, method = seed_interval(per_seed, draws)
-    return Difference(float(np.mean(per_seed)), low, high, len(a), method)
+    df = welch_df(float(np.std(per_seed, ddof=1)), len(a), float(np.var(draws, ddof=1))) if len(a) > 1 else float("inf")
+    return Difference(float(np.mean(per_seed)), low, high, len(a), method, df)
