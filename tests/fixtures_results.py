@@ -125,7 +125,7 @@ ENVIRONMENT = {"command": COMMAND, "device": "cpu (2 threads)", "python": "3.11.
 def comparisons(n_seeds: int = 1) -> pd.DataFrame:
     """comparisons.csv of the fixture: copy's best NAT behind its best AT by an interval that holds 0
     but reaches beyond ±1 BLEU (not resolved); dialect's NAT beyond its interval."""
-    method = f"{n_seeds} seeds: t interval (seed variance/{n_seeds} + test-sentence variance, df 2.0)" if n_seeds > 1 else \
+    method = f"{n_seeds} seeds: t at {n_seeds - 1} df on the seed part, normal on the test-sentence part" if n_seeds > 1 else \
         "test sentences resampled (one seed: training noise not covered)"
     return pd.DataFrame([
         {"task": "copy", "system": "copy-cmlm-kd / mask-predict-4", "against": "copy-at / beam5", "n_seeds": n_seeds,

@@ -101,12 +101,10 @@ def test_each_goal_says_how_far_past_its_target_and_whether_beyond_noise():
     several = aggregate_seeds(fx.with_seeds(table, {2: 1.0, 3: -0.2}).query("status == 'ok'"))
     spread = check_goals(parse_goals(GOALS[:1], "grid.yaml"), several).loc[0]  # seeds 38.05, 39.05, 37.85
     assert spread["Interval"] == "95% of the mean (3 seeds)" and spread["Result"] == "met"
-    # mean 38.3167 +- t(df) * sqrt(sd^2 / 3 + v), v from the seeds' interval width 39.4 - 36.7 (not the
-    # seed range [37.85, 39.05], which the old check took for an interval: Over low -0.15)
-    from scipy.stats import t as student
+    # mean 38.3167 +- sqrt((t_2 * sd / sqrt(3))^2 + (z * sqrt(v))^2), v from the seeds' interval width
+    # 39.4 - 36.7 (not the seed range [37.85, 39.05], which the old check took for an interval: Over low -0.15)
     sd, v = statistics.stdev([38.05, 39.05, 37.85]), (2.7 / (2 * 1.959964)) ** 2
-    df = (sd ** 2 / 3 + v) ** 2 / ((sd ** 2 / 3) ** 2 / 2)
-    half = student.ppf(0.975, df) * (sd ** 2 / 3 + v) ** 0.5
+    half = ((student.ppf(0.975, 2) * sd / 3 ** 0.5) ** 2 + NORMAL.ppf(0.975) ** 2 * v) ** 0.5
     assert (spread["Over low"], spread["Over high"]) == pytest.approx((0.3167 - half, 0.3167 + half), abs=1e-3)
     assert spread["Over low"] < -1.0 and spread["Beyond noise"] == "no"
 
@@ -159,30 +157,35 @@ def test_the_best_of_several_is_judged_on_intervals_that_hold_together():
     assert row["Over high"] < 0 and row["Beyond noise"] == "no"
 
 
-def test_a_paired_interval_is_re_levelled_with_its_degrees_of_freedom():
-    """ranking.csv keeps each difference's t degrees of freedom (diff_df), so a goal's simultaneous
-    interval is exact; a ranking.csv written without it takes k - 1, never narrower."""
+def test_a_paired_interval_is_re_levelled_from_its_standard_errors():
+    """ranking.csv keeps each difference's two standard errors (seeds, test sentences), so a goal's
+    simultaneous interval is exact; a ranking.csv written without them is widened at k - 1 df."""
     table = fx.with_seeds(fx.results_frame(), {2: 1.0, 3: -0.2})
     agg = aggregate_seeds(table[table["status"] == "ok"])
     goal = [{"system": ["copy-ctc / ctc", "copy-cmlm-kd / mask-predict-4"], "within": 4, "of": "copy-at / beam5"}]
+    # a sentence standard error that makes the stored 95% half-width 1.0 what combined_half gives
+    sentence_se = (1 - (student.ppf(0.975, 2) * 0.15) ** 2) ** 0.5 / NORMAL.ppf(0.975)
     ranking = pd.DataFrame([
         {"test_set": "main", "system": "copy-cmlm-kd / mask-predict-4", "against": "copy-at / beam5",
          "bleu_diff": -2.5, "diff_ci_low": -3.5, "diff_ci_high": -1.5, "system_bleu": 35.5, "against_bleu": 38.0,
-         "n_seeds": 3, "diff_df": 5.3},
+         "n_seeds": 3, "diff_seed_se": 0.15, "diff_sentence_se": sentence_se},
         {"test_set": "main", "system": "copy-ctc / ctc", "against": "copy-at / beam5",
-         "bleu_diff": -7.8, "diff_ci_low": -9.0, "diff_ci_high": -6.6, "system_bleu": 30.2, "against_bleu": 38.0,
-         "n_seeds": 3, "diff_df": 5.3}])
+         "bleu_diff": -7.8, "diff_ci_low": -8.8, "diff_ci_high": -6.8, "system_bleu": 30.2, "against_bleu": 38.0,
+         "n_seeds": 3, "diff_seed_se": 0.15, "diff_sentence_se": sentence_se}])
     (row,) = check_goals(parse_goals(goal, "grid.yaml"), agg, ranking).to_dict("records")
-    ratio = student.ppf(1 - 0.05 / 4, 5.3) / student.ppf(0.975, 5.3)
+    q = 1 - 0.05 / 4
+    half = ((student.ppf(q, 2) * 0.15) ** 2 + (NORMAL.ppf(q) * sentence_se) ** 2) ** 0.5
     assert row["System"] == "copy-cmlm-kd / mask-predict-4" and row["Result"] == "met"
-    assert (row["Over low"], row["Over high"]) == pytest.approx((1.5 - ratio, 1.5 + ratio))
-    (old,) = check_goals(parse_goals(goal, "grid.yaml"), agg, ranking.drop(columns="diff_df")).to_dict("records")
-    wider = student.ppf(1 - 0.05 / 4, 2) / student.ppf(0.975, 2)
+    assert (row["Over low"], row["Over high"]) == pytest.approx((1.5 - half, 1.5 + half))
+    older = ranking.drop(columns=["diff_seed_se", "diff_sentence_se"])
+    (old,) = check_goals(parse_goals(goal, "grid.yaml"), agg, older).to_dict("records")
+    wider = student.ppf(q, 2) / student.ppf(0.975, 2)
     assert old["Over low"] == pytest.approx(1.5 - wider) and old["Over low"] < row["Over low"]
 
 
-def test_a_ranking_csv_from_before_diff_df_is_still_read(tmp_path):
-    """diff_df is optional in ranking.csv: a committed results folder from before it re-renders."""
+def test_a_ranking_csv_from_before_the_standard_errors_is_still_read(tmp_path):
+    """diff_seed_se and diff_sentence_se are optional in ranking.csv: a committed results folder from
+    before them re-renders."""
     from atnat.experiments.reporting.results import load_results
 
     root = fx.build_results(tmp_path)
@@ -190,7 +193,7 @@ def test_a_ranking_csv_from_before_diff_df_is_still_read(tmp_path):
            "against": "copy-at / beam5", "system_bleu": 30.25, "against_bleu": 38.05, "n_seeds": 1,
            "bleu_diff": -7.8, "diff_ci_low": -9.0, "diff_ci_high": -6.6, "verdict": "behind"}
     pd.DataFrame([row]).to_csv(root / "ranking.csv", index=False)
-    assert "diff_df" not in load_results(root).ranking
-    pd.DataFrame([row | {"diff_df": "many"}]).to_csv(root / "ranking.csv", index=False)
-    with pytest.raises(Exception, match="column diff_df must be numeric"):
+    assert "diff_seed_se" not in load_results(root).ranking
+    pd.DataFrame([row | {"diff_seed_se": "many"}]).to_csv(root / "ranking.csv", index=False)
+    with pytest.raises(Exception, match="column diff_seed_se must be numeric"):
         load_results(root)

@@ -1,5 +1,6 @@
 """Corpus quality metrics: values agree with sacrebleu, CIs and p-values are seeded and sane."""
 
+import math
 import os
 
 import pytest
@@ -142,7 +143,7 @@ def test_bleu_difference_pools_sentences_and_seeds_and_pairs_by_seed():
     assert same.diff == 0 and same.low == 0 and same.high == 0 and same.n_seeds == 3  # paired by seed
     better = bleu_difference([noisy(0.1, s) for s in (1, 2)], [noisy(0.3, s + 10) for s in (1, 2)], refs,
                              tokenize="none", n=200)
-    assert better.low > 0 and better.low < better.diff < better.high and "2 seeds: t interval" in better.method
+    assert better.low > 0 and better.low < better.diff < better.high and "2 seeds: t at 1 df" in better.method
     one = bleu_difference([noisy(0.2, 1)], [noisy(0.2, 2)], refs, tokenize="none", n=200)
     assert one.low < one.diff < one.high and "one seed" in one.method
 
@@ -170,7 +171,7 @@ def test_two_or_three_seeds_give_a_t_interval_not_the_seed_range():
     d = bleu_difference(ours, base, refs, tokenize="none", n=100)
     per_seed = [bleu_difference([o], [b], refs, tokenize="none", n=10).diff for o, b in zip(ours, base)]
     assert 0 < per_seed[0] < 1.5 < per_seed[1] and d.diff == pytest.approx(sum(per_seed) / 2)
-    assert d.low < 0 < d.diff < d.high and "2 seeds: t interval" in d.method
+    assert d.low < 0 < d.diff < d.high and "2 seeds: t at 1 df" in d.method
     # the arithmetic: mean +- t(df) * sqrt(s^2/k + v); with no sentence noise, df = k - 1
     low, high, _ = seed_interval([0.2, 0.8, 1.4], [0.8] * 50)
     half = student.ppf(0.975, 2) * (0.36 / 3) ** 0.5
@@ -179,24 +180,49 @@ def test_two_or_three_seeds_give_a_t_interval_not_the_seed_range():
     assert low == pytest.approx(0.5) and high == pytest.approx(1.5) and "one seed" in what
 
 
-def test_an_interval_re_levelled_with_its_degrees_of_freedom_is_the_interval_at_that_level():
+def test_an_interval_re_levelled_from_its_standard_errors_is_the_interval_at_that_level():
     """relevel (simultaneous intervals for the best of several) gives exactly t_interval at the other
-    level when it has the difference's df; bleu_difference records that df (inf with one seed)."""
+    level from the two standard errors bleu_difference records (no seed part with one seed)."""
     import random
 
-    from atnat.experiments.evaluation.metrics.quality import bleu_difference, relevel, t_interval, welch_df
+    from atnat.experiments.evaluation.metrics.quality import bleu_difference, combined_half, relevel, t_interval
 
     low, high, _ = t_interval(1.0, 0.6, 3, 0.04)
-    df = welch_df(0.6, 3, 0.04)
-    assert 2 < df < float("inf")
-    assert relevel(1.0, low, high, df, 0.99) == pytest.approx(t_interval(1.0, 0.6, 3, 0.04, 0.99)[:2])
-    assert relevel(1.0, low, high, df, 0.95) == (low, high)
-    assert relevel(1.0, 0.0, 3.0, float("inf"), 0.99) == pytest.approx((1 - 2.5758 / 1.96, 1 + 2 * 2.5758 / 1.96),
-                                                                        abs=1e-4)  # asymmetric sides kept
+    parts = {"k": 3, "seed_se": 0.6 / 3 ** 0.5, "sentence_se": 0.2}
+    assert relevel(1.0, low, high, 0.99, **parts) == pytest.approx(t_interval(1.0, 0.6, 3, 0.04, 0.99)[:2])
+    assert relevel(1.0, low, high, 0.95, **parts) == (low, high)
+    assert relevel(1.0, 0.0, 3.0, 0.99) == pytest.approx((1 - 2.5758 / 1.96, 1 + 2 * 2.5758 / 1.96),
+                                                          abs=1e-4)  # one seed: asymmetric sides kept
+    from scipy.stats import t as student
+    ratio = student.ppf(0.995, 2) / student.ppf(0.975, 2)  # without the parts: widened at k - 1 df
+    assert relevel(1.0, low, high, 0.99, k=3) == pytest.approx((1 - (1 - low) * ratio, 1 + (high - 1) * ratio))
     rng = random.Random(1)
     refs = [" ".join(rng.choice("abcdef") for _ in range(6)) for _ in range(200)]
     hyp = lambda seed, p: [" ".join(w if random.Random(seed * 1000 + i).random() > p else "z" for w in line.split())
                            for i, line in enumerate(refs)]  # noqa: E731
     two = bleu_difference([hyp(1, 0.1), hyp(2, 0.15)], [hyp(3, 0.2), hyp(4, 0.2)], refs, tokenize="none", n=50)
-    assert 1 <= two.df < float("inf")
-    assert bleu_difference([hyp(1, 0.1)], [hyp(3, 0.2)], refs, tokenize="none", n=50).df == float("inf")
+    assert two.seed_se > 0 and two.sentence_se > 0
+    half = combined_half(two.seed_se, 2, two.sentence_se)
+    assert (two.low, two.high) == pytest.approx((two.diff - half, two.diff + half))
+    one = bleu_difference([hyp(1, 0.1)], [hyp(3, 0.2)], refs, tokenize="none", n=50)
+    assert math.isnan(one.seed_se) and one.sentence_se > 0
+
+
+def test_the_interval_over_two_or_three_seeds_covers_95_percent():
+    """Simulated: per-seed differences = truth + test-set noise shared by the seeds (sd 0.37, its
+    variance known from the bootstrap) + seed noise (sd 0.5-2). One t for the sum at
+    Welch-Satterthwaite df (the rule before) covered 87-93% here; each part at its own quantile
+    covers at least 95%."""
+    import numpy as np
+
+    from atnat.experiments.evaluation.metrics.quality import t_interval
+
+    rng = np.random.default_rng(0)
+    for k in (2, 3):
+        for seed_sd in (0.5, 2.0):
+            hits = 0
+            for _ in range(3000):
+                values = rng.normal(0, 0.37) + rng.normal(0, seed_sd, k)
+                low, high, _ = t_interval(values.mean(), values.std(ddof=1), k, 0.37 ** 2)
+                hits += low <= 0 <= high
+            assert hits / 3000 >= 0.945, (k, seed_sd, hits / 3000)

@@ -82,7 +82,7 @@ def interval(row: pd.Series, col: str, level: float = 0.95) -> tuple[float, floa
     if k < 2:
         low, high = _recorded(row, col)
         if pd.notna(row[col]) and pd.notna(low) and pd.notna(high):
-            low, high = relevel(float(row[col]), float(low), float(high), float("inf"), level)
+            low, high = relevel(float(row[col]), float(low), float(high), level)
         return _noise_floor(row, col, low, high)
     lo_col, hi_col = INTERVALS.get(col, (None, None))
     width = row[hi_col] - row[lo_col] if lo_col and pd.notna(row.get(lo_col)) and pd.notna(row.get(hi_col)) else 0.0

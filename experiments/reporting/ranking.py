@@ -26,9 +26,10 @@ from atnat.experiments.evaluation.metrics.quality import bleu_difference, releve
 
 MAIN = "main"  # ranking.csv's test_set of the task's own test split (its name in `split_name`)
 RANKING_COLUMNS = ("task", "test_set", "split_name", "relation", "system", "against", "system_bleu", "against_bleu",
-                   "n_seeds", "bleu_diff", "diff_ci_low", "diff_ci_high", "diff_df", "verdict")
+                   "n_seeds", "bleu_diff", "diff_ci_low", "diff_ci_high", "diff_seed_se", "diff_sentence_se",
+                   "verdict")
 # written since the simultaneous intervals of best-of-several goals; a ranking.csv from before has none (paired())
-RANKING_OPTIONAL = ("diff_df",)
+RANKING_OPTIONAL = ("diff_seed_se", "diff_sentence_se")
 SYMBOL = {"ahead": ">", "behind": "<", "equivalent": "≈", "not resolved": "?"}
 
 
@@ -72,7 +73,7 @@ def _pair(a: str, b: str, files: dict[str, dict[int, Path]], refs, tokenize: str
     d = bleu_difference([_read(files[a][s]) for s in seeds], [_read(files[b][s]) for s in seeds], refs,
                         tokenize=tokenize, n=n)
     return {"seeds": seeds, "n_seeds": d.n_seeds, "bleu_diff": d.diff, "diff_ci_low": d.low, "diff_ci_high": d.high,
-            "diff_df": d.df}
+            "diff_seed_se": d.seed_se, "diff_sentence_se": d.sentence_se}
 
 
 def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, margin: float,
@@ -193,9 +194,9 @@ def flips(ranking: pd.DataFrame, task: str) -> list[tuple[str, str]]:
 def paired(ranking: pd.DataFrame | None, a: str, b: str, level: float = 0.95) -> dict | None:
     """a - b on the main test set from ranking.csv, either way round: {diff, low, high, a, b, n_seeds}
     (a, b: their mean BLEU on the seeds the difference pairs; low, high: its `level` interval, the
-    stored 95% one re-levelled with its degrees of freedom, metrics.quality.relevel - a ranking.csv
-    written before `diff_df` existed takes k - 1, the fewest k seeds allow: wider, never narrower);
-    None when the pair was not compared."""
+    stored 95% one re-levelled from its standard errors, metrics.quality.relevel - a ranking.csv
+    written before they were kept is widened at k - 1 df: wider, never narrower); None when the pair
+    was not compared."""
     if ranking is None:
         return None
     main = ranking[ranking["test_set"].astype(str) == MAIN]
@@ -204,10 +205,8 @@ def paired(ranking: pd.DataFrame | None, a: str, b: str, level: float = 0.95) ->
         if not hit.empty:
             r = hit.iloc[0]
             n_seeds = int(r["n_seeds"])
-            df = r.get("diff_df", float("nan"))
-            if pd.isna(df):
-                df = n_seeds - 1 if n_seeds > 1 else float("inf")
-            low, high = relevel(r["bleu_diff"], r["diff_ci_low"], r["diff_ci_high"], float(df), level)
+            parts = {k: float(r.get(f"diff_{k}", float("nan"))) for k in ("seed_se", "sentence_se")}
+            low, high = relevel(r["bleu_diff"], r["diff_ci_low"], r["diff_ci_high"], level, k=n_seeds, **parts)
             low, high = sorted((sign * low, sign * high))
             mine, theirs = (r["system_bleu"], r["against_bleu"])[::sign]
             return {"diff": sign * r["bleu_diff"], "low": low, "high": high, "a": mine, "b": theirs,

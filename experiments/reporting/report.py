@@ -160,7 +160,8 @@ def samples_tables(samples: pd.DataFrame, table: pd.DataFrame) -> list[tuple[str
 
 
 INTERVAL = ("with several seeds, Student's t over the seeds' paired differences with the test-sentence bootstrap "
-            "variance added (metrics/quality.py seed_interval); with one seed, the test sentences resampled only")
+            "variance added (metrics/quality.py seed_interval: t at k-1 df on the seeds' standard error, the normal "
+            "quantile on the sentences' one, added in quadrature); with one seed, the test sentences resampled only")
 
 
 def _definitions(g: GridResults) -> list[Block]:
