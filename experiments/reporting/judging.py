@@ -1,8 +1,10 @@
 """What the report's summary says, phrased from the numbers: per task the best AT and the best NAT
 system, whether they differ beyond noise (the paired interval of comparisons.csv, and the paired
 test against that very system; aggregate.py's rules where no paired interval exists), are
-equivalent within the margin, or are not resolved; the NAT speed-ups, and the systems not clearly
-beaten in both quality and speed."""
+equivalent within the margin, or are not resolved; the NAT's speed with its interval; the other NAT
+systems within reach of the best one (the highest of several noisy means is not a winner by
+itself), each with its own difference and speed; and the systems not clearly beaten in both
+quality and speed, NAT first."""
 from __future__ import annotations
 
 import re
@@ -10,7 +12,7 @@ import re
 import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_at_rows, is_engine_twin
-from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, robust_front, significant
+from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, interval, robust_front, significant
 from atnat.experiments.reporting.results import GridResults, ok_rows
 
 
@@ -57,6 +59,8 @@ def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin
     n = int(comparison.get("n_seeds", 1) or 1)
     over = f"{n} seeds; Student's t over the seeds, test-sentence variance added" if n > 1 else \
         "one seed: the interval covers the choice of test sentences only, not training noise"
+    if n < max(nat["n_seeds"], at["n_seeds"]):  # the means above hold other seeds than the difference
+        over += f"; paired on the {n} seed{'s' if n != 1 else ''} both have"
     interval = f"{d:+.2f} BLEU [{low:+.2f}, {high:+.2f}] ({over})"
     base_cell, _, base_strategy = str(nat.get("p_baseline", "")).partition(" / ")
     tested = (base_strategy == at["strategy"]  # the p-values are against this very system (family and strategy)
@@ -142,19 +146,77 @@ def _task_summary(task: str, part: pd.DataFrame, comparisons: pd.DataFrame | Non
     if at is not None:
         family_of = dict(zip(part["cell"], part["family"].fillna(part["cell"]))) if "family" in part else {}
         text += ", " + _verdict(nat, at, _comparison(comparisons, task, nat, at), margin, family_of)
-    ours = [f"{nat[c]:.2f}× {how}" for c, how in _SPEEDS[:2] if pd.notna(nat.get(c))]
-    engine = [f"{nat[c]:.2f}× {how}" for c, how in _SPEEDS[2:] if pd.notna(nat.get(c))]
-    threads = f" ({int(nat['timing_threads'])} CPU thread{'s' if nat['timing_threads'] != 1 else ''})" \
-        if pd.notna(nat.get("timing_threads")) else (f" ({timing})" if timing else "")
-    text += f", with a speed-up over our AT greedy of {' and '.join(ours)}{threads}" if ours else ""
-    text += f" and over the same AT run by CTranslate2 of {' and '.join(engine)}" if engine else ""
+    threads = f"{int(nat['timing_threads'])} CPU thread{'s' if nat['timing_threads'] != 1 else ''}" \
+        if pd.notna(nat.get("timing_threads")) else timing
+    speed = _speed(nat, threads)
+    text += f". It runs {speed}" if speed else ""
+    if at is not None:
+        text += _within_reach(agg[~at_rows], nat, at, comparisons, task)
     front = robust_front(agg, "speedup_vs_at", "bleu")
+    if not front.empty:  # NAT systems first, fastest first: the ones a reader is looking for
+        front = front.assign(_at=is_at_rows(front)).sort_values(["_at", "speedup_vs_at"], ascending=[True, False],
+                                                                 kind="stable")
     listed = [f"`{r['family']} / {r['strategy']}`" for _, r in front.iterrows()]
     if len(listed) > FRONT_NAMED:  # a few names; the figure rings them all
         listed = listed[:FRONT_NAMED] + [f"{len(listed) - FRONT_NAMED} more (ringed in the figure)"]
-    return text + (f". Not clearly beaten in both BLEU and speed-up: {', '.join(listed)}." if listed else ".")
+    return text + (". Not clearly beaten in both BLEU and batch-1 speed-up over AT greedy (NAT first, fastest "
+                   f"first): {', '.join(listed)}." if listed else ".")
 
 
+def _ratio(row: pd.Series, col: str) -> str:
+    """'3.86× [3.47, 4.25]' (the 95% interval of the mean, aggregate.interval: t over seeds, at least
+    the A/A floor), tagged when the interval lies below 1 or holds it."""
+    low, high = interval(row, col)
+    if pd.isna(low) or pd.isna(high) or low == high:  # no interval recorded (an older results.csv)
+        return f"{row[col]:.2f}×"
+    tag = " (slower)" if high < 1 else " (not faster beyond noise)" if low <= 1 else ""
+    return f"{row[col]:.2f}× [{low:.2f}, {high:.2f}]{tag}"
+
+
+def _speed(nat: pd.Series, threads: str) -> str:
+    """'at 3.86× [3.47, 4.25] AT greedy's batch-1 speed and ... (3 seeds, 1 CPU thread)', '' untimed."""
+    ours = [f"{_ratio(nat, c)} {how}" for c, how in _SPEEDS[:2] if pd.notna(nat.get(c))]
+    engine = [f"{_ratio(nat, c)} {how}" for c, how in _SPEEDS[2:] if pd.notna(nat.get(c))]
+    if not ours and not engine:
+        return ""
+    text = f"at {' and '.join(ours)} of our AT greedy" if ours else ""
+    if engine:
+        text += (" and " if ours else "at ") + f"{' and '.join(engine)} of the same AT run by CTranslate2"
+    seeds = f"{int(nat['n_seeds'])} seeds" if nat["n_seeds"] > 1 else "one seed"
+    return text + f" ({seeds}{', ' + threads if threads else ''}; 95% intervals, at least the A/A noise floor)"
+
+
+def _within_reach(nats: pd.DataFrame, best: pd.Series, at: pd.Series, comparisons: pd.DataFrame | None,
+                  task: str) -> str:
+    """The other NAT systems not clearly below the best one: their intervals against the same AT overlap
+    the best's (or, without paired intervals, their own 95% intervals overlap) - the best of several
+    noisy means may be ahead by luck - each with its difference and batch-1 speed."""
+    mine = _comparison(comparisons, task, best, at)
+    near = []
+    for _, r in nats.dropna(subset=["bleu"]).sort_values("bleu", ascending=False, kind="stable").iterrows():
+        if r["family"] == best["family"] and r["strategy"] == best["strategy"]:
+            continue
+        theirs = _comparison(comparisons, task, r, at)
+        if mine is not None and theirs is not None:
+            if theirs["diff_ci_high"] < mine["diff_ci_low"]:
+                continue
+            what = (f"{r['bleu']:.2f} BLEU, {theirs['bleu_diff']:+.2f} [{theirs['diff_ci_low']:+.2f}, "
+                    f"{theirs['diff_ci_high']:+.2f}] against the AT: overlaps the best one's")
+        elif beyond_spread(r, best, "bleu"):
+            continue
+        else:
+            what = f"{r['bleu']:.2f} BLEU: its 95% interval overlaps the best one's"
+        speed = f", {_ratio(r, 'speedup_vs_at')} at batch 1" if pd.notna(r.get("speedup_vs_at")) else ""
+        seeds = f", {int(r['n_seeds'])} seeds" if r["n_seeds"] > 1 else ""
+        near.append(f"`{r['family']} / {r['strategy']}` ({what}{seeds}{speed})")
+    if not near:
+        return ""
+    if len(near) > REACH_NAMED:
+        near = near[:REACH_NAMED] + [f"{len(near) - REACH_NAMED} more"]
+    return f". Within reach of the best NAT (the order among them is not resolved): {'; '.join(near)}"
+
+
+REACH_NAMED = 3  # other NAT systems within reach that the summary names
 FRONT_NAMED = 4  # systems of the front the summary names before it points to the figure
-_SPEEDS = (("speedup_vs_at", "at batch 1"), ("throughput_speedup_vs_at", "in large-batch throughput"),
-           ("speedup_vs_ct2", "at batch 1"), ("throughput_speedup_vs_ct2", "in large-batch throughput"))
+_SPEEDS = (("speedup_vs_at", "the batch-1 speed"), ("throughput_speedup_vs_at", "the large-batch throughput"),
+           ("speedup_vs_ct2", "the batch-1 speed"), ("throughput_speedup_vs_ct2", "the large-batch throughput"))
