@@ -81,3 +81,30 @@ def test_the_best_at_is_ours_not_its_ctranslate2_twin():
     twin["bleu"] += 0.5
     part = pd.concat([table, twin], ignore_index=True).query("task == 'copy' and status == 'ok'")
     assert "the best AT system is `copy-at / beam5` (38.05 BLEU)" in _task_summary("copy", part)
+
+
+def test_each_speed_ratio_is_widened_by_the_noise_floor_of_its_own_kind():
+    """Review D7: the A/A floor measured on batch-1 latency widened the throughput ratios too; each
+    ratio now takes its own kind's floor, and a results.csv from before the throughput floor falls back
+    to the latency one, as every ratio did then."""
+    from atnat.experiments.reporting.aggregate import interval
+
+    row = pd.Series({"n_seeds": 1, "speedup_vs_at": 2.0, "throughput_speedup_vs_at": 4.0, "speedup_vs_ct2": 1.0,
+                     "throughput_speedup_vs_ct2": 3.0, "speed_noise_low": 0.99, "speed_noise_high": 1.01,
+                     "throughput_noise_low": 0.9, "throughput_noise_high": 1.1})
+    assert interval(row, "speedup_vs_at") == pytest.approx((1.98, 2.02))
+    assert interval(row, "speedup_vs_ct2") == pytest.approx((0.99, 1.01))
+    assert interval(row, "throughput_speedup_vs_at") == pytest.approx((3.6, 4.4))
+    assert interval(row, "throughput_speedup_vs_ct2") == pytest.approx((2.7, 3.3))
+    older = row.drop(["throughput_noise_low", "throughput_noise_high"])
+    assert interval(older, "throughput_speedup_vs_at") == pytest.approx((3.96, 4.04))
+
+
+def test_the_noise_floor_over_seeds_is_their_union_not_their_mean():
+    """Review D7: the front used the mean of the seeds' floors, narrower than the union the speed note states."""
+    table = pd.DataFrame(rows("a", [30.0, 31.0, 32.0], [1.0, 1.0, 1.0])).assign(
+        speed_noise_low=[0.98, 0.99, 1.0], speed_noise_high=[1.01, 1.03, 1.02],
+        throughput_noise_low=[0.95, 0.97, 0.99], throughput_noise_high=[1.06, 1.0, 1.01])
+    (row,) = aggregate_seeds(table).to_dict("records")
+    assert (row["speed_noise_low"], row["speed_noise_high"]) == (0.98, 1.03)
+    assert (row["throughput_noise_low"], row["throughput_noise_high"]) == (0.95, 1.06)

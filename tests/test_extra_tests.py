@@ -45,6 +45,8 @@ def test_a_second_test_split_is_scored_tabulated_and_ranked(tmp_path, monkeypatc
     assert "## Other test sets" in report and "BLEU (test2)" in report
     assert "rank the same (by mean BLEU) on each" in report or "differs between the test sets" in report
     assert (out / "runs" / "at-s1" / "references@test2.txt").read_text().count("\n") == 12
+    comparisons = pd.read_csv(out / "comparisons.csv")  # the other strategy minus the best AT, on each test set
+    assert sorted(comparisons.test_set) == ["main", "test2"] and comparisons.system.nunique() == 1
     ranking = pd.read_csv(out / "ranking.csv")  # the two strategies against each other on both test sets
     assert set(ranking.test_set) == {"main", "test2"} and set(ranking.split_name) == {"test", "test2"}
     assert set(ranking.verdict) <= {"ahead", "behind", "equivalent", "not resolved"}

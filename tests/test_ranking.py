@@ -198,3 +198,62 @@ def test_an_order_that_holds_once_paired_is_not_called_a_flip():
          "bleu_diff": -2.0, "diff_ci_low": -3.0, "diff_ci_high": -1.0}])
     ((kind, sentence),) = flips(rows, "x")
     assert kind == "same when paired" and sentence.endswith("the same order beyond noise on every test set)")
+
+
+def flip_rows(n_seeds, main=(0.9, 0.2, 1.6), t2=(0.9, 0.1, 1.7)):
+    """Two systems ahead of each other beyond their paired intervals, one on each test set."""
+    return pd.DataFrame([
+        {"task": "x", "test_set": "main", "split_name": "test2016", "relation": "next flip", "system": "a",
+         "against": "b", "system_bleu": 31.0, "against_bleu": 30.1, "n_seeds": n_seeds, "bleu_diff": main[0],
+         "diff_ci_low": main[1], "diff_ci_high": main[2], "verdict": "ahead"},
+        {"task": "x", "test_set": "t2", "split_name": "test2017", "relation": "next flip", "system": "b",
+         "against": "a", "system_bleu": 29.0, "against_bleu": 28.1, "n_seeds": n_seeds, "bleu_diff": t2[0],
+         "diff_ci_low": t2[1], "diff_ci_high": t2[2], "verdict": "ahead"}])
+
+
+def test_a_flip_over_one_seed_is_beyond_test_sentence_noise_only_not_real():
+    """Review D6: with one seed (en-fr) an interval covers the choice of test sentences, not training
+    noise; such a flip was called "a real flip: beyond noise on both sides"."""
+    ((kind, sentence),) = flips(flip_rows(1), "x")
+    assert kind == "one seed" and "real" not in sentence
+    assert sentence.endswith("(a flip beyond test-sentence noise on both sides (one seed: training noise not covered))")
+    ((kind, sentence),) = flips(flip_rows(3), "x")
+    assert kind == "real" and sentence.endswith("(a real flip: beyond noise on both sides)")
+    ((kind, sentence),) = flips(flip_rows(1, t2=(0.9, -0.1, 1.9)), "x")
+    assert kind == "one test set"
+    assert sentence.endswith("(beyond test-sentence noise on test2016 only (one seed: training noise not covered))")
+
+
+def test_a_pair_paired_on_one_test_set_only_is_not_judged_on_every_test_set():
+    """Review D10: a flip row on test2017 only (no common seeds or no references on test2016) was
+    called "not a flip: ... the same order beyond noise on every test set"."""
+    rows = flip_rows(3)
+    rows = pd.concat([rows.iloc[[1]], rows.iloc[[0]].assign(relation="next", system="c", against="d")])
+    ((kind, sentence),) = flips(rows, "x")
+    assert kind == "one side" and "every test set" not in sentence
+    assert sentence == ("`b` minus `a`: test2017 +0.90 [+0.10, +1.70] (compared on test2017 only: no paired result "
+                        "on another test set, so not judged as a flip; beyond noise there)")
+
+
+def test_the_report_names_every_kind_of_flip_and_the_one_seed_caveat_of_its_verdicts():
+    """The Other test sets paragraph counts each kind of flips() (a one-seed flip is no real one, a
+    one-sided pair no flip); the Ranking and Comparisons paragraphs say what one seed leaves out."""
+    from types import SimpleNamespace
+
+    from atnat.experiments.reporting.report import _compare_section, _other_tests, _ranking_section
+
+    one_side = flip_rows(3).iloc[[1]].assign(system="c", against="d")
+    ranking = pd.concat([flip_rows(1), one_side, flip_rows(1).assign(relation="compare")], ignore_index=True)
+    table = pd.DataFrame([{"cell": f"{s}-s1", "family": s, "task": "x", "strategy": "greedy", "seed": 1,
+                           "status": "ok", "bleu": 30.0} for s in "abcd"])
+    extra = table.assign(test_set="t2")
+    g = SimpleNamespace(table=table, extra_tests=extra, ranking=ranking, equivalence_margin=1.0)
+    ranking["system"], ranking["against"] = ranking["system"] + " / greedy", ranking["against"] + " / greedy"
+    text = _other_tests(g)[-1].text
+    assert text.startswith("The order by mean BLEU differs between the test sets for 2 pair(s): 0 real flip(s)")
+    assert "1 flip(s) beyond test-sentence noise on both test sets with one seed (training noise not covered)" in text
+    assert "1 compared on one test set only" in text
+    caveat = "the interval covers the choice of test sentences only"
+    assert caveat in _ranking_section(g)[1].text and caveat in _compare_section(g)[1].text
+    several = SimpleNamespace(ranking=ranking.assign(n_seeds=3), equivalence_margin=1.0)
+    assert caveat not in _ranking_section(several)[1].text and caveat not in _compare_section(several)[1].text

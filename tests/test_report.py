@@ -478,3 +478,35 @@ def test_summary_names_the_nat_systems_within_reach_of_the_best_with_their_speed
     assert "the best NAT system is `copy-ctc / ctc` (35.30 BLEU, 2 seeds)" in summary
     assert "(2 seeds; Student's t over the seeds, test-sentence variance added; paired on the 2 seeds both have)" \
            in summary
+
+
+def test_summary_gives_the_best_nat_against_the_at_on_every_test_set(tmp_path):
+    """comparisons.csv holds the difference on each test year; the summary states each beside the main one."""
+    root = fx.build_results(tmp_path)
+    main = fx.comparisons().assign(test_set="main")
+    later = main.assign(test_set="test2017", bleu_diff=[-3.1, -9.9], diff_ci_low=[-4.0, -11.0], diff_ci_high=[-2.2, -8.8])
+    pd.concat([main, later]).to_csv(root / "comparisons.csv", index=False)
+    summary = judging.summary(load_results(root))
+    assert "not resolved: -2.55 BLEU [-5.10, +0.20]" in summary  # the verdict is the main test set's
+    assert "; on test2017 -3.10 BLEU [-4.00, -2.20] (1 seed). It runs at 3.86×" in summary
+    assert "; on test2017 -9.90 BLEU [-11.00, -8.80] (1 seed)" in summary
+
+
+def test_the_speed_note_states_both_noise_floors_and_an_older_folder_without_the_throughput_one(tmp_path):
+    """Review D7: the note gave one A/A floor, measured on batch-1 latency, for every speed ratio. Each
+    kind's floor is stated now (the union over seeds); a results.csv from before the throughput floor
+    still loads and renders, and says the latency floor stands in."""
+    root = fx.build_results(tmp_path)
+    table = pd.read_csv(root / "results.csv").assign(speed_noise_low=0.98, speed_noise_high=1.03)
+    table.to_csv(root / "results.csv", index=False)
+    md = write_report(root)[0].read_text(encoding="utf-8")
+    assert ("A/A noise floors of the speed ratios (the baseline timed twice, as two systems; over seeds, the widest): "
+            "batch-1 latency [0.98, 1.03] for the batch-1 ratios; no throughput floor was measured, so the latency "
+            "one stands in for the throughput ratios") in md
+    assert "CTranslate2" not in md.split("A/A noise floors")[1].split("\n")[0]  # no CTranslate2 ratio: not named
+    table = table.assign(throughput_noise_low=0.9, throughput_noise_high=1.1, speedup_vs_ct2=table["speedup_vs_at"])
+    table.to_csv(root / "results.csv", index=False)
+    md = write_report(root)[0].read_text(encoding="utf-8")
+    assert ("batch-1 latency [0.98, 1.03] for the batch-1 ratios; throughput [0.90, 1.10] for the throughput ratios "
+            "(the CTranslate2 ratios too, each the floor of its kind: that of our baseline in the same session): a "
+            "ratio inside its floor is not distinguishable from the A/A control") in md

@@ -224,3 +224,32 @@ def test_the_speed_engine_is_checked_and_spelled_one_way():
     assert SpeedSettings(engine="aoti+fused+autotune").record()["engine"] == "aoti+autotune+fused"
     with pytest.raises(AtnatError, match="speed.engine 'fast': unknown engine 'fast'; valid: engines eager"):
         SpeedSettings(engine="fast")
+
+
+def test_the_aa_control_gives_throughput_ratios_a_floor_of_their_own(monkeypatch):
+    """Review D7: the A/A floor was the batch-1 latency ratio alone, yet it was applied to the
+    throughput ratios too (quickstart: throughput A/A ratios 1.02-1.06, outside the latency floor).
+    Here the twin runs as fast as the baseline at batch 1 and 25% slower in batches."""
+    from atnat.experiments.evaluation import timing
+
+    clock = CacheClock()
+    monkeypatch.setattr(timing.time, "perf_counter", clock)
+
+    def timed(name, batched):
+        module = SimpleNamespace(device=torch.device("cpu"))
+        module.decode = lambda src, lengths, strategy, **kw: (
+            setattr(clock, "now", clock.now + (1.0 if src.size(0) == 1 else batched)) or SimpleNamespace(n_steps=1))
+        return System(name, "greedy", module, SimpleNamespace(needs_scorer=False), SOURCES)
+
+    at, nat = timed("at", 1.0), timed("nat", 1.0)
+    twin = timed("at", 1.25)
+    twin.strategy = "greedy-aa"
+    table = time_systems([at, twin, nat], FAST, {c: ("at", "greedy") for c in ("at", "nat")})
+    rows = table.set_index(["cell", "strategy"])
+    assert table.speed_noise_low.tolist() == pytest.approx([1.0] * 3)
+    assert table.speed_noise_high.tolist() == pytest.approx([1.0] * 3)
+    assert table.throughput_noise_low.tolist() == pytest.approx([0.8] * 3)  # every row carries it
+    assert table.throughput_noise_high.tolist() == pytest.approx([0.8] * 3)
+    base = rows.loc[("at", "greedy")]
+    assert (base.throughput_speedup_ci_low, base.throughput_speedup_ci_high) == pytest.approx((0.8, 0.8))
+    assert (base.speedup_ci_low, base.speedup_ci_high) == pytest.approx((1.0, 1.0))

@@ -24,7 +24,8 @@ class SpeedSettings:
     ct2_baseline: bool = False  # also time each plain AT cell exported to CTranslate2 (float32; needs the
     # bench extra): rows <strategy>-ct2 and speedup columns against its greedy
     aa_control: bool = True  # time the baseline twice, as two systems: the ratio of the two (ideally 1) is
-    # the noise floor of every speed ratio of its task (columns speed_noise_low/high)
+    # the noise floor of its task's speed ratios (batch-1: columns speed_noise_low/high; throughput:
+    # throughput_noise_low/high)
     engine: str = DEFAULT_ENGINE  # how our systems decode while timed (core/engines.py, modelfiles/engines.py:
     # auto (the default), eager, static, packed, inductor, aoti, with +options); recorded per row (timing_engine)
 

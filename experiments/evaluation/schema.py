@@ -111,8 +111,14 @@ SPEED = (
     _c("throughput_speedup_vs_ct2_ci_high", "number", "95% paired bootstrap interval of the throughput ratio to "
                                                       "CTranslate2 (high)"),
     _c("speed_noise_low", "number", "the A/A control: the baseline timed twice as two systems, their batch-1 "
-                                    "time ratio's 95% interval (low); speed ratios inside it are noise"),
-    _c("speed_noise_high", "number", "the A/A control's 95% interval (high)"),
+                                    "time ratio's 95% interval (low); batch-1 ratios (speedup_vs_at, "
+                                    "speedup_vs_ct2) inside it are not distinguishable from the control"),
+    _c("speed_noise_high", "number", "the A/A control's batch-1 95% interval (high)"),
+    _c("throughput_noise_low", "number", "the A/A control in throughput: the baseline's and its twin's "
+                                         "large-batch time ratio's 95% interval (low); throughput ratios "
+                                         "(throughput_speedup_vs_at, throughput_speedup_vs_ct2) inside it are not "
+                                         "distinguishable from the control"),
+    _c("throughput_noise_high", "number", "the A/A control's throughput 95% interval (high)"),
     _c("timing_threads", "number", "CPU threads each system decoded with in the timing phase"),
     _c("timing_engine", "label", "the decoding engine each system ran with in the timing phase (speed.engine: eager, "
                                  "static, packed, inductor, aoti; ctranslate2 for a CTranslate2 twin)"),

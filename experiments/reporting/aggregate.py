@@ -20,13 +20,22 @@ INTERVALS = {"bleu": ("bleu_ci_low", "bleu_ci_high"), "speedup_vs_at": ("speedup
              "throughput_speedup_vs_ct2": ("throughput_speedup_vs_ct2_ci_low", "throughput_speedup_vs_ct2_ci_high"),
              "error_propagation": ("error_propagation_ci_low", "error_propagation_ci_high")}
 KEYS = ["task", "family", "strategy"]
+# the A/A control's noise floors (timing.py), each measured on its own kind of timing
+LATENCY_FLOOR = ("speed_noise_low", "speed_noise_high")  # batch-1 latency
+THROUGHPUT_FLOOR = ("throughput_noise_low", "throughput_noise_high")  # large-batch throughput
+# each speed ratio -> the floor of its kind. The CTranslate2 ratios take the same floors: the control is our
+# baseline timed twice in the same session on the same sentences, the nearest measure of that session's timing
+# noise (the twin's own run-to-run noise is not measured)
+NOISE_FLOORS = {"speedup_vs_at": LATENCY_FLOOR, "speedup_vs_ct2": LATENCY_FLOOR,
+                "throughput_speedup_vs_at": THROUGHPUT_FLOOR, "throughput_speedup_vs_ct2": THROUGHPUT_FLOOR}
 
 
 def aggregate_seeds(ok: pd.DataFrame) -> pd.DataFrame:
     """Finished rows -> one row per (task, family, strategy) in first-seen order: every numeric
     column's mean, and `<col>_sd`, `<col>_min`, `<col>_max` over seeds, `n_seeds`, and
     `bleu_p_holm_max` (the least significant seed; NaN when a seed has no test); label columns from the
-    first seed."""
+    first seed. The A/A noise floors (LATENCY_FLOOR, THROUGHPUT_FLOOR) are the union over seeds (least
+    low, greatest high), not a mean: the widest any seed measured, as the report's speed note states it."""
     df = ok.assign(family=ok["family"].fillna(ok["cell"]) if "family" in ok else ok["cell"]).copy()
     numeric = [c for c in df.columns if c not in KEYS and pd.api.types.is_numeric_dtype(df[c])
                and not pd.api.types.is_bool_dtype(df[c])]
@@ -37,12 +46,15 @@ def aggregate_seeds(ok: pd.DataFrame) -> pd.DataFrame:
              groups[labels].first(),
              (groups["seed"].nunique() if "seed" in df else groups.size()).rename("n_seeds")]  # seeds, not rows
     out = pd.concat(parts, axis=1)
+    for low, high in (LATENCY_FLOOR, THROUGHPUT_FLOOR):
+        if low in numeric and high in numeric:
+            out[low], out[high] = groups[low].min(), groups[high].max()
     if "bleu_p_holm" in df:  # the least significant seed; a seed without a test leaves no claim for all
         out["bleu_p_holm_max"] = groups["bleu_p_holm"].agg(lambda p: p.max() if p.notna().all() else float("nan"))
     return out.reset_index().copy()
 
 
-SPEED_RATIOS = ("speedup_vs_at", "throughput_speedup_vs_at", "speedup_vs_ct2", "throughput_speedup_vs_ct2")
+SPEED_RATIOS = tuple(NOISE_FLOORS)
 
 
 def span(row: pd.Series, col: str) -> tuple[float, float]:
@@ -62,10 +74,24 @@ def _recorded(row: pd.Series, col: str) -> tuple[float, float]:
     return (row[lo_col], row[hi_col]) if found else (row[col], row[col])
 
 
+def noise_floor(row: pd.Series, col: str) -> tuple[float, float]:
+    """The A/A noise floor (low, high) of speed ratio `col` in `row`: the floor of its own kind
+    (NOISE_FLOORS); a row without a throughput floor (a results.csv from before it was timed, or too few
+    batches for its interval) takes the latency one for its throughput ratios, as every ratio did before.
+    (NaN, NaN) for any other column or a row without an A/A control."""
+    if col not in NOISE_FLOORS:
+        return float("nan"), float("nan")
+    for low, high in (NOISE_FLOORS[col], LATENCY_FLOOR):
+        if pd.notna(row.get(low)) and pd.notna(row.get(high)):
+            return float(row[low]), float(row[high])
+    return float("nan"), float("nan")
+
+
 def _noise_floor(row: pd.Series, col: str, low: float, high: float) -> tuple[float, float]:
-    """(low, high) widened to at least the A/A control's noise floor around a speed ratio's value."""
-    noise_low, noise_high = row.get("speed_noise_low"), row.get("speed_noise_high")
-    if col in SPEED_RATIOS and pd.notna(noise_low) and pd.notna(noise_high) and pd.notna(row[col]):
+    """(low, high) widened to at least the A/A control's noise floor (`noise_floor`) around a speed
+    ratio's value."""
+    noise_low, noise_high = noise_floor(row, col)
+    if pd.notna(noise_low) and pd.notna(noise_high) and pd.notna(row[col]):
         low, high = min(low, row[col] * noise_low), max(high, row[col] * noise_high)
     return low, high
 

@@ -13,6 +13,7 @@ import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_at_rows, is_engine_twin
 from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, interval, robust_front, significant
+from atnat.experiments.reporting.ranking import MAIN
 from atnat.experiments.reporting.results import GridResults, ok_rows
 
 
@@ -124,10 +125,24 @@ def _comparison(comparisons: pd.DataFrame | None, task: str, nat: pd.Series, at:
     """comparisons.csv's row of `nat` against `at` in this task, if there is one."""
     if comparisons is None:
         return None
+    if "test_set" in comparisons:  # the main test set's rows (older comparisons.csv: only those)
+        comparisons = comparisons[comparisons["test_set"].astype(str) == MAIN]
     hit = comparisons[(comparisons["task"].astype(str) == task)
                       & (comparisons["system"] == f"{nat['family']} / {nat['strategy']}")
                       & (comparisons["against"] == f"{at['family']} / {at['strategy']}")]
     return None if hit.empty else hit.iloc[0]
+
+
+def _other_test_sets(comparisons: pd.DataFrame | None, task: str, nat: pd.Series, at: pd.Series) -> str:
+    """'; on test2017 -1.90 BLEU [-2.60, -1.20] (3 seeds)': the same difference on each further test set."""
+    if comparisons is None or "test_set" not in comparisons:
+        return ""
+    rows = comparisons[(comparisons["task"].astype(str) == task) & (comparisons["test_set"].astype(str) != MAIN)
+                       & (comparisons["system"] == f"{nat['family']} / {nat['strategy']}")
+                       & (comparisons["against"] == f"{at['family']} / {at['strategy']}")]
+    parts = [f"on {r['test_set']} {r['bleu_diff']:+.2f} BLEU [{r['diff_ci_low']:+.2f}, {r['diff_ci_high']:+.2f}] "
+             f"({int(r['n_seeds'])} seed{'s' if int(r['n_seeds']) != 1 else ''})" for _, r in rows.iterrows()]
+    return f"; {'; '.join(parts)}" if parts else ""
 
 
 def _task_summary(task: str, part: pd.DataFrame, comparisons: pd.DataFrame | None = None,
@@ -146,6 +161,7 @@ def _task_summary(task: str, part: pd.DataFrame, comparisons: pd.DataFrame | Non
     if at is not None:
         family_of = dict(zip(part["cell"], part["family"].fillna(part["cell"]))) if "family" in part else {}
         text += ", " + _verdict(nat, at, _comparison(comparisons, task, nat, at), margin, family_of)
+        text += _other_test_sets(comparisons, task, nat, at)
     threads = f"{int(nat['timing_threads'])} CPU thread{'s' if nat['timing_threads'] != 1 else ''}" \
         if pd.notna(nat.get("timing_threads")) else timing
     speed = _speed(nat, threads)

@@ -7,10 +7,12 @@ metrics.quality.bleu_difference (seeds paired, a 95% interval over test sentence
 together). A pair whose order differs between two test sets is compared on both (`relation`:
 `next`, `flip`, `goal` - a grid goal's system against its `of` -, `compare` - a pair the grid's
 `compare:` asks for - or several), so a flip is called
-real only when both of its intervals exclude 0.
+real only when both of its intervals exclude 0 over several seeds (with one seed an interval covers the
+test sentences only: training noise is not covered, and the report says so).
 The verdict of a pair:
 
-- `ahead`: the interval excludes 0 (the order holds beyond sentence and seed noise);
+- `ahead`: the interval excludes 0 (the order holds beyond sentence and seed noise; one seed: beyond
+  test-sentence noise only);
 - `equivalent`: the whole interval lies within ± the grid's equivalence_margin;
 - `not resolved`: neither (the order is noise as far as these runs can tell).
 """
@@ -54,7 +56,8 @@ def _outputs(rows: pd.DataFrame, runs: Path, test_set: str) -> dict[str, dict[in
     return out
 
 
-def _references(run_dir: Path, test_set: str) -> list[list[str]] | None:
+def references_of(run_dir: Path, test_set: str) -> list[list[str]] | None:
+    """A run's reference streams on `test_set` (MAIN: its own test split), None when not written."""
     if test_set == MAIN:
         return read_references(run_dir)
     path = run_dir / f"references@{test_set}.txt"
@@ -126,7 +129,7 @@ def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, ma
                     wanted[name].setdefault((a, b), []).append("compare")
         for name, pairs in wanted.items():
             first = part.loc[part["system"].isin([a for a, _ in pairs]), "cell"]
-            refs = _references(runs / first.iloc[0], name) if len(first) else None
+            refs = references_of(runs / first.iloc[0], name) if len(first) else None
             if refs is None:
                 continue
             for (a, b), relation in pairs.items():
@@ -162,33 +165,59 @@ def chain(rows: pd.DataFrame) -> str:
     return " ".join(parts)
 
 
-# beyond noise both ways / on one test set only / on none / beyond noise the same way on every test set (the
-# means' order differed only through the seeds each mean holds: no flip once paired)
-FLIP_KINDS = ("real", "one test set", "noise", "same when paired")
+# The kinds of flips() in the order it lists them, each with the report's words for a count of them
+# (report.py's Other test sets paragraph names every kind that occurs, from this one place):
+FLIP_KINDS = {
+    "real": "real flip(s) (the paired 95% interval excludes 0 on both test sets, in opposite directions, over "
+            "several seeds)",
+    "one seed": "flip(s) beyond test-sentence noise on both test sets with one seed (training noise not covered)",
+    "one test set": "beyond noise on one test set only",
+    "noise": "within noise on every test set",
+    "one side": "compared on one test set only (no paired result on the other: no common seeds or no references "
+                "there), so not judged as a flip",
+    "same when paired": "the same order once paired on common seeds (the means' order differed only through the "
+                        "seeds each mean holds)",
+}
+ONE_SEED = "one seed: training noise not covered"  # what an interval over one seed leaves out
 
 
 def flips(ranking: pd.DataFrame, task: str) -> list[tuple[str, str]]:
     """(kind, sentence) per pair of `task` whose order differs between test sets, with its intervals;
-    kind is one of FLIP_KINDS, real flips first."""
+    kind is one of FLIP_KINDS, in its order. A pair paired on one seed on some test set is beyond
+    test-sentence noise at most (never `real`); one with a flip row on a single test set (its other side
+    not paired) is `one side`, never a verdict about every test set."""
     mine = ranking[(ranking["task"].astype(str) == str(task)) & ranking["relation"].str.contains("flip")]
-    sides: dict[tuple[str, str], dict[str, tuple[float, float, float]]] = {}
+    n_sets = ranking.loc[ranking["task"].astype(str) == str(task), "split_name"].nunique()
+    sides: dict[tuple[str, str], dict[str, tuple[float, float, float, float]]] = {}
     for r in mine.itertuples():  # each flip has a row on both test sets, a and b swapped: one orientation
         key = next((k for k in ((r.system, r.against), (r.against, r.system)) if k in sides), (r.system, r.against))
         sign = 1 if key == (r.system, r.against) else -1
         low, high = sorted((sign * r.diff_ci_low, sign * r.diff_ci_high))
-        sides.setdefault(key, {})[r.split_name] = (sign * r.bleu_diff, low, high)
+        sides.setdefault(key, {})[r.split_name] = (sign * r.bleu_diff, low, high, getattr(r, "n_seeds", float("nan")))
     out = []
     for (a, b), per_set in sides.items():
-        beyond = {name: d > 0 for name, (d, low, high) in per_set.items() if low > 0 or high < 0}
-        kind = "real" if len(set(beyond.values())) == 2 else "noise" if not beyond else \
-            "same when paired" if len(beyond) == len(per_set) else "one test set"
-        judged = {"real": "a real flip: beyond noise on both sides", "noise": "within noise on every test set",
-                  "one test set": "beyond noise on " + ", ".join(beyond) + " only",
-                  "same when paired": "not a flip: paired on common seeds, the same order beyond noise on every "
-                                      "test set"}[kind]
-        text = "; ".join(f"{name} {d:+.2f} [{low:+.2f}, {high:+.2f}]" for name, (d, low, high) in per_set.items())
+        beyond = {name: d > 0 for name, (d, low, high, _) in per_set.items() if low > 0 or high < 0}
+        one_seed = any(k == 1 for *_, k in per_set.values())
+        noise = "test-sentence noise" if one_seed else "noise"
+        caveat = f" ({ONE_SEED})" if one_seed and beyond else ""
+        where = "every test set" if len(per_set) >= n_sets else f"each of the {len(per_set)} test sets it was paired on"
+        if len(per_set) == 1:
+            kind = "one side"
+        elif len(set(beyond.values())) == 2:
+            kind = "one seed" if one_seed else "real"
+        else:
+            kind = "noise" if not beyond else "same when paired" if len(beyond) == len(per_set) else "one test set"
+        judged = {"real": "a real flip: beyond noise on both sides",
+                  "one seed": f"a flip beyond test-sentence noise on both sides{caveat}",
+                  "noise": f"within {noise} on {where}",
+                  "one test set": f"beyond {noise} on " + ", ".join(beyond) + f" only{caveat}",
+                  "one side": f"compared on {next(iter(per_set))} only: no paired result on another test set, so "
+                              f"not judged as a flip; {'beyond' if beyond else 'within'} {noise} there{caveat}",
+                  "same when paired": f"not a flip: paired on common seeds, the same order beyond {noise} on "
+                                      f"{where}{caveat}"}[kind]
+        text = "; ".join(f"{name} {d:+.2f} [{low:+.2f}, {high:+.2f}]" for name, (d, low, high, _) in per_set.items())
         out.append((kind, f"`{a}` minus `{b}`: {text} ({judged})"))
-    return sorted(out, key=lambda k: FLIP_KINDS.index(k[0]))
+    return sorted(out, key=lambda k: list(FLIP_KINDS).index(k[0]))
 
 
 def paired(ranking: pd.DataFrame | None, a: str, b: str, level: float = 0.95) -> dict | None:

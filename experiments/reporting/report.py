@@ -18,7 +18,7 @@ from atnat.experiments.evaluation.schema import MISSING, Column
 from atnat.experiments.evaluation.metrics.row import METRICS
 from atnat.experiments.files import write_text_atomic
 from atnat.experiments.reporting import figures, ranking
-from atnat.experiments.reporting.aggregate import INTERVALS, aggregate_seeds
+from atnat.experiments.reporting.aggregate import INTERVALS, LATENCY_FLOOR, THROUGHPUT_FLOOR, aggregate_seeds
 from atnat.experiments.reporting.blocks import Block
 from atnat.experiments.reporting.figures import system_label
 from atnat.experiments.reporting.goals import check_goals
@@ -299,8 +299,10 @@ def _overview(g: GridResults) -> list[Block]:
 
 
 def speed_note(part: pd.DataFrame, timing: str = "") -> str:
-    """Beside a task's speed figures: the threads they were measured with and the A/A noise floor
-    (older results folders: environment.json's description of the timing)."""
+    """Beside a task's speed figures: the threads they were measured with and the A/A noise floors, each
+    the union over the task's seeds as aggregate_seeds takes it (older results folders: environment.json's
+    description of the timing; a results.csv from before the throughput floor: the latency one stands in,
+    as aggregate.noise_floor applies it)."""
     threads = sorted({int(t) for t in part.get("timing_threads", pd.Series(dtype=float)).dropna()})
     text = []
     if not threads and timing:
@@ -308,11 +310,22 @@ def speed_note(part: pd.DataFrame, timing: str = "") -> str:
     if threads:
         text.append(f"Speed measured with {', '.join(map(str, threads))} CPU thread"
                     f"{'s' if threads != [1] else ''} per system")
-    noise = part[["speed_noise_low", "speed_noise_high"]].dropna() if "speed_noise_low" in part else pd.DataFrame()
-    if not noise.empty:
-        low, high = noise["speed_noise_low"].min(), noise["speed_noise_high"].max()
-        text.append(f"A/A noise floor of the speed ratios: [{low:.2f}, {high:.2f}] (the baseline timed twice, as two "
-                    "systems): a ratio inside it is no difference, and no system leaves the front by less")
+    floors = {}
+    for kind, (lo, hi) in (("batch-1", LATENCY_FLOOR), ("throughput", THROUGHPUT_FLOOR)):
+        noise = part[[lo, hi]].dropna() if lo in part and hi in part else pd.DataFrame()
+        if not noise.empty:
+            floors[kind] = f"[{noise[lo].min():.2f}, {noise[hi].max():.2f}]"
+    if floors:
+        latency = f"batch-1 latency {floors['batch-1']} for the batch-1 ratios" if "batch-1" in floors else ""
+        throughput = (f"throughput {floors['throughput']} for the throughput ratios" if "throughput" in floors else
+                      "no throughput floor was measured, so the latency one stands in for the throughput ratios")
+        ct2 = any(c in part and part[c].notna().any() for c in ("speedup_vs_ct2", "throughput_speedup_vs_ct2"))
+        text.append("A/A noise floors of the speed ratios (the baseline timed twice, as two systems; over seeds, the "
+                    f"widest): {'; '.join(f for f in (latency, throughput) if f)}"
+                    + (" (the CTranslate2 ratios too, each the floor of its kind: that of our baseline in the same "
+                       "session)" if ct2 else "")
+                    + ": a ratio inside its floor is not distinguishable from the A/A control, and no system leaves "
+                      "the front by less")
     return "; ".join(text) + "." if text else ""
 
 
@@ -345,12 +358,9 @@ def _other_tests(g: GridResults) -> list[Block]:
             text = _ranking(means)
         elif flipped:
             count = {k: sum(kind == k for kind, _ in flipped) for k in ranking.FLIP_KINDS}
+            kinds = [f"{count[k]} {words}" for k, words in ranking.FLIP_KINDS.items() if count[k] or k == "real"]
             text = (f"The order by mean BLEU differs between the test sets for {len(flipped)} pair(s): "
-                    f"{count['real']} real flip(s) (the paired 95% interval excludes 0 on both test sets, in "
-                    f"opposite directions), {count['one test set']} beyond noise on one test set only, "
-                    f"{count['noise']} within noise on both"
-                    + (f", {count['same when paired']} the same order once paired on common seeds"
-                       if count['same when paired'] else "") + ". Each with its paired interval per test set: "
+                    + ", ".join(kinds) + ". Each with its paired interval per test set: "
                     + "; ".join(sentence for _, sentence in flipped) + ".")
         else:
             everywhere = [s for s in systems if all(s in v.index for v in means.values())]
@@ -367,12 +377,13 @@ def _ranking_section(g: GridResults) -> list[Block]:
     interval and verdict (ranking.csv), so the order is read as far as the noise allows."""
     if g.ranking is None:
         return []
+    nexts = g.ranking[g.ranking["relation"].astype(str).str.contains("next")]
     blocks = [Block("heading", "Ranking", 2), Block("para", (
         "Systems by mean BLEU over seeds, each minus the next one down: the mean over seeds of the paired "
         f"difference with its 95% interval ({INTERVAL}). `>` / `<` the interval excludes 0 (`<`: the paired "
         "difference puts it below the next one, on the seeds both have); `≈` it lies within the equivalence margin "
-        f"±{g.equivalence_margin:g} BLEU; `?` neither: the order of that pair is not resolved by these runs."))]
-    nexts = g.ranking[g.ranking["relation"].astype(str).str.contains("next")]
+        f"±{g.equivalence_margin:g} BLEU; `?` neither: the order of that pair is not resolved by these runs."
+        + _one_seed_caveat(nexts, "`>` / `<`")))]
     for (task, split), rows in nexts.groupby(["task", "split_name"], sort=False):
         table = []  # (system, BLEU, seeds paired, difference to the next one down, verdict)
         for r in rows.itertuples():
@@ -416,7 +427,17 @@ def _compare_section(g: GridResults) -> list[Block]:
         "Each pair of the grid file's `compare:`: BLEU of the system minus the other's, the mean over seeds of "
         f"the paired difference with its 95% interval ({INTERVAL}), "
         "on every test set. ahead / behind: the interval excludes 0; equivalent: it lies within "
-        f"±{g.equivalence_margin:g} BLEU; not resolved: neither.")), Block("table", frame=frame)]
+        f"±{g.equivalence_margin:g} BLEU; not resolved: neither." + _one_seed_caveat(asked, "ahead / behind"))),
+        Block("table", frame=frame)]
+
+
+def _one_seed_caveat(rows: pd.DataFrame, verdicts: str) -> str:
+    """A sentence for a paragraph of paired verdicts when any of its rows pairs one seed: its interval covers
+    the test sentences only, so `verdicts` there are beyond test-sentence noise, not training noise."""
+    if not (pd.to_numeric(rows["n_seeds"], errors="coerce") == 1).any():
+        return ""
+    return (f" Where one seed is paired (Seeds paired: 1) the interval covers the choice of test sentences only: "
+            f"{verdicts} there mean beyond test-sentence noise only ({ranking.ONE_SEED}).")
 
 
 def _ranking(means: dict[str, pd.DataFrame]) -> str:

@@ -11,7 +11,7 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.evaluation.baseline import baseline_cells, is_at_rows, is_engine_twin
 from atnat.experiments.evaluation.exported import exported_rows
 from atnat.experiments.evaluation.metrics.quality import bleu_difference
-from atnat.experiments.reporting.ranking import rank_systems
+from atnat.experiments.reporting.ranking import MAIN, rank_systems, references_of
 from atnat.experiments.reporting.records import read_metrics, whole_train_time
 from atnat.experiments.evaluation.evaluate import read_references
 from atnat.experiments.evaluation import columns as schema
@@ -59,13 +59,16 @@ def add_significance(df: pd.DataFrame, runs: Path, *, method: str = "bs", n: int
 
 EXTRA_COLUMNS = ("cell", "family", "task", "decoder", "seed", "strategy", "test_set", "sentences", "bleu",
                  "bleu_ci_low", "bleu_ci_high", "chrf", "bleu_tok")  # extra_tests.csv: eval.extra_tests' scores
-COMPARISON_COLUMNS = ("task", "system", "against", "n_seeds", "bleu_diff", "diff_ci_low", "diff_ci_high", "method")
+COMPARISON_COLUMNS = ("task", "test_set", "system", "against", "n_seeds", "bleu_diff", "diff_ci_low", "diff_ci_high",
+                      "method")
 
 
-def compare_systems(df: pd.DataFrame, runs: Path, *, n: int = 1000) -> pd.DataFrame:
-    """Per task, every system's BLEU minus that of the task's best AT system (by mean BLEU over seeds; not
-    a CTranslate2 twin),
-    paired by seed, with a 95% interval over test sentences and seeds (metrics.quality.bleu_difference). -> comparisons.csv's rows (COMPARISON_COLUMNS)."""
+def compare_systems(df: pd.DataFrame, runs: Path, *, n: int = 1000, test_sets: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Per task, every system's BLEU minus that of the task's best AT system (by mean BLEU over seeds on
+    the main test set; not a CTranslate2 twin), paired by seed, with a 95% interval over test sentences
+    and seeds (metrics.quality.bleu_difference): on the main test set (test_set `main`) and on each of
+    `test_sets` (eval.extra_tests: hyps/<strategy>@<set>.txt against references@<set>.txt), so that
+    "how far behind the AT" is answered on every test year. -> comparisons.csv's rows (COMPARISON_COLUMNS)."""
     ok = df[df["status"] == "ok"].copy()
     if ok.empty or "bleu" not in ok:
         return pd.DataFrame(columns=COMPARISON_COLUMNS)
@@ -79,18 +82,22 @@ def compare_systems(df: pd.DataFrame, runs: Path, *, n: int = 1000) -> pd.DataFr
         reference = {int(r.seed): r for _, r in part[part["system"] == best].iterrows()}
         tokens = part["bleu_tokenize"].dropna() if "bleu_tokenize" in part else pd.Series(dtype=object)
         tokenize = str(tokens.iloc[0]) if len(tokens) else "13a"
-        for system, rows_of in part.groupby("system", sort=False):
-            if system == best:
-                continue
-            pairs = [(r, reference[int(r.seed)]) for _, r in rows_of.iterrows() if int(r.seed) in reference]
-            outputs = [(read_hyps(runs / a.cell / "hyps" / f"{a.strategy}.txt"),
-                        read_hyps(runs / b.cell / "hyps" / f"{b.strategy}.txt")) for a, b in pairs]
-            refs = read_references(runs / pairs[0][1].cell) if pairs else None
-            if not pairs or refs is None or any(x is None or y is None for x, y in outputs):
-                continue
-            d = bleu_difference([x for x, _ in outputs], [y for _, y in outputs], refs, tokenize=tokenize, n=n)
-            rows.append({"task": task, "system": system, "against": best, "n_seeds": d.n_seeds, "bleu_diff": d.diff,
-                         "diff_ci_low": d.low, "diff_ci_high": d.high, "method": d.method})
+        for test_set in (MAIN, *test_sets):
+            name = (lambda strategy: f"{strategy}.txt") if test_set == MAIN else \
+                (lambda strategy, t=test_set: f"{strategy}@{t}.txt")
+            for system, rows_of in part.groupby("system", sort=False):
+                if system == best:
+                    continue
+                pairs = [(r, reference[int(r.seed)]) for _, r in rows_of.iterrows() if int(r.seed) in reference]
+                outputs = [(read_hyps(runs / a.cell / "hyps" / name(a.strategy)),
+                            read_hyps(runs / b.cell / "hyps" / name(b.strategy))) for a, b in pairs]
+                refs = references_of(runs / pairs[0][1].cell, test_set) if pairs else None
+                if not pairs or refs is None or any(x is None or y is None for x, y in outputs):
+                    continue
+                d = bleu_difference([x for x, _ in outputs], [y for _, y in outputs], refs, tokenize=tokenize, n=n)
+                rows.append({"task": task, "test_set": test_set, "system": system, "against": best,
+                             "n_seeds": d.n_seeds, "bleu_diff": d.diff, "diff_ci_low": d.low, "diff_ci_high": d.high,
+                             "method": d.method})
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 
@@ -195,8 +202,9 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
     timing_path = out / "timing.csv"
     df = add_timing(pd.DataFrame(rows), pd.read_csv(timing_path) if timing_path.exists() else None, runs)
     df = add_significance(df, runs, method=significance, n=n_bootstrap, baseline=baseline)
-    write_csv(compare_systems(df, runs, n=n_bootstrap), out / "comparisons.csv")
     extra = pd.DataFrame(extra, columns=EXTRA_COLUMNS)
+    write_csv(compare_systems(df, runs, n=n_bootstrap, test_sets=tuple(dict.fromkeys(extra["test_set"].astype(str)))),
+              out / "comparisons.csv")
     write_csv(extra, out / "extra_tests.csv")
     write_csv(rank_systems(df, extra, runs, margin=margin, n=n_bootstrap, goal_pairs=goal_pairs,
                                  compare=compare), out / "ranking.csv")
