@@ -510,3 +510,23 @@ def test_the_speed_note_states_both_noise_floors_and_an_older_folder_without_the
     assert ("batch-1 latency [0.98, 1.03] for the batch-1 ratios; throughput [0.90, 1.10] for the throughput ratios "
             "(the CTranslate2 ratios too, each the floor of its kind: that of our baseline in the same session): a "
             "ratio inside its floor is not distinguishable from the A/A control") in md
+
+
+def test_a_nat_clearly_below_the_best_by_their_paired_difference_is_not_within_reach(tmp_path):
+    """Intervals against the AT carry the teacher's seed noise twice; where ranking.csv pairs the two
+    NAT systems directly, that paired difference decides (the interim deep grid: NPD-5 overlapped CTC's
+    interval against the AT, but is behind it beyond noise when paired)."""
+    root = fx.build_results(tmp_path)
+    comparisons = pd.DataFrame([
+        {"task": "copy", "system": "copy-cmlm-kd / mask-predict-4", "against": "copy-at / beam5", "n_seeds": 1,
+         "bleu_diff": -2.55, "diff_ci_low": -5.1, "diff_ci_high": 0.2, "method": "one seed"},
+        {"task": "copy", "system": "copy-cmlm-kd / length-beam-3", "against": "copy-at / beam5", "n_seeds": 1,
+         "bleu_diff": -2.85, "diff_ci_low": -5.5, "diff_ci_high": -0.2, "method": "one seed"}])
+    comparisons.to_csv(root / "comparisons.csv", index=False)
+    within = judging.summary(load_results(root))
+    assert "Within reach of the best NAT (the order among them is not resolved): `copy-cmlm-kd / length-beam-3`" in within
+    pd.DataFrame([{"task": "copy", "test_set": "main", "split_name": "test", "relation": "next",
+                   "system": "copy-cmlm-kd / mask-predict-4", "against": "copy-cmlm-kd / length-beam-3",
+                   "system_bleu": 35.5, "against_bleu": 35.2, "n_seeds": 1, "bleu_diff": 0.3, "diff_ci_low": 0.1,
+                   "diff_ci_high": 0.5, "verdict": "ahead"}]).to_csv(root / "ranking.csv", index=False)
+    assert "Within reach" not in judging.summary(load_results(root))

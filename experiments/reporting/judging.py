@@ -13,7 +13,7 @@ import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_at_rows, is_engine_twin
 from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, interval, robust_front, significant
-from atnat.experiments.reporting.ranking import MAIN
+from atnat.experiments.reporting.ranking import MAIN, paired
 from atnat.experiments.reporting.results import GridResults, ok_rows
 
 
@@ -21,7 +21,7 @@ def summary(g: GridResults) -> str:
     """One paragraph per grid phrased from the numbers: per task, best AT and best NAT system, and
     how far their difference is resolved (see the module docstring)."""
     timing = _threads_of((g.environment or {}).get("timing", ""))
-    parts = [_task_summary(task, part, g.comparisons, g.equivalence_margin, timing)
+    parts = [_task_summary(task, part, g.comparisons, g.equivalence_margin, timing, g.ranking)
              for task, part in ok_rows(g.table).groupby("task", sort=False)]
     cells = g.table.drop_duplicates("cell")
     finished, total = int((cells["status"] == "ok").sum()), len(cells)
@@ -146,7 +146,7 @@ def _other_test_sets(comparisons: pd.DataFrame | None, task: str, nat: pd.Series
 
 
 def _task_summary(task: str, part: pd.DataFrame, comparisons: pd.DataFrame | None = None,
-                  margin: float = 1.0, timing: str = "") -> str:
+                  margin: float = 1.0, timing: str = "", ranking: pd.DataFrame | None = None) -> str:
     """Mixing first where a task measures it; best AT and best NAT system (mean BLEU), the verdict,
     the NAT speed-ups, and the front of systems not clearly beaten in both BLEU and speed-up."""
     agg = aggregate_seeds(part)
@@ -167,7 +167,7 @@ def _task_summary(task: str, part: pd.DataFrame, comparisons: pd.DataFrame | Non
     speed = _speed(nat, threads)
     text += f". It runs {speed}" if speed else ""
     if at is not None:
-        text += _within_reach(agg[~at_rows], nat, at, comparisons, task)
+        text += _within_reach(agg[~at_rows], nat, at, comparisons, task, ranking)
     front = robust_front(agg, "speedup_vs_at", "bleu")
     if not front.empty:  # NAT systems first, fastest first: the ones a reader is looking for
         front = front.assign(_at=is_at_rows(front)).sort_values(["_at", "speedup_vs_at"], ascending=[True, False],
@@ -203,17 +203,25 @@ def _speed(nat: pd.Series, threads: str) -> str:
 
 
 def _within_reach(nats: pd.DataFrame, best: pd.Series, at: pd.Series, comparisons: pd.DataFrame | None,
-                  task: str) -> str:
-    """The other NAT systems not clearly below the best one: their intervals against the same AT overlap
-    the best's (or, without paired intervals, their own 95% intervals overlap) - the best of several
-    noisy means may be ahead by luck - each with its difference and batch-1 speed."""
+                  task: str, ranking: pd.DataFrame | None = None) -> str:
+    """The other NAT systems not clearly below the best one - the best of several noisy means may be
+    ahead by luck - each with its difference and batch-1 speed. Clearly below: the paired interval of
+    best minus it (ranking.csv, where the pair was compared) excludes 0; else its interval against the
+    same AT lies below the best one's (comparisons.csv); else their own 95% intervals are disjoint."""
     mine = _comparison(comparisons, task, best, at)
     near = []
     for _, r in nats.dropna(subset=["bleu"]).sort_values("bleu", ascending=False, kind="stable").iterrows():
         if r["family"] == best["family"] and r["strategy"] == best["strategy"]:
             continue
+        pair = paired(ranking, f"{r['family']} / {r['strategy']}", f"{best['family']} / {best['strategy']}")
         theirs = _comparison(comparisons, task, r, at)
-        if mine is not None and theirs is not None:
+        if pair is not None:
+            if pair["high"] < 0:
+                continue
+            n = pair["n_seeds"]
+            what = (f"{r['bleu']:.2f} BLEU, {pair['diff']:+.2f} [{pair['low']:+.2f}, {pair['high']:+.2f}] against the "
+                    f"best NAT, paired on {n} seed{'s' if n != 1 else ''}")
+        elif mine is not None and theirs is not None:
             if theirs["diff_ci_high"] < mine["diff_ci_low"]:
                 continue
             what = (f"{r['bleu']:.2f} BLEU, {theirs['bleu_diff']:+.2f} [{theirs['diff_ci_low']:+.2f}, "
@@ -223,7 +231,7 @@ def _within_reach(nats: pd.DataFrame, best: pd.Series, at: pd.Series, comparison
         else:
             what = f"{r['bleu']:.2f} BLEU: its 95% interval overlaps the best one's"
         speed = f", {_ratio(r, 'speedup_vs_at')} at batch 1" if pd.notna(r.get("speedup_vs_at")) else ""
-        seeds = f", {int(r['n_seeds'])} seeds" if r["n_seeds"] > 1 else ""
+        seeds = f", {int(r['n_seeds'])} seeds" if r["n_seeds"] > 1 and pair is None else ""
         near.append(f"`{r['family']} / {r['strategy']}` ({what}{seeds}{speed})")
     if not near:
         return ""
