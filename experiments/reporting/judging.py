@@ -219,7 +219,8 @@ def _within_reach(nats: pd.DataFrame, best: pd.Series, at: pd.Series, comparison
             if pair["high"] < 0:
                 continue
             n = pair["n_seeds"]
-            what = (f"{r['bleu']:.2f} BLEU, {pair['diff']:+.2f} [{pair['low']:+.2f}, {pair['high']:+.2f}] against the "
+            diff, low, high = (v + 0.0 for v in (pair["diff"], pair["low"], pair["high"]))  # no "-0.00"
+            what = (f"{r['bleu']:.2f} BLEU, {diff:+.2f} [{low:+.2f}, {high:+.2f}] against the "
                     f"best NAT, paired on {n} seed{'s' if n != 1 else ''}")
         elif mine is not None and theirs is not None:
             if theirs["diff_ci_high"] < mine["diff_ci_low"]:
