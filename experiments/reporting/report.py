@@ -382,21 +382,44 @@ def _ranking_section(g: GridResults) -> list[Block]:
         "Systems by mean BLEU over seeds, each minus the next one down: the mean over seeds of the paired "
         f"difference with its 95% interval ({INTERVAL}). `>` / `<` the interval excludes 0 (`<`: the paired "
         "difference puts it below the next one, on the seeds both have); `≈` it lies within the equivalence margin "
-        f"±{g.equivalence_margin:g} BLEU; `?` neither: the order of that pair is not resolved by these runs."
+        f"±{g.equivalence_margin:g} BLEU; `?` neither: the order of that pair is not resolved by these runs. "
+        "BLEU: the mean over all of a system's seeds, which sets the order; a difference pairs only the seeds "
+        "both systems have. Each verdict is its own 95% interval, with no correction for the many pairs of a "
+        "chain: over a dozen pairs, one may cross 0 by chance."
         + _one_seed_caveat(nexts, "`>` / `<`")))]
+    means = _means_by_test_set(g)
     for (task, split), rows in nexts.groupby(["task", "split_name"], sort=False):
+        mean = means.get((str(task), str(rows["test_set"].iloc[0])), {})
         table = []  # (system, BLEU, seeds paired, difference to the next one down, verdict)
         for r in rows.itertuples():
             if not table or table[-1][0] != r.system:  # the first, or after a system with no pair below it
-                table.append((r.system, r.system_bleu, DASH, DASH, ""))
-            table[-1] = (r.system, r.system_bleu, str(int(r.n_seeds)),
+                table.append((r.system, mean.get(r.system, r.system_bleu), DASH, DASH, ""))
+            table[-1] = (r.system, mean.get(r.system, r.system_bleu), str(int(r.n_seeds)),
                          f"{r.bleu_diff:+.2f} [{r.diff_ci_low:+.2f}, {r.diff_ci_high:+.2f}]",
                          ranking.SYMBOL.get(r.verdict, "?"))
-            table.append((r.against, r.against_bleu, DASH, DASH, ""))
+            table.append((r.against, mean.get(r.against, r.against_bleu), DASH, DASH, ""))
         frame = pd.DataFrame([(str(i), s, f"{b:.2f}", n, d, v) for i, (s, b, n, d, v) in enumerate(table, 1)],
                              columns=["Rank", "System", "BLEU", "Seeds paired", "Minus next down", "Verdict"])
         blocks += [Block("heading", f"Task `{task}`, {split}", 3), Block("table", frame=frame)]
     return blocks if len(blocks) > 2 else []
+
+
+def _means_by_test_set(g: GridResults) -> dict[tuple[str, str], dict[str, float]]:
+    """(task, ranking.csv's test_set) -> system -> mean BLEU over all its seeds (results.csv for the main
+    test set, extra_tests.csv for the others): the means the ranking orders by."""
+    out = {}
+    if getattr(g, "table", None) is None or "bleu" not in g.table:  # no results table: the paired means stand
+        return out
+    ok = ok_rows(g.table).dropna(subset=["bleu"])
+    ok = ok.assign(system=ok["family"].fillna(ok["cell"]).astype(str) + " / " + ok["strategy"].astype(str))
+    for task, part in ok.groupby("task", sort=False):
+        out[(str(task), ranking.MAIN)] = part.groupby("system")["bleu"].mean().to_dict()
+    if getattr(g, "extra_tests", None) is not None and not g.extra_tests.empty:
+        extra = g.extra_tests.dropna(subset=["bleu"])
+        extra = extra.assign(system=extra["family"].fillna(extra["cell"]).astype(str) + " / " + extra["strategy"])
+        for (task, name), part in extra.groupby(["task", "test_set"], sort=False):
+            out[(str(task), str(name))] = part.groupby("system")["bleu"].mean().to_dict()
+    return out
 
 
 def _mean_sd(stats: pd.DataFrame, system: str) -> str:
