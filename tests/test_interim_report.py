@@ -37,7 +37,9 @@ def test_an_interim_report_tabulates_the_finished_cells_only(tmp_path, monkeypat
     report = (interim / "report.md").read_text()
     assert report.startswith("# Grid report: two-tests (interim)\n\n> Note: Interim report of a grid still running")
     assert "1 of 2 cells finished; 1 not run yet (listed below)." in report and "`nat-s1`" in report
-    assert "## Comparisons the grid asks for" not in report  # its pair has no finished NAT yet
+    # its pair has no finished NAT yet: named as not measured, not silently absent
+    assert "## Comparisons the grid asks for" in report and "Not measured (1 of the 1 pairs: a side has no result, " \
+           "or the two share no seed): `nat / parallel` against `at / greedy`." in report
     assert "no A/A control was timed" not in report  # no speed at all yet: no note about its noise floor
     assert "Run with other settings" not in report
     # the grid file changes under a finished cell (here: an eval setting): the interim report says so

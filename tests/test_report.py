@@ -548,3 +548,20 @@ def test_the_ranking_table_shows_the_means_it_orders_by(tmp_path):
     assert [(r["System"], r["BLEU"], r["Seeds paired"]) for r in rows] == [
         ("copy-at / beam5", "38.25", "1"), ("copy-cmlm-kd / mask-predict-4", "35.70", "–")]
     assert "no correction for the many pairs" in md
+
+
+def test_a_compare_pair_without_a_result_is_named_not_measured(tmp_path):
+    """The grid's compare: pairs are kept in environment.json; one with no paired result (a side not
+    finished) is named as not measured, not silently absent."""
+    root = fx.build_results(tmp_path)
+    env = json.loads((root / "environment.json").read_text(encoding="utf-8"))
+    env["compare"] = [["copy-cmlm-kd / mask-predict-4", "copy-cmlm-kd / length-beam-3"],
+                      ["copy-ctc / ctc", "copy-nat-guided / parallel"]]
+    (root / "environment.json").write_text(json.dumps(env), encoding="utf-8")
+    pd.DataFrame([{"task": "copy", "test_set": "main", "split_name": "test", "relation": "compare",
+                   "system": "copy-cmlm-kd / mask-predict-4", "against": "copy-cmlm-kd / length-beam-3",
+                   "system_bleu": 35.5, "against_bleu": 35.2, "n_seeds": 1, "bleu_diff": 0.3, "diff_ci_low": -0.4,
+                   "diff_ci_high": 1.0, "verdict": "not resolved"}]).to_csv(root / "ranking.csv", index=False)
+    md = write_report(root)[0].read_text(encoding="utf-8")
+    assert "Not measured (1 of the 2 pairs: a side has no result, or the two share no seed): `copy-ctc / ctc` " \
+           "against `copy-nat-guided / parallel`." in md

@@ -432,11 +432,12 @@ def _mean_sd(stats: pd.DataFrame, system: str) -> str:
 def _compare_section(g: GridResults) -> list[Block]:
     """The pairs the grid's `compare:` asks for, on every test set: the paired difference with its
     interval and verdict (ranking.csv rows with relation `compare`)."""
-    if g.ranking is None:
-        return []
-    asked = g.ranking[g.ranking["relation"].astype(str).str.contains("compare")]
-    if asked.empty:
-        return []
+    wanted = [tuple(p) for p in (getattr(g, "environment", None) or {}).get("compare") or []]
+    asked = g.ranking[g.ranking["relation"].astype(str).str.contains("compare")] if g.ranking is not None else None
+    if asked is None or asked.empty:
+        return [Block("heading", "Comparisons the grid asks for", 2), Block("para", _not_compared(wanted, set()))] \
+            if wanted else []
+    done = set(zip(asked["system"], asked["against"]))
     pair = asked["system"] + "\t" + asked["against"]  # each pair's test sets together, pairs in first-seen order
     asked = asked.assign(_pair=pair.map({p: i for i, p in enumerate(dict.fromkeys(pair))}))
     asked = asked.sort_values("_pair", kind="stable")
@@ -450,8 +451,17 @@ def _compare_section(g: GridResults) -> list[Block]:
         "Each pair of the grid file's `compare:`: BLEU of the system minus the other's, the mean over seeds of "
         f"the paired difference with its 95% interval ({INTERVAL}), "
         "on every test set. ahead / behind: the interval excludes 0; equivalent: it lies within "
-        f"±{g.equivalence_margin:g} BLEU; not resolved: neither." + _one_seed_caveat(asked, "ahead / behind"))),
+        f"±{g.equivalence_margin:g} BLEU; not resolved: neither." + _one_seed_caveat(asked, "ahead / behind")
+        + (" " + _not_compared(wanted, done) if _not_compared(wanted, done) else ""))),
         Block("table", frame=frame)]
+
+
+def _not_compared(wanted: list[tuple[str, str]], done: set[tuple[str, str]]) -> str:
+    """A sentence naming the grid's `compare:` pairs with no paired result (a side not finished or
+    failed, or no common seed): not measured, never left out in silence."""
+    missing = [f"`{a}` against `{b}`" for a, b in wanted if (a, b) not in done]
+    return (f"Not measured ({len(missing)} of the {len(wanted)} pairs: a side has no result, or the two share "
+            f"no seed): {'; '.join(missing)}.") if missing else ""
 
 
 def _one_seed_caveat(rows: pd.DataFrame, verdicts: str) -> str:

@@ -162,7 +162,7 @@ def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = F
     env = environment(grid.path, 0.0, command)
     done = int(table.drop_duplicates("cell")["status"].eq("ok").sum())
     env |= {"interim": f"{done} of {len(grid.cells)} cells finished when written ({env.pop('started')}); "
-                       "no timing phase yet", "equivalence_margin": grid.equivalence_margin,
+                       "no timing phase yet", **_judged_by(grid),
             "results_rows": len(table),  # no `timing`: no speed was measured
             "stale_cells_interim": {x.cell: x.reason for x in find_stale(grid, grid.cells)}}
     env.pop("wall_time_s")
@@ -188,12 +188,18 @@ def write_restat(path, *, results_root: Path = Path("results"), smoke: bool = Fa
             + (" --smoke" if smoke else "")
         now = environment(grid.path, 0.0, command)
         env |= {"restat": {k: now[k] for k in ("command", "git_commit", "git_dirty", "started") if k in now},
-                "equivalence_margin": grid.equivalence_margin, "results_rows": len(table)}
+                **_judged_by(grid), "results_rows": len(table)}
         write_json_atomic(out / "environment.json", env)
         if grid.goals:  # judged as the grid states them now, as ranking.csv's goal pairs are
             write_json_atomic(out / "goals.json", grid.goals)
         write_report(out)
     return out
+
+
+def _judged_by(grid) -> dict:
+    """The grid settings the report judges with, kept in environment.json: the equivalence margin, and
+    the `compare:` pairs (so that a pair with no result is named, not silently absent)."""
+    return {"equivalence_margin": grid.equivalence_margin, "compare": [list(pair) for pair in grid.compare]}
 
 
 def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_by_job: str | None = None) -> None:
@@ -206,7 +212,7 @@ def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_b
         env.update(significance=grid.cells[0].config.eval.significance,
                    n_bootstrap=grid.cells[0].config.eval.n_bootstrap)
     env["timing"] = timing_description(out, timed_by_job, default_threads=None if timed_by_job else torch.get_num_threads())
-    env["equivalence_margin"] = grid.equivalence_margin
+    env |= _judged_by(grid)
     env["plugins"] = installed_plugins()  # every plugin this process saw, with its distribution's version
     env["results_rows"] = len(table)  # the report refuses a results.csv with fewer (a cut-short file)
     write_json_atomic(out / "environment.json", env)
