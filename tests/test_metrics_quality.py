@@ -211,7 +211,7 @@ def test_an_interval_re_levelled_from_its_standard_errors_is_the_interval_at_tha
 def test_the_interval_over_two_or_three_seeds_covers_95_percent():
     """Simulated: per-seed differences = truth + test-set noise shared by the seeds (sd 0.37, its
     variance known from the bootstrap) + seed noise (sd 0.5-2). One t for the sum at
-    Welch-Satterthwaite df (the rule before) covered 87-93% here; each part at its own quantile
+    Welch-Satterthwaite df (the rule before) covered 88-95% here; each part at its own quantile
     covers at least 95%."""
     import numpy as np
 
