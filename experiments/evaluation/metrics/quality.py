@@ -258,7 +258,7 @@ def combined_half(seed_se: float, k: int, sentence_se: float, level: float = 0.9
     part (estimated from 1000 resamples: as good as known). One t for the sum, at Welch-Satterthwaite
     degrees of freedom, grows those df into the hundreds whenever 2-3 seeds happen to agree and then
     covers only 88-95% (simulated: seed sd 0.5-2 BLEU, sentence sd 0.37, 2-3 seeds; this
-    rule 96-98%; tests/test_metrics_quality.py)."""
+    rule 96-98%; results/interval-coverage/coverage.csv)."""
     from scipy.stats import norm
     from scipy.stats import t as student
 
