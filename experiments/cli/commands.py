@@ -1,4 +1,4 @@
-"""The `atnat` command line: train, evaluate, translate, export, distill, run (grids), cell, status, report,
+"""The `atnat` command line: train, evaluate, translate, export, distill, run (grids), cell, status, collect, report,
 bench, list.
 
 Each command imports the rooms it uses when it runs (imports marked `# lazy: start-up`), so that
@@ -257,6 +257,15 @@ def cmd_status(args) -> int:
     return 0
 
 
+def cmd_collect(args) -> int:
+    """Exit 1 when a file was refused (it is named; everything else was still collected)."""
+    from atnat.experiments.running.collect import collect, summary  # lazy: start-up
+
+    done = collect(args.grid, results_root=Path(args.results), dest=Path(args.to), smoke=args.smoke)
+    print(summary(done, Path(args.to)))
+    return 1 if done.skipped else 0
+
+
 def cmd_report(args) -> None:
     if args.interim and args.restat:
         raise AtnatError("atnat report: --interim and --restat exclude each other")
@@ -412,6 +421,14 @@ def parser() -> argparse.ArgumentParser:
                    help="results are read from DIR/<grid name>/ (default: results/)")
     p.add_argument("--smoke", action="store_true", help="the grid's smoke run (DIR/<grid name>-smoke/)")
     p.set_defaults(fn=cmd_status)
+    p = sub.add_parser("collect", parents=[common], help="copy the finished cells' results (no checkpoints, no data) "
+                                                          "to a folder, e.g. the repository, while the grid runs")
+    p.add_argument("grid")
+    p.add_argument("--to", required=True, metavar="DEST", help="each finished cell's results go to DEST/<cell>/")
+    p.add_argument("--results", default="results", metavar="DIR",
+                   help="results are read from DIR/<grid name>/ (default: results/)")
+    p.add_argument("--smoke", action="store_true", help="the grid's smoke run (DIR/<grid name>-smoke/)")
+    p.set_defaults(fn=cmd_collect)
     p = sub.add_parser("report", parents=[common], help="regenerate report.md/report.html from a results folder; "
                                                          "--interim GRID: a report of a grid still running")
     p.add_argument("results_dir", metavar="RESULTS_DIR | GRID",

@@ -4,7 +4,7 @@ for T = 4 and 10 with fairseq's adaptive early stop, each decoded by `atnat eval
 eager engine from the run's evaluated weights (checkpoints/averaged.ckpt); one CSV row per
 (cell, strategy). Run from the repository root, one cell at a time (1 thread):
 
-    .venv/bin/python results/multi30k-deep/mask_predict_sweep/sweep.py RUNS_DIR CELL [CELL ...]
+    .venv/bin/python results/multi30k-deep/run1/mask_predict_sweep/sweep.py RUNS_DIR CELL [CELL ...]
 
 e.g. RUNS_DIR=/work/deep-results/multi30k-deep/runs CELL=en-de-cmlm-kd-s1. Writes <cell>.json
 (what atnat evaluate wrote) and appends to sweep.csv beside this file.

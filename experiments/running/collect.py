@@ -1,0 +1,117 @@
+"""`atnat collect GRID --to DEST`: copy each finished cell's results, and nothing else, out of the
+grid's run folders while the grid still runs.
+
+A grid that trains for days keeps everything in its results folder; a machine lost on the way
+takes the finished cells with it. Collecting after each cell finishes (e.g. into the repository,
+to be committed) keeps what they measured: metrics.json (every score and interval, every test
+split), config.json, train.json, distill.json, the hypotheses, the curves and the training log.
+Left behind on purpose: checkpoints and distilled targets (large; the weights are the run's, not
+its results), the copies of the test references and the sample table (the data set's own text,
+which stays where the data set lives), locks and progress files. DEST/<cell>/ mirrors
+runs/<cell>/ for the files kept.
+
+Only regular files under an allow-list of names are copied: a symlink or any other file planted in
+a run folder is skipped and named, so that collecting into a repository never pulls in a file from
+elsewhere on the machine. A cell whose files changed since the last collect (evaluated again) is
+updated, files it no longer has are removed from its copy; cells not finished are not touched.
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from atnat.core.errors import AtnatError
+from atnat.experiments.files import atomic_write_bytes
+from atnat.experiments.running.cell import cell_status
+from atnat.experiments.running.grid import load_grid_into
+
+# what a finished cell's results are, relative to its run folder
+KEPT = ("metrics.json", "config.json", "train.json", "distill.json", "hyps/*.txt", "curves/*.csv",
+        "logs/metrics.csv", "logs/hparams.yaml")
+MAX_BYTES = 64 * 1024 * 1024  # a results file larger than this is not a result (a misplaced checkpoint, say)
+
+
+@dataclass
+class Collected:
+    copied: dict[str, int] = field(default_factory=dict)  # cell -> files written (new or changed)
+    unchanged: list[str] = field(default_factory=list)  # finished cells whose copy was already current
+    removed: dict[str, int] = field(default_factory=dict)  # cell -> files dropped from its copy
+    skipped: list[str] = field(default_factory=list)  # files refused, with the reason
+    not_finished: list[str] = field(default_factory=list)  # cells with no "ok" result (yet)
+
+
+def kept(rel: str) -> bool:
+    return any(fnmatch.fnmatchcase(rel, pattern) and rel.count("/") == pattern.count("/") for pattern in KEPT)
+
+
+def result_files(run_dir: Path, skipped: list[str]) -> dict[str, Path]:
+    """The run folder's result files by relative path; anything refused is added to `skipped`."""
+    files: dict[str, Path] = {}
+    home = run_dir.resolve()
+    for path in sorted(run_dir.rglob("*")):
+        rel = path.relative_to(run_dir).as_posix()
+        if not kept(rel):
+            continue
+        if path.is_symlink() or not path.is_file() or not path.resolve().is_relative_to(home):
+            skipped.append(f"{path}: not a regular file inside the run folder (a link, or under one); not copied")
+        elif path.stat().st_size > MAX_BYTES:
+            skipped.append(f"{path}: {path.stat().st_size} bytes, over the {MAX_BYTES}-byte limit of a results file; "
+                           "not copied")
+        else:
+            files[rel] = path
+    return files
+
+
+def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -> Collected:
+    grid, out = load_grid_into(grid_path, results_root, smoke)
+    if not (out / "runs").is_dir():
+        raise AtnatError(f"atnat collect: {out / 'runs'} does not exist: no cell of {grid_path} has run under "
+                         f"--results {results_root}")
+    if dest.exists() and not dest.is_dir():
+        raise AtnatError(f"atnat collect: --to {dest} is a file; give a folder")
+    done = Collected()
+    for cell in grid.cells:
+        run_dir = Path(cell.config.output_dir)
+        if cell_status(run_dir) != "ok":
+            done.not_finished.append(cell.name)
+            continue
+        files = result_files(run_dir, done.skipped)
+        target = dest / cell.name
+        written = 0
+        for rel, src in files.items():
+            data = src.read_bytes()
+            copy = target / rel
+            if copy.is_file() and not copy.is_symlink() and copy.read_bytes() == data:
+                continue
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(copy, data)
+            written += 1
+        gone = [p for p in sorted(target.rglob("*")) if p.is_file() and kept(p.relative_to(target).as_posix())
+                and p.relative_to(target).as_posix() not in files] if target.is_dir() else []
+        for path in gone:
+            path.unlink()
+        if gone:
+            done.removed[cell.name] = len(gone)
+        if written:
+            done.copied[cell.name] = written
+        elif not gone:
+            done.unchanged.append(cell.name)
+    return done
+
+
+def summary(done: Collected, dest: Path) -> str:
+    lines = []
+    if done.copied:
+        lines.append(f"collected into {dest}: " + ", ".join(f"{c} ({n} file{'s' * (n != 1)})" for c, n in done.copied.items()))
+    if done.removed:
+        lines.append("removed from the copies (no longer in the run folder): "
+                     + ", ".join(f"{c} ({n})" for c, n in done.removed.items()))
+    if done.unchanged:
+        lines.append(f"already current: {len(done.unchanged)} cell{'s' * (len(done.unchanged) != 1)}")
+    if done.not_finished:
+        lines.append(f"not finished (not collected): {', '.join(done.not_finished)}")
+    if not (done.copied or done.unchanged or done.removed):
+        lines.append("no cell has finished yet: nothing collected")
+    lines.extend(f"skipped {line}" for line in done.skipped)
+    return "\n".join(lines)

@@ -1,0 +1,61 @@
+"""atnat collect: a grid that runs for days loses its finished cells with the machine unless their
+results are copied out as they finish (issue 25's first run lost 16 cells' checkpoints that way).
+Only results are copied: no checkpoint, no data, nothing a planted link points at."""
+import json
+import os
+
+import yaml
+
+from atnat.experiments.cli.commands import main
+
+from tests.test_export import parallel_files
+from tests.test_extra_tests import grid
+
+
+def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    parallel_files(data)
+    spec = grid(data, [])
+    spec["cells"]["nat"] = {"decoder": "nat", "eval": {"strategies": ["parallel"]}}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 2  # nothing has run
+    assert "res/two-tests/runs does not exist" in capsys.readouterr().err
+    assert main(["run", "g.yaml", "--results", "res", "--only", "at-s1"]) == 0
+    capsys.readouterr()
+
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
+    out = capsys.readouterr().out
+    assert "collected into kept: at-s1 (" in out and "not finished (not collected): nat-s1" in out
+    copied = sorted(p.relative_to(tmp_path / "kept").as_posix() for p in (tmp_path / "kept").rglob("*") if p.is_file())
+    assert "at-s1/metrics.json" in copied and "at-s1/hyps/greedy.txt" in copied and "at-s1/logs/metrics.csv" in copied
+    assert not [f for f in copied if "ckpt" in f or "references" in f or "samples" in f or f.endswith(".lock")]
+    assert not (tmp_path / "kept" / "nat-s1").exists()
+    run = tmp_path / "res" / "two-tests" / "runs" / "at-s1"
+    assert (tmp_path / "kept" / "at-s1" / "metrics.json").read_bytes() == (run / "metrics.json").read_bytes()
+    assert list(run.glob("checkpoints/*.ckpt"))  # the checkpoints were there, and were left behind
+
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0  # again: nothing to do
+    assert "already current: 1 cell" in capsys.readouterr().out
+
+    # the cell evaluated again: a changed file is updated, a file it no longer has is removed
+    metrics = json.loads((run / "metrics.json").read_text())
+    metrics["rows"][0]["bleu"] = 99.0
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    (run / "hyps" / "beam2.txt").unlink()
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
+    out = capsys.readouterr().out
+    assert "at-s1 (1 file)" in out and "removed from the copies (no longer in the run folder): at-s1 (1)" in out
+    assert json.loads((tmp_path / "kept" / "at-s1" / "metrics.json").read_text())["rows"][0]["bleu"] == 99.0
+    assert not (tmp_path / "kept" / "at-s1" / "hyps" / "beam2.txt").exists()
+
+    # a link planted where a result belongs is refused by name, and never followed into the copy
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not a result\n")
+    os.symlink(secret, run / "hyps" / "planted.txt")
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 1
+    out = capsys.readouterr().out
+    assert "skipped " in out and "hyps/planted.txt: not a regular file inside the run folder" in out
+    assert not (tmp_path / "kept" / "at-s1" / "hyps" / "planted.txt").exists()
+    assert (tmp_path / "kept" / "at-s1" / "metrics.json").exists()  # the rest is still there
