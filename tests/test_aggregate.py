@@ -108,3 +108,33 @@ def test_the_noise_floor_over_seeds_is_their_union_not_their_mean():
     (row,) = aggregate_seeds(table).to_dict("records")
     assert (row["speed_noise_low"], row["speed_noise_high"]) == (0.98, 1.03)
     assert (row["throughput_noise_low"], row["throughput_noise_high"]) == (0.95, 1.06)
+
+
+def test_the_declared_baseline_is_the_reference_even_when_its_precision_twin_scores_higher(tmp_path):
+    """Review D8: with `baseline: at` in the grid, the summary and comparisons.csv took the best AT by
+    mean BLEU, which an fp32 twin (a precision control) may be by a hair: the best NAT was then judged
+    against the control, not against the baseline its paired tests and speed-ups use."""
+    from atnat.experiments.reporting.judging import _task_summary
+    from atnat.experiments.reporting.table import compare_systems
+    from tests import fixtures_results as fx
+
+    table = fx.results_frame().query("task == 'copy' and status == 'ok'")
+    table = table.assign(variant=table["cell"].str.removeprefix("copy-").str.removesuffix("-s1"))
+    twin = table[table.cell == "copy-at-s1"].assign(cell="copy-at-fp32-s1", family="copy-at-fp32", variant="at-fp32")
+    twin["bleu"] += 0.3
+    part = pd.concat([table, twin], ignore_index=True)
+    assert "the best AT system is `copy-at-fp32 / beam5` (38.35 BLEU)" in _task_summary("copy", part)  # undeclared
+    text = _task_summary("copy", part, baseline="at")
+    assert "the AT baseline (`baseline: at`) is `copy-at / beam5` (38.05 BLEU)" in text
+    assert _task_summary("copy", part, baseline="gone").count("the best AT system is `copy-at-fp32") == 1
+
+    runs = tmp_path / "runs"  # comparisons.csv, paired by seed on the hypotheses, against the same system
+    refs = [f"sentence number {i} of the test" for i in range(12)]
+    for cell in part["cell"].unique():
+        (runs / cell / "hyps").mkdir(parents=True)
+        (runs / cell / "references.txt").write_text("\n".join(refs) + "\n")
+        for strategy in part[part.cell == cell]["strategy"]:
+            (runs / cell / "hyps" / f"{strategy}.txt").write_text("\n".join(refs) + "\n")
+    against = set(compare_systems(part, runs, n=20, baseline="at")["against"])
+    assert against == {"copy-at / beam5"}
+    assert set(compare_systems(part, runs, n=20)["against"]) == {"copy-at-fp32 / beam5"}

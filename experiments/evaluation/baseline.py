@@ -67,3 +67,16 @@ def baseline_cells(df: pd.DataFrame, baseline: str | None = None) -> dict[tuple,
         chosen = ok[is_at_rows(ok) & ~ok["distilled"].astype(bool) & ~ok["guided_attention"].astype(bool)
                     & (ok["options"].fillna("") == "")]
     return {key: grp["cell"].iloc[0] for key, grp in chosen.groupby(["task", "seed"])}
+
+
+def reference_at_rows(df: pd.DataFrame, baseline: str | None = None) -> pd.Series:
+    """Per row: may the system be the AT reference that a task's comparisons and summary verdict are
+    against (the best of these by mean BLEU)? Our AT systems, not an engine twin; where the grid names
+    a `baseline` cell and the table has its rows, only that cell's strategies (a precision control
+    such as an fp32 twin must not become the reference by scoring a hair higher)."""
+    ours = is_at_rows(df) & ~is_engine_twin(df)
+    if baseline and "variant" in df:
+        declared = ours & (df["variant"].astype(str) == baseline)
+        if declared.any():
+            return declared
+    return ours

@@ -11,7 +11,7 @@ import re
 
 import pandas as pd
 
-from atnat.experiments.evaluation.baseline import is_at_rows, is_engine_twin
+from atnat.experiments.evaluation.baseline import is_at_rows, reference_at_rows
 from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, interval, robust_front, significant
 from atnat.experiments.reporting.ranking import MAIN, paired
 from atnat.experiments.reporting.results import GridResults, ok_rows
@@ -21,7 +21,7 @@ def summary(g: GridResults) -> str:
     """One paragraph per grid phrased from the numbers: per task, best AT and best NAT system, and
     how far their difference is resolved (see the module docstring)."""
     timing = _threads_of((g.environment or {}).get("timing", ""))
-    parts = [_task_summary(task, part, g.comparisons, g.equivalence_margin, timing, g.ranking)
+    parts = [_task_summary(task, part, g.comparisons, g.equivalence_margin, timing, g.ranking, g.baseline)
              for task, part in ok_rows(g.table).groupby("task", sort=False)]
     cells = g.table.drop_duplicates("cell")
     finished, total = int((cells["status"] == "ok").sum()), len(cells)
@@ -146,14 +146,20 @@ def _other_test_sets(comparisons: pd.DataFrame | None, task: str, nat: pd.Series
 
 
 def _task_summary(task: str, part: pd.DataFrame, comparisons: pd.DataFrame | None = None,
-                  margin: float = 1.0, timing: str = "", ranking: pd.DataFrame | None = None) -> str:
-    """Mixing first where a task measures it; best AT and best NAT system (mean BLEU), the verdict,
-    the NAT speed-ups, and the front of systems not clearly beaten in both BLEU and speed-up."""
+                  margin: float = 1.0, timing: str = "", ranking: pd.DataFrame | None = None,
+                  baseline: str | None = None) -> str:
+    """Mixing first where a task measures it; the AT reference (the best strategy of the grid's
+    `baseline` cell, else the best of our AT systems: the one comparisons.csv is against) and the best
+    NAT system (mean BLEU), the verdict, the NAT speed-ups, and the front of systems not clearly
+    beaten in both BLEU and speed-up."""
     agg = aggregate_seeds(part)
     mixing = _mixing(agg)
     at_rows = is_at_rows(agg)
-    at, nat = _best(agg[at_rows & ~is_engine_twin(agg)]), _best(agg[~at_rows])  # our AT, not its engine twin
-    rest = f"the best AT system is {_name(at)}" if at is not None else "there is no AT baseline"
+    reference = reference_at_rows(agg, baseline)  # our AT (never its engine twin), the declared baseline's
+    at, nat = _best(agg[reference]), _best(agg[~at_rows])
+    declared = baseline and "variant" in agg and (agg.loc[reference, "variant"].astype(str) == baseline).all()
+    what = f"the AT baseline (`baseline: {baseline}`)" if declared else "the best AT system"
+    rest = f"{what} is {_name(at)}" if at is not None else "there is no AT baseline"
     text = f"On `{task}`:{mixing} {_capital(rest) if mixing else rest}"
     if nat is None:
         return text + " and no NAT system."

@@ -40,7 +40,7 @@ class GridResults:
     goals: list = ()  # goals.json: the grid's goals (reporting/goals.py), checked in the report
     notes: str = ""  # notes.md: the authors' hand-written notes (why a goal was missed ...)
     extra_tests: pd.DataFrame | None = None  # extra_tests.csv: BLEU on further test splits (eval.extra_tests)
-    comparisons: pd.DataFrame | None = None  # comparisons.csv: BLEU differences to each task's best AT, with
+    comparisons: pd.DataFrame | None = None  # comparisons.csv: BLEU differences to each task's AT reference, with
     # intervals over sentences and seeds (reporting/table.py)
     ranking: pd.DataFrame | None = None  # ranking.csv: each system against the next one down, per test set,
     # and the pairs that flip between test sets (reporting/ranking.py)
@@ -49,6 +49,11 @@ class GridResults:
     def equivalence_margin(self) -> float:
         """±BLEU inside which a difference's whole interval makes two systems "equivalent" (grid key)."""
         return float((self.environment or {}).get("equivalence_margin", DEFAULT_MARGIN))
+
+    @property
+    def baseline(self) -> str | None:
+        """The grid's `baseline` cell (grid key), the AT reference of its comparisons; None: not declared."""
+        return (self.environment or {}).get("baseline") or None
 
 
 def _read_csv(path: Path, required: tuple[str, ...], numeric: tuple[str, ...]) -> pd.DataFrame | None:

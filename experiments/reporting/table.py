@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.evaluation.baseline import baseline_cells, is_at_rows, is_engine_twin
+from atnat.experiments.evaluation.baseline import baseline_cells, reference_at_rows
 from atnat.experiments.evaluation.exported import exported_rows
 from atnat.experiments.evaluation.metrics.quality import bleu_difference
 from atnat.experiments.reporting.ranking import MAIN, rank_systems, references_of
@@ -63,9 +63,11 @@ COMPARISON_COLUMNS = ("task", "test_set", "system", "against", "n_seeds", "bleu_
                       "method")
 
 
-def compare_systems(df: pd.DataFrame, runs: Path, *, n: int = 1000, test_sets: tuple[str, ...] = ()) -> pd.DataFrame:
-    """Per task, every system's BLEU minus that of the task's best AT system (by mean BLEU over seeds on
-    the main test set; not a CTranslate2 twin), paired by seed, with a 95% interval over test sentences
+def compare_systems(df: pd.DataFrame, runs: Path, *, n: int = 1000, test_sets: tuple[str, ...] = (),
+                    baseline: str | None = None) -> pd.DataFrame:
+    """Per task, every system's BLEU minus that of the task's AT reference (the best strategy, by mean
+    BLEU over seeds on the main test set, of the grid's `baseline` cell, else of all our AT systems;
+    never a CTranslate2 twin: evaluation/baseline.py reference_at_rows), paired by seed, with a 95% interval over test sentences
     and seeds (metrics.quality.bleu_difference): on the main test set (test_set `main`) and on each of
     `test_sets` (eval.extra_tests: hyps/<strategy>@<set>.txt against references@<set>.txt), so that
     "how far behind the AT" is answered on every test year. -> comparisons.csv's rows (COMPARISON_COLUMNS)."""
@@ -75,7 +77,7 @@ def compare_systems(df: pd.DataFrame, runs: Path, *, n: int = 1000, test_sets: t
     ok["system"] = ok["family"].fillna(ok["cell"]).astype(str) + " / " + ok["strategy"].astype(str)
     rows = []
     for task, part in ok.groupby("task", sort=False):
-        at = part[is_at_rows(part) & ~is_engine_twin(part)].dropna(subset=["bleu"])
+        at = part[reference_at_rows(part, baseline)].dropna(subset=["bleu"])
         if at.empty:
             continue
         best = at.groupby("system", sort=False)["bleu"].mean().idxmax()
@@ -203,7 +205,8 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
     df = add_timing(pd.DataFrame(rows), pd.read_csv(timing_path) if timing_path.exists() else None, runs)
     df = add_significance(df, runs, method=significance, n=n_bootstrap, baseline=baseline)
     extra = pd.DataFrame(extra, columns=EXTRA_COLUMNS)
-    write_csv(compare_systems(df, runs, n=n_bootstrap, test_sets=tuple(dict.fromkeys(extra["test_set"].astype(str)))),
+    write_csv(compare_systems(df, runs, n=n_bootstrap, test_sets=tuple(dict.fromkeys(extra["test_set"].astype(str))),
+                              baseline=baseline),
               out / "comparisons.csv")
     write_csv(extra, out / "extra_tests.csv")
     write_csv(rank_systems(df, extra, runs, margin=margin, n=n_bootstrap, goal_pairs=goal_pairs,

@@ -197,9 +197,11 @@ def write_restat(path, *, results_root: Path = Path("results"), smoke: bool = Fa
 
 
 def _judged_by(grid) -> dict:
-    """The grid settings the report judges with, kept in environment.json: the equivalence margin, and
-    the `compare:` pairs (so that a pair with no result is named, not silently absent)."""
-    return {"equivalence_margin": grid.equivalence_margin, "compare": [list(pair) for pair in grid.compare]}
+    """The grid settings the report judges with, kept in environment.json: the equivalence margin, the
+    `compare:` pairs (so that a pair with no result is named, not silently absent) and the `baseline`
+    cell (the AT reference of the summary's verdict, as of comparisons.csv)."""
+    return {"equivalence_margin": grid.equivalence_margin, "compare": [list(pair) for pair in grid.compare],
+            "baseline": grid.baseline}
 
 
 def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_by_job: str | None = None) -> None:
