@@ -2,7 +2,8 @@
 import the rooms above it in this list (lower rank), never those below or beside it
 (tests/test_layering.py checks every import):
 
-0. files.py, console.py  atomic writes and checksums; terminal output that ends quietly in a pipe
+0. files.py, console.py, provenance.py  atomic writes and checksums; terminal output that ends quietly
+                in a pipe; the code (git commit) a result was made by
 1. data/        tasks (synthetic and parallel text), tokenizers, token-budget batches
 2. config/      run and grid settings read and checked, a run's resolved settings, devices, precision
 2. modelfiles/  checkpoints (checksummed, tensors-only), exports, CTranslate2, int8, loading a model

@@ -174,16 +174,23 @@ def test_train_time_counts_every_attempt_of_a_resumed_run(tmp_path, monkeypatch)
         trainer.callbacks[:0] = [Slow(14, 0.3), Kill(17)]  # 4.2 s before the checkpoint of step 14
         return trainer
 
+    from atnat.experiments import provenance
+
     cfg = run_config_from_dict(RUN, "test")
     monkeypatch.setattr(train_module, "make_trainer", slow_then_killed)
+    monkeypatch.setattr(provenance, "code_version", lambda: {"git_commit": "aaaaaaa", "git_dirty": False})
     with pytest.raises(SystemError, match="killed"):
         train(cfg, tmp_path / "run")
     monkeypatch.setattr(train_module, "make_trainer", make)
+    monkeypatch.setattr(provenance, "code_version", lambda: {"git_commit": "bbbbbbb", "git_dirty": True})
     train(cfg, tmp_path / "run")
     info = json.loads((tmp_path / "run" / "train.json").read_text())
     assert info["global_step"] == 28
     assert info["train_time_s"] >= 4.2, info  # the first attempt's time up to its checkpoint is counted
     assert info["train_time_this_attempt_s"] < info["train_time_s"] - 3, info
+    # the code of each attempt: a run resumed across a code change names both commits
+    assert [(a["git_commit"], a["git_dirty"], a["resumed_from"]) for a in info["attempts"]] == \
+        [("aaaaaaa", False, None), ("bbbbbbb", True, "last.ckpt")]
 
 
 def test_an_older_resumed_runs_partial_train_time_is_not_reported_as_whole(tmp_path):

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import time
 from pathlib import Path
 
 import pytorch_lightning
 import sacrebleu
 import torch
+
+from atnat.experiments.provenance import code_version
 
 
 def cpu_info(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
@@ -36,18 +37,10 @@ def environment(grid, wall_time: float, command: str) -> dict:
     """What environment.json records of the machine, the versions, the code and the command
     (`grid`: the grid, or its file's path)."""
     grid_path = getattr(grid, "path", grid)
-    repo = Path(__file__).resolve().parents[2]  # the checkout atnat runs from
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=repo,
-                                timeout=5).stdout.strip()
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."],
-                                 capture_output=True, text=True, cwd=repo, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit, changed = "", ""
-    dirty = bool(changed) if commit else None  # tracked files edited since the commit: the code is not that commit
+    version = code_version()
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else \
         f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
     return {"command": command, "device": device, **cpu_info(), "python": platform.python_version(),
             "torch": torch.__version__, "lightning": pytorch_lightning.__version__, "sacrebleu": sacrebleu.__version__,
             "wall_time_s": round(wall_time, 1), "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - wall_time)),
-            "git_commit": commit, "git_dirty": dirty, "grid": str(grid_path)}
+            **version, "grid": str(grid_path)}

@@ -8,13 +8,14 @@ from pathlib import Path
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.files import write_json_atomic
+from atnat.experiments.provenance import stamp
 
 
 def write_record(run_dir: Path, status: str, rows: list[dict], error: str = "",
                  extra_tests: list[dict] | None = None) -> None:
     """The cell's record: written last, atomically (its presence marks the cell finished or failed);
     `extra_tests`: the scores on eval.extra_tests, one dict per (strategy, test set)."""
-    record = {"status": status, "rows": rows}
+    record = {"status": status, "rows": rows, "written_by": stamp()}  # the code that evaluated the cell
     if extra_tests:
         record["extra_tests"] = extra_tests
     if error:

@@ -242,6 +242,32 @@ def _reproduce(g: GridResults) -> Block:
     return Block("para", f"To reproduce: `{command}`{with_plugins}")
 
 
+def _code(g: GridResults) -> list[Block]:
+    """A note when the cells were trained or evaluated under more than one version of the code (a grid
+    resumed across commits) or under another than the one that wrote this report: which cells under
+    which commits (results.csv trained_with / evaluated_with)."""
+    ok = ok_rows(g.table)
+    if ok.empty or not {"trained_with", "evaluated_with"} <= set(ok):
+        return []
+    cells = ok.drop_duplicates("cell")[["cell", "trained_with", "evaluated_with"]].fillna("").astype(str)
+    cells = cells[(cells["trained_with"] != "") | (cells["evaluated_with"] != "")]
+    env = g.environment or {}
+    report_commit = str(env.get("git_commit") or "") + ("*" if env.get("git_commit") and env.get("git_dirty") else "")
+    used = {c for value in cells["trained_with"] for c in value.split("+") if c} | set(cells["evaluated_with"]) - {""}
+    if not used or used == {report_commit}:
+        return []
+    groups = cells.groupby(["trained_with", "evaluated_with"], sort=True)["cell"].apply(list)
+    parts = [f"trained under {t or 'unrecorded code'}, evaluated under {e or 'unrecorded code'}: "
+             + (", ".join(f"`{c}`" for c in names) if len(names) <= 4 else f"{len(names)} cells (`{names[0]}` ...)")
+             for (t, e), names in groups.items()]
+    tables = f"these tables were written under {report_commit}" if report_commit else "these tables' code is unrecorded"
+    lead = "The cells ran under more than one version of the code" if len(used) > 1 else \
+        f"The cells ran under {next(iter(used))}, {tables.replace('these', 'but these', 1)}"
+    return [Block("note", f"{lead}{f' ({tables})' if len(used) > 1 else ''}: {'; '.join(parts)}. `*`: tracked "
+                          "files were edited since that commit; each cell's commits are in results.csv "
+                          "(trained_with, evaluated_with).")]
+
+
 def _compute(g: GridResults) -> list[Block]:
     """The training compute the grid took: its cells' training wall times summed (train_time_s)."""
     cells = ok_rows(g.table).drop_duplicates("cell")
@@ -537,7 +563,7 @@ def build_document(g: GridResults) -> list[Block]:
     head = [Block("heading", f"Grid report: {g.name}", 1),
             *([Block("note", f"Interim report of a grid still running: {interim}. Cells not finished are listed "
                              "under the overview; the final `atnat run` replaces these numbers.")] if interim else []),
-            Block("para", summary(g)), _reproduce(g), *_compute(g), *headline]
+            Block("para", summary(g)), _reproduce(g), *_code(g), *_compute(g), *headline]
     return (head + _goals(g) + _overview(g) + _ranking_section(g) + _compare_section(g) + _other_tests(g)
             + _definitions(g) + other_figures + _samples(g) + _environment(g))
 

@@ -4,7 +4,8 @@ grid's run folders while the grid still runs.
 A grid that trains for days keeps everything in its results folder; a machine lost on the way
 takes the finished cells with it. Collecting after each cell finishes (e.g. into the repository,
 to be committed) keeps what they measured: metrics.json (every score and interval, every test
-split), config.json, train.json, distill.json, the hypotheses, the curves and the training log.
+split, and the code that evaluated it), config.json, train.json, attempts.json (the code of each
+training attempt), distill.json, the hypotheses, the curves and the training log.
 Left behind on purpose: checkpoints and distilled targets (large; the weights are the run's, not
 its results), the copies of the test references and the sample table (the data set's own text,
 which stays where the data set lives), locks and progress files. DEST/<cell>/ mirrors
@@ -27,7 +28,7 @@ from atnat.experiments.running.cell import cell_status
 from atnat.experiments.running.grid import load_grid_into
 
 # what a finished cell's results are, relative to its run folder
-KEPT = ("metrics.json", "config.json", "train.json", "distill.json", "hyps/*.txt", "curves/*.csv",
+KEPT = ("metrics.json", "config.json", "train.json", "attempts.json", "distill.json", "hyps/*.txt", "curves/*.csv",
         "logs/metrics.csv", "logs/hparams.yaml")
 MAX_BYTES = 64 * 1024 * 1024  # a results file larger than this is not a result (a misplaced checkpoint, say)
 

@@ -28,6 +28,7 @@ from atnat.experiments.config.run import RunConfig, load_task, named
 from atnat.experiments.config.settings import resolved, settings_change
 from atnat.experiments.data.batching import EncodedSplit, check_budget, encode_split, make_loader
 from atnat.experiments.files import write_json_atomic
+from atnat.experiments.provenance import stamp
 from atnat.experiments.training.logs import make_loggers
 from atnat.experiments.config.precision import resolve_precision
 from atnat.experiments.training.progress import ProgressReporter
@@ -169,6 +170,24 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
         use_distributed_sampler=False, log_every_n_steps=min(50, max(1, t.val_every_steps // 4)))
 
 
+def record_attempt(run_dir: Path, resume: Path | None) -> None:
+    """Append this training attempt to attempts.json: when it started, from which checkpoint, and the
+    code (git commit, edited or not): a run resumed across code changes names every commit it ran under."""
+    path = run_dir / "attempts.json"
+    history = attempts_of(run_dir)
+    history.append({**stamp(), "resumed_from": resume.name if resume is not None else None})
+    write_json_atomic(path, history)
+
+
+def attempts_of(run_dir: Path) -> list[dict]:
+    """attempts.json's entries ([] when absent or not a list: it only documents, nothing depends on it)."""
+    try:
+        history = json.loads((run_dir / "attempts.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [h for h in history if isinstance(h, dict)] if isinstance(history, list) else []
+
+
 class SettingsChanged(AtnatError):
     """A run would resume under other settings than the ones it was trained with."""
 
@@ -225,6 +244,7 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
             record_change(run_dir, change, checkpoint_step(resume))
     if not helper_rank():
         write_json_atomic(run_dir / "config.json", resolved(cfg))  # every setting, defaults included
+        record_attempt(run_dir, resume)
     module = build_module(cfg, data.task)
     t = cfg.train
     initialised = initialise(module, cfg) if t.init_from else None
@@ -250,7 +270,7 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
     info = {"world_size": trainer.world_size, "accelerator": type(trainer.accelerator).__name__,
             "precision": str(trainer.precision), "precision_asked": t.precision, "global_step": trainer.global_step,
             "evaluated_checkpoint": chosen.name, "train_time_s": timer.time_elapsed("train"),
-            "train_time_this_attempt_s": train_time}
+            "train_time_this_attempt_s": train_time, "attempts": attempts_of(run_dir)}
     if initialised:
         info["initialised_from"] = initialised
     write_json_atomic(run_dir / "train.json", info)

@@ -1,0 +1,77 @@
+"""Does training on this CPU reproduce? The deep grid's two runs side by side, cell by cell.
+
+Run 1 (`run1/finished-cells/`) and run 2 (`finished-cells/`) trained the same cells with the same
+seeds, settings and training code (STATUS.md), 1 thread per cell, and decoded them with the same
+code (no file under models/ or decoding/ differs between 3eb4ed6 and 2df9753; run 1's CMLM cells
+evaluated under 17f3ce4 stopped mask-predict early by default, so only strategies of the same
+label are compared). For each cell both runs finished,
+per strategy: test2016 BLEU in each run and their difference, the share of test sentences whose
+hypothesis is the same string in both, and over the validations both logged, the largest
+difference in validation BLEU and the first step where it differs. Written to reproducibility.csv
+beside this file and printed.
+
+    python3 results/multi30k-deep/reproduce.py
+"""
+import csv
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+COLUMNS = ("cell", "strategy", "steps_run1", "steps_run2", "bleu_run1", "bleu_run2", "bleu_diff",
+           "identical_hyps", "sentences", "val_points", "val_bleu_max_abs_diff", "val_first_diff_step")
+
+
+def scores(cell: Path) -> dict[str, float]:
+    data = json.loads((cell / "metrics.json").read_text())
+    return {row["strategy"]: float(row["bleu"]) for row in data.get("rows", [])}
+
+
+def validations(cell: Path) -> dict[int, float]:
+    with open(cell / "logs" / "metrics.csv", newline="") as f:
+        return {int(r["step"]): float(r["val/bleu"]) for r in csv.DictReader(f) if r.get("val/bleu")}
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").split("\n")[:-1] if path.is_file() else []
+
+
+def compare(one: Path, two: Path) -> list[dict]:
+    steps = [json.loads((c / "train.json").read_text()).get("global_step") for c in (one, two)]
+    a, b = validations(one), validations(two)
+    common = sorted(set(a) & set(b))
+    diffs = [abs(a[s] - b[s]) for s in common]
+    first = next((s for s in common if a[s] != b[s]), "")
+    rows = []
+    s1, s2 = scores(one), scores(two)
+    for strategy in [s for s in s1 if s in s2]:
+        h1, h2 = lines(one / "hyps" / f"{strategy}.txt"), lines(two / "hyps" / f"{strategy}.txt")
+        same = sum(x == y for x, y in zip(h1, h2)) if len(h1) == len(h2) else ""
+        rows.append({"cell": one.name, "strategy": strategy, "steps_run1": steps[0], "steps_run2": steps[1],
+                     "bleu_run1": round(s1[strategy], 2), "bleu_run2": round(s2[strategy], 2),
+                     "bleu_diff": round(s2[strategy] - s1[strategy], 2), "identical_hyps": same,
+                     "sentences": len(h1), "val_points": len(common),
+                     "val_bleu_max_abs_diff": round(max(diffs), 4) if diffs else "", "val_first_diff_step": first})
+    return rows
+
+
+def main() -> int:
+    run1, run2 = HERE / "run1" / "finished-cells", HERE / "finished-cells"
+    both = sorted(c.name for c in run2.iterdir() if (run1 / c.name).is_dir()) if run2.is_dir() else []
+    if not both:
+        print(f"no cell finished in both {run1} and {run2}", file=sys.stderr)
+        return 1
+    rows = [r for name in both for r in compare(run1 / name, run2 / name)]
+    with open(HERE / "reproducibility.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    for r in rows:
+        print(f"{r['cell']:24} {r['strategy']:28} {r['bleu_run1']:6.2f} {r['bleu_run2']:6.2f} {r['bleu_diff']:+.2f}  "
+              f"same hyps {r['identical_hyps']}/{r['sentences']}  val max|d| {r['val_bleu_max_abs_diff']} "
+              f"(first at step {r['val_first_diff_step'] or '-'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
