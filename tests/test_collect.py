@@ -8,16 +8,11 @@ import yaml
 
 from atnat.experiments.cli.commands import main
 
-from tests.test_export import parallel_files
-from tests.test_extra_tests import grid
+from tests.test_extra_tests import tiny_grid_dir
 
 
 def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    data = tmp_path / "data"
-    data.mkdir()
-    parallel_files(data)
-    spec = grid(data, [])
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
     spec["cells"]["nat"] = {"decoder": "nat", "eval": {"strategies": ["parallel"]}}
     (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 2  # nothing has run

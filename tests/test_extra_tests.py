@@ -24,6 +24,15 @@ def grid(root, extra):
         "speed": {"latency_sentences": 2, "throughput_sentences": 4, "repeats": 1, "warmup": 0, "engine": "eager"}}
 
 
+def tiny_grid_dir(tmp_path, monkeypatch, extra=()) -> tuple:
+    """tmp_path made the working folder, with parallel text in data/: (data folder, `grid`'s spec)."""
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    parallel_files(data)
+    return data, grid(data, list(extra))
+
+
 def test_a_second_test_split_is_scored_tabulated_and_ranked(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "data"

@@ -7,16 +7,11 @@ import yaml
 
 from atnat.experiments.cli.commands import main
 
-from tests.test_export import parallel_files
-from tests.test_extra_tests import grid
+from tests.test_extra_tests import tiny_grid_dir
 
 
 def test_an_interim_report_tabulates_the_finished_cells_only(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    data = tmp_path / "data"
-    data.mkdir()
-    parallel_files(data)
-    spec = grid(data, [])
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
     spec["cells"]["nat"] = {"decoder": "nat", "eval": {"strategies": ["parallel"]}}
     spec["compare"] = [["nat / parallel", "at / greedy"]]
     (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))

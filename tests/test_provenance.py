@@ -12,16 +12,12 @@ from atnat.experiments.provenance import code_version
 from atnat.experiments.reporting.report import _code
 
 from tests import fixtures_results as fx
-from tests.test_export import parallel_files
-from tests.test_extra_tests import grid
+from tests.test_extra_tests import tiny_grid_dir
 
 
 def test_a_cell_records_the_code_that_trained_and_evaluated_it(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    data = tmp_path / "data"
-    data.mkdir()
-    parallel_files(data)
-    (tmp_path / "g.yaml").write_text(yaml.safe_dump(grid(data, [])))
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
     assert main(["run", "g.yaml", "--results", "res", "--only", "at-s1"]) == 0
     run = tmp_path / "res" / "two-tests" / "runs" / "at-s1"
     version = code_version()

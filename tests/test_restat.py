@@ -8,16 +8,11 @@ import yaml
 
 from atnat.experiments.cli.commands import main
 
-from tests.test_export import parallel_files
-from tests.test_extra_tests import grid
+from tests.test_extra_tests import tiny_grid_dir
 
 
 def test_restat_recomputes_the_tables_and_keeps_the_runs_record(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    data = tmp_path / "data"
-    data.mkdir()
-    parallel_files(data)
-    spec = grid(data, [])
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
     spec["seeds"] = [1, 2]
     (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
     assert main(["report", "--restat", str(tmp_path / "g.yaml"), "--results", "res"]) == 2  # nothing ran yet
