@@ -138,3 +138,21 @@ def test_the_declared_baseline_is_the_reference_even_when_its_precision_twin_sco
     against = set(compare_systems(part, runs, n=20, baseline="at")["against"])
     assert against == {"copy-at / beam5"}
     assert set(compare_systems(part, runs, n=20)["against"]) == {"copy-at-fp32 / beam5"}
+
+
+def test_a_noisy_speed_ratio_over_seeds_has_an_interval_above_zero():
+    """A smoke run of the deep grid printed `2.25× [-0.22, 4.73]`: the t interval of three noisy
+    per-seed ratios, taken on the linear scale, reached below 0x. A ratio's noise is multiplicative:
+    the interval is taken on the log scale, so it stays above 0 and is symmetric around the mean there."""
+    import math
+
+    from atnat.experiments.reporting.aggregate import interval
+
+    table = pd.DataFrame(rows("nat", [30.0, 31.0, 32.0], [1.0, 2.0, 3.75]))
+    (row,) = aggregate_seeds(table).to_dict("records")
+    low, high = interval(pd.Series(row), "speedup_vs_at")
+    assert row["speedup_vs_at"] == pytest.approx(2.25)
+    assert 0 < low < 1.0 < 2.25 < high
+    assert math.log(row["speedup_vs_at"]) - math.log(low) == pytest.approx(math.log(high) - math.log(row["speedup_vs_at"]))
+    bleu_low, bleu_high = interval(pd.Series(row), "bleu")  # BLEU stays on its own scale: symmetric
+    assert row["bleu"] - bleu_low == pytest.approx(bleu_high - row["bleu"])

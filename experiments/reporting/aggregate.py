@@ -7,6 +7,8 @@ significance test must agree as well (Holm-corrected p < 0.05 in every seed).
 """
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from atnat.experiments.evaluation.metrics.quality import relevel, t_interval
@@ -101,8 +103,9 @@ def interval(row: pd.Series, col: str, level: float = 0.95) -> tuple[float, floa
     recorded 95% interval (test sentences resampled; another level scales its sides by the normal
     quantiles, metrics.quality.relevel); with k >= 2 seeds, Student's t on the seeds' sd with the
     test-sentence variance added, taken from the seeds' mean interval width (metrics.quality.t_interval;
-    as if the seeds' sentence noise were fully shared, the wide side); a speed ratio's is widened to at
-    least the A/A noise floor. A seed range alone is no interval: 2-3 seeds' [min, max] covers the mean
+    as if the seeds' sentence noise were fully shared, the wide side); a speed ratio's is taken on the
+    log scale (its sd and width over its mean: a ratio's noise is multiplicative, and a symmetric
+    interval of a noisy ratio reached below 0x) and widened to at least the A/A noise floor. A seed range alone is no interval: 2-3 seeds' [min, max] covers the mean
     far less often than 95%."""
     k = int(row.get("n_seeds", 1) or 1)
     if k < 2:
@@ -115,7 +118,11 @@ def interval(row: pd.Series, col: str, level: float = 0.95) -> tuple[float, floa
     sd = row.get(f"{col}_sd")
     if pd.isna(row[col]) or pd.isna(sd):
         return float("nan"), float("nan")
-    low, high, _ = t_interval(float(row[col]), float(sd), k, (width / (2 * 1.959964)) ** 2, level)
+    mean = float(row[col])
+    if col in SPEED_RATIOS and mean > 0:  # a ratio: on the log scale (delta method), so never below 0
+        low, high, _ = t_interval(0.0, float(sd) / mean, k, (width / mean / (2 * 1.959964)) ** 2, level)
+        return _noise_floor(row, col, mean * math.exp(low), mean * math.exp(high))
+    low, high, _ = t_interval(mean, float(sd), k, (width / (2 * 1.959964)) ** 2, level)
     return _noise_floor(row, col, low, high)
 
 
