@@ -257,3 +257,26 @@ def test_the_report_names_every_kind_of_flip_and_the_one_seed_caveat_of_its_verd
     assert caveat in _ranking_section(g)[1].text and caveat in _compare_section(g)[1].text
     several = SimpleNamespace(ranking=ranking.assign(n_seeds=3), equivalence_margin=1.0)
     assert caveat not in _ranking_section(several)[1].text and caveat not in _compare_section(several)[1].text
+
+
+def test_a_resolved_difference_smaller_than_the_margin_is_shown_as_small():
+    """A smoke run's report read `+0.00 [+0.00, +0.00] | ahead`: beyond noise (the interval excludes
+    0), yet the whole interval lies inside the ±1 equivalence margin; shown bare, a trivially small
+    difference reads as a gap. The report now says both, in the Ranking, the Comparisons and the summary."""
+    import pandas as pd
+
+    from atnat.experiments.reporting.judging import _verdict
+    from atnat.experiments.reporting.ranking import shown, verdict
+
+    assert verdict(0.001, 0.004, 1.0) == "ahead"  # ranking.csv keeps its vocabulary
+    assert shown("ahead", 0.001, 0.004, 1.0) == "ahead, by less than ±1"
+    assert shown("ahead", 0.001, 0.004, 1.0, symbol=True) == "> ≈"
+    assert shown("behind", -2.5, -0.4, 1.0) == "behind" and shown("behind", -2.5, -0.4, 1.0, symbol=True) == "<"
+    assert shown("equivalent", -0.2, 0.3, 1.0, symbol=True) == "≈"
+    nat = pd.Series({"family": "x-ctc", "strategy": "ctc", "n_seeds": 3, "bleu": 37.3, "p_baseline": ""})
+    at = pd.Series({"family": "x-at", "strategy": "beam5", "n_seeds": 3, "bleu": 37.0})
+    small = pd.Series({"bleu_diff": 0.3, "diff_ci_low": 0.1, "diff_ci_high": 0.5, "n_seeds": 3})
+    assert _verdict(nat, at, small, 1.0).startswith("0.30 BLEU ahead of it, less than the ±1 equivalence margin: ")
+    large = small.copy()
+    large[["bleu_diff", "diff_ci_low", "diff_ci_high"]] = 1.6, 1.2, 2.0
+    assert _verdict(nat, at, large, 1.0).startswith("1.60 BLEU ahead of it: ")

@@ -71,7 +71,8 @@ def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin
         test = ""
         if tested:
             test = ", and the paired test agrees (Holm p < 0.05" + (" in every seed)" if several else ")")
-        return f"{abs(d):.2f} BLEU {'behind' if d < 0 else 'ahead of'} it: {interval}{test}"
+        small = f", less than the ±{margin:g} equivalence margin" if -margin <= low and high <= margin else ""
+        return f"{abs(d):.2f} BLEU {'behind' if d < 0 else 'ahead of'} it{small}: {interval}{test}"
     if -margin <= low and high <= margin:
         return f"equivalent to it within ±{margin:g} BLEU: {interval}"
     untested = pd.isna(nat.get("bleu_p_holm_max", nat.get("bleu_p_holm")))

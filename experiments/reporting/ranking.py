@@ -35,12 +35,27 @@ RANKING_OPTIONAL = ("diff_seed_se", "diff_sentence_se")
 SYMBOL = {"ahead": ">", "behind": "<", "equivalent": "≈", "not resolved": "?"}
 
 
+def within_margin(low: float, high: float, margin: float) -> bool:
+    """The whole interval lies inside ±margin: any difference there is smaller than the margin."""
+    return -margin <= low and high <= margin
+
+
+def shown(verdict_: str, low: float, high: float, margin: float, symbol: bool = False) -> str:
+    """A verdict as the report shows it: `ahead` / `behind` whose whole interval also lies inside
+    ±margin is a difference beyond noise but smaller than the margin, and says so (`> ≈`, or `ahead,
+    by less than ±1`), so that a trivially small but resolved difference does not read as a real gap."""
+    small = verdict_ in ("ahead", "behind") and within_margin(low, high, margin)
+    if symbol:
+        return SYMBOL.get(verdict_, "?") + (" ≈" if small else "")
+    return f"{verdict_}, by less than ±{margin:g}" if small else verdict_
+
+
 def verdict(low: float, high: float, margin: float) -> str:
     """`ahead` / `behind` when the interval excludes 0, `equivalent` when it lies within ±margin, else
     `not resolved`."""
     if low > 0 or high < 0:
         return "ahead" if low > 0 else "behind"
-    if -margin <= low and high <= margin:
+    if within_margin(low, high, margin):
         return "equivalent"
     return "not resolved"
 

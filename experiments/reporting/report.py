@@ -408,7 +408,8 @@ def _ranking_section(g: GridResults) -> list[Block]:
         "Systems by mean BLEU over seeds, each minus the next one down: the mean over seeds of the paired "
         f"difference with its 95% interval ({INTERVAL}). `>` / `<` the interval excludes 0 (`<`: the paired "
         "difference puts it below the next one, on the seeds both have); `≈` it lies within the equivalence margin "
-        f"±{g.equivalence_margin:g} BLEU; `?` neither: the order of that pair is not resolved by these runs. "
+        f"±{g.equivalence_margin:g} BLEU (`> ≈` / `< ≈`: beyond noise, but the whole interval inside the margin: "
+        "a difference smaller than it); `?` neither: the order of that pair is not resolved by these runs. "
         "BLEU: the mean over all of a system's seeds, which sets the order; a difference pairs only the seeds "
         "both systems have. Each verdict is its own 95% interval, with no correction for the many pairs of a "
         "chain: over a dozen pairs, one may cross 0 by chance."
@@ -422,7 +423,7 @@ def _ranking_section(g: GridResults) -> list[Block]:
                 table.append((r.system, mean.get(r.system, r.system_bleu), DASH, DASH, ""))
             table[-1] = (r.system, mean.get(r.system, r.system_bleu), str(int(r.n_seeds)),
                          f"{r.bleu_diff:+.2f} [{r.diff_ci_low:+.2f}, {r.diff_ci_high:+.2f}]",
-                         ranking.SYMBOL.get(r.verdict, "?"))
+                         ranking.shown(r.verdict, r.diff_ci_low, r.diff_ci_high, g.equivalence_margin, symbol=True))
             table.append((r.against, mean.get(r.against, r.against_bleu), DASH, DASH, ""))
         frame = pd.DataFrame([(str(i), s, f"{b:.2f}", n, d, v) for i, (s, b, n, d, v) in enumerate(table, 1)],
                              columns=["Rank", "System", "BLEU", "Seeds paired", "Minus next down", "Verdict"])
@@ -472,12 +473,13 @@ def _compare_section(g: GridResults) -> list[Block]:
         "Test set": asked["split_name"].astype(str), "Seeds paired": asked["n_seeds"].map(lambda n: str(int(n))),
         "Difference": [f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]" for d, lo, hi in
                        zip(asked["bleu_diff"], asked["diff_ci_low"], asked["diff_ci_high"])],
-        "Verdict": asked["verdict"]})
+        "Verdict": [ranking.shown(v, lo, hi, g.equivalence_margin)
+                    for v, lo, hi in zip(asked["verdict"], asked["diff_ci_low"], asked["diff_ci_high"])]})
     return [Block("heading", "Comparisons the grid asks for", 2), Block("para", (
         "Each pair of the grid file's `compare:`: BLEU of the system minus the other's, the mean over seeds of "
         f"the paired difference with its 95% interval ({INTERVAL}), "
-        "on every test set. ahead / behind: the interval excludes 0; equivalent: it lies within "
-        f"±{g.equivalence_margin:g} BLEU; not resolved: neither." + _one_seed_caveat(asked, "ahead / behind")
+        "on every test set. ahead / behind: the interval excludes 0 (\"by less than\" the margin when it also lies "
+        f"inside it); equivalent: it lies within ±{g.equivalence_margin:g} BLEU; not resolved: neither." + _one_seed_caveat(asked, "ahead / behind")
         + (" " + _not_compared(wanted, done) if _not_compared(wanted, done) else ""))),
         Block("table", frame=frame)]
 
