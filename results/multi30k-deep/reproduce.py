@@ -2,9 +2,11 @@
 
 Run 1 (`run1/finished-cells/`) and run 2 (`finished-cells/`) trained the same cells with the same
 seeds, settings and training code (STATUS.md), 1 thread per cell, and decoded them with the same
-code (no file under models/ or decoding/ differs between 3eb4ed6 and 2df9753; run 1's CMLM cells
-evaluated under 17f3ce4 stopped mask-predict early by default, so only strategies of the same
-label are compared). For each cell both runs finished,
+code (no file under models/ or decoding/ differs between 3eb4ed6 and 2df9753). Two things changed
+names in between, and RUN1_LABELS maps run 1's labels to run 2's: a label now shows every option set
+away from its default (run 1's `beam5` is the same search as run 2's `beam5-alpha=0.6`), and run 1's
+distilled CMLMs, evaluated under 17f3ce4, stopped mask-predict early by default (run 1's
+`mask-predict-4-lb3` is run 2's `mask-predict-4-lb3-early_stop=true`; run1/interim/notes.md). For each cell both runs finished,
 per strategy: test2016 BLEU in each run and their difference, the share of test sentences whose
 hypothesis is the same string in both, and over the validations both logged, the largest
 difference in validation BLEU and the first step where it differs. Written to reproducibility.csv
@@ -18,13 +20,26 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+RUN1_LABELS = {  # (cell prefix, run 1's label) -> run 2's label for the same decoding
+    ("en-de-at", "beam5"): "beam5-alpha=0.6", ("en-fr-at", "beam5"): "beam5-alpha=0.6",
+    **{(cell, f"mask-predict-{t}-lb3"): f"mask-predict-{t}-lb3-early_stop=true"
+       for cell in ("en-de-cmlm-kd", "en-fr-cmlm-kd") for t in (4, 10)},
+}
 COLUMNS = ("cell", "strategy", "steps_run1", "steps_run2", "bleu_run1", "bleu_run2", "bleu_diff",
            "identical_hyps", "sentences", "val_points", "val_bleu_max_abs_diff", "val_first_diff_step")
 
 
-def scores(cell: Path) -> dict[str, float]:
+def scores(cell: Path, run1: bool = False) -> dict[str, float]:
+    """strategy label (run 2's names) -> test2016 BLEU."""
     data = json.loads((cell / "metrics.json").read_text())
-    return {row["strategy"]: float(row["bleu"]) for row in data.get("rows", [])}
+    family = cell.name.rsplit("-s", 1)[0]
+    rename = (lambda label: RUN1_LABELS.get((family, label), label)) if run1 else (lambda label: label)
+    return {rename(row["strategy"]): float(row["bleu"]) for row in data.get("rows", [])}
+
+
+def run1_label(cell: Path, label: str) -> str:
+    family = cell.name.rsplit("-s", 1)[0]
+    return next((old for (f, old), new in RUN1_LABELS.items() if f == family and new == label), label)
 
 
 def validations(cell: Path) -> dict[int, float]:
@@ -43,9 +58,9 @@ def compare(one: Path, two: Path) -> list[dict]:
     diffs = [abs(a[s] - b[s]) for s in common]
     first = next((s for s in common if a[s] != b[s]), "")
     rows = []
-    s1, s2 = scores(one), scores(two)
+    s1, s2 = scores(one, run1=True), scores(two)
     for strategy in [s for s in s1 if s in s2]:
-        h1, h2 = lines(one / "hyps" / f"{strategy}.txt"), lines(two / "hyps" / f"{strategy}.txt")
+        h1, h2 = lines(one / "hyps" / f"{run1_label(one, strategy)}.txt"), lines(two / "hyps" / f"{strategy}.txt")
         same = sum(x == y for x, y in zip(h1, h2)) if len(h1) == len(h2) else ""
         rows.append({"cell": one.name, "strategy": strategy, "steps_run1": steps[0], "steps_run2": steps[1],
                      "bleu_run1": round(s1[strategy], 2), "bleu_run2": round(s2[strategy], 2),
