@@ -1,12 +1,15 @@
 """atnat collect: a grid that runs for days loses its finished cells with the machine unless their
 results are copied out as they finish (issue 25's first run lost 16 cells' checkpoints that way).
-Only results are copied: no checkpoint, no data, nothing a planted link points at."""
+Only results are copied: no checkpoint, no data, nothing a planted link points at; the record of
+the code that made them travels with them (train.json attempts, metrics.json written_by)."""
 import json
 import os
 
+import pandas as pd
 import yaml
 
 from atnat.experiments.cli.commands import main
+from atnat.experiments.provenance import code_version
 
 from tests.test_extra_tests import tiny_grid_dir
 
@@ -20,6 +23,17 @@ def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, m
     assert main(["run", "g.yaml", "--results", "res", "--only", "at-s1"]) == 0
     capsys.readouterr()
 
+    # what the cell records of the code that made it (experiments/provenance.py), and results.csv with it
+    version = code_version()
+    commit = version["git_commit"] + ("*" if version["git_dirty"] else "")
+    run = tmp_path / "res" / "two-tests" / "runs" / "at-s1"
+    (attempt,) = json.loads((run / "train.json").read_text())["attempts"]
+    assert attempt["git_commit"] == version["git_commit"] and attempt["resumed_from"] is None
+    assert json.loads((run / "metrics.json").read_text())["written_by"]["git_commit"] == version["git_commit"]
+    table = pd.read_csv(tmp_path / "res" / "two-tests" / "results.csv", keep_default_na=False).query("status == 'ok'")
+    assert set(table["trained_with"]) == {commit} and set(table["evaluated_with"]) == {commit}
+    assert "The cells ran under" not in (tmp_path / "res" / "two-tests" / "report.md").read_text()  # one version
+
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
     out = capsys.readouterr().out
     assert "collected into kept: at-s1 (" in out and "not finished (not collected): nat-s1" in out
@@ -27,7 +41,6 @@ def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, m
     assert "at-s1/metrics.json" in copied and "at-s1/hyps/greedy.txt" in copied and "at-s1/logs/metrics.csv" in copied
     assert not [f for f in copied if "ckpt" in f or "references" in f or "samples" in f or f.endswith(".lock")]
     assert not (tmp_path / "kept" / "nat-s1").exists()
-    run = tmp_path / "res" / "two-tests" / "runs" / "at-s1"
     assert (tmp_path / "kept" / "at-s1" / "metrics.json").read_bytes() == (run / "metrics.json").read_bytes()
     assert list(run.glob("checkpoints/*.ckpt"))  # the checkpoints were there, and were left behind
 
