@@ -29,3 +29,11 @@ def code_version() -> dict:
 def stamp() -> dict:
     """code_version() with the time now (UTC, seconds): one line of a cell's provenance."""
     return {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **code_version()}
+
+
+def label(record) -> str:
+    """'3eb4ed6', '3eb4ed6*' (tracked files edited since that commit) from a stamp or anything with
+    git_commit / git_dirty (environment.json); '' when not recorded."""
+    if not isinstance(record, dict) or not record.get("git_commit"):
+        return ""
+    return str(record["git_commit"]) + ("*" if record.get("git_dirty") else "")

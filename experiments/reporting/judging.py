@@ -13,7 +13,7 @@ import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_at_rows, reference_at_rows
 from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, interval, robust_front, significant
-from atnat.experiments.reporting.ranking import MAIN, paired
+from atnat.experiments.reporting.ranking import MAIN, paired, within_margin
 from atnat.experiments.reporting.results import GridResults, ok_rows
 
 
@@ -71,9 +71,9 @@ def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin
         test = ""
         if tested:
             test = ", and the paired test agrees (Holm p < 0.05" + (" in every seed)" if several else ")")
-        small = f", less than the ±{margin:g} equivalence margin" if -margin <= low and high <= margin else ""
+        small = f", less than the ±{margin:g} equivalence margin" if within_margin(low, high, margin) else ""
         return f"{abs(d):.2f} BLEU {'behind' if d < 0 else 'ahead of'} it{small}: {interval}{test}"
-    if -margin <= low and high <= margin:
+    if within_margin(low, high, margin):
         return f"equivalent to it within ±{margin:g} BLEU: {interval}"
     untested = pd.isna(nat.get("bleu_p_holm_max", nat.get("bleu_p_holm")))
     why = ("the paired test is missing for a seed" if untested else "the paired test does not agree in every seed") \

@@ -17,6 +17,7 @@ from atnat.experiments.evaluation.columns import better, by_name
 from atnat.experiments.evaluation.schema import MISSING, Column
 from atnat.experiments.evaluation.metrics.row import METRICS
 from atnat.experiments.files import write_text_atomic
+from atnat.experiments.provenance import label
 from atnat.experiments.reporting import figures, ranking
 from atnat.experiments.reporting.aggregate import INTERVALS, LATENCY_FLOOR, THROUGHPUT_FLOOR, aggregate_seeds
 from atnat.experiments.reporting.blocks import Block
@@ -251,8 +252,7 @@ def _code(g: GridResults) -> list[Block]:
         return []
     cells = ok.drop_duplicates("cell")[["cell", "trained_with", "evaluated_with"]].fillna("").astype(str)
     cells = cells[(cells["trained_with"] != "") | (cells["evaluated_with"] != "")]
-    env = g.environment or {}
-    report_commit = str(env.get("git_commit") or "") + ("*" if env.get("git_commit") and env.get("git_dirty") else "")
+    report_commit = label(g.environment)
     used = {c for value in cells["trained_with"] for c in value.split("+") if c} | set(cells["evaluated_with"]) - {""}
     if not used or used == {report_commit}:
         return []

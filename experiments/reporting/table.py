@@ -9,6 +9,7 @@ import pandas as pd
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.evaluation.baseline import baseline_cells, reference_at_rows
+from atnat.experiments.provenance import label
 from atnat.experiments.evaluation.exported import exported_rows
 from atnat.experiments.evaluation.metrics.quality import bleu_difference
 from atnat.experiments.reporting.ranking import MAIN, rank_systems, references_of
@@ -130,13 +131,6 @@ def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None, runs: Path | None 
     return pd.concat([merged, extra[extra.cell.isin(info.index)]], ignore_index=True)
 
 
-def _commit(stamp) -> str:
-    """'3eb4ed6', '3eb4ed6*' (edited since that commit) from a provenance stamp; '' when not recorded."""
-    if not isinstance(stamp, dict) or not stamp.get("git_commit"):
-        return ""
-    return str(stamp["git_commit"]) + ("*" if stamp.get("git_dirty") else "")
-
-
 def _read_json(path: Path) -> dict | None:
     """A run's JSON record (train.json), or None when absent or unreadable (it only refines a column)."""
     try:
@@ -190,9 +184,8 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
         if trained is not None:  # the whole training time, or NaN where only part of it was recorded
             meta["rows"] = [r | {"train_time_s": whole_train_time(run_dir, trained, r.get("train_time_s", float("nan")))}
                             for r in meta["rows"]]
-        code = {"trained_with": "+".join(dict.fromkeys(_commit(a) for a in (trained or {}).get("attempts") or []
-                                                       if isinstance(a, dict) and _commit(a))),
-                "evaluated_with": _commit(meta.get("written_by"))}
+        code = {"trained_with": "+".join(dict.fromkeys(c for a in (trained or {}).get("attempts") or [] if (c := label(a)))),
+                "evaluated_with": label(meta.get("written_by"))}
         meta["rows"] = [r | code for r in meta["rows"]]
         rows += [info | r | {"status": "ok", "error": ""} for r in meta["rows"]]
         extra += [{k: info.get(k) for k in ("cell", "family", "task", "decoder", "seed")} | e
