@@ -4,6 +4,7 @@ Only results are copied: no checkpoint, no data, nothing a planted link points a
 the code that made them travels with them (train.json attempts, metrics.json written_by)."""
 import json
 import os
+import shutil
 
 import pandas as pd
 import yaml
@@ -43,6 +44,23 @@ def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, m
     assert not (tmp_path / "kept" / "nat-s1").exists()
     assert (tmp_path / "kept" / "at-s1" / "metrics.json").read_bytes() == (run / "metrics.json").read_bytes()
     assert list(run.glob("checkpoints/*.ckpt"))  # the checkpoints were there, and were left behind
+
+    # the machine is lost: the interim report is made from the collected copies alone, the same as from
+    # the run folders (the references, left with the data set, are read from it again)
+    interim = tmp_path / "res" / "two-tests" / "interim"
+    assert main(["report", "--interim", "g.yaml", "--results", "res"]) == 0
+    direct = {f: pd.read_csv(interim / f) for f in ("results.csv", "extra_tests.csv", "comparisons.csv")}
+    (tmp_path / "res").rename(tmp_path / "res-lost")
+    assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 0
+    for name, table in direct.items():
+        pd.testing.assert_frame_equal(pd.read_csv(interim / name), table, check_dtype=False)
+    assert direct["results.csv"]["bleu_p_vs_at"].notna().any() and direct["comparisons.csv"]["diff_ci_low"].notna().all()
+    assert "read from the cells collected in kept" in (interim / "report.md").read_text()
+    assert not (tmp_path / "res" / "two-tests" / "runs").exists()  # staged elsewhere, gone after
+    assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "nowhere"]) == 2
+    assert "--collected nowhere: no such folder" in capsys.readouterr().err
+    shutil.rmtree(tmp_path / "res")
+    (tmp_path / "res-lost").rename(tmp_path / "res")
 
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0  # again: nothing to do
     assert "already current: 1 cell" in capsys.readouterr().out

@@ -269,6 +269,8 @@ def cmd_collect(args) -> int:
 def cmd_report(args) -> None:
     if args.interim and args.restat:
         raise AtnatError("atnat report: --interim and --restat exclude each other")
+    if args.collected and not args.interim:
+        raise AtnatError("atnat report: --collected goes with --interim GRID")
     if args.restat:
         from atnat.experiments.running.scheduler import write_restat  # lazy: start-up
 
@@ -278,7 +280,8 @@ def cmd_report(args) -> None:
     if args.interim:
         from atnat.experiments.running.scheduler import write_interim  # lazy: start-up
 
-        folder = write_interim(args.results_dir, results_root=Path(args.results), smoke=args.smoke)
+        folder = write_interim(args.results_dir, results_root=Path(args.results), smoke=args.smoke,
+                               collected=Path(args.collected) if args.collected else None)
         print(f"wrote the interim report {folder / 'report.md'} and report.html")
         return
     from atnat.experiments.reporting.report import write_report  # lazy: start-up
@@ -436,6 +439,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--interim", action="store_true",
                    help="tabulate the finished cells of the grid GRID (results under --results) into "
                         "<results>/<grid>/interim/ with their report: no timing phase, the runner's folder untouched")
+    p.add_argument("--collected", metavar="DEST",
+                   help="with --interim: report the cells collected in DEST (`atnat collect --to DEST`) instead of "
+                        "the run folders, e.g. after the machine that trained them is gone; the test references "
+                        "are read from the data set again")
     p.add_argument("--restat", action="store_true",
                    help="recompute the tables of the grid GRID's results folder (results.csv, comparisons.csv, "
                         "ranking.csv) from its run folders with this version's statistics, then its report; "

@@ -15,15 +15,22 @@ Only regular files under an allow-list of names are copied: a symlink or any oth
 a run folder is skipped and named, so that collecting into a repository never pulls in a file from
 elsewhere on the machine. A cell whose files changed since the last collect (evaluated again) is
 updated, files it no longer has are removed from its copy; cells not finished are not touched.
+
+The copies are enough for a report after the machine that trained them is gone: `stage_collected`
+lays them out as run folders again, with the test references read from the data set where it lives
+(`atnat report --interim GRID --collected DEST`).
 """
 from __future__ import annotations
 
 import fnmatch
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.files import atomic_write_bytes
+from atnat.experiments.config.run import extra_test_split, load_task
+from atnat.experiments.evaluation.evaluate import write_references
+from atnat.experiments.files import atomic_write_bytes, write_text_atomic
 from atnat.experiments.running.cell import cell_status
 from atnat.experiments.running.grid import load_grid_into
 
@@ -116,3 +123,36 @@ def summary(done: Collected, dest: Path) -> str:
         lines.append("no cell has finished yet: nothing collected")
     lines.extend(f"skipped {line}" for line in done.skipped)
     return "\n".join(lines)
+
+
+def stage_collected(grid, source: Path, runs: Path) -> list[str]:
+    """Lay the cells collected in `source` (DEST of `collect`) out as the run folders of `grid` under
+    `runs`, for the report: the collected files (the same allow-list, read as untrusted: links and
+    oversized files refused) and the references that collect leaves with the data set, read from it
+    again (the cell's test split and eval.extra_tests). Cells of the grid with no collected
+    metrics.json are left out (the report lists them as not run). -> the cells staged."""
+    if not source.is_dir():
+        raise AtnatError(f"--collected {source}: no such folder (give the DEST of an earlier `atnat collect`)")
+    staged, skipped, tasks = [], [], {}
+    for cell in grid.cells:
+        copy = source / cell.name
+        if copy.is_symlink() or not (copy / "metrics.json").is_file():
+            continue
+        files = result_files(copy, skipped)
+        if "metrics.json" not in files:
+            continue
+        target = runs / cell.name
+        for rel, src in files.items():
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(target / rel, src.read_bytes())
+        cfg = cell.config
+        key = json.dumps(cfg.task, sort_keys=True, default=str)
+        if key not in tasks:  # one load per task (a sentencepiece model may be trained and cached once)
+            tasks[key] = load_task(cfg)
+        write_references(target, tasks[key].references(cfg.eval.split))
+        for name in cfg.eval.extra_tests:
+            write_text_atomic(target / f"references@{name}.txt", "\n".join(extra_test_split(cfg, name)[1]) + "\n")
+        staged.append(cell.name)
+    if skipped:
+        raise AtnatError("--collected " + str(source) + ": refused " + "; ".join(skipped))
+    return staged

@@ -11,6 +11,7 @@ import fnmatch
 import json
 import shlex
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from atnat.experiments.reporting.environment import environment
 from atnat.experiments.reporting.goals import goal_pairs, parse_goals
 from atnat.experiments.reporting.report import write_report
 from atnat.experiments.reporting.table import tabulate
+from atnat.experiments.running.collect import stage_collected
 from atnat.experiments.running.cell import cell_status, describe, record_failure_unless_held, run_one, students_of
 from atnat.experiments.running.grid import Cell, load_grid_into, run_order
 from atnat.experiments.running.launchers.local import make_lanes, run_parallel
@@ -148,16 +150,28 @@ def _tabulate(grid, path, out: Path, runs: Path | None = None) -> pd.DataFrame:
                     compare=grid.compare, runs=runs)
 
 
-def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = False) -> Path:
+def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = False,
+                  collected: Path | None = None) -> Path:
     """An interim report of a grid whose cells are not all done (a run of days, still running or
     paused): its finished cells tabulated into <results>/<grid>/interim/ - tables, goals, ranking and
     report, no timing phase - without touching the runner's own folder or taking its lock; the
-    final `atnat run` writes the real report. Returns the interim folder."""
+    final `atnat run` writes the real report. With `collected` (the DEST of `atnat collect`), the
+    cells are those collected there rather than the run folders, so that cells whose machine is
+    gone are still reported (collect.py stage_collected). Returns the interim folder."""
     grid, out = load_grid_into(path, results_root, smoke)
+    if collected is not None:
+        with tempfile.TemporaryDirectory(prefix="atnat-collected-") as tmp:
+            staged_grid, staged = load_grid_into(path, Path(tmp), smoke)  # run folders point into the stage
+            if not stage_collected(staged_grid, collected, staged / "runs"):
+                raise AtnatError(f"--collected {collected}: no collected cell of {path} there: nothing to report")
+            return _interim(staged_grid, path, staged / "runs", out / "interim", f"the cells collected in {collected}")
     if not (out / "runs").is_dir():
         raise AtnatError(f"{out / 'runs'}: no run folders yet: nothing to report for {path}")
-    interim = out / "interim"
-    table = _tabulate(grid, path, interim, runs=out / "runs")
+    return _interim(grid, path, out / "runs", out / "interim", None)
+
+
+def _interim(grid, path, runs: Path, interim: Path, source: str | None) -> Path:
+    table = _tabulate(grid, path, interim, runs=runs)
     command = "atnat " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else f"atnat report --interim {path}"
     env = environment(grid.path, 0.0, command)
     done = int(table.drop_duplicates("cell")["status"].eq("ok").sum())
@@ -165,6 +179,8 @@ def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = F
                        "no timing phase yet", **_judged_by(grid),
             "results_rows": len(table),  # no `timing`: no speed was measured
             "stale_cells_interim": {x.cell: x.reason for x in find_stale(grid, grid.cells)}}
+    if source:
+        env["interim"] += f"; read from {source}"
     env.pop("wall_time_s")
     write_json_atomic(interim / "environment.json", env)
     if grid.goals:
