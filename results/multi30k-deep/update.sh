@@ -14,13 +14,8 @@ atnat() { bash experiments/env.sh atnat "$@"; }
 if [ -d "$res/multi30k-deep/runs" ]; then
   atnat collect "$grid" --results "$res" --to "$here/finished-cells" || echo "update.sh: collect refused a file (named above)" >&2
 fi
-stage=$(mktemp -d)
-trap 'rm -rf "$stage"' EXIT
-atnat report --interim "$grid" --collected "$here/finished-cells" --results "$stage"
-if [ -f "$here/interim/notes.md" ]; then  # the notes live in the repository; the report embeds them
-  cp "$here/interim/notes.md" "$stage/multi30k-deep/interim/notes.md"
-  atnat report "$stage/multi30k-deep/interim"
-fi
-rm -rf "$here/interim"
-cp -r "$stage/multi30k-deep/interim" "$here/interim"
+# the report is written in place (results/<grid>/interim/), notes.md kept and embedded, so that the
+# command it records reproduces it from the repository's root
+find "$here/interim" -mindepth 1 -not -name notes.md -delete 2>/dev/null || true
+atnat report --interim "$grid" --collected "$here/finished-cells"
 echo "update.sh: $here/interim regenerated from $(ls "$here/finished-cells" | wc -l) collected cells"
