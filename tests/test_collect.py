@@ -40,6 +40,7 @@ def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, m
     assert "collected into kept: at-s1 (" in out and "not finished (not collected): nat-s1" in out
     copied = sorted(p.relative_to(tmp_path / "kept").as_posix() for p in (tmp_path / "kept").rglob("*") if p.is_file())
     assert "at-s1/metrics.json" in copied and "at-s1/hyps/greedy.txt" in copied and "at-s1/logs/metrics.csv" in copied
+    assert "at-s1/timing.csv" in copied and "at-s1/timing.json" in copied  # the run timed it (its own phase)
     assert not [f for f in copied if "ckpt" in f or "references" in f or "samples" in f or f.endswith(".lock")]
     assert not (tmp_path / "kept" / "nat-s1").exists()
     assert (tmp_path / "kept" / "at-s1" / "metrics.json").read_bytes() == (run / "metrics.json").read_bytes()
@@ -59,6 +60,28 @@ def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, m
     assert not (tmp_path / "res" / "two-tests" / "runs").exists()  # staged elsewhere, gone after
     assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "nowhere"]) == 2
     assert "--collected nowhere: no such folder" in capsys.readouterr().err
+    shutil.rmtree(tmp_path / "res")
+    (tmp_path / "res-lost").rename(tmp_path / "res")
+
+    # atnat time: a seed is timed once all its cells are done, while the rest of the grid still trains
+    assert main(["time", "g.yaml", "--results", "res"]) == 2
+    err = capsys.readouterr().err
+    assert "no task and seed has all its cells finished" in err and "not finished: nat-s1" in err
+    del spec["cells"]["nat"]  # the same grid less the unfinished cell: its seed is complete
+    (tmp_path / "g-at.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "res" / "two-tests" / "timing.csv").unlink()  # the run's own timing phase timed at-s1: anew
+    assert main(["time", "g-at.yaml", "--results", "res"]) == 0
+    assert "timed (or kept, unchanged): parallel seed 1" in capsys.readouterr().out
+    timed = pd.read_csv(tmp_path / "res" / "two-tests" / "timing.csv")
+    assert {"greedy", "beam2"} <= set(timed.strategy) and (timed.speedup_vs_at.notna()).any()
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0  # the seed's speed travels too
+    assert "at-s1 (1 file)" in capsys.readouterr().out  # the new timing.csv (timing.json, the same settings)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "kept" / "at-s1" / "timing.csv"), timed)
+    (tmp_path / "res").rename(tmp_path / "res-lost")
+    assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 0
+    speed = pd.read_csv(interim / "results.csv").query("cell == 'at-s1'")
+    assert speed.speedup_vs_at.notna().all() and speed.latency_ms_b1.notna().all()
+    assert "speed only of the tasks and seeds timed so far" in (interim / "report.md").read_text()
     shutil.rmtree(tmp_path / "res")
     (tmp_path / "res-lost").rename(tmp_path / "res")
 

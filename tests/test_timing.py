@@ -253,3 +253,45 @@ def test_the_aa_control_gives_throughput_ratios_a_floor_of_their_own(monkeypatch
     base = rows.loc[("at", "greedy")]
     assert (base.throughput_speedup_ci_low, base.throughput_speedup_ci_high) == pytest.approx((0.8, 0.8))
     assert (base.speedup_ci_low, base.speedup_ci_high) == pytest.approx((1.0, 1.0))
+
+
+def test_each_task_and_seed_is_timed_as_its_own_group_and_an_unchanged_group_is_kept(tmp_path, monkeypatch):
+    """A seed's systems are timed side by side with that seed's baseline, apart from the other seeds:
+    a seed whose cells are all done can be timed while the rest of the grid trains (`atnat time`),
+    and is not timed again when a later seed is; `keep_others` keeps rows of cells not asked about."""
+    from pathlib import Path
+
+    from atnat.experiments.evaluation import timing
+    from atnat.experiments.modelfiles import loading
+    from atnat.experiments.modelfiles.loading import checkpoint_stamp
+
+    def cell(name, seed):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "best.ckpt").write_text("w")
+        return SimpleNamespace(name=name, seed=seed, labels={"task": "t"}, config=SimpleNamespace(
+            output_dir=str(tmp_path / name), task_name="t", eval=SimpleNamespace(strategies=["greedy"])))
+
+    s1, s2 = [cell("at-s1", 1), cell("nat-s1", 1)], [cell("at-s2", 2), cell("nat-s2", 2)]
+    for module in (timing, loading):
+        monkeypatch.setattr(module, "evaluation_checkpoint", lambda run: run / "best.ckpt")
+    timed = []
+    monkeypatch.setattr(timing, "grid_systems", lambda alive, device, speed, baseline=None: (
+        [SimpleNamespace(cell=c.name, strategy="greedy", fingerprint=checkpoint_stamp(Path(c.config.output_dir)))
+         for c in alive], {}, {}))
+
+    def fake_time_systems(systems, speed, baselines, ct2=None):
+        timed.append(sorted(s.cell for s in systems))
+        return pd.DataFrame([{"cell": s.cell, "strategy": s.strategy, "fingerprint": s.fingerprint}
+                             for s in systems]).reindex(columns=timing.COLUMNS)
+
+    monkeypatch.setattr(timing, "time_systems", fake_time_systems)
+    fast = SpeedSettings(repeats=1, aa_control=False, engine="eager")
+    timing.time_grid(s1, tmp_path, fast, "cpu")
+    assert timed == [["at-s1", "nat-s1"]]
+    table = timing.time_grid(s1 + s2, tmp_path, fast, "cpu")
+    assert timed == [["at-s1", "nat-s1"], ["at-s2", "nat-s2"]] and len(table) == 4  # seed 1 kept, seed 2 alone
+    (tmp_path / "nat-s2" / "best.ckpt").write_text("retrained")
+    timing.time_grid(s1 + s2, tmp_path, fast, "cpu")
+    assert timed[-1] == ["at-s2", "nat-s2"] and len(timed) == 3  # the changed seed's group, whole
+    assert len(timing.time_grid(s2, tmp_path, fast, "cpu", keep_others=True)) == 4 and len(timed) == 3
+    assert sorted(timing.time_grid(s2, tmp_path, fast, "cpu").cell) == ["at-s2", "nat-s2"]  # the others dropped

@@ -266,6 +266,17 @@ def cmd_collect(args) -> int:
     return 1 if done.skipped else 0
 
 
+def cmd_time(args) -> int:
+    from atnat.experiments.running.timing_phase import time_finished_groups  # lazy: start-up
+
+    ready, waiting = time_finished_groups(args.grid, results_root=Path(args.results), smoke=args.smoke,
+                                          devices=[d.strip() for d in args.devices.split(",")] if args.devices else None)
+    print("timed (or kept, unchanged): " + ", ".join(f"{task} seed {seed}" for task, seed in ready))
+    for (task, seed), why in waiting.items():
+        print(f"waiting: {task} seed {seed} ({why})")
+    return 0
+
+
 def cmd_report(args) -> None:
     if args.interim and args.restat:
         raise AtnatError("atnat report: --interim and --restat exclude each other")
@@ -432,6 +443,14 @@ def parser() -> argparse.ArgumentParser:
                    help="results are read from DIR/<grid name>/ (default: results/)")
     p.add_argument("--smoke", action="store_true", help="the grid's smoke run (DIR/<grid name>-smoke/)")
     p.set_defaults(fn=cmd_collect)
+    p = sub.add_parser("time", parents=[common], help="time now each task and seed of a grid whose cells have all "
+                                                       "finished, while the rest still trains (pause it first)")
+    p.add_argument("grid")
+    p.add_argument("--results", default="results", metavar="DIR",
+                   help="the grid's --results folder (timing.csv goes to DIR/<grid name>/)")
+    p.add_argument("--smoke", action="store_true", help="the grid's smoke run (DIR/<grid name>-smoke/)")
+    p.add_argument("--devices", metavar="IDS", help="GPU ids; the first times (as in atnat run)")
+    p.set_defaults(fn=cmd_time)
     p = sub.add_parser("report", parents=[common], help="regenerate report.md/report.html from a results folder; "
                                                          "--interim GRID: a report of a grid still running")
     p.add_argument("results_dir", metavar="RESULTS_DIR | GRID",

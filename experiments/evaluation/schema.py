@@ -128,8 +128,8 @@ SPEED = (
                                      "(not measured, empty, for a CTranslate2 twin on a GPU: outside torch's allocator)",
        "lower", "auto", header="Memory MiB", secondary=True),
     _c("timing_spread", "number", "median over calls of (max - min) / median of their repeated timings"),
-    _c("timing_session", "label", "when the timing phase that timed this row ran (UTC); rows of a task from "
-                                  "different sessions were not timed side by side"),
+    _c("timing_session", "label", "when the timing phase that timed this row ran (UTC): a task and seed "
+                                  "are timed side by side in one session; rows of different sessions were not"),
 )
 PROBES = (
     _c("error_propagation", "number", "error propagation, measured causally: the drop in token accuracy after "

@@ -1,9 +1,10 @@
-"""The timing phase: every decoding system of a task timed side by side, in one process, after training.
+"""The timing phase: every decoding system of a task and seed timed side by side, in one process, after training.
 
 Speed-ups are ratios, so both sides of a ratio must be measured under the same conditions. Cells
 train in their own processes, minutes or hours apart, possibly several at once; their own timings
-cannot be compared. Here, once every cell of a grid has finished, all systems (cell x strategy) of
-a task decode the SAME sentences interleaved: for every sentence (latency, batch 1) or batch
+cannot be compared. Here, once every cell of a task and seed has finished (at the end of the grid,
+or earlier with `atnat time` while the grid is paused), all systems (cell x strategy) of that task
+and seed, its AT baseline among them, decode the SAME sentences interleaved: for every sentence (latency, batch 1) or batch
 (throughput), each system decodes it in turn, the order rotating from call to call, so a change of
 machine load hits all systems alike. Every call is repeated `repeats` times (after `warmup` untimed
 passes) and its median is used. Each timed call comes right after an untimed call of the same system
@@ -324,13 +325,23 @@ def exported_twin(system: System, tokenizer, device: str, speed: SpeedSettings) 
                           fingerprint=system.fingerprint)
 
 
-def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baseline: str | None = None) -> pd.DataFrame:
-    """The timing phase of a grid: all finished cells of each task timed together; written to
-    out/timing.csv (its speed settings, device and the device's model in out/timing.json). A timing whose systems,
-    weights and settings are unchanged is kept (a resumed grid whose cells were all done does not
-    time again); otherwise every system is timed anew, so that no table mixes timings from
-    different sessions. The one exception, named on stderr and in the report (`timing_session`):
-    a cell whose checkpoints are gone keeps its earlier timing."""
+def timing_group(cell) -> tuple[str, int]:
+    """The unit the timing phase times side by side: a task and a seed (a seed's systems and that seed's
+    AT baseline with its A/A twin: every ratio of the group is measured within it)."""
+    return str(cell.labels.get("task", cell.config.task_name)), int(getattr(cell, "seed", 0) or 0)
+
+
+def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baseline: str | None = None, *,
+              keep_others: bool = False) -> pd.DataFrame:
+    """The timing phase of a grid: the finished cells of each task and seed timed together (timing_group);
+    written to out/timing.csv (its speed settings, device and the device's model in out/timing.json).
+    A group whose systems, weights and settings are unchanged keeps its timing (a resumed grid whose
+    cells were all done does not time again, and a group timed before the grid finished, by `atnat
+    time`, is not timed again); a group with any new or changed system is timed anew as a whole, so
+    that no ratio mixes timings from different sessions. Rows of different groups may come from
+    different sessions (`timing_session`; the report says so). A cell whose checkpoints are gone keeps
+    its earlier timing (named on stderr). `keep_others`: rows of cells not in `cells` are kept too
+    (a partial timing); otherwise they are dropped."""
     path, settings_path = out / "timing.csv", out / "timing.json"
     settings = {"speed": speed.record(), "device": device, "device_name": device_name(device),
                 **({"baseline": baseline} if baseline else {})}  # another GPU (or CPU) model times anew
@@ -342,30 +353,41 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
     if gone:
         print(f"atnat: no checkpoint left for {', '.join(gone)}: not timed again (their earlier timings, if "
               "any, are kept)", file=sys.stderr)
-    kept = old[old.cell.isin(gone)] if old is not None else None
-    if old is not None:  # decided before any model is loaded: a resumed, finished grid loads nothing
-        fresh = old[~old.cell.isin(gone)]
-        if sorted(zip(fresh.cell, fresh.strategy, fresh.fingerprint.astype(str))) == system_keys(timeable, speed,
-                                                                                                   baseline):
-            return old
-    systems, baselines, ct2 = grid_systems(timeable, device, speed, baseline)
-    threads = torch.get_num_threads()
-    if speed.threads:
-        torch.set_num_threads(speed.threads)
-    try:
-        by_task: dict[str, list[System]] = {}
-        task_of = {c.name: c.labels.get("task", c.config.task_name) for c in cells}
-        for s in systems:
-            by_task.setdefault(task_of[s.cell], []).append(s)
-        session = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-        frames = [time_systems(group, speed, baselines, ct2).assign(task=task, timing_session=session)
-                  for task, group in by_task.items()]
-    finally:
-        torch.set_num_threads(threads)
-    if kept is not None and len(kept):
-        frames.append(kept)
+    groups: dict[tuple[str, int], list] = {}
+    for c in timeable:
+        groups.setdefault(timing_group(c), []).append(c)
+    kept_cells = set(gone)
+    if keep_others and old is not None:
+        kept_cells |= set(old.cell) - {c.name for c in cells}
+    todo = []  # decided before any model is loaded: a resumed, finished grid loads nothing
+    for group in groups.values():
+        names = {c.name for c in group}
+        before = old[old.cell.isin(names)] if old is not None else None
+        if before is not None and sorted(zip(before.cell, before.strategy, before.fingerprint.astype(str))) == \
+                system_keys(group, speed, baseline):
+            kept_cells |= names
+        else:
+            todo += group
+    kept = old[old.cell.isin(kept_cells)] if old is not None else None
+    if not todo and old is not None and len(kept) == len(old):
+        return old
+    frames = [kept] if kept is not None and len(kept) else []
+    if todo:
+        systems, baselines, ct2 = grid_systems(todo, device, speed, baseline)
+        threads = torch.get_num_threads()
+        if speed.threads:
+            torch.set_num_threads(speed.threads)
+        try:
+            by_group: dict[tuple[str, int], list[System]] = {}
+            group_of = {c.name: timing_group(c) for c in todo}
+            for s in systems:
+                by_group.setdefault(group_of[s.cell], []).append(s)
+            for (task, _), group in by_group.items():
+                session = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+                frames.append(time_systems(group, speed, baselines, ct2).assign(task=task, timing_session=session))
+        finally:
+            torch.set_num_threads(threads)
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
-
     write_csv(table, path)
     write_json_atomic(settings_path, settings)
     return table

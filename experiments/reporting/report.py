@@ -178,7 +178,7 @@ def _definitions(g: GridResults) -> list[Block]:
         ("Seeds and intervals", "With one seed, [95% bootstrap interval] over the test sentences; with several, "
                                 "mean ± sd over seeds (per-seed rows in results.csv): a description, not an "
                                 "interval."),
-        ("Speed", "Measured after training in one process, every system of a task side by side: each test sentence "
+        ("Speed", "Measured after training in one process, every system of a task and seed side by side: each test sentence "
                   "(batch 1) or batch is decoded by every system in turn, in rotating order, repeated, median per "
                   "call. A speed-up is the baseline's total time over the system's on the same sentences, [95% "
                   "paired bootstrap interval over sentences] (batches, for throughput)."
@@ -293,11 +293,13 @@ def _overview(g: GridResults) -> list[Block]:
             blocks.append(Block("note", speed))
         sessions = part.loc[part["timing_session"] != "", ["cell", "timing_session"]].drop_duplicates()
         if sessions["timing_session"].nunique() > 1:
-            latest = sessions["timing_session"].max()
-            apart = sorted(sessions.loc[sessions["timing_session"] != latest, "cell"].unique())
-            blocks.append(Block("note", f"Speed of {', '.join(f'`{c}`' for c in apart)} was measured in an "
-                                        f"earlier timing phase (their checkpoints are gone), not side by side "
-                                        f"with the others (timed {latest}): compare their speed-ups with care."))
+            when = "; ".join(f"{session}: {', '.join(f'`{c}`' for c in sorted(part_['cell'].unique()))}"
+                             for session, part_ in sessions.groupby("timing_session"))
+            blocks.append(Block("note", f"Speed was measured in {sessions['timing_session'].nunique()} timing "
+                                        "sessions (a seed's systems side by side with that seed's AT baseline, "
+                                        "or a cell's earlier timing kept when its checkpoints are gone): every "
+                                        "ratio was measured within one session, but times and throughputs of "
+                                        f"different sessions were not measured side by side ({when})."))
     if ok.empty:
         blocks.append(Block("note", "No cell finished: there are no results to tabulate."))
     else:

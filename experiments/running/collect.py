@@ -5,7 +5,8 @@ A grid that trains for days keeps everything in its results folder; a machine lo
 takes the finished cells with it. Collecting after each cell finishes (e.g. into the repository,
 to be committed) keeps what they measured: metrics.json (every score and interval, every test
 split, and the code that evaluated it), config.json, train.json, attempts.json (the code of each
-training attempt), distill.json, the hypotheses, the curves and the training log.
+training attempt), distill.json, the hypotheses, the curves and the training log, and the cell's rows
+of the grid's timing.csv once its seed has been timed (`atnat time`; with timing.json, its settings).
 Left behind on purpose: checkpoints and distilled targets (large; the weights are the run's, not
 its results), the copies of the test references and the sample table (the data set's own text,
 which stays where the data set lives), locks and progress files. DEST/<cell>/ mirrors
@@ -27,16 +28,19 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
+
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import extra_test_split, load_task
 from atnat.experiments.evaluation.evaluate import write_references
-from atnat.experiments.files import atomic_write_bytes, write_text_atomic
+from atnat.experiments.files import atomic_write_bytes, write_csv, write_json_atomic, write_text_atomic
 from atnat.experiments.running.cell import cell_status
 from atnat.experiments.running.grid import load_grid_into
 
 # what a finished cell's results are, relative to its run folder
 KEPT = ("metrics.json", "config.json", "train.json", "attempts.json", "distill.json", "hyps/*.txt", "curves/*.csv",
         "logs/metrics.csv", "logs/hparams.yaml")
+TIMING_CSV, TIMING_JSON = "timing.csv", "timing.json"  # the grid's timing (evaluation/timing.py), per cell in DEST
 MAX_BYTES = 64 * 1024 * 1024  # a results file larger than this is not a result (a misplaced checkpoint, say)
 
 
@@ -95,6 +99,7 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
             copy.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(copy, data)
             written += 1
+        written += collect_timing(out, cell.name, target)
         gone = [p for p in sorted(target.rglob("*")) if p.is_file() and kept(p.relative_to(target).as_posix())
                 and p.relative_to(target).as_posix() not in files] if target.is_dir() else []
         for path in gone:
@@ -106,6 +111,28 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
         elif not gone:
             done.unchanged.append(cell.name)
     return done
+
+
+def collect_timing(out: Path, cell: str, target: Path) -> int:
+    """The cell's rows of the grid's timing.csv (its systems, their CTranslate2 and A/A twins), with the
+    timing's settings, into target/timing.csv and timing.json: a seed timed by `atnat time` keeps its
+    speed when the machine goes. -> files written (0 when the cell has no timing yet, or it is current)."""
+    try:
+        table = pd.read_csv(out / TIMING_CSV)
+        settings = (out / TIMING_JSON).read_bytes()
+    except (OSError, ValueError):
+        return 0
+    rows = table[table["cell"].astype(str) == cell]
+    if rows.empty:
+        return 0
+    written = 0
+    for name, data in ((TIMING_CSV, rows.to_csv(index=False).encode()), (TIMING_JSON, settings)):
+        copy = target / name
+        if not (copy.is_file() and not copy.is_symlink() and copy.read_bytes() == data):
+            target.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(copy, data)
+            written += 1
+    return written
 
 
 def summary(done: Collected, dest: Path) -> str:
@@ -155,4 +182,33 @@ def stage_collected(grid, source: Path, runs: Path) -> list[str]:
         staged.append(cell.name)
     if skipped:
         raise AtnatError("--collected " + str(source) + ": refused " + "; ".join(skipped))
+    stage_timing(source, staged, runs.parent)
     return staged
+
+
+def stage_timing(source: Path, cells: list[str], out: Path) -> None:
+    """The staged cells' collected timing rows, joined into out/timing.csv with their common settings
+    (out/timing.json); rows timed under other speed settings or devices than the others are refused."""
+    frames, settings = [], {}
+    for cell in cells:
+        rows, record = source / cell / TIMING_CSV, source / cell / TIMING_JSON
+        if not rows.is_file() or rows.is_symlink() or not record.is_file() or record.is_symlink():
+            continue
+        if rows.stat().st_size > MAX_BYTES or record.stat().st_size > MAX_BYTES:
+            raise AtnatError(f"{rows}: over the {MAX_BYTES}-byte limit of a results file")
+        try:
+            table, recorded = pd.read_csv(rows), json.loads(record.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as err:
+            raise AtnatError(f"{rows} or {record}: not a timing table and its settings ({err})") from err
+        if set(table["cell"].astype(str)) != {cell}:
+            raise AtnatError(f"{rows}: holds rows of other cells than {cell}")
+        frames.append(table)
+        settings[cell] = recorded
+    if not frames:
+        return
+    if len({json.dumps(v, sort_keys=True) for v in settings.values()}) > 1:
+        raise AtnatError(f"--collected {source}: the cells were timed with different speed settings or on different "
+                         f"devices ({', '.join(sorted(settings))}: their timing.json differ); their speed-ups "
+                         "cannot share one table")
+    write_csv(pd.concat(frames, ignore_index=True), out / TIMING_CSV)
+    write_json_atomic(out / TIMING_JSON, next(iter(settings.values())))

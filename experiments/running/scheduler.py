@@ -171,13 +171,25 @@ def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = F
 
 
 def _interim(grid, path, runs: Path, interim: Path, source: str | None) -> Path:
+    """The interim tables and report of the run folders `runs` into `interim`, with the speed of the
+    seeds timed so far (`atnat time`: timing.csv beside `runs`), if any."""
+    interim.mkdir(parents=True, exist_ok=True)
+    for name in ("timing.csv", "timing.json"):
+        timed, copy = runs.parent / name, interim / name
+        if timed.is_file():
+            copy.write_bytes(timed.read_bytes())
+        else:
+            copy.unlink(missing_ok=True)  # an earlier interim's, no longer current
     table = _tabulate(grid, path, interim, runs=runs)
     command = "atnat " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else f"atnat report --interim {path}"
     env = environment(grid.path, 0.0, command)
     done = int(table.drop_duplicates("cell")["status"].eq("ok").sum())
+    timed = (interim / "timing.csv").is_file()
     env |= {"interim": f"{done} of {len(grid.cells)} cells finished when written ({env.pop('started')}); "
-                       "no timing phase yet", **_judged_by(grid),
-            "results_rows": len(table),  # no `timing`: no speed was measured
+                       + ("speed only of the tasks and seeds timed so far (`atnat time`)" if timed else
+                          "no timing phase yet"), **_judged_by(grid),
+            "results_rows": len(table),
+            **({"timing": timing_description(interim)} if timed else {}),  # else no `timing`: no speed measured
             "stale_cells_interim": {x.cell: x.reason for x in find_stale(grid, grid.cells)}}
     if source:
         env["interim"] += f"; read from {source}"

@@ -17,12 +17,15 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.config.devices import inference_device
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.exported import score_exported_twins
-from atnat.experiments.evaluation.timing import system_keys, time_grid
+from atnat.experiments.evaluation.timing import system_keys, time_grid, timing_group
 from atnat.experiments.modelfiles import ct2
 from atnat.experiments.modelfiles.loading import evaluation_checkpoint
 from atnat.experiments.running.cell import cell_status
+from atnat.experiments.running.grid import load_grid_into
+from atnat.experiments.running.locks import held
 
 TIMING_DIR = "timing"  # results/<grid>/timing/: job.json of the timing phase's cluster job
+TIMING_LOCK = "timing.lock"  # results/<grid>/timing.lock: one timing at a time writes timing.csv
 
 
 def timing_device(grid, devices: list[str] | None = None) -> str:
@@ -51,8 +54,40 @@ def timing_phase(grid, out: Path, device: str | None = None) -> None:
     if not done:
         return
     device = device or timing_device(grid)
-    time_grid(done, out, SpeedSettings(**grid.speed), device, grid.baseline)
-    score_exported_twins(done, device, SpeedSettings(**grid.speed))  # the CTranslate2 AT's BLEU
+    with held(out / TIMING_LOCK, f"the timing of {out}"):
+        time_grid(done, out, SpeedSettings(**grid.speed), device, grid.baseline)
+        score_exported_twins(done, device, SpeedSettings(**grid.speed))  # the CTranslate2 AT's BLEU
+
+
+def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devices: list[str] | None = None
+                         ) -> tuple[list[tuple[str, int]], dict[tuple[str, int], str]]:
+    """`atnat time GRID`: time now every task and seed whose cells have all finished (timing_group),
+    before the rest of the grid is done: a grid that trains for days gets each seed's speed while
+    that seed's checkpoints exist, on a machine made quiet for it (the grid's processes paused).
+    Groups timed before with the same weights and settings are kept, rows of other groups too; the
+    runner's timing phase later keeps what this timed (evaluation/timing.py time_grid).
+    -> (the groups timed or kept, {group still waiting: why})."""
+    grid, out = load_grid_into(path, results_root, smoke)
+    groups: dict[tuple[str, int], list] = {}
+    for cell in grid.cells:
+        groups.setdefault(timing_group(cell), []).append(cell)
+    ready, waiting = [], {}
+    for key, cells in groups.items():
+        unfinished = [c.name for c in cells if cell_status(Path(c.config.output_dir)) != "ok"]
+        if unfinished:
+            waiting[key] = f"not finished: {', '.join(unfinished)}"
+        else:
+            ready.append(key)
+    if not ready:
+        raise AtnatError(f"atnat time {path}: no task and seed has all its cells finished under {out}: nothing to "
+                         "time yet (" + "; ".join(f"{t} seed {s}: {why}" for (t, s), why in waiting.items()) + ")")
+    device = timing_device(grid, devices)
+    check_timing_peers(grid, device, path)
+    cells = [c for key in ready for c in groups[key]]
+    with held(out / TIMING_LOCK, f"the timing of {out}"):
+        time_grid(cells, out, SpeedSettings(**grid.speed), device, grid.baseline, keep_others=True)
+        score_exported_twins(cells, device, SpeedSettings(**grid.speed))
+    return ready, waiting
 
 
 def timing_is_current(grid, out: Path) -> bool:
@@ -84,7 +119,7 @@ def timing_description(out: Path, job_id: str | None = None, default_threads: in
         settings = json.loads((out / "timing.json").read_text())
     except (OSError, ValueError):
         return "no timing phase ran"
-    text = (f"timing phase after training: every system of a task side by side in one process, on "
+    text = (f"timing phase after training: every system of a task and seed side by side in one process, on "
             f"{settings.get('device', '?')} ({settings.get('device_name', 'model not recorded')})")
     if str(settings.get("device", "")).startswith("cpu"):
         threads = (settings.get("speed") or {}).get("threads") or default_threads
