@@ -82,6 +82,22 @@ def test_parallel_grid_matches_a_sequential_run_and_orders_teachers(tmp_path, mo
         assert sorted(zip(timing[~control].cell, timing[~control].strategy)) == sorted(zip(par.cell, par.strategy))
 
 
+def test_workers_take_cells_seed_by_seed_each_seeds_teachers_first():
+    """A seed's comparison completes (and can be timed) before the next seed's starts; within a seed
+    the teachers come first and the rest keeps the grid file's order (a control declared last, last)."""
+    from types import SimpleNamespace
+
+    from atnat.experiments.running.scheduler import priority_order
+
+    declared = [(name, seed, teacher) for seed in (1, 2) for name, teacher in
+                (("kd", "at"), ("at", None), ("fr-at", None), ("control", None))]
+    cells = [SimpleNamespace(name=f"{n}-s{seed}", seed=seed, teacher=f"{t}-s{seed}" if t else None)
+             for n, seed, t in declared]
+    grid = SimpleNamespace(cells=cells)
+    assert [c.name for c in priority_order(grid, cells[::-1])] == [
+        "at-s1", "kd-s1", "fr-at-s1", "control-s1", "at-s2", "kd-s2", "fr-at-s2", "control-s2"]
+
+
 def test_failed_teacher_fails_its_students_without_running_them(tmp_path, monkeypatch):
     broken = {"decoder": {"name": "at"}, "train": {"max_len": 1}}  # drops every pair: fails at run time
     grid = write_grid(tmp_path, {**TINY, "cells": {"at": broken, "nat-kd": STUDENT}})

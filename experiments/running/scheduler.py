@@ -284,8 +284,12 @@ def _run_in_workers(grid, cells, lanes, progress, bar, *, results_root: Path, sm
 
 
 def priority_order(grid, cells: list[Cell]) -> list[Cell]:
-    """The order free workers take cells in: teachers first (their students wait on them), then the
-    rest as the grid file declares them (a cell declared last, e.g. a control, runs last)."""
+    """The order free workers take cells in: seed by seed, and within a seed its teachers first (their
+    students wait on them), then the rest as the grid file declares them (a cell declared last, e.g. a
+    control, runs last within its seed). A seed's cells all finish before the next seed's start
+    (where a worker is free and no cell of the seed is ready, it takes the next seed's), so that
+    each seed's comparison is complete - reportable, and timeable by `atnat time` - as early as can
+    be, and a machine lost midway costs the seed in progress, not a bit of every seed."""
     teachers = {c.teacher for c in grid.cells if c.teacher}
     declared = {c.name: i for i, c in enumerate(grid.cells)}
-    return sorted(cells, key=lambda c: (c.name not in teachers, declared[c.name]))
+    return sorted(cells, key=lambda c: (c.seed, c.name not in teachers, declared[c.name]))
