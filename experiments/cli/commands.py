@@ -457,7 +457,7 @@ def parser() -> argparse.ArgumentParser:
                    help="a results folder; with --interim, the grid file")
     p.add_argument("--interim", action="store_true",
                    help="tabulate the finished cells of the grid GRID (results under --results) into "
-                        "<results>/<grid>/interim/ with their report: no timing phase, the runner's folder untouched")
+                        "<results>/<grid>/interim/ with their report (speed of the seeds timed so far by atnat time), the runner's folder untouched")
     p.add_argument("--collected", metavar="DEST",
                    help="with --interim: report the cells collected in DEST (`atnat collect --to DEST`) instead of "
                         "the run folders, e.g. after the machine that trained them is gone; the test references "

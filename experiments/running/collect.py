@@ -39,7 +39,7 @@ from atnat.experiments.running.grid import load_grid_into
 
 # what a finished cell's results are, relative to its run folder
 KEPT = ("metrics.json", "config.json", "train.json", "attempts.json", "distill.json", "hyps/*.txt", "curves/*.csv",
-        "logs/metrics.csv", "logs/hparams.yaml")
+        "logs/metrics.csv", "logs/hparams.yaml", "exported/*.json")  # exported/: the CTranslate2 twin's scores
 TIMING_CSV, TIMING_JSON = "timing.csv", "timing.json"  # the grid's timing (evaluation/timing.py), per cell in DEST
 MAX_BYTES = 64 * 1024 * 1024  # a results file larger than this is not a result (a misplaced checkpoint, say)
 

@@ -154,7 +154,8 @@ def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = F
                   collected: Path | None = None) -> Path:
     """An interim report of a grid whose cells are not all done (a run of days, still running or
     paused): its finished cells tabulated into <results>/<grid>/interim/ - tables, goals, ranking and
-    report, no timing phase - without touching the runner's own folder or taking its lock; the
+    report, with speed only for the tasks and seeds timed so far (`atnat time`) - without touching the
+    runner's own folder or taking its lock; the
     final `atnat run` writes the real report. With `collected` (the DEST of `atnat collect`), the
     cells are those collected there rather than the run folders, so that cells whose machine is
     gone are still reported (collect.py stage_collected). Returns the interim folder."""
@@ -286,10 +287,10 @@ def _run_in_workers(grid, cells, lanes, progress, bar, *, results_root: Path, sm
 def priority_order(grid, cells: list[Cell]) -> list[Cell]:
     """The order free workers take cells in: seed by seed, and within a seed its teachers first (their
     students wait on them), then the rest as the grid file declares them (a cell declared last, e.g. a
-    control, runs last within its seed). A seed's cells all finish before the next seed's start
-    (where a worker is free and no cell of the seed is ready, it takes the next seed's), so that
-    each seed's comparison is complete - reportable, and timeable by `atnat time` - as early as can
-    be, and a machine lost midway costs the seed in progress, not a bit of every seed."""
+    control, runs last within its seed). A free worker takes the next seed's cells only when no cell
+    of the earlier seeds is ready to run, so that each seed's comparison is complete - reportable,
+    and timeable by `atnat time` - as early as can be, and a machine lost midway costs mostly the
+    seed in progress, not a bit of every seed."""
     teachers = {c.teacher for c in grid.cells if c.teacher}
     declared = {c.name: i for i, c in enumerate(grid.cells)}
     return sorted(cells, key=lambda c: (c.seed, c.name not in teachers, declared[c.name]))
