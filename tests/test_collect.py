@@ -10,6 +10,8 @@ import pandas as pd
 import yaml
 
 from atnat.experiments.cli.commands import main
+from atnat.experiments.modelfiles.checkpoints import checksum_path
+from atnat.experiments.modelfiles.loading import evaluation_checkpoint
 from atnat.experiments.provenance import code_version
 
 from tests.test_extra_tests import tiny_grid_dir
@@ -84,6 +86,15 @@ def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, m
     assert "speed only of the tasks and seeds timed so far" in (interim / "report.md").read_text()
     shutil.rmtree(tmp_path / "res")
     (tmp_path / "res-lost").rename(tmp_path / "res")
+    # the cell's weights change (trained again): its copied timing, of the old weights, is removed
+    checksum = checksum_path(evaluation_checkpoint(run))
+    recorded = checksum.read_text()
+    checksum.write_text("0" * 64 + "\n")
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
+    assert "at-s1 (2)" in capsys.readouterr().out and not (tmp_path / "kept" / "at-s1" / "timing.csv").exists()
+    checksum.write_text(recorded)
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
+    assert "at-s1 (2 files)" in capsys.readouterr().out
 
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0  # again: nothing to do
     assert "already current: 1 cell" in capsys.readouterr().out
@@ -108,3 +119,20 @@ def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, m
     assert "skipped " in out and "hyps/planted.txt: not a regular file inside the run folder" in out
     assert not (tmp_path / "kept" / "at-s1" / "hyps" / "planted.txt").exists()
     assert (tmp_path / "kept" / "at-s1" / "metrics.json").exists()  # the rest is still there
+    for name in ("timing.json", "timing.csv"):  # the grid's timing files are read like any result
+        os.replace(tmp_path / "res" / "two-tests" / name, tmp_path / f"moved-{name}")
+        os.symlink(secret, tmp_path / "res" / "two-tests" / name)
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 1
+    assert "timing.csv: not a regular file (a link?)" in capsys.readouterr().out
+    assert (tmp_path / "kept" / "at-s1" / "timing.json").read_text() != secret.read_text()
+    (tmp_path / "kept" / "at-s1" / "timing.json").unlink()  # a link among the copies is refused
+    os.symlink(secret, tmp_path / "kept" / "at-s1" / "timing.json")
+    assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 2
+    assert "a link or not a regular file; refused" in capsys.readouterr().err
+
+    # atnat time on a finished seed whose weights are gone, never timed: a failure, named
+    (tmp_path / "res" / "two-tests" / "timing.csv").unlink()
+    (tmp_path / "res" / "two-tests" / "timing.json").unlink()
+    shutil.rmtree(run / "checkpoints")
+    assert main(["time", "g-at.yaml", "--results", "res"]) == 1
+    assert "not timed: parallel seed 1 (no checkpoint and no earlier timing: at-s1)" in capsys.readouterr().out

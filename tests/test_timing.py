@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from atnat.core.errors import AtnatError
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.timing import System, time_systems
 
@@ -294,4 +295,8 @@ def test_each_task_and_seed_is_timed_as_its_own_group_and_an_unchanged_group_is_
     timing.time_grid(s1 + s2, tmp_path, fast, "cpu")
     assert timed[-1] == ["at-s2", "nat-s2"] and len(timed) == 3  # the changed seed's group, whole
     assert len(timing.time_grid(s2, tmp_path, fast, "cpu", keep_others=True)) == 4 and len(timed) == 3
+    with pytest.raises(AtnatError, match="timing only some seeds would drop the others' rows"):
+        timing.time_grid(s2, tmp_path, SpeedSettings(repeats=2, aa_control=False, engine="eager"), "cpu",
+                         keep_others=True)  # other settings: a partial timing refuses rather than wipe
+    assert len(pd.read_csv(tmp_path / "timing.csv")) == 4 and len(timed) == 3
     assert sorted(timing.time_grid(s2, tmp_path, fast, "cpu").cell) == ["at-s2", "nat-s2"]  # the others dropped

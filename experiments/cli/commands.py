@@ -267,14 +267,16 @@ def cmd_collect(args) -> int:
 
 
 def cmd_time(args) -> int:
+    """Exit 1 when a finished task and seed could not be timed (named: a cell without checkpoint)."""
     from atnat.experiments.running.timing_phase import time_finished_groups  # lazy: start-up
 
     ready, waiting = time_finished_groups(args.grid, results_root=Path(args.results), smoke=args.smoke,
                                           devices=[d.strip() for d in args.devices.split(",")] if args.devices else None)
-    print("timed (or kept, unchanged): " + ", ".join(f"{task} seed {seed}" for task, seed in ready))
+    if ready:
+        print("timed (or kept, unchanged): " + ", ".join(f"{task} seed {seed}" for task, seed in ready))
     for (task, seed), why in waiting.items():
-        print(f"waiting: {task} seed {seed} ({why})")
-    return 0
+        print(f"{'not timed' if why.startswith('no checkpoint') else 'waiting'}: {task} seed {seed} ({why})")
+    return 1 if any(why.startswith("no checkpoint") for why in waiting.values()) else 0
 
 
 def cmd_report(args) -> None:

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from atnat.core.errors import AtnatError
 from atnat.experiments.data.batching import collate
 from atnat.experiments.evaluation.assemble import needs_teacher
 from atnat.experiments.config.devices import device_name
@@ -347,6 +348,12 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
                 **({"baseline": baseline} if baseline else {})}  # another GPU (or CPU) model times anew
     old = pd.read_csv(path) if path.exists() else None
     if old is not None and (not settings_path.is_file() or json.loads(settings_path.read_text()) != settings):
+        if keep_others:  # a partial timing (`atnat time`) must not wipe the other seeds' rows
+            raise AtnatError(f"{path} was timed with other speed settings or on another device than now "
+                             f"({settings_path}: {settings_path.read_text() if settings_path.is_file() else 'missing'}; "
+                             f"now {json.dumps(settings)}): timing only some seeds would drop the others' rows. Time "
+                             "with the same settings and device (the same --devices as the run), or move timing.csv "
+                             "away to time every seed anew")
         old = None  # other speed settings: nothing kept, everything timed anew
     timeable = [c for c in cells if evaluation_checkpoint(Path(c.config.output_dir)).is_file()]
     gone = [c.name for c in cells if c not in timeable]

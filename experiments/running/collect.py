@@ -34,6 +34,7 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import extra_test_split, load_task
 from atnat.experiments.evaluation.evaluate import write_references
 from atnat.experiments.files import atomic_write_bytes, write_csv, write_json_atomic, write_text_atomic
+from atnat.experiments.modelfiles.loading import checkpoint_stamp, evaluation_checkpoint
 from atnat.experiments.running.cell import cell_status
 from atnat.experiments.running.grid import load_grid_into
 
@@ -99,40 +100,65 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
             copy.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(copy, data)
             written += 1
-        written += collect_timing(out, cell.name, target)
+        timing_written, timing_removed = collect_timing(out, cell, target, done.skipped)
+        written += timing_written
         gone = [p for p in sorted(target.rglob("*")) if p.is_file() and kept(p.relative_to(target).as_posix())
                 and p.relative_to(target).as_posix() not in files] if target.is_dir() else []
         for path in gone:
             path.unlink()
-        if gone:
-            done.removed[cell.name] = len(gone)
+        if gone or timing_removed:
+            done.removed[cell.name] = len(gone) + timing_removed
         if written:
             done.copied[cell.name] = written
-        elif not gone:
+        elif not gone and not timing_removed:
             done.unchanged.append(cell.name)
     return done
 
 
-def collect_timing(out: Path, cell: str, target: Path) -> int:
-    """The cell's rows of the grid's timing.csv (its systems, their CTranslate2 and A/A twins), with the
-    timing's settings, into target/timing.csv and timing.json: a seed timed by `atnat time` keeps its
-    speed when the machine goes. -> files written (0 when the cell has no timing yet, or it is current)."""
+def collect_timing(out: Path, cell, target: Path, skipped: list[str]) -> tuple[int, int]:
+    """The cell's rows of the grid's timing.csv (its systems, their CTranslate2 and A/A twins) timed on
+    its present weights, with the timing's settings, into target/timing.csv and timing.json: a seed
+    timed by `atnat time` keeps its speed when the machine goes. Rows of other weights (the cell was
+    trained again since) are not copied, and an earlier copy is then removed. The grid's files are
+    read like any result (no link, size-capped; timing.json parsed and written anew); a refused one
+    is added to `skipped`. -> (files written, files removed)."""
+    files = {}
+    for name in (TIMING_CSV, TIMING_JSON):
+        path = out / name
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            skipped.append(f"{path}: not a regular file (a link?); the timing was not collected")
+            return 0, 0
+        if path.is_file() and path.stat().st_size > MAX_BYTES:
+            skipped.append(f"{path}: over the {MAX_BYTES}-byte limit of a results file; the timing was not collected")
+            return 0, 0
+        files[name] = path
+    rows = None
     try:
-        table = pd.read_csv(out / TIMING_CSV)
-        settings = (out / TIMING_JSON).read_bytes()
-    except (OSError, ValueError):
-        return 0
-    rows = table[table["cell"].astype(str) == cell]
-    if rows.empty:
-        return 0
+        table = pd.read_csv(files[TIMING_CSV])
+        settings = json.loads(files[TIMING_JSON].read_text(encoding="utf-8"))
+        rows = table[table["cell"].astype(str) == cell.name]
+        run_dir = Path(cell.config.output_dir)
+        if evaluation_checkpoint(run_dir).is_file():  # weights gone: their earlier timing is all there is
+            rows = rows[rows["fingerprint"].astype(str) == checkpoint_stamp(run_dir)]
+    except (OSError, ValueError, KeyError, UnicodeDecodeError):
+        pass  # no timing yet (or none readable): nothing to copy, an earlier copy no longer current
+    if rows is None or rows.empty:
+        removed = 0
+        for name in (TIMING_CSV, TIMING_JSON):
+            if (target / name).is_file() or (target / name).is_symlink():
+                (target / name).unlink()
+                removed += 1
+        return 0, removed
     written = 0
-    for name, data in ((TIMING_CSV, rows.to_csv(index=False).encode()), (TIMING_JSON, settings)):
+    data = {TIMING_CSV: rows.to_csv(index=False).encode(),
+            TIMING_JSON: (json.dumps(settings, indent=2, sort_keys=True) + "\n").encode()}
+    for name, content in data.items():
         copy = target / name
-        if not (copy.is_file() and not copy.is_symlink() and copy.read_bytes() == data):
+        if not (copy.is_file() and not copy.is_symlink() and copy.read_bytes() == content):
             target.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(copy, data)
+            atomic_write_bytes(copy, content)
             written += 1
-    return written
+    return written, 0
 
 
 def summary(done: Collected, dest: Path) -> str:
@@ -192,14 +218,21 @@ def stage_timing(source: Path, cells: list[str], out: Path) -> None:
     frames, settings = [], {}
     for cell in cells:
         rows, record = source / cell / TIMING_CSV, source / cell / TIMING_JSON
-        if not rows.is_file() or rows.is_symlink() or not record.is_file() or record.is_symlink():
+        if rows.is_symlink() or record.is_symlink() or (rows.exists() and not rows.is_file()):
+            raise AtnatError(f"{rows} or {record}: a link or not a regular file; refused")
+        if not rows.is_file() and not record.is_file():
             continue
+        if not (rows.is_file() and record.is_file()):
+            raise AtnatError(f"{source / cell}: {TIMING_CSV} and {TIMING_JSON} go together; one of them is missing")
         if rows.stat().st_size > MAX_BYTES or record.stat().st_size > MAX_BYTES:
             raise AtnatError(f"{rows}: over the {MAX_BYTES}-byte limit of a results file")
         try:
             table, recorded = pd.read_csv(rows), json.loads(record.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError) as err:
             raise AtnatError(f"{rows} or {record}: not a timing table and its settings ({err})") from err
+        missing = {"cell", "strategy", "fingerprint"} - set(table.columns)
+        if missing or not isinstance(recorded, dict):
+            raise AtnatError(f"{rows}: not a timing table (no {', '.join(sorted(missing)) or 'settings record'})")
         if set(table["cell"].astype(str)) != {cell}:
             raise AtnatError(f"{rows}: holds rows of other cells than {cell}")
         frames.append(table)
@@ -207,8 +240,11 @@ def stage_timing(source: Path, cells: list[str], out: Path) -> None:
     if not frames:
         return
     if len({json.dumps(v, sort_keys=True) for v in settings.values()}) > 1:
+        by_record: dict[str, list[str]] = {}
+        for c, v in sorted(settings.items()):
+            by_record.setdefault(json.dumps(v, sort_keys=True), []).append(c)
         raise AtnatError(f"--collected {source}: the cells were timed with different speed settings or on different "
-                         f"devices ({', '.join(sorted(settings))}: their timing.json differ); their speed-ups "
-                         "cannot share one table")
+                         "devices, and their speed-ups cannot share one table (" + "; ".join(
+                             f"{', '.join(cs)}: {record}" for record, cs in by_record.items()) + ")")
     write_csv(pd.concat(frames, ignore_index=True), out / TIMING_CSV)
     write_json_atomic(out / TIMING_JSON, next(iter(settings.values())))

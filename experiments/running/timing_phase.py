@@ -66,7 +66,8 @@ def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devic
     that seed's checkpoints exist, on a machine made quiet for it (the grid's processes paused).
     Groups timed before with the same weights and settings are kept, rows of other groups too; the
     runner's timing phase later keeps what this timed (evaluation/timing.py time_grid).
-    -> (the groups timed or kept, {group still waiting: why})."""
+    -> (the groups timed or kept, {group not timed: why}); a finished group that could not be timed
+    (a cell with no checkpoint and no earlier timing) is among the second."""
     grid, out = load_grid_into(path, results_root, smoke)
     groups: dict[tuple[str, int], list] = {}
     for cell in grid.cells:
@@ -85,8 +86,14 @@ def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devic
     check_timing_peers(grid, device, path)
     cells = [c for key in ready for c in groups[key]]
     with held(out / TIMING_LOCK, f"the timing of {out}"):
-        time_grid(cells, out, SpeedSettings(**grid.speed), device, grid.baseline, keep_others=True)
+        table = time_grid(cells, out, SpeedSettings(**grid.speed), device, grid.baseline, keep_others=True)
         score_exported_twins(cells, device, SpeedSettings(**grid.speed))
+    timed = set(table["cell"].astype(str))
+    for key in list(ready):  # a cell with no checkpoint and no earlier timing has no speed: not a success
+        untimed = [c.name for c in groups[key] if c.name not in timed]
+        if untimed:
+            ready.remove(key)
+            waiting[key] = f"no checkpoint and no earlier timing: {', '.join(untimed)}"
     return ready, waiting
 
 
