@@ -75,6 +75,10 @@ def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, m
     assert main(["time", "g-at.yaml", "--results", "res"]) == 0
     assert "timed (or kept, unchanged): parallel seed 1" in capsys.readouterr().out
     timed = pd.read_csv(tmp_path / "res" / "two-tests" / "timing.csv")
+    assert main(["status", "g-at.yaml", "--results", "res"]) == 0  # per seed: done, and timed when
+    assert f"parallel seed 1: 1 of 1 cells done, timed {timed.timing_session.iloc[0]}" in capsys.readouterr().out
+    assert main(["status", "g.yaml", "--results", "res"]) == 0
+    assert "parallel seed 1: 1 of 2 cells done\n" in capsys.readouterr().out
     assert {"greedy", "beam2"} <= set(timed.strategy) and (timed.speedup_vs_at.notna()).any()
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0  # the seed's speed travels too
     assert "at-s1 (1 file)" in capsys.readouterr().out  # the new timing.csv (timing.json, the same settings)

@@ -2,8 +2,9 @@
 
 State: done / failed (metrics.json), queued / running (job.json, asked of submitit; or the cell's
 lock, held by whoever trains it), ended (a job that ended without a result: cancelled, timed out
-for good), interrupted (a checkpoint and no result), not started. Under a cluster launcher, a last
-line gives the state of the timing phase's job (launchers/slurm.py).
+for good), interrupted (a checkpoint and no result), not started. Then, per task and seed, how many
+of its cells are done and whether it has been timed (`atnat time`, or the timing phase). Under a
+cluster launcher, a last line gives the state of the timing phase's job (launchers/slurm.py).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from atnat.experiments.running.cell import cell_status
 from atnat.experiments.running.grid import load_grid_into
 from atnat.experiments.running.launchers.jobs import is_active, job_state, read_job
 from atnat.experiments.running.locks import cell_lock, holder_alive
+from atnat.experiments.evaluation.timing import timing_group
 from atnat.experiments.running.timing_phase import TIMING_DIR
 
 
@@ -74,6 +76,35 @@ def timing_line(out: Path) -> str | None:
     return f"timing phase: job {job['job_id']} {job_state(job).lower()}" if job else None
 
 
+def seed_lines(grid, out: Path, rows: list[dict]) -> list[str]:
+    """Per task and seed (the unit `atnat time` times): how many of its cells are done, and once all
+    are, whether it has been timed (timing.csv rows for each of its cells, and when)."""
+    import pandas as pd
+
+    try:
+        timing = pd.read_csv(out / "timing.csv", usecols=["cell", "timing_session"]) \
+            if (out / "timing.csv").is_file() and not (out / "timing.csv").is_symlink() else None
+    except (ValueError, pd.errors.EmptyDataError):
+        timing = None
+    state = {r["cell"]: r["state"] for r in rows}
+    groups: dict[tuple[str, int], list[str]] = {}
+    for cell in grid.cells:
+        groups.setdefault(timing_group(cell), []).append(cell.name)
+    lines = []
+    for (task, seed), names in groups.items():
+        done = sum(state[n] == "done" for n in names)
+        line = f"{task} seed {seed}: {done} of {len(names)} cells done"
+        if done == len(names):
+            timed = timing[timing["cell"].astype(str).isin(names)] if timing is not None else None
+            if timed is not None and set(timed["cell"].astype(str)) == set(names):
+                sessions = sorted(set(timed["timing_session"].dropna().astype(str)))
+                line += f", timed {', '.join(sessions) or '(session not recorded)'}"
+            else:
+                line += ", not timed yet (atnat time)"
+        lines.append(line)
+    return lines
+
+
 def print_status(grid_path, *, results_root: Path, smoke: bool) -> list[dict]:
     grid, out = load_grid_into(grid_path, results_root, smoke)
     rows = status_rows(grid)
@@ -89,6 +120,8 @@ def print_status(grid_path, *, results_root: Path, smoke: bool) -> list[dict]:
     for r in rows:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
     console.print(", ".join(f"{n} {state}" for state, n in counts.items()))
+    for line in seed_lines(grid, out, rows):
+        console.print(line)
     if timing_line(out):
         console.print(timing_line(out))
     return rows
