@@ -332,6 +332,14 @@ def timing_group(cell) -> tuple[str, int]:
     return str(cell.labels.get("task", cell.config.task_name)), int(getattr(cell, "seed", 0) or 0)
 
 
+def timing_groups(cells: list) -> dict[tuple[str, int], list]:
+    """`cells` by timing_group, in their order."""
+    groups: dict[tuple[str, int], list] = {}
+    for cell in cells:
+        groups.setdefault(timing_group(cell), []).append(cell)
+    return groups
+
+
 def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baseline: str | None = None, *,
               keep_others: bool = False) -> pd.DataFrame:
     """The timing phase of a grid: the finished cells of each task and seed timed together (timing_group);
@@ -360,9 +368,7 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
     if gone:
         print(f"atnat: no checkpoint left for {', '.join(gone)}: not timed again (their earlier timings, if "
               "any, are kept)", file=sys.stderr)
-    groups: dict[tuple[str, int], list] = {}
-    for c in timeable:
-        groups.setdefault(timing_group(c), []).append(c)
+    groups = timing_groups(timeable)
     kept_cells = set(gone)
     if keep_others and old is not None:
         kept_cells |= set(old.cell) - {c.name for c in cells}
@@ -385,13 +391,11 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
         if speed.threads:
             torch.set_num_threads(speed.threads)
         try:
-            by_group: dict[tuple[str, int], list[System]] = {}
-            group_of = {c.name: timing_group(c) for c in todo}
-            for s in systems:
-                by_group.setdefault(group_of[s.cell], []).append(s)
-            for (task, _), group in by_group.items():
+            for (task, _), group in timing_groups(todo).items():
+                names = {c.name for c in group}
                 session = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-                frames.append(time_systems(group, speed, baselines, ct2).assign(task=task, timing_session=session))
+                frames.append(time_systems([s for s in systems if s.cell in names], speed, baselines, ct2)
+                              .assign(task=task, timing_session=session))
         finally:
             torch.set_num_threads(threads)
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)

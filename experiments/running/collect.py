@@ -84,6 +84,7 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
     if dest.exists() and not dest.is_dir():
         raise AtnatError(f"atnat collect: --to {dest} is a file; give a folder")
     done = Collected()
+    timing = read_grid_timing(out, done.skipped)  # once for every cell
     for cell in grid.cells:
         run_dir = Path(cell.config.output_dir)
         if cell_status(run_dir) != "ok":
@@ -100,7 +101,7 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
             copy.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(copy, data)
             written += 1
-        timing_written, timing_removed = collect_timing(out, cell, target, done.skipped)
+        timing_written, timing_removed = collect_timing(timing, cell, target) if timing is not None else (0, 0)
         written += timing_written
         gone = [p for p in sorted(target.rglob("*")) if p.is_file() and kept(p.relative_to(target).as_posix())
                 and p.relative_to(target).as_posix() not in files] if target.is_dir() else []
@@ -115,33 +116,41 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
     return done
 
 
-def collect_timing(out: Path, cell, target: Path, skipped: list[str]) -> tuple[int, int]:
-    """The cell's rows of the grid's timing.csv (its systems, their CTranslate2 and A/A twins) timed on
-    its present weights, with the timing's settings, into target/timing.csv and timing.json: a seed
-    timed by `atnat time` keeps its speed when the machine goes. Rows of other weights (the cell was
-    trained again since) are not copied, and an earlier copy is then removed. The grid's files are
-    read like any result (no link, size-capped; timing.json parsed and written anew); a refused one
-    is added to `skipped`. -> (files written, files removed)."""
-    files = {}
+def read_grid_timing(out: Path, skipped: list[str]) -> tuple[pd.DataFrame | None, bytes] | None:
+    """The grid's timing.csv and its settings (timing.json, parsed and serialised anew), read like any
+    result: no link, size-capped. -> (table, settings), (None, b"") when there is no readable timing,
+    None when a file was refused (named in `skipped`: the copies are then left as they are)."""
     for name in (TIMING_CSV, TIMING_JSON):
         path = out / name
         if path.is_symlink() or (path.exists() and not path.is_file()):
             skipped.append(f"{path}: not a regular file (a link?); the timing was not collected")
-            return 0, 0
+            return None
         if path.is_file() and path.stat().st_size > MAX_BYTES:
             skipped.append(f"{path}: over the {MAX_BYTES}-byte limit of a results file; the timing was not collected")
-            return 0, 0
-        files[name] = path
-    rows = None
+            return None
     try:
-        table = pd.read_csv(files[TIMING_CSV])
-        settings = json.loads(files[TIMING_JSON].read_text(encoding="utf-8"))
+        table = pd.read_csv(out / TIMING_CSV)
+        settings = json.loads((out / TIMING_JSON).read_text(encoding="utf-8"))
+        if not {"cell", "fingerprint"} <= set(table.columns):
+            return None, b""
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None, b""  # no timing yet (or none readable)
+    return table, (json.dumps(settings, indent=2, sort_keys=True) + "\n").encode()
+
+
+def collect_timing(timing: tuple[pd.DataFrame | None, bytes], cell, target: Path) -> tuple[int, int]:
+    """The cell's rows of the grid's timing (read_grid_timing: its systems, their CTranslate2 and A/A
+    twins) timed on its present weights, with the timing's settings, into target/timing.csv and
+    timing.json: a seed timed by `atnat time` keeps its speed when the machine goes. Rows of other
+    weights (the cell was trained again since) are not copied, and an earlier copy is then removed.
+    -> (files written, files removed)."""
+    table, settings = timing
+    rows = None
+    if table is not None:
         rows = table[table["cell"].astype(str) == cell.name]
         run_dir = Path(cell.config.output_dir)
         if evaluation_checkpoint(run_dir).is_file():  # weights gone: their earlier timing is all there is
             rows = rows[rows["fingerprint"].astype(str) == checkpoint_stamp(run_dir)]
-    except (OSError, ValueError, KeyError, UnicodeDecodeError):
-        pass  # no timing yet (or none readable): nothing to copy, an earlier copy no longer current
     if rows is None or rows.empty:
         removed = 0
         for name in (TIMING_CSV, TIMING_JSON):
@@ -150,9 +159,7 @@ def collect_timing(out: Path, cell, target: Path, skipped: list[str]) -> tuple[i
                 removed += 1
         return 0, removed
     written = 0
-    data = {TIMING_CSV: rows.to_csv(index=False).encode(),
-            TIMING_JSON: (json.dumps(settings, indent=2, sort_keys=True) + "\n").encode()}
-    for name, content in data.items():
+    for name, content in ((TIMING_CSV, rows.to_csv(index=False).encode()), (TIMING_JSON, settings)):
         copy = target / name
         if not (copy.is_file() and not copy.is_symlink() and copy.read_bytes() == content):
             target.mkdir(parents=True, exist_ok=True)

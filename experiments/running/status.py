@@ -19,7 +19,7 @@ from atnat.experiments.running.cell import cell_status
 from atnat.experiments.running.grid import load_grid_into
 from atnat.experiments.running.launchers.jobs import is_active, job_state, read_job
 from atnat.experiments.running.locks import cell_lock, holder_alive
-from atnat.experiments.evaluation.timing import timing_group
+from atnat.experiments.evaluation.timing import timing_groups
 from atnat.experiments.running.timing_phase import TIMING_DIR
 
 
@@ -87,11 +87,9 @@ def seed_lines(grid, out: Path, rows: list[dict]) -> list[str]:
     except (ValueError, pd.errors.EmptyDataError):
         timing = None
     state = {r["cell"]: r["state"] for r in rows}
-    groups: dict[tuple[str, int], list[str]] = {}
-    for cell in grid.cells:
-        groups.setdefault(timing_group(cell), []).append(cell.name)
     lines = []
-    for (task, seed), names in groups.items():
+    for (task, seed), cells in timing_groups(grid.cells).items():
+        names = [c.name for c in cells]
         done = sum(state[n] == "done" for n in names)
         line = f"{task} seed {seed}: {done} of {len(names)} cells done"
         if done == len(names):

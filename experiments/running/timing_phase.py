@@ -17,7 +17,7 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.config.devices import inference_device
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.exported import score_exported_twins
-from atnat.experiments.evaluation.timing import system_keys, time_grid, timing_group
+from atnat.experiments.evaluation.timing import system_keys, time_grid, timing_groups
 from atnat.experiments.modelfiles import ct2
 from atnat.experiments.modelfiles.loading import evaluation_checkpoint
 from atnat.experiments.running.cell import cell_status
@@ -69,9 +69,7 @@ def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devic
     -> (the groups timed or kept, {group not timed: why}); a finished group that could not be timed
     (a cell with no checkpoint and no earlier timing) is among the second."""
     grid, out = load_grid_into(path, results_root, smoke)
-    groups: dict[tuple[str, int], list] = {}
-    for cell in grid.cells:
-        groups.setdefault(timing_group(cell), []).append(cell)
+    groups = timing_groups(grid.cells)
     ready, waiting = [], {}
     for key, cells in groups.items():
         unfinished = [c.name for c in cells if cell_status(Path(c.config.output_dir)) != "ok"]
