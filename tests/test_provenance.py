@@ -4,6 +4,8 @@ report written later by newer code must say so, cell by cell. What a cell record
 a tiny grid runs anyway: tests/test_collect.py (one grid run), tests/test_resume.py (two attempts)."""
 from types import SimpleNamespace
 
+import pandas as pd
+
 from atnat.experiments.reporting.report import _code
 
 from tests import fixtures_results as fx
@@ -27,3 +29,18 @@ def test_the_report_names_the_cells_that_ran_under_other_code():
     assert _code(same) == []
     older = SimpleNamespace(table=fx.results_frame(), environment={"git_commit": "8d98348"})  # no such columns
     assert _code(older) == []
+
+
+def test_a_commit_of_digits_only_is_read_back_as_text(tmp_path):
+    """The commit 9945357 came back from results.csv as the number 9945357.0, and the report then said
+    the cells ran under other code than its own (found when main's HEAD had that hash)."""
+    from atnat.experiments.reporting.results import load_results
+
+    root = fx.build_results(tmp_path)
+    table = pd.read_csv(root / "results.csv").assign(trained_with="9945357", evaluated_with="9945357")
+    table.loc[table["status"] != "ok", ["trained_with", "evaluated_with"]] = ""  # a cell not run: empty
+    assert (table["status"] != "ok").any()
+    table.to_csv(root / "results.csv", index=False)
+    g = load_results(root)
+    assert set(g.table.loc[g.table["status"] == "ok", "trained_with"]) == {"9945357"}
+    assert _code(SimpleNamespace(table=g.table, environment={"git_commit": "9945357"})) == []

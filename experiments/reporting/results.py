@@ -23,6 +23,7 @@ NUMERIC_COLUMNS = tuple(c.name for c in columns() if c.kind == "number" and c.re
 REQUIRED_COLUMNS = tuple(c.name for c in columns() if c.required)
 OPTIONAL_NUMERIC = tuple(c.name for c in columns() if c.kind == "number" and not c.required)
 OPTIONAL_TEXT = tuple(c.name for c in columns() if c.kind == "label" and not c.required)
+TEXT_COLUMNS = tuple(c.name for c in columns() if c.kind == "label")  # read as text: a commit 9945357 is no number
 SAMPLE_COLUMNS = ("cell", "strategy", "index", "source", "reference", "hypothesis")
 DEFAULT_MARGIN = 1.0  # BLEU: the equivalence margin when the grid sets none (its `equivalence_margin`)
 
@@ -56,12 +57,14 @@ class GridResults:
         return (self.environment or {}).get("baseline") or None
 
 
-def _read_csv(path: Path, required: tuple[str, ...], numeric: tuple[str, ...]) -> pd.DataFrame | None:
-    """The CSV at path checked for its columns; None when the file is absent or has no rows."""
+def _read_csv(path: Path, required: tuple[str, ...], numeric: tuple[str, ...],
+              text: tuple[str, ...] = ()) -> pd.DataFrame | None:
+    """The CSV at path checked for its columns; None when the file is absent or has no rows. `text`:
+    columns read as strings whatever they look like (absent ones ignored)."""
     if not path.is_file():
         return None
     try:
-        df = pd.read_csv(path, keep_default_na=True)
+        df = pd.read_csv(path, keep_default_na=True, dtype={c: str for c in text})
     except pd.errors.EmptyDataError:
         return None
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
@@ -89,7 +92,7 @@ def _load_table(root: Path) -> pd.DataFrame:
     path = root / "results.csv"
     if not path.is_file():
         raise AtnatError(f"{path}: results.csv not found; is {root} a results folder written by `atnat run`?")
-    table = _read_csv(path, REQUIRED_COLUMNS, NUMERIC_COLUMNS)
+    table = _read_csv(path, REQUIRED_COLUMNS, NUMERIC_COLUMNS, TEXT_COLUMNS)
     if table is None:
         raise AtnatError(f"{path}: results.csv has no rows")
     extra = {col: pd.to_numeric(table[col], errors="coerce") if col in table else float("nan")
