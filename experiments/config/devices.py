@@ -23,6 +23,15 @@ def helper_rank() -> bool:
     return any(int(os.environ.get(k, "0") or 0) > 0 for k in ("LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
 
 
+def leave_process_group() -> None:
+    """End this process's part in a multi-device run once its collectives are over (after training).
+    Lightning destroys NCCL groups at exit but leaves gloo's (CPU DDP) to the exit-time destructors,
+    which aborted a rank now and then ("terminate called without an active exception"); Lightning
+    then killed every rank and the run failed after finishing."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 def gpu_problem() -> str | None:
     """Why this process cannot train on a CUDA GPU, or None when it can (torch sees one)."""
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:

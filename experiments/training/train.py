@@ -23,7 +23,7 @@ from atnat.experiments.modelfiles.checkpoints import (
     AtomicCheckpointIO, average_checkpoints, checkpoint_step, read_checkpoint, save_checkpoint_file,
 )
 from atnat.experiments.training.resume import ResumeState, resume_point
-from atnat.experiments.config.devices import helper_rank, trains_on_gpu
+from atnat.experiments.config.devices import helper_rank, leave_process_group, trains_on_gpu
 from atnat.experiments.config.run import RunConfig, load_task, named
 from atnat.experiments.config.settings import resolved, settings_change
 from atnat.experiments.data.batching import EncodedSplit, check_budget, encode_split, make_loader
@@ -264,6 +264,7 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
     if not any(isinstance(c, ModelCheckpoint) and c.best_model_path and Path(c.best_model_path).is_file()
                for c in trainer.callbacks):
         trainer.save_checkpoint(best)  # no validation ran (tiny runs): keep what we have; collective under DDP
+    leave_process_group()  # the last collective is behind: rank 0 evaluates alone
     if not trainer.is_global_zero:
         return None
     chosen = select_weights(trainer, t, run_dir / "checkpoints")
