@@ -103,10 +103,25 @@ def test_tiny_grid_end_to_end_through_the_cli(tmp_path, monkeypatch, capsys):
     assert main(["report", str(out)]) == 0 and (out / "report.md").read_text() == md
 
 
-def run_cli(args, cwd, **kw):
+class Cli(subprocess.Popen):
+    """An atnat command in its own process group: a test that gives up on it (communicate's timeout)
+    kills the whole group, so no DDP rank or grid worker is left running beside the next tests."""
+
+    def communicate(self, input=None, timeout=None):
+        try:
+            return super().communicate(input, timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            raise
+
+
+def run_cli(args, cwd, program=("-m", "atnat.experiments.cli"), **kw):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "atnat.experiments.cli", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
+    return Cli([sys.executable, *program, *args], cwd=cwd, env=env, start_new_session=True,
+               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
 
 
 def test_killed_grid_resumes_without_retraining_finished_cells(tmp_path):

@@ -1,8 +1,6 @@
 """Cells in parallel worker processes, DDP training of one cell (CPU, 2 processes), bf16 training."""
 import json
-import os
 import re
-import subprocess
 import sys
 
 import pandas as pd
@@ -166,9 +164,7 @@ def test_ddp_trains_a_decoder_whose_zero_weighted_loss_part_leaves_parameters_un
                       "code = main(sys.argv[1:])\n"
                       "print('process group still open:', dist.is_initialized(), flush=True)\n"
                       "sys.exit(code)\n")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, str(script), "train", str(path), "--output-dir", "run"], cwd=tmp_path,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = run_cli(["train", str(path), "--output-dir", "run"], tmp_path, program=(str(script),))
     log = proc.communicate(timeout=240)[0].decode()
     assert proc.returncode == 0, log[-3000:]
     info = json.loads((tmp_path / "run" / "train.json").read_text())
