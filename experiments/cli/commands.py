@@ -342,6 +342,12 @@ def add_engine_arg(p) -> None:
                         "(+bf16 may change outputs; see README, Engines)")
 
 
+def add_results_args(p, results_help: str, smoke_help: str) -> None:
+    """--results DIR and --smoke: where a grid's results are (every command that takes a grid)."""
+    p.add_argument("--results", default="results", metavar="DIR", help=results_help)
+    p.add_argument("--smoke", action="store_true", help=smoke_help)
+
+
 def parser() -> argparse.ArgumentParser:
     from atnat.models.decoders.autoregressive import COMPILE_MODES  # lazy: start-up
 
@@ -408,8 +414,8 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_evaluate)
     p = sub.add_parser("run", parents=[common], help="run an experiment grid and write results/<grid>/")
     p.add_argument("grid")
-    p.add_argument("--results", default="results", metavar="DIR",
-                   help="results go to DIR/<grid name>/ (default: results/)")
+    add_results_args(p, "results go to DIR/<grid name>/ (default: results/)",
+                     "tiny sizes: check a grid end to end in minutes")
     p.add_argument("--dry-run", action="store_true", help="list the cells and exit")
     p.add_argument("--only", action="append", metavar="CELL",
                    help="run only this cell: an exact name or a glob, e.g. '*-at-s1' (repeatable)")
@@ -417,7 +423,6 @@ def parser() -> argparse.ArgumentParser:
                    help="cells run with other settings than the grid gives now: rerun (train again, or only "
                         "evaluate again when just eval changed; old folders kept) or keep (numbers kept, the "
                         "report names them); without it such cells stop the run before anything starts")
-    p.add_argument("--smoke", action="store_true", help="tiny sizes: check a grid end to end in minutes")
     p.add_argument("--workers", type=int, help="cells run at once, one process each (GPUs 0..N-1 when present)")
     p.add_argument("--devices", help="comma-separated GPU ids: one worker process per GPU, e.g. 0,1,2,3")
     from atnat.experiments.running.launchers.slurm import add_cluster_args  # lazy: start-up
@@ -427,30 +432,26 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cell", parents=[common], help="run one cell of a grid (what `run --workers` starts in each process)")
     p.add_argument("grid")
     p.add_argument("cell", help="cell name (see `atnat run GRID --dry-run`)")
-    p.add_argument("--results", default="results", metavar="DIR",
-                   help="results go to DIR/<grid name>/ (default: results/)")
-    p.add_argument("--smoke", action="store_true", help="the grid's smoke sizes")
+    add_results_args(p, "results go to DIR/<grid name>/ (default: results/)",
+                     "the grid's smoke sizes")
     p.set_defaults(fn=cmd_cell)
     p = sub.add_parser("status", parents=[common], help="each cell's state (done, failed, queued, running), job id and last step")
     p.add_argument("grid")
-    p.add_argument("--results", default="results", metavar="DIR",
-                   help="results are read from DIR/<grid name>/ (default: results/)")
-    p.add_argument("--smoke", action="store_true", help="the grid's smoke run (DIR/<grid name>-smoke/)")
+    add_results_args(p, "results are read from DIR/<grid name>/ (default: results/)",
+                     "the grid's smoke run (DIR/<grid name>-smoke/)")
     p.set_defaults(fn=cmd_status)
     p = sub.add_parser("collect", parents=[common], help="copy the finished cells' results (no checkpoints, no data) "
                                                           "to a folder, e.g. the repository, while the grid runs")
     p.add_argument("grid")
     p.add_argument("--to", required=True, metavar="DEST", help="each finished cell's results go to DEST/<cell>/")
-    p.add_argument("--results", default="results", metavar="DIR",
-                   help="results are read from DIR/<grid name>/ (default: results/)")
-    p.add_argument("--smoke", action="store_true", help="the grid's smoke run (DIR/<grid name>-smoke/)")
+    add_results_args(p, "results are read from DIR/<grid name>/ (default: results/)",
+                     "the grid's smoke run (DIR/<grid name>-smoke/)")
     p.set_defaults(fn=cmd_collect)
     p = sub.add_parser("time", parents=[common], help="time now each task and seed of a grid whose cells have all "
                                                        "finished, while the rest still trains (pause it first)")
     p.add_argument("grid")
-    p.add_argument("--results", default="results", metavar="DIR",
-                   help="the grid's --results folder (timing.csv goes to DIR/<grid name>/)")
-    p.add_argument("--smoke", action="store_true", help="the grid's smoke run (DIR/<grid name>-smoke/)")
+    add_results_args(p, "the grid's --results folder (timing.csv goes to DIR/<grid name>/)",
+                     "the grid's smoke run (DIR/<grid name>-smoke/)")
     p.add_argument("--devices", metavar="IDS", help="GPU ids; the first times (as in atnat run)")
     p.set_defaults(fn=cmd_time)
     p = sub.add_parser("report", parents=[common], help="regenerate report.md/report.html from a results folder; "
@@ -468,9 +469,8 @@ def parser() -> argparse.ArgumentParser:
                    help="recompute the tables of the grid GRID's results folder (results.csv, comparisons.csv, "
                         "ranking.csv) from its run folders with this version's statistics, then its report; "
                         "nothing is trained, decoded or timed again, environment.json keeps the run's record")
-    p.add_argument("--results", default="results", metavar="DIR",
-                   help="with --interim or --restat: the grid's --results folder")
-    p.add_argument("--smoke", action="store_true", help="with --interim or --restat: the grid's --smoke run")
+    add_results_args(p, "with --interim or --restat: the grid's --results folder",
+                     "with --interim or --restat: the grid's --smoke run")
     p.set_defaults(fn=cmd_report)
     p = sub.add_parser("bench", parents=[common], help="speed benchmarks: decode, train, profile (see `atnat bench -h`)",
                        description="Decoding and training speed of our AT and NAT models on random weights, "
