@@ -8,7 +8,8 @@ away from its default (run 1's `beam5` is the same search as run 2's `beam5-alph
 distilled CMLMs, evaluated under 17f3ce4, stopped mask-predict early by default (run 1's
 `mask-predict-4-lb3` is run 2's `mask-predict-4-lb3-early_stop=true`; run1/interim/notes.md). For each cell both runs finished,
 per strategy: test2016 BLEU in each run and their difference, the share of test sentences whose
-hypothesis is the same string in both, and over the validations both logged, the largest
+hypothesis is the same string in both (blank for the whole-schedule mask-predict rows, whose run-1
+scores come from run1/mask_predict_sweep/sweep.csv, which kept no hypotheses), and over the validations both logged, the largest
 difference in validation BLEU and the first step where it differs. Written to reproducibility.csv
 beside this file and printed.
 
@@ -51,6 +52,17 @@ def lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").split("\n")[:-1] if path.is_file() else []
 
 
+def sweep_scores(cell: str) -> dict[str, float]:
+    """Run 1's distilled CMLMs decoded again with the whole mask-predict schedule
+    (run1/mask_predict_sweep/sweep.csv, test2016), under run 2's labels: scores only, no hypotheses."""
+    path = HERE / "run1" / "mask_predict_sweep" / "sweep.csv"
+    if not path.is_file():
+        return {}
+    with open(path, newline="") as f:
+        return {r["strategy"]: float(r["bleu"]) for r in csv.DictReader(f)
+                if r["cell"] == cell and r["test_set"] == "test2016" and r["early_stop"] == "False"}
+
+
 def compare(one: Path, two: Path) -> list[dict]:
     steps = [json.loads((c / "train.json").read_text()).get("global_step") for c in (one, two)]
     a, b = validations(one), validations(two)
@@ -67,7 +79,18 @@ def compare(one: Path, two: Path) -> list[dict]:
                      "bleu_diff": round(s2[strategy] - s1[strategy], 2), "identical_hyps": same,
                      "sentences": len(h1), "val_points": len(common),
                      "val_bleu_max_abs_diff": round(max(diffs), 4) if diffs else "", "val_first_diff_step": first})
+    swept = sweep_scores(one.name)
+    for strategy in [s for s in s2 if s not in s1 and s in swept]:  # decoded in run 1 by the sweep only
+        rows.append({"cell": one.name, "strategy": strategy, "steps_run1": steps[0], "steps_run2": steps[1],
+                     "bleu_run1": round(swept[strategy], 2), "bleu_run2": round(s2[strategy], 2),
+                     "bleu_diff": round(s2[strategy] - swept[strategy], 2), "identical_hyps": "", "sentences": "",
+                     "val_points": len(common), "val_bleu_max_abs_diff": round(max(diffs), 4) if diffs else "",
+                     "val_first_diff_step": first})
     return rows
+
+
+def same(row: dict) -> str:
+    return f"{row['identical_hyps']}/{row['sentences']}" if row["sentences"] != "" else "- (sweep kept none)"
 
 
 def main() -> int:
@@ -83,7 +106,7 @@ def main() -> int:
         writer.writerows(rows)
     for r in rows:
         print(f"{r['cell']:24} {r['strategy']:28} {r['bleu_run1']:6.2f} {r['bleu_run2']:6.2f} {r['bleu_diff']:+.2f}  "
-              f"same hyps {r['identical_hyps']}/{r['sentences']}  val max|d| {r['val_bleu_max_abs_diff']} "
+              f"same hyps {same(r)}  val max|d| {r['val_bleu_max_abs_diff']} "
               f"(first at step {r['val_first_diff_step'] or '-'})")
     return 0
 
