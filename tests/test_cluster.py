@@ -208,7 +208,12 @@ def test_status_states_from_the_run_folder(tmp_path, monkeypatch):
     assert cell_state(folder("r", **{"job.json": job.replace('"7_1"', '"8"')}))["state"] == "running"
     assert cell_state(folder("e", **{"job.json": job.replace('"7_1"', '"9"')}))["state"] == "ended (cancelled by 12)"
     row = cell_state(folder("l", **{"cell.lock.json": me, "logs/metrics.csv": csv}))  # local pool or by hand
-    assert row["state"] == "running" and row["last_step"] == 99 and row["job"] == ""
+    assert row["state"] == "running" and row["last_step"] == 99 and row["job"] == "" and row["now"] == "starting"
+    progress = json.dumps({"phase": "training", "step": 99, "max_steps": 400, "loss": 1.5, "eta_s": 600})
+    row = cell_state(folder("l2", **{"cell.lock.json": me, "progress.json": progress}))
+    assert row["now"] == "training step 99/400, loss 1.5, ETA 10 min"
+    evaluating = json.dumps({"phase": "evaluating", "step": 400})
+    assert cell_state(folder("l3", **{"cell.lock.json": me, "progress.json": evaluating}))["now"] == "evaluating"
     assert cell_state(folder("i", **{"cell.lock.json": gone, "checkpoints/last.ckpt": "x"}))["state"] == "interrupted"
     failed = cell_state(folder("f", **{"metrics.json": json.dumps({"status": "failed", "error": "boom"})}))
     assert failed["state"] == "failed" and failed["error"] == "boom"

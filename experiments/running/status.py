@@ -1,7 +1,7 @@
 """`atnat status GRID`: each cell's state, job and last training step, read from its run folder.
 
 State: done / failed (metrics.json), queued / running (job.json, asked of submitit; or the cell's
-lock, held by whoever trains it), ended (a job that ended without a result: cancelled, timed out
+lock, held by whoever trains it; a running cell's phase from its progress.json), ended (a job that ended without a result: cancelled, timed out
 for good), interrupted (a checkpoint and no result), not started. Then, per task and seed, how many
 of its cells are done and whether it has been timed (`atnat time`, or the timing phase). Under a
 cluster launcher, a last line gives the state of the timing phase's job (launchers/slurm.py).
@@ -20,6 +20,7 @@ from atnat.experiments.running.grid import load_grid_into
 from atnat.experiments.running.launchers.jobs import is_active, job_state, read_job
 from atnat.experiments.running.locks import cell_lock, holder_alive
 from atnat.experiments.evaluation.timing import timing_groups
+from atnat.experiments.training.progress import describe, read_progress
 from atnat.experiments.running.timing_phase import TIMING_DIR
 
 
@@ -41,10 +42,18 @@ def last_step(run_dir: Path) -> int | None:
 
 
 def cell_state(run_dir: Path) -> dict:
-    """One row of the status table for a cell's run folder."""
+    """One row of the status table for a cell's run folder; a running cell's `now` says what it does
+    (its progress.json: the training step and ETA, or evaluating, distilling...)."""
+    row = folder_state(run_dir)
+    if row["state"] == "running":
+        row["now"] = describe(read_progress(run_dir))
+    return row
+
+
+def folder_state(run_dir: Path) -> dict:
     job = read_job(run_dir) or {}
     row = {"state": "not started", "job": job.get("job_id", ""), "launcher": job.get("launcher", ""),
-           "last_step": last_step(run_dir), "error": ""}
+           "last_step": last_step(run_dir), "error": "", "now": ""}
     status = cell_status(run_dir)
     if status in ("ok", "failed"):
         row["state"] = "done" if status == "ok" else "failed"
@@ -107,11 +116,11 @@ def print_status(grid_path, *, results_root: Path, smoke: bool) -> list[dict]:
     grid, out = load_grid_into(grid_path, results_root, smoke)
     rows = status_rows(grid)
     table = Table(title=f"{grid_path}: {len(rows)} cells")
-    for col in ("cell", "state", "job", "last step", "teacher", "error"):
+    for col in ("cell", "state", "job", "last step", "teacher", "now / error"):
         table.add_column(col)
     for r in rows:
         table.add_row(r["cell"], r["state"], str(r["job"]), "" if r["last_step"] is None else str(r["last_step"]),
-                      r["teacher"], r["error"])
+                      r["teacher"], r["error"] or r["now"])
     console = PipeConsole(width=200)  # `atnat status | head -1` exits 141 like every other command
     console.print(table)
     counts: dict[str, int] = {}
