@@ -212,6 +212,8 @@ def test_status_states_from_the_run_folder(tmp_path, monkeypatch):
     progress = json.dumps({"phase": "training", "step": 99, "max_steps": 400, "loss": 1.5, "eta_s": 600})
     row = cell_state(folder("l2", **{"cell.lock.json": me, "progress.json": progress}))
     assert row["now"] == "training step 99/400, loss 1.5, ETA 10 min"
+    row = cell_state(tmp_path / "l2", stops_early=True)  # the grid gives the cell a plateau rule
+    assert row["now"] == "training step 99/400, loss 1.5, ETA at most 10 min (plateau rule)"
     evaluating = json.dumps({"phase": "evaluating", "step": 400})
     assert cell_state(folder("l3", **{"cell.lock.json": me, "progress.json": evaluating}))["now"] == "evaluating"
     assert cell_state(folder("i", **{"cell.lock.json": gone, "checkpoints/last.ckpt": "x"}))["state"] == "interrupted"

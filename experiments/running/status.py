@@ -41,12 +41,12 @@ def last_step(run_dir: Path) -> int | None:
     return int(steps.max()) if len(steps) else None
 
 
-def cell_state(run_dir: Path) -> dict:
+def cell_state(run_dir: Path, stops_early: bool | None = None) -> dict:
     """One row of the status table for a cell's run folder; a running cell's `now` says what it does
     (its progress.json: the training step and ETA, or evaluating, distilling...)."""
     row = folder_state(run_dir)
     if row["state"] == "running":
-        row["now"] = describe(read_progress(run_dir))
+        row["now"] = describe(read_progress(run_dir), stops_early)
     return row
 
 
@@ -76,7 +76,8 @@ def folder_state(run_dir: Path) -> dict:
 
 
 def status_rows(grid) -> list[dict]:
-    return [{"cell": c.name, "teacher": c.teacher or ""} | cell_state(Path(c.config.output_dir)) for c in grid.cells]
+    return [{"cell": c.name, "teacher": c.teacher or ""}
+            | cell_state(Path(c.config.output_dir), c.config.train.early_stop_patience is not None) for c in grid.cells]
 
 
 def timing_line(out: Path) -> str | None:

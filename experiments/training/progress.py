@@ -66,8 +66,10 @@ def _minutes(seconds: float | None) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
-def describe(state: dict | None) -> str:
-    """One line: `training step 120/2000, loss 4.12, val BLEU 12.3, ETA 14 min` (or the phase)."""
+def describe(state: dict | None, stops_early: bool | None = None) -> str:
+    """One line: `training step 120/2000, loss 4.12, val BLEU 12.3, ETA 14 min` (or the phase). A run
+    with a plateau rule (train.early_stop_patience; `stops_early`, else the state's own flag) may stop
+    before its step budget: its ETA is a bound, `ETA at most 14 min (plateau rule)`."""
     if not state:
         return "starting"
     phase = state.get("phase", "training")
@@ -79,15 +81,19 @@ def describe(state: dict | None) -> str:
     for key, name in (("val_loss", "val loss"), ("val_bleu", "val BLEU")):
         if state.get(key) is not None:
             parts.append(f"{name} {state[key]:.3g}")
-    parts.append(f"ETA {_minutes(state.get('eta_s'))}")
+    bound = state.get("stops_early", False) if stops_early is None else stops_early
+    eta = _minutes(state.get("eta_s"))
+    parts.append(f"ETA at most {eta} (plateau rule)" if bound and eta != "?" else f"ETA {eta}")
     return "training " + ", ".join(parts)
 
 
 class ProgressReporter(pl.Callback):
     """Writes progress.json every `every` steps and at each validation; prints a line per validation."""
 
-    def __init__(self, run_dir: Path, max_steps: int, max_time_s: float | None, every: int = 10):
+    def __init__(self, run_dir: Path, max_steps: int, max_time_s: float | None, every: int = 10,
+                 stops_early: bool = False):
         self.run_dir, self.max_steps, self.max_time_s, self.every = Path(run_dir), max_steps, max_time_s, every
+        self.stops_early = stops_early  # a plateau rule: the ETA to max_steps is a bound
         self.started, self.start_step = time.time(), 0
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -101,7 +107,7 @@ class ProgressReporter(pl.Callback):
         elapsed = time.time() - self.started
         return {"phase": "training", "step": trainer.global_step, "max_steps": self.max_steps,
                 "loss": value("train/loss"), "val_loss": value("val/loss"), "val_bleu": value("val/bleu"),
-                "elapsed_s": elapsed,
+                "elapsed_s": elapsed, "stops_early": self.stops_early,
                 "eta_s": eta_seconds(trainer.global_step, self.max_steps, elapsed, self._time_left(trainer),
                                      self.start_step)}
 

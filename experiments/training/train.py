@@ -153,7 +153,8 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
 
         callbacks.append(EMAWeightAveraging(decay=t.ema))
     callbacks.append(DivergenceGuard(t.divergence_factor))  # a NaN/exploding loss fails the run
-    callbacks.append(ProgressReporter(run_dir, t.max_steps, t.max_time_s))  # progress.json, a line per validation
+    callbacks.append(ProgressReporter(run_dir, t.max_steps, t.max_time_s,
+                                       stops_early=t.early_stop_patience is not None))  # progress.json, a line per validation
     # training wall time kept in the checkpoints (Lightning's Timer restores it on resume): train.json's
     # train_time_s counts every attempt of a resumed run; max_time_s, if set, caps that total
     callbacks.append(Timer(None if t.max_time_s is None else datetime.timedelta(seconds=t.max_time_s),
