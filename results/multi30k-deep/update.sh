@@ -2,7 +2,7 @@
 # After cells of the deep grid finish: copy their results here (atnat collect: no checkpoints, no
 # data), then regenerate the interim report from every cell collected here (atnat report --interim
 # --collected: cells whose machine is gone included) with this checkout's code, keeping the
-# hand-written notes.
+# hand-written notes, and compare run 2 with run 1 (reproduce.py -> reproducibility.csv).
 #   bash results/multi30k-deep/update.sh [RESULTS_DIR]     (default: /work/deep-results)
 # Then update STATUS.md's state and the README bullet, and commit.
 set -euo pipefail
@@ -19,3 +19,5 @@ fi
 find "$here/interim" -mindepth 1 -not -name notes.md -delete 2>/dev/null || true
 atnat report --interim "$grid" --collected "$here/finished-cells"
 echo "update.sh: $here/interim regenerated from $(ls "$here/finished-cells" | wc -l) collected cells"
+# run 2 against run 1, cell by cell (reproducibility.csv)
+python3 "$here/reproduce.py" > /dev/null && echo "update.sh: $here/reproducibility.csv rewritten ($(($(wc -l < "$here/reproducibility.csv") - 1)) rows)"
