@@ -1,8 +1,9 @@
 """`atnat status GRID`: each cell's state, job and last training step, read from its run folder.
 
 State: done / failed (metrics.json), queued / running (job.json, asked of submitit; or the cell's
-lock, held by whoever trains it; a running cell's phase from its progress.json), ended (a job that ended without a result: cancelled, timed out
-for good), interrupted (a checkpoint and no result), not started. Then, per task and seed, how many
+lock, held by whoever trains it; what a running cell does now from its progress.json), ended (a job
+that ended without a result: cancelled, timed out for good), interrupted (a checkpoint and no
+result), not started. Then, per task and seed, how many
 of its cells are done and whether it has been timed (`atnat time`, or the timing phase). Under a
 cluster launcher, a last line gives the state of the timing phase's job (launchers/slurm.py).
 """
