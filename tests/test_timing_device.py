@@ -104,10 +104,40 @@ def test_ctranslate2_device_problems_and_indices(monkeypatch):
 
     assert ct2.split_device("cuda:2") == ("cuda", 2) and ct2.split_device("cpu") == ("cpu", 0)
     monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 1)
+    monkeypatch.setattr(ct2, "trial_decode", lambda kind, index: None)  # as where a decode works there
     assert ct2.device_problem("cpu") is None and ct2.device_problem("cuda") is None
     assert "sees 1 CUDA device(s), so it cannot decode on cuda:1" in ct2.device_problem("cuda:1")
     monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 0)
     assert "a CPU-only build" in ct2.device_problem("cuda")
+
+
+def test_a_gpu_that_ctranslate2_counts_but_cannot_decode_on_is_refused_before_training(monkeypatch):
+    """Seen on an H100 with CUDA 13 alone: CTranslate2 4.8's wheel counted the GPU (its CUDA runtime is
+    static) and failed only at its first decode, which it does in the timing phase after all training."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from atnat.experiments.modelfiles import ct2
+
+    assert ct2.trial_decode("cpu", 0) is None  # the trial itself decodes where CTranslate2 works
+    real = ctranslate2.Translator
+
+    class NoCublas:
+        def __init__(self, path, device="cpu", **kw):
+            self.inner, self.device = real(path, device="cpu", **kw), device
+
+        def translate_batch(self, *args, **kw):
+            if self.device == "cuda":
+                raise RuntimeError("Library libcublas.so.12 is not found or cannot be loaded")
+            return self.inner.translate_batch(*args, **kw)
+
+    monkeypatch.setattr(ctranslate2, "Translator", NoCublas)
+    monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 1)
+    ct2.trial_decode.cache_clear()
+    try:
+        problem = ct2.device_problem("cuda")
+    finally:
+        ct2.trial_decode.cache_clear()
+    assert problem == (f"CTranslate2 {ctranslate2.__version__} sees the GPU but cannot decode on cuda: "
+                       "RuntimeError: Library libcublas.so.12 is not found or cannot be loaded")
 
 
 def test_the_ctranslate2_twins_gpu_memory_is_not_claimed():

@@ -22,6 +22,7 @@ search with min_len or no_repeat_ngram is refused as not exact.
 """
 from __future__ import annotations
 
+import functools
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +80,35 @@ def device_problem(device: str) -> str | None:
         if count <= index:
             return (f"CTranslate2 {ctranslate2.__version__} sees {count} CUDA device(s), so it cannot decode on "
                     f"{device} (a CPU-only build, or CUDA libraries that do not match the driver)")
+        failure = trial_decode(kind, index)
+        if failure:
+            return f"CTranslate2 {ctranslate2.__version__} sees the GPU but cannot decode on {device}: {failure}"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def trial_decode(kind: str, index: int) -> str | None:
+    """Why one translation by a one-layer random model fails on the device, or None. CTranslate2's
+    wheel links the CUDA runtime statically, so it counts a GPU even where the cuBLAS it loads at its
+    first decode (libcublas.so.12 for the 4.x wheels) is missing: only a decode shows that."""
+    from atnat.core.special import SpecialTokens
+    from atnat.experiments.data.tokenize import SymbolTokenizer
+    from atnat.models.seq2seq import Seq2SeqModule
+
+    tokenizer = SymbolTokenizer(["a", "b"])
+    with torch.random.fork_rng(devices=[]):  # the caller's random stream stays as it was
+        torch.manual_seed(0)
+        module = Seq2SeqModule(vocab_size=tokenizer.vocab_size, decoder="at",
+                               model={"d_model": 8, "n_heads": 1, "ffn_dim": 8, "encoder_layers": 1,
+                                      "decoder_layers": 1, "dropout": 0.0}).eval()
+    first = vocabulary(tokenizer, tokenizer.vocab_size)[SpecialTokens().first_ordinary]
+    with tempfile.TemporaryDirectory(prefix="atnat-ct2-trial-") as tmp:
+        try:
+            export_ctranslate2(module, tokenizer, Path(tmp) / "model")
+            translator = load_translator(Path(tmp) / "model", device=f"{kind}:{index}")
+            translator.translate_batch([[first]], max_decoding_length=2)
+        except Exception as err:  # noqa: BLE001 - whatever the library raises is the reason
+            return f"{type(err).__name__}: {err}"
     return None
 
 
