@@ -512,6 +512,24 @@ def test_the_speed_note_states_both_noise_floors_and_an_older_folder_without_the
             "ratio inside its floor is not distinguishable from the A/A control") in md
 
 
+def test_a_gpu_timing_with_its_a_a_floors_is_not_called_uncontrolled():
+    """Seen in the first GPU grid's report: a GPU timing records no CPU thread count, and the note then
+    said "no A/A control was timed, so the noise floor of the ratios is unknown" right before stating
+    the A/A floors that control measured."""
+    from atnat.experiments.reporting.report import speed_note
+
+    timing = "timing phase after training: ... on cuda:0 (NVIDIA H100 80GB HBM3)"
+    gpu = pd.DataFrame({"timing_threads": [float("nan")] * 2, "speed_noise_low": [0.93, 0.95],
+                        "speed_noise_high": [1.06, 1.04], "throughput_noise_low": [0.93, 0.9],
+                        "throughput_noise_high": [1.1, 1.02]})
+    note = speed_note(gpu, timing)
+    assert note.startswith(f"Speed: {timing}; A/A noise floors of the speed ratios") and "unknown" not in note
+    assert "batch-1 latency [0.93, 1.06] for the batch-1 ratios; throughput [0.90, 1.10]" in note
+    old = speed_note(gpu.drop(columns=["speed_noise_low", "speed_noise_high", "throughput_noise_low",
+                                       "throughput_noise_high"]), timing)  # an older folder: no control timed
+    assert old == f"Speed: {timing}; no A/A control was timed, so the noise floor of the ratios is unknown."
+
+
 def test_a_nat_clearly_below_the_best_by_their_paired_difference_is_not_within_reach(tmp_path):
     """Intervals against the AT carry the teacher's seed noise twice; where ranking.csv pairs the two
     NAT systems directly, that paired difference decides (the interim deep grid: NPD-5 overlapped CTC's

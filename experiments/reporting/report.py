@@ -333,8 +333,8 @@ def speed_note(part: pd.DataFrame, timing: str = "") -> str:
     as aggregate.noise_floor applies it)."""
     threads = sorted({int(t) for t in part.get("timing_threads", pd.Series(dtype=float)).dropna()})
     text = []
-    if not threads and timing:
-        text.append(f"Speed: {timing}; no A/A control was timed, so the noise floor of the ratios is unknown")
+    if not threads and timing:  # a GPU timing, or an older folder: the timing's own description
+        text.append(f"Speed: {timing}")
     if threads:
         text.append(f"Speed measured with {', '.join(map(str, threads))} CPU thread"
                     f"{'s' if threads != [1] else ''} per system")
@@ -354,6 +354,8 @@ def speed_note(part: pd.DataFrame, timing: str = "") -> str:
                        "session)" if ct2 else "")
                     + ": a ratio inside its floor is not distinguishable from the A/A control, and no system leaves "
                       "the front by less")
+    elif text:
+        text.append("no A/A control was timed, so the noise floor of the ratios is unknown")
     return "; ".join(text) + "." if text else ""
 
 
