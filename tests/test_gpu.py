@@ -203,6 +203,32 @@ def test_cuda_graph_static_step_gives_the_eager_tokens():
         assert torch.equal(eager.tokens, graphed.tokens) and torch.equal(eager.tokens, again.tokens)
 
 
+def test_the_auto_engine_graphs_single_sentence_at_steps_with_the_eager_tokens():
+    """auto on a GPU: batch-1 decodes of sentences of many lengths (new shapes for the graphs, as the
+    timing phase's latency sentences are) give eager's tokens; a batch decodes eager, the same too."""
+    from atnat.decoding.beam import Beam
+    from atnat.decoding.greedy import Greedy
+    from atnat.experiments.modelfiles.engines import apply_engine
+    from atnat.models.seq2seq import Seq2SeqModule
+
+    torch.manual_seed(0)
+    eager = Seq2SeqModule(vocab_size=64, decoder="at", model=dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=1,
+                                                                  decoder_layers=2, dropout=0.0)).eval().cuda()
+    graphed = Seq2SeqModule(vocab_size=64, decoder="at", model=dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=1,
+                                                                    decoder_layers=2, dropout=0.0)).eval().cuda()
+    graphed.load_state_dict(eager.state_dict())
+    assert apply_engine(graphed, "auto").label == "auto=cudagraphs"
+    g = torch.Generator().manual_seed(1)
+    sources = [torch.randint(6, 64, (1, n), generator=g).cuda() for n in (3, 9, 5, 14, 9, 7, 3)]
+    for strategy in (Greedy(max_len_a=1.0, max_len_b=4), Beam(beam_size=3, max_len_a=1.0, max_len_b=4)):
+        for src in sources:
+            lengths = src.ne(0).sum(1)
+            assert torch.equal(eager.decode(src, lengths, strategy).tokens, graphed.decode(src, lengths, strategy).tokens)
+        batch = torch.cat([s[:, :3] for s in sources])
+        lengths = batch.ne(0).sum(1)
+        assert torch.equal(eager.decode(batch, lengths, strategy).tokens, graphed.decode(batch, lengths, strategy).tokens)
+
+
 def test_probes_run_on_cuda():
     from atnat.experiments.data.batching import collate, encode_split
     from atnat.experiments.evaluation.probes import attention_map, oracle_predictions, prefix_corruption

@@ -62,10 +62,14 @@ class EngineInfo:
     swapped: int = 0
     records: list[CompileRecord] = field(default_factory=list)
     fallback: str = ""  # the auto engine where it runs eager: why (a GPU)
+    cuda_graphs: bool = False  # the auto engine on a GPU: single-sentence AT steps replay CUDA graphs
 
     @property
     def label(self) -> str:
-        """The engine's name and options; `auto=eager` where auto ran eager (`fallback` says why)."""
+        """The engine's name and options; `auto=eager` where auto ran eager (`fallback` says why),
+        `auto=cudagraphs` where it graphs the AT step on a GPU."""
+        if self.cuda_graphs:
+            return f"{self.engine.label}=cudagraphs"
         return f"{self.engine.label}=eager" if self.fallback else self.engine.label
 
     @property
@@ -146,12 +150,20 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
     64), and with `step_rows` > 0 compiled packages (traced from the plain products: PackedLinear
     under export): the encoder and a NAT decoder's pass at every batch size (AUTO_PASS_ENGINE), the
     AT step on decodes of at most `step_rows` sentences (AUTO_STEP_ENGINE: inductor's CPP GEMM
-    templates, fastest exact at batch 1). Where neither applies, eager: a model on a GPU
-    (`info.fallback` says why). An int8 model keeps FBGEMM's kernels eager, and its
+    templates, fastest exact at batch 1). On a GPU: the static AT step under torch.compile's
+    "reduce-overhead" (CUDA graphs: 3.7x eager greedy's speed at batch 1 on an H100, the same tokens,
+    results/bench/README.md) for decodes of at most `step_rows` sentences, everything else eager
+    (with `step_rows` 0, or for a NAT or int8 model, all eager: `info.fallback` says why). An int8 model keeps FBGEMM's kernels eager, and its
     packages trace each int8 layer's arithmetic (CompilableInt8Linear: oneDNN's int8 GEMM, the same
     products), the AT step as AUTO_INT8_STEP_ENGINE. apply_engine checked the rest."""
     if module.device.type != "cpu":
-        info.fallback = f"eager: the model is on {module.device}"
+        decoder = module.decoder
+        if (module.device.type == "cuda" and step_rows > 0 and "step" in decoder.capabilities
+                and not is_quantized(module)):
+            decoder.use_static_cache(True, "reduce-overhead", max_rows=step_rows)
+            info.cuda_graphs = True
+        else:
+            info.fallback = f"eager: the model is on {module.device}"
         module.engine_info = info
         return info
     int8 = is_quantized(module)
