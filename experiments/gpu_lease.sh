@@ -10,7 +10,7 @@
 #   there (carry .whl and .data; call the next step before the machine goes back, about 30 s idle):
 #       bash experiments/gpu_lease.sh start        # install, grid started in the background, then the GPU tier
 #       bash experiments/gpu_lease.sh wait [SEC]   # until the grid ends or SEC (default 500) pass; packs results
-#       bash experiments/gpu_lease.sh bench        # bench decode (sweep, CUDA graphs) and bench train on cuda
+#       bash experiments/gpu_lease.sh bench        # bench decode (sweep, CUDA graphs), bench train, auto's batch-1 latency on cuda
 #   here again: tar xzf <files_at>/multi30k.tgz -C results/   (results/multi30k/ without checkpoints)
 #
 # The grid's results live in .lease-results/ on the machine (git-ignored, never carried, so a later
@@ -104,6 +104,7 @@ bench() {
   local no_ct2=(); ct2_gpu_ok || no_ct2=(--no-ct2)
   timeout 280 "${atnat[@]}" bench decode --device cuda --compile reduce-overhead --sweep "${no_ct2[@]}" --out "$out/sweep_gpu.csv" 2>&1 | tail -n 30
   timeout 200 "${atnat[@]}" bench train --device cuda --out "$out/train_gpu.csv" 2>&1 | tail -n 20
+  timeout 150 python3 results/bench/auto_gpu_latency.py "$out/auto_gpu_latency.csv" 50 4 2>&1 | tail -n 8
 }
 
 case "${1:-}" in
