@@ -525,6 +525,8 @@ def test_a_gpu_timing_with_its_a_a_floors_is_not_called_uncontrolled():
     note = speed_note(gpu, timing)
     assert note.startswith(f"Speed: {timing}; A/A noise floors of the speed ratios") and "unknown" not in note
     assert "batch-1 latency [0.93, 1.06] for the batch-1 ratios; throughput [0.90, 1.10]" in note
+    resolved = speed_note(gpu.assign(timing_engine="auto=eager"), timing)
+    assert resolved.startswith(f"Speed: {timing}; decoded as `auto=eager` (the rows' timing_engine); A/A noise")
     old = speed_note(gpu.drop(columns=["speed_noise_low", "speed_noise_high", "throughput_noise_low",
                                        "throughput_noise_high"]), timing)  # an older folder: no control timed
     assert old == f"Speed: {timing}; no A/A control was timed, so the noise floor of the ratios is unknown."

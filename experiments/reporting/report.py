@@ -335,6 +335,9 @@ def speed_note(part: pd.DataFrame, timing: str = "") -> str:
     text = []
     if not threads and timing:  # a GPU timing, or an older folder: the timing's own description
         text.append(f"Speed: {timing}")
+    resolved = sorted({e for e in part.get("timing_engine", pd.Series(dtype=object)).dropna() if "=" in str(e)})
+    if resolved:  # what an engine became on this device (auto on a GPU: eager or CUDA graphs)
+        text.append(f"decoded as {', '.join(f'`{e}`' for e in resolved)} (the rows' timing_engine)")
     if threads:
         text.append(f"Speed measured with {', '.join(map(str, threads))} CPU thread"
                     f"{'s' if threads != [1] else ''} per system")
