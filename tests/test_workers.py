@@ -107,7 +107,14 @@ def test_failed_teacher_fails_its_students_without_running_them(tmp_path, monkey
     assert df.loc["at-s1", "status"] == "failed" and "no usable sentence pairs" in df.loc["at-s1", "error"]
     assert df.loc["nat-kd-s1", "error"] == "teacher cell at-s1 failed"
     assert not (tmp_path / "res" / "tiny" / "runs" / "nat-kd-s1" / "worker.log").exists()
-    # fixed and run again: the failed teacher is retried first, then its student runs
+
+
+@pytest.mark.slow
+def test_a_failed_teacher_fixed_is_retried_first_then_its_student_runs(tmp_path, monkeypatch):
+    broken = {"decoder": {"name": "at"}, "train": {"max_len": 1}}
+    grid = write_grid(tmp_path, {**TINY, "cells": {"at": broken, "nat-kd": STUDENT}})
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(grid), "--results", "res", "--workers", "2"]) == 1
     fixed = {"decoder": {"name": "at"}, "train": {"max_len": 256}}
     grid = write_grid(tmp_path, {**TINY, "cells": {"at": fixed, "nat-kd": STUDENT}})
     assert main(["run", str(grid), "--results", "res", "--workers", "2"]) == 0
