@@ -56,9 +56,11 @@ machine() {
 }
 
 atnat=(python3 -m atnat.experiments.cli)  # the machine's python3 holds torch; its bin may not be on PATH
-# CTranslate2's wheel loads CUDA 12's cuBLAS at its first GPU decode (libcublas.so.12; its cudart is
-# static, so it counts the GPU either way); a machine whose CUDA is 13 alone cannot run its GPU twin.
-ct2_gpu_ok() { python3 -c "import ctypes; ctypes.CDLL('libcublas.so.12')" 2>/dev/null; }
+# Why CTranslate2 cannot decode on this GPU (atnat's own check, a trial decode: its 4.x wheel needs
+# CUDA 12's cuBLAS, which a CUDA-13-only machine lacks); prints nothing where it can
+ct2_gpu_problem() {
+  python3 -c "from atnat.experiments.modelfiles.ct2 import device_problem; print(device_problem('cuda') or '')"
+}
 lanes="${LEASE_DEVICES:-0,0,0}"  # the grid's lanes: three cells at once on GPU 0 (the timing phase runs alone after them)
 
 grid_running() { pgrep -f "atnat.experiments.cli run experiments/grids/multi30k.yaml" >/dev/null; }
@@ -74,8 +76,9 @@ pack_results() {  # results/multi30k/ without checkpoints or distilled targets, 
 start() {
   install || return 1
   machine
-  if ! ct2_gpu_ok; then  # this copy of the tree only (it never comes back): the report records the setting
-    echo "no libcublas.so.12 here: the grid runs with speed.ct2_baseline: false" | tee "$out/ct2.txt"
+  local problem; problem="$(ct2_gpu_problem)"
+  if [ -n "$problem" ]; then  # this copy of the tree only (it never comes back): the report records the setting
+    echo "$problem: the grid runs with speed.ct2_baseline: false" | tee "$out/ct2.txt"
     sed -i 's/ct2_baseline: true/ct2_baseline: false/' experiments/grids/multi30k.yaml
   fi
   if ! grid_running && [ ! -f "$results/multi30k/report.md" ]; then
@@ -101,8 +104,8 @@ bench() {
   install || return 1
   machine
   ! grid_running || { echo "bench: the grid is still running; time nothing beside it" >&2; return 1; }
-  local no_ct2=(); ct2_gpu_ok || no_ct2=(--no-ct2)
-  timeout 280 "${atnat[@]}" bench decode --device cuda --compile reduce-overhead --sweep "${no_ct2[@]}" --out "$out/sweep_gpu.csv" 2>&1 | tail -n 30
+  # CTranslate2's rows are skipped, with the reason, where it cannot decode on the GPU
+  timeout 280 "${atnat[@]}" bench decode --device cuda --compile reduce-overhead --sweep --out "$out/sweep_gpu.csv" 2>&1 | tail -n 30
   timeout 200 "${atnat[@]}" bench train --device cuda --out "$out/train_gpu.csv" 2>&1 | tail -n 20
   timeout 150 python3 results/bench/auto_gpu_latency.py "$out/auto_gpu_latency.csv" 50 4 2>&1 | tail -n 8
 }

@@ -9,6 +9,7 @@ timing and the report; `--devices` (cells pinned to a GPU, the timing phase on i
 the CTranslate2 baseline of the timing phase; translate / distill / int8 on a GPU machine; CUDA
 graphs of the static AT step; the probes; `atnat bench decode` with its CTranslate2 rows.
 """
+import copy
 import io
 import json
 import subprocess
@@ -214,9 +215,7 @@ def test_the_auto_engine_graphs_single_sentence_at_steps_with_the_eager_tokens()
     torch.manual_seed(0)
     eager = Seq2SeqModule(vocab_size=64, decoder="at", model=dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=1,
                                                                   decoder_layers=2, dropout=0.0)).eval().cuda()
-    graphed = Seq2SeqModule(vocab_size=64, decoder="at", model=dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=1,
-                                                                    decoder_layers=2, dropout=0.0)).eval().cuda()
-    graphed.load_state_dict(eager.state_dict())
+    graphed = copy.deepcopy(eager)
     assert apply_engine(graphed, "auto").label == "auto=cudagraphs"
     g = torch.Generator().manual_seed(1)
     sources = [torch.randint(6, 64, (1, n), generator=g).cuda() for n in (3, 9, 5, 14, 9, 7, 3)]

@@ -151,9 +151,10 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
     under export): the encoder and a NAT decoder's pass at every batch size (AUTO_PASS_ENGINE), the
     AT step on decodes of at most `step_rows` sentences (AUTO_STEP_ENGINE: inductor's CPP GEMM
     templates, fastest exact at batch 1). On a GPU: the static AT step under torch.compile's
-    "reduce-overhead" (CUDA graphs: 3.7x eager greedy's speed at batch 1 on an H100, the same tokens,
-    results/bench/README.md) for decodes of at most `step_rows` sentences, everything else eager
-    (with `step_rows` 0, or for a NAT or int8 model, all eager: `info.fallback` says why). An int8 model keeps FBGEMM's kernels eager, and its
+    "reduce-overhead" (CUDA graphs; on an H100 at batch 1, eager's tokens at 3.7x its greedy speed
+    at one shape, 1.96x over sentences of many lengths: results/bench/README.md) for decodes of at
+    most `step_rows` sentences, everything else eager (with `step_rows` 0, or for a NAT or int8
+    model, all eager: `info.fallback` says why). An int8 model keeps FBGEMM's kernels eager, and its
     packages trace each int8 layer's arithmetic (CompilableInt8Linear: oneDNN's int8 GEMM, the same
     products), the AT step as AUTO_INT8_STEP_ENGINE. apply_engine checked the rest."""
     if module.device.type != "cpu":
