@@ -140,3 +140,56 @@ def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, m
     shutil.rmtree(run / "checkpoints")
     assert main(["time", "g-at.yaml", "--results", "res"]) == 1
     assert "not timed: parallel seed 1 (no checkpoint and no earlier timing: at-s1)" in capsys.readouterr().out
+
+
+def test_time_partial_times_a_seeds_finished_cells_beside_its_baseline_while_others_train(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """A seed of the deep grid takes more than one session to finish, and the machine may be lost in
+    between: `atnat time --partial` times each finished student beside its (finished) AT baseline
+    while both still have their weights; a seed without its baseline has nothing to be timed against."""
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    spec["cells"]["nat"] = {"decoder": "nat", "eval": {"strategies": ["parallel"]}}
+    spec["cells"]["cmlm"] = {"decoder": "cmlm", "eval": {"strategies": [{"name": "mask-predict", "iterations": 2}]}}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    out = tmp_path / "res" / "two-tests"
+    assert main(["run", "g.yaml", "--results", "res", "--only", "nat-s1"]) == 0
+    for name in ("timing.csv", "timing.json"):  # the run's own timing phase: what `atnat time` must do itself
+        (out / name).unlink()
+    capsys.readouterr()
+    assert main(["time", "g.yaml", "--results", "res", "--partial"]) == 2  # no baseline yet: nothing to time
+    err = capsys.readouterr().err
+    assert "no task and seed has its baseline finished" in err and "baseline (at-s1) has finished" in err
+    assert not (out / "timing.csv").exists()
+
+    assert main(["run", "g.yaml", "--results", "res", "--only", "at-s1"]) == 0
+    for name in ("timing.csv", "timing.json"):
+        (out / name).unlink()
+    capsys.readouterr()
+    assert main(["time", "g.yaml", "--results", "res"]) == 2  # without --partial: waits for the whole seed
+    assert "not finished: cmlm-s1" in capsys.readouterr().err
+    assert main(["time", "g.yaml", "--results", "res", "--partial"]) == 0
+    assert ("timed (or kept, unchanged): parallel seed 1 (its finished cells; not finished: cmlm-s1)"
+            in capsys.readouterr().out)
+    first = pd.read_csv(out / "timing.csv")
+    assert set(first.cell) == {"at-s1", "nat-s1"} and first.timing_session.nunique() == 1
+    nat = first.query("cell == 'nat-s1'").iloc[0]
+    assert nat.speed_baseline == "at-s1 / greedy" and nat.speedup_vs_at > 0 and nat.speed_noise_low > 0
+    assert main(["status", "g.yaml", "--results", "res"]) == 0
+    assert (f"parallel seed 1: 2 of 3 cells done, 2 of them timed {first.timing_session.iloc[0]} (atnat time "
+            "--partial)") in capsys.readouterr().out
+    assert main(["time", "g.yaml", "--results", "res", "--partial"]) == 0  # nothing new: kept as it is
+    pd.testing.assert_frame_equal(pd.read_csv(out / "timing.csv"), first)
+
+    # nat-s1's weights are lost before the seed completes; its timing beside at-s1 stays. The seed's last
+    # cell finishes: the seed is timed anew as a whole, except the cell with no weights left
+    shutil.rmtree(out / "runs" / "nat-s1" / "checkpoints")
+    assert main(["run", "g.yaml", "--results", "res", "--only", "cmlm-s1"]) == 0
+    capsys.readouterr()
+    assert main(["time", "g.yaml", "--results", "res"]) == 0
+    assert "timed (or kept, unchanged): parallel seed 1\n" in capsys.readouterr().out
+    second = pd.read_csv(out / "timing.csv")
+    assert set(second.cell) == {"at-s1", "nat-s1", "cmlm-s1"}
+    pd.testing.assert_frame_equal(second.query("cell == 'nat-s1'").reset_index(drop=True),
+                                  first.query("cell == 'nat-s1'").reset_index(drop=True), check_like=True)
+    assert second.query("cell != 'nat-s1'").timing_session.nunique() == 1  # timed together, in one session
+    assert second.query("cell == 'cmlm-s1'").speed_baseline.tolist() == ["at-s1 / greedy"]

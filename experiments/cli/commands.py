@@ -271,9 +271,12 @@ def cmd_time(args) -> int:
     from atnat.experiments.running.timing_phase import time_finished_groups  # lazy: start-up
 
     ready, waiting = time_finished_groups(args.grid, results_root=Path(args.results), smoke=args.smoke,
-                                          devices=[d.strip() for d in args.devices.split(",")] if args.devices else None)
+                                          devices=[d.strip() for d in args.devices.split(",")] if args.devices else None,
+                                          partial=args.partial)
     if ready:
-        print("timed (or kept, unchanged): " + ", ".join(f"{task} seed {seed}" for task, seed in ready))
+        print("timed (or kept, unchanged): " + ", ".join(
+            f"{task} seed {seed}" + (f" (its finished cells; not finished: {', '.join(left)})" if left else "")
+            for (task, seed), left in ready.items()))
     for (task, seed), why in waiting.items():
         print(f"{'not timed' if why.startswith('no checkpoint') else 'waiting'}: {task} seed {seed} ({why})")
     return 1 if any(why.startswith("no checkpoint") for why in waiting.values()) else 0
@@ -453,6 +456,9 @@ def parser() -> argparse.ArgumentParser:
     add_results_args(p, "the grid's --results folder (timing.csv goes to DIR/<grid name>/)",
                      "the grid's smoke run (DIR/<grid name>-smoke/)")
     p.add_argument("--devices", metavar="IDS", help="GPU ids; the first times (as in atnat run)")
+    p.add_argument("--partial", action="store_true",
+                   help="also time the finished cells of a task and seed whose baseline has finished while its "
+                        "other cells still train (timed again, as a whole, when more finish)")
     p.set_defaults(fn=cmd_time)
     p = sub.add_parser("report", parents=[common], help="regenerate report.md/report.html from a results folder; "
                                                          "--interim GRID: a report of a grid still running")

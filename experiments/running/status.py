@@ -89,7 +89,8 @@ def timing_line(out: Path) -> str | None:
 
 def seed_lines(grid, out: Path, rows: list[dict]) -> list[str]:
     """Per task and seed (the unit `atnat time` times): how many of its cells are done, and once all
-    are, whether it has been timed (timing.csv rows for each of its cells, and when)."""
+    are, whether it has been timed (timing.csv rows for each of its cells, and when); before that, how
+    many of them `atnat time --partial` has timed."""
     import pandas as pd
 
     try:
@@ -103,13 +104,16 @@ def seed_lines(grid, out: Path, rows: list[dict]) -> list[str]:
         names = [c.name for c in cells]
         done = sum(state[n] == "done" for n in names)
         line = f"{task} seed {seed}: {done} of {len(names)} cells done"
+        timed = timing[timing["cell"].astype(str).isin(names)] if timing is not None else None
+        timed_names = set(timed["cell"].astype(str)) if timed is not None else set()
+        sessions = ", ".join(sorted(set(timed["timing_session"].dropna().astype(str)))) if timed is not None else ""
         if done == len(names):
-            timed = timing[timing["cell"].astype(str).isin(names)] if timing is not None else None
-            if timed is not None and set(timed["cell"].astype(str)) == set(names):
-                sessions = sorted(set(timed["timing_session"].dropna().astype(str)))
-                line += f", timed {', '.join(sessions) or '(session not recorded)'}"
+            if timed_names == set(names):
+                line += f", timed {sessions or '(session not recorded)'}"
             else:
                 line += ", not timed yet (atnat time)"
+        elif timed_names:  # `atnat time --partial`: the cells finished so far, beside the baseline
+            line += f", {len(timed_names)} of them timed {sessions or '(session not recorded)'} (atnat time --partial)"
         lines.append(line)
     return lines
 

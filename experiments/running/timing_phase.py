@@ -16,6 +16,7 @@ from atnat.core.errors import AtnatError
 
 from atnat.experiments.config.devices import inference_device
 from atnat.experiments.config.speed import SpeedSettings
+from atnat.experiments.evaluation.baseline import is_baseline_cell
 from atnat.experiments.evaluation.exported import score_exported_twins
 from atnat.experiments.evaluation.timing import system_keys, time_grid, timing_groups
 from atnat.experiments.modelfiles import ct2
@@ -59,38 +60,54 @@ def timing_phase(grid, out: Path, device: str | None = None) -> None:
         score_exported_twins(done, device, SpeedSettings(**grid.speed))  # the CTranslate2 AT's BLEU
 
 
-def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devices: list[str] | None = None
-                         ) -> tuple[list[tuple[str, int]], dict[tuple[str, int], str]]:
+def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devices: list[str] | None = None,
+                         partial: bool = False
+                         ) -> tuple[dict[tuple[str, int], list[str]], dict[tuple[str, int], str]]:
     """`atnat time GRID`: time now every task and seed whose cells have all finished (timing_group),
     before the rest of the grid is done: a grid that trains for days gets each seed's speed while
     that seed's checkpoints exist, on a machine made quiet for it (the grid's processes paused).
-    Groups timed before with the same weights and settings are kept, rows of other groups too; the
-    runner's timing phase later keeps what this timed (evaluation/timing.py time_grid).
-    -> (the groups timed or kept, {group not timed: why}); a finished group that could not be timed
-    (a cell with no checkpoint and no earlier timing) is among the second."""
+    With `partial`, also the finished cells of a task and seed whose baseline cell has finished
+    while others still train: on a machine that may be lost before the seed completes, each student
+    is timed beside its AT baseline (and the A/A control) while both exist. Timing that group again
+    later times its finished cells anew, as a whole (so no ratio mixes sessions); a cell whose
+    checkpoints are gone by then keeps its earlier rows. Groups timed before with the same weights and
+    settings are kept, rows of other groups too; the runner's timing phase later keeps what this
+    timed (evaluation/timing.py time_grid).
+    -> ({group timed or kept: its cells not finished yet (empty for a whole group)}, {group not timed:
+    why}); a finished group that could not be timed (a cell with no checkpoint and no earlier timing)
+    is among the second."""
     grid, out = load_grid_into(path, results_root, smoke)
     groups = timing_groups(grid.cells)
-    ready, waiting = [], {}
+    ready: dict[tuple[str, int], list[str]] = {}
+    waiting: dict[tuple[str, int], str] = {}
+    chosen: dict[tuple[str, int], list] = {}
     for key, cells in groups.items():
-        unfinished = [c.name for c in cells if cell_status(Path(c.config.output_dir)) != "ok"]
-        if unfinished:
-            waiting[key] = f"not finished: {', '.join(unfinished)}"
+        done = [c for c in cells if cell_status(Path(c.config.output_dir)) == "ok"]
+        unfinished = [c.name for c in cells if c not in done]
+        if not unfinished:
+            ready[key], chosen[key] = [], cells
+        elif partial and any(is_baseline_cell(c, grid.baseline) for c in done):
+            ready[key], chosen[key] = unfinished, done
         else:
-            ready.append(key)
+            baseline = [c.name for c in cells if is_baseline_cell(c, grid.baseline)]
+            waiting[key] = f"not finished: {', '.join(unfinished)}" + (
+                f"; --partial times a seed's finished cells once its baseline ({', '.join(baseline) or 'none'}) "
+                "has finished" if partial else "")
     if not ready:
-        raise AtnatError(f"atnat time {path}: no task and seed has all its cells finished under {out}: nothing to "
-                         "time yet (" + "; ".join(f"{t} seed {s}: {why}" for (t, s), why in waiting.items()) + ")")
+        raise AtnatError(f"atnat time {path}: no task and seed has {'its baseline' if partial else 'all its cells'} "
+                         f"finished under {out}: nothing to time yet ("
+                         + "; ".join(f"{t} seed {s}: {why}" for (t, s), why in waiting.items()) + ")")
     device = timing_device(grid, devices)
     check_timing_peers(grid, device, path)
-    cells = [c for key in ready for c in groups[key]]
+    cells = [c for key in ready for c in chosen[key]]
     with held(out / TIMING_LOCK, f"the timing of {out}"):
         table = time_grid(cells, out, SpeedSettings(**grid.speed), device, grid.baseline, keep_others=True)
         score_exported_twins(cells, device, SpeedSettings(**grid.speed))
     timed = set(table["cell"].astype(str))
     for key in list(ready):  # a cell with no checkpoint and no earlier timing has no speed: not a success
-        untimed = [c.name for c in groups[key] if c.name not in timed]
+        untimed = [c.name for c in chosen[key] if c.name not in timed]
         if untimed:
-            ready.remove(key)
+            del ready[key]
             waiting[key] = f"no checkpoint and no earlier timing: {', '.join(untimed)}"
     return ready, waiting
 
