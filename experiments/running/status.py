@@ -113,7 +113,7 @@ def seed_lines(grid, out: Path, rows: list[dict]) -> list[str]:
             else:
                 line += ", not timed yet (atnat time)"
         elif timed_names:  # `atnat time --partial`: the cells finished so far, beside the baseline
-            line += f", {len(timed_names)} of them timed {sessions or '(session not recorded)'} (atnat time --partial)"
+            line += f", {len(timed_names)} of them timed {sessions or '(session not recorded)'}"
         lines.append(line)
     return lines
 
