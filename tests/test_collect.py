@@ -95,10 +95,11 @@ def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, m
     recorded = checksum.read_text()
     checksum.write_text("0" * 64 + "\n")
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
-    assert "at-s1 (2)" in capsys.readouterr().out and not (tmp_path / "kept" / "at-s1" / "timing.csv").exists()
+    out = capsys.readouterr().out  # the copy's weights record follows the weights; the old timing goes
+    assert "at-s1 (1 file)" in out and "at-s1 (2)" in out and not (tmp_path / "kept" / "at-s1" / "timing.csv").exists()
     checksum.write_text(recorded)
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
-    assert "at-s1 (2 files)" in capsys.readouterr().out
+    assert "at-s1 (3 files)" in capsys.readouterr().out  # timing.csv, timing.json and weights.json
 
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0  # again: nothing to do
     assert "already current: 1 cell" in capsys.readouterr().out
@@ -192,3 +193,55 @@ def test_time_partial_times_a_seeds_finished_cells_beside_its_baseline_while_oth
                                   first.query("cell == 'nat-s1'").reset_index(drop=True), check_like=True)
     assert second.query("cell != 'nat-s1'").timing_session.nunique() == 1  # timed together, in one session
     assert second.query("cell == 'cmlm-s1'").speed_baseline.tolist() == ["at-s1 / greedy"]
+
+
+def test_a_teacher_trained_again_with_other_weights_is_never_filed_beside_students_of_its_old_weights(
+        tmp_path, monkeypatch, capsys):
+    """The deep grid's teachers are trained again after each lost machine. On another CPU model bf16
+    training rounds differently (issue 25: an Intel AMX machine left the AMD runs' losses at step 49),
+    so the teacher comes out with other weights: its copy must not replace the one the collected
+    students learnt from, and a report from the copies must refuse a student beside another teacher."""
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    spec["cells"]["nat"] = {"decoder": {"name": "nat"}, "teacher": "at", "distill": {"strategy": {"name": "greedy"}},
+                            "train": {"init_from": "teacher"}, "eval": {"strategies": ["parallel"]}}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", "g.yaml", "--results", "res"]) == 0
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
+    capsys.readouterr()
+    run = tmp_path / "res" / "two-tests" / "runs"
+    kept = tmp_path / "kept"
+    stamp = json.loads((kept / "at-s1" / "weights.json").read_text())["checkpoint"]
+    assert stamp.startswith("sha256-") and json.loads((kept / "nat-s1" / "weights.json").read_text())["checkpoint"] \
+        not in ("", stamp)  # the student's own weights
+    assert json.loads((kept / "nat-s1" / "distill.json").read_text())["checkpoint"] == stamp
+    assert json.loads((kept / "nat-s1" / "train.json").read_text())["initialised_from"]["checkpoint"] == stamp
+
+    # the teacher is trained again and comes out different: its copy stays the one nat-s1 learnt from
+    before = {p.name: p.read_bytes() for p in (kept / "at-s1").rglob("*") if p.is_file()}
+    metrics = json.loads((run / "at-s1" / "metrics.json").read_text())
+    metrics["rows"][0]["bleu"] = 12.5
+    (run / "at-s1" / "metrics.json").write_text(json.dumps(metrics))
+    checksum_path(evaluation_checkpoint(run / "at-s1")).write_text("1" * 64 + "\n")
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 1
+    out = capsys.readouterr().out
+    assert f"not updated: at-s1: its weights are now sha256-{'1' * 64}, but the collected nat-s1 learnt from other " \
+           f"weights of it ({stamp}" in out
+    assert {p.name: p.read_bytes() for p in (kept / "at-s1").rglob("*") if p.is_file()} == before
+    assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 0  # consistent
+
+    # a copy filed by hand beside the student anyway is refused by the report, naming both
+    (kept / "at-s1" / "weights.json").write_text(json.dumps({"checkpoint": f"sha256-{'1' * 64}"}))
+    assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 2
+    err = capsys.readouterr().err
+    assert "students beside another model than their teacher" in err and f"nat-s1 learnt from {stamp}" in err
+
+    # the student's copy removed on purpose (it is to be trained again too): the new teacher is filed, and
+    # the run's student, which learnt from the old weights, is not collected beside it
+    shutil.rmtree(kept / "nat-s1")
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 1
+    assert f"not updated: nat-s1: it learnt from {stamp}, not from at-s1's present weights sha256-{'1' * 64}" \
+           in capsys.readouterr().out
+    assert json.loads((kept / "at-s1" / "metrics.json").read_text())["rows"][0]["bleu"] == 12.5
+    assert json.loads((kept / "at-s1" / "weights.json").read_text())["checkpoint"] == f"sha256-{'1' * 64}"
+    assert not (kept / "nat-s1").exists()
+    assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 0

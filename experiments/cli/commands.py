@@ -258,12 +258,13 @@ def cmd_status(args) -> int:
 
 
 def cmd_collect(args) -> int:
-    """Exit 1 when a file was refused (it is named; everything else was still collected)."""
+    """Exit 1 when a file was refused or a cell's copy left as it was (named; everything else was still
+    collected)."""
     from atnat.experiments.running.collect import collect, summary  # lazy: start-up
 
     done = collect(args.grid, results_root=Path(args.results), dest=Path(args.to), smoke=args.smoke)
     print(summary(done, Path(args.to)))
-    return 1 if done.skipped else 0
+    return 1 if done.skipped or done.kept_back else 0
 
 
 def cmd_time(args) -> int:

@@ -17,6 +17,13 @@ a run folder is skipped and named, so that collecting into a repository never pu
 elsewhere on the machine. A cell whose files changed since the last collect (evaluated again) is
 updated, files it no longer has are removed from its copy; cells not finished are not touched.
 
+Each copy also gets weights.json: the identity (sha256) of the weights the cell was evaluated with.
+A student records its teacher's (distill.json, train.json initialised_from), so that a teacher
+trained again with other weights (on another machine: bf16 kernels differ between CPU models) is
+never filed beside students of its earlier weights: collect then leaves that teacher's copy as it
+is and says why, and a report from the copies refuses a student whose teacher's copy is not the one
+it learnt from.
+
 The copies are enough for a report after the machine that trained them is gone: `stage_collected`
 lays them out as run folders again, with the test references read from the data set where it lives
 (`atnat report --interim GRID --collected DEST`).
@@ -42,6 +49,7 @@ from atnat.experiments.running.grid import load_grid_into
 KEPT = ("metrics.json", "config.json", "train.json", "attempts.json", "distill.json", "hyps/*.txt", "curves/*.csv",
         "logs/metrics.csv", "logs/hparams.yaml", "exported/*.json")  # exported/: the CTranslate2 twin's scores
 TIMING_CSV, TIMING_JSON = "timing.csv", "timing.json"  # the grid's timing (evaluation/timing.py), per cell in DEST
+WEIGHTS_JSON = "weights.json"  # written by collect into DEST/<cell>/: {"checkpoint": the evaluated weights' stamp}
 MAX_BYTES = 64 * 1024 * 1024  # a results file larger than this is not a result (a misplaced checkpoint, say)
 
 
@@ -52,6 +60,7 @@ class Collected:
     removed: dict[str, int] = field(default_factory=dict)  # cell -> files dropped from its copy
     skipped: list[str] = field(default_factory=list)  # files refused, with the reason
     not_finished: list[str] = field(default_factory=list)  # cells with no "ok" result (yet)
+    kept_back: list[str] = field(default_factory=list)  # cells whose copy was left as it was, with the reason
 
 
 def kept(rel: str) -> bool:
@@ -85,13 +94,32 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
         raise AtnatError(f"atnat collect: --to {dest} is a file; give a folder")
     done = Collected()
     timing = read_grid_timing(out, done.skipped)  # once for every cell
+    learnt = students_learnt_from(grid, dest)
+    by_name = {c.name: c for c in grid.cells}
     for cell in grid.cells:
         run_dir = Path(cell.config.output_dir)
         if cell_status(run_dir) != "ok":
             done.not_finished.append(cell.name)
             continue
-        files = result_files(run_dir, done.skipped)
         target = dest / cell.name
+        stamp = checkpoint_stamp(run_dir) if evaluation_checkpoint(run_dir).is_file() else None
+        others = sorted(student for student, stamps in learnt.get(cell.name, {}).items() if stamp not in stamps)
+        if stamp is not None and others:
+            done.kept_back.append(
+                f"{cell.name}: its weights are now {stamp}, but the collected {', '.join(others)} learnt from "
+                f"other weights of it ({', '.join(sorted(set().union(*(learnt[cell.name][o] for o in others))))}; "
+                f"trained again, e.g. on another CPU): its copy in {dest} is left as it was. Collect into another "
+                f"folder, or remove those students' copies first to file the new weights")
+            continue
+        teacher = by_name.get(cell.teacher) if cell.teacher else None
+        present = weights_of(Path(teacher.config.output_dir), dest / teacher.name) if teacher else None
+        recorded = teacher_stamps(run_dir)
+        if present is not None and recorded and present not in recorded:
+            done.kept_back.append(f"{cell.name}: it learnt from {', '.join(sorted(recorded))}, not from {teacher.name}'s "
+                                  f"present weights {present} (its teacher was trained again since): not collected; "
+                                  "train it again from the present teacher")
+            continue
+        files = result_files(run_dir, done.skipped)
         written = 0
         for rel, src in files.items():
             data = src.read_bytes()
@@ -103,6 +131,13 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
             written += 1
         timing_written, timing_removed = collect_timing(timing, cell, target) if timing is not None else (0, 0)
         written += timing_written
+        if stamp is not None:  # weights gone: the copy keeps the identity it recorded while they existed
+            content = (json.dumps({"checkpoint": stamp}, indent=2) + "\n").encode()
+            copy = target / WEIGHTS_JSON
+            if not (copy.is_file() and not copy.is_symlink() and copy.read_bytes() == content):
+                target.mkdir(parents=True, exist_ok=True)
+                atomic_write_bytes(copy, content)
+                written += 1
         gone = [p for p in sorted(target.rglob("*")) if p.is_file() and kept(p.relative_to(target).as_posix())
                 and p.relative_to(target).as_posix() not in files] if target.is_dir() else []
         for path in gone:
@@ -114,6 +149,72 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
         elif not gone and not timing_removed:
             done.unchanged.append(cell.name)
     return done
+
+
+def teacher_stamps(folder: Path) -> set[str]:
+    """The teacher weights a student's run or copy records having learnt from: the distilled targets'
+    teacher (distill.json) and the weights it started from (train.json initialised_from). Files that
+    are links or unreadable record nothing."""
+    stamps = set()
+    for name, keys in (("distill.json", ("checkpoint",)), ("train.json", ("initialised_from", "checkpoint"))):
+        path = folder / name
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_BYTES:
+            continue
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+            for key in keys:
+                value = value.get(key) if isinstance(value, dict) else None
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(value, str) and value:
+            stamps.add(value)
+    return stamps
+
+
+def weights_of(run_dir: Path, copy: Path) -> str | None:
+    """A cell's present weights: its run's evaluated checkpoint, else what its copy recorded (weights.json)."""
+    if evaluation_checkpoint(run_dir).is_file():
+        return checkpoint_stamp(run_dir)
+    record = copy / WEIGHTS_JSON
+    if record.is_symlink() or not record.is_file():
+        return None
+    try:
+        stamp = json.loads(record.read_text(encoding="utf-8")).get("checkpoint")
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return None
+    return stamp if isinstance(stamp, str) else None
+
+
+def students_learnt_from(grid, dest: Path) -> dict[str, dict[str, set[str]]]:
+    """{teacher cell: {student collected in dest: the teacher weights it records}}"""
+    learnt: dict[str, dict[str, set[str]]] = {}
+    for cell in grid.cells:
+        copy = dest / cell.name
+        if cell.teacher and not copy.is_symlink() and (copy / "metrics.json").is_file():
+            stamps = teacher_stamps(copy)
+            if stamps:
+                learnt.setdefault(cell.teacher, {})[cell.name] = stamps
+    return learnt
+
+
+def check_lineage(grid, source: Path, staged: list[str]) -> None:
+    """A collected student beside a collected teacher whose weights (weights.json) are not the ones it
+    learnt from is refused: their comparison would pair a student with another model than its teacher.
+    Copies made before weights.json existed are not checked."""
+    problems = []
+    for teacher, students in students_learnt_from(grid, source).items():
+        record = source / teacher / WEIGHTS_JSON
+        if teacher not in staged or record.is_symlink() or not record.is_file():
+            continue
+        try:
+            stamp = json.loads(record.read_text(encoding="utf-8")).get("checkpoint")
+        except (ValueError, UnicodeDecodeError, AttributeError) as err:
+            raise AtnatError(f"{record}: not a weights record ({err})") from err
+        problems += [f"{student} learnt from {', '.join(sorted(stamps))}, but {record} is {stamp}"
+                     for student, stamps in sorted(students.items()) if student in staged and stamp not in stamps]
+    if problems:
+        raise AtnatError(f"--collected {source}: students beside another model than their teacher (trained again "
+                         "with other weights, e.g. on another CPU): " + "; ".join(problems))
 
 
 def read_grid_timing(out: Path, skipped: list[str]) -> tuple[pd.DataFrame | None, bytes] | None:
@@ -179,6 +280,7 @@ def summary(done: Collected, dest: Path) -> str:
         lines.append(f"already current: {len(done.unchanged)} cell{'s' * (len(done.unchanged) != 1)}")
     if done.not_finished:
         lines.append(f"not finished (not collected): {', '.join(done.not_finished)}")
+    lines.extend(f"not updated: {line}" for line in done.kept_back)
     if not (done.copied or done.unchanged or done.removed):
         lines.append("no cell has finished yet: nothing collected")
     lines.extend(f"skipped {line}" for line in done.skipped)
@@ -215,6 +317,7 @@ def stage_collected(grid, source: Path, runs: Path) -> list[str]:
         staged.append(cell.name)
     if skipped:
         raise AtnatError("--collected " + str(source) + ": refused " + "; ".join(skipped))
+    check_lineage(grid, source, staged)
     stage_timing(source, staged, runs.parent)
     return staged
 

@@ -34,7 +34,7 @@ from atnat.experiments.config.precision import resolve_precision
 from atnat.experiments.training.progress import ProgressReporter
 from atnat.experiments.training.divergence import DivergenceGuard
 from atnat.experiments.evaluation.assemble import validation_search
-from atnat.experiments.modelfiles.loading import attach_tokenizer, load_module
+from atnat.experiments.modelfiles.loading import attach_tokenizer, checkpoint_stamp, load_module
 from atnat.experiments.data.tasks import TaskData
 
 @dataclass
@@ -97,7 +97,9 @@ def initialise(module: Seq2SeqModule, cfg: RunConfig) -> dict:
     if not copied:
         raise AtnatError(f"train.init_from {source}: no parameter of that model fits this one")
     module.load_state_dict(copied, strict=False)
-    return {"source": str(source), "tensors": len(copied), "of": len(own),
+    # the weights' identity (as distill.json records the teacher's): a teacher trained again later, e.g.
+    # on another CPU whose bf16 kernels round differently, is then told apart from the one used here
+    return {"source": str(source), "checkpoint": checkpoint_stamp(source), "tensors": len(copied), "of": len(own),
             "not_copied": sorted(k for k in own if k not in copied)}
 
 
