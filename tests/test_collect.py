@@ -10,6 +10,7 @@ import pandas as pd
 import yaml
 
 from atnat.experiments.cli.commands import main
+from atnat.experiments.config.devices import device_name
 from atnat.experiments.modelfiles.checkpoints import checksum_path
 from atnat.experiments.modelfiles.loading import evaluation_checkpoint
 from atnat.experiments.provenance import code_version
@@ -32,6 +33,8 @@ def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, m
     run = tmp_path / "res" / "two-tests" / "runs" / "at-s1"
     (attempt,) = json.loads((run / "train.json").read_text())["attempts"]
     assert attempt["git_commit"] == version["git_commit"] and attempt["resumed_from"] is None
+    # and the machine: the same seed gives the same weights only on the same CPU model (cpu-model-check)
+    assert attempt["machine"]["cpu_model"] == device_name("cpu") and "torch_cpu_capability" in attempt["machine"]
     assert json.loads((run / "metrics.json").read_text())["written_by"]["git_commit"] == version["git_commit"]
     table = pd.read_csv(tmp_path / "res" / "two-tests" / "results.csv", keep_default_na=False).query("status == 'ok'")
     assert set(table["trained_with"]) == {commit} and set(table["evaluated_with"]) == {commit}

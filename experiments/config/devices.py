@@ -3,6 +3,8 @@ which process of a multi-device (DDP) run this is."""
 from __future__ import annotations
 
 import os
+import platform
+from pathlib import Path
 
 import torch
 
@@ -81,12 +83,34 @@ def device_name(device: str) -> str:
     PCIe and an H100 SXM are both "cuda"): torch.cuda.get_device_name, or the CPU's model name."""
     if str(device).startswith("cuda"):
         return torch.cuda.get_device_name(torch.device(device))
+    return cpu_info()["cpu_model"] or "cpu"
+
+
+def cpu_info(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
+    """The CPU model and the vector instruction set torch uses: results move between AVX2 and AVX-512,
+    and bf16 training between CPUs with and without AMX (results/multi30k-deep/cpu-model-check)."""
+    model = platform.processor() or platform.machine()
+    flags: set[str] = set()
     try:
-        for line in open("/proc/cpuinfo", encoding="utf-8", errors="replace"):
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
             if line.startswith("model name") and ":" in line:
-                return line.split(":", 1)[1].strip()
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and ":" in line:
+                flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    import platform
+    vector = [f for f in ("avx512f", "avx512_bf16", "amx_tile", "avx2", "fma", "neon", "asimd") if f in flags]
+    capability = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else ""
+    return {"cpu_model": model, "cpu_flags": " ".join(vector), "torch_cpu_capability": capability,
+            "cpu_count": os.cpu_count()}
 
-    return platform.processor() or platform.machine() or "cpu"
+
+def machine_record() -> dict:
+    """What a training attempt records of the machine it ran on (attempts.json): the same seed and settings
+    give the same weights only on the same CPU model (and GPU), so a run resumed or retrained elsewhere
+    says where each part was trained."""
+    info = cpu_info()
+    record = {k: info[k] for k in ("cpu_model", "cpu_flags", "torch_cpu_capability")}
+    if torch.cuda.is_available():
+        record["gpu"] = torch.cuda.get_device_name(0)
+    return record

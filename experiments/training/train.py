@@ -23,7 +23,7 @@ from atnat.experiments.modelfiles.checkpoints import (
     AtomicCheckpointIO, average_checkpoints, checkpoint_step, read_checkpoint, save_checkpoint_file,
 )
 from atnat.experiments.training.resume import ResumeState, resume_point
-from atnat.experiments.config.devices import helper_rank, leave_process_group, trains_on_gpu
+from atnat.experiments.config.devices import helper_rank, leave_process_group, machine_record, trains_on_gpu
 from atnat.experiments.config.run import RunConfig, load_task, named
 from atnat.experiments.config.settings import resolved, settings_change
 from atnat.experiments.data.batching import EncodedSplit, check_budget, encode_split, make_loader
@@ -174,11 +174,12 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
 
 
 def record_attempt(run_dir: Path, resume: Path | None) -> None:
-    """Append this training attempt to attempts.json: when it started, from which checkpoint, and the
-    code (git commit, edited or not): a run resumed across code changes names every commit it ran under."""
+    """Append this training attempt to attempts.json: when it started, from which checkpoint, the code
+    (git commit, edited or not) and the machine (CPU model, GPU): a run resumed across code changes or
+    machines names every commit and machine it ran under."""
     path = run_dir / "attempts.json"
     history = attempts_of(run_dir)
-    history.append({**stamp(), "resumed_from": resume.name if resume is not None else None})
+    history.append({**stamp(), "resumed_from": resume.name if resume is not None else None, "machine": machine_record()})
     write_json_atomic(path, history)
 
 
