@@ -248,3 +248,34 @@ def test_a_teacher_trained_again_with_other_weights_is_never_filed_beside_studen
     assert json.loads((kept / "at-s1" / "weights.json").read_text())["checkpoint"] == f"sha256-{'1' * 64}"
     assert not (kept / "nat-s1").exists()
     assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 0
+
+
+def test_the_grids_own_report_from_collected_cells_needs_every_cell_and_matches_the_runs(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """The deep grid's seeds finish on machines that are gone by the end (seed 1 exists only as copies):
+    its report is made from the collected cells, the same tables as the run's own, and only once every
+    cell is there."""
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    spec["cells"]["nat"] = {"decoder": "nat", "eval": {"strategies": ["parallel"]}}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", "g.yaml", "--results", "res"]) == 0
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
+    own = pd.read_csv(tmp_path / "res" / "two-tests" / "results.csv")
+    (tmp_path / "res").rename(tmp_path / "res-lost")  # the machine is gone
+    shutil.move(tmp_path / "kept" / "nat-s1", tmp_path / "nat-s1-aside")
+    capsys.readouterr()
+    assert main(["report", "g.yaml", "--results", "res", "--collected", "kept"]) == 2
+    assert "1 of the 2 cells of g.yaml are not collected there (nat-s1)" in capsys.readouterr().err
+    assert not (tmp_path / "res" / "two-tests" / "report.md").exists()
+    shutil.move(tmp_path / "nat-s1-aside", tmp_path / "kept" / "nat-s1")
+    assert main(["report", "g.yaml", "--results", "res", "--collected", "kept"]) == 0
+    out = tmp_path / "res" / "two-tests"
+    report = (out / "report.md").read_text()
+    assert "Interim report" not in report and "Made from the cells collected in kept" in report
+    made = pd.read_csv(out / "results.csv")
+    keys = ["cell", "strategy", "bleu", "bleu_ci_low", "bleu_ci_high", "latency_ms_b1", "speedup_vs_at"]
+    pd.testing.assert_frame_equal(made[keys].sort_values(keys[:2]).reset_index(drop=True),
+                                  own[keys].sort_values(keys[:2]).reset_index(drop=True))
+    assert made.speedup_vs_at.notna().all()  # the speed came along with the copies
+    assert not (out / "runs").exists() and not (out / "interim").exists()
+    assert main(["report", "g.yaml", "--results", "res", "--collected", "kept", "--restat"]) == 2

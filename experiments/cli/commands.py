@@ -286,8 +286,15 @@ def cmd_time(args) -> int:
 def cmd_report(args) -> None:
     if args.interim and args.restat:
         raise AtnatError("atnat report: --interim and --restat exclude each other")
+    if args.collected and args.restat:
+        raise AtnatError("atnat report: --collected and --restat exclude each other")
     if args.collected and not args.interim:
-        raise AtnatError("atnat report: --collected goes with --interim GRID")
+        from atnat.experiments.running.scheduler import write_collected  # lazy: start-up
+
+        folder = write_collected(args.results_dir, results_root=Path(args.results), smoke=args.smoke,
+                                 collected=Path(args.collected))
+        print(f"wrote the report {folder / 'report.md'} and report.html from the cells collected in {args.collected}")
+        return
     if args.restat:
         from atnat.experiments.running.scheduler import write_restat  # lazy: start-up
 
@@ -469,9 +476,10 @@ def parser() -> argparse.ArgumentParser:
                    help="tabulate the finished cells of the grid GRID (results under --results) into "
                         "<results>/<grid>/interim/ with their report (speed of the seeds timed so far by atnat time), the runner's folder untouched")
     p.add_argument("--collected", metavar="DEST",
-                   help="with --interim: report the cells collected in DEST (`atnat collect --to DEST`) instead of "
+                   help="report the grid GRID from the cells collected in DEST (`atnat collect --to DEST`) instead of "
                         "the run folders, e.g. after the machine that trained them is gone; the test references "
-                        "are read from the data set again")
+                        "are read from the data set again. With --interim: the cells there so far; without: the "
+                        "grid's own report in <results>/<grid>/, which needs every cell collected")
     p.add_argument("--restat", action="store_true",
                    help="recompute the tables of the grid GRID's results folder (results.csv, comparisons.csv, "
                         "ranking.csv) from its run folders with this version's statistics, then its report; "

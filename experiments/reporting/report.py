@@ -572,6 +572,10 @@ def build_document(g: GridResults) -> list[Block]:
     head = [Block("heading", f"Grid report: {g.name}", 1),
             *([Block("note", f"Interim report of a grid still running: {interim}. Cells not finished are listed "
                              "under the overview; the final `atnat run` replaces these numbers.")] if interim else []),
+            *([Block("note", f"Made from {collected}: each cell's results as copied when it finished "
+                             "(`atnat collect`), its speed as timed beside its seed's baseline then (`atnat time`); "
+                             "the machines that trained them, and their checkpoints, may be gone.")]
+              if (collected := (g.environment or {}).get("collected_from")) else []),
             Block("para", summary(g)), _reproduce(g), *_code(g), *_compute(g), *headline]
     return (head + _goals(g) + _overview(g) + _ranking_section(g) + _compare_section(g) + _other_tests(g)
             + _definitions(g) + other_figures + _samples(g) + _environment(g))

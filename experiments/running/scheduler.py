@@ -171,9 +171,29 @@ def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = F
     return _interim(grid, path, out / "runs", out / "interim", None)
 
 
-def _interim(grid, path, runs: Path, interim: Path, source: str | None) -> Path:
+def write_collected(path, *, results_root: Path = Path("results"), smoke: bool = False, collected: Path) -> Path:
+    """The grid's own report (tables, goals, ranking, report in <results>/<grid>/) made from the cells
+    collected in `collected` (collect.py), for a grid whose cells outlived the machines that trained
+    them (the deep grid: seeds finished on machines since replaced). Every cell of the grid must be
+    there, with the speed its seeds were timed at (`atnat time`, collected with each cell); a grid
+    with cells missing gets only an interim report. Returns the results folder."""
+    grid, out = load_grid_into(path, results_root, smoke)
+    with tempfile.TemporaryDirectory(prefix="atnat-collected-") as tmp:
+        staged_grid, staged = load_grid_into(path, Path(tmp), smoke)
+        there = set(stage_collected(staged_grid, collected, staged / "runs"))
+        missing = [c.name for c in grid.cells if c.name not in there]
+        if missing:
+            raise AtnatError(f"--collected {collected}: {len(missing)} of the {len(grid.cells)} cells of {path} are not "
+                             f"collected there ({', '.join(missing)}): the grid's report needs every cell; "
+                             f"`atnat report --interim {path} --collected {collected}` reports those there")
+        out.mkdir(parents=True, exist_ok=True)
+        return _interim(staged_grid, path, staged / "runs", out, f"the cells collected in {collected}", final=True)
+
+
+def _interim(grid, path, runs: Path, interim: Path, source: str | None, final: bool = False) -> Path:
     """The interim tables and report of the run folders `runs` into `interim`, with the speed of the
-    seeds timed so far (`atnat time`: timing.csv beside `runs`), if any."""
+    seeds timed so far (`atnat time`: timing.csv beside `runs`), if any; `final`: the grid's own
+    report from its collected cells, every one of them there (write_collected)."""
     interim.mkdir(parents=True, exist_ok=True)
     for name in ("timing.csv", "timing.json"):
         timed, copy = runs.parent / name, interim / name
@@ -186,14 +206,16 @@ def _interim(grid, path, runs: Path, interim: Path, source: str | None) -> Path:
     env = environment(grid.path, 0.0, command)
     done = int(table.drop_duplicates("cell")["status"].eq("ok").sum())
     timed = (interim / "timing.csv").is_file()
-    env |= {"interim": f"{done} of {len(grid.cells)} cells finished when written ({env.pop('started')}); "
-                       + ("speed only of the tasks and seeds timed so far (`atnat time`)" if timed else
-                          "no timing phase yet"), **_judged_by(grid),
-            "results_rows": len(table),
+    env |= {**_judged_by(grid), "results_rows": len(table),
             **({"timing": timing_description(interim)} if timed else {}),  # else no `timing`: no speed measured
             "stale_cells_interim": {x.cell: x.reason for x in find_stale(grid, grid.cells)}}
-    if source:
-        env["interim"] += f"; read from {source}"
+    if final:  # every cell collected (write_collected): the grid's report, read from the copies
+        env["collected_from"] = f"{source}, written {env.pop('started')}" + (
+            "" if timed else "; no cell's speed was collected (no `atnat time`)")
+    else:
+        env["interim"] = (f"{done} of {len(grid.cells)} cells finished when written ({env.pop('started')}); "
+                          + ("speed only of the tasks and seeds timed so far (`atnat time`)" if timed else
+                             "no timing phase yet") + (f"; read from {source}" if source else ""))
     env.pop("wall_time_s")
     write_json_atomic(interim / "environment.json", env)
     if grid.goals:
