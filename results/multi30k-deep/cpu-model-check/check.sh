@@ -2,7 +2,7 @@
 # Does training on this CPU model reproduce the deep grid's earlier runs (AMD EPYC, avx512_bf16)?
 # Trains the fp32 twin of en-de seed 1 (run 1's config.json) for 60 steps here and prints its step-49
 # training loss beside run 1's; the bf16 teachers' step-49 losses are read from a running grid's logs
-# (DIR, default /work/deep-results) beside the collected copies. Output: check.txt beside this file.
+# (DIR, default /work/deep-results) beside their AMD copies (run2-amd/). Output: check.txt beside this file.
 #   bash results/multi30k-deep/cpu-model-check/check.sh [DIR]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -28,7 +28,7 @@ step49() { grep -E "^[0-9]+,[0-9]+,49," "$1" | head -1 | cut -d, -f4,5; }
   echo "en-de-at-fp32-s1, 32-true, $(step49 "$tmp/run/logs/metrics.csv") | $(step49 results/multi30k-deep/run1/finished-cells/en-de-at-fp32-s1/logs/metrics.csv)"
   for s in 2 3; do
     log="$res/multi30k-deep/runs/en-de-at-s$s/logs/metrics.csv"
-    [ -f "$log" ] && echo "en-de-at-s$s, bf16-mixed, $(step49 "$log") | $(step49 results/multi30k-deep/finished-cells/en-de-at-s$s/logs/metrics.csv)"
+    [ -f "$log" ] && echo "en-de-at-s$s, bf16-mixed, $(step49 "$log") | $(step49 results/multi30k-deep/run2-amd/en-de-at-s$s/logs/metrics.csv)"
   done
 } > "$here/check.txt"
 rm -rf "$tmp"
