@@ -232,22 +232,43 @@ def test_a_teacher_trained_again_with_other_weights_is_never_filed_beside_studen
     assert {p.name: p.read_bytes() for p in (kept / "at-s1").rglob("*") if p.is_file()} == before
     assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 0  # consistent
 
+    # the run's student is trained again from the new teacher too: in one pass, the teacher's copy is kept
+    # back (the collected student learnt from the old one), so the new student is not filed beside it either
+    new = f"sha256-{'1' * 64}"
+    for name, keys in (("distill.json", ("checkpoint",)), ("train.json", ("initialised_from", "checkpoint"))):
+        record = json.loads((run / "nat-s1" / name).read_text())
+        (record if len(keys) == 1 else record[keys[0]])[keys[-1]] = new
+        (run / "nat-s1" / name).write_text(json.dumps(record))
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 1
+    out = capsys.readouterr().out
+    assert "not updated: at-s1: its weights are now" in out
+    assert f"not updated: nat-s1: it learnt from {new}, not from the weights of at-s1 filed in kept ({stamp}" in out
+    assert json.loads((kept / "nat-s1" / "distill.json").read_text())["checkpoint"] == stamp
+    assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 0  # consistent
+
     # a copy filed by hand beside the student anyway is refused by the report, naming both
-    (kept / "at-s1" / "weights.json").write_text(json.dumps({"checkpoint": f"sha256-{'1' * 64}"}))
+    (kept / "at-s1" / "weights.json").write_text(json.dumps({"checkpoint": new}))
     assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 2
     err = capsys.readouterr().err
     assert "students beside another model than their teacher" in err and f"nat-s1 learnt from {stamp}" in err
+    (kept / "at-s1" / "weights.json").write_text(json.dumps({"checkpoint": stamp}))
 
-    # the student's copy removed on purpose (it is to be trained again too): the new teacher is filed, and
-    # the run's student, which learnt from the old weights, is not collected beside it
+    # the old student's copy removed on purpose: the new teacher and the new student are filed together
     shutil.rmtree(kept / "nat-s1")
-    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 1
-    assert f"not updated: nat-s1: it learnt from {stamp}, not from at-s1's present weights sha256-{'1' * 64}" \
-           in capsys.readouterr().out
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
+    capsys.readouterr()
     assert json.loads((kept / "at-s1" / "metrics.json").read_text())["rows"][0]["bleu"] == 12.5
-    assert json.loads((kept / "at-s1" / "weights.json").read_text())["checkpoint"] == f"sha256-{'1' * 64}"
-    assert not (kept / "nat-s1").exists()
+    assert json.loads((kept / "at-s1" / "weights.json").read_text())["checkpoint"] == new
+    assert json.loads((kept / "nat-s1" / "distill.json").read_text())["checkpoint"] == new
     assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 0
+
+    # the teacher's weights go and it is evaluated again: its copy no longer names weights it cannot vouch for
+    shutil.rmtree(run / "at-s1" / "checkpoints")
+    metrics["rows"][0]["bleu"] = 13.5
+    (run / "at-s1" / "metrics.json").write_text(json.dumps(metrics))
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
+    capsys.readouterr()
+    assert not (kept / "at-s1" / "weights.json").exists()
 
 
 def test_the_grids_own_report_from_collected_cells_needs_every_cell_and_matches_the_runs(tmp_path, monkeypatch,
@@ -261,6 +282,11 @@ def test_the_grids_own_report_from_collected_cells_needs_every_cell_and_matches_
     assert main(["run", "g.yaml", "--results", "res"]) == 0
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
     own = pd.read_csv(tmp_path / "res" / "two-tests" / "results.csv")
+    timing = (tmp_path / "res" / "two-tests" / "timing.csv").read_bytes()
+    capsys.readouterr()
+    assert main(["report", "g.yaml", "--results", "res", "--collected", "kept"]) == 2  # never over a runner's folder
+    assert "holds run folders (runs/)" in capsys.readouterr().err
+    assert (tmp_path / "res" / "two-tests" / "timing.csv").read_bytes() == timing
     (tmp_path / "res").rename(tmp_path / "res-lost")  # the machine is gone
     shutil.move(tmp_path / "kept" / "nat-s1", tmp_path / "nat-s1-aside")
     capsys.readouterr()
@@ -279,3 +305,10 @@ def test_the_grids_own_report_from_collected_cells_needs_every_cell_and_matches_
     assert made.speedup_vs_at.notna().all()  # the speed came along with the copies
     assert not (out / "runs").exists() and not (out / "interim").exists()
     assert main(["report", "g.yaml", "--results", "res", "--collected", "kept", "--restat"]) == 2
+    assert "--collected and --restat exclude each other" in capsys.readouterr().err
+    (kept_timing := tmp_path / "kept" / "nat-s1" / "timing.csv").unlink()  # a cell whose speed was never collected
+    (tmp_path / "kept" / "nat-s1" / "timing.json").unlink()
+    assert main(["report", "g.yaml", "--results", "res", "--collected", "kept"]) == 0
+    assert "no speed was collected for nat-s1" in json.loads((out / "environment.json").read_text())["collected_from"]
+    assert pd.read_csv(out / "results.csv").query("cell == 'nat-s1'").speedup_vs_at.isna().all()
+    assert not kept_timing.exists()

@@ -484,8 +484,8 @@ def parser() -> argparse.ArgumentParser:
                    help="recompute the tables of the grid GRID's results folder (results.csv, comparisons.csv, "
                         "ranking.csv) from its run folders with this version's statistics, then its report; "
                         "nothing is trained, decoded or timed again, environment.json keeps the run's record")
-    add_results_args(p, "with --interim or --restat: the grid's --results folder",
-                     "with --interim or --restat: the grid's --smoke run")
+    add_results_args(p, "with --interim, --restat or --collected: the grid's --results folder",
+                     "with --interim, --restat or --collected: the grid's --smoke run")
     p.set_defaults(fn=cmd_report)
     p = sub.add_parser("bench", parents=[common], help="speed benchmarks: decode, train, profile (see `atnat bench -h`)",
                        description="Decoding and training speed of our AT and NAT models on random weights, "

@@ -111,6 +111,6 @@ def machine_record() -> dict:
     says where each part was trained."""
     info = cpu_info()
     record = {k: info[k] for k in ("cpu_model", "cpu_flags", "torch_cpu_capability")}
-    if torch.cuda.is_available():
-        record["gpu"] = torch.cuda.get_device_name(0)
+    if torch.cuda.is_available():  # what the process saw; the run's own accelerator setting says whether it used it
+        record["gpu_visible"] = torch.cuda.get_device_name(0)
     return record

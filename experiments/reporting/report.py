@@ -306,9 +306,11 @@ def _overview(g: GridResults) -> list[Block]:
         blocks.insert(1, Block("para", "Bold marks the best value of a column within its task."))
     stale = (g.environment or {}).get("stale_cells_interim") or {}
     if stale:
+        again = ("" if (g.environment or {}).get("collected_from") else
+                 " (the final `atnat run --stale rerun` evaluates or trains them again)")
         blocks.append(Block("note", "Run with other settings than the grid file gives now, so their numbers come "
-                                    "from those settings (the final `atnat run --stale rerun` evaluates or trains them "
-                                    "again): " + "; ".join(f"`{cell}` ({why})" for cell, why in stale.items()) + "."))
+                                    f"from those settings{again}: "
+                                    + "; ".join(f"`{cell}` ({why})" for cell, why in stale.items()) + "."))
     kept = (g.environment or {}).get("stale_cells_kept") or {}
     if kept:
         blocks.append(Block("note", "Kept on the user's word (`--stale keep`) although the grid's settings changed "
@@ -573,8 +575,8 @@ def build_document(g: GridResults) -> list[Block]:
             *([Block("note", f"Interim report of a grid still running: {interim}. Cells not finished are listed "
                              "under the overview; the final `atnat run` replaces these numbers.")] if interim else []),
             *([Block("note", f"Made from {collected}: each cell's results as copied when it finished "
-                             "(`atnat collect`), its speed as timed beside its seed's baseline then (`atnat time`); "
-                             "the machines that trained them, and their checkpoints, may be gone.")]
+                             "(`atnat collect`), with the speed of the cells timed beside their seed's baseline "
+                             "(`atnat time`); the machines that trained them, and their checkpoints, may be gone.")]
               if (collected := (g.environment or {}).get("collected_from")) else []),
             Block("para", summary(g)), _reproduce(g), *_code(g), *_compute(g), *headline]
     return (head + _goals(g) + _overview(g) + _ranking_section(g) + _compare_section(g) + _other_tests(g)

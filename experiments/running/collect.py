@@ -41,7 +41,7 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import extra_test_split, load_task
 from atnat.experiments.evaluation.evaluate import write_references
 from atnat.experiments.files import atomic_write_bytes, write_csv, write_json_atomic, write_text_atomic
-from atnat.experiments.modelfiles.loading import checkpoint_stamp, evaluation_checkpoint
+from atnat.experiments.modelfiles.loading import checkpoint_stamp, checkpoint_stamps, evaluation_checkpoint
 from atnat.experiments.running.cell import cell_status
 from atnat.experiments.running.grid import load_grid_into
 
@@ -96,29 +96,36 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
     timing = read_grid_timing(out, done.skipped)  # once for every cell
     learnt = students_learnt_from(grid, dest)
     by_name = {c.name: c for c in grid.cells}
-    for cell in grid.cells:
+    teachers = {c.teacher for c in grid.cells if c.teacher}
+    filed: dict[str, set[str]] = {}  # teacher -> the weights its copy in dest names after this pass
+    for cell in sorted(grid.cells, key=lambda c: c.name not in teachers):  # teachers first: students follow them
         run_dir = Path(cell.config.output_dir)
+        target = dest / cell.name
         if cell_status(run_dir) != "ok":
             done.not_finished.append(cell.name)
+            filed[cell.name] = recorded_weights(target)
             continue
-        target = dest / cell.name
-        stamp = checkpoint_stamp(run_dir) if evaluation_checkpoint(run_dir).is_file() else None
-        others = sorted(student for student, stamps in learnt.get(cell.name, {}).items() if stamp not in stamps)
-        if stamp is not None and others:
+        stamps = checkpoint_stamps(run_dir) if evaluation_checkpoint(run_dir).is_file() else set()
+        stamp = checkpoint_stamp(run_dir) if stamps else None
+        others = sorted(student for student, recorded in learnt.get(cell.name, {}).items() if not stamps & recorded)
+        if stamps and others:
             done.kept_back.append(
                 f"{cell.name}: its weights are now {stamp}, but the collected {', '.join(others)} learnt from "
                 f"other weights of it ({', '.join(sorted(set().union(*(learnt[cell.name][o] for o in others))))}; "
                 f"trained again, e.g. on another CPU): its copy in {dest} is left as it was. Collect into another "
                 f"folder, or remove those students' copies first to file the new weights")
+            filed[cell.name] = recorded_weights(target)
             continue
-        teacher = by_name.get(cell.teacher) if cell.teacher else None
-        present = weights_of(Path(teacher.config.output_dir), dest / teacher.name) if teacher else None
-        recorded = teacher_stamps(run_dir)
-        if present is not None and recorded and present not in recorded:
-            done.kept_back.append(f"{cell.name}: it learnt from {', '.join(sorted(recorded))}, not from {teacher.name}'s "
-                                  f"present weights {present} (its teacher was trained again since): not collected; "
-                                  "train it again from the present teacher")
-            continue
+        if cell.teacher:
+            present = filed.get(cell.teacher, set())
+            recorded = teacher_stamps(run_dir)
+            if present and recorded and not present & recorded:
+                done.kept_back.append(
+                    f"{cell.name}: it learnt from {', '.join(sorted(recorded))}, not from the weights of "
+                    f"{cell.teacher} filed in {dest} ({', '.join(sorted(present))}; its teacher was trained again, "
+                    "or its copy was kept back): not collected")
+                continue
+        filed[cell.name] = stamps or recorded_weights(target)
         files = result_files(run_dir, done.skipped)
         written = 0
         for rel, src in files.items():
@@ -131,13 +138,17 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
             written += 1
         timing_written, timing_removed = collect_timing(timing, cell, target) if timing is not None else (0, 0)
         written += timing_written
-        if stamp is not None:  # weights gone: the copy keeps the identity it recorded while they existed
+        copy = target / WEIGHTS_JSON
+        if stamp is not None:
             content = (json.dumps({"checkpoint": stamp}, indent=2) + "\n").encode()
-            copy = target / WEIGHTS_JSON
             if not (copy.is_file() and not copy.is_symlink() and copy.read_bytes() == content):
                 target.mkdir(parents=True, exist_ok=True)
                 atomic_write_bytes(copy, content)
                 written += 1
+        elif written - timing_written and (copy.is_file() or copy.is_symlink()):
+            copy.unlink()  # weights gone and results changed: the recorded identity may be another model's
+            filed[cell.name] = set()
+            written += 1
         gone = [p for p in sorted(target.rglob("*")) if p.is_file() and kept(p.relative_to(target).as_posix())
                 and p.relative_to(target).as_posix() not in files] if target.is_dir() else []
         for path in gone:
@@ -153,36 +164,37 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
 
 def teacher_stamps(folder: Path) -> set[str]:
     """The teacher weights a student's run or copy records having learnt from: the distilled targets'
-    teacher (distill.json) and the weights it started from (train.json initialised_from). Files that
-    are links or unreadable record nothing."""
-    stamps = set()
-    for name, keys in (("distill.json", ("checkpoint",)), ("train.json", ("initialised_from", "checkpoint"))):
+    teacher (distill.json) and the weights it started from (train.json initialised_from, when those
+    were its teacher's). Files that are links or unreadable record nothing; copies made before these
+    records existed (an undistilled student trained before 2026-11-26) record nothing and go unchecked."""
+    def read(name: str) -> dict:
         path = folder / name
         if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_BYTES:
-            continue
+            return {}
         try:
             value = json.loads(path.read_text(encoding="utf-8"))
-            for key in keys:
-                value = value.get(key) if isinstance(value, dict) else None
         except (ValueError, UnicodeDecodeError):
-            continue
-        if isinstance(value, str) and value:
-            stamps.add(value)
-    return stamps
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    stamps = {read("distill.json").get("checkpoint")}
+    initialised = read("train.json").get("initialised_from")
+    teacher = (read("config.json").get("distill") or {}).get("teacher")
+    if isinstance(initialised, dict) and teacher and initialised.get("source") == str(teacher):
+        stamps.add(initialised.get("checkpoint"))  # started from the teacher's weights, not another model's
+    return {s for s in stamps if isinstance(s, str) and s}
 
 
-def weights_of(run_dir: Path, copy: Path) -> str | None:
-    """A cell's present weights: its run's evaluated checkpoint, else what its copy recorded (weights.json)."""
-    if evaluation_checkpoint(run_dir).is_file():
-        return checkpoint_stamp(run_dir)
+def recorded_weights(copy: Path) -> set[str]:
+    """The weights a collected copy names (weights.json; empty when it has none or an unreadable one)."""
     record = copy / WEIGHTS_JSON
     if record.is_symlink() or not record.is_file():
-        return None
+        return set()
     try:
         stamp = json.loads(record.read_text(encoding="utf-8")).get("checkpoint")
     except (ValueError, UnicodeDecodeError, AttributeError):
-        return None
-    return stamp if isinstance(stamp, str) else None
+        return set()
+    return {stamp} if isinstance(stamp, str) and stamp else set()
 
 
 def students_learnt_from(grid, dest: Path) -> dict[str, dict[str, set[str]]]:
@@ -203,15 +215,12 @@ def check_lineage(grid, source: Path, staged: list[str]) -> None:
     Copies made before weights.json existed are not checked."""
     problems = []
     for teacher, students in students_learnt_from(grid, source).items():
-        record = source / teacher / WEIGHTS_JSON
-        if teacher not in staged or record.is_symlink() or not record.is_file():
+        present = recorded_weights(source / teacher)
+        if teacher not in staged or not present:
             continue
-        try:
-            stamp = json.loads(record.read_text(encoding="utf-8")).get("checkpoint")
-        except (ValueError, UnicodeDecodeError, AttributeError) as err:
-            raise AtnatError(f"{record}: not a weights record ({err})") from err
-        problems += [f"{student} learnt from {', '.join(sorted(stamps))}, but {record} is {stamp}"
-                     for student, stamps in sorted(students.items()) if student in staged and stamp not in stamps]
+        problems += [f"{student} learnt from {', '.join(sorted(stamps))}, but {source / teacher / WEIGHTS_JSON} is "
+                     f"{', '.join(sorted(present))}"
+                     for student, stamps in sorted(students.items()) if student in staged and not stamps & present]
     if problems:
         raise AtnatError(f"--collected {source}: students beside another model than their teacher (trained again "
                          "with other weights, e.g. on another CPU): " + "; ".join(problems))
@@ -281,7 +290,7 @@ def summary(done: Collected, dest: Path) -> str:
     if done.not_finished:
         lines.append(f"not finished (not collected): {', '.join(done.not_finished)}")
     lines.extend(f"not updated: {line}" for line in done.kept_back)
-    if not (done.copied or done.unchanged or done.removed):
+    if not (done.copied or done.unchanged or done.removed or done.kept_back):
         lines.append("no cell has finished yet: nothing collected")
     lines.extend(f"skipped {line}" for line in done.skipped)
     return "\n".join(lines)

@@ -178,7 +178,13 @@ def write_collected(path, *, results_root: Path = Path("results"), smoke: bool =
     there, with the speed its seeds were timed at (`atnat time`, collected with each cell); a grid
     with cells missing gets only an interim report. Returns the results folder."""
     grid, out = load_grid_into(path, results_root, smoke)
-    with tempfile.TemporaryDirectory(prefix="atnat-collected-") as tmp:
+    if (out / "runs").is_dir():  # a runner's folder: its own tables, timing and report are the runner's to write
+        raise AtnatError(f"{out} holds run folders (runs/): the report from the copies in {collected} would replace "
+                         f"the runner's tables and timing; give another --results folder (or `atnat report --interim "
+                         f"{path} --collected {collected}`)")
+    out.mkdir(parents=True, exist_ok=True)
+    with held(folder_lock(out), f"results folder {out}"), \
+            tempfile.TemporaryDirectory(prefix="atnat-collected-") as tmp:
         staged_grid, staged = load_grid_into(path, Path(tmp), smoke)
         there = set(stage_collected(staged_grid, collected, staged / "runs"))
         missing = [c.name for c in grid.cells if c.name not in there]
@@ -186,7 +192,6 @@ def write_collected(path, *, results_root: Path = Path("results"), smoke: bool =
             raise AtnatError(f"--collected {collected}: {len(missing)} of the {len(grid.cells)} cells of {path} are not "
                              f"collected there ({', '.join(missing)}): the grid's report needs every cell; "
                              f"`atnat report --interim {path} --collected {collected}` reports those there")
-        out.mkdir(parents=True, exist_ok=True)
         return _interim(staged_grid, path, staged / "runs", out, f"the cells collected in {collected}", final=True)
 
 
@@ -210,8 +215,11 @@ def _interim(grid, path, runs: Path, interim: Path, source: str | None, final: b
             **({"timing": timing_description(interim)} if timed else {}),  # else no `timing`: no speed measured
             "stale_cells_interim": {x.cell: x.reason for x in find_stale(grid, grid.cells)}}
     if final:  # every cell collected (write_collected): the grid's report, read from the copies
+        untimed = sorted(set(table["cell"].astype(str)) - set(pd.read_csv(interim / "timing.csv")["cell"].astype(str))
+                         ) if timed else []
         env["collected_from"] = f"{source}, written {env.pop('started')}" + (
-            "" if timed else "; no cell's speed was collected (no `atnat time`)")
+            f"; no speed was collected for {', '.join(untimed)}" if untimed else "" if timed else
+            "; no cell's speed was collected (no `atnat time`)")
     else:
         env["interim"] = (f"{done} of {len(grid.cells)} cells finished when written ({env.pop('started')}); "
                           + ("speed only of the tasks and seeds timed so far (`atnat time`)" if timed else

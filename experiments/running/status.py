@@ -104,11 +104,12 @@ def seed_lines(grid, out: Path, rows: list[dict]) -> list[str]:
         names = [c.name for c in cells]
         done = sum(state[n] == "done" for n in names)
         line = f"{task} seed {seed}: {done} of {len(names)} cells done"
-        timed = timing[timing["cell"].astype(str).isin(names)] if timing is not None else None
+        finished = [n for n in names if state[n] == "done"]
+        timed = timing[timing["cell"].astype(str).isin(finished)] if timing is not None else None
         timed_names = set(timed["cell"].astype(str)) if timed is not None else set()
         sessions = ", ".join(sorted(set(timed["timing_session"].dropna().astype(str)))) if timed is not None else ""
         if done == len(names):
-            if timed_names == set(names):
+            if timed_names == set(finished):
                 line += f", timed {sessions or '(session not recorded)'}"
             else:
                 line += ", not timed yet (atnat time)"

@@ -86,13 +86,14 @@ def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devic
         unfinished = [c.name for c in cells if c not in done]
         if not unfinished:
             ready[key], chosen[key] = [], cells
-        elif partial and any(is_baseline_cell(c, grid.baseline) for c in done):
+        elif partial and any(is_baseline_cell(c, grid.baseline) and evaluation_checkpoint(Path(c.config.output_dir))
+                             .is_file() for c in done):  # a baseline with weights to time the others against
             ready[key], chosen[key] = unfinished, done
         else:
             baseline = [c.name for c in cells if is_baseline_cell(c, grid.baseline)]
             waiting[key] = f"not finished: {', '.join(unfinished)}" + (
                 f"; --partial times a seed's finished cells once its baseline ({', '.join(baseline) or 'none'}) "
-                "has finished" if partial else "")
+                "has finished, with its checkpoint" if partial else "")
     if not ready:
         raise AtnatError(f"atnat time {path}: no task and seed has {'its baseline' if partial else 'all its cells'} "
                          f"finished under {out}: nothing to time yet ("

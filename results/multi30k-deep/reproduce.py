@@ -77,9 +77,11 @@ def cpu_of(cell: Path) -> str:
         attempts = json.loads((cell / "attempts.json").read_text())
     except (OSError, ValueError):
         attempts = []
-    models = sorted({a["machine"]["cpu_model"] for a in attempts if isinstance(a, dict) and "machine" in a})
+    attempts = [a for a in attempts if isinstance(a, dict)] if isinstance(attempts, list) else []
+    models = sorted({str(a["machine"].get("cpu_model")) for a in attempts if isinstance(a.get("machine"), dict)})
     if models:
-        return " + ".join(models)
+        unrecorded = any(not isinstance(a.get("machine"), dict) for a in attempts)
+        return " + ".join(models + (["not recorded"] if unrecorded else []))
     if cell.parent.name == "finished-cells" and cell.name in INTEL_RETRAINED:
         return "not recorded (Intel Xeon, 2026-11-26)"
     return "AMD EPYC (not recorded)"

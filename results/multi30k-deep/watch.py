@@ -6,8 +6,11 @@ collected cells stays with the person (or session) working in the checkout.
 
     python results/multi30k-deep/watch.py [--results /work/deep-results] [--pgid-file /work/deep-pgid]
 
-It stops by itself once the grid's process group is gone. Nothing else should run while it times (its
-log says when): the A/A control's floor in timing.csv shows how quiet the machine was.
+It stops by itself once the grid's process group is gone, after a last collect. Nothing else should
+run while it times (its log says when): the A/A control's floor in timing.csv shows how quiet the
+machine was. A pause counts in the paused cells' train_time_s (Lightning's timer runs on): the log's
+pause lines say how long each was. It never pauses while the runner's own timing phase runs (its
+timing.lock held), and it lets a grid it finds stopped (an earlier watcher killed mid-pause) go on.
 """
 from __future__ import annotations
 
@@ -22,33 +25,63 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 GRID = "experiments/grids/multi30k-deep.yaml"
+TIME_LIMIT_S = 3600  # one `atnat time` of a seed takes minutes; past this the grid goes on regardless
 
 
 def log(message: str) -> None:
     print(time.strftime("%Y-%m-%d %H:%M:%S UTC ", time.gmtime()) + message, flush=True)
 
 
-def finished_cells(results: Path) -> dict[str, bool]:
-    """{finished cell: whether it is a baseline (an AT teacher: timed with its first student, not alone)}"""
+def finished_cells(results: Path) -> dict[str, tuple[bool, tuple]]:
+    """{finished cell: (whether it is its seed's baseline, its (task, seed) group)}"""
     from atnat.experiments.evaluation.baseline import is_baseline_cell
+    from atnat.experiments.evaluation.timing import timing_group
     from atnat.experiments.running.cell import cell_status
     from atnat.experiments.running.grid import load_grid_into
 
     grid, _ = load_grid_into(REPO / GRID, results, False)
-    return {c.name: is_baseline_cell(c, grid.baseline) for c in grid.cells
+    return {c.name: (is_baseline_cell(c, grid.baseline), timing_group(c)) for c in grid.cells
             if cell_status(Path(c.config.output_dir)) == "ok"}
 
 
-def alive(pgid: int) -> bool:
+def worth_timing(new: list[str], done: dict[str, tuple[bool, tuple]]) -> bool:
+    """A new student, or a new baseline whose seed already has a finished student to time beside it."""
+    return any(not done[n][0] or any(not base and group == done[n][1] for base, group in done.values()) for n in new)
+
+
+def timing_phase_running(results: Path) -> bool:
+    """The runner's own timing phase (or an `atnat time`) holds the grid's timing lock now."""
+    from filelock import FileLock, Timeout
+
+    path = results / "multi30k-deep" / "timing.lock"
+    if not path.exists():
+        return False
     try:
-        os.killpg(pgid, 0)
+        with FileLock(str(path), timeout=0):
+            return False
+    except Timeout:
         return True
-    except ProcessLookupError:
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
         return False
 
 
-def atnat(*args: str) -> int:
-    return subprocess.run([str(REPO / ".venv" / "bin" / "atnat"), *args], cwd=REPO).returncode
+def atnat(*args: str, timeout: float | None = None) -> int:
+    try:
+        return subprocess.run([str(REPO / ".venv" / "bin" / "atnat"), *args], cwd=REPO, timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        log(f"atnat {args[0]} ran past {timeout:.0f} s: stopped")
+        return 124
+
+
+def collect(results: Path) -> None:
+    code = atnat("collect", GRID, "--results", str(results), "--to", str(HERE / "finished-cells"))
+    log(f"atnat collect exited {code}: commit what it copied")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,27 +91,51 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every", type=float, default=300, help="seconds between two looks")
     args = ap.parse_args(argv)
     pgid = int(args.pgid_file.read_text().strip())
-    seen = finished_cells(args.results)
+    if os.getpgid(0) == pgid:
+        log(f"this watcher is in the grid's process group {pgid}: it would pause itself; start it with setsid")
+        return 2
+    paused = False
+
+    def leave(signum, _frame):  # killed mid-pause: the grid must not stay stopped
+        if paused:
+            signal_group(pgid, signal.SIGCONT)
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, leave)
+    signal_group(pgid, signal.SIGCONT)  # a grid left stopped by an earlier watcher goes on
+    seen = set(finished_cells(args.results))
     log(f"watching grid process group {pgid}; finished already: {', '.join(sorted(seen)) or 'none'}")
-    while alive(pgid):
+    while signal_group(pgid, 0):
         time.sleep(args.every)
-        done = finished_cells(args.results)
-        new = sorted(set(done) - set(seen))
+        try:
+            done = finished_cells(args.results)
+        except Exception as err:  # e.g. the checkout mid-edit: the grid runs on; look again later
+            log(f"could not read the grid's state ({type(err).__name__}: {err}); looking again later")
+            continue
+        new = sorted(set(done) - seen)
         if not new:
             continue
         log(f"finished: {', '.join(new)}")
-        if not all(done[name] for name in new):
+        timed = True
+        if worth_timing(new, done):
+            if timing_phase_running(args.results):
+                log("the runner's timing phase is running: not pausing; looking again later")
+                continue
             log("pausing the grid to time")
-            os.killpg(pgid, signal.SIGSTOP)
+            started, paused = time.time(), signal_group(pgid, signal.SIGSTOP)
             try:
-                code = atnat("time", GRID, "--results", str(args.results), "--partial")
+                code = atnat("time", GRID, "--results", str(args.results), "--partial", timeout=TIME_LIMIT_S)
             finally:
-                os.killpg(pgid, signal.SIGCONT)
-            log(f"atnat time --partial exited {code}; the grid goes on")
-        code = atnat("collect", GRID, "--results", str(args.results), "--to", str(HERE / "finished-cells"))
-        log(f"atnat collect exited {code}: commit what it copied")
-        seen = done
-    log("the grid's process group is gone: stopping")
+                signal_group(pgid, signal.SIGCONT)
+                paused = False
+            log(f"atnat time --partial exited {code}; the grid goes on after a pause of {time.time() - started:.0f} s")
+            timed = code == 0  # else (a cell without weights, an error) try again at the next look
+        collect(args.results)
+        if timed:
+            seen |= set(new)
+    log("the grid's process group is gone: a last collect, then stopping")
+    collect(args.results)
     return 0
 
 
