@@ -156,18 +156,14 @@ def test_time_partial_times_a_seeds_finished_cells_beside_its_baseline_while_oth
     spec["cells"]["cmlm"] = {"decoder": "cmlm", "eval": {"strategies": [{"name": "mask-predict", "iterations": 2}]}}
     (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
     out = tmp_path / "res" / "two-tests"
-    assert main(["run", "g.yaml", "--results", "res", "--only", "nat-s1"]) == 0
-    for name in ("timing.csv", "timing.json"):  # the run's own timing phase: what `atnat time` must do itself
-        (out / name).unlink()
+    assert main(["cell", "g.yaml", "nat-s1", "--results", "res"]) == 0  # one cell, no timing phase, no report
     capsys.readouterr()
     assert main(["time", "g.yaml", "--results", "res", "--partial"]) == 2  # no baseline yet: nothing to time
     err = capsys.readouterr().err
     assert "no task and seed has its baseline finished" in err and "baseline (at-s1) has finished" in err
     assert not (out / "timing.csv").exists()
 
-    assert main(["run", "g.yaml", "--results", "res", "--only", "at-s1"]) == 0
-    for name in ("timing.csv", "timing.json"):
-        (out / name).unlink()
+    assert main(["cell", "g.yaml", "at-s1", "--results", "res"]) == 0
     capsys.readouterr()
     assert main(["time", "g.yaml", "--results", "res"]) == 2  # without --partial: waits for the whole seed
     assert "not finished: cmlm-s1" in capsys.readouterr().err
@@ -186,7 +182,7 @@ def test_time_partial_times_a_seeds_finished_cells_beside_its_baseline_while_oth
     # nat-s1's weights are lost before the seed completes; its timing beside at-s1 stays. The seed's last
     # cell finishes: the seed is timed anew as a whole, except the cell with no weights left
     shutil.rmtree(out / "runs" / "nat-s1" / "checkpoints")
-    assert main(["run", "g.yaml", "--results", "res", "--only", "cmlm-s1"]) == 0
+    assert main(["cell", "g.yaml", "cmlm-s1", "--results", "res"]) == 0
     capsys.readouterr()
     assert main(["time", "g.yaml", "--results", "res"]) == 0
     assert "timed (or kept, unchanged): parallel seed 1\n" in capsys.readouterr().out
@@ -208,7 +204,8 @@ def test_a_teacher_trained_again_with_other_weights_is_never_filed_beside_studen
     spec["cells"]["nat"] = {"decoder": {"name": "nat"}, "teacher": "at", "distill": {"strategy": {"name": "greedy"}},
                             "train": {"init_from": "teacher"}, "eval": {"strategies": ["parallel"]}}
     (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
-    assert main(["run", "g.yaml", "--results", "res"]) == 0
+    for cell in ("at-s1", "nat-s1"):  # trained alone: no timing phase, no report
+        assert main(["cell", "g.yaml", cell, "--results", "res"]) == 0
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
     capsys.readouterr()
     run = tmp_path / "res" / "two-tests" / "runs"
@@ -230,7 +227,6 @@ def test_a_teacher_trained_again_with_other_weights_is_never_filed_beside_studen
     assert f"not updated: at-s1: its weights are now sha256-{'1' * 64}, but the collected nat-s1 learnt from other " \
            f"weights of it ({stamp}" in out
     assert {p.name: p.read_bytes() for p in (kept / "at-s1").rglob("*") if p.is_file()} == before
-    assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 0  # consistent
 
     # the run's student is trained again from the new teacher too: in one pass, the teacher's copy is kept
     # back (the collected student learnt from the old one), so the new student is not filed beside it either
