@@ -82,8 +82,8 @@ def test_readme_plugins_run_through_a_parallel_grid_and_evaluate(installed, tmp_
     assert [r["strategy"] for r in rows] == ["source-length", "source-length-shift=1"] and "unk_rate" in rows[0]
 
 
-def test_a_module_named_by_plugins_reaches_the_workers(installed, tmp_path):
-    """Not installed, only importable: named in the grid (plugins:) and on the command line."""
+def loose_plugin_grid(installed, tmp_path):
+    """A grid naming a plugin module that is not installed, only importable from tmp_path/loose."""
     root, site = installed
     loose = tmp_path / "loose"
     loose.mkdir()
@@ -97,9 +97,21 @@ def test_a_module_named_by_plugins_reaches_the_workers(installed, tmp_path):
     grid = grid.replace("eval: {strategies: [greedy, {name: sample, temperature: 0.7}]}",
                         "eval: {strategies: [greedy, greedy-copy]}")
     (tmp_path / "grid.yaml").write_text("plugins: [loose_strategy]\n" + grid)
+    return site, loose
+
+
+def test_a_plugin_module_that_cannot_be_imported_stops_the_grid_before_anything_runs(installed, tmp_path):
+    site, _ = loose_plugin_grid(installed, tmp_path)
     without = atnat(["run", str(tmp_path / "grid.yaml"), "--smoke", "--workers", "2", "--results", str(tmp_path),
                      "--only", "shallow-s1"], tmp_path, site)
     assert without.returncode == 2 and "cannot import plugin 'loose_strategy'" in without.stderr
+    assert not (tmp_path / "my-plugins-smoke" / "runs").exists()
+
+
+@pytest.mark.slow  # a parallel grid in subprocesses (~27 s); test_readme_plugins_run_through_a_parallel_grid stays
+def test_a_module_named_by_plugins_reaches_the_workers(installed, tmp_path):
+    """Not installed, only importable: named in the grid (plugins:) and on the command line."""
+    site, loose = loose_plugin_grid(installed, tmp_path)
     run = atnat(["run", str(tmp_path / "grid.yaml"), "--smoke", "--workers", "2", "--results", str(tmp_path),
                  "--only", "shallow-s1"], tmp_path, site, PYTHONPATH=f"{site}{os.pathsep}{loose}")
     assert run.returncode == 0, run.stderr[-3000:]
