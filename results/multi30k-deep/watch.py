@@ -5,6 +5,7 @@ sessions then costs the cells still training, not a finished student's speed or 
 collected cells stays with the person (or session) working in the checkout.
 
     python results/multi30k-deep/watch.py [--results /work/deep-results] [--pgid-file /work/deep-pgid]
+    (--grid and --to point it at another grid and collect folder, e.g. a tiny grid to try it on)
 
 It stops by itself once the grid's process group is gone, after a last collect. Nothing else should
 run while it times (its log says when): the A/A control's floor in timing.csv shows how quiet the
@@ -32,14 +33,14 @@ def log(message: str) -> None:
     print(time.strftime("%Y-%m-%d %H:%M:%S UTC ", time.gmtime()) + message, flush=True)
 
 
-def finished_cells(results: Path) -> dict[str, tuple[bool, tuple]]:
+def finished_cells(results: Path, grid_path: str = GRID) -> dict[str, tuple[bool, tuple]]:
     """{finished cell: (whether it is its seed's baseline, its (task, seed) group)}"""
     from atnat.experiments.evaluation.baseline import is_baseline_cell
     from atnat.experiments.evaluation.timing import timing_group
     from atnat.experiments.running.cell import cell_status
     from atnat.experiments.running.grid import load_grid_into
 
-    grid, _ = load_grid_into(REPO / GRID, results, False)
+    grid, _ = load_grid_into(REPO / grid_path, results, False)
     return {c.name: (is_baseline_cell(c, grid.baseline), timing_group(c)) for c in grid.cells
             if cell_status(Path(c.config.output_dir)) == "ok"}
 
@@ -49,11 +50,13 @@ def worth_timing(new: list[str], done: dict[str, tuple[bool, tuple]]) -> bool:
     return any(not done[n][0] or any(not base and group == done[n][1] for base, group in done.values()) for n in new)
 
 
-def timing_phase_running(results: Path) -> bool:
+def timing_phase_running(results: Path, grid_path: str = GRID) -> bool:
     """The runner's own timing phase (or an `atnat time`) holds the grid's timing lock now."""
     from filelock import FileLock, Timeout
 
-    path = results / "multi30k-deep" / "timing.lock"
+    from atnat.experiments.running.grid import load_grid_into
+
+    path = load_grid_into(REPO / grid_path, results, False)[1] / "timing.lock"
     if not path.exists():
         return False
     try:
@@ -79,8 +82,8 @@ def atnat(*args: str, timeout: float | None = None) -> int:
         return 124
 
 
-def collect(results: Path) -> None:
-    code = atnat("collect", GRID, "--results", str(results), "--to", str(HERE / "finished-cells"))
+def collect(grid: str, results: Path, dest: Path) -> None:
+    code = atnat("collect", grid, "--results", str(results), "--to", str(dest))
     log(f"atnat collect exited {code}: commit what it copied")
 
 
@@ -89,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", default="/work/deep-results", type=Path)
     ap.add_argument("--pgid-file", default="/work/deep-pgid", type=Path)
     ap.add_argument("--every", type=float, default=300, help="seconds between two looks")
+    ap.add_argument("--grid", default=GRID, help="the grid file, relative to the repository (default: the deep grid)")
+    ap.add_argument("--to", default=HERE / "finished-cells", type=Path, help="where atnat collect copies the cells")
     args = ap.parse_args(argv)
     pgid = int(args.pgid_file.read_text().strip())
     if os.getpgid(0) == pgid:
@@ -104,12 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, leave)
     signal_group(pgid, signal.SIGCONT)  # a grid left stopped by an earlier watcher goes on
-    seen = set(finished_cells(args.results))
+    seen = set(finished_cells(args.results, args.grid))
     log(f"watching grid process group {pgid}; finished already: {', '.join(sorted(seen)) or 'none'}")
     while signal_group(pgid, 0):
         time.sleep(args.every)
         try:
-            done = finished_cells(args.results)
+            done = finished_cells(args.results, args.grid)
         except Exception as err:  # e.g. the checkout mid-edit: the grid runs on; look again later
             log(f"could not read the grid's state ({type(err).__name__}: {err}); looking again later")
             continue
@@ -119,23 +124,23 @@ def main(argv: list[str] | None = None) -> int:
         log(f"finished: {', '.join(new)}")
         timed = True
         if worth_timing(new, done):
-            if timing_phase_running(args.results):
+            if timing_phase_running(args.results, args.grid):
                 log("the runner's timing phase is running: not pausing; looking again later")
                 continue
             log("pausing the grid to time")
             started, paused = time.time(), signal_group(pgid, signal.SIGSTOP)
             try:
-                code = atnat("time", GRID, "--results", str(args.results), "--partial", timeout=TIME_LIMIT_S)
+                code = atnat("time", args.grid, "--results", str(args.results), "--partial", timeout=TIME_LIMIT_S)
             finally:
                 signal_group(pgid, signal.SIGCONT)
                 paused = False
             log(f"atnat time --partial exited {code}; the grid goes on after a pause of {time.time() - started:.0f} s")
             timed = code == 0  # else (a cell without weights, an error) try again at the next look
-        collect(args.results)
+        collect(args.grid, args.results, args.to)
         if timed:
             seen |= set(new)
     log("the grid's process group is gone: a last collect, then stopping")
-    collect(args.results)
+    collect(args.grid, args.results, args.to)
     return 0
 
 
