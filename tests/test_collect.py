@@ -5,6 +5,7 @@ the code that made them travels with them (train.json attempts, metrics.json wri
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import yaml
@@ -192,6 +193,25 @@ def test_time_partial_times_a_seeds_finished_cells_beside_its_baseline_while_oth
                                   first.query("cell == 'nat-s1'").reset_index(drop=True), check_like=True)
     assert second.query("cell != 'nat-s1'").timing_session.nunique() == 1  # timed together, in one session
     assert second.query("cell == 'cmlm-s1'").speed_baseline.tolist() == ["at-s1 / greedy"]
+
+
+def test_time_partial_leaves_a_seed_whose_baseline_alone_has_finished(tmp_path, monkeypatch, capsys):
+    """Nothing is compared with a baseline timed alone, and the seed's first student times it again
+    beside itself: on the deep grid such a timing of `en-de-at-s3` paused the grid for 10 minutes
+    for nothing."""
+    from atnat.experiments.running import timing_phase
+
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    spec["cells"]["nat"] = {"decoder": "nat", "eval": {"strategies": ["parallel"]}}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    weights = tmp_path / "best.ckpt"
+    weights.write_text("w")
+    monkeypatch.setattr(timing_phase, "cell_status", lambda run: "ok" if Path(run).name == "at-s1" else "running")
+    monkeypatch.setattr(timing_phase, "evaluation_checkpoint", lambda run: weights)
+    assert main(["time", "g.yaml", "--results", "res", "--partial"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to time yet" in err and "only its baseline (at-s1) has finished: nothing to time beside it yet" in err
+    assert not (tmp_path / "res" / "two-tests" / "timing.csv").exists()
 
 
 def test_a_teacher_trained_again_with_other_weights_is_never_filed_beside_students_of_its_old_weights(

@@ -88,18 +88,20 @@ def test_npd_runs_its_teacher_once_per_call_and_counts_its_pass():
     assert table.decoder_passes.iloc[0] == 2  # one NAT pass + one teacher pass
 
 
-def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_are_named(tmp_path, monkeypatch):
-    """A resumed grid reuses its timing; other speed settings time everything anew; a cell whose
-    checkpoints are gone keeps its earlier row, stamped with that earlier session."""
+def fake_timed_cells(tmp_path, monkeypatch, names):
+    """Cells of one task and seed with a checkpoint each (a file `best.ckpt`), and time_grid's model
+    loading and timing replaced by fakes: -> (cells, the cells each timing timed, how many cells
+    each timing loaded). Cell `at-s1` is the baseline (variant `at`)."""
     from pathlib import Path
 
     from atnat.experiments.modelfiles import loading as runs
     from atnat.experiments.evaluation import timing
     from atnat.experiments.modelfiles.loading import checkpoint_stamp
 
-    cells = [SimpleNamespace(name=n, labels={"task": "t"}, config=SimpleNamespace(output_dir=str(tmp_path / n), task_name="t",
-                                              eval=SimpleNamespace(strategies=["greedy"])))
-             for n in ("at-s1", "nat-s1")]
+    cells = [SimpleNamespace(name=n, variant=n.rsplit("-", 1)[0], labels={"task": "t"},
+                             config=SimpleNamespace(output_dir=str(tmp_path / n), task_name="t",
+                                                    eval=SimpleNamespace(strategies=["greedy"])))
+             for n in names]
     for c in cells:
         (tmp_path / c.name).mkdir()
         (tmp_path / c.name / "best.ckpt").write_text("w")
@@ -119,6 +121,15 @@ def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_ar
 
     monkeypatch.setattr(timing, "grid_systems", fake_grid_systems)
     monkeypatch.setattr(timing, "time_systems", fake_time_systems)
+    return cells, timed, built
+
+
+def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_are_named(tmp_path, monkeypatch):
+    """A resumed grid reuses its timing; other speed settings time everything anew; a cell whose
+    checkpoints are gone keeps its earlier row, stamped with that earlier session."""
+    from atnat.experiments.evaluation import timing
+
+    cells, timed, built = fake_timed_cells(tmp_path, monkeypatch, ("at-s1", "nat-s1"))
     eager = partial(SpeedSettings, aa_control=False, engine="eager")
     fast = eager(repeats=1)
     first = timing.time_grid(cells, tmp_path, fast, "cpu")
@@ -143,6 +154,41 @@ def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_ar
     assert timed[-1] == ["at-s1"]  # only what can still be loaded is timed
     assert table.loc["at-s1", "timing_session"] == "2099-01-01 00:00:00 UTC"
     assert table.loc["nat-s1", "timing_session"] != "2099-01-01 00:00:00 UTC"  # its earlier timing, named
+
+
+def test_a_new_student_is_timed_beside_its_baseline_and_students_timed_before_keep_their_rows(tmp_path, monkeypatch):
+    """Issue 25's deep grid times each student when it finishes (`atnat time --partial`, the grid paused
+    meanwhile). Timing the whole seed again at every new student cost the grid hours (a seed of 4
+    students: 4+5+7+10 systems' timings instead of 10 and the baseline's each time): a student already
+    timed with its present weights keeps its rows, and the new one is timed beside its baseline, which
+    is timed again with it. A changed baseline times the seed anew as a whole."""
+    from atnat.experiments.evaluation import timing
+
+    cells, timed, built = fake_timed_cells(tmp_path, monkeypatch, ("at-s1", "nat-s1", "cmlm-s1"))
+    at, nat, cmlm = cells
+    speed = SpeedSettings(aa_control=False, engine="eager", repeats=1)
+    sessions = iter(f"2099-01-0{d} 00:00:00 UTC" for d in range(1, 10))
+    monkeypatch.setattr(timing.time, "strftime", lambda fmt, t=None: next(sessions))
+
+    def session_of(table):
+        return table.set_index("cell")["timing_session"].to_dict()
+
+    first = timing.time_grid([at, nat], tmp_path, speed, "cpu", "at", keep_others=True)
+    assert timed == [["at-s1", "nat-s1"]]
+    second = timing.time_grid([at, nat, cmlm], tmp_path, speed, "cpu", "at", keep_others=True)
+    assert timed[-1] == ["at-s1", "cmlm-s1"] and built[-1] == 2  # nat-s1 is neither loaded nor timed again
+    assert session_of(second) == {"at-s1": "2099-01-02 00:00:00 UTC", "nat-s1": "2099-01-01 00:00:00 UTC",
+                                  "cmlm-s1": "2099-01-02 00:00:00 UTC"}
+    pd.testing.assert_frame_equal(second.query("cell == 'nat-s1'").reset_index(drop=True),
+                                  first.query("cell == 'nat-s1'").reset_index(drop=True))
+    timing.time_grid([at, nat, cmlm], tmp_path, speed, "cpu", "at", keep_others=True)
+    assert len(timed) == 2  # nothing new: nothing timed
+    (tmp_path / "cmlm-s1" / "best.ckpt").write_text("trained on")  # a student's weights changed: it alone, beside at
+    timing.time_grid([at, nat, cmlm], tmp_path, speed, "cpu", "at", keep_others=True)
+    assert timed[-1] == ["at-s1", "cmlm-s1"]
+    (tmp_path / "at-s1" / "best.ckpt").write_text("retrained")  # the baseline changed: the seed anew, as a whole
+    table = timing.time_grid([at, nat, cmlm], tmp_path, speed, "cpu", "at")
+    assert timed[-1] == ["at-s1", "cmlm-s1", "nat-s1"] and table.timing_session.nunique() == 1
 
 
 def test_the_aa_control_times_the_baseline_twice_and_gives_every_ratio_its_noise_floor():
@@ -269,7 +315,7 @@ def test_each_task_and_seed_is_timed_as_its_own_group_and_an_unchanged_group_is_
     def cell(name, seed):
         (tmp_path / name).mkdir()
         (tmp_path / name / "best.ckpt").write_text("w")
-        return SimpleNamespace(name=name, seed=seed, labels={"task": "t"}, config=SimpleNamespace(
+        return SimpleNamespace(name=name, seed=seed, variant=name.split("-")[0], labels={"task": "t"}, config=SimpleNamespace(
             output_dir=str(tmp_path / name), task_name="t", eval=SimpleNamespace(strategies=["greedy"])))
 
     s1, s2 = [cell("at-s1", 1), cell("nat-s1", 1)], [cell("at-s2", 2), cell("nat-s2", 2)]
@@ -287,16 +333,16 @@ def test_each_task_and_seed_is_timed_as_its_own_group_and_an_unchanged_group_is_
 
     monkeypatch.setattr(timing, "time_systems", fake_time_systems)
     fast = SpeedSettings(repeats=1, aa_control=False, engine="eager")
-    timing.time_grid(s1, tmp_path, fast, "cpu")
+    timing.time_grid(s1, tmp_path, fast, "cpu", "at")
     assert timed == [["at-s1", "nat-s1"]]
-    table = timing.time_grid(s1 + s2, tmp_path, fast, "cpu")
+    table = timing.time_grid(s1 + s2, tmp_path, fast, "cpu", "at")
     assert timed == [["at-s1", "nat-s1"], ["at-s2", "nat-s2"]] and len(table) == 4  # seed 1 kept, seed 2 alone
     (tmp_path / "nat-s2" / "best.ckpt").write_text("retrained")
-    timing.time_grid(s1 + s2, tmp_path, fast, "cpu")
-    assert timed[-1] == ["at-s2", "nat-s2"] and len(timed) == 3  # the changed seed's group, whole
-    assert len(timing.time_grid(s2, tmp_path, fast, "cpu", keep_others=True)) == 4 and len(timed) == 3
+    timing.time_grid(s1 + s2, tmp_path, fast, "cpu", "at")
+    assert timed[-1] == ["at-s2", "nat-s2"] and len(timed) == 3  # the changed seed's student, beside its baseline
+    assert len(timing.time_grid(s2, tmp_path, fast, "cpu", "at", keep_others=True)) == 4 and len(timed) == 3
     with pytest.raises(AtnatError, match="timing only some seeds would drop the others' rows"):
-        timing.time_grid(s2, tmp_path, SpeedSettings(repeats=2, aa_control=False, engine="eager"), "cpu",
+        timing.time_grid(s2, tmp_path, SpeedSettings(repeats=2, aa_control=False, engine="eager"), "cpu", "at",
                          keep_others=True)  # other settings: a partial timing refuses rather than wipe
     assert len(pd.read_csv(tmp_path / "timing.csv")) == 4 and len(timed) == 3
-    assert sorted(timing.time_grid(s2, tmp_path, fast, "cpu").cell) == ["at-s2", "nat-s2"]  # the others dropped
+    assert sorted(timing.time_grid(s2, tmp_path, fast, "cpu", "at").cell) == ["at-s2", "nat-s2"]  # the others dropped

@@ -466,7 +466,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", metavar="IDS", help="GPU ids; the first times (as in atnat run)")
     p.add_argument("--partial", action="store_true",
                    help="also time the finished cells of a task and seed whose baseline has finished while its "
-                        "other cells still train (timed again, as a whole, when more finish)")
+                        "other cells still train (cells that finish later are timed beside the baseline, timed again with "
+                        "them; cells timed before keep their rows)")
     p.set_defaults(fn=cmd_time)
     p = sub.add_parser("report", parents=[common], help="regenerate report.md/report.html from a results folder; "
                                                          "--interim GRID: a report of a grid still running")

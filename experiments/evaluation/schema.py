@@ -128,8 +128,9 @@ SPEED = (
                                      "(not measured, empty, for a CTranslate2 twin on a GPU: outside torch's allocator)",
        "lower", "auto", header="Memory MiB", secondary=True),
     _c("timing_spread", "number", "median over calls of (max - min) / median of their repeated timings"),
-    _c("timing_session", "label", "when the timing phase that timed this row ran (UTC): a task and seed "
-                                  "are timed side by side in one session; rows of different sessions were not"),
+    _c("timing_session", "label", "when the timing phase that timed this row ran (UTC): a row's speed-ups were "
+                                  "measured beside its task and seed's baseline in that session; rows of different "
+                                  "sessions were not timed side by side"),
 )
 PROBES = (
     _c("error_propagation", "number", "error propagation, measured causally: the drop in token accuracy after "

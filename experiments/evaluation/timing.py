@@ -340,17 +340,33 @@ def timing_groups(cells: list) -> dict[tuple[str, int], list]:
     return groups
 
 
+def _timed_as_they_are(group: list, old: pd.DataFrame | None, speed: SpeedSettings, baseline: str | None) -> list:
+    """The cells of `group` whose rows in an earlier timing.csv are those of their present systems,
+    weights and settings (system_keys)."""
+    if old is None:
+        return []
+    def rows(cell) -> list[tuple[str, str, str]]:
+        mine = old[old.cell == cell.name]
+        return sorted(zip(mine.cell, mine.strategy, mine.fingerprint.astype(str)))
+
+    return [c for c in group if rows(c) == system_keys([c], speed, baseline)]
+
+
 def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baseline: str | None = None, *,
               keep_others: bool = False) -> pd.DataFrame:
     """The timing phase of a grid: the finished cells of each task and seed timed together (timing_group);
     written to out/timing.csv (its speed settings, device and the device's model in out/timing.json).
     A group whose systems, weights and settings are unchanged keeps its timing (a resumed grid whose
     cells were all done does not time again, and a group timed before the grid finished, by `atnat
-    time`, is not timed again); a group with any new or changed system is timed anew as a whole, so
-    that no ratio mixes timings from different sessions. Rows of different groups may come from
-    different sessions (`timing_session`; the report says so). A cell whose checkpoints are gone keeps
-    its earlier timing (named on stderr). `keep_others`: rows of cells not in `cells` are kept too
-    (a partial timing); otherwise they are dropped."""
+    time`, is not timed again). A group with new or changed cells times those beside its baseline
+    cell, which is timed again with them; its other cells keep their rows (a student timed by `atnat
+    time --partial` when it finished is not timed again each time another student of its seed
+    finishes). Every ratio is still measured within one session: a kept row's speed-ups were measured
+    beside the baseline as it was timed then. A group whose baseline changed (or that has none) is
+    timed anew as a whole. Rows of one group may so come from different sessions (`timing_session`;
+    the report says so). A cell whose checkpoints are gone keeps its earlier timing (named on stderr).
+    `keep_others`: rows of cells not in `cells` are kept too (a partial timing); otherwise they are
+    dropped."""
     path, settings_path = out / "timing.csv", out / "timing.json"
     settings = {"speed": speed.record(), "device": device, "device_name": device_name(device),
                 **({"baseline": baseline} if baseline else {})}  # another GPU (or CPU) model times anew
@@ -374,11 +390,14 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
         kept_cells |= set(old.cell) - {c.name for c in cells}
     todo = []  # decided before any model is loaded: a resumed, finished grid loads nothing
     for group in groups.values():
-        names = {c.name for c in group}
-        before = old[old.cell.isin(names)] if old is not None else None
-        if before is not None and sorted(zip(before.cell, before.strategy, before.fingerprint.astype(str))) == \
-                system_keys(group, speed, baseline):
-            kept_cells |= names
+        held = _timed_as_they_are(group, old, speed, baseline)
+        if len(held) == len(group):
+            kept_cells |= {c.name for c in group}
+            continue
+        bases = [c for c in group if is_baseline_cell(c, baseline)] if held else []
+        if bases and all(c in held for c in bases):  # the new cells beside the baseline, timed again
+            kept_cells |= {c.name for c in held if c not in bases}
+            todo += [c for c in group if c in bases or c not in held]
         else:
             todo += group
     kept = old[old.cell.isin(kept_cells)] if old is not None else None

@@ -297,7 +297,9 @@ def _overview(g: GridResults) -> list[Block]:
                              for session, part_ in sessions.groupby("timing_session"))
             blocks.append(Block("note", f"Speed was measured in {sessions['timing_session'].nunique()} timing "
                                         "sessions (a seed's systems side by side with that seed's AT baseline, "
-                                        "or a cell's earlier timing kept when its checkpoints are gone): every "
+                                        "a student timed beside it when it finished and kept while its weights "
+                                        "stay the same, or a cell's earlier timing kept when its checkpoints are "
+                                        "gone): every "
                                         "ratio was measured within one session, but times and throughputs of "
                                         f"different sessions were not measured side by side ({when})."))
     if ok.empty:

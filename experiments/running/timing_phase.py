@@ -69,8 +69,9 @@ def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devic
     With `partial`, also the finished cells of a task and seed whose baseline cell has finished
     while others still train: on a machine that may be lost before the seed completes, each student
     is timed beside its AT baseline (and the A/A control) while both exist. Timing that group again
-    later times its finished cells anew, as a whole (so no ratio mixes sessions); a cell whose
-    checkpoints are gone by then keeps its earlier rows. Groups timed before with the same weights and
+    later times the cells finished since beside the baseline, timed again with them; the cells timed
+    before keep their rows (each ratio is still measured within one session), as does a cell whose
+    checkpoints are gone by then. Groups timed before with the same weights and
     settings are kept, rows of other groups too; the runner's timing phase later keeps what this
     timed (evaluation/timing.py time_grid).
     -> ({group timed or kept: its cells not finished yet (empty for a whole group)}, {group not timed:
@@ -87,13 +88,15 @@ def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devic
         if not unfinished:
             ready[key], chosen[key] = [], cells
         elif partial and any(is_baseline_cell(c, grid.baseline) and evaluation_checkpoint(Path(c.config.output_dir))
-                             .is_file() for c in done):  # a baseline with weights to time the others against
-            ready[key], chosen[key] = unfinished, done
+                             .is_file() for c in done) and not all(is_baseline_cell(c, grid.baseline) for c in done):
+            ready[key], chosen[key] = unfinished, done  # finished cells and a baseline with weights to time them against
         else:
             baseline = [c.name for c in cells if is_baseline_cell(c, grid.baseline)]
+            alone = partial and done and all(is_baseline_cell(c, grid.baseline) for c in done)
             waiting[key] = f"not finished: {', '.join(unfinished)}" + (
-                f"; --partial times a seed's finished cells once its baseline ({', '.join(baseline) or 'none'}) "
-                "has finished, with its checkpoint" if partial else "")
+                f"; only its baseline ({', '.join(baseline)}) has finished: nothing to time beside it yet" if alone
+                else f"; --partial times a seed's finished cells once its baseline ({', '.join(baseline) or 'none'}) "
+                     "has finished, with its checkpoint" if partial else "")
     if not ready:
         raise AtnatError(f"atnat time {path}: no task and seed has {'its baseline' if partial else 'all its cells'} "
                          f"finished under {out}: nothing to time yet ("
