@@ -85,16 +85,17 @@ def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devic
     for key, cells in groups.items():
         done = [c for c in cells if cell_status(Path(c.config.output_dir)) == "ok"]
         unfinished = [c.name for c in cells if c not in done]
+        bases = [c for c in done if is_baseline_cell(c, grid.baseline)]
         if not unfinished:
             ready[key], chosen[key] = [], cells
-        elif partial and any(is_baseline_cell(c, grid.baseline) and evaluation_checkpoint(Path(c.config.output_dir))
-                             .is_file() for c in done) and not all(is_baseline_cell(c, grid.baseline) for c in done):
+        elif partial and len(bases) < len(done) and any(
+                evaluation_checkpoint(Path(c.config.output_dir)).is_file() for c in bases):
             ready[key], chosen[key] = unfinished, done  # finished cells and a baseline with weights to time them against
         else:
             baseline = [c.name for c in cells if is_baseline_cell(c, grid.baseline)]
-            alone = partial and done and all(is_baseline_cell(c, grid.baseline) for c in done)
             waiting[key] = f"not finished: {', '.join(unfinished)}" + (
-                f"; only its baseline ({', '.join(baseline)}) has finished: nothing to time beside it yet" if alone
+                f"; only its baseline ({', '.join(baseline)}) has finished: nothing to time beside it yet"
+                if partial and done and len(bases) == len(done)
                 else f"; --partial times a seed's finished cells once its baseline ({', '.join(baseline) or 'none'}) "
                      "has finished, with its checkpoint" if partial else "")
     if not ready:
