@@ -519,7 +519,7 @@ def test_a_gpu_timing_with_its_a_a_floors_is_not_called_uncontrolled():
     from atnat.experiments.reporting.report import speed_note
 
     timing = "timing phase after training: ... on cuda:0 (NVIDIA H100 80GB HBM3)"
-    gpu = pd.DataFrame({"timing_threads": [float("nan")] * 2, "speed_noise_low": [0.93, 0.95],
+    gpu = pd.DataFrame({"timing_threads": [float("nan")] * 2, "speedup_vs_at": [1.0, 2.5], "speed_noise_low": [0.93, 0.95],
                         "speed_noise_high": [1.06, 1.04], "throughput_noise_low": [0.93, 0.9],
                         "throughput_noise_high": [1.1, 1.02]})
     note = speed_note(gpu, timing)

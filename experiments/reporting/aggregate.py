@@ -22,6 +22,7 @@ INTERVALS = {"bleu": ("bleu_ci_low", "bleu_ci_high"), "speedup_vs_at": ("speedup
              "throughput_speedup_vs_ct2": ("throughput_speedup_vs_ct2_ci_low", "throughput_speedup_vs_ct2_ci_high"),
              "error_propagation": ("error_propagation_ci_low", "error_propagation_ci_high")}
 KEYS = ["task", "family", "strategy"]
+SEED_COUNT = "_seed_count"  # suffix of aggregate_seeds' per-column seed counts (a results.csv has `error_propagation_n`)
 # the A/A control's noise floors (timing.py), each measured on its own kind of timing
 LATENCY_FLOOR = ("speed_noise_low", "speed_noise_high")  # batch-1 latency
 THROUGHPUT_FLOOR = ("throughput_noise_low", "throughput_noise_high")  # large-batch throughput
@@ -34,7 +35,7 @@ NOISE_FLOORS = {"speedup_vs_at": LATENCY_FLOOR, "speedup_vs_ct2": LATENCY_FLOOR,
 
 def aggregate_seeds(ok: pd.DataFrame) -> pd.DataFrame:
     """Finished rows -> one row per (task, family, strategy) in first-seen order: every numeric
-    column's mean, and `<col>_sd`, `<col>_min`, `<col>_max` over seeds, `n_seeds`, and
+    column's mean, and `<col>_sd`, `<col>_min`, `<col>_max`, `<col>_seed_count` (seeds with a value) over seeds, `n_seeds`, and
     `bleu_p_holm_max` (the least significant seed; NaN when a seed has no test); label columns from the
     first seed. The A/A noise floors (LATENCY_FLOOR, THROUGHPUT_FLOOR) are the union over seeds (least
     low, greatest high), not a mean: the widest any seed measured, as the report's speed note states it."""
@@ -45,6 +46,7 @@ def aggregate_seeds(ok: pd.DataFrame) -> pd.DataFrame:
     labels = [c for c in df.columns if c not in KEYS and c not in numeric]
     parts = [groups[numeric].mean(), groups[numeric].std().add_suffix("_sd"),
              groups[numeric].min().add_suffix("_min"), groups[numeric].max().add_suffix("_max"),
+             groups[numeric].count().add_suffix(SEED_COUNT),  # the seeds each mean stands on (seeds_of)
              groups[labels].first(),
              (groups["seed"].nunique() if "seed" in df else groups.size()).rename("n_seeds")]  # seeds, not rows
     out = pd.concat(parts, axis=1)
@@ -59,10 +61,18 @@ def aggregate_seeds(ok: pd.DataFrame) -> pd.DataFrame:
 SPEED_RATIOS = tuple(NOISE_FLOORS)
 
 
+def seeds_of(row: pd.Series, col: str) -> int:
+    """How many seeds a system's mean in `col` stands on: its `n_seeds`, or fewer where some seeds have no
+    value in that column (a speed ratio of a seed never timed: its weights were lost before the timing)."""
+    k = int(row.get("n_seeds", 1) or 1)
+    n = row.get(col + SEED_COUNT)
+    return k if n is None or pd.isna(n) else min(k, int(n))
+
+
 def span(row: pd.Series, col: str) -> tuple[float, float]:
     """The spread of a system in one column: its seed range, or its 95% interval with one seed; a
     speed ratio's spread is widened to at least the A/A control's noise floor around its value."""
-    if row.get("n_seeds", 1) > 1:
+    if seeds_of(row, col) > 1:
         low, high = row[f"{col}_min"], row[f"{col}_max"]
     else:
         low, high = _recorded(row, col)
@@ -107,7 +117,7 @@ def interval(row: pd.Series, col: str, level: float = 0.95) -> tuple[float, floa
     log scale (its sd and width over its mean: a ratio's noise is multiplicative, and a symmetric
     interval of a noisy ratio reached below 0x) and widened to at least the A/A noise floor. A seed range alone is no interval: 2-3 seeds' [min, max] covers the mean
     far less often than 95%."""
-    k = int(row.get("n_seeds", 1) or 1)
+    k = seeds_of(row, col)
     if k < 2:
         low, high = _recorded(row, col)
         if pd.notna(row[col]) and pd.notna(low) and pd.notna(high):

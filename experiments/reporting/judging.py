@@ -12,7 +12,8 @@ import re
 import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_at_rows, reference_at_rows
-from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, interval, robust_front, significant
+from atnat.experiments.reporting.aggregate import (aggregate_seeds, beyond_spread, interval, robust_front, seeds_of,
+                                                   significant)
 from atnat.experiments.reporting.ranking import MAIN, paired, within_margin
 from atnat.experiments.reporting.results import GridResults, ok_rows
 
@@ -205,7 +206,9 @@ def _speed(nat: pd.Series, threads: str) -> str:
     text = f"at {' and '.join(ours)} of our AT greedy" if ours else ""
     if engine:
         text += (" and " if ours else "at ") + f"{' and '.join(engine)} of the same AT run by CTranslate2"
-    seeds = f"{int(nat['n_seeds'])} seeds" if nat["n_seeds"] > 1 else "one seed"
+    n = int(nat["n_seeds"])
+    k = max(seeds_of(nat, c) for c, _ in _SPEEDS if pd.notna(nat.get(c)))
+    seeds = f"timed on {k} of its {n} seeds" if k < n else f"{n} seeds" if n > 1 else "one seed"
     return text + f" ({seeds}{', ' + threads if threads else ''}; 95% intervals, at least the A/A noise floor)"
 
 
@@ -238,7 +241,9 @@ def _within_reach(nats: pd.DataFrame, best: pd.Series, at: pd.Series, comparison
             continue
         else:
             what = f"{r['bleu']:.2f} BLEU: its 95% interval overlaps the best one's"
-        speed = f", {_ratio(r, 'speedup_vs_at')} at batch 1" if pd.notna(r.get("speedup_vs_at")) else ""
+        k, n = seeds_of(r, "speedup_vs_at"), int(r["n_seeds"])
+        speed = (f", {_ratio(r, 'speedup_vs_at')} at batch 1" + (f" (timed on {k} of {n} seeds)" if k < n else "")
+                 if pd.notna(r.get("speedup_vs_at")) else "")
         seeds = f", {int(r['n_seeds'])} seeds" if r["n_seeds"] > 1 and pair is None else ""
         near.append(f"`{r['family']} / {r['strategy']}` ({what}{seeds}{speed})")
     if not near:

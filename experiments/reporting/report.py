@@ -19,7 +19,7 @@ from atnat.experiments.evaluation.metrics.row import METRICS
 from atnat.experiments.files import write_text_atomic
 from atnat.experiments.provenance import label
 from atnat.experiments.reporting import figures, ranking
-from atnat.experiments.reporting.aggregate import INTERVALS, LATENCY_FLOOR, THROUGHPUT_FLOOR, aggregate_seeds
+from atnat.experiments.reporting.aggregate import INTERVALS, LATENCY_FLOOR, THROUGHPUT_FLOOR, aggregate_seeds, seeds_of
 from atnat.experiments.reporting.blocks import Block
 from atnat.experiments.reporting.figures import system_label
 from atnat.experiments.reporting.goals import check_goals
@@ -39,14 +39,18 @@ def _num(x: float, digits: int) -> str:
 
 
 def _spread(r: pd.Series, col: str, digits: int, scale: float = 1.0) -> str:
-    """mean ± sd over seeds; with one seed, the value and its 95% interval when it has one."""
+    """mean ± sd over seeds; with one seed, the value and its 95% interval when it has one; "(k of n seeds)"
+    after a value that fewer seeds than the system's have (a speed of seeds timed, others not)."""
     if pd.isna(r[col]):
         return DASH
-    if r.get("n_seeds", 1) > 1:
-        return f"{scale * r[col]:.{digits}f} ± {scale * r[f'{col}_sd']:.{digits}f}"
+    k, n = seeds_of(r, col), int(r.get("n_seeds", 1) or 1)
+    fewer = f" ({k} of {n} seeds)" if k < n else ""
+    if k > 1:
+        return f"{scale * r[col]:.{digits}f} ± {scale * r[f'{col}_sd']:.{digits}f}{fewer}"
     low, high = INTERVALS.get(col, (None, None))
     ci = low and pd.notna(r.get(low)) and pd.notna(r.get(high))
-    return f"{scale * r[col]:.{digits}f}" + (f" [{scale * r[low]:.{digits}f}, {scale * r[high]:.{digits}f}]" if ci else "")
+    return (f"{scale * r[col]:.{digits}f}" + (f" [{scale * r[low]:.{digits}f}, {scale * r[high]:.{digits}f}]" if ci else "")
+            + fewer)
 
 
 # The overview's columns, in this order, as their declarations (evaluation/schema.py, metrics/row.py)
@@ -334,7 +338,12 @@ def speed_note(part: pd.DataFrame, timing: str = "") -> str:
     """Beside a task's speed figures: the threads they were measured with and the A/A noise floors, each
     the union over the task's seeds as aggregate_seeds takes it (older results folders: environment.json's
     description of the timing; a results.csv from before the throughput floor: the latency one stands in,
-    as aggregate.noise_floor applies it)."""
+    as aggregate.noise_floor applies it). A task none of whose systems was timed gets a note saying so,
+    not the grid's timing description (that told of a timing this task never had)."""
+    timed = [c for c in ("latency_ms_b1", "speedup_vs_at", "throughput_sents_s", "throughput_speedup_vs_at",
+                         "timing_threads", LATENCY_FLOOR[0], THROUGHPUT_FLOOR[0]) if c in part and part[c].notna().any()]
+    if not timed:
+        return "No system of this task was timed."
     threads = sorted({int(t) for t in part.get("timing_threads", pd.Series(dtype=float)).dropna()})
     text = []
     if not threads and timing:  # a GPU timing, or an older folder: the timing's own description
