@@ -328,3 +328,37 @@ def test_the_grids_own_report_from_collected_cells_needs_every_cell_and_matches_
     assert "no speed was collected for nat-s1" in json.loads((out / "environment.json").read_text())["collected_from"]
     assert pd.read_csv(out / "results.csv").query("cell == 'nat-s1'").speedup_vs_at.isna().all()
     assert not kept_timing.exists()
+
+
+def test_status_counts_the_collected_copies_of_cells_whose_machine_is_gone(tmp_path, monkeypatch, capsys):
+    """The deep grid: seed 1's cells exist only as collected copies (their machine was lost), and `atnat
+    status` said "en-de seed 1: 0 of 6 cells done". With --collected it names a copy's cell `collected`, counts
+    it as done, reads its timing from the copy, and keeps a live run's state (a teacher trained again) first."""
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    spec["cells"]["nat"] = {"decoder": "nat", "eval": {"strategies": ["parallel"]}}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    kept = tmp_path / "kept"
+    for cell in ("at-s1", "nat-s1"):
+        (kept / cell).mkdir(parents=True)
+        (kept / cell / "metrics.json").write_text(json.dumps({"status": "ok", "rows": [{"strategy": "greedy"}]}))
+    (kept / "at-s1" / "timing.csv").write_text("cell,strategy,timing_session\nat-s1,greedy,2026-11-26 10:56:54 UTC\n")
+    runs = tmp_path / "res" / "two-tests" / "runs"
+    (runs / "at-s1" / "checkpoints").mkdir(parents=True)  # the teacher trains again here: its live state wins
+    (runs / "at-s1" / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert main(["status", "g.yaml", "--results", "res"]) == 0
+    out = capsys.readouterr().out
+    assert "parallel seed 1: 0 of 2 cells done" in out
+    assert main(["status", "g.yaml", "--results", "res", "--collected", "kept"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines() if line.count("│") > 3}
+    assert rows["at-s1"] == "interrupted" and rows["nat-s1"] == "collected"
+    assert "parallel seed 1: 1 of 2 cells done (1 of them a collected copy: kept)" in out
+    (runs / "at-s1" / "checkpoints" / "last.ckpt").unlink()
+    assert main(["status", "g.yaml", "--results", "res", "--collected", "kept"]) == 0
+    out = capsys.readouterr().out
+    assert "parallel seed 1: 2 of 2 cells done (2 of them collected copies: kept), not timed (1 collected copy without a timing: " in out
+    (kept / "nat-s1" / "timing.csv").write_text("cell,strategy,timing_session\nnat-s1,parallel,2026-11-26 10:56:54 UTC\n")
+    assert main(["status", "g.yaml", "--results", "res", "--collected", "kept"]) == 0
+    assert "cells done (2 of them collected copies: kept), timed 2026-11-26 10:56:54 UTC" in capsys.readouterr().out
+    assert main(["status", "g.yaml", "--results", "res", "--collected", "nowhere"]) == 2
+    assert "--collected nowhere: no such folder" in capsys.readouterr().err

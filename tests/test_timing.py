@@ -191,6 +191,29 @@ def test_a_new_student_is_timed_beside_its_baseline_and_students_timed_before_ke
     assert timed[-1] == ["at-s1", "cmlm-s1", "nat-s1"] and table.timing_session.nunique() == 1
 
 
+def test_anew_times_a_seed_whole_in_one_session_even_where_its_cells_were_timed_before(tmp_path, monkeypatch):
+    """The deep grid timed its seed-2 teacher in three sessions (results/multi30k-deep/session_drift.csv): its
+    beam-5 ratio moved by 12% between them, against about ±3% within each. Students timed in different
+    sessions are then not side by side. `anew` (`atnat time --anew`) times every cell of a chosen seed again
+    in one session, weights unchanged or not; a cell whose checkpoints are gone still keeps its row."""
+    from atnat.experiments.evaluation import timing
+
+    cells, timed, _ = fake_timed_cells(tmp_path, monkeypatch, ("at-s1", "nat-s1", "cmlm-s1", "ctc-s1"))
+    at, nat, cmlm, ctc = cells
+    speed = SpeedSettings(aa_control=False, engine="eager", repeats=1)
+    sessions = iter(f"2099-01-0{d} 00:00:00 UTC" for d in range(1, 10))
+    monkeypatch.setattr(timing.time, "strftime", lambda fmt, t=None: next(sessions))
+    timing.time_grid([at, nat], tmp_path, speed, "cpu", "at", keep_others=True)
+    timing.time_grid([at, nat, cmlm, ctc], tmp_path, speed, "cpu", "at", keep_others=True)
+    assert timed == [["at-s1", "nat-s1"], ["at-s1", "cmlm-s1", "ctc-s1"]]  # two sessions in one seed
+    (tmp_path / "ctc-s1" / "best.ckpt").unlink()  # its weights are gone: its row stays as it was
+    table = timing.time_grid([at, nat, cmlm, ctc], tmp_path, speed, "cpu", "at", keep_others=True, anew=True)
+    assert timed[-1] == ["at-s1", "cmlm-s1", "nat-s1"]
+    sessions_of = table.set_index("cell")["timing_session"].to_dict()
+    assert sessions_of == {"at-s1": "2099-01-03 00:00:00 UTC", "nat-s1": "2099-01-03 00:00:00 UTC",
+                           "cmlm-s1": "2099-01-03 00:00:00 UTC", "ctc-s1": "2099-01-02 00:00:00 UTC"}
+
+
 def test_the_aa_control_times_the_baseline_twice_and_gives_every_ratio_its_noise_floor():
     """Issue 24.3: the baseline's speed-up is 1 by construction; its twin, the same computation timed
     as another system, measures how far apart two identical systems land - the noise floor."""

@@ -253,7 +253,8 @@ def cmd_cell(args) -> int:
 def cmd_status(args) -> int:
     from atnat.experiments.running.status import print_status  # lazy: start-up
 
-    print_status(args.grid, results_root=Path(args.results), smoke=args.smoke)
+    print_status(args.grid, results_root=Path(args.results), smoke=args.smoke,
+                 collected=Path(args.collected) if args.collected else None)
     return 0
 
 
@@ -273,7 +274,7 @@ def cmd_time(args) -> int:
 
     ready, waiting = time_finished_groups(args.grid, results_root=Path(args.results), smoke=args.smoke,
                                           devices=[d.strip() for d in args.devices.split(",")] if args.devices else None,
-                                          partial=args.partial)
+                                          partial=args.partial, anew=args.anew)
     if ready:
         print("timed (or kept, unchanged): " + ", ".join(
             f"{task} seed {seed}" + (f" (its finished cells; not finished: {', '.join(left)})" if left else "")
@@ -450,6 +451,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("grid")
     add_results_args(p, "results are read from DIR/<grid name>/ (default: results/)",
                      "the grid's smoke run (DIR/<grid name>-smoke/)")
+    p.add_argument("--collected", metavar="DEST", help="also the finished copies `atnat collect --to DEST` made: a cell "
+                                                       "with no run here but a copy there counts as done (collected)")
     p.set_defaults(fn=cmd_status)
     p = sub.add_parser("collect", parents=[common], help="copy the finished cells' results (no checkpoints, no data) "
                                                           "to a folder, e.g. the repository, while the grid runs")
@@ -464,6 +467,10 @@ def parser() -> argparse.ArgumentParser:
     add_results_args(p, "the grid's --results folder (timing.csv goes to DIR/<grid name>/)",
                      "the grid's smoke run (DIR/<grid name>-smoke/)")
     p.add_argument("--devices", metavar="IDS", help="GPU ids; the first times (as in atnat run)")
+    p.add_argument("--anew", action="store_true",
+                   help="time each task and seed chosen again as a whole, in one session, even where its cells were "
+                        "timed before with the same weights (the last timing of a grid timed cell by cell: ratios of "
+                        "different sessions are not side by side)")
     p.add_argument("--partial", action="store_true",
                    help="also time the finished cells of a task and seed whose baseline has finished while its "
                         "other cells still train (cells that finish later are timed beside the baseline, timed again with "

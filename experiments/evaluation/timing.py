@@ -353,7 +353,7 @@ def _timed_as_they_are(group: list, old: pd.DataFrame | None, speed: SpeedSettin
 
 
 def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baseline: str | None = None, *,
-              keep_others: bool = False) -> pd.DataFrame:
+              keep_others: bool = False, anew: bool = False) -> pd.DataFrame:
     """The timing phase of a grid: the finished cells of each task and seed timed together (timing_group);
     written to out/timing.csv (its speed settings, device and the device's model in out/timing.json).
     A group whose systems, weights and settings are unchanged keeps its timing (a resumed grid whose
@@ -366,7 +366,10 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
     timed anew as a whole. Rows of one group may so come from different sessions (`timing_session`;
     the report says so). A cell whose checkpoints are gone keeps its earlier timing (named on stderr).
     `keep_others`: rows of cells not in `cells` are kept too (a partial timing); otherwise they are
-    dropped."""
+    dropped. `anew`: every group of `cells` is timed again as a whole, in one session, whatever was timed
+    before (the last timing of a grid whose students were timed one by one: the same weights timed in
+    two sessions moved a ratio by more than its interval within either, results/multi30k-deep/session_drift.csv);
+    cells whose checkpoints are gone still keep their rows."""
     path, settings_path = out / "timing.csv", out / "timing.json"
     settings = {"speed": speed.record(), "device": device, "device_name": device_name(device),
                 **({"baseline": baseline} if baseline else {})}  # another GPU (or CPU) model times anew
@@ -390,7 +393,7 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
         kept_cells |= set(old.cell) - {c.name for c in cells}
     todo = []  # decided before any model is loaded: a resumed, finished grid loads nothing
     for group in groups.values():
-        held = _timed_as_they_are(group, old, speed, baseline)
+        held = [] if anew else _timed_as_they_are(group, old, speed, baseline)
         if len(held) == len(group):
             kept_cells |= {c.name for c in group}
             continue

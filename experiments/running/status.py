@@ -3,9 +3,11 @@
 State: done / failed (metrics.json), queued / running (job.json, asked of submitit; or the cell's
 lock, held by whoever trains it; what a running cell does now from its progress.json), ended (a job
 that ended without a result: cancelled, timed out for good), interrupted (a checkpoint and no
-result), not started. Then, per task and seed, how many
-of its cells are done and whether it has been timed (`atnat time`, or the timing phase). Under a
-cluster launcher, a last line gives the state of the timing phase's job (launchers/slurm.py).
+result), not started; with `--collected DEST`, collected: no run here, but a finished copy in DEST (`atnat collect`
+copied it before its machine was lost). Then, per task and seed, how many of its cells are done (collected
+copies named) and whether it has been timed (`atnat time`, or the timing phase; a copy's own timing.csv
+for a collected cell). Under a cluster launcher, a last line gives the state of the timing phase's job
+(launchers/slurm.py).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from atnat.core.errors import AtnatError
 from atnat.experiments.console import PipeConsole
 from atnat.experiments.reporting.records import read_metrics
 from atnat.experiments.running.cell import cell_status
@@ -76,9 +79,22 @@ def folder_state(run_dir: Path) -> dict:
     return row
 
 
-def status_rows(grid) -> list[dict]:
-    return [{"cell": c.name, "teacher": c.teacher or ""}
+def status_rows(grid, collected: Path | None = None) -> list[dict]:
+    rows = [{"cell": c.name, "teacher": c.teacher or ""}
             | cell_state(Path(c.config.output_dir), c.config.train.early_stop_patience is not None) for c in grid.cells]
+    if collected is not None:  # a cell with no run here but a finished copy there: collected (a live run wins)
+        for row in rows:
+            copy = collected / row["cell"]
+            if row["state"] == "not started" and cell_status(copy) == "ok":
+                row |= {"state": "collected", "last_step": last_step(copy)}
+    return rows
+
+
+def check_collected(collected: Path) -> Path:
+    """The --collected folder, refused with one clear error when it does not exist."""
+    if not collected.is_dir():
+        raise AtnatError(f"--collected {collected}: no such folder (give the DEST of an earlier `atnat collect`)")
+    return collected
 
 
 def timing_line(out: Path) -> str | None:
@@ -87,30 +103,47 @@ def timing_line(out: Path) -> str | None:
     return f"timing phase: job {job['job_id']} {job_state(job).lower()}" if job else None
 
 
-def seed_lines(grid, out: Path, rows: list[dict]) -> list[str]:
-    """Per task and seed (the unit `atnat time` times): how many of its cells are done, and once all
-    are, whether it has been timed (timing.csv rows for each of its cells, and when); before that, how
-    many of them `atnat time --partial` has timed."""
+def _timing_rows(path: Path):
+    """A timing.csv's (cell, timing_session) rows, or None where there is none or it cannot be read."""
     import pandas as pd
 
     try:
-        timing = pd.read_csv(out / "timing.csv", usecols=["cell", "timing_session"]) \
-            if (out / "timing.csv").is_file() and not (out / "timing.csv").is_symlink() else None
+        return pd.read_csv(path, usecols=["cell", "timing_session"]) if path.is_file() and not path.is_symlink() else None
     except (ValueError, pd.errors.EmptyDataError):
-        timing = None
+        return None
+
+
+def seed_lines(grid, out: Path, rows: list[dict], collected: Path | None = None) -> list[str]:
+    """Per task and seed (the unit `atnat time` times): how many of its cells are done (and how many of those
+    are collected copies), and once all are, whether it has been timed (timing.csv rows for each of its cells,
+    and when; a collected cell's from its copy's timing.csv); before that, how many of them `atnat time
+    --partial` has timed."""
+    import pandas as pd
+
     state = {r["cell"]: r["state"] for r in rows}
+    copies = [t for r in rows if r["state"] == "collected" and collected is not None
+              and (t := _timing_rows(collected / r["cell"] / "timing.csv")) is not None]
+    found = [t for t in [_timing_rows(out / "timing.csv")] + copies if t is not None]
+    timing = pd.concat(found, ignore_index=True) if found else None
     lines = []
     for (task, seed), cells in timing_groups(grid.cells).items():
         names = [c.name for c in cells]
-        done = sum(state[n] == "done" for n in names)
-        line = f"{task} seed {seed}: {done} of {len(names)} cells done"
-        finished = [n for n in names if state[n] == "done"]
+        finished = [n for n in names if state[n] in ("done", "collected")]
+        line = f"{task} seed {seed}: {len(finished)} of {len(names)} cells done"
+        n_copies = sum(state[n] == "collected" for n in finished)
+        if n_copies:
+            line += (f" ({n_copies} of them {'a collected copy' if n_copies == 1 else 'collected copies'}: "
+                     f"{collected})")
+        done = len(finished)
         timed = timing[timing["cell"].astype(str).isin(finished)] if timing is not None else None
         timed_names = set(timed["cell"].astype(str)) if timed is not None else set()
         sessions = ", ".join(sorted(set(timed["timing_session"].dropna().astype(str)))) if timed is not None else ""
         if done == len(names):
             if timed_names == set(finished):
                 line += f", timed {sessions or '(session not recorded)'}"
+            elif untimed := [n for n in finished if n not in timed_names and state[n] == "collected"]:
+                line += (f", not timed ({len(untimed)} collected {'copy' if len(untimed) == 1 else 'copies'} without "
+                         "a timing: their weights are not here to time)")
             else:
                 line += ", not timed yet (atnat time)"
         elif timed_names:  # `atnat time --partial`: the cells finished so far, beside the baseline
@@ -119,9 +152,10 @@ def seed_lines(grid, out: Path, rows: list[dict]) -> list[str]:
     return lines
 
 
-def print_status(grid_path, *, results_root: Path, smoke: bool) -> list[dict]:
+def print_status(grid_path, *, results_root: Path, smoke: bool, collected: Path | None = None) -> list[dict]:
+    collected = check_collected(collected) if collected is not None else None
     grid, out = load_grid_into(grid_path, results_root, smoke)
-    rows = status_rows(grid)
+    rows = status_rows(grid, collected)
     table = Table(title=f"{grid_path}: {len(rows)} cells")
     for col in ("cell", "state", "job", "last step", "teacher", "now / error"):
         table.add_column(col)
@@ -134,7 +168,7 @@ def print_status(grid_path, *, results_root: Path, smoke: bool) -> list[dict]:
     for r in rows:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
     console.print(", ".join(f"{n} {state}" for state, n in counts.items()))
-    for line in seed_lines(grid, out, rows):
+    for line in seed_lines(grid, out, rows, collected):
         console.print(line)
     if timing_line(out):
         console.print(timing_line(out))

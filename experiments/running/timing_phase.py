@@ -61,7 +61,7 @@ def timing_phase(grid, out: Path, device: str | None = None) -> None:
 
 
 def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devices: list[str] | None = None,
-                         partial: bool = False
+                         partial: bool = False, anew: bool = False
                          ) -> tuple[dict[tuple[str, int], list[str]], dict[tuple[str, int], str]]:
     """`atnat time GRID`: time now every task and seed whose cells have all finished (timing_group),
     before the rest of the grid is done: a grid that trains for days gets each seed's speed while
@@ -73,7 +73,8 @@ def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devic
     before keep their rows (each ratio is still measured within one session), as does a cell whose
     checkpoints are gone by then. Groups timed before with the same weights and
     settings are kept, rows of other groups too; the runner's timing phase later keeps what this
-    timed (evaluation/timing.py time_grid).
+    timed (evaluation/timing.py time_grid). With `anew`, each group chosen is timed again whole, in one
+    session, even where its cells were timed before (the last timing of a grid timed cell by cell).
     -> ({group timed or kept: its cells not finished yet (empty for a whole group)}, {group not timed:
     why}); a finished group that could not be timed (a cell with no checkpoint and no earlier timing)
     is among the second."""
@@ -106,7 +107,7 @@ def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devic
     check_timing_peers(grid, device, path)
     cells = [c for key in ready for c in chosen[key]]
     with held(out / TIMING_LOCK, f"the timing of {out}"):
-        table = time_grid(cells, out, SpeedSettings(**grid.speed), device, grid.baseline, keep_others=True)
+        table = time_grid(cells, out, SpeedSettings(**grid.speed), device, grid.baseline, keep_others=True, anew=anew)
         score_exported_twins(cells, device, SpeedSettings(**grid.speed))
     timed = set(table["cell"].astype(str))
     for key in list(ready):  # a cell with no checkpoint and no earlier timing has no speed: not a success
