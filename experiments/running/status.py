@@ -134,11 +134,10 @@ def seed_lines(grid, out: Path, rows: list[dict], collected: Path | None = None)
         if n_copies:
             line += (f" ({n_copies} of them {'a collected copy' if n_copies == 1 else 'collected copies'}: "
                      f"{collected})")
-        done = len(finished)
         timed = timing[timing["cell"].astype(str).isin(finished)] if timing is not None else None
         timed_names = set(timed["cell"].astype(str)) if timed is not None else set()
         sessions = ", ".join(sorted(set(timed["timing_session"].dropna().astype(str)))) if timed is not None else ""
-        if done == len(names):
+        if len(finished) == len(names):
             if timed_names == set(finished):
                 line += f", timed {sessions or '(session not recorded)'}"
             elif untimed := [n for n in finished if n not in timed_names and state[n] == "collected"]:
