@@ -12,8 +12,8 @@ hypothesis is the same string in both (blank for the whole-schedule mask-predict
 scores come from run1/mask_predict_sweep/sweep.csv, which kept no hypotheses), and over the validations both logged, the largest
 difference in validation BLEU and the first step where it differs. Run 2's cells are
 read from finished-cells/ and from run2-amd/: run 2's copies of cells trained on the AMD EPYC machines
-that were later trained again on another CPU model (the teachers of seeds 2 and 3, from 2026-11-26 on an
-Intel Xeon with AMX) and replaced in finished-cells/ by those. Training reproduces only on the same CPU
+that were later trained again on another CPU model (the en-de teachers of seeds 2 and 3, from 2026-11-26 on an
+Intel Xeon with AMX, and en-fr's teacher, moved there on 2026-11-26 at 16:16 UTC before its training on that machine) and replaced in finished-cells/ by those. Training reproduces only on the same CPU
 model (cpu-model-check/), so each row names where run 2's copy trained (`run2_cpu`: attempts.json's
 machine record, or "AMD EPYC (not recorded)" for copies from before the record existed, all of which
 trained on the AMD machines, and "not recorded" for the two teachers started on the Intel machine under
