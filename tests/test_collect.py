@@ -362,3 +362,32 @@ def test_status_counts_the_collected_copies_of_cells_whose_machine_is_gone(tmp_p
     assert "cells done (2 of them collected copies: kept), timed 2026-11-26 10:56:54 UTC" in capsys.readouterr().out
     assert main(["status", "g.yaml", "--results", "res", "--collected", "nowhere"]) == 2
     assert "--collected nowhere: no such folder" in capsys.readouterr().err
+
+
+def test_time_only_times_the_seeds_of_the_cells_named_each_whole(tmp_path, monkeypatch, capsys):
+    """The deep grid's last timing is one seed per quiet session (sessions differ by more than a session's
+    interval): `atnat time --only 'en-de-*-s2'` times that seed's group whole - its baseline with it - and
+    neither times nor waits for the other seeds; a pattern that names no cell is refused before any timing."""
+    from atnat.experiments.running import timing_phase
+
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    spec["cells"]["nat"] = {"decoder": "nat", "eval": {"strategies": ["parallel"]}}
+    spec["seeds"] = [1, 2]
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    asked = []
+
+    def fake_time_grid(cells, out, speed, device, baseline, **kw):
+        asked.append(sorted(c.name for c in cells))
+        return pd.DataFrame({"cell": [c.name for c in cells]})
+
+    monkeypatch.setattr(timing_phase, "cell_status", lambda run: "ok")
+    monkeypatch.setattr(timing_phase, "time_grid", fake_time_grid)
+    monkeypatch.setattr(timing_phase, "score_exported_twins", lambda *a, **k: None)
+    assert main(["time", "g.yaml", "--results", "res", "--only", "nat-s2", "--anew"]) == 0
+    out = capsys.readouterr().out
+    assert asked == [["at-s2", "nat-s2"]]  # the named cell's seed, whole; seed 1 untouched
+    assert "timed (or kept, unchanged): parallel seed 2\n" in out and "seed 1" not in out
+    assert main(["time", "g.yaml", "--results", "res", "--only", "*-s1", "--only", "at-s2"]) == 0
+    assert asked[-1] == ["at-s1", "at-s2", "nat-s1", "nat-s2"]
+    assert main(["time", "g.yaml", "--results", "res", "--only", "cmlm-s2"]) == 2
+    assert "--only 'cmlm-s2' matches no cell" in capsys.readouterr().err and len(asked) == 2

@@ -274,7 +274,7 @@ def cmd_time(args) -> int:
 
     ready, waiting = time_finished_groups(args.grid, results_root=Path(args.results), smoke=args.smoke,
                                           devices=[d.strip() for d in args.devices.split(",")] if args.devices else None,
-                                          partial=args.partial, anew=args.anew)
+                                          partial=args.partial, anew=args.anew, only=args.only)
     if ready:
         print("timed (or kept, unchanged): " + ", ".join(
             f"{task} seed {seed}" + (f" (its finished cells; not finished: {', '.join(left)})" if left else "")
@@ -475,6 +475,10 @@ def parser() -> argparse.ArgumentParser:
                    help="also time the finished cells of a task and seed whose baseline has finished while its "
                         "other cells still train (cells that finish later are timed beside the baseline, timed again with "
                         "them; cells timed before keep their rows)")
+    p.add_argument("--only", action="append", metavar="CELL",
+                   help="time only the task-and-seed groups of these cells (an exact name or a glob, e.g. "
+                        "'en-de-*-s2'; repeatable): each group whole, with its baseline and A/A control; "
+                        "the other groups are left as they are")
     p.set_defaults(fn=cmd_time)
     p = sub.add_parser("report", parents=[common], help="regenerate report.md/report.html from a results folder; "
                                                          "--interim GRID: a report of a grid still running")

@@ -16,11 +16,13 @@ smoke: {train: {max_steps: 20}, speed: {repeats: 1}}   # merged in by `atnat run
 """
 from __future__ import annotations
 
+import fnmatch
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import (
     ConfigError, RunConfig, build_strategy, checked, deep_update, load_yaml, make, run_config_from_dict,
 )
@@ -257,3 +259,15 @@ def load_grid_into(path, results_root: Path, smoke: bool):
     name = load_grid(path, smoke=smoke).name  # validate everything before anything runs
     out = results_root / (name + ("-smoke" if smoke else ""))
     return load_grid(path, smoke=smoke, results_dir=out), out
+
+
+def select_cells(cells: list[Cell], only: list[str] | None, path) -> list[Cell]:
+    """The cells named by `--only` patterns: exact names or shell-style globs (`*-at-s1`, `en-de-*`);
+    a pattern that matches no cell is an error naming the cells."""
+    if not only:
+        return cells
+    unmatched = [p for p in only if not any(fnmatch.fnmatchcase(c.name, p) for c in cells)]
+    if unmatched:
+        raise AtnatError(f"{path}: --only {unmatched[0]!r} matches no cell (an exact name or a glob such as "
+                         f"'*-at-s1'); cells: {', '.join(c.name for c in cells)}")
+    return [c for c in cells if any(fnmatch.fnmatchcase(c.name, p) for p in only)]

@@ -7,7 +7,6 @@ settings than the grid gives now are handled first (stale.py); each cell's own l
 """
 from __future__ import annotations
 
-import fnmatch
 import json
 import shlex
 import sys
@@ -31,7 +30,7 @@ from atnat.experiments.reporting.report import write_report
 from atnat.experiments.reporting.table import tabulate
 from atnat.experiments.running.collect import stage_collected
 from atnat.experiments.running.cell import cell_status, describe, record_failure_unless_held, run_one, students_of
-from atnat.experiments.running.grid import Cell, load_grid_into, run_order
+from atnat.experiments.running.grid import Cell, load_grid_into, run_order, select_cells
 from atnat.experiments.running.launchers.local import make_lanes, run_parallel
 from atnat.experiments.running.locks import LockHeld, folder_lock, held
 from atnat.experiments.running.stale import describe_stale, find_stale, handle_stale
@@ -83,18 +82,6 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
         print(f"failed: {len(failed)} of {len(cells)} cells: {', '.join(failed)} "
               f"(errors in {out / 'results.csv'} and each run's error.log)", file=sys.stderr)
     return GridRun(out, failed, pending)
-
-
-def select_cells(cells: list[Cell], only: list[str] | None, path) -> list[Cell]:
-    """The cells named by `--only` patterns: exact names or shell-style globs (`*-at-s1`, `en-de-*`);
-    a pattern that matches no cell is an error naming the cells."""
-    if not only:
-        return cells
-    unmatched = [p for p in only if not any(fnmatch.fnmatchcase(c.name, p) for c in cells)]
-    if unmatched:
-        raise AtnatError(f"{path}: --only {unmatched[0]!r} matches no cell (an exact name or a glob such as "
-                         f"'*-at-s1'); cells: {', '.join(c.name for c in cells)}")
-    return [c for c in cells if any(fnmatch.fnmatchcase(c.name, p) for p in only)]
 
 
 def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, devices, cluster,

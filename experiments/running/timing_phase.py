@@ -18,11 +18,11 @@ from atnat.experiments.config.devices import inference_device
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.baseline import is_baseline_cell
 from atnat.experiments.evaluation.exported import score_exported_twins
-from atnat.experiments.evaluation.timing import system_keys, time_grid, timing_groups
+from atnat.experiments.evaluation.timing import system_keys, time_grid, timing_group, timing_groups
 from atnat.experiments.modelfiles import ct2
 from atnat.experiments.modelfiles.loading import evaluation_checkpoint
 from atnat.experiments.running.cell import cell_status
-from atnat.experiments.running.grid import load_grid_into
+from atnat.experiments.running.grid import load_grid_into, select_cells
 from atnat.experiments.running.locks import held
 
 TIMING_DIR = "timing"  # results/<grid>/timing/: job.json of the timing phase's cluster job
@@ -61,7 +61,7 @@ def timing_phase(grid, out: Path, device: str | None = None) -> None:
 
 
 def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devices: list[str] | None = None,
-                         partial: bool = False, anew: bool = False
+                         partial: bool = False, anew: bool = False, only: list[str] | None = None
                          ) -> tuple[dict[tuple[str, int], list[str]], dict[tuple[str, int], str]]:
     """`atnat time GRID`: time now every task and seed whose cells have all finished (timing_group),
     before the rest of the grid is done: a grid that trains for days gets each seed's speed while
@@ -75,11 +75,17 @@ def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devic
     settings are kept, rows of other groups too; the runner's timing phase later keeps what this
     timed (evaluation/timing.py time_grid). With `anew`, each group chosen is timed again whole, in one
     session, even where its cells were timed before (the last timing of a grid timed cell by cell).
+    With `only` (`--only` cell names or globs, as in `atnat run`), only the task-and-seed groups of the
+    cells named: a group is timed as a whole (its baseline and A/A control with it), never one cell alone,
+    and the other groups are neither timed nor waited for (e.g. one seed's final timing while another trains).
     -> ({group timed or kept: its cells not finished yet (empty for a whole group)}, {group not timed:
     why}); a finished group that could not be timed (a cell with no checkpoint and no earlier timing)
     is among the second."""
     grid, out = load_grid_into(path, results_root, smoke)
     groups = timing_groups(grid.cells)
+    if only:
+        named = {timing_group(c) for c in select_cells(grid.cells, only, path)}
+        groups = {key: cells for key, cells in groups.items() if key in named}
     ready: dict[tuple[str, int], list[str]] = {}
     waiting: dict[tuple[str, int], str] = {}
     chosen: dict[tuple[str, int], list] = {}
