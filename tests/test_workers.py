@@ -1,6 +1,7 @@
 """Cells in parallel worker processes, DDP training of one cell (CPU, 2 processes), bf16 training."""
 import json
 import re
+import shutil
 import sys
 
 import pandas as pd
@@ -96,6 +97,11 @@ def test_workers_take_cells_seed_by_seed_each_seeds_teachers_first():
     grid = SimpleNamespace(cells=cells)
     assert [c.name for c in priority_order(grid, cells[::-1])] == [
         "at-s1", "kd-s1", "fr-at-s1", "control-s1", "at-s2", "kd-s2", "fr-at-s2", "control-s2"]
+    # a run stopped with seed 2's student half-trained and resumed with seed 1's cells added (a wider --only):
+    # the work in progress finishes first, then seed by seed as before
+    resumed = priority_order(grid, cells[::-1], started=lambda c: c.name in ("control-s2", "kd-s2"))
+    assert [c.name for c in resumed] == [
+        "kd-s2", "control-s2", "at-s1", "kd-s1", "fr-at-s1", "control-s1", "at-s2", "fr-at-s2"]
 
 
 def test_failed_teacher_fails_its_students_without_running_them(tmp_path, monkeypatch):
@@ -287,3 +293,28 @@ def test_cells_starting_together_train_one_sentencepiece_model(tmp_path, monkeyp
     for t in threads:
         t.join()
     assert len(trained) == 1 and len({tok.proto for tok in out}) == 1 and len(out) == 3
+
+
+def test_a_resumed_run_finishes_its_half_trained_cells_before_it_starts_new_ones(tmp_path, monkeypatch):
+    """The deep grid resumed with a wider --only (en->fr's seed 1 added while seed 3's students were
+    half-trained): the workers take the cells with training saved in a checkpoint first, whatever their seed."""
+    from atnat.experiments.running import scheduler as runner
+
+    order = []
+    original = runner.run_parallel
+
+    def spy(path, todo, *args, **kwargs):
+        order.append([c.name for c in todo])
+        return original(path, todo, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_parallel", spy)
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"]}, "seeds": [1, 2]})
+    assert main(["run", str(grid), "--results", "res", "--workers", "2"]) == 0
+    assert order == [["at-s1", "at-s2"]]  # seed by seed
+    shutil.rmtree(tmp_path / "res")
+    saved = tmp_path / "res" / "tiny" / "runs" / "at-s2" / "checkpoints"
+    saved.mkdir(parents=True)
+    (saved / "step=4.ckpt").write_bytes(b"not a checkpoint")  # set aside when the cell resumes: it trains afresh
+    assert main(["run", str(grid), "--results", "res", "--workers", "2"]) == 0
+    assert order[-1] == ["at-s2", "at-s1"]  # the half-trained seed 2 before seed 1

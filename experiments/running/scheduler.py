@@ -34,6 +34,7 @@ from atnat.experiments.running.grid import Cell, load_grid_into, run_order, sele
 from atnat.experiments.running.launchers.local import make_lanes, run_parallel
 from atnat.experiments.running.locks import LockHeld, folder_lock, held
 from atnat.experiments.running.stale import describe_stale, find_stale, handle_stale
+from atnat.experiments.running.status import saved_training
 from atnat.experiments.running.timing_phase import check_timing_peers, timing_description, timing_phase, timing_device
 from atnat.experiments.training.progress import describe as describe_progress, read_progress
 
@@ -292,7 +293,8 @@ def _run_in_workers(grid, cells, lanes, progress, bar, *, results_root: Path, sm
                 lines[cell.name] = progress.add_task(text, total=None)
             progress.update(lines[cell.name], description=text)
 
-    todo = priority_order(grid, [c for c in cells if status(c) != "ok"])
+    todo = priority_order(grid, [c for c in cells if status(c) != "ok"],
+                          started=lambda c: saved_training(Path(c.config.output_dir)))
     progress.advance(bar, len(cells) - len(todo))
     run_parallel(grid.path, todo, lanes, results_root=results_root, smoke=smoke, status=status,
                  mark_failed=lambda cell, message: record_failure_unless_held(cell, message),
@@ -301,13 +303,15 @@ def _run_in_workers(grid, cells, lanes, progress, bar, *, results_root: Path, sm
         progress.remove_task(task)
 
 
-def priority_order(grid, cells: list[Cell]) -> list[Cell]:
-    """The order free workers take cells in: seed by seed, and within a seed its teachers first (their
-    students wait on them), then the rest as the grid file declares them (a cell declared last, e.g. a
-    control, runs last within its seed). A free worker takes the next seed's cells only when no cell
-    of the earlier seeds is ready to run, so that each seed's comparison is complete - reportable,
-    and timeable by `atnat time` - as early as can be, and a machine lost midway costs mostly the
-    seed in progress, not a bit of every seed."""
+def priority_order(grid, cells: list[Cell], started=lambda cell: False) -> list[Cell]:
+    """The order free workers take cells in: first the cells a stopped run left half-trained (`started`:
+    their training saved in a checkpoint), whatever their seed - a grid resumed with more cells than it
+    had (a wider `--only`) finishes its work in progress before it begins new work; then seed by seed,
+    and within a seed its teachers first (their students wait on them), then the rest as the grid file
+    declares them (a cell declared last, e.g. a control, runs last within its seed). A free worker takes
+    the next seed's cells only when no cell of the earlier seeds is ready to run, so that each seed's
+    comparison is complete - reportable, and timeable by `atnat time` - as early as can be, and a machine
+    lost midway costs mostly the seed in progress, not a bit of every seed."""
     teachers = {c.teacher for c in grid.cells if c.teacher}
     declared = {c.name: i for i, c in enumerate(grid.cells)}
-    return sorted(cells, key=lambda c: (c.seed, c.name not in teachers, declared[c.name]))
+    return sorted(cells, key=lambda c: (not started(c), c.seed, c.name not in teachers, declared[c.name]))

@@ -54,6 +54,13 @@ def cell_state(run_dir: Path, stops_early: bool | None = None) -> dict:
     return row
 
 
+def saved_training(run_dir: Path) -> bool:
+    """Whether a run left its training saved in a checkpoint to resume from (averaged.ckpt is a mean of
+    weights, never resumed: training/resume.py resume_point)."""
+    folder = run_dir / "checkpoints"
+    return folder.is_dir() and any(p.name != "averaged.ckpt" for p in folder.glob("*.ckpt"))
+
+
 def folder_state(run_dir: Path) -> dict:
     job = read_job(run_dir) or {}
     row = {"state": "not started", "job": job.get("job_id", ""), "launcher": job.get("launcher", ""),
@@ -74,7 +81,7 @@ def folder_state(run_dir: Path) -> dict:
         row["state"] = f"ended ({state.lower()})"
     if held:
         row["state"] = "running"
-    elif (run_dir / "checkpoints" / "last.ckpt").exists() and not job:
+    elif saved_training(run_dir) and not job:
         row["state"] = "interrupted"
     return row
 
