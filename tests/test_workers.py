@@ -1,7 +1,6 @@
 """Cells in parallel worker processes, DDP training of one cell (CPU, 2 processes), bf16 training."""
 import json
 import re
-import shutil
 import sys
 
 import pandas as pd
@@ -300,21 +299,28 @@ def test_a_resumed_run_finishes_its_half_trained_cells_before_it_starts_new_ones
     half-trained): the workers take the cells with training saved in a checkpoint first, whatever their seed."""
     from atnat.experiments.running import scheduler as runner
 
-    order = []
-    original = runner.run_parallel
+    class Taken(Exception):
+        pass
 
-    def spy(path, todo, *args, **kwargs):
+    order = []
+
+    def spy(path, todo, *args, **kwargs):  # the order the workers would take the cells in; nothing trains
         order.append([c.name for c in todo])
-        return original(path, todo, *args, **kwargs)
+        raise Taken
 
     monkeypatch.setattr(runner, "run_parallel", spy)
     monkeypatch.chdir(tmp_path)
     grid = write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"]}, "seeds": [1, 2]})
-    assert main(["run", str(grid), "--results", "res", "--workers", "2"]) == 0
+    with pytest.raises(Taken):
+        main(["run", str(grid), "--results", "res", "--workers", "2"])
     assert order == [["at-s1", "at-s2"]]  # seed by seed
-    shutil.rmtree(tmp_path / "res")
     saved = tmp_path / "res" / "tiny" / "runs" / "at-s2" / "checkpoints"
-    saved.mkdir(parents=True)
-    (saved / "step=4.ckpt").write_bytes(b"not a checkpoint")  # set aside when the cell resumes: it trains afresh
-    assert main(["run", str(grid), "--results", "res", "--workers", "2"]) == 0
+    (saved / "averaged.ckpt").parent.mkdir(parents=True)
+    (saved / "averaged.ckpt").write_bytes(b"")  # a mean of weights, never resumed from: not saved training
+    with pytest.raises(Taken):
+        main(["run", str(grid), "--results", "res", "--workers", "2"])
+    assert order[-1] == ["at-s1", "at-s2"]
+    (saved / "step=4.ckpt").write_bytes(b"")
+    with pytest.raises(Taken):
+        main(["run", str(grid), "--results", "res", "--workers", "2"])
     assert order[-1] == ["at-s2", "at-s1"]  # the half-trained seed 2 before seed 1
