@@ -7,7 +7,8 @@ collected cells stays with the person (or session) working in the checkout.
     python results/multi30k-deep/watch.py [--results /work/deep-results] [--pgid-file /work/deep-pgid]
     (--grid and --to point it at another grid and collect folder, e.g. a tiny grid to try it on)
 
-It stops by itself once the grid's process group is gone, after a last collect. Nothing else should
+Cells it finds finished but not timed when it starts (a timing cut short by the end of a session) count
+as new: it times them at its first look. It stops by itself once the grid's process group is gone, after a last collect. Nothing else should
 run while it times (its log says when): the A/A control's floor in timing.csv shows how quiet the
 machine was. A pause counts in the paused cells' train_time_s (Lightning's timer runs on): the log's
 pause lines say how long each was. It never pauses while the runner's own timing phase runs (its
@@ -43,6 +44,16 @@ def finished_cells(results: Path, grid_path: str = GRID) -> dict[str, tuple[bool
     grid, _ = load_grid_into(REPO / grid_path, results, False)
     return {c.name: (is_baseline_cell(c, grid.baseline), timing_group(c)) for c in grid.cells
             if cell_status(Path(c.config.output_dir)) == "ok"}
+
+
+def timed_cells(results: Path, grid_path: str = GRID) -> set[str]:
+    """The cells with rows in the grid's timing.csv (timed by an earlier `atnat time`)."""
+    import pandas as pd
+
+    from atnat.experiments.running.grid import load_grid_into
+
+    path = load_grid_into(REPO / grid_path, results, False)[1] / "timing.csv"
+    return set(pd.read_csv(path)["cell"].astype(str)) if path.is_file() else set()
 
 
 def worth_timing(new: list[str], done: dict[str, tuple[bool, tuple]]) -> bool:
@@ -109,8 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, leave)
     signal_group(pgid, signal.SIGCONT)  # a grid left stopped by an earlier watcher goes on
-    seen = set(finished_cells(args.results, args.grid))
-    log(f"watching grid process group {pgid}; finished already: {', '.join(sorted(seen)) or 'none'}")
+    done = finished_cells(args.results, args.grid)
+    seen = set(done) & timed_cells(args.results, args.grid)  # a cell that finished untimed counts as new
+    untimed = sorted(set(done) - seen)
+    log(f"watching grid process group {pgid}; finished and timed already: {', '.join(sorted(seen)) or 'none'}"
+        + (f"; finished, not timed yet: {', '.join(untimed)}" if untimed else ""))
     while signal_group(pgid, 0):
         time.sleep(args.every)
         try:
