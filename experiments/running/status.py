@@ -110,7 +110,7 @@ def timing_line(out: Path) -> str | None:
     return f"timing phase: job {job['job_id']} {job_state(job).lower()}" if job else None
 
 
-def _timing_rows(path: Path):
+def timing_rows(path: Path):
     """A timing.csv's (cell, timing_session) rows, or None where there is none or it cannot be read."""
     import pandas as pd
 
@@ -129,8 +129,8 @@ def seed_lines(grid, out: Path, rows: list[dict], collected: Path | None = None)
 
     state = {r["cell"]: r["state"] for r in rows}
     copies = [t for r in rows if r["state"] == "collected" and collected is not None
-              and (t := _timing_rows(collected / r["cell"] / "timing.csv")) is not None]
-    found = [t for t in [_timing_rows(out / "timing.csv")] + copies if t is not None]
+              and (t := timing_rows(collected / r["cell"] / "timing.csv")) is not None]
+    found = [t for t in [timing_rows(out / "timing.csv")] + copies if t is not None]
     timing = pd.concat(found, ignore_index=True) if found else None
     lines = []
     for (task, seed), cells in timing_groups(grid.cells).items():

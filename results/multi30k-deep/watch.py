@@ -47,13 +47,12 @@ def finished_cells(results: Path, grid_path: str = GRID) -> dict[str, tuple[bool
 
 
 def timed_cells(results: Path, grid_path: str = GRID) -> set[str]:
-    """The cells with rows in the grid's timing.csv (timed by an earlier `atnat time`)."""
-    import pandas as pd
-
+    """The cells with rows in the grid's timing.csv (timed by an earlier `atnat time`; status.py reads it)."""
     from atnat.experiments.running.grid import load_grid_into
+    from atnat.experiments.running.status import timing_rows
 
-    path = load_grid_into(REPO / grid_path, results, False)[1] / "timing.csv"
-    return set(pd.read_csv(path)["cell"].astype(str)) if path.is_file() else set()
+    rows = timing_rows(load_grid_into(REPO / grid_path, results, False)[1] / "timing.csv")
+    return set() if rows is None else set(rows["cell"].astype(str))
 
 
 def worth_timing(new: list[str], done: dict[str, tuple[bool, tuple]]) -> bool:
