@@ -585,3 +585,31 @@ def test_a_compare_pair_without_a_result_is_named_not_measured(tmp_path):
     md = write_report(root)[0].read_text(encoding="utf-8")
     assert "Not measured (1 of the 2 pairs: a side has no result, or the two share no seed): `copy-ctc / ctc` " \
            "against `copy-nat-guided / parallel`." in md
+
+
+def test_every_name_of_the_quality_vs_speed_figure_fits_its_label_column(tmp_path):
+    """Seen in the deep grid's interim figure: the label column beside each panel had a fixed width, so
+    a long system name (`en-de-cmlm-kd / mask-predict-10-lb3-early_stop=true`) ran into the next panel
+    and off the figure's right edge. The column is now as wide as its longest name."""
+    from atnat.experiments.reporting.figures import quality_vs_speed_figure
+    from atnat.experiments.reporting.results import load_results
+
+    table = load_results(fx.build_results(tmp_path)).table
+    long = "mask-predict-10-lb3-early_stop=true-length_beam=5-with-a-long-plugin-suffix"
+    table.loc[table.index[-1], "strategy"] = long
+    fig = quality_vs_speed_figure(table)
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)  # constrained layout places the axes
+    panels = [ax for ax in fig.axes if ax.axison]
+    columns = [ax for ax in fig.axes if not ax.axison]
+    assert len(panels) == len(columns) == 2 * table["task"].nunique()  # two panels per task, each with its names
+    for column in columns:
+        names = [t for t in column.texts if t.get_text()]
+        box = column.get_window_extent(renderer)
+        after = [p.get_window_extent(renderer).x0 for p in panels  # the next panel in the same row
+                 if p.get_window_extent(renderer).x0 > box.x0 and abs(p.get_window_extent(renderer).y0 - box.y0) < 5]
+        right = min(after, default=fig.bbox.width)
+        for text in names:
+            extent = text.get_window_extent(renderer)
+            assert extent.x1 <= right, (text.get_text(), extent.x1, right)  # neither over the next panel nor off the figure
+    assert any(long in t.get_text() for column in columns for t in column.texts)

@@ -100,12 +100,31 @@ SPEED_PANELS = (("speedup_vs_at", "speed-up over our AT greedy, batch 1 (×)"),
                 ("throughput_speedup_vs_at", "speed-up over our AT greedy, large-batch throughput (×)"))
 
 
+PANEL_WIDTH = 5.6  # inches: one BLEU-vs-speed panel of the quality-vs-speed figure
+LABEL_SIZE = 8  # points: the names in its label columns
+
+
 def quality_vs_speed(table: pd.DataFrame, path: Path) -> Path | None:
     """Mean BLEU against mean speed-up over our AT greedy, one row of panels per task: batch-1
     latency and large-batch throughput. Error bars: the spread over seeds (or the 95% intervals
     with one seed, widened to the A/A noise floor for speed); systems not clearly beaten ringed.
     Every point is named in a column of labels beside its panel, in the order of its BLEU, with a
     line to it, so no two names overlap however close the points lie (CTranslate2 rows included)."""
+    fig = quality_vs_speed_figure(table)
+    return None if fig is None else _save(fig, path)
+
+
+def label_column_width(names) -> float:
+    """Inches a column needs for the longest of `names` at LABEL_SIZE points, plus its lead-in: the
+    column is as wide as its longest name, so that no name runs into the next panel or off the figure."""
+    from matplotlib.textpath import TextPath
+
+    widest = max((TextPath((0, 0), str(n), size=LABEL_SIZE).get_extents().width for n in names), default=0.0)
+    return 0.6 + 1.06 * widest / 72.0  # the name starts 4% in; constrained layout's pads take the rest
+
+
+def quality_vs_speed_figure(table: pd.DataFrame) -> Figure | None:
+    """The figure quality_vs_speed saves (None without a point to draw)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     from atnat.experiments.reporting.aggregate import aggregate_seeds, robust_front, span
@@ -118,8 +137,9 @@ def quality_vs_speed(table: pd.DataFrame, path: Path) -> Path | None:
     systems = list(dict.fromkeys(names))
     palette = dict(zip(systems, sns.color_palette("tab20", n_colors=max(len(systems), 1))))
     markers = dict(zip(dict.fromkeys(data["decoder"]), "oXs^Dv<>Pp*h" * 4))
-    fig = _figure(17.0, 5.0 * len(tasks))
-    grid = fig.add_gridspec(len(tasks), 2 * len(SPEED_PANELS), width_ratios=[2.2, 1.1] * len(SPEED_PANELS))
+    label_width = label_column_width(systems)
+    fig = _figure((PANEL_WIDTH + label_width) * len(SPEED_PANELS), 5.0 * len(tasks))
+    grid = fig.add_gridspec(len(tasks), 2 * len(SPEED_PANELS), width_ratios=[PANEL_WIDTH, label_width] * len(SPEED_PANELS))
     for t, task in enumerate(tasks):
         agg = aggregate_seeds(data[data["task"] == task])
         agg = agg.assign(name=agg["family"].astype(str) + " / " + agg["strategy"].astype(str))
@@ -145,7 +165,7 @@ def quality_vs_speed(table: pd.DataFrame, path: Path) -> Path | None:
             ax.xaxis.set_minor_formatter(NullFormatter())
             ax.set(title=f"{task}: {'batch 1' if col == 'speedup_vs_at' else 'throughput'} (ringed: not clearly beaten)",
                    xlabel=xlabel, ylabel="BLEU")
-    return _save(fig, path)
+    return fig
 
 
 def _name_points(ax, names_ax, part: pd.DataFrame, col: str) -> None:
@@ -156,7 +176,7 @@ def _name_points(ax, names_ax, part: pd.DataFrame, col: str) -> None:
     for k, (_, r) in enumerate(ordered.iterrows()):
         note = names_ax.annotate(r["name"], xy=(r[col], r["bleu"]), xycoords=ax.transData,
                                  xytext=(0.04, 1.0 - (k + 0.5) / max(n, 1)), textcoords=names_ax.transAxes,
-                                 fontsize=8, va="center", ha="left", color="0.15",
+                                 fontsize=LABEL_SIZE, va="center", ha="left", color="0.15",
                                  arrowprops=dict(arrowstyle="-", color="0.65", lw=0.6, shrinkA=1, shrinkB=4))
         note.set_in_layout(False)  # the label column's width is fixed; the lines may cross into the panel
 
