@@ -33,6 +33,9 @@ TINY = {
     # eager: these grids test the timing phase's logic; the default engine (auto) compiles an AT step
     # for single-sentence decodes (~10 s a package), which tests/test_engines.py covers
     "speed": {"latency_sentences": 2, "throughput_sentences": 4, "repeats": 1, "warmup": 0, "engine": "eager"},
+    # no figures: they were about half of each tiny grid run (1.6-2.3 s of 3.4-4.6 s, measured 2026-11-26);
+    # test_a_grid_report_without_figures_says_how_to_draw_them checks both ways, tests/test_report.py the figures
+    "report": {"figures": False},
 }
 
 
@@ -82,9 +85,11 @@ def md_table_rows(md: str) -> list[list[str]]:
 
 def test_tiny_grid_end_to_end_through_the_cli(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    grid = write_grid(tmp_path, {**TINY, "speed": {**TINY["speed"], "engine": "static"}})  # the timing's engine
+    grid = write_grid(tmp_path, {**TINY, "speed": {**TINY["speed"], "engine": "static"},  # the timing's engine
+                                 "report": {"figures": True}})  # the whole report, as a grid's run writes it
     assert main(["run", str(grid), "--results", "res"]) == 0
     out = tmp_path / "res" / "tiny"
+    assert (out / "figures" / "quality_vs_speed.png").is_file()
     df = pd.read_csv(out / "results.csv")
     assert list(df.strategy) == ["greedy", "beam2", "mask-predict-2"]
     assert (df.timing_engine == "static").all()
@@ -124,7 +129,7 @@ def run_cli(args, cwd, program=("-m", "atnat.experiments.cli"), **kw):
                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
 
 
-def test_killed_grid_resumes_without_retraining_finished_cells(tmp_path):
+def test_killed_grid_resumes_without_retraining_finished_cells(tmp_path, monkeypatch):
     grid = write_grid(tmp_path)
     proc = run_cli(["run", str(grid), "--results", "res"], tmp_path)
     first = tmp_path / "res" / "tiny" / "runs" / "at-s1"
@@ -141,11 +146,12 @@ def test_killed_grid_resumes_without_retraining_finished_cells(tmp_path):
     assert (first / "checkpoints" / "best.ckpt").stat().st_mtime == stamp  # not retrained
     df = pd.read_csv(tmp_path / "res" / "tiny" / "results.csv")
     assert list(df.strategy) == ["greedy", "beam2", "mask-predict-2"] and (df.status == "ok").all()
-    # an uninterrupted run of the same grid ends with the same quality numbers
+    # an uninterrupted run of the same grid ends with the same quality numbers (in this process: a third
+    # `atnat run` process would only add its start-up)
     fresh = tmp_path / "fresh"
     fresh.mkdir()
-    ref = run_cli(["run", str(grid), "--results", "res"], fresh)
-    assert ref.communicate(timeout=300)[0] is not None and ref.returncode == 0
+    monkeypatch.chdir(fresh)
+    assert main(["run", str(grid), "--results", "res"]) == 0
     ref_df = pd.read_csv(fresh / "res" / "tiny" / "results.csv")
     cols = ["cell", "strategy", "bleu", "exact_match", "repetition_rate", "length_exact"]
     pd.testing.assert_frame_equal(df[cols], ref_df[cols])
@@ -205,3 +211,25 @@ def test_translate_with_the_compiled_step_gives_the_same_translations(tmp_path, 
         assert main(["translate", "--checkpoint", str(run), "--strategy", "beam", "--beam", "2", *extra]) == 0
         outs.append(capsys.readouterr().out)
     assert outs[0] == outs[1] and len(outs[0].split("\n")) == 6
+
+
+def test_a_grid_report_without_figures_says_how_to_draw_them(tmp_path, monkeypatch, capsys):
+    """`report: {figures: false}` (TINY's) writes the tables and a note, no PNG; `atnat report DIR` draws
+    the figures from the same tables, and `--no-figures` removes them again (none outlives its tables)."""
+    monkeypatch.chdir(tmp_path)
+    assert load_grid(write_grid(tmp_path, {k: v for k, v in TINY.items() if k != "report"})).report.figures
+    grid = write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"]}})
+    assert load_grid(grid).report.figures is False
+    assert main(["run", str(grid), "--results", "res"]) == 0
+    out = tmp_path / "res" / "tiny"
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "Figures not drawn (the grid's `report: {figures: false}`, or `--no-figures`): `atnat report" in md
+    assert not list(out.glob("figures/*.png")) and ".png" not in md
+    assert main(["report", str(out)]) == 0
+    drawn = sorted(p.stem for p in out.glob("figures/*.png"))
+    assert "quality_vs_speed" in drawn and "](figures/quality_vs_speed.png)" in (out / "report.md").read_text(encoding="utf-8")
+    assert main(["report", str(out), "--no-figures"]) == 0
+    assert not list(out.glob("figures/*.png")) and "Figures not drawn" in (out / "report.md").read_text(encoding="utf-8")
+    for bad, message in (({"figures": "maybe"}, "report.figures"), ({"figure": False}, "figure")):
+        with pytest.raises(ConfigError, match=message):
+            load_grid(write_grid(tmp_path, {**TINY, "report": bad}, name="bad.yaml"))

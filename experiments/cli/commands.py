@@ -293,25 +293,26 @@ def cmd_report(args) -> None:
         from atnat.experiments.running.scheduler import write_collected  # lazy: start-up
 
         folder = write_collected(args.results_dir, results_root=Path(args.results), smoke=args.smoke,
-                                 collected=Path(args.collected))
+                                 collected=Path(args.collected), figures=not args.no_figures)
         print(f"wrote the report {folder / 'report.md'} and report.html from the cells collected in {args.collected}")
         return
     if args.restat:
         from atnat.experiments.running.scheduler import write_restat  # lazy: start-up
 
-        folder = write_restat(args.results_dir, results_root=Path(args.results), smoke=args.smoke)
+        folder = write_restat(args.results_dir, results_root=Path(args.results), smoke=args.smoke,
+                              figures=not args.no_figures)
         print(f"recomputed the tables and wrote {folder / 'report.md'} and report.html")
         return
     if args.interim:
         from atnat.experiments.running.scheduler import write_interim  # lazy: start-up
 
         folder = write_interim(args.results_dir, results_root=Path(args.results), smoke=args.smoke,
-                               collected=Path(args.collected) if args.collected else None)
+                               collected=Path(args.collected) if args.collected else None, figures=not args.no_figures)
         print(f"wrote the interim report {folder / 'report.md'} and report.html")
         return
     from atnat.experiments.reporting.report import write_report  # lazy: start-up
 
-    md, html = write_report(Path(args.results_dir))
+    md, html = write_report(Path(args.results_dir), figures=not args.no_figures)
     print(f"wrote {md} and {html}")
 
 
@@ -496,6 +497,10 @@ def parser() -> argparse.ArgumentParser:
                    help="recompute the tables of the grid GRID's results folder (results.csv, comparisons.csv, "
                         "ranking.csv) from its run folders with this version's statistics, then its report; "
                         "nothing is trained, decoded or timed again, environment.json keeps the run's record")
+    p.add_argument("--no-figures", action="store_true",
+                   help="the tables and notes only, no PNG figure (they take about half of a small grid's report "
+                        "time); earlier figures in the folder are removed. A grid's `report: {figures: false}` does "
+                        "the same for the report its run writes")
     add_results_args(p, "with --interim, --restat or --collected: the grid's --results folder",
                      "with --interim, --restat or --collected: the grid's --smoke run")
     p.set_defaults(fn=cmd_report)

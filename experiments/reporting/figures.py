@@ -365,6 +365,12 @@ FIGURES = (
 )  # fmt: skip
 
 
+def remove_figures(out_dir: Path) -> None:
+    """Remove the PNGs draw_figures writes, so that none outlives the tables it was drawn from."""
+    for stem, *_ in FIGURES:
+        (out_dir / f"{stem}.png").unlink(missing_ok=True)
+
+
 def draw_figures(
     table: pd.DataFrame, curves: dict[str, pd.DataFrame | None], out_dir: Path
 ) -> list[tuple[str, str, Path | None]]:

@@ -538,11 +538,17 @@ def _ranking(means: dict[str, pd.DataFrame]) -> str:
     return f"The ranking by mean BLEU flips between the test sets for: {'; '.join(flips)}."
 
 
-def _figures(g: GridResults) -> tuple[list[Block], list[Block]]:
+def _figures(g: GridResults, draw: bool = True) -> tuple[list[Block], list[Block]]:
     """Draw every figure whose data is present (a one-line note for each one that is not).
 
     Returns the headline figure (figures.FIGURES' first, quality vs speed) apart from the others.
+    Without `draw`: no figure, the PNGs of an earlier report removed (they would not match these
+    tables), and a note that says how to draw them.
     """
+    if not draw:
+        figures.remove_figures(g.root / "figures")
+        return [Block("note", "Figures not drawn (the grid's `report: {figures: false}`, or `--no-figures`): "
+                              f"`atnat report {g.root}` draws them from these tables.")], []
     blocks = []
     for caption, source, path in figures.draw_figures(g.table, g.curves, g.root / "figures"):
         if path is None:
@@ -574,13 +580,13 @@ def _environment(g: GridResults) -> list[Block]:
     return blocks + [Block("table", frame=frame)]
 
 
-def build_document(g: GridResults) -> list[Block]:
-    """The report as blocks, in section order; draws the figures as a side effect.
+def build_document(g: GridResults, figures: bool = True) -> list[Block]:
+    """The report as blocks, in section order; draws the figures (unless not `figures`) as a side effect.
 
     The summary and the quality-vs-speed figure come first, then the tables, the definitions of
     their columns, the other figures, the samples and the environment.
     """
-    headline, other_figures = _figures(g)
+    headline, other_figures = _figures(g, figures)
     interim = (g.environment or {}).get("interim")
     head = [Block("heading", f"Grid report: {g.name}", 1),
             *([Block("note", f"Interim report of a grid still running: {interim}. Cells not finished are listed "
@@ -594,10 +600,10 @@ def build_document(g: GridResults) -> list[Block]:
             + _definitions(g) + other_figures + _samples(g) + _environment(g))
 
 
-def write_report(results_dir: Path) -> tuple[Path, Path]:
-    """Write report.md, report.html and figures/*.png into results_dir; return (md, html) paths."""
+def write_report(results_dir: Path, figures: bool = True) -> tuple[Path, Path]:
+    """Write report.md, report.html and (with `figures`) figures/*.png into results_dir; return (md, html) paths."""
     grid = load_results(Path(results_dir))
-    blocks = build_document(grid)
+    blocks = build_document(grid, figures)
     md_path, html_path = grid.root / "report.md", grid.root / "report.html"
     write_text_atomic(md_path, render_markdown(blocks))
     write_text_atomic(html_path, render_html(blocks, grid.root, f"Grid report: {grid.name}"))

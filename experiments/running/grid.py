@@ -27,11 +27,12 @@ from atnat.experiments.config.run import (
     ConfigError, RunConfig, build_strategy, checked, deep_update, load_yaml, make, run_config_from_dict,
 )
 from atnat.experiments.config.plugins import load_plugins
+from atnat.experiments.config.report import ReportSettings
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.reporting.goals import parse_goals
 
 GRID_KEYS = ("name", "description", "base", "cells", "axes", "zip", "exclude", "seeds", "smoke", "speed", "goals",
-             "compare", "baseline", "plugins", "equivalence_margin")
+             "compare", "baseline", "plugins", "equivalence_margin", "report")
 
 
 @dataclass
@@ -61,6 +62,7 @@ class Grid:
     # their difference lies inside it (reporting/judging.py)
     compare: list = field(default_factory=list)  # `compare:` [(system, against), ...]: pairs the report
     # compares on every test set with a paired interval (reporting/ranking.py)
+    report: ReportSettings = field(default_factory=ReportSettings)  # `report:` what the run's report draws
 
     def by_name(self) -> dict[str, Cell]:
         return {c.name: c for c in self.cells}
@@ -155,7 +157,8 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
         raise ConfigError(f"{where}: equivalence_margin must be a positive number of BLEU points, got {margin!r}")
     grid = Grid(name, path, cells, speed=speed, description=data.get("description", ""),
                 goals=list(data.get("goals") or []), baseline=baseline, equivalence_margin=float(margin),
-                compare=parse_compare(data.get("compare"), where))
+                compare=parse_compare(data.get("compare"), where),
+                report=make(ReportSettings, data.get("report") or {}, f"{where}: report"))
     resolve_teachers(grid, runs_dir, where)
     check_goal_systems(grid, parse_goals(data.get("goals"), where), where)
     known = systems_of(grid)

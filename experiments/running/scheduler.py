@@ -139,7 +139,7 @@ def _tabulate(grid, path, out: Path, runs: Path | None = None) -> pd.DataFrame:
 
 
 def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = False,
-                  collected: Path | None = None) -> Path:
+                  collected: Path | None = None, figures: bool = True) -> Path:
     """An interim report of a grid whose cells are not all done (a run of days, still running or
     paused): its finished cells tabulated into <results>/<grid>/interim/ - tables, goals, ranking and
     report, with speed only for the tasks and seeds timed so far (`atnat time`) - without touching the
@@ -153,13 +153,15 @@ def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = F
             staged_grid, staged = load_grid_into(path, Path(tmp), smoke)  # run folders point into the stage
             if not stage_collected(staged_grid, collected, staged / "runs"):
                 raise AtnatError(f"--collected {collected}: no collected cell of {path} there: nothing to report")
-            return _interim(staged_grid, path, staged / "runs", out / "interim", f"the cells collected in {collected}")
+            return _interim(staged_grid, path, staged / "runs", out / "interim", f"the cells collected in {collected}",
+                            figures=figures)
     if not (out / "runs").is_dir():
         raise AtnatError(f"{out / 'runs'}: no run folders yet: nothing to report for {path}")
-    return _interim(grid, path, out / "runs", out / "interim", None)
+    return _interim(grid, path, out / "runs", out / "interim", None, figures=figures)
 
 
-def write_collected(path, *, results_root: Path = Path("results"), smoke: bool = False, collected: Path) -> Path:
+def write_collected(path, *, results_root: Path = Path("results"), smoke: bool = False, collected: Path,
+                    figures: bool = True) -> Path:
     """The grid's own report (tables, goals, ranking, report in <results>/<grid>/) made from the cells
     collected in `collected` (collect.py), for a grid whose cells outlived the machines that trained
     them (the deep grid: seeds finished on machines since replaced). Every cell of the grid must be
@@ -180,10 +182,12 @@ def write_collected(path, *, results_root: Path = Path("results"), smoke: bool =
             raise AtnatError(f"--collected {collected}: {len(missing)} of the {len(grid.cells)} cells of {path} are not "
                              f"collected there ({', '.join(missing)}): the grid's report needs every cell; "
                              f"`atnat report --interim {path} --collected {collected}` reports those there")
-        return _interim(staged_grid, path, staged / "runs", out, f"the cells collected in {collected}", final=True)
+        return _interim(staged_grid, path, staged / "runs", out, f"the cells collected in {collected}", final=True,
+                        figures=figures)
 
 
-def _interim(grid, path, runs: Path, interim: Path, source: str | None, final: bool = False) -> Path:
+def _interim(grid, path, runs: Path, interim: Path, source: str | None, final: bool = False,
+             figures: bool = True) -> Path:
     """The interim tables and report of the run folders `runs` into `interim`, with the speed of the
     seeds timed so far (`atnat time`: timing.csv beside `runs`), if any; `final`: the grid's own
     report from its collected cells, every one of them there (write_collected)."""
@@ -216,11 +220,11 @@ def _interim(grid, path, runs: Path, interim: Path, source: str | None, final: b
     write_json_atomic(interim / "environment.json", env)
     if grid.goals:
         write_json_atomic(interim / "goals.json", grid.goals)
-    write_report(interim)
+    write_report(interim, figures and grid.report.figures)
     return interim
 
 
-def write_restat(path, *, results_root: Path = Path("results"), smoke: bool = False) -> Path:
+def write_restat(path, *, results_root: Path = Path("results"), smoke: bool = False, figures: bool = True) -> Path:
     """The tables of a grid's results folder recomputed from its run folders with this version's
     statistics (the paired tests, comparisons.csv, ranking.csv), then the report: for a results folder
     written by an older version. Nothing is trained, evaluated or timed again (timing.csv is read as
@@ -239,7 +243,7 @@ def write_restat(path, *, results_root: Path = Path("results"), smoke: bool = Fa
         write_json_atomic(out / "environment.json", env)
         if grid.goals:  # judged as the grid states them now, as ranking.csv's goal pairs are
             write_json_atomic(out / "goals.json", grid.goals)
-        write_report(out)
+        write_report(out, figures and grid.report.figures)
     return out
 
 
@@ -269,7 +273,7 @@ def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_b
         write_json_atomic(out / "goals.json", grid.goals)
     elif (out / "goals.json").exists():  # the grid no longer sets goals: the report must not show old ones
         (out / "goals.json").unlink()
-    write_report(out)
+    write_report(out, grid.report.figures)
     print(f"results: {out / 'results.csv'} ({len(table)} rows); report: {out / 'report.md'}")
 
 
