@@ -606,8 +606,8 @@ def test_every_name_of_the_quality_vs_speed_figure_fits_its_label_column(tmp_pat
     for column in columns:
         names = [t for t in column.texts if t.get_text()]
         box = column.get_window_extent(renderer)
-        after = [p.get_window_extent(renderer).x0 for p in panels  # the next panel in the same row
-                 if p.get_window_extent(renderer).x0 > box.x0 and abs(p.get_window_extent(renderer).y0 - box.y0) < 5]
+        starts = [p.get_window_extent(renderer) for p in panels]
+        after = [b.x0 for b in starts if b.x0 > box.x0 and abs(b.y0 - box.y0) < 5]  # the next panel in its row
         right = min(after, default=fig.bbox.width)
         for text in names:
             extent = text.get_window_extent(renderer)
