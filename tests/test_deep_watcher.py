@@ -21,6 +21,7 @@ def test_a_student_found_finished_but_untimed_at_start_is_timed_at_the_first_loo
     finished = {"en-de-at-s3": (True, group), "en-de-cmlm-kd-s3": (False, group)}
     calls, alive = [], iter([True, False])  # one look, then the grid's process group is gone
     monkeypatch.setattr(watch, "finished_cells", lambda results, grid: finished)
+    monkeypatch.setattr(watch, "grid_groups", lambda results, grid: {group: ["en-de-at-s3", "en-de-cmlm-kd-s3", "en-de-cmlm-s3"]})
     monkeypatch.setattr(watch, "signal_group", lambda pgid, sig: next(alive) if sig == 0 else True)
     monkeypatch.setattr(watch, "timing_phase_running", lambda results, grid: False)
     monkeypatch.setattr(watch, "atnat", lambda *args, timeout=None: calls.append(args[0]) or 0)
@@ -36,3 +37,34 @@ def test_a_student_found_finished_but_untimed_at_start_is_timed_at_the_first_loo
     monkeypatch.setattr(watch, "timed_cells", lambda results, grid: {"en-de-at-s3", "en-de-cmlm-kd-s3"}, raising=False)
     assert watch.main(["--pgid-file", str(pgid), "--to", str(tmp_path / "kept")]) == 0
     assert calls == ["collect"]  # nothing new: only the last collect
+
+
+def test_a_seed_is_timed_whole_when_its_last_cell_finishes_and_a_twin_never_alone():
+    """2026-11-26 plan: each student timed beside its baseline (--partial), then every seed timed again
+    whole by hand, and each fp32 twin timed beside its baseline on its own (~20 minutes of a paused grid
+    for a speed that its seed's whole timing measures again). Now the cell that completes a seed starts
+    that seed's whole timing (--anew, one session), and a twin waits for it."""
+    watch = load_watcher()
+    de2, fr1 = ("en-de", 2), ("en-fr", 1)
+    groups = {de2: ["en-de-at-s2", "en-de-ctc-s2", "en-de-at-fp32-s2"],
+              fr1: ["en-fr-at-s1", "en-fr-ctc-s1", "en-fr-cmlm-s1"]}
+    done = {"en-de-at-s2": (True, de2), "en-de-ctc-s2": (False, de2),
+            "en-fr-at-s1": (True, fr1), "en-fr-ctc-s1": (False, fr1)}
+    # a first student of en-fr: beside its baseline, only its own group named
+    assert watch.timings(["en-fr-ctc-s1"], done, groups) == [
+        ("--partial", "--only", "en-fr-at-s1", "--only", "en-fr-ctc-s1", "--only", "en-fr-cmlm-s1")]
+    # the last student of en-fr: that seed anew and whole
+    done["en-fr-cmlm-s1"] = (False, fr1)
+    assert watch.timings(["en-fr-cmlm-s1"], done, groups) == [
+        ("--anew", "--only", "en-fr-at-s1", "--only", "en-fr-ctc-s1", "--only", "en-fr-cmlm-s1")]
+    # a twin while its seed still trains a student: nothing timed (collected only)
+    del done["en-de-ctc-s2"]
+    done["en-de-at-fp32-s2"] = (False, de2)
+    assert watch.timings(["en-de-at-fp32-s2"], done, groups) == []
+    # the twin that completes its seed: the seed anew and whole
+    done["en-de-ctc-s2"] = (False, de2)
+    assert watch.timings(["en-de-at-fp32-s2"], done, groups) == [
+        ("--anew", "--only", "en-de-at-s2", "--only", "en-de-ctc-s2", "--only", "en-de-at-fp32-s2")]
+    # a baseline finishing beside a finished twin only: nothing to time beside it
+    assert watch.timings(["en-de-at-s2"], {"en-de-at-s2": (True, de2), "en-de-at-fp32-s2": (False, de2)},
+                         groups) == []

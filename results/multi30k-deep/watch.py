@@ -7,6 +7,13 @@ collected cells stays with the person (or session) working in the checkout.
     python results/multi30k-deep/watch.py [--results /work/deep-results] [--pgid-file /work/deep-pgid]
     (--grid and --to point it at another grid and collect folder, e.g. a tiny grid to try it on)
 
+What it times: once a task and seed has all its cells finished, that group anew and whole, in one session
+(`atnat time --anew --only`: its final timing, so that its systems' times are measured side by side; the
+same weights timed in two sessions differ by more than one session's interval, STATUS.md). Before that, a
+new student beside its baseline (`--partial`: its speed survives a machine lost before the seed is
+complete), except a cell named by `--whole-seed-only` (default: the fp32 twins, precision controls whose
+speed can wait for their seed's whole timing).
+
 Cells it finds finished but not timed when it starts (a timing cut short by the end of a session) count
 as new: it times them at its first look. It stops by itself once the grid's process group is gone, after a last collect. Nothing else should
 run while it times (its log says when): the A/A control's floor in timing.csv shows how quiet the
@@ -17,6 +24,7 @@ timing.lock held), and it lets a grid it finds stopped (an earlier watcher kille
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import signal
 import subprocess
@@ -27,7 +35,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 GRID = "experiments/grids/multi30k-deep.yaml"
-TIME_LIMIT_S = 3600  # one `atnat time` of a seed takes minutes; past this the grid goes on regardless
+TIME_LIMIT_S = 3600  # one `atnat time --partial` takes minutes; past this the grid goes on regardless
+WHOLE_LIMIT_S = 2 * 3600  # a whole seed anew: 53 minutes for en-de seed 2 without its twin (2026-11-26 16:19)
+WHOLE_SEED_ONLY = ("*-fp32-*",)  # precision controls: timed with their seed whole, not beside it one by one
 
 
 def log(message: str) -> None:
@@ -46,6 +56,15 @@ def finished_cells(results: Path, grid_path: str = GRID) -> dict[str, tuple[bool
             if cell_status(Path(c.config.output_dir)) == "ok"}
 
 
+def grid_groups(results: Path, grid_path: str = GRID) -> dict[tuple, list[str]]:
+    """{(task, seed): the names of all its cells, finished or not}"""
+    from atnat.experiments.evaluation.timing import timing_groups
+    from atnat.experiments.running.grid import load_grid_into
+
+    grid, _ = load_grid_into(REPO / grid_path, results, False)
+    return {key: [c.name for c in cells] for key, cells in timing_groups(grid.cells).items()}
+
+
 def timed_cells(results: Path, grid_path: str = GRID) -> set[str]:
     """The cells with rows in the grid's timing.csv (timed by an earlier `atnat time`; status.py reads it)."""
     from atnat.experiments.running.grid import load_grid_into
@@ -58,6 +77,21 @@ def timed_cells(results: Path, grid_path: str = GRID) -> set[str]:
 def worth_timing(new: list[str], done: dict[str, tuple[bool, tuple]]) -> bool:
     """A new student, or a new baseline whose seed already has a finished student to time beside it."""
     return any(not done[n][0] or any(not base and group == done[n][1] for base, group in done.values()) for n in new)
+
+
+def timings(new: list[str], done: dict[str, tuple[bool, tuple]], groups: dict[tuple, list[str]],
+            whole_only: tuple[str, ...] = WHOLE_SEED_ONLY) -> list[tuple[str, ...]]:
+    """The `atnat time` options for the cells found finished since the last look, one tuple per run: each
+    group they complete anew and whole; the rest (not in `whole_only`) beside their baseline, if worth it."""
+    complete = sorted(g for g, cells in groups.items()
+                      if all(c in done for c in cells) and any(n in cells for n in new))
+    runs = [("--anew", *[a for c in groups[g] for a in ("--only", c)]) for g in complete]
+    controls = {c for c in done if any(fnmatch.fnmatchcase(c, p) for p in whole_only)}
+    rest = [n for n in new if done[n][1] not in complete and n not in controls]
+    if rest and worth_timing(rest, {c: v for c, v in done.items() if c not in controls}):
+        rest_groups = sorted({done[n][1] for n in rest})
+        runs.append(("--partial", *[a for g in rest_groups for c in groups[g] for a in ("--only", c)]))
+    return runs
 
 
 def timing_phase_running(results: Path, grid_path: str = GRID) -> bool:
@@ -104,7 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every", type=float, default=300, help="seconds between two looks")
     ap.add_argument("--grid", default=GRID, help="the grid file, relative to the repository (default: the deep grid)")
     ap.add_argument("--to", default=HERE / "finished-cells", type=Path, help="where atnat collect copies the cells")
+    ap.add_argument("--whole-seed-only", action="append", default=None, metavar="GLOB",
+                    help="cells timed only with their seed whole, never beside the baseline alone "
+                         f"(repeatable; default: {' '.join(WHOLE_SEED_ONLY)})")
     args = ap.parse_args(argv)
+    args.whole_seed_only = args.whole_seed_only or list(WHOLE_SEED_ONLY)
     pgid = int(args.pgid_file.read_text().strip())
     if os.getpgid(0) == pgid:
         log(f"this watcher is in the grid's process group {pgid}: it would pause itself; start it with setsid")
@@ -128,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.every)
         try:
             done = finished_cells(args.results, args.grid)
+            groups = grid_groups(args.results, args.grid)
         except Exception as err:  # e.g. the checkout mid-edit: the grid runs on; look again later
             log(f"could not read the grid's state ({type(err).__name__}: {err}); looking again later")
             continue
@@ -135,20 +174,22 @@ def main(argv: list[str] | None = None) -> int:
         if not new:
             continue
         log(f"finished: {', '.join(new)}")
+        runs = timings(new, done, groups, tuple(args.whole_seed_only))
+        if runs and timing_phase_running(args.results, args.grid):
+            log("the runner's timing phase is running: not pausing; looking again later")
+            continue
         timed = True
-        if worth_timing(new, done):
-            if timing_phase_running(args.results, args.grid):
-                log("the runner's timing phase is running: not pausing; looking again later")
-                continue
-            log("pausing the grid to time")
+        for options in runs:
+            log(f"pausing the grid to time ({' '.join(options)})")
             started, paused = time.time(), signal_group(pgid, signal.SIGSTOP)
             try:
-                code = atnat("time", args.grid, "--results", str(args.results), "--partial", timeout=TIME_LIMIT_S)
+                code = atnat("time", args.grid, "--results", str(args.results), *options,
+                             timeout=WHOLE_LIMIT_S if options[0] == "--anew" else TIME_LIMIT_S)
             finally:
                 signal_group(pgid, signal.SIGCONT)
                 paused = False
-            log(f"atnat time --partial exited {code}; the grid goes on after a pause of {time.time() - started:.0f} s")
-            timed = code == 0  # else (a cell without weights, an error) try again at the next look
+            log(f"atnat time {options[0]} exited {code}; the grid goes on after a pause of {time.time() - started:.0f} s")
+            timed = timed and code == 0  # else (a cell without weights, an error) try again at the next look
         collect(args.grid, args.results, args.to)
         if timed:
             seen |= set(new)
