@@ -114,6 +114,21 @@ def test_the_report_table_keeps_every_system_of_the_chain(tmp_path):
     assert frame["Minus next down"].iloc[0] == "+1.00 [+0.50, +1.50]"
 
 
+def test_the_best_nat_is_paired_with_every_other_nat_even_where_they_are_not_neighbours(tmp_path):
+    """The summary's "within reach of the best NAT" needs the best NAT against each other NAT, paired.
+    In the deep grid's interim report CTC and NPD-5 were not neighbours in the ranking, so no such pair
+    existed and the summary fell back on their intervals against the AT (each carrying the AT's noise):
+    NPD-5 was listed within reach of CTC while 2.1 BLEU behind it beyond noise when paired."""
+    df, extra, runs = results(tmp_path)
+    df["decoder"] = df["family"].map({"good": "ctc", "a": "at", "b": "ctc"})  # the AT sits between the two NATs
+    ranking = rank_systems(df, extra, runs, margin=1.0, n=200)
+    reach = ranking[ranking.relation.str.contains("reach")]
+    assert list(zip(reach.test_set, reach.system, reach.against)) == [("main", "good / greedy", "b / greedy")]
+    assert reach.verdict.iloc[0] == "ahead" and reach.diff_ci_low.iloc[0] > 0 and reach.n_seeds.iloc[0] == 3
+    nexts = ranking[(ranking.test_set == "main") & ranking.relation.str.contains("next")]
+    assert ("good / greedy", "b / greedy") not in set(zip(nexts.system, nexts.against))  # not neighbours
+
+
 def test_pairs_the_grid_asks_for_are_compared_on_every_test_set(tmp_path):
     df, extra, runs = results(tmp_path)
     ranking = rank_systems(df, extra, runs, margin=1.0, n=100, compare=[("a / greedy", "good / greedy")])
@@ -280,3 +295,44 @@ def test_a_resolved_difference_smaller_than_the_margin_is_shown_as_small():
     large = small.copy()
     large[["bleu_diff", "diff_ci_low", "diff_ci_high"]] = 1.6, 1.2, 2.0
     assert _verdict(nat, at, large, 1.0).startswith("1.60 BLEU ahead of it: ")
+
+
+def test_a_difference_paired_on_fewer_seeds_shows_the_means_it_is_of():
+    """The interim deep grid's ranking showed AT greedy (36.53, 3 seeds) "+0.00 [+0.00, +0.00] ≈" above its
+    CTranslate2 twin (36.40, 2 seeds): right (the two are equal on the 2 seeds both have) but unreadable
+    beside the means. Where the paired means differ from the shown ones, the difference names them."""
+    from types import SimpleNamespace
+
+    from atnat.experiments.reporting.report import _ranking_section
+
+    table = pd.DataFrame([{"task": "x", "family": "at", "strategy": s, "status": "ok", "cell": f"at-s{seed}",
+                           "seed": seed, "bleu": b} for s, bleus in (("greedy", {1: 36.8, 2: 36.2, 3: 36.6}),
+                                                                     ("greedy-ct2", {2: 36.2, 3: 36.6}))
+                          for seed, b in bleus.items()])
+    rows = pd.DataFrame([{"task": "x", "test_set": "main", "split_name": "test", "relation": "next",
+                          "system": "at / greedy", "against": "at / greedy-ct2", "system_bleu": 36.4,
+                          "against_bleu": 36.4, "n_seeds": 2, "bleu_diff": 0.0, "diff_ci_low": 0.0, "diff_ci_high": 0.0,
+                          "verdict": "equivalent"}])
+    frame = _ranking_section(SimpleNamespace(ranking=rows, equivalence_margin=1.0, table=table))[-1].frame
+    assert list(frame["BLEU"]) == ["36.53", "36.40"]
+    assert frame["Minus next down"].iloc[0] == "+0.00 [+0.00, +0.00] (36.40 vs 36.40 on the 2 seeds paired)"
+    same = _ranking_section(SimpleNamespace(ranking=rows.assign(n_seeds=3, system_bleu=36.53, against_bleu=36.40),
+                                            equivalence_margin=1.0, table=table))[-1].frame
+    assert same["Minus next down"].iloc[0] == "+0.00 [+0.00, +0.00]"  # the shown means: nothing to add
+
+
+def test_a_system_without_a_score_on_another_test_set_is_named_under_its_table():
+    """The interim deep grid said "The 12 systems scored on every test set rank the same" and never named
+    the two CTranslate2 twins, scored on test2016 only: they were dropped before the sentence that names
+    a system without a score could see them."""
+    from types import SimpleNamespace
+
+    from atnat.experiments.reporting.report import _other_tests
+
+    table = pd.DataFrame([{"cell": "a-s1", "family": "a", "task": "x", "strategy": s, "seed": 1, "status": "ok",
+                           "bleu": b} for s, b in (("greedy", 31.0), ("greedy-ct2", 30.9), ("beam5", 32.0))])
+    extra = table[table["strategy"] != "greedy-ct2"].assign(test_set="t2")
+    g = SimpleNamespace(table=table, extra_tests=extra, ranking=None, equivalence_margin=1.0)
+    *_, frame_block, text = _other_tests(g)
+    assert "a / greedy-ct2" in list(frame_block.frame["System"])
+    assert "No score on t2 for `a / greedy-ct2`: left out of its order." in text.text

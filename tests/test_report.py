@@ -444,10 +444,11 @@ def test_a_cell_without_results_is_not_run_not_failed(tmp_path):
 
 
 def test_summary_names_the_nat_systems_within_reach_of_the_best_with_their_speeds(tmp_path):
-    """The highest of several noisy NAT means is not a winner by itself: every other NAT whose interval
-    against the AT overlaps the best one's is named with its own difference and speed (the review's
-    case: CMLM-10 a hair ahead of a one-pass system 9x faster); a speed below AT greedy's reads slower,
-    every ratio with its interval; a difference paired on fewer seeds than the means says so."""
+    """The highest of several noisy NAT means is not a winner by itself: every other NAT whose paired
+    interval against the best one holds 0 (ranking.csv, relation `reach`) is named with that difference
+    and its own speed (the review's case: CMLM-10 a hair ahead of a one-pass system 9x faster); one
+    clearly below when paired is not; a speed below AT greedy's reads slower, every ratio with its
+    interval; a difference paired on fewer seeds than the means says so."""
     root = fx.build_results(tmp_path)
     table = fx.with_seeds(fx.results_frame(), {2: 0.5, 3: -0.5})
     slow = (table["cell"].str.startswith("copy-cmlm-kd")) & (table["strategy"] == "mask-predict-4")
@@ -462,13 +463,26 @@ def test_summary_names_the_nat_systems_within_reach_of_the_best_with_their_speed
         {"task": "copy", "system": "copy-ctc / ctc", "against": "copy-at / beam5", "n_seeds": 2,
          "bleu_diff": -7.8, "diff_ci_low": -8.6, "diff_ci_high": -7.0, "method": "2 seeds"}])
     comparisons.to_csv(root / "comparisons.csv", index=False)
+
+    def reach(against, bleu, n_seeds, diff, low, high):
+        return {"task": "copy", "test_set": "main", "split_name": "test", "relation": "reach",
+                "system": "copy-cmlm-kd / mask-predict-4", "against": against, "system_bleu": 35.5,
+                "against_bleu": bleu, "n_seeds": n_seeds, "bleu_diff": diff, "diff_ci_low": low, "diff_ci_high": high,
+                "verdict": "ahead" if low > 0 else "not resolved"}
+    pd.DataFrame([reach("copy-cmlm-kd / length-beam-3", 35.2, 3, 0.3, -0.4, 1.0),
+                  reach("copy-ctc / ctc", 30.5, 2, 5.0, 1.2, 8.8)]).to_csv(root / "ranking.csv", index=False)
     summary = judging.summary(load_results(root))
     copy = summary.split("On `dialect`")[0]
     assert "the best NAT system is `copy-cmlm-kd / mask-predict-4` (35.50 BLEU, 3 seeds)" in copy
     assert "It runs at 0.45× [" in copy and "(slower) the batch-1 speed" in copy and "(3 seeds; 95% intervals" in copy
-    assert ("Within reach of the best NAT (the order among them is not resolved): `copy-cmlm-kd / length-beam-3` "
-            "(35.20 BLEU, -2.85 [-3.40, -2.30] against the AT: overlaps the best one's, 3 seeds, 3.01× [") in copy
+    assert ("Within reach of the best NAT (each one's paired 95% interval against it holds 0: not resolved below "
+            "it): `copy-cmlm-kd / length-beam-3` (35.20 BLEU, -0.30 [-1.00, +0.40] against the best NAT, paired on "
+            "3 seeds, 3.01× [") in copy
     assert "`copy-ctc / ctc` (" not in copy.split("Within reach")[1].split("Not clearly beaten")[0]  # clearly below
+    (root / "ranking.csv").unlink()  # a folder from before the `reach` pairs: their own intervals, said so
+    legacy = judging.summary(load_results(root)).split("On `dialect`")[0]
+    assert ("`copy-cmlm-kd / length-beam-3` (35.20 BLEU: not paired with the best NAT; its 95% interval overlaps "
+            "the best one's, 3 seeds, 3.01× [") in legacy
     table.loc[table["cell"].str.startswith("copy-cmlm-kd") & (table["strategy"] == "mask-predict-4"), "bleu"] = 29.0
     comparisons.loc[2, ["bleu_diff", "diff_ci_low", "diff_ci_high"]] = [-3.0, -3.6, -2.4]
     comparisons.to_csv(root / "comparisons.csv", index=False)
@@ -544,7 +558,7 @@ def test_a_nat_clearly_below_the_best_by_their_paired_difference_is_not_within_r
          "bleu_diff": -2.85, "diff_ci_low": -5.5, "diff_ci_high": -0.2, "method": "one seed"}])
     comparisons.to_csv(root / "comparisons.csv", index=False)
     within = judging.summary(load_results(root))
-    assert "Within reach of the best NAT (the order among them is not resolved): `copy-cmlm-kd / length-beam-3`" in within
+    assert "not resolved below it): `copy-cmlm-kd / length-beam-3` (35.20 BLEU: not paired" in within
     pd.DataFrame([{"task": "copy", "test_set": "main", "split_name": "test", "relation": "next",
                    "system": "copy-cmlm-kd / mask-predict-4", "against": "copy-cmlm-kd / length-beam-3",
                    "system_bleu": 35.5, "against_bleu": 35.2, "n_seeds": 1, "bleu_diff": 0.3, "diff_ci_low": 0.1,
@@ -613,3 +627,58 @@ def test_every_name_of_the_quality_vs_speed_figure_fits_its_label_column(tmp_pat
             extent = text.get_window_extent(renderer)
             assert extent.x1 <= right, (text.get_text(), extent.x1, right)  # neither over the next panel nor off the figure
     assert any(long in t.get_text() for column in columns for t in column.texts)
+
+
+def test_the_figure_plots_the_tables_bleu_means_and_rings_the_summarys_front():
+    """The deep grid's interim figure dropped the rows of seed 1 (its weights lost before it was timed)
+    before averaging: its BLEU means were over 2 seeds where the tables' are over 3, and with two seeds'
+    wide intervals it ringed a system (`en-de-cmlm-kd / mask-predict-1-lb3`) the summary's front leaves
+    out. BLEU is now each system's mean over all its seeds, speed over the seeds timed, and the ringed
+    points are the summary's front."""
+    from matplotlib.collections import PathCollection
+
+    from atnat.experiments.reporting.aggregate import aggregate_seeds, robust_front
+    from atnat.experiments.reporting.figures import _ok, quality_vs_speed_figure
+
+    table = _ok(fx.with_seeds(fx.results_frame(), {2: 1.0, 3: 2.0}))
+    speeds = [c for c in table.columns if c.startswith(("speedup", "throughput", "speed_"))]
+    table.loc[table["seed"] == 1, speeds] = float("nan")  # seed 1 never timed
+    fig = quality_vs_speed_figure(table)
+    panels = [ax for ax in fig.axes if ax.axison]
+    for task, ax in zip(dict.fromkeys(table["task"]), panels[::2]):  # the batch-1 panel of each task
+        agg = aggregate_seeds(table[table["task"] == task])
+        timed = agg.dropna(subset=["speedup_vs_at"])
+        drawn = sorted(round(float(c.lines[0].get_ydata()[0]), 6) for c in ax.containers)
+        assert drawn == sorted(round(float(b), 6) for b in timed["bleu"])  # the 3-seed means of the tables
+        (rings,) = [c for c in ax.collections if isinstance(c, PathCollection)]
+        front = robust_front(agg, "speedup_vs_at", "bleu")
+        assert sorted(map(tuple, rings.get_offsets().round(6).tolist())) == sorted(
+            zip(front["speedup_vs_at"].round(6), front["bleu"].round(6)))
+
+
+def test_a_speed_interval_holding_1_says_on_which_side_its_mean_lies():
+    """The interim deep grid called NPD-5's 0.71× [0.39, 1.29] "not faster beyond noise", as if it might
+    be faster; both timed seeds were slower beyond their own intervals. A mean below 1 reads slower on
+    the mean, above 1 faster on the mean, neither beyond noise."""
+    slow = pd.Series({"speedup_vs_at": 0.71, "speedup_ci_low": 0.39, "speedup_ci_high": 1.29, "n_seeds": 1})
+    fast = pd.Series({"speedup_vs_at": 1.20, "speedup_ci_low": 0.78, "speedup_ci_high": 1.87, "n_seeds": 1})
+    assert judging._ratio(slow, "speedup_vs_at") == "0.71× [0.39, 1.29] (slower on the mean, not beyond noise)"
+    assert judging._ratio(fast, "speedup_vs_at") == "1.20× [0.78, 1.87] (faster on the mean, not beyond noise)"
+    assert judging._ratio(pd.Series({**slow, "speedup_ci_high": 0.9}), "speedup_vs_at") == "0.71× [0.39, 0.90] (slower)"
+
+
+def test_a_session_whose_a_a_control_excluded_1_is_named_in_the_speed_note():
+    """The interim deep grid's throughput floor "[0.88, 1.07]" hid a session whose A/A interval was
+    [0.884, 0.989]: the baseline timed against itself differed beyond noise. The note names it."""
+    from atnat.experiments.reporting.report import speed_note
+
+    rows = pd.DataFrame({"cell": ["x-s2", "x-cmlm-s3"], "timing_threads": [1, 1], "speedup_vs_at": [1.0, 1.9],
+                         "speed_noise_low": [0.97, 0.98], "speed_noise_high": [1.02, 1.01],
+                         "throughput_noise_low": [0.93, 0.884], "throughput_noise_high": [1.07, 0.989],
+                         "timing_session": ["2026-11-26 16:19:06 UTC", "2026-11-26 18:04:32 UTC"]})
+    note = speed_note(rows)
+    assert ("the A/A control's own interval excluded 1 (the baseline timed against itself differed beyond noise: a "
+            "disturbed session, whose ratios may be off by as much) for throughput [0.88, 0.99] in the session of "
+            "2026-11-26 18:04:32 UTC (`x-cmlm-s3`)") in note
+    assert "batch-1 latency [" not in note.split("excluded 1")[1]  # the latency controls held 1
+    assert "excluded 1" not in speed_note(rows.assign(throughput_noise_high=1.07))

@@ -107,7 +107,9 @@ LABEL_SIZE = 8  # points: the names in its label columns
 def quality_vs_speed(table: pd.DataFrame, path: Path) -> Path | None:
     """Mean BLEU against mean speed-up over our AT greedy, one row of panels per task: batch-1
     latency and large-batch throughput. Error bars: the spread over seeds (or the 95% intervals
-    with one seed, widened to the A/A noise floor for speed); systems not clearly beaten ringed.
+    with one seed, widened to the A/A noise floor for speed); systems not clearly beaten ringed (the
+    summary's front: judging.py). BLEU is the mean over all of a system's seeds, as in the tables, and
+    speed the mean over the seeds timed.
     Every point is named in a column of labels beside its panel, in the order of its BLEU, with a
     line to it, so no two names overlap however close the points lie (CTranslate2 rows included)."""
     fig = quality_vs_speed_figure(table)
@@ -129,8 +131,8 @@ def quality_vs_speed_figure(table: pd.DataFrame) -> Figure | None:
 
     from atnat.experiments.reporting.aggregate import aggregate_seeds, robust_front, span
 
-    data = table.dropna(subset=["bleu", "speedup_vs_at"])
-    if data.empty:
+    data = table.dropna(subset=["bleu"])  # means over every seed with a score, as in the tables; speed over
+    if data["speedup_vs_at"].isna().all():  # the seeds timed (a seed whose weights were lost has none)
         return None
     tasks = list(dict.fromkeys(data["task"]))
     names = data["family"].fillna(data["cell"]).astype(str) + " / " + data["strategy"].astype(str)

@@ -6,7 +6,8 @@ BLEU over seeds; each one is compared with the next one down by the paired diffe
 metrics.quality.bleu_difference (seeds paired, a 95% interval over test sentences and seeds
 together). A pair whose order differs between two test sets is compared on both (`relation`:
 `next`, `flip`, `goal` - a grid goal's system against its `of` -, `compare` - a pair the grid's
-`compare:` asks for - or several), so a flip is called
+`compare:` asks for -, `reach` - the best NAT system on the main test set against each other NAT
+system, which the summary's "within reach" list rests on - or several), so a flip is called
 real only when both of its intervals exclude 0 over several seeds (with one seed an interval covers the
 test sentences only: training noise is not covered, and the report says so).
 The verdict of a pair:
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from atnat.experiments.evaluation.baseline import is_at_rows
 from atnat.experiments.evaluation.evaluate import read_references
 from atnat.experiments.evaluation.metrics.quality import bleu_difference, relevel
 
@@ -101,7 +103,8 @@ def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, ma
     on further test sets `extra` (extra_tests.csv); systems without hypotheses on disk are left out.
     `goal_pairs`: (system, of) of the grid's goals against another system, compared on the main test
     set too (relation `goal`), so the goals table can say whether a goal is met beyond noise;
-    `compare`: the grid's `compare:` pairs, on every test set (relation `compare`)."""
+    `compare`: the grid's `compare:` pairs, on every test set (relation `compare`); the best NAT system
+    (highest mean on the main test set) against every other NAT system there (relation `reach`)."""
     if "bleu" not in df:  # no cell finished with scores (all failed)
         return pd.DataFrame(columns=RANKING_COLUMNS)
     ok = df[df["status"] == "ok"].dropna(subset=["bleu"]).copy()
@@ -135,6 +138,11 @@ def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, ma
                     for b in common[i + 1:]:
                         if other != name and place[a] > place[b] and "flip" not in wanted[name].get((a, b), []):
                             wanted[name].setdefault((a, b), []).append("flip")
+        known = "autoregressive" in part or "decoder" in part  # a table that says which systems are AT
+        nat = set(part.loc[~is_at_rows(part).to_numpy(), "system"]) if known else set()
+        nats = [s for s in order[MAIN] if s in nat]
+        for other in nats[1:]:  # whether each is clearly below the best NAT, or within reach of it
+            wanted[MAIN].setdefault((nats[0], other), []).append("reach")
         for a, b in goal_pairs:
             if a in files[MAIN] and b in files[MAIN]:
                 wanted[MAIN].setdefault((a, b), []).append("goal")

@@ -182,10 +182,12 @@ def _definitions(g: GridResults) -> list[Block]:
         ("Seeds and intervals", "With one seed, [95% bootstrap interval] over the test sentences; with several, "
                                 "mean ± sd over seeds (per-seed rows in results.csv): a description, not an "
                                 "interval."),
-        ("Speed", "Measured after training in one process, every system of a task and seed side by side: each test sentence "
-                  "(batch 1) or batch is decoded by every system in turn, in rotating order, repeated, median per "
-                  "call. A speed-up is the baseline's total time over the system's on the same sentences, [95% "
-                  "paired bootstrap interval over sentences] (batches, for throughput)."
+        ("Speed", "Measured after training, in sessions of one process each: a system is timed side by side with "
+                  "its task and seed's AT baseline in one session (a seed's systems in one session, or in several where "
+                  "a note under the table names them): each test sentence (batch 1) or batch is decoded by every system "
+                  "of the session in turn, in rotating order, repeated, median per call. A speed-up is the baseline's "
+                  "total time over the system's on the same sentences in the same session, [95% paired bootstrap "
+                  "interval over sentences] (batches, for throughput)."
                   + (f" {env['timing']}." if env.get("timing") else "")),
         ("Claims", f"The paired test{f' ({method})' if method else ''} is sacrebleu's, on the same sentences. The "
                    "summary calls a system ahead or behind only when the paired 95% interval of the difference "
@@ -370,6 +372,23 @@ def speed_note(part: pd.DataFrame, timing: str = "") -> str:
                        "session)" if ct2 else "")
                     + ": a ratio inside its floor is not distinguishable from the A/A control, and no system leaves "
                       "the front by less")
+        off = []  # an A/A interval that excludes 1: the baseline differed from itself beyond its own interval
+        for kind, (lo, hi) in (("batch-1 latency", LATENCY_FLOOR), ("throughput", THROUGHPUT_FLOOR)):
+            if lo in part and hi in part:
+                bad = part[(part[lo] > 1) | (part[hi] < 1)]
+                if bad.empty:
+                    continue
+                bad = bad if "cell" in bad else bad.assign(cell=bad.index.astype(str))
+                by_session = "timing_session" in bad and (bad["timing_session"].fillna("").astype(str) != "").all()
+                where = bad["timing_session"] if by_session else bad["cell"]
+                for name, rows in bad.groupby(where.astype(str), sort=False):
+                    off.append(f"{kind} [{rows[lo].min():.2f}, {rows[hi].max():.2f}] in "
+                               f"{'the session of ' if by_session else ''}{name} "
+                               f"({', '.join(f'`{c}`' for c in dict.fromkeys(rows['cell']))})")
+        if off:
+            text.append("the A/A control's own interval excluded 1 (the baseline timed against itself differed beyond "
+                        "noise: a disturbed session, whose ratios may be off by as much) for "
+                        + "; ".join(off))
     elif text:
         text.append("no A/A control was timed, so the noise floor of the ratios is unknown")
     return "; ".join(text) + "." if text else ""
@@ -387,7 +406,8 @@ def _other_tests(g: GridResults) -> list[Block]:
         if extra.empty:
             continue
         main = part.assign(system=part["family"].astype(str) + " / " + part["strategy"].astype(str))
-        main = main[main["strategy"].isin(set(extra["strategy"]))]
+        # every system of the main test set, those without a score on another (e.g. a CTranslate2 twin scored on
+        # the main test set only) named under the table, not left out unsaid
         extra = extra.assign(system=extra["family"].fillna(extra["cell"]).astype(str) + " / " + extra["strategy"])
         named = g.ranking[(g.ranking["task"].astype(str) == str(task)) & (g.ranking["test_set"] == ranking.MAIN)] \
             if g.ranking is not None else pd.DataFrame()
@@ -441,8 +461,12 @@ def _ranking_section(g: GridResults) -> list[Block]:
         for r in rows.itertuples():
             if not table or table[-1][0] != r.system:  # the first, or after a system with no pair below it
                 table.append((r.system, mean.get(r.system, r.system_bleu), DASH, DASH, ""))
+            own = (mean.get(r.system, r.system_bleu), mean.get(r.against, r.against_bleu))
+            on = ("" if all(abs(m - p) < 0.005 for m, p in zip(own, (r.system_bleu, r.against_bleu))) else
+                  f" ({r.system_bleu:.2f} vs {r.against_bleu:.2f} on the {int(r.n_seeds)} seed"
+                  f"{'s' if r.n_seeds != 1 else ''} paired)")  # the means the difference is of, where they differ
             table[-1] = (r.system, mean.get(r.system, r.system_bleu), str(int(r.n_seeds)),
-                         f"{r.bleu_diff:+.2f} [{r.diff_ci_low:+.2f}, {r.diff_ci_high:+.2f}]",
+                         f"{r.bleu_diff:+.2f} [{r.diff_ci_low:+.2f}, {r.diff_ci_high:+.2f}]{on}",
                          ranking.shown(r.verdict, r.diff_ci_low, r.diff_ci_high, g.equivalence_margin, symbol=True))
             table.append((r.against, mean.get(r.against, r.against_bleu), DASH, DASH, ""))
         frame = pd.DataFrame([(str(i), s, f"{b:.2f}", n, d, v) for i, (s, b, n, d, v) in enumerate(table, 1)],
