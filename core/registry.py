@@ -85,3 +85,16 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: str) -> bool:
         return name in self._items or name in self.names()
+
+
+def import_package_modules(package: str, path) -> list[str]:
+    """Import every module of a package (its `__name__` and `__path__`), in name order: a built-in
+    decoder or strategy registers itself when its module is imported, so a new file in
+    models/decoders/ or decoding/ is found without an import line elsewhere. -> the names imported."""
+    import importlib
+    import pkgutil
+
+    names = sorted(m.name for m in pkgutil.iter_modules(path) if not m.name.startswith("_"))
+    for name in names:
+        importlib.import_module(f"{package}.{name}")
+    return names
