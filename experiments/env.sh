@@ -8,7 +8,7 @@
 # packages, a 124 MB download, 414 MB on disk); elsewhere that test skips.
 # The venv (.venv, or $ATNAT_VENV) sees the system's packages, so a torch that is already
 # installed (a GPU machine's) is used as it is and pinned while atnat's dependencies install;
-# without one, the CPU wheel torch==2.13.0 is installed.
+# without one, the CPU wheel torch==2.13.0+cpu is installed.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${ATNAT_VENV:-$root/.venv}"
@@ -22,8 +22,11 @@ fi
 stamp="$venv/.atnat-installed"
 if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
   if ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
-    echo "atnat: no torch found; installing the CPU wheel torch==2.13.0" >&2
-    "$venv/bin/python" -m pip install --quiet "torch==2.13.0"
+    echo "atnat: no torch found; installing the CPU wheel torch==2.13.0+cpu" >&2
+    # the +cpu build: from the wheels pip already knows (a local cache), else from PyTorch's CPU index
+    # (PyPI's own torch 2.13.0 for Linux is the CUDA build: gigabytes of CUDA packages)
+    "$venv/bin/python" -m pip install --quiet "torch==2.13.0+cpu" 2>/dev/null \
+      || "$venv/bin/python" -m pip install --quiet "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
   fi
   pin="$venv/torch-pin.txt"
   "$venv/bin/python" -c "import torch; print('torch==' + torch.__version__)" > "$pin"
