@@ -3,7 +3,7 @@
 Writes `hyps/<strategy>.txt` and `references.txt` (plus `references-<k>.txt` for further reference
 streams) into the run directory and returns the rows and curves the grid runner tabulates (the
 runner writes `metrics.json` last, as the completion mark). Speed is measured apart, by the timing
-phase (evaluation/timing.py): every system of a task and seed side by side in one process.
+phase (evaluation/timing.py): each system side by side with its task and seed's AT baseline in one process.
 """
 from __future__ import annotations
 

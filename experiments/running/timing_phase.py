@@ -153,7 +153,8 @@ def timing_description(out: Path, job_id: str | None = None, default_threads: in
         settings = json.loads((out / "timing.json").read_text())
     except (OSError, ValueError):
         return "no timing phase ran"
-    text = (f"timing phase after training: every system of a task and seed side by side in one process, on "
+    text = (f"timing phase after training: each system side by side with its task and seed's AT baseline in one "
+            f"process, on "
             f"{settings.get('device', '?')} ({settings.get('device_name', 'model not recorded')})")
     if str(settings.get("device", "")).startswith("cpu"):
         threads = (settings.get("speed") or {}).get("threads") or default_threads
