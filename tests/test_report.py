@@ -153,12 +153,12 @@ def test_summary_is_phrased_from_the_numbers(report):
     # the difference's interval [-5.1, 0.2] holds 0 and reaches beyond ±1: no claim either way (issue 24.2:
     # it used to say "tied")
     assert "the best NAT system is `copy-cmlm-kd / mask-predict-4` (35.50 BLEU), not resolved: -2.55 BLEU " \
-           "[-5.10, +0.20] (one seed: the interval covers the choice of test sentences only, not training noise); " \
+           "[-5.10, +0.20] (paired 95%, one seed: the interval covers the choice of test sentences only, not training noise); " \
            "the interval holds 0 but is not inside ±1" in summary  # fmt: skip
     assert "It runs at 3.86× [3.47, 4.25] the batch-1 speed and 2.70× the large-batch throughput of our AT greedy " \
            "(one seed; 95% intervals, at least the A/A noise floor)" in summary  # no throughput interval recorded
     # dialect: [-13.0, -8.1] excludes 0; p is against greedy, Holm 0.0004
-    assert "`dialect-nat / parallel` (41.87 BLEU), 10.53 BLEU behind it: -10.53 BLEU [-13.00, -8.10] (one seed: " \
+    assert "`dialect-nat / parallel` (41.87 BLEU), 10.53 BLEU behind it: -10.53 BLEU [-13.00, -8.10] (paired 95%, one seed: " \
            "the interval covers the choice of test sentences only, not training noise), and the paired test " \
            "agrees (Holm p < 0.05)" in summary  # fmt: skip
     assert "On `dialect`: Variant mixing (sentences whose words come from more than one target variant): " \
@@ -184,9 +184,9 @@ def test_several_seeds_give_mean_and_spread_and_claims_only_beyond_it(tmp_path):
     summary = md.split("\n\n")[1]
     # copy: the interval [-4.0, -1.1] excludes 0, but Holm p = 0.08 > 0.05 in a seed: not resolved, not "tied"
     assert "`copy-cmlm-kd / mask-predict-4` (35.50 BLEU, 3 seeds), not resolved: -2.55 BLEU [-4.00, -1.10] " \
-           "(3 seeds; Student's t over the seeds, test-sentence variance added); the paired test does not agree in " \
+           "(paired 95%, 3 seeds; Student's t over the seeds, test-sentence variance added); the paired test does not agree in " \
            "every seed" in summary
-    assert "10.53 BLEU behind it: -10.53 BLEU [-12.10, -9.00] (3 seeds; Student's t over the seeds, test-sentence " \
+    assert "10.53 BLEU behind it: -10.53 BLEU [-12.10, -9.00] (paired 95%, 3 seeds; Student's t over the seeds, test-sentence " \
            "variance added), and the paired test agrees (Holm p < 0.05 in every seed)" in summary
     assert len(pd.read_csv(root / "results.csv")) == 3 * len(fx.ROWS)  # per-seed rows stay
 
@@ -490,7 +490,7 @@ def test_summary_names_the_nat_systems_within_reach_of_the_best_with_their_speed
     table.to_csv(root / "results.csv", index=False)
     summary = judging.summary(load_results(root))
     assert "the best NAT system is `copy-ctc / ctc` (35.30 BLEU, 2 seeds)" in summary
-    assert "(2 seeds; Student's t over the seeds, test-sentence variance added; paired on the 2 seeds both have)" \
+    assert "(paired 95%, 2 seeds; Student's t over the seeds, test-sentence variance added; paired on the 2 seeds both have)" \
            in summary
 
 
@@ -502,8 +502,8 @@ def test_summary_gives_the_best_nat_against_the_at_on_every_test_set(tmp_path):
     pd.concat([main, later]).to_csv(root / "comparisons.csv", index=False)
     summary = judging.summary(load_results(root))
     assert "not resolved: -2.55 BLEU [-5.10, +0.20]" in summary  # the verdict is the main test set's
-    assert "; on test2017 -3.10 BLEU [-4.00, -2.20] (1 seed). It runs at 3.86×" in summary
-    assert "; on test2017 -9.90 BLEU [-11.00, -8.80] (1 seed)" in summary
+    assert "; on test2017 -3.10 BLEU [-4.00, -2.20] (paired 95%, 1 seed). It runs at 3.86×" in summary
+    assert "; on test2017 -9.90 BLEU [-11.00, -8.80] (paired 95%, 1 seed)" in summary
 
 
 def test_the_speed_note_states_both_noise_floors_and_an_older_folder_without_the_throughput_one(tmp_path):

@@ -59,8 +59,8 @@ def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin
                 "the runs' hypotheses are not in this results folder)")
     d, low, high = comparison["bleu_diff"], comparison["diff_ci_low"], comparison["diff_ci_high"]
     n = int(comparison.get("n_seeds", 1) or 1)
-    over = f"{n} seeds; Student's t over the seeds, test-sentence variance added" if n > 1 else \
-        "one seed: the interval covers the choice of test sentences only, not training noise"
+    over = f"paired 95%, {n} seeds; Student's t over the seeds, test-sentence variance added" if n > 1 else \
+        "paired 95%, one seed: the interval covers the choice of test sentences only, not training noise"
     if n < max(nat["n_seeds"], at["n_seeds"]):  # the means above hold other seeds than the difference
         over += f"; paired on the {n} seed{'s' if n != 1 else ''} both have"
     interval = f"{d:+.2f} BLEU [{low:+.2f}, {high:+.2f}] ({over})"
@@ -136,14 +136,15 @@ def _comparison(comparisons: pd.DataFrame | None, task: str, nat: pd.Series, at:
 
 
 def _other_test_sets(comparisons: pd.DataFrame | None, task: str, nat: pd.Series, at: pd.Series) -> str:
-    """'; on test2017 -1.90 BLEU [-2.60, -1.20] (3 seeds)': the same difference on each further test set."""
+    """'; on test2017 -1.90 BLEU [-2.60, -1.20] (paired 95%, 3 seeds)': the same difference on each further
+    test set."""
     if comparisons is None or "test_set" not in comparisons:
         return ""
     rows = comparisons[(comparisons["task"].astype(str) == task) & (comparisons["test_set"].astype(str) != MAIN)
                        & (comparisons["system"] == f"{nat['family']} / {nat['strategy']}")
                        & (comparisons["against"] == f"{at['family']} / {at['strategy']}")]
     parts = [f"on {r['test_set']} {r['bleu_diff']:+.2f} BLEU [{r['diff_ci_low']:+.2f}, {r['diff_ci_high']:+.2f}] "
-             f"({int(r['n_seeds'])} seed{'s' if int(r['n_seeds']) != 1 else ''})" for _, r in rows.iterrows()]
+             f"(paired 95%, {int(r['n_seeds'])} seed{'s' if int(r['n_seeds']) != 1 else ''})" for _, r in rows.iterrows()]
     return f"; {'; '.join(parts)}" if parts else ""
 
 
