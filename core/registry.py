@@ -94,7 +94,8 @@ def import_package_modules(package: str, path) -> list[str]:
     import importlib
     import pkgutil
 
-    names = sorted(m.name for m in pkgutil.iter_modules(path) if not m.name.startswith("_"))
+    names = sorted(m.name for m in pkgutil.iter_modules(path)  # `beam copy.py`, an editor's copy: not a module
+                   if not m.name.startswith("_") and m.name.isidentifier())
     for name in names:
         importlib.import_module(f"{package}.{name}")
     return names

@@ -23,10 +23,14 @@ stamp="$venv/.atnat-installed"
 if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
   if ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
     echo "atnat: no torch found; installing the CPU wheel torch==2.13.0+cpu" >&2
-    # the +cpu build: from the wheels pip already knows (a local cache), else from PyTorch's CPU index
-    # (PyPI's own torch 2.13.0 for Linux is the CUDA build: gigabytes of CUDA packages)
-    "$venv/bin/python" -m pip install --quiet "torch==2.13.0+cpu" 2>/dev/null \
-      || "$venv/bin/python" -m pip install --quiet "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+    if [ "$(uname -s)-$(uname -m)" = Linux-x86_64 ]; then
+      # the +cpu build (PyPI's own torch 2.13.0 for Linux is the CUDA build: gigabytes of CUDA packages): from
+      # the wheels pip's configuration names (find-links, an index mirror), else from PyTorch's CPU index
+      "$venv/bin/python" -m pip install --quiet "torch==2.13.0+cpu" \
+        || "$venv/bin/python" -m pip install --quiet "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+    else  # macOS and ARM: PyPI's torch is the CPU build there, without a +cpu tag
+      "$venv/bin/python" -m pip install --quiet "torch==2.13.0"
+    fi
   fi
   pin="$venv/torch-pin.txt"
   "$venv/bin/python" -c "import torch; print('torch==' + torch.__version__)" > "$pin"

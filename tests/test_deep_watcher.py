@@ -68,3 +68,32 @@ def test_a_seed_is_timed_whole_when_its_last_cell_finishes_and_a_twin_never_alon
     # a baseline finishing beside a finished twin only: nothing to time beside it
     assert watch.timings(["en-de-at-s2"], {"en-de-at-s2": (True, de2), "en-de-at-fp32-s2": (False, de2)},
                          groups) == []
+
+
+def test_a_timing_that_succeeded_is_not_redone_and_a_failing_one_is_tried_twice_then_left(tmp_path, monkeypatch):
+    """A look that timed one seed whole (53 minutes) and failed another's --partial marked nothing as seen,
+    so the next look timed the whole seed again, and a failure that keeps happening paused the grid at
+    every look. Each run's cells now count as timed when it succeeds; a failing run is tried twice."""
+    watch = load_watcher()
+    a, b = ("en-de", 2), ("en-fr", 1)
+    groups = {a: ["en-de-at-s2", "en-de-ctc-s2"], b: ["en-fr-at-s1", "en-fr-ctc-s1", "en-fr-cmlm-s1"]}
+    finished = {"en-de-at-s2": (True, a), "en-de-ctc-s2": (False, a), "en-fr-at-s1": (True, b),
+                "en-fr-ctc-s1": (False, b)}
+    calls, alive = [], iter([True] * 4 + [False])  # four looks, then the grid's process group is gone
+    monkeypatch.setattr(watch, "finished_cells", lambda results, grid: finished)
+    monkeypatch.setattr(watch, "grid_groups", lambda results, grid: groups)
+    monkeypatch.setattr(watch, "timed_cells", lambda results, grid: {"en-de-at-s2", "en-fr-at-s1"})
+    monkeypatch.setattr(watch, "signal_group", lambda pgid, sig: next(alive) if sig == 0 else True)
+    monkeypatch.setattr(watch, "timing_phase_running", lambda results, grid: False)
+
+    def atnat(*args, timeout=None):
+        calls.append(args[0] if args[0] == "collect" else f"time {args[4]}")  # time GRID --results DIR OPTIONS
+        return 1 if "--partial" in args else 0
+    monkeypatch.setattr(watch, "atnat", atnat)
+    monkeypatch.setattr(watch.time, "sleep", lambda s: None)
+    pgid = tmp_path / "pgid"
+    pgid.write_text("999999\n")
+    assert watch.main(["--pgid-file", str(pgid), "--to", str(tmp_path / "kept")]) == 0
+    assert calls == ["time --anew", "time --partial", "collect",  # look 1: the seed whole, the student beside its teacher
+                     "time --partial", "collect",  # look 2: only the failed one again; then left to a person
+                     "collect"]  # looks 3 and 4: nothing new; the last collect

@@ -134,7 +134,7 @@ def quality_vs_speed_figure(table: pd.DataFrame) -> Figure | None:
     data = table.dropna(subset=["bleu"])  # means over every seed with a score, as in the tables; speed over
     if data["speedup_vs_at"].isna().all():  # the seeds timed (a seed whose weights were lost has none)
         return None
-    tasks = list(dict.fromkeys(data["task"]))
+    tasks = list(dict.fromkeys(data.loc[data["speedup_vs_at"].notna(), "task"]))  # a task never timed: no panel
     names = data["family"].fillna(data["cell"]).astype(str) + " / " + data["strategy"].astype(str)
     systems = list(dict.fromkeys(names))
     palette = dict(zip(systems, sns.color_palette("tab20", n_colors=max(len(systems), 1))))

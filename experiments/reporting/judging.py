@@ -195,7 +195,8 @@ def _ratio(row: pd.Series, col: str) -> str:
     if pd.isna(low) or pd.isna(high) or low == high:  # no interval recorded (an older results.csv)
         return f"{row[col]:.2f}×"
     tag = (" (slower)" if high < 1 else "" if low > 1 else  # 1x inside: the side of the mean, not beyond noise
-           " (faster on the mean, not beyond noise)" if row[col] >= 1 else " (slower on the mean, not beyond noise)")
+           " (faster on the mean, not beyond noise)" if row[col] > 1 else
+           " (slower on the mean, not beyond noise)" if row[col] < 1 else " (not different beyond noise)")
     return f"{row[col]:.2f}× [{low:.2f}, {high:.2f}]{tag}"
 
 
@@ -245,8 +246,8 @@ def _within_reach(nats: pd.DataFrame, best: pd.Series, ranking: pd.DataFrame | N
         return ""
     if len(near) > REACH_NAMED:
         near = near[:REACH_NAMED] + [f"{len(near) - REACH_NAMED} more"]
-    return (". Within reach of the best NAT (each one's paired 95% interval against it holds 0: not resolved "
-            f"below it): {'; '.join(near)}")
+    return (". Within reach of the best NAT (not clearly below it: its paired 95% interval against the best NAT does "
+            f"not lie below 0, or, where the two are not paired, their 95% intervals overlap): {'; '.join(near)}")
 
 
 REACH_NAMED = 3  # other NAT systems within reach that the summary names

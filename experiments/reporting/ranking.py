@@ -140,9 +140,10 @@ def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, ma
                             wanted[name].setdefault((a, b), []).append("flip")
         known = "autoregressive" in part or "decoder" in part  # a table that says which systems are AT
         nat = set(part.loc[~is_at_rows(part).to_numpy(), "system"]) if known else set()
-        nats = [s for s in order[MAIN] if s in nat]
-        for other in nats[1:]:  # whether each is clearly below the best NAT, or within reach of it
-            wanted[MAIN].setdefault((nats[0], other), []).append("reach")
+        best = next((s for s in means[MAIN].sort_values(ascending=False, kind="stable").index if s in nat), None)
+        if best in files[MAIN]:  # the summary's best NAT (by mean, hypotheses or not): only it, never a runner-up
+            for other in (s for s in order[MAIN] if s in nat and s != best):  # clearly below it, or within reach
+                wanted[MAIN].setdefault((best, other), []).append("reach")
         for a, b in goal_pairs:
             if a in files[MAIN] and b in files[MAIN]:
                 wanted[MAIN].setdefault((a, b), []).append("goal")

@@ -387,7 +387,8 @@ def speed_note(part: pd.DataFrame, timing: str = "") -> str:
                                f"({', '.join(f'`{c}`' for c in dict.fromkeys(rows['cell']))})")
         if off:
             text.append("the A/A control's own interval excluded 1 (the baseline timed against itself differed beyond "
-                        "noise: a disturbed session, whose ratios may be off by as much) for "
+                        "its interval: a disturbed session, or the 1 in 20 a 95% interval misses by chance; its ratios "
+                        "may be off by as much) for "
                         + "; ".join(off))
     elif text:
         text.append("no A/A control was timed, so the noise floor of the ratios is unknown")
