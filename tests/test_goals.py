@@ -63,6 +63,8 @@ def test_the_report_states_the_goals_and_the_authors_notes(tmp_path):
     assert "3 of 5 goals set in the grid file met" in section
     line = next(row for row in section.splitlines() if "copy-cmlm-kd / mask-predict-4" in row)
     assert "35.50" in line and "36.05" in line and "missed" in line
+    at = next(row for row in section.splitlines() if "| copy-at / beam5 |" in row)  # 38.05 against 38: inside its interval
+    assert "| met on the mean, not beyond noise |" in at and "| no |" in at  # not a bare "met" (the deep grid's goal 1)
     assert "| not measured |" in section
     assert "## Notes (written by the authors, not generated)" in md
     assert "CMLM missed its goal: it trained for 400 steps only." in md and "Second paragraph." in md
