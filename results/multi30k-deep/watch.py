@@ -8,11 +8,13 @@ collected cells stays with the person (or session) working in the checkout.
     (--grid and --to point it at another grid and collect folder, e.g. a tiny grid to try it on)
 
 What it times: once a task and seed has all its cells finished, that group anew and whole, in one session
-(`atnat time --anew --only`: its final timing, so that its systems' times are measured side by side; the
-same weights timed in two sessions differ by more than one session's interval, STATUS.md). Before that, a
-new student beside its baseline (`--partial`: its speed survives a machine lost before the seed is
-complete), except a cell named by `--whole-seed-only` (default: the fp32 twins, precision controls whose
-speed can wait for their seed's whole timing).
+(`atnat time --anew --partial --only`: its final timing, so that its systems' times are measured side by
+side; the same weights timed in two sessions differ by more than one session's interval, STATUS.md).
+Before that, a new student beside its baseline (`--partial`: its speed survives a machine lost before the
+seed is complete). A cell named by `--never-time` (default: the fp32 twins, precision controls: the grid
+asks for their BLEU, not their speed, which is their bf16 teachers' architecture decoding in fp32 alike)
+neither starts a timing nor holds back its seed's: `--partial` times it only if it happens to have
+finished when its seed is timed.
 
 Cells it finds finished but not timed when it starts (a timing cut short by the end of a session) count
 as new: it times them at its first look. It stops by itself once the grid's process group is gone, after a last collect. Nothing else should
@@ -38,7 +40,7 @@ GRID = "experiments/grids/multi30k-deep.yaml"
 TIME_LIMIT_S = 3600  # one `atnat time --partial` takes minutes; past this the grid goes on regardless
 WHOLE_LIMIT_S = 2 * 3600  # a whole seed anew: 53 minutes for en-de seed 2 without its twin (2026-11-26 16:19)
 MAX_TRIES = 2  # a timing that fails this often for the same cells is left to a person
-WHOLE_SEED_ONLY = ("*-fp32-*",)  # precision controls: timed with their seed whole, not beside it one by one
+NEVER_TIME = ("*-fp32-*",)  # precision controls: their BLEU is the question, not their speed
 
 
 def log(message: str) -> None:
@@ -81,15 +83,18 @@ def worth_timing(new: list[str], done: dict[str, tuple[bool, tuple]]) -> bool:
 
 
 def timings(new: list[str], done: dict[str, tuple[bool, tuple]], groups: dict[tuple, list[str]],
-            whole_only: tuple[str, ...] = WHOLE_SEED_ONLY) -> list[tuple[str, ...]]:
+            never: tuple[str, ...] = NEVER_TIME) -> list[tuple[str, ...]]:
     """The `atnat time` options for the cells found finished since the last look, one tuple per run: each
-    group they complete anew and whole; the rest (not in `whole_only`) beside their baseline, if worth it."""
+    group they complete (its cells in `never` aside) anew and whole; the rest beside their baseline, if
+    worth it; a cell in `never` starts nothing."""
+    skip = lambda c: any(fnmatch.fnmatchcase(c, p) for p in never)  # noqa: E731
+    new = [n for n in new if not skip(n)]
+    done = {c: v for c, v in done.items() if not skip(c)}
     complete = sorted(g for g, cells in groups.items()
-                      if all(c in done for c in cells) and any(n in cells for n in new))
-    runs = [("--anew", *[a for c in groups[g] for a in ("--only", c)]) for g in complete]
-    controls = {c for c in done if any(fnmatch.fnmatchcase(c, p) for p in whole_only)}
-    rest = [n for n in new if done[n][1] not in complete and n not in controls]
-    if rest and worth_timing(rest, {c: v for c, v in done.items() if c not in controls}):
+                      if all(c in done for c in cells if not skip(c)) and any(n in cells for n in new))
+    runs = [("--anew", "--partial", *[a for c in groups[g] for a in ("--only", c)]) for g in complete]
+    rest = [n for n in new if done[n][1] not in complete]
+    if rest and worth_timing(rest, done):
         rest_groups = sorted({done[n][1] for n in rest})
         runs.append(("--partial", *[a for g in rest_groups for c in groups[g] for a in ("--only", c)]))
     return runs
@@ -145,11 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every", type=float, default=300, help="seconds between two looks")
     ap.add_argument("--grid", default=GRID, help="the grid file, relative to the repository (default: the deep grid)")
     ap.add_argument("--to", default=HERE / "finished-cells", type=Path, help="where atnat collect copies the cells")
-    ap.add_argument("--whole-seed-only", action="append", default=None, metavar="GLOB",
-                    help="cells timed only with their seed whole, never beside the baseline alone "
-                         f"(repeatable; default: {' '.join(WHOLE_SEED_ONLY)})")
+    ap.add_argument("--never-time", action="append", default=None, metavar="GLOB",
+                    help="cells that start no timing and hold back none (repeatable; default: "
+                         f"{' '.join(NEVER_TIME)})")
     args = ap.parse_args(argv)
-    args.whole_seed_only = args.whole_seed_only or list(WHOLE_SEED_ONLY)
+    args.never_time = args.never_time or list(NEVER_TIME)
     pgid = int(args.pgid_file.read_text().strip())
     if os.getpgid(0) == pgid:
         log(f"this watcher is in the grid's process group {pgid}: it would pause itself; start it with setsid")
@@ -182,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         if not new:
             continue
         log(f"finished: {', '.join(new)}")
-        runs = timings(new, done, groups, tuple(args.whole_seed_only))
+        runs = timings(new, done, groups, tuple(args.never_time))
         if runs and timing_phase_running(args.results, args.grid):
             log("the runner's timing phase is running: not pausing; looking again later")
             continue
