@@ -498,9 +498,9 @@ def parser() -> argparse.ArgumentParser:
                         "ranking.csv) from its run folders with this version's statistics, then its report; "
                         "nothing is trained, decoded or timed again, environment.json keeps the run's record")
     p.add_argument("--no-figures", action="store_true",
-                   help="the tables and notes only, no PNG figure (they take nearly all of a report's time, half of a tiny "
-                        "grid's run); earlier figures in the folder are removed. A grid's `report: {figures: false}` does "
-                        "the same for the report its run writes")
+                   help="the tables and notes only, no PNG figure (drawing them takes most of a report's time); earlier "
+                        "figures in the folder are removed. A grid's `report: {figures: false}` does the same for the "
+                        "report its run writes")
     add_results_args(p, "with --interim, --restat or --collected: the grid's --results folder",
                      "with --interim, --restat or --collected: the grid's --smoke run")
     p.set_defaults(fn=cmd_report)

@@ -8,5 +8,5 @@ from dataclasses import dataclass
 class ReportSettings:
     """Settings of the report a grid run writes at its end (reporting/report.py)."""
 
-    figures: bool = True  # draw the PNG figures (nearly all of a report's time, half of a tiny grid's run); false: the tables
+    figures: bool = True  # draw the PNG figures (most of a report's time); false: the tables
     # and notes only, with a note saying how to draw them later (`atnat report RESULTS_DIR` draws them)
