@@ -299,6 +299,8 @@ def test_the_grids_own_report_from_collected_cells_needs_every_cell_and_matches_
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
     own = pd.read_csv(tmp_path / "res" / "two-tests" / "results.csv")
     timing = (tmp_path / "res" / "two-tests" / "timing.csv").read_bytes()
+    own_samples = pd.read_csv(tmp_path / "res" / "two-tests" / "samples.csv")
+    assert not any((tmp_path / "kept").glob("*/samples.csv"))  # the data set's text stays with the data set
     capsys.readouterr()
     assert main(["report", "g.yaml", "--results", "res", "--collected", "kept"]) == 2  # never over a runner's folder
     assert "holds run folders (runs/)" in capsys.readouterr().err
@@ -319,6 +321,9 @@ def test_the_grids_own_report_from_collected_cells_needs_every_cell_and_matches_
     pd.testing.assert_frame_equal(made[keys].sort_values(keys[:2]).reset_index(drop=True),
                                   own[keys].sort_values(keys[:2]).reset_index(drop=True))
     assert made.speedup_vs_at.notna().all()  # the speed came along with the copies
+    # the sample outputs, made again from the collected hypotheses and the data set's sentences
+    assert len(own_samples) and "samples.csv is missing" not in report
+    pd.testing.assert_frame_equal(pd.read_csv(out / "samples.csv"), own_samples)
     assert not (out / "runs").exists() and not (out / "interim").exists()
     assert main(["report", "g.yaml", "--results", "res", "--collected", "kept", "--restat"]) == 2
     assert "--collected and --restat exclude each other" in capsys.readouterr().err
@@ -328,6 +333,12 @@ def test_the_grids_own_report_from_collected_cells_needs_every_cell_and_matches_
     assert "no speed was collected for nat-s1" in json.loads((out / "environment.json").read_text())["collected_from"]
     assert pd.read_csv(out / "results.csv").query("cell == 'nat-s1'").speedup_vs_at.isna().all()
     assert not kept_timing.exists()
+    hyps = tmp_path / "kept" / "nat-s1" / "hyps" / "parallel.txt"  # a hypotheses file cut short
+    hyps.write_text("".join(hyps.read_text().splitlines(keepends=True)[:-2]))
+    capsys.readouterr()
+    assert main(["report", "g.yaml", "--results", "res", "--collected", "kept"]) == 2
+    err = capsys.readouterr().err
+    assert "kept/nat-s1/hyps/parallel.txt: 10 hypotheses for the 12 sentences of test; not this cell's output" in err
 
 
 def test_status_counts_the_collected_copies_of_cells_whose_machine_is_gone(tmp_path, monkeypatch, capsys):

@@ -53,8 +53,18 @@ class EvalResult:
     extra_tests: list[dict] = field(default_factory=list)  # scores on eval.extra_tests, per strategy and split
 
 
+N_SAMPLES = 5  # sample outputs per strategy in samples.csv: the split's first sentences
+
+
+def sample_rows(label: str, sources: list[str], references: list[str], hypotheses: list[str],
+                n: int = N_SAMPLES) -> list[dict]:
+    """samples.csv's rows of one strategy: its first n hypotheses beside their sources and first references."""
+    return [{"strategy": label, "index": i, "source": sources[i], "reference": references[i],
+             "hypothesis": hypotheses[i]} for i in range(min(n, len(sources)))]
+
+
 def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Path, *,
-             teacher: Seq2SeqModule | None = None, n_samples: int = 5) -> EvalResult:
+             teacher: Seq2SeqModule | None = None, n_samples: int = N_SAMPLES) -> EvalResult:
     """Decode cfg.eval.split with every strategy of the run; score it; write hyps and references."""
     src, tgt = task.splits[cfg.eval.split]
     split = encode_split(task.tokenizer, src, tgt, name=cfg.eval.split, max_len=cfg.train.max_len)
@@ -83,8 +93,7 @@ def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Pat
                                         .assign(strategy=label))
         if decoded.history:
             curves["iterations"].append(iteration_bleu(decoded.history, refs_txt, task).assign(strategy=label))
-        samples += [{"strategy": label, "index": i, "source": src[i], "reference": refs_txt[0][i],
-                     "hypothesis": hyp_txt[i]} for i in range(min(n_samples, len(src)))]
+        samples += sample_rows(label, src, refs_txt[0], hyp_txt, n_samples)
     frames = {k: pd.concat(v, ignore_index=True) for k, v in curves.items() if v}
     frames.update(run_probes(module, split, free_running=first, strategy=rows[0]["strategy"]))
     extra = [score for name in cfg.eval.extra_tests

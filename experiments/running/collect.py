@@ -25,8 +25,8 @@ is and says why, and a report from the copies refuses a student whose teacher's 
 it learnt from.
 
 The copies are enough for a report after the machine that trained them is gone: `stage_collected`
-lays them out as run folders again, with the test references read from the data set where it lives
-(`atnat report --interim GRID --collected DEST`).
+lays them out as run folders again, with the test references read from the data set where it lives and
+the sample table made again from them (`atnat report --interim GRID --collected DEST`).
 """
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ from pathlib import Path
 import pandas as pd
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.config.run import extra_test_split, load_task
-from atnat.experiments.evaluation.evaluate import write_references
+from atnat.experiments.config.run import build_strategy, extra_test_split, load_task
+from atnat.experiments.evaluation.evaluate import sample_rows, write_references
 from atnat.experiments.files import atomic_write_bytes, write_csv, write_json_atomic, write_text_atomic
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, checkpoint_stamps, evaluation_checkpoint
 from atnat.experiments.running.cell import cell_status
@@ -300,8 +300,9 @@ def stage_collected(grid, source: Path, runs: Path) -> list[str]:
     """Lay the cells collected in `source` (DEST of `collect`) out as the run folders of `grid` under
     `runs`, for the report: the collected files (the same allow-list, read as untrusted: links and
     oversized files refused) and the references that collect leaves with the data set, read from it
-    again (the cell's test split and eval.extra_tests). Cells of the grid with no collected
-    metrics.json are left out (the report lists them as not run). -> the cells staged."""
+    again (the cell's test split and eval.extra_tests), with the sample table made again from them.
+    Cells of the grid with no collected metrics.json are left out (the report lists them as not run).
+    -> the cells staged."""
     if not source.is_dir():
         raise AtnatError(f"--collected {source}: no such folder (give the DEST of an earlier `atnat collect`)")
     staged, skipped, tasks = [], [], {}
@@ -321,6 +322,7 @@ def stage_collected(grid, source: Path, runs: Path) -> list[str]:
         if key not in tasks:  # one load per task (a sentencepiece model may be trained and cached once)
             tasks[key] = load_task(cfg)
         write_references(target, tasks[key].references(cfg.eval.split))
+        stage_samples(target, cfg, tasks[key], copy)
         for name in cfg.eval.extra_tests:
             write_text_atomic(target / f"references@{name}.txt", "\n".join(extra_test_split(cfg, name)[1]) + "\n")
         staged.append(cell.name)
@@ -329,6 +331,29 @@ def stage_collected(grid, source: Path, runs: Path) -> list[str]:
     check_lineage(grid, source, staged)
     stage_timing(source, staged, runs.parent)
     return staged
+
+
+def stage_samples(target: Path, cfg, task, copy: Path) -> None:
+    """target/samples.csv again, as the cell wrote it (collect leaves it with the data set's text): each
+    strategy's first hypotheses (its collected hyps/) beside the sources and references read from the data
+    set. A hypotheses file that does not hold one line per test sentence is refused, named as collected
+    (under `copy`)."""
+    sources, references = task.splits[cfg.eval.split][0], task.references(cfg.eval.split)[0]
+    rows = []
+    for spec in cfg.eval.strategies:
+        label = build_strategy(spec)[0]
+        path = target / "hyps" / f"{label}.txt"
+        if not path.is_file():
+            continue
+        hyps = path.read_text(encoding="utf-8").split("\n")
+        if hyps[-1] == "":
+            hyps.pop()
+        if len(hyps) != len(sources):
+            raise AtnatError(f"{copy / 'hyps' / path.name}: {len(hyps)} hypotheses for the {len(sources)} sentences of "
+                             f"{cfg.eval.split}; not this cell's output")
+        rows += sample_rows(label, sources, references, hyps)
+    if rows:
+        write_csv(pd.DataFrame(rows), target / "samples.csv")
 
 
 def stage_timing(source: Path, cells: list[str], out: Path) -> None:
