@@ -226,6 +226,27 @@ def test_samples_side_by_side_first_indices_at_first(report):
     assert copy[2]["copy-ctc-s1 / ctc"] == "hyp copy-ctc-s1 ctc 2"
 
 
+def test_samples_of_several_seeds_show_one_seeds_systems_each_decoder_before_any_gets_a_second_column():
+    """The deep grid's first sample table showed 8 columns of AT seeds and hid every NAT in a note: the
+    columns should compare systems. One seed's (the one with the most systems), each cell's first strategy
+    before any cell's second, AT first; the other seeds after (named in the note when they do not fit)."""
+    from atnat.experiments.reporting.report import MAX_SAMPLE_SYSTEMS, samples_tables
+    strategies = {"at": ["greedy", "beam5"], "cmlm": ["mp1", "mp4", "mp10"], "ctc": ["ctc"]}
+    cells = [("a-cmlm-s1", 1), ("a-at-s1", 1), ("a-cmlm-s2", 2), ("a-at-s2", 2), ("a-ctc-s2", 2)]
+    table = pd.DataFrame([{"cell": c, "task": "a", "seed": seed, "decoder": c.split("-")[1],
+                           "autoregressive": c.split("-")[1] == "at"} for c, seed in cells])
+    samples = pd.DataFrame([{"cell": c, "strategy": st, "index": i, "source": f"s{i}", "reference": f"r{i}",
+                             "hypothesis": f"{c} {st} {i}"}
+                            for c, _ in cells for st in strategies[c.split("-")[1]] for i in range(3)])
+    ((task, frame, hidden),) = samples_tables(samples, table)
+    order = ["a-at-s2 / greedy", "a-cmlm-s2 / mp1", "a-ctc-s2 / ctc", "a-at-s2 / beam5", "a-cmlm-s2 / mp4",
+             "a-cmlm-s2 / mp10", "a-at-s1 / greedy", "a-cmlm-s1 / mp1", "a-at-s1 / beam5", "a-cmlm-s1 / mp4",
+             "a-cmlm-s1 / mp10"]
+    assert MAX_SAMPLE_SYSTEMS == 8
+    assert list(frame.columns) == ["#", "Source", "Reference", *order[:8]] and hidden == order[8:]
+    assert frame["a-ctc-s2 / ctc"].tolist() == ["a-ctc-s2 ctc 0", "a-ctc-s2 ctc 1", "a-ctc-s2 ctc 2"]
+
+
 def test_environment_table(report):
     _, md, _ = report
     ((env_rows),) = tables_under(md, "Environment")

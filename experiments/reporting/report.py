@@ -137,12 +137,22 @@ def failures_table(failed: pd.DataFrame) -> pd.DataFrame:
 
 
 def _systems(part: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
-    """Distinct 'cell / strategy' labels of samples, AT cells first, otherwise in file order
-    (`cells`: results.csv's rows, one per cell, indexed by cell)."""
-    first = part.drop_duplicates("system")
+    """Distinct 'cell / strategy' labels of samples, in the order their columns are shown: one seed's
+    systems first (the seed with the most of them; ties: the lowest), the other seeds' after, so that
+    the columns shown compare systems, not seeds. Within a seed, each cell's first strategy, then each
+    cell's second, and so on, AT cells first, otherwise in file order: every decoder gets a column
+    before any gets its second (`cells`: results.csv's rows, one per cell, indexed by cell)."""
+    first = part.drop_duplicates("system").reset_index(drop=True)
     at_cells = set(cells.index[is_at_rows(cells).to_numpy()])
-    first = first.assign(_nat=~first["cell"].isin(at_cells)).sort_values("_nat", kind="stable")
-    return list(first["system"])
+    seed = first["cell"].map(cells["seed"]) if "seed" in cells.columns else pd.Series(0, index=first.index)
+    seed = pd.to_numeric(seed, errors="coerce").fillna(-1)
+    counts = seed.value_counts()
+    seed_rank = seed.map({v: i for i, v in enumerate(sorted(counts.index, key=lambda v: (-counts[v], v)))})
+    cell_order = {c: i for i, c in enumerate(dict.fromkeys(first["cell"]))}
+    order = first.assign(_seed=seed_rank, _round=first.groupby("cell").cumcount(),
+                         _nat=~first["cell"].isin(at_cells), _cell=first["cell"].map(cell_order))
+    order = order.sort_values(["_seed", "_round", "_nat", "_cell"], kind="stable")
+    return list(order["system"])
 
 
 def samples_tables(samples: pd.DataFrame, table: pd.DataFrame) -> list[tuple[str, pd.DataFrame, list[str]]]:
