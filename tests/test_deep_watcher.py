@@ -71,19 +71,39 @@ def test_a_seed_is_timed_whole_when_its_last_cell_finishes_and_a_twin_starts_no_
                          groups) == []
 
 
+def test_a_whole_only_student_waits_for_its_seeds_whole_timing():
+    """en->fr seed 1: each of its first two students would have paused the grid for a timing beside the
+    teacher (a CMLM's: 20-40 minutes) that its seed's whole timing replaces an hour later, and that a lost
+    machine would make useless. A cell named by --whole-only is timed with its whole seed only; others
+    still get their partial timing."""
+    watch = load_watcher()
+    de2, fr1 = ("en-de", 2), ("en-fr", 1)
+    groups = {de2: ["en-de-at-s2", "en-de-ctc-s2", "en-de-cmlm-s2"],
+              fr1: ["en-fr-at-s1", "en-fr-ctc-s1", "en-fr-cmlm-s1"]}
+    done = {"en-de-at-s2": (True, de2), "en-de-ctc-s2": (False, de2),
+            "en-fr-at-s1": (True, fr1), "en-fr-ctc-s1": (False, fr1)}
+    assert watch.WHOLE_ONLY == ("en-fr-*",)
+    assert watch.timings(["en-fr-ctc-s1"], done, groups, whole_only=watch.WHOLE_ONLY) == []
+    assert watch.timings(["en-fr-ctc-s1", "en-de-ctc-s2"], done, groups, whole_only=watch.WHOLE_ONLY) == [
+        ("--partial", "--only", "en-de-at-s2", "--only", "en-de-ctc-s2", "--only", "en-de-cmlm-s2")]
+    done["en-fr-cmlm-s1"] = (False, fr1)
+    assert watch.timings(["en-fr-cmlm-s1"], done, groups, whole_only=watch.WHOLE_ONLY) == [
+        ("--anew", "--partial", "--only", "en-fr-at-s1", "--only", "en-fr-ctc-s1", "--only", "en-fr-cmlm-s1")]
+
+
 def test_a_timing_that_succeeded_is_not_redone_and_a_failing_one_is_tried_twice_then_left(tmp_path, monkeypatch):
     """A look that timed one seed whole (53 minutes) and failed another's --partial marked nothing as seen,
     so the next look timed the whole seed again, and a failure that keeps happening paused the grid at
     every look. Each run's cells now count as timed when it succeeds; a failing run is tried twice."""
     watch = load_watcher()
-    a, b = ("en-de", 2), ("en-fr", 1)
-    groups = {a: ["en-de-at-s2", "en-de-ctc-s2"], b: ["en-fr-at-s1", "en-fr-ctc-s1", "en-fr-cmlm-s1"]}
-    finished = {"en-de-at-s2": (True, a), "en-de-ctc-s2": (False, a), "en-fr-at-s1": (True, b),
-                "en-fr-ctc-s1": (False, b)}
+    a, b = ("en-de", 2), ("en-de", 3)  # (en-fr-* would be --whole-only)
+    groups = {a: ["en-de-at-s2", "en-de-ctc-s2"], b: ["en-de-at-s3", "en-de-ctc-s3", "en-de-cmlm-s3"]}
+    finished = {"en-de-at-s2": (True, a), "en-de-ctc-s2": (False, a), "en-de-at-s3": (True, b),
+                "en-de-ctc-s3": (False, b)}
     calls, alive = [], iter([True] * 4 + [False])  # four looks, then the grid's process group is gone
     monkeypatch.setattr(watch, "finished_cells", lambda results, grid: finished)
     monkeypatch.setattr(watch, "grid_groups", lambda results, grid: groups)
-    monkeypatch.setattr(watch, "timed_cells", lambda results, grid: {"en-de-at-s2", "en-fr-at-s1"})
+    monkeypatch.setattr(watch, "timed_cells", lambda results, grid: {"en-de-at-s2", "en-de-at-s3"})
     monkeypatch.setattr(watch, "signal_group", lambda pgid, sig: next(alive) if sig == 0 else True)
     monkeypatch.setattr(watch, "timing_phase_running", lambda results, grid: False)
 

@@ -11,7 +11,8 @@ What it times: once a task and seed has all its cells finished, that group anew 
 (`atnat time --anew --partial --only`: its final timing, so that its systems' times are measured side by
 side; the same weights timed in two sessions differ by more than one session's interval, STATUS.md).
 Before that, a new student beside its baseline (`--partial`: its speed survives a machine lost before the
-seed is complete). A cell named by `--never-time` (default: the fp32 twins, precision controls: the grid
+seed is complete), unless `--whole-only` names it (default: en->fr's cells, whose partial timings a lost
+machine would make useless: WHOLE_ONLY below). A cell named by `--never-time` (default: the fp32 twins, precision controls: the grid
 asks for their BLEU, not their speed, which is their bf16 teachers' architecture decoding in fp32 alike)
 neither starts a timing nor holds back its seed's: `--partial` times it only if it happens to have
 finished when its seed is timed.
@@ -41,6 +42,12 @@ TIME_LIMIT_S = 3600  # one `atnat time --partial` takes minutes; past this the g
 WHOLE_LIMIT_S = 2 * 3600  # a whole seed anew: 53 minutes for en-de seed 2 without its twin (2026-11-26 16:19)
 MAX_TRIES = 2  # a timing that fails this often for the same cells is left to a person
 NEVER_TIME = ("*-fp32-*",)  # precision controls: their BLEU is the question, not their speed
+# timed only with their whole task and seed: en->fr seed 1's students. A partial timing is insurance against
+# losing the machine before the seed is complete, and there it buys nothing: a lost machine takes the teacher's
+# weights, so the students still training need a teacher trained again, and en->fr is trained again whole (its
+# earlier students stay the other machine's lineage, which collect keeps apart). Each partial timing of a CMLM
+# student paused the grid for 20-40 minutes (STATUS.md, 2026-11-26).
+WHOLE_ONLY = ("en-fr-*",)
 
 
 def log(message: str) -> None:
@@ -83,17 +90,18 @@ def worth_timing(new: list[str], done: dict[str, tuple[bool, tuple]]) -> bool:
 
 
 def timings(new: list[str], done: dict[str, tuple[bool, tuple]], groups: dict[tuple, list[str]],
-            never: tuple[str, ...] = NEVER_TIME) -> list[tuple[str, ...]]:
+            never: tuple[str, ...] = NEVER_TIME, whole_only: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     """The `atnat time` options for the cells found finished since the last look, one tuple per run: each
     group they complete (its cells in `never` aside) anew and whole; the rest beside their baseline, if
-    worth it; a cell in `never` starts nothing."""
-    skip = lambda c: any(fnmatch.fnmatchcase(c, p) for p in never)  # noqa: E731
-    new = [n for n in new if not skip(n)]
-    done = {c: v for c, v in done.items() if not skip(c)}
+    worth it, except those in `whole_only` (timed with their whole group only); a cell in `never` starts
+    nothing."""
+    matches = lambda c, globs: any(fnmatch.fnmatchcase(c, p) for p in globs)  # noqa: E731
+    new = [n for n in new if not matches(n, never)]
+    done = {c: v for c, v in done.items() if not matches(c, never)}
     complete = sorted(g for g, cells in groups.items()
-                      if all(c in done for c in cells if not skip(c)) and any(n in cells for n in new))
+                      if all(c in done for c in cells if not matches(c, never)) and any(n in cells for n in new))
     runs = [("--anew", "--partial", *[a for c in groups[g] for a in ("--only", c)]) for g in complete]
-    rest = [n for n in new if done[n][1] not in complete]
+    rest = [n for n in new if done[n][1] not in complete and not matches(n, whole_only)]
     if rest and worth_timing(rest, done):
         rest_groups = sorted({done[n][1] for n in rest})
         runs.append(("--partial", *[a for g in rest_groups for c in groups[g] for a in ("--only", c)]))
@@ -153,8 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--never-time", action="append", default=None, metavar="GLOB",
                     help="cells that start no timing and hold back none (repeatable; default: "
                          f"{' '.join(NEVER_TIME)})")
+    ap.add_argument("--whole-only", action="append", default=None, metavar="GLOB",
+                    help="cells timed only with their whole task and seed, never beside their baseline alone "
+                         f"(repeatable; default: {' '.join(WHOLE_ONLY)})")
     args = ap.parse_args(argv)
     args.never_time = args.never_time or list(NEVER_TIME)
+    args.whole_only = args.whole_only or list(WHOLE_ONLY)
     pgid = int(args.pgid_file.read_text().strip())
     if os.getpgid(0) == pgid:
         log(f"this watcher is in the grid's process group {pgid}: it would pause itself; start it with setsid")
@@ -187,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         if not new:
             continue
         log(f"finished: {', '.join(new)}")
-        runs = timings(new, done, groups, tuple(args.never_time))
+        runs = timings(new, done, groups, tuple(args.never_time), tuple(args.whole_only))
         if runs and timing_phase_running(args.results, args.grid):
             log("the runner's timing phase is running: not pausing; looking again later")
             continue
