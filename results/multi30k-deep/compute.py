@@ -15,7 +15,7 @@ of them the matching range. A pause counts in every cell it overlapped (two cell
 both stopped), each paused second once. Pauses before 2026-11-26 11:39 UTC (the AMD machines) were not
 logged: those cells' net time is their train_time_s, an overstatement the summary names.
 
-    python3 results/multi30k-deep/compute.py [--watch-log /work/deep-results/watch.log]
+    python3 results/multi30k-deep/compute.py [--watch-log results/multi30k-deep/watch.log]  (copy both logs here first)
     -> compute.csv beside this file (one row per cell), a summary on stdout
 """
 from __future__ import annotations
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cells", type=Path, default=HERE / "finished-cells")
     ap.add_argument("--pauses", type=Path, default=HERE / "pauses.log")
-    ap.add_argument("--watch-log", type=Path, default=Path("/work/deep-results/watch.log"))
+    ap.add_argument("--watch-log", type=Path, default=HERE / "watch.log")  # a copy of /work/deep-results/watch.log
     ap.add_argument("--out", type=Path, default=HERE / "compute.csv")
     args = ap.parse_args(argv)
     logged = pauses(args.pauses, args.watch_log)
