@@ -4,16 +4,20 @@ of the grid) and the CPU model it trained on, summed per machine; beside it the 
 (pauses.log: START END SECONDS what, by hand, time_seed.sh and side.sh --pause; watch.log: watch.py's
 timing pauses), and each cell's training time net of the logged pauses that fell inside its training.
 
-A cell's training windows in wall-clock time, as far as train.json tells them: the last attempt from
-its start for `train_time_this_attempt_s` (exact). Lightning's timer is restored from the checkpoint an
-attempt resumes from, so an attempt cut short counts up to its last checkpoint only: with one such
-earlier attempt, it counted train_time_s minus the last attempt's time from its start (exact again);
-with several, only their sum is known, and each lies somewhere between its start and the next
-attempt's. So a cell's logged pauses are a range: `paused_min_s` (the exact windows only) to
-`paused_max_s` (each uncertain attempt taken to run until the next began), and its training time net
-of them the matching range. A pause counts in every cell it overlapped (two cells training at once were
-both stopped), each paused second once. Pauses before 2026-11-26 11:39 UTC (the AMD machines) were not
-logged: those cells' net time is their train_time_s, an overstatement the summary names.
+A cell's training windows in wall-clock time, as far as train.json tells them. Lightning's timer is
+restored from the checkpoint an attempt resumes from (an attempt that resumed from none, `resumed_from`
+null, starts it at zero: the attempts before it count nothing), so an attempt cut short counts from its
+start up to its last checkpoint, and the last attempt for `train_time_this_attempt_s`. The earlier
+attempts' counted time is train_time_s minus the last attempt's; with one earlier attempt its span is
+then exact; with several only their sum is known, each lying between its start and the next attempt's,
+so their pauses are bounded: at least those in the part each attempt must have counted (its window
+less the others' slack), at most those in the whole windows (and never more than the time they
+counted). So a cell's logged pauses are a range, `paused_min_s` to `paused_max_s`, and its training
+time net of them the matching range. A pause counts in every cell it overlapped (two cells training at
+once were both stopped), each paused second once. The logs do not cover every pause: watch.py's
+timings are in watch.log from its first one (2026-11-26 10:56 UTC), the others in pauses.log from
+2026-11-26 16:09 UTC; pauses on the AMD machines and by hand before then were not logged, so a
+cell's net time overstates its training by those (the summary prints each log's coverage).
 
     python3 results/multi30k-deep/compute.py [--watch-log results/multi30k-deep/watch.log]  (copy both logs here first)
     -> compute.csv beside this file (one row per cell), a summary on stdout
@@ -39,19 +43,22 @@ def _epoch(stamp: str) -> float:
     return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
 
 
-def windows(record: dict) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
-    """The wall-clock spans in which a cell's timer ran: (exact spans, spans that hold an uncertain
-    attempt's counted time somewhere inside them) (module docstring)."""
-    starts = sorted(_epoch(a["time"]) for a in record.get("attempts") or [] if a.get("time"))
+def paused_range(record: dict, spans: list[tuple[float, float]]) -> tuple[float, float]:
+    """(least, most) seconds of the paused spans that a cell's timer counted (module docstring)."""
+    attempts = sorted((_epoch(a["time"]), a.get("resumed_from")) for a in record.get("attempts") or [] if a.get("time"))
+    fresh = [i for i, (_, resumed) in enumerate(attempts) if resumed is None]
+    starts = [t for t, _ in attempts[fresh[-1] if fresh else 0:]]  # the timer restarted at the last fresh start
     last = record.get("train_time_this_attempt_s")
     if not starts or last is None:
-        return [], []
-    exact = [(starts[-1], starts[-1] + float(last))]
+        return 0.0, 0.0
+    inside = lambda a, b: sum(max(0.0, min(b, d) - max(a, c)) for c, d in spans)  # noqa: E731
+    sure = inside(starts[-1], starts[-1] + float(last))
     earlier = list(zip(starts, starts[1:]))
-    if len(earlier) == 1:  # its counted time is the rest of train_time_s
-        counted = max(0.0, float(record.get("train_time_s") or 0.0) - float(last))
-        return exact + [(earlier[0][0], min(earlier[0][1], earlier[0][0] + counted))], []
-    return exact, earlier
+    counted = max(0.0, float(record.get("train_time_s") or 0.0) - float(last))  # by the earlier attempts, together
+    slack = sum(b - a for a, b in earlier) - counted  # how much of their windows they did not count
+    least = sum(inside(a, a + min(b - a, max(0.0, (b - a) - slack))) for a, b in earlier)
+    most = min(counted, sum(inside(a, a + min(b - a, counted)) for a, b in earlier))
+    return sure + least, sure + max(least, most)
 
 
 def paused_spans(logged: list[dict]) -> list[tuple[float, float]]:
@@ -66,22 +73,16 @@ def paused_spans(logged: list[dict]) -> list[tuple[float, float]]:
     return [(a, b) for a, b in merged]
 
 
-def overlap(spans: list[tuple[float, float]], logged: list[dict]) -> float:
-    """Seconds of the logged pauses inside the spans, each paused second counted once."""
-    return sum(max(0.0, min(b, d) - max(a, c)) for a, b in spans for c, d in paused_spans(logged))
-
-
-def cells(folder: Path, logged: list[dict] = ()) -> list[dict]:
+def cells(folder: Path, logged: list[dict] | None = None) -> list[dict]:
     """One row per collected cell: its train_time_s, the logged pauses inside its training, the time net
     of them, its attempts and the CPU model of its attempts."""
-    rows = []
+    rows, spans = [], paused_spans(logged or [])
     for train in sorted(folder.glob("*/train.json")):
         record = json.loads(train.read_text(encoding="utf-8"))
         attempts = record.get("attempts") or []
         models = sorted({(a.get("machine") or {}).get("cpu_model", "") for a in attempts} - {""})
-        total, (exact, uncertain) = float(record.get("train_time_s") or 0.0), windows(record)
-        least = overlap(exact, list(logged))
-        most = least + overlap(uncertain, list(logged))
+        total = float(record.get("train_time_s") or 0.0)
+        least, most = paused_range(record, spans)
         rows.append({"cell": train.parent.name, "train_time_s": total, "paused_min_s": round(least, 1),
                      "paused_max_s": round(most, 1), "net_train_time_min_s": round(max(0.0, total - most), 1),
                      "net_train_time_max_s": round(total - least, 1),
@@ -100,7 +101,8 @@ def _inferred(attempts: list[dict]) -> str:
 
 
 def pauses(pauses_log: Path, watch_log: Path | None) -> list[dict]:
-    """Every logged pause: (end, seconds, source, what)."""
+    """Every logged pause: {end (UTC text), end_s (epoch seconds), seconds, source (the log), what}; a log
+    that is not there gives none (main says so)."""
     out = []
     if pauses_log.is_file():
         for line in pauses_log.read_text(encoding="utf-8").splitlines():
@@ -125,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=HERE / "compute.csv")
     args = ap.parse_args(argv)
     logged = pauses(args.pauses, args.watch_log)
+    for log in (args.pauses, args.watch_log):
+        if not log.is_file():
+            print(f"compute.py: {log} is not there: none of its pauses are taken off", file=sys.stderr)
     rows = cells(args.cells, logged)
     if not rows:
         print(f"compute.py: no train.json under {args.cells}", file=sys.stderr)
@@ -143,11 +148,16 @@ def main(argv: list[str] | None = None) -> int:
     for model, part in by_model.items():
         print(f"  {model}: {len(part)} cells, {hours(part, 'net_train_time_min_s'):.1f}-"
               f"{hours(part, 'net_train_time_max_s'):.1f} h net ({hours(part, 'train_time_s'):.1f} h with the pauses)")
-    if logged:
-        first = min(p["end"] for p in logged)
-        total = sum(b - a for a, b in paused_spans(logged))
-        print(f"grid pauses logged (from {first} UTC on; {len(logged)} pauses): {total / 3600:.1f} h; cells that trained "
-              f"before the first were paused too (unlogged): their net time is an overstatement")
+    spans = paused_spans(logged)
+    if spans:
+        print(f"grid pauses logged: {sum(b - a for a, b in spans) / 3600:.1f} h in {len(spans)} spans (pauses in both "
+              "logs, or inside another, counted once)")
+    for source in ("watch.log", "pauses.log"):
+        starts = [p["end_s"] - p["seconds"] for p in logged if p["source"] == source]
+        if starts:
+            print(f"  {source}: its first pause began {datetime.fromtimestamp(min(starts), timezone.utc):%Y-%m-%d %H:%M} UTC; "
+              "pauses of its kind before then were not logged, and the net times of cells that trained then overstate "
+              "by them")
     print(f"written {args.out} ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)")
     return 0
 
