@@ -111,6 +111,7 @@ def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, m
     # the cell evaluated again: a changed file is updated, a file it no longer has is removed
     metrics = json.loads((run / "metrics.json").read_text())
     metrics["rows"][0]["bleu"] = 99.0
+    metrics["rows"] = [r for r in metrics["rows"] if r["strategy"] != "beam2"]  # no longer decoded with beam2
     (run / "metrics.json").write_text(json.dumps(metrics))
     (run / "hyps" / "beam2.txt").unlink()
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
@@ -338,7 +339,11 @@ def test_the_grids_own_report_from_collected_cells_needs_every_cell_and_matches_
     capsys.readouterr()
     assert main(["report", "g.yaml", "--results", "res", "--collected", "kept"]) == 2
     err = capsys.readouterr().err
-    assert "kept/nat-s1/hyps/parallel.txt: 10 hypotheses for the 12 sentences of test; not this cell's output" in err
+    assert "kept/nat-s1/hyps/parallel.txt: 10 hypotheses for the 12 sentences of test (cut short" in err
+    hyps.unlink()  # a strategy scored in metrics.json whose hypotheses are gone
+    assert main(["report", "g.yaml", "--results", "res", "--collected", "kept"]) == 2
+    assert "kept/nat-s1/hyps/parallel.txt: missing; kept/nat-s1/metrics.json scored the strategy 'parallel'" in (
+        capsys.readouterr().err)
 
 
 def test_status_counts_the_collected_copies_of_cells_whose_machine_is_gone(tmp_path, monkeypatch, capsys):

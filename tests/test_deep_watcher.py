@@ -51,24 +51,24 @@ def test_a_seed_is_timed_whole_when_its_last_cell_finishes_and_a_twin_starts_no_
               fr1: ["en-fr-at-s1", "en-fr-ctc-s1", "en-fr-cmlm-s1"]}
     done = {"en-de-at-s2": (True, de2), "en-fr-at-s1": (True, fr1), "en-fr-ctc-s1": (False, fr1)}
     # a first student of en-fr: beside its baseline, only its own group named
-    assert watch.timings(["en-fr-ctc-s1"], done, groups) == [
+    assert watch.timings(["en-fr-ctc-s1"], done, groups, whole_only=()) == [
         ("--partial", "--only", "en-fr-at-s1", "--only", "en-fr-ctc-s1", "--only", "en-fr-cmlm-s1")]
     # the last student of en-fr: that seed anew and whole
     done["en-fr-cmlm-s1"] = (False, fr1)
-    assert watch.timings(["en-fr-cmlm-s1"], done, groups) == [
+    assert watch.timings(["en-fr-cmlm-s1"], done, groups, whole_only=()) == [
         ("--anew", "--partial", "--only", "en-fr-at-s1", "--only", "en-fr-ctc-s1", "--only", "en-fr-cmlm-s1")]
     # the last student of en-de seed 2, its twin still training: the seed anew and whole all the same
     done["en-de-ctc-s2"] = (False, de2)
-    assert watch.timings(["en-de-ctc-s2"], done, groups) == [
+    assert watch.timings(["en-de-ctc-s2"], done, groups, whole_only=()) == [
         ("--anew", "--partial", "--only", "en-de-at-s2", "--only", "en-de-ctc-s2", "--only", "en-de-at-fp32-s2")]
     # the twin finishing afterwards, or while a student still trains: nothing timed (collected only)
     done["en-de-at-fp32-s2"] = (False, de2)
-    assert watch.timings(["en-de-at-fp32-s2"], done, groups) == []
+    assert watch.timings(["en-de-at-fp32-s2"], done, groups, whole_only=()) == []
     del done["en-de-ctc-s2"]
-    assert watch.timings(["en-de-at-fp32-s2"], done, groups) == []
+    assert watch.timings(["en-de-at-fp32-s2"], done, groups, whole_only=()) == []
     # a baseline finishing beside a finished twin only: nothing to time beside it
     assert watch.timings(["en-de-at-s2"], {"en-de-at-s2": (True, de2), "en-de-at-fp32-s2": (False, de2)},
-                         groups) == []
+                         groups, whole_only=()) == []
 
 
 def test_a_whole_only_student_waits_for_its_seeds_whole_timing():
@@ -89,6 +89,39 @@ def test_a_whole_only_student_waits_for_its_seeds_whole_timing():
     done["en-fr-cmlm-s1"] = (False, fr1)
     assert watch.timings(["en-fr-cmlm-s1"], done, groups, whole_only=watch.WHOLE_ONLY) == [
         ("--anew", "--partial", "--only", "en-fr-at-s1", "--only", "en-fr-ctc-s1", "--only", "en-fr-cmlm-s1")]
+    # a glob naming part of a group: a sibling's partial run leaves it out, and it alone makes no run worth it
+    del done["en-fr-cmlm-s1"]
+    done["en-fr-nat-s1"] = (False, fr1)
+    groups[fr1].append("en-fr-nat-s1")
+    assert watch.timings(["en-fr-ctc-s1", "en-fr-nat-s1"], done, groups, whole_only=("en-fr-ctc-*",)) == [
+        ("--partial", "--only", "en-fr-at-s1", "--only", "en-fr-cmlm-s1", "--only", "en-fr-nat-s1")]
+    assert watch.timings(["en-fr-at-s1"], {"en-fr-at-s1": (True, fr1), "en-fr-ctc-s1": (False, fr1)}, groups,
+                         whole_only=("en-fr-ctc-*",)) == []
+
+
+def test_the_watcher_times_no_en_fr_student_until_its_seed_is_whole(tmp_path, monkeypatch):
+    """The loop passes --whole-only's default on: a first en->fr student is collected, not timed; the last
+    one starts the seed's whole timing."""
+    watch = load_watcher()
+    fr1 = ("en-fr", 1)
+    groups = {fr1: ["en-fr-at-s1", "en-fr-ctc-s1", "en-fr-cmlm-s1"]}
+    finished = {"en-fr-at-s1": (True, fr1), "en-fr-ctc-s1": (False, fr1)}
+    looks = [dict(finished), dict(finished), {**finished, "en-fr-cmlm-s1": (False, fr1)}]  # start, looks 1 and 2
+    calls, alive = [], iter([True, True, False])  # two looks, then the grid's process group is gone
+    monkeypatch.setattr(watch, "finished_cells", lambda results, grid: looks.pop(0) if len(looks) > 1 else looks[0])
+    monkeypatch.setattr(watch, "grid_groups", lambda results, grid: groups)
+    monkeypatch.setattr(watch, "timed_cells", lambda results, grid: {"en-fr-at-s1"})
+    monkeypatch.setattr(watch, "signal_group", lambda pgid, sig: next(alive) if sig == 0 else True)
+    monkeypatch.setattr(watch, "timing_phase_running", lambda results, grid: False)
+    monkeypatch.setattr(watch, "atnat", lambda *args, timeout=None: calls.append(
+        args[0] if args[0] == "collect" else f"time {args[4]}") or 0)
+    monkeypatch.setattr(watch.time, "sleep", lambda s: None)
+    pgid = tmp_path / "pgid"
+    pgid.write_text("999999\n")
+    assert watch.main(["--pgid-file", str(pgid), "--to", str(tmp_path / "kept")]) == 0
+    assert calls == ["collect",  # look 1: en-fr-ctc-s1 finished: collected, not timed
+                     "time --anew", "collect",  # look 2: the last student: the seed whole
+                     "collect"]  # the last collect
 
 
 def test_a_timing_that_succeeded_is_not_redone_and_a_failing_one_is_tried_twice_then_left(tmp_path, monkeypatch):

@@ -53,18 +53,18 @@ class EvalResult:
     extra_tests: list[dict] = field(default_factory=list)  # scores on eval.extra_tests, per strategy and split
 
 
-N_SAMPLES = 5  # sample outputs per strategy in samples.csv: the split's first sentences
+SAMPLES_PER_STRATEGY = 5  # sample outputs per strategy in samples.csv: the split's first sentences
 
 
 def sample_rows(label: str, sources: list[str], references: list[str], hypotheses: list[str],
-                n: int = N_SAMPLES) -> list[dict]:
+                n: int = SAMPLES_PER_STRATEGY) -> list[dict]:
     """samples.csv's rows of one strategy: its first n hypotheses beside their sources and first references."""
     return [{"strategy": label, "index": i, "source": sources[i], "reference": references[i],
              "hypothesis": hypotheses[i]} for i in range(min(n, len(sources)))]
 
 
 def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Path, *,
-             teacher: Seq2SeqModule | None = None, n_samples: int = N_SAMPLES) -> EvalResult:
+             teacher: Seq2SeqModule | None = None, n_samples: int = SAMPLES_PER_STRATEGY) -> EvalResult:
     """Decode cfg.eval.split with every strategy of the run; score it; write hyps and references."""
     src, tgt = task.splits[cfg.eval.split]
     split = encode_split(task.tokenizer, src, tgt, name=cfg.eval.split, max_len=cfg.train.max_len)

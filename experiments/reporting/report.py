@@ -145,7 +145,7 @@ def _systems(part: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
     first = part.drop_duplicates("system").reset_index(drop=True)
     at_cells = set(cells.index[is_at_rows(cells).to_numpy()])
     seed = first["cell"].map(cells["seed"]) if "seed" in cells.columns else pd.Series(0, index=first.index)
-    seed = pd.to_numeric(seed, errors="coerce").fillna(-1)
+    seed = pd.to_numeric(seed, errors="coerce").fillna(float("inf"))  # an unknown seed last on ties
     counts = seed.value_counts()
     seed_rank = seed.map({v: i for i, v in enumerate(sorted(counts.index, key=lambda v: (-counts[v], v)))})
     cell_order = {c: i for i, c in enumerate(dict.fromkeys(first["cell"]))}

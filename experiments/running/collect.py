@@ -38,9 +38,9 @@ from pathlib import Path
 import pandas as pd
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.config.run import build_strategy, extra_test_split, load_task
+from atnat.experiments.config.run import extra_test_split, load_task
 from atnat.experiments.evaluation.evaluate import sample_rows, write_references
-from atnat.experiments.files import atomic_write_bytes, write_csv, write_json_atomic, write_text_atomic
+from atnat.experiments.files import atomic_write_bytes, read_utf8, write_csv, write_json_atomic, write_text_atomic
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, checkpoint_stamps, evaluation_checkpoint
 from atnat.experiments.running.cell import cell_status
 from atnat.experiments.running.grid import load_grid_into
@@ -334,23 +334,28 @@ def stage_collected(grid, source: Path, runs: Path) -> list[str]:
 
 
 def stage_samples(target: Path, cfg, task, copy: Path) -> None:
-    """target/samples.csv again, as the cell wrote it (collect leaves it with the data set's text): each
-    strategy's first hypotheses (its collected hyps/) beside the sources and references read from the data
-    set. A hypotheses file that does not hold one line per test sentence is refused, named as collected
-    (under `copy`)."""
+    """target/samples.csv again, as the cell wrote it (collect leaves it with the data set's text): for each
+    strategy the cell scored (its collected metrics.json), its first hypotheses (its collected hyps/) beside
+    the sources and references read from the data set. A scored strategy without its hypotheses file, a
+    file that is not UTF-8, or one that does not hold one line per test sentence is refused, named as
+    collected (under `copy`)."""
     sources, references = task.splits[cfg.eval.split][0], task.references(cfg.eval.split)[0]
+    try:
+        scored = [r["strategy"] for r in json.loads(read_utf8(target / "metrics.json", "collected "))["rows"]]
+    except (ValueError, KeyError, TypeError) as err:
+        raise AtnatError(f"{copy / 'metrics.json'}: not a cell's scores (no rows with a strategy: {err})") from None
     rows = []
-    for spec in cfg.eval.strategies:
-        label = build_strategy(spec)[0]
-        path = target / "hyps" / f"{label}.txt"
+    for label in dict.fromkeys(map(str, scored)):
+        path, shown = target / "hyps" / f"{label}.txt", copy / "hyps" / f"{label}.txt"
         if not path.is_file():
-            continue
-        hyps = path.read_text(encoding="utf-8").split("\n")
+            raise AtnatError(f"{shown}: missing; {copy / 'metrics.json'} scored the strategy {label!r}")
+        # exactly as evaluate wrote it ("\n".join + "\n"; a CRLF checkout's line ends read as "\n")
+        hyps = read_utf8(path, "collected hypotheses ").replace("\r\n", "\n").split("\n")
         if hyps[-1] == "":
             hyps.pop()
         if len(hyps) != len(sources):
-            raise AtnatError(f"{copy / 'hyps' / path.name}: {len(hyps)} hypotheses for the {len(sources)} sentences of "
-                             f"{cfg.eval.split}; not this cell's output")
+            raise AtnatError(f"{shown}: {len(hyps)} hypotheses for the {len(sources)} sentences of {cfg.eval.split} "
+                             "(cut short, or another cell's)")
         rows += sample_rows(label, sources, references, hyps)
     if rows:
         write_csv(pd.DataFrame(rows), target / "samples.csv")

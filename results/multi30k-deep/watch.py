@@ -11,15 +11,15 @@ What it times: once a task and seed has all its cells finished, that group anew 
 (`atnat time --anew --partial --only`: its final timing, so that its systems' times are measured side by
 side; the same weights timed in two sessions differ by more than one session's interval, STATUS.md).
 Before that, a new student beside its baseline (`--partial`: its speed survives a machine lost before the
-seed is complete), unless `--whole-only` names it (default: en->fr's cells, whose partial timings a lost
-machine would make useless: WHOLE_ONLY below). A cell named by `--never-time` (default: the fp32 twins, precision controls: the grid
-asks for their BLEU, not their speed, which is their bf16 teachers' architecture decoding in fp32 alike)
-neither starts a timing nor holds back its seed's: `--partial` times it only if it happens to have
-finished when its seed is timed.
+seed is complete), unless `--whole-only` names it (default: en->fr's cells, whose partial timings a
+lost machine would make useless: WHOLE_ONLY below). A cell named by `--never-time` (default: the fp32
+twins, precision controls: the grid asks for their BLEU, not their speed, which is their bf16 teachers'
+architecture decoding in fp32 alike) neither starts a timing nor holds back its seed's: `--partial`
+times it only if it happens to have finished when its seed is timed.
 
 Cells it finds finished but not timed when it starts (a timing cut short by the end of a session) count
-as new: it times them at its first look. It stops by itself once the grid's process group is gone, after a last collect. Nothing else should
-run while it times (its log says when): the A/A control's floor in timing.csv shows how quiet the
+as new: it times them at its first look. It stops by itself once the grid's process group is gone,
+after a last collect. Nothing else should run while it times (its log says when): the A/A control's floor in timing.csv shows how quiet the
 machine was. A pause counts in the paused cells' train_time_s (Lightning's timer runs on): the log's
 pause lines say how long each was. It never pauses while the runner's own timing phase runs (its
 timing.lock held), and it lets a grid it finds stopped (an earlier watcher killed mid-pause) go on.
@@ -90,11 +90,11 @@ def worth_timing(new: list[str], done: dict[str, tuple[bool, tuple]]) -> bool:
 
 
 def timings(new: list[str], done: dict[str, tuple[bool, tuple]], groups: dict[tuple, list[str]],
-            never: tuple[str, ...] = NEVER_TIME, whole_only: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+            never: tuple[str, ...] = NEVER_TIME, whole_only: tuple[str, ...] = WHOLE_ONLY) -> list[tuple[str, ...]]:
     """The `atnat time` options for the cells found finished since the last look, one tuple per run: each
     group they complete (its cells in `never` aside) anew and whole; the rest beside their baseline, if
-    worth it, except those in `whole_only` (timed with their whole group only); a cell in `never` starts
-    nothing."""
+    worth it; a cell in `whole_only` only with its whole group (neither a partial run for it nor in one
+    for its siblings); a cell in `never` starts nothing."""
     matches = lambda c, globs: any(fnmatch.fnmatchcase(c, p) for p in globs)  # noqa: E731
     new = [n for n in new if not matches(n, never)]
     done = {c: v for c, v in done.items() if not matches(c, never)}
@@ -102,9 +102,11 @@ def timings(new: list[str], done: dict[str, tuple[bool, tuple]], groups: dict[tu
                       if all(c in done for c in cells if not matches(c, never)) and any(n in cells for n in new))
     runs = [("--anew", "--partial", *[a for c in groups[g] for a in ("--only", c)]) for g in complete]
     rest = [n for n in new if done[n][1] not in complete and not matches(n, whole_only)]
-    if rest and worth_timing(rest, done):
+    partial = {c: v for c, v in done.items() if not matches(c, whole_only)}
+    if rest and worth_timing(rest, partial):
         rest_groups = sorted({done[n][1] for n in rest})
-        runs.append(("--partial", *[a for g in rest_groups for c in groups[g] for a in ("--only", c)]))
+        runs.append(("--partial", *[a for g in rest_groups for c in groups[g] if not matches(c, whole_only)
+                                    for a in ("--only", c)]))
     return runs
 
 
