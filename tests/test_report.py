@@ -234,7 +234,8 @@ def test_samples_of_several_seeds_show_one_seeds_systems_each_decoder_before_any
     strategies = {"at": ["greedy", "beam5"], "cmlm": ["mp1", "mp4", "mp10"], "ctc": ["ctc"]}
     cells = [("a-cmlm-s1", 1), ("a-at-s1", 1), ("a-cmlm-s2", 2), ("a-at-s2", 2), ("a-ctc-s2", 2)]
     table = pd.DataFrame([{"cell": c, "task": "a", "seed": seed, "decoder": c.split("-")[1],
-                           "autoregressive": c.split("-")[1] == "at"} for c, seed in cells])
+                           "autoregressive": c.split("-")[1] == "at", "p_baseline": f"a-at-s{seed} / beam5"}
+                          for c, seed in cells])
     samples = pd.DataFrame([{"cell": c, "strategy": st, "index": i, "source": f"s{i}", "reference": f"r{i}",
                              "hypothesis": f"{c} {st} {i}"}
                             for c, _ in cells for st in strategies[c.split("-")[1]] for i in range(3)])
@@ -245,6 +246,15 @@ def test_samples_of_several_seeds_show_one_seeds_systems_each_decoder_before_any
     assert MAX_SAMPLE_SYSTEMS == 8
     assert list(frame.columns) == ["#", "Source", "Reference", *order[:8]] and hidden == order[8:]
     assert frame["a-ctc-s2 / ctc"].tolist() == ["a-ctc-s2 ctc 0", "a-ctc-s2 ctc 1", "a-ctc-s2 ctc 2"]
+    # a precision control declared last (an AT, like the baseline): after every system compared, in its round
+    table = pd.concat([table, pd.DataFrame([{"cell": "a-at32-s2", "task": "a", "seed": 2, "decoder": "at",
+                                             "autoregressive": True, "p_baseline": "a-at-s2 / beam5"}])])
+    samples = pd.concat([samples, pd.DataFrame([{"cell": "a-at32-s2", "strategy": st, "index": i, "source": f"s{i}",
+                                                 "reference": f"r{i}", "hypothesis": "x"}
+                                                for st in strategies["at"] for i in range(3)])])
+    ((task, frame, hidden),) = samples_tables(samples, table)
+    assert list(frame.columns)[3:] == ["a-at-s2 / greedy", "a-cmlm-s2 / mp1", "a-ctc-s2 / ctc", "a-at32-s2 / greedy",
+                                       "a-at-s2 / beam5", "a-cmlm-s2 / mp4", "a-at32-s2 / beam5", "a-cmlm-s2 / mp10"]
 
 
 def test_environment_table(report):

@@ -136,22 +136,33 @@ def failures_table(failed: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _systems(part: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
+def _baseline_cells(table: pd.DataFrame) -> set[str]:
+    """The cells holding each task and seed's baseline (results.csv's p_baseline, 'cell / strategy');
+    without that column (older tables), the AT cells."""
+    named = table["p_baseline"].dropna().astype(str) if "p_baseline" in table.columns else pd.Series(dtype=str)
+    if named.empty:
+        cells = table.drop_duplicates("cell").set_index("cell")
+        return set(cells.index[is_at_rows(cells).to_numpy()])
+    return set(named.str.split(" / ").str[0])
+
+
+def _systems(part: pd.DataFrame, cells: pd.DataFrame, lead: set[str]) -> list[str]:
     """Distinct 'cell / strategy' labels of samples, in the order their columns are shown: one seed's
     systems first (the seed with the most of them; ties: the lowest), the other seeds' after, so that
     the columns shown compare systems, not seeds. Within a seed, each cell's first strategy, then each
-    cell's second, and so on, AT cells first, otherwise in file order: every decoder gets a column
-    before any gets its second (`cells`: results.csv's rows, one per cell, indexed by cell)."""
+    cell's second, and so on, the baseline's cell (`lead`) first and the others as the file lists them
+    (the grid's order): every decoder gets a column before any gets its second, and a control declared
+    last (an fp32 twin) comes last in each round (`cells`: results.csv's rows, one per cell, indexed by
+    cell)."""
     first = part.drop_duplicates("system").reset_index(drop=True)
-    at_cells = set(cells.index[is_at_rows(cells).to_numpy()])
     seed = first["cell"].map(cells["seed"]) if "seed" in cells.columns else pd.Series(0, index=first.index)
     seed = pd.to_numeric(seed, errors="coerce").fillna(float("inf"))  # an unknown seed last on ties
     counts = seed.value_counts()
     seed_rank = seed.map({v: i for i, v in enumerate(sorted(counts.index, key=lambda v: (-counts[v], v)))})
     cell_order = {c: i for i, c in enumerate(dict.fromkeys(first["cell"]))}
     order = first.assign(_seed=seed_rank, _round=first.groupby("cell").cumcount(),
-                         _nat=~first["cell"].isin(at_cells), _cell=first["cell"].map(cell_order))
-    order = order.sort_values(["_seed", "_round", "_nat", "_cell"], kind="stable")
+                         _later=~first["cell"].isin(lead), _cell=first["cell"].map(cell_order))
+    order = order.sort_values(["_seed", "_round", "_later", "_cell"], kind="stable")
     return list(order["system"])
 
 
@@ -160,9 +171,9 @@ def samples_tables(samples: pd.DataFrame, table: pd.DataFrame) -> list[tuple[str
     cells = table.drop_duplicates("cell").set_index("cell")
     s = samples.fillna("").assign(cell=samples["cell"].astype(str), system=system_label(samples))
     s["task"] = s["cell"].map(cells["task"]).fillna("(cell not in results.csv)")
-    out = []
+    out, lead = [], _baseline_cells(table)
     for task, part in s.groupby("task", sort=False):
-        systems = _systems(part, cells)
+        systems = _systems(part, cells, lead)
         shown = systems[:MAX_SAMPLE_SYSTEMS]
         indices = sorted(part["index"].unique())[:N_SAMPLES]
         part = part[part["index"].isin(indices) & part["system"].isin(shown)]
