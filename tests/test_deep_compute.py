@@ -1,18 +1,13 @@
 """results/multi30k-deep/compute.py: the deep grid's training time net of the grid's logged pauses
 (the README's compute line)."""
 import csv
-import importlib.util
 import json
-from pathlib import Path
 
-COMPUTE = Path(__file__).resolve().parents[1] / "results" / "multi30k-deep" / "compute.py"
+from tests.deep_scripts import load_deep_script
 
 
 def load_compute():
-    spec = importlib.util.spec_from_file_location("deep_compute", COMPUTE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_deep_script("compute")
 
 
 def attempt(time: str, resumed: bool = True) -> dict:

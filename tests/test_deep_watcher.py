@@ -1,15 +1,9 @@
 """results/multi30k-deep/watch.py, the deep grid's watcher: what it times when it starts."""
-import importlib.util
-from pathlib import Path
-
-WATCH = Path(__file__).resolve().parents[1] / "results" / "multi30k-deep" / "watch.py"
+from tests.deep_scripts import load_deep_script
 
 
 def load_watcher():
-    spec = importlib.util.spec_from_file_location("deep_watch", WATCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_deep_script("watch")
 
 
 def test_a_student_found_finished_but_untimed_at_start_is_timed_at_the_first_look(tmp_path, monkeypatch):
