@@ -101,21 +101,19 @@ def _inferred(attempts: list[dict]) -> str:
 
 
 def pauses(pauses_log: Path, watch_log: Path | None) -> list[dict]:
-    """Every logged pause: {end (UTC text), end_s (epoch seconds), seconds, source (the log), what}; a log
-    that is not there gives none (main says so)."""
+    """Every logged pause: {end_s (epoch seconds), seconds, source (the log)}; a log that is not there
+    gives none (main says so)."""
     out = []
     if pauses_log.is_file():
         for line in pauses_log.read_text(encoding="utf-8").splitlines():
             parts = line.split(" ", 5)
             if len(parts) >= 5 and parts[4].isdigit():
-                out.append({"end": f"{parts[2]} {parts[3]}", "seconds": int(parts[4]), "source": "pauses.log",
-                            "what": parts[5] if len(parts) > 5 else "", "end_s": _epoch(f"{parts[2]} {parts[3]}")})
+                out.append({"end_s": _epoch(f"{parts[2]} {parts[3]}"), "seconds": int(parts[4]), "source": "pauses.log"})
     if watch_log is not None and watch_log.is_file():
         for line in watch_log.read_text(encoding="utf-8").splitlines():
             m = WATCH_PAUSE.match(line)
             if m:
-                out.append({"end": m.group(1), "seconds": int(m.group(2)), "source": "watch.log", "what": "atnat time",
-                            "end_s": _epoch(m.group(1))})
+                out.append({"end_s": _epoch(m.group(1)), "seconds": int(m.group(2)), "source": "watch.log"})
     return out
 
 
