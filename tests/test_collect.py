@@ -186,6 +186,9 @@ def test_time_partial_times_a_seeds_finished_cells_beside_its_baseline_while_oth
     shutil.rmtree(out / "runs" / "nat-s1" / "checkpoints")
     assert main(["cell", "g.yaml", "cmlm-s1", "--results", "res"]) == 0
     capsys.readouterr()
+    assert main(["status", "g.yaml", "--results", "res"]) == 0  # done, timed but for its last cell: said so
+    assert (f"parallel seed 1: 3 of 3 cells done, 2 of them timed {first.timing_session.iloc[0]}; not timed: cmlm-s1 "
+            "(atnat time)\n") in capsys.readouterr().out
     assert main(["time", "g.yaml", "--results", "res"]) == 0
     assert "timed (or kept, unchanged): parallel seed 1\n" in capsys.readouterr().out
     second = pd.read_csv(out / "timing.csv")

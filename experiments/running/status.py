@@ -150,6 +150,9 @@ def seed_lines(grid, out: Path, rows: list[dict], collected: Path | None = None)
             elif untimed := [n for n in finished if n not in timed_names and state[n] == "collected"]:
                 line += (f", not timed ({len(untimed)} collected {'copy' if len(untimed) == 1 else 'copies'} without "
                          "a timing: their weights are not here to time)")
+            elif timed_names:  # timed before its last cells finished (`--partial`, or a cell trained later)
+                line += (f", {len(timed_names)} of them timed {sessions or '(session not recorded)'}; not timed: "
+                         f"{', '.join(n for n in finished if n not in timed_names)} (atnat time)")
             else:
                 line += ", not timed yet (atnat time)"
         elif timed_names:  # `atnat time --partial`: the cells finished so far, beside the baseline
