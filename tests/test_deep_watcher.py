@@ -24,7 +24,8 @@ def test_a_student_found_finished_but_untimed_at_start_is_timed_at_the_first_loo
     pgid.write_text("999999\n")
     monkeypatch.setattr(watch, "timed_cells", lambda results, grid: {"en-de-at-s3"}, raising=False)
     assert watch.main(["--pgid-file", str(pgid), "--to", str(tmp_path / "kept")]) == 0
-    assert calls == ["time", "collect", "collect"]  # timed at the first look, collected, a last collect
+    assert calls == ["collect", "time", "collect", "collect"]  # collected, timed at the first look, collected
+    # again (its timing.csv), a last collect
 
     calls.clear()
     alive = iter([True, False])
@@ -114,7 +115,7 @@ def test_the_watcher_times_no_en_fr_student_until_its_seed_is_whole(tmp_path, mo
     pgid.write_text("999999\n")
     assert watch.main(["--pgid-file", str(pgid), "--to", str(tmp_path / "kept")]) == 0
     assert calls == ["collect",  # look 1: en-fr-ctc-s1 finished: collected, not timed
-                     "time --anew", "collect",  # look 2: the last student: the seed whole
+                     "collect", "time --anew", "collect",  # look 2: the last student: its scores, the seed whole
                      "collect"]  # the last collect
 
 
@@ -142,6 +143,6 @@ def test_a_timing_that_succeeded_is_not_redone_and_a_failing_one_is_tried_twice_
     pgid = tmp_path / "pgid"
     pgid.write_text("999999\n")
     assert watch.main(["--pgid-file", str(pgid), "--to", str(tmp_path / "kept")]) == 0
-    assert calls == ["time --anew", "time --partial", "collect",  # look 1: the seed whole, the student beside its teacher
-                     "time --partial", "collect",  # look 2: only the failed one again; then left to a person
+    assert calls == ["collect", "time --anew", "time --partial", "collect",  # look 1: the seed whole, the student beside its teacher
+                     "collect", "time --partial", "collect",  # look 2: only the failed one again; then left to a person
                      "collect"]  # looks 3 and 4: nothing new; the last collect

@@ -1,7 +1,8 @@
-"""Beside the running deep grid: whenever a cell finishes, pause the grid, time what can be timed
-(`atnat time --partial`: each finished student beside its seed's AT baseline and A/A control), let the
-grid go on, and copy the finished cells into this folder (`atnat collect`). A machine lost between two
-sessions then costs the cells still training, not a finished student's speed or scores. Committing the
+"""Beside the running deep grid: whenever a cell finishes, copy it into this folder (`atnat collect`),
+pause the grid, time what can be timed (`atnat time --partial`: each finished student beside its seed's
+AT baseline and A/A control), let the grid go on, and collect again (the new timing.csv). A machine lost
+between two sessions then costs the cells still training, not a finished student's scores (collected
+before an hour's timing starts) or its speed. Committing the
 collected cells stays with the person (or session) working in the checkout.
 
     python results/multi30k-deep/watch.py [--results /work/deep-results] [--pgid-file /work/deep-pgid]
@@ -206,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
             log("the runner's timing phase is running: not pausing; looking again later")
             continue
         settled = set(new) - {c for options in runs for c in covered(options, new)}  # nothing to time for them
+        if runs:  # the scores first: a timing can take an hour, and a session can end in it
+            collect(args.grid, args.results, args.to)
         for options in runs:
             cells = covered(options, new)
             log(f"pausing the grid to time ({' '.join(options)})")
