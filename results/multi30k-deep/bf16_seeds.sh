@@ -22,7 +22,7 @@ for seeds in 2 3 "2 3"; do
       cp -r "$here/finished-cells/$cell" "$kept/"
     done
   done
-  bash experiments/env.sh atnat report --interim "$grid" --collected "$kept" --results "$res" > /dev/null
+  bash experiments/env.sh atnat report --interim "$grid" --collected "$kept" --results "$res" --no-figures > /dev/null
   python3 - "$res/multi30k-deep/interim/ranking.csv" "$seeds" "$tmp/all.csv" <<'PY'
 import csv, os, sys
 path, seeds, dest = sys.argv[1:]
