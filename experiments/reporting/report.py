@@ -320,6 +320,10 @@ def _overview(g: GridResults) -> list[Block]:
         speed = speed_note(part, (g.environment or {}).get("timing", ""))
         if speed:
             blocks.append(Block("note", speed))
+        never = [c for c in part["cell"].astype(str).unique() if c in set((g.environment or {}).get("untimed") or [])]
+        if never:
+            blocks.append(Block("note", f"Never timed, as the grid asks (`untimed:`): {', '.join(f'`{c}`' for c in never)}; "
+                                        "their speed columns stay empty."))
         sessions = part.loc[part["timing_session"] != "", ["cell", "timing_session"]].drop_duplicates()
         if sessions["timing_session"].nunique() > 1:
             when = "; ".join(f"{session}: {', '.join(f'`{c}`' for c in sorted(part_['cell'].unique()))}"

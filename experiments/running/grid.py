@@ -12,6 +12,7 @@ zip: [[task, model.d_model]]          # axes that vary together instead of cross
 exclude: [{cell: cmlm-kd, task: dialect}]                                 # label matches
 seeds: [1]
 smoke: {train: {max_steps: 20}, speed: {repeats: 1}}   # merged in by `atnat run --smoke`
+untimed: [at-fp32]                    # cells the timing phase never times (e.g. a precision control)
 ```
 """
 from __future__ import annotations
@@ -29,10 +30,11 @@ from atnat.experiments.config.run import (
 from atnat.experiments.config.plugins import load_plugins
 from atnat.experiments.config.report import ReportSettings
 from atnat.experiments.config.speed import SpeedSettings
+from atnat.experiments.evaluation.baseline import is_baseline_cell
 from atnat.experiments.reporting.goals import parse_goals
 
 GRID_KEYS = ("name", "description", "base", "cells", "axes", "zip", "exclude", "seeds", "smoke", "speed", "goals",
-             "compare", "baseline", "plugins", "equivalence_margin", "report")
+             "compare", "baseline", "plugins", "equivalence_margin", "report", "untimed")
 
 
 @dataclass
@@ -63,9 +65,19 @@ class Grid:
     compare: list = field(default_factory=list)  # `compare:` [(system, against), ...]: pairs the report
     # compares on every test set with a paired interval (reporting/ranking.py)
     report: ReportSettings = field(default_factory=ReportSettings)  # `report:` what the run's report draws
+    untimed: list = field(default_factory=list)  # `untimed:` cell names (of `cells`) the timing phase leaves out:
+    # controls whose BLEU is the question, not their speed (`atnat run`, `atnat time` and `atnat status` skip them)
 
     def by_name(self) -> dict[str, Cell]:
         return {c.name: c for c in self.cells}
+
+    def timed_cells(self, cells: list[Cell] | None = None) -> list[Cell]:
+        """`cells` (default: the grid's) less those of its `untimed:` variants."""
+        return [c for c in (self.cells if cells is None else cells) if c.variant not in self.untimed]
+
+    def never_timed(self, cells: list[Cell] | None = None) -> list[Cell]:
+        """`cells` (default: the grid's) of its `untimed:` variants."""
+        return [c for c in (self.cells if cells is None else cells) if c.variant in self.untimed]
 
 
 def set_dotted(data: dict, key: str, value: Any) -> dict:
@@ -160,6 +172,7 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
                 compare=parse_compare(data.get("compare"), where),
                 report=make(ReportSettings, data.get("report") or {}, f"{where}: report"))
     resolve_teachers(grid, runs_dir, where)
+    grid.untimed = parse_untimed(data.get("untimed"), variants, grid.cells, baseline, where)  # needs their configs
     check_goal_systems(grid, parse_goals(data.get("goals"), where), where)
     known = systems_of(grid)
     for i, pair in enumerate(grid.compare):
@@ -167,6 +180,23 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
             if name not in known:
                 raise ConfigError(f"{where}: compare[{i}]: no system {name!r} in this grid (systems: {', '.join(known)})")
     return grid
+
+
+def parse_untimed(raw, variants: dict, cells: list[Cell], baseline: str | None, where: str) -> list[str]:
+    """The grid's `untimed:` - a list of cell names of `cells:` whose cells are never timed - checked: each a
+    cell of the grid, none a baseline (every speed-up of its task and seed is measured beside it)."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
+        raise ConfigError(f"{where}: untimed: expected a list of cell names (of `cells:`), got {raw!r}")
+    for name in raw:
+        if name not in variants:
+            raise ConfigError(f"{where}: untimed: {name!r} is not a cell of this grid (cells: {', '.join(variants)})")
+    bases = sorted({c.variant for c in cells if c.variant in raw and is_baseline_cell(c, baseline)})
+    if bases:
+        raise ConfigError(f"{where}: untimed: {', '.join(bases)} is its tasks' baseline (every speed-up is measured "
+                          "beside it): the timing phase cannot leave it out")
+    return list(dict.fromkeys(raw))
 
 
 def parse_compare(raw, where: str) -> list[tuple[str, str]]:

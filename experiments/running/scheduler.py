@@ -207,8 +207,8 @@ def _interim(grid, path, runs: Path, interim: Path, source: str | None, final: b
             **({"timing": timing_description(interim)} if timed else {}),  # else no `timing`: no speed measured
             "stale_cells_interim": {x.cell: x.reason for x in find_stale(grid, grid.cells)}}
     if final:  # every cell collected (write_collected): the grid's report, read from the copies
-        untimed = sorted(set(table["cell"].astype(str)) - set(pd.read_csv(interim / "timing.csv")["cell"].astype(str))
-                         ) if timed else []
+        to_time = set(table["cell"].astype(str)) - {c.name for c in grid.never_timed()}
+        untimed = sorted(to_time - set(pd.read_csv(interim / "timing.csv")["cell"].astype(str))) if timed else []
         env["collected_from"] = f"{source}, written {env.pop('started')}" + (
             f"; no speed was collected for {', '.join(untimed)}" if untimed else "" if timed else
             "; no cell's speed was collected (no `atnat time`)")
@@ -249,10 +249,11 @@ def write_restat(path, *, results_root: Path = Path("results"), smoke: bool = Fa
 
 def _judged_by(grid) -> dict:
     """The grid settings the report judges with, kept in environment.json: the equivalence margin, the
-    `compare:` pairs (so that a pair with no result is named, not silently absent) and the `baseline`
-    cell (the AT reference of the summary's verdict, as of comparisons.csv)."""
+    `compare:` pairs (so that a pair with no result is named, not silently absent), the `baseline`
+    cell (the AT reference of the summary's verdict, as of comparisons.csv) and the cells never timed
+    (`untimed:`, so that their empty speed columns are explained, not taken for a timing that failed)."""
     return {"equivalence_margin": grid.equivalence_margin, "compare": [list(pair) for pair in grid.compare],
-            "baseline": grid.baseline}
+            "baseline": grid.baseline, **({"untimed": [c.name for c in grid.never_timed()]} if grid.untimed else {})}
 
 
 def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_by_job: str | None = None) -> None:

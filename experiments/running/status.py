@@ -124,7 +124,8 @@ def seed_lines(grid, out: Path, rows: list[dict], collected: Path | None = None)
     """Per task and seed (the unit `atnat time` times): how many of its cells are done (and how many of those
     are collected copies), and once all are, whether it has been timed (timing.csv rows for each of its cells,
     and when; a collected cell's from its copy's timing.csv); before that, how many of them `atnat time
-    --partial` has timed."""
+    --partial` has timed. Cells of the grid's `untimed:` count as done when done, and are named as never
+    timed, never as waiting for a timing."""
     import pandas as pd
 
     state = {r["cell"]: r["state"] for r in rows}
@@ -132,6 +133,7 @@ def seed_lines(grid, out: Path, rows: list[dict], collected: Path | None = None)
               and (t := timing_rows(collected / r["cell"] / "timing.csv")) is not None]
     found = [t for t in [timing_rows(out / "timing.csv")] + copies if t is not None]
     timing = pd.concat(found, ignore_index=True) if found else None
+    never = {c.name for c in grid.never_timed()}
     lines = []
     for (task, seed), cells in timing_groups(grid.cells).items():
         names = [c.name for c in cells]
@@ -141,22 +143,25 @@ def seed_lines(grid, out: Path, rows: list[dict], collected: Path | None = None)
         if n_copies:
             line += (f" ({n_copies} of them {'a collected copy' if n_copies == 1 else 'collected copies'}: "
                      f"{collected})")
-        timed = timing[timing["cell"].astype(str).isin(finished)] if timing is not None else None
+        to_time = [n for n in finished if n not in never]  # the grid's `untimed:` cells are never waited for
+        timed = timing[timing["cell"].astype(str).isin(to_time)] if timing is not None else None
         timed_names = set(timed["cell"].astype(str)) if timed is not None else set()
         sessions = ", ".join(sorted(set(timed["timing_session"].dropna().astype(str)))) if timed is not None else ""
         if len(finished) == len(names):
-            if timed_names == set(finished):
+            if timed_names == set(to_time):
                 line += f", timed {sessions or '(session not recorded)'}"
-            elif untimed := [n for n in finished if n not in timed_names and state[n] == "collected"]:
+            elif untimed := [n for n in to_time if n not in timed_names and state[n] == "collected"]:
                 line += (f", not timed ({len(untimed)} collected {'copy' if len(untimed) == 1 else 'copies'} without "
                          "a timing: their weights are not here to time)")
             elif timed_names:  # timed before its last cells finished (`--partial`, or a cell trained later)
                 line += (f", {len(timed_names)} of them timed {sessions or '(session not recorded)'}; not timed: "
-                         f"{', '.join(n for n in finished if n not in timed_names)} (atnat time)")
+                         f"{', '.join(n for n in to_time if n not in timed_names)} (atnat time)")
             else:
                 line += ", not timed yet (atnat time)"
         elif timed_names:  # `atnat time --partial`: the cells finished so far, beside the baseline
             line += f", {len(timed_names)} of them timed {sessions or '(session not recorded)'}"
+        if skipped := [n for n in names if n in never]:
+            line += f"; never timed: {', '.join(skipped)} (the grid's untimed)"
         lines.append(line)
     return lines
 

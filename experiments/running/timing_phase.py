@@ -46,7 +46,8 @@ def check_timing_peers(grid, device: str, where) -> None:
 
 
 def finished(grid) -> list:
-    return [c for c in grid.cells if cell_status(Path(c.config.output_dir)) == "ok"]
+    """The grid's finished cells the timing phase times: all but those of its `untimed:` cells."""
+    return [c for c in grid.timed_cells() if cell_status(Path(c.config.output_dir)) == "ok"]
 
 
 def timing_phase(grid, out: Path, device: str | None = None) -> None:
@@ -78,13 +79,18 @@ def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devic
     With `only` (`--only` cell names or globs, as in `atnat run`), only the task-and-seed groups of the
     cells named: a group is timed as a whole (its baseline and A/A control with it), never one cell alone,
     and the other groups are neither timed nor waited for (e.g. one seed's final timing while another trains).
+    Cells of the grid's `untimed:` cells are neither timed nor waited for: a group is whole without them.
     -> ({group timed or kept: its cells not finished yet (empty for a whole group)}, {group not timed:
     why}); a finished group that could not be timed (a cell with no checkpoint and no earlier timing)
     is among the second."""
     grid, out = load_grid_into(path, results_root, smoke)
-    groups = timing_groups(grid.cells)
+    groups = timing_groups(grid.timed_cells())
     if only:
-        named = {timing_group(c) for c in select_cells(grid.cells, only, path)}
+        selected = select_cells(grid.cells, only, path)
+        if not grid.timed_cells(selected):
+            raise AtnatError(f"atnat time {path}: --only {' '.join(only)} names only cells the grid never times "
+                             f"(untimed: {', '.join(grid.untimed)}): {', '.join(c.name for c in selected)}")
+        named = {timing_group(c) for c in grid.timed_cells(selected)}
         groups = {key: cells for key, cells in groups.items() if key in named}
     ready: dict[tuple[str, int], list[str]] = {}
     waiting: dict[tuple[str, int], str] = {}
