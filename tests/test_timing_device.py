@@ -59,7 +59,7 @@ def test_the_login_node_sees_whether_the_timing_holds_without_the_device(tmp_pat
 
     cells, timed = fake_cells(tmp_path, monkeypatch)
     monkeypatch.setattr(timing, "device_name", lambda device: "NVIDIA H100 PCIe")  # known only on the GPU node
-    grid = SimpleNamespace(cells=cells, speed={"repeats": 1}, baseline=None)
+    grid = SimpleNamespace(cells=cells, speed={"repeats": 1}, baseline=None, timed_cells=lambda: cells)  # none `untimed:`
     monkeypatch.setattr(timing_phase, "cell_status", lambda run_dir: "ok")
     monkeypatch.setattr(timing_phase, "evaluation_checkpoint", lambda run: run / "best.ckpt")
     assert not timing_phase.timing_is_current(grid, tmp_path)  # never timed
@@ -67,8 +67,8 @@ def test_the_login_node_sees_whether_the_timing_holds_without_the_device(tmp_pat
     assert timing_phase.timing_is_current(grid, tmp_path)
     (tmp_path / "b" / "best.ckpt").write_text("retrained")
     assert not timing_phase.timing_is_current(grid, tmp_path)  # other weights: the timing job must run again
-    assert not timing_phase.timing_is_current(SimpleNamespace(cells=cells, speed={"repeats": 2}, baseline=None),
-                                              tmp_path)
+    assert not timing_phase.timing_is_current(SimpleNamespace(cells=cells, speed={"repeats": 2}, baseline=None,
+                                                              timed_cells=lambda: cells), tmp_path)
 
 
 def test_devices_reach_the_timing_phase(tmp_path, monkeypatch):
