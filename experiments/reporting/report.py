@@ -315,12 +315,13 @@ def _compute(g: GridResults) -> list[Block]:
 def _overview(g: GridResults) -> list[Block]:
     blocks = [Block("heading", "Overview", 2)]
     ok = ok_rows(g.table)
+    untimed = set((g.environment or {}).get("untimed") or [])  # the grid's `untimed:` cells
     for task, part in ok.groupby("task", sort=False):
         blocks += [Block("heading", f"Task `{task}`", 3), overview_table(part)]
         speed = speed_note(part, (g.environment or {}).get("timing", ""))
         if speed:
             blocks.append(Block("note", speed))
-        never = [c for c in part["cell"].astype(str).unique() if c in set((g.environment or {}).get("untimed") or [])]
+        never = [c for c in part["cell"].astype(str).unique() if c in untimed]
         if never:
             blocks.append(Block("note", f"Never timed, as the grid asks (`untimed:`): {', '.join(f'`{c}`' for c in never)}; "
                                         "their speed columns stay empty."))

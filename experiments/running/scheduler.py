@@ -208,9 +208,9 @@ def _interim(grid, path, runs: Path, interim: Path, source: str | None, final: b
             "stale_cells_interim": {x.cell: x.reason for x in find_stale(grid, grid.cells)}}
     if final:  # every cell collected (write_collected): the grid's report, read from the copies
         to_time = set(table["cell"].astype(str)) - {c.name for c in grid.never_timed()}
-        untimed = sorted(to_time - set(pd.read_csv(interim / "timing.csv")["cell"].astype(str))) if timed else []
+        no_speed = sorted(to_time - set(pd.read_csv(interim / "timing.csv")["cell"].astype(str))) if timed else []
         env["collected_from"] = f"{source}, written {env.pop('started')}" + (
-            f"; no speed was collected for {', '.join(untimed)}" if untimed else "" if timed else
+            f"; no speed was collected for {', '.join(no_speed)}" if no_speed else "" if timed else
             "; no cell's speed was collected (no `atnat time`)")
     else:
         env["interim"] = (f"{done} of {len(grid.cells)} cells finished when written ({env.pop('started')}); "

@@ -150,8 +150,8 @@ def seed_lines(grid, out: Path, rows: list[dict], collected: Path | None = None)
         if len(finished) == len(names):
             if timed_names == set(to_time):
                 line += f", timed {sessions or '(session not recorded)'}"
-            elif untimed := [n for n in to_time if n not in timed_names and state[n] == "collected"]:
-                line += (f", not timed ({len(untimed)} collected {'copy' if len(untimed) == 1 else 'copies'} without "
+            elif no_timing := [n for n in to_time if n not in timed_names and state[n] == "collected"]:
+                line += (f", not timed ({len(no_timing)} collected {'copy' if len(no_timing) == 1 else 'copies'} without "
                          "a timing: their weights are not here to time)")
             elif timed_names:  # timed before its last cells finished (`--partial`, or a cell trained later)
                 line += (f", {len(timed_names)} of them timed {sessions or '(session not recorded)'}; not timed: "

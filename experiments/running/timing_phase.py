@@ -87,10 +87,10 @@ def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devic
     groups = timing_groups(grid.timed_cells())
     if only:
         selected = select_cells(grid.cells, only, path)
-        if not grid.timed_cells(selected):
+        named = {timing_group(c) for c in grid.timed_cells(selected)}
+        if not named:
             raise AtnatError(f"atnat time {path}: --only {' '.join(only)} names only cells the grid never times "
                              f"(untimed: {', '.join(grid.untimed)}): {', '.join(c.name for c in selected)}")
-        named = {timing_group(c) for c in grid.timed_cells(selected)}
         groups = {key: cells for key, cells in groups.items() if key in named}
     ready: dict[tuple[str, int], list[str]] = {}
     waiting: dict[tuple[str, int], str] = {}
