@@ -25,6 +25,9 @@ class Hypotheses:
         0 at padding. scores: (B, N) the ranking score (after length normalisation / penalty), best
         first. lengths: (B, N) tokens per hypothesis, EOS included. n_steps: decoder passes run.
     history: optional per-iteration token snapshots (mask-predict), each (B, T).
+    passes: the passes of each model where a strategy runs two ({"drafter": 4, "verifier": 4}); their
+        sum is n_steps. accepted: tokens a speculative search accepted per sentence and verifier pass,
+        summed over the batch, as (tokens, sentence-passes).
     """
 
     tokens: Tensor
@@ -33,6 +36,8 @@ class Hypotheses:
     lengths: Tensor
     n_steps: int
     history: list[Tensor] | None = None
+    passes: dict[str, int] | None = None
+    accepted: tuple[int, int] | None = None
 
     def sequences(self, special: SpecialTokens, n: int = 0) -> list[list[int]]:
         """The n-th best hypothesis of every sentence as a list of ids, without EOS and padding."""
@@ -82,6 +87,30 @@ class CTCModel(Protocol):
         """-> log_probs (B, T', V) over output slots incl. blank, padding_mask (B, T') True at pad."""
 
 
+class DAGModel(Protocol):
+    """What the DAG strategies drive: one pass that returns a graph of vertices (DA-Transformer)."""
+
+    def forward_dag(self, memory: Any) -> tuple[Tensor, Tensor, Tensor]:
+        """-> token log_probs per vertex (B, L, V), link log-probs (B, L, L) from vertex i to j (-inf
+        unless i < j within the graph), padding_mask (B, L) True at pad. A path runs from vertex 0 to
+        each row's last vertex; those two emit bos and eos."""
+
+
+class BlockVerifier(Protocol):
+    """An AT model checking proposed tokens (speculative decoding): per row, one cached pass over a
+    block gives the next-token distribution after each of its prefixes. Owned by one search: a
+    strategy takes `verifier=`, a function that builds a fresh one for its batch."""
+
+    max_output_length: int | None  # the most content tokens an output can have; None: no cap
+
+    def step_block(self, tokens: Tensor, start: Tensor) -> Tensor:
+        """tokens (R, J) at positions start (R,) .. start + J - 1 of each row's decoder input (BOS at
+        0) -> log_probs (R, J, V) over the token after each; keys past what a row keeps are rewritten."""
+
+    def keep(self, rows: Tensor) -> None:
+        """Keep only batch rows `rows` (R',), in that order."""
+
+
 class SequenceScorer(Protocol):
     """An AT model scoring given candidates in one teacher-forced pass (NPD re-ranking)."""
 
@@ -92,16 +121,23 @@ class SequenceScorer(Protocol):
 class Strategy(ABC):
     """Base of all search strategies. Subclasses are frozen dataclasses whose fields are options.
 
-    `requires` names the model capability the strategy drives ("step", "parallel" or "ctc");
+    `requires` names the model capability the strategy drives ("step", "parallel", "ctc", "dag");
     a decoder lists its capabilities, and a mismatch is refused when a config is read and again
     before decoding (`compatibility_problem`). A strategy describes itself: `label` names it in
-    tables and file names, `needs_scorer` says it re-ranks with an AT teacher (it then takes `scorer=`).
+    tables and file names, `needs_scorer` says it re-ranks with an AT teacher (it then takes
+    `scorer=`), `needs_verifier` that an AT teacher checks its drafts (it then takes `verifier=`).
     """
 
     requires: ClassVar[str] = ""
     needs_scorer: ClassVar[bool] = False
+    needs_verifier: ClassVar[bool] = False
     registered_name: ClassVar[str] = ""
     label_options: ClassVar[tuple[str, ...]] = ()  # options `short_label` already shows
+
+    @property
+    def uses_teacher(self) -> bool:
+        """Whether the strategy runs an AT teacher beside the decoder it drives (npd, speculative)."""
+        return self.needs_scorer or self.needs_verifier
 
     @property
     def short_label(self) -> str:

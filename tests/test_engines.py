@@ -16,6 +16,7 @@ from atnat.core.engines import DEFAULT_ENGINE, ENGINES, OPTIONS, parse_engine, t
 from atnat.core.errors import AtnatError
 from atnat.decoding.beam import Beam
 from atnat.decoding.ctc import CTC
+from atnat.decoding.dag import DAGGreedy, DAGLookahead, DAGViterbi
 from atnat.decoding.greedy import Greedy
 from atnat.decoding.mask_predict import MaskPredict
 from atnat.decoding.parallel import Parallel
@@ -106,7 +107,7 @@ def test_compiled_nat_passes_decode_the_tokens_of_eager(engine):
     same tokens as eager at batch 1 and on the padded batch, with length beams and iterations."""
     for decoder, options, strategies in NAT_CASES:
         info = assert_same_tokens(nat_model(decoder, **options), engine, strategies, decode_twice=False)
-        kind = "ctc" if decoder == "ctc" else "parallel"
+        kind = pass_kind(decoder)
         assert sorted(r.what for r in info.records) == sorted(["encoder pass", f"{kind} pass"])
 
 
@@ -166,17 +167,25 @@ NAT_CASES = [
     ("nat", {}, {"parallel": Parallel(), "parallel-lb3": Parallel(length_beam=3)}),
     ("cmlm", {}, {"mask-predict": MaskPredict(iterations=4, length_beam=2)}),
     ("ctc", {"upsample": 2}, {"ctc": CTC(), "ctc-beam4": CTC(beam_size=4)}),
+    ("dag", {"upsample": 2.5}, {"dag-lookahead": DAGLookahead(), "dag-greedy": DAGGreedy(),
+                                "dag-viterbi": DAGViterbi()}),
 ]
+NAT_IDS = ["nat", "cmlm", "ctc", "dag"]
 
 
-@pytest.mark.parametrize("decoder,options,strategies", NAT_CASES, ids=["nat", "cmlm", "ctc"])
+def pass_kind(decoder: str) -> str:
+    """The compiled pass of a NAT decoder's family (aoti.TensorPass kinds)."""
+    return decoder if decoder in ("ctc", "dag") else "parallel"
+
+
+@pytest.mark.parametrize("decoder,options,strategies", NAT_CASES, ids=NAT_IDS)
 def test_nat_passes_go_to_their_package_with_the_right_tensors(monkeypatch, decoder, options, strategies):
     """Every NAT pass and the encoder go through their (here traced) package; a source of one token
     is outside the packages' ranges (export specialises a size of 1) and runs eager."""
     asked = traced_not_compiled(monkeypatch)
     model = nat_model(decoder, **options)
     assert_same_tokens(model, "aoti", strategies, decode_twice=False)
-    kind = "ctc" if decoder == "ctc" else "parallel"
+    kind = pass_kind(decoder)
     assert sorted(set(asked)) == sorted(["encoder pass", f"{kind} pass"])
     engined = copy.deepcopy(model)
     apply_engine(engined, "aoti")
@@ -207,7 +216,7 @@ def test_auto_packs_a_nat_decoder_and_runs_eager_where_it_cannot_pack(monkeypatc
         parse_engine("auto+bf16")
 
 
-@pytest.mark.parametrize("decoder,options,strategies", NAT_CASES, ids=["nat", "cmlm", "ctc"])
+@pytest.mark.parametrize("decoder,options,strategies", NAT_CASES, ids=NAT_IDS)
 def test_packed_linears_decode_the_nat_tokens_of_eager(decoder, options, strategies):
     model = nat_model(decoder, **options)
     info = assert_same_tokens(model, "packed", strategies, decode_twice=False)
@@ -224,6 +233,10 @@ def test_step_engines_leave_a_nat_decoder_as_it_is():
 @pytest.mark.parametrize("engine", ["packed+bf16", "static+bf16"])
 def test_bf16_runs_and_says_it_is_not_exact(engine):
     model = at_model()
+    if engine.startswith("packed") and not bf16_packing_supported():  # e.g. an AVX2-only CPU: one clear refusal
+        with pytest.raises(AtnatError, match="this CPU cannot run it"):
+            apply_engine(model, engine)
+        return
     info = apply_engine(model, engine)
     assert not info.exact and not parse_engine(engine).exact and info.swapped > 0
     src, lengths = batches()["padded"]
@@ -232,6 +245,15 @@ def test_bf16_runs_and_says_it_is_not_exact(engine):
             out = model.decode(src, lengths, strategy)
             assert out.tokens.shape[0] == 6 and torch.isfinite(out.scores).all()
     assert all(p.dtype == torch.bfloat16 for m in model.modules() if isinstance(m, PackedLinear) for p in [m.weight])
+
+
+def bf16_packing_supported() -> bool:
+    """Whether oneDNN can pack a bfloat16 weight on this CPU."""
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(4, 4, dtype=torch.bfloat16), 1)
+        return True
+    except RuntimeError:
+        return False
 
 
 def test_int8_models_take_the_static_and_packed_engines():

@@ -70,6 +70,10 @@ def test_expansion_axes_zip_exclude_seeds_and_teacher_order(tmp_path):
     ({"speed": {"repeat": 3}}, r"speed: unknown key 'repeat'; valid keys: latency_sentences"),
     ({"speed": {"engine": "aoti+turbo"}}, r"speed.engine 'aoti\+turbo': unknown option 'turbo'; valid: engines eager, "
                                           r"static, packed, inductor, aoti, auto; options \+autotune"),
+    ({"speed": {**TINY["speed"], "reference_at": "nobody"}}, r"speed.reference_at: 'nobody' is not a cell of this grid"),
+    ({"speed": {**TINY["speed"], "reference_at": "cmlm-kd"}}, r"speed.reference_at: 'cmlm-kd' must be an AT cell"),
+    ({"cells": {**TINY["cells"], "fast": {"decoder": {"name": "at"}, "eval": {"strategies": ["beam"]}}},
+      "speed": {**TINY["speed"], "reference_at": "fast"}}, r"'fast' must evaluate with greedy"),
 ])
 def test_grid_config_errors_name_file_and_key(tmp_path, change, message):
     path = write_grid(tmp_path, {**TINY, **change})

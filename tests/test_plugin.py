@@ -84,7 +84,7 @@ def test_a_broken_plugin_hides_neither_the_built_ins_nor_a_misspelling(monkeypat
     monkeypatch.setattr(registry_module, "entry_points", lambda group: eps if group == "atnat.decoders" else [])
     monkeypatch.setattr(DECODERS, "_plugins_loaded", False)
     monkeypatch.setattr(DECODERS, "plugin_errors", {})
-    with pytest.raises(Exception, match=r"unknown decoder 'cmlmm'; known decoders: at, cmlm, ctc, nat.*"
+    with pytest.raises(Exception, match=r"unknown decoder 'cmlmm'; known decoders: at, cmlm, ctc, dag, nat.*"
                                         r"\(plugins that failed to load: broken-dec\)"):
         DECODERS.get("cmlmm")
     with pytest.raises(Exception, match="plugin 'broken-dec' .* failed to load .*ModuleNotFoundError"):

@@ -39,7 +39,8 @@ class FakeModule:
 
 
 def system(name, seconds, log, strategy="greedy", teacher=None, **kw):
-    search = SimpleNamespace(registered_name=strategy, needs_scorer=strategy == "npd")
+    search = SimpleNamespace(registered_name=strategy, needs_scorer=strategy == "npd", needs_verifier=False,
+                             uses_teacher=strategy == "npd")
     return System(name, "greedy", FakeModule(name, seconds, log, **kw), search, SOURCES, teacher)
 
 
@@ -88,6 +89,31 @@ def test_npd_runs_its_teacher_once_per_call_and_counts_its_pass():
     assert table.decoder_passes.iloc[0] == 2  # one NAT pass + one teacher pass
 
 
+def test_speedups_over_a_reference_at_are_paired_ratios_too():
+    """speed.reference_at: a second AT (e.g. deep-encoder/shallow-decoder) each system is also compared with."""
+    log = []
+    systems = [system("at", 0.004, log), system("fast-at", 0.002, log), system("nat", 0.001, log)]
+    table = time_systems(systems, FAST, {c: ("at", "greedy") for c in ("at", "fast-at", "nat")}, None,
+                         {c: ("fast-at", "greedy") for c in ("at", "fast-at", "nat")}).set_index("cell")
+    assert table.loc["nat"].speedup_vs_ref_at == pytest.approx(2.0, rel=0.35)
+    assert table.loc["at"].speedup_vs_ref_at == pytest.approx(0.5, rel=0.35)
+    assert table.loc["nat"].speedup_vs_ref_at_ci_low <= table.loc["nat"].speedup_vs_ref_at
+    assert table.loc["nat"].throughput_speedup_vs_ref_at == pytest.approx(2.0, rel=0.35)
+    assert table.loc["nat"].ref_at_baseline == "fast-at / greedy"
+    assert table.loc["nat"].speedup_vs_at == pytest.approx(4.0, rel=0.35)
+
+
+def test_speculative_systems_report_verifier_passes_and_tokens_per_pass():
+    log = []
+    spec = system("spec", 0.0, log)
+    spec.module.decode = lambda src, lengths, strategy, **kw: SimpleNamespace(
+        n_steps=6, passes={"drafter": 3, "verifier": 3}, accepted=(9, 3))
+    table = time_systems([spec, system("at", 0.0, log)], FAST, {}).set_index("cell")
+    assert table.loc["spec"].decoder_passes == 6 and table.loc["spec"].verifier_passes == 3
+    assert table.loc["spec"].acceptance_length == 3.0
+    assert pd.isna(table.loc["at"].verifier_passes) and pd.isna(table.loc["at"].acceptance_length)
+
+
 def fake_timed_cells(tmp_path, monkeypatch, names):
     """Cells of one task and seed with a checkpoint each (a file `best.ckpt`), and time_grid's model
     loading and timing replaced by fakes: -> (cells, the cells each timing timed, how many cells
@@ -112,9 +138,9 @@ def fake_timed_cells(tmp_path, monkeypatch, names):
     def fake_grid_systems(alive, device, speed, baseline=None):  # models would be loaded here
         built.append(len(alive))
         return [SimpleNamespace(cell=c.name, strategy="greedy", fingerprint=checkpoint_stamp(Path(c.config.output_dir)))
-                for c in alive], {}, {}
+                for c in alive], {}, {}, {}
 
-    def fake_time_systems(systems, speed, baselines, ct2=None):
+    def fake_time_systems(systems, speed, baselines, ct2=None, refs=None):
         timed.append(sorted(s.cell for s in systems))
         return pd.DataFrame([{"cell": s.cell, "strategy": s.strategy, "fingerprint": s.fingerprint,
                               "latency_ms_b1": 1.0} for s in systems]).reindex(columns=timing.COLUMNS)
@@ -309,7 +335,7 @@ def test_the_aa_control_gives_throughput_ratios_a_floor_of_their_own(monkeypatch
         module = SimpleNamespace(device=torch.device("cpu"))
         module.decode = lambda src, lengths, strategy, **kw: (
             setattr(clock, "now", clock.now + (1.0 if src.size(0) == 1 else batched)) or SimpleNamespace(n_steps=1))
-        return System(name, "greedy", module, SimpleNamespace(needs_scorer=False), SOURCES)
+        return System(name, "greedy", module, SimpleNamespace(needs_scorer=False, uses_teacher=False), SOURCES)
 
     at, nat = timed("at", 1.0), timed("nat", 1.0)
     twin = timed("at", 1.25)
@@ -347,9 +373,9 @@ def test_each_task_and_seed_is_timed_as_its_own_group_and_an_unchanged_group_is_
     timed = []
     monkeypatch.setattr(timing, "grid_systems", lambda alive, device, speed, baseline=None: (
         [SimpleNamespace(cell=c.name, strategy="greedy", fingerprint=checkpoint_stamp(Path(c.config.output_dir)))
-         for c in alive], {}, {}))
+         for c in alive], {}, {}, {}))
 
-    def fake_time_systems(systems, speed, baselines, ct2=None):
+    def fake_time_systems(systems, speed, baselines, ct2=None, refs=None):
         timed.append(sorted(s.cell for s in systems))
         return pd.DataFrame([{"cell": s.cell, "strategy": s.strategy, "fingerprint": s.fingerprint}
                              for s in systems]).reindex(columns=timing.COLUMNS)

@@ -58,6 +58,8 @@ def cmd_translate(args) -> int:
     module, tokenizer = load_module(args.checkpoint, map_location=device)
     module = maybe_quantize(module, args.quantize)
     teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
+    if teacher is not None:
+        use_engine(teacher, engine, single_sentences=args.batch_size == 1)
     spec = {"name": args.strategy, **strategy_options(args)}
     _, strategy = build_strategy(spec)
     check_compatible(module.decoder, strategy)  # refuse before reading any input
@@ -183,6 +185,8 @@ def cmd_evaluate(args) -> None:
     module = maybe_quantize(module, args.quantize)
     use_engine(module, engine, single_sentences=not args.no_speed)  # the latency timing decodes one at a time
     teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
+    if teacher is not None:
+        use_engine(teacher, engine, single_sentences=not args.no_speed)
     sources = read_lines(Path(args.src), "--src")
     references = [read_lines(Path(r), f"--ref {r}") for r in args.ref]
     specs = [{"name": args.strategy, **strategy_options(args)}] + [_spec(s) for s in args.also or []]
@@ -380,7 +384,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_train)
     p = sub.add_parser("translate", parents=[common], help="translate stdin to stdout with a trained checkpoint")
     p.add_argument("--checkpoint", required=True, help="checkpoint file or run directory")
-    p.add_argument("--teacher", help="AT teacher checkpoint for npd re-ranking")
+    p.add_argument("--teacher", help="AT teacher checkpoint: re-ranks npd's candidates, verifies speculative's drafts")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--long-lines", choices=["error", "truncate"], default="error",
                    help="a line longer than the model's limit: error (empty output line, a message, exit 1) "
@@ -410,7 +414,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, help="checkpoint file, run directory or export directory")
     p.add_argument("--src", required=True, help="source file, one sentence per line")
     p.add_argument("--ref", required=True, action="append", help="reference file (repeat for several references)")
-    p.add_argument("--teacher", help="AT teacher checkpoint for npd re-ranking")
+    p.add_argument("--teacher", help="AT teacher checkpoint: re-ranks npd's candidates, verifies speculative's drafts")
     p.add_argument("--also", action="append", metavar="NAME[:OPT=V,...]", help="another strategy to score, e.g. beam:beam_size=5")
     p.add_argument("--lang", help="target language of the tokenised BLEU (default: the run's)")
     p.add_argument("--compound-split", action="store_true", help="tokenised BLEU splits hyphenated compounds (##AT##)")

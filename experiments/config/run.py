@@ -247,6 +247,10 @@ def validate(cfg: RunConfig, where: str) -> RunConfig:
         problem = compatibility_problem(dec_cls, dec_options, strategy)  # the one check, also at decode time
         if problem:
             raise ConfigError(f"{where}: eval.strategies[{i}] ({name}): {problem}")
+        if strategy.uses_teacher and cfg.distill is None:
+            raise ConfigError(f"{where}: eval.strategies[{i}] ({name}) runs an AT teacher beside the decoder (npd "
+                              "re-ranks with it, speculative drafts for it): give the run a teacher (grid: teacher: "
+                              "CELL; a run: distill.teacher)")
     for name in cfg.eval.extra_tests:  # read now, not after hours of training
         try:
             task_cls(make(task_cls.Options, task_opts, f"{where}: task ({task_name})"), cache_dir=CACHE_DIR).extra_split(name)

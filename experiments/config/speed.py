@@ -26,6 +26,8 @@ class SpeedSettings:
     aa_control: bool = True  # time the baseline twice, as two systems: the ratio of the two (ideally 1) is
     # the noise floor of its task's speed ratios (batch-1: columns speed_noise_low/high; throughput:
     # throughput_noise_low/high)
+    reference_at: str | None = None  # a second AT cell of the grid (by its name under `cells:`, e.g. a deep-encoder/
+    # shallow-decoder AT): every system's speed-ups over that cell's greedy, same task and seed, are measured too
     engine: str = DEFAULT_ENGINE  # how our systems decode while timed (core/engines.py, modelfiles/engines.py:
     # auto (the default), eager, static, packed, inductor, aoti, with +options); recorded per row (timing_engine)
 
@@ -43,4 +45,6 @@ class SpeedSettings:
         out = dataclasses.asdict(self)
         if out["engine"] == "eager":
             del out["engine"]
+        if out["reference_at"] is None:  # as timings taken before it existed recorded it
+            del out["reference_at"]
         return out

@@ -1,6 +1,7 @@
 """Where a trained model meets a search strategy: the one place that imports both models/ and
 decoding/. Builds strategies from config specs, checks that a strategy can drive a decoder, and
-hands a teacher's scorer to strategies that re-rank with one (npd)."""
+hands an AT teacher to strategies that run one beside the decoder: npd re-ranks with its scores,
+speculative drafts for it to verify."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,6 +10,7 @@ import torch
 
 from atnat.core.errors import AtnatError
 from atnat.decoding.base import Strategy
+from atnat.models.decoders.block_verifier import BlockVerifier
 from atnat.models.seq2seq import Seq2SeqModule
 
 from atnat.experiments.config.run import build_strategy
@@ -39,11 +41,23 @@ def teacher_scorer(teacher: Seq2SeqModule | None, src: torch.Tensor) -> dict:
     return {"scorer": score}
 
 
+def teacher_verifier(teacher: Seq2SeqModule, src: torch.Tensor) -> dict:
+    """The verifier keyword of speculative decoding: a function that builds, for one search, the
+    teacher's decoder over its own encoding of the batch (the teacher's encoder runs then: part of the
+    strategy's time)."""
+    if "step" not in teacher.decoder.capabilities:
+        raise AtnatError(f"a verifier must be an AT (capability 'step'); the teacher's decoder is "
+                         f"{teacher.decoder.registered_name!r}")
+    return {"verifier": lambda: BlockVerifier(teacher.decoder, teacher.encode(src))}
+
+
 def needs_teacher(strategy: Strategy, teacher: Seq2SeqModule | None, src: torch.Tensor) -> dict:
-    """The scorer keyword of a strategy that re-ranks with a teacher (`needs_scorer`); {} else."""
-    if not strategy.needs_scorer:
+    """The keyword a strategy that runs an AT teacher takes: `scorer` (npd), `verifier` (speculative);
+    {} for the others."""
+    if not strategy.uses_teacher:
         return {}
     if teacher is None:
-        raise AtnatError(f"strategy {strategy.registered_name} re-ranks with an AT teacher: give the cell a "
-                         "distill.teacher (grid: a teacher dependency) or pass --teacher")
-    return teacher_scorer(teacher, src)
+        role = "re-ranks with" if strategy.needs_scorer else "drafts for"
+        raise AtnatError(f"strategy {strategy.registered_name} {role} an AT teacher: give the cell a teacher "
+                         "(grid: teacher: CELL; a run: distill.teacher) or pass --teacher")
+    return teacher_scorer(teacher, src) if strategy.needs_scorer else teacher_verifier(teacher, src)

@@ -17,6 +17,7 @@ import pandas as pd
 import sacrebleu
 
 from atnat.core.errors import AtnatError
+from atnat.decoding.base import STRATEGIES
 from atnat.models.seq2seq import Seq2SeqModule
 
 from atnat.experiments.config.speed import SpeedSettings
@@ -83,6 +84,7 @@ def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Pat
                    iterations=getattr(strategy, "iterations", float("nan")),
                    strategy_settings=json.dumps({"name": strategy.registered_name, **dataclasses.asdict(strategy)},
                                                 default=str))
+        row.update(verifier_agreement(strategy, decoded, split, teacher, cfg.eval.max_tokens))
         if cfg.eval.probe_sentences:
             row.update(injected_error_drop(module, split, strategy, teacher=teacher, n=cfg.eval.probe_sentences,
                                            bootstrap=cfg.eval.n_bootstrap))
@@ -99,6 +101,19 @@ def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Pat
     extra = [score for name in cfg.eval.extra_tests
              for score in evaluate_extra_test(module, task, cfg, run_dir, name, teacher=teacher)]
     return EvalResult(rows, frames, pd.DataFrame(samples), extra)  # the runner writes metrics.json last
+
+
+def verifier_agreement(strategy, decoded, split, teacher: Seq2SeqModule | None, max_tokens: int) -> dict:
+    """For a strategy whose AT verifier decides every token (speculative): the share of sentences whose
+    output equals the verifier's own greedy output under the same length rules (lossless: 1.0), its
+    passes split into the drafter's and the verifier's, and tokens kept per verifier pass. {} otherwise."""
+    if not strategy.needs_verifier or teacher is None:
+        return {}
+    greedy = STRATEGIES.get("greedy")(max_len_a=strategy.max_len_a, max_len_b=strategy.max_len_b,
+                                      max_len_cap=strategy.max_len_cap)
+    plain = decode_split(teacher, split, greedy, max_tokens=max_tokens)
+    same = sum(a == b for a, b in zip(decoded.hyps, plain.hyps))
+    return {"verifier_greedy_match": same / max(len(plain.hyps), 1)}
 
 
 def evaluate_extra_test(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Path, name: str, *,
@@ -180,11 +195,14 @@ def evaluate_files(module: Seq2SeqModule, tokenizer, sources: list[str], referen
         decoded = decode_split(module, split, strategy, max_tokens=max_tokens, teacher=teacher)
         row, hyps = score_outputs(decoded.hyps, refs_ids, references, task, n_bootstrap=n_bootstrap,
                                   detok=tokenizer.decode, compound_split=compound_split)
+        row.update(verifier_agreement(strategy, decoded, split, teacher, max_tokens))
         rows.append(row | {"strategy": label, "hypotheses": hyps})
         systems.append((label, strategy))
     if speed is not None:
         timed = time_systems([System("model", label, module, strategy, split.src, teacher)
                               for label, strategy in systems], speed, {}).set_index("strategy")
         for row in rows:
-            row.update(timed.loc[row["strategy"], ["latency_ms_b1", "throughput_sents_s", "decoder_passes"]].to_dict())
+            keep = [c for c in ("latency_ms_b1", "throughput_sents_s", "decoder_passes", "verifier_passes",
+                                "acceptance_length") if c in timed]
+            row.update(timed.loc[row["strategy"], keep].to_dict())
     return rows

@@ -81,6 +81,9 @@ COMPARISONS = (
                                 "over the systems of the task and seed; with several seeds, the largest over seeds",
        fmt="p", header="p vs {p_base} (Holm)"),
     _c("p_baseline", "label", "the baseline of the paired test (cell / strategy)"),
+    _c("verifier_greedy_match", "number", "speculative decoding: the share of test sentences whose output equals its "
+                                          "AT verifier's own greedy output (lossless: 1)", "higher", ".3f",
+       header="= AT greedy", scale=100.0, secondary=True),
 )
 SPEED = (
     _c("latency_ms_b1", "number", "mean decoding time per sentence at batch 1 (ms), timing phase", "lower",
@@ -110,6 +113,19 @@ SPEED = (
                                                      "CTranslate2 (low)"),
     _c("throughput_speedup_vs_ct2_ci_high", "number", "95% paired bootstrap interval of the throughput ratio to "
                                                       "CTranslate2 (high)"),
+    _c("speedup_vs_ref_at", "number", "the reference AT's (speed.reference_at, e.g. a deep-encoder/shallow-decoder "
+                                      "AT) greedy batch-1 time over this system's, same sentences", "higher", ".2f",
+       header="Speed-up × vs {ref_base} (b=1)", spread=True),
+    _c("speedup_vs_ref_at_ci_low", "number", "95% paired bootstrap interval of speedup_vs_ref_at (low)"),
+    _c("speedup_vs_ref_at_ci_high", "number", "95% paired bootstrap interval of speedup_vs_ref_at (high)"),
+    _c("throughput_speedup_vs_ref_at", "number", "this system's large-batch throughput over the reference AT's "
+                                                 "(greedy)", "higher", ".2f", header="Thr. speed-up × vs {ref_base}",
+       spread=True),
+    _c("throughput_speedup_vs_ref_at_ci_low", "number", "95% paired bootstrap interval of throughput_speedup_vs_ref_at "
+                                                        "(low)"),
+    _c("throughput_speedup_vs_ref_at_ci_high", "number", "95% paired bootstrap interval of "
+                                                         "throughput_speedup_vs_ref_at (high)"),
+    _c("ref_at_baseline", "label", "the reference AT system (cell / strategy) of the speedup_vs_ref_at columns"),
     _c("speed_noise_low", "number", "the A/A control: the baseline timed twice as two systems, their batch-1 "
                                     "time ratio's 95% interval (low); batch-1 ratios (speedup_vs_at, "
                                     "speedup_vs_ct2) inside it are not distinguishable from the control"),
@@ -124,6 +140,11 @@ SPEED = (
                                  "static, packed, inductor, aoti; ctranslate2 for a CTranslate2 twin)"),
     _c("decoder_passes", "number", "decoder passes per sentence at batch 1", "lower", ".1f", required=True,
        header="Passes", secondary=True),
+    _c("verifier_passes", "number", "of decoder_passes, those of the AT verifier (speculative decoding; the rest "
+                                    "are the drafter's)", "lower", ".1f", header="Verifier passes", secondary=True),
+    _c("acceptance_length", "number", "tokens a speculative search keeps per verifier pass, at batch 1 (drafted "
+                                      "tokens the AT agreed with, plus its own next token)", "higher", ".2f",
+       header="Tokens per verifier pass", secondary=True),
     _c("decode_memory_mb", "number", "peak memory of a large-batch decode above the process's resident size "
                                      "(not measured, empty, for a CTranslate2 twin on a GPU: outside torch's allocator)",
        "lower", "auto", header="Memory MiB", secondary=True),

@@ -175,10 +175,11 @@ def _mean_ci(values: np.ndarray, n: int, seed: int = 12345) -> tuple[float, floa
 
 
 def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[str, tuple[str, str]],
-                 ct2_baselines: dict[str, tuple[str, str]] | None = None) -> pd.DataFrame:
+                 ct2_baselines: dict[str, tuple[str, str]] | None = None,
+                 ref_baselines: dict[str, tuple[str, str]] | None = None) -> pd.DataFrame:
     """Time `systems` side by side (see the module docstring); `baselines` maps a cell to the
     (cell, strategy) of its AT greedy baseline, `ct2_baselines` to that of its CTranslate2
-    twin. -> one row per system, COLUMNS."""
+    twin, `ref_baselines` to that of its reference AT (speed.reference_at). -> one row per system, COLUMNS."""
     if not systems:
         return pd.DataFrame(columns=COLUMNS)
     device = next(s.module.device for s in systems if not isinstance(s, ExportedSystem))
@@ -188,7 +189,8 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
     order = sorted(range(nt), key=lambda i: len(systems[0].sources[i]))
     groups = [order[j: j + speed.throughput_batch] for j in range(0, nt, speed.throughput_batch)]
     batches = [[s.call(g) for g in groups] for s in systems]
-    passes = [statistics.mean(c().n_steps + _teacher_pass(s) for c in calls) for s, calls in zip(systems, singles)]
+    outputs = [[c() for c in calls] for calls in singles]
+    passes = [statistics.mean(o.n_steps + _teacher_pass(s) for o in outs) for s, outs in zip(systems, outputs)]
     lat, _, spread = _interleaved(singles, speed, device)
     thr, mem, _ = _interleaved(batches, speed, device, PeakMemory(device))
     index = {(s.cell, s.strategy): k for k, s in enumerate(systems)}
@@ -208,7 +210,7 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
                "decode_memory_mb": float(mem[k]) if memory_measured(s, device) else float("nan"),
                "timing_spread": float(spread[k]), "fingerprint": s.fingerprint,
                "timing_threads": threads, "timing_engine": engine_of(s),
-               "control": "A/A" if s.strategy.endswith(AA_SUFFIX) else ""}
+               "control": "A/A" if s.strategy.endswith(AA_SUFFIX) else "", **_speculation(outputs[k])}
         base = index.get(baselines.get(s.cell, ("", "")))
         if base is not None:
             b = systems[base]
@@ -223,6 +225,14 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
                 if k == base:  # the baseline's own speed-ups are 1 by construction: their spread is the noise
                     row["speedup_ci_low"], row["speedup_ci_high"] = latency
                     row["throughput_speedup_ci_low"], row["throughput_speedup_ci_high"] = throughput
+        ref = index.get((ref_baselines or {}).get(s.cell, ("", "")))
+        if ref is not None:
+            r = systems[ref]
+            row["ref_at_baseline"] = f"{r.cell} / {r.strategy}"
+            row["speedup_vs_ref_at"], row["speedup_vs_ref_at_ci_low"], row["speedup_vs_ref_at_ci_high"] = _ratio_ci(
+                lat[ref], lat[k], speed.bootstrap)
+            (row["throughput_speedup_vs_ref_at"], row["throughput_speedup_vs_ref_at_ci_low"],
+             row["throughput_speedup_vs_ref_at_ci_high"]) = _ratio_ci(thr[ref], thr[k], speed.bootstrap)
         twin = index.get((ct2_baselines or {}).get(s.cell, ("", "")))
         if twin is not None:
             row["speedup_vs_ct2"], row["speedup_vs_ct2_ci_low"], row["speedup_vs_ct2_ci_high"] = _ratio_ci(
@@ -231,6 +241,18 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
              row["throughput_speedup_vs_ct2_ci_high"]) = _ratio_ci(thr[twin], thr[k], speed.bootstrap)
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=COLUMNS)
+
+
+def _speculation(outputs: list) -> dict:
+    """A speculative system's verifier passes per sentence and tokens kept per verifier pass, from its
+    batch-1 calls; {} for the other systems."""
+    split = [o for o in outputs if getattr(o, "passes", None) and "verifier" in o.passes]
+    if not split:
+        return {}
+    kept = sum(o.accepted[0] for o in split if o.accepted)
+    rounds = sum(o.accepted[1] for o in split if o.accepted)
+    return {"verifier_passes": statistics.mean(o.passes["verifier"] for o in split),
+            "acceptance_length": kept / rounds if rounds else float("nan")}
 
 
 def engine_of(system: System) -> str:
@@ -248,16 +270,17 @@ def memory_measured(system: System, device: torch.device) -> bool:
 
 
 def _teacher_pass(system: System) -> int:
-    """npd adds one teacher pass per call to its NAT passes."""
+    """npd adds one teacher pass per call to its NAT passes (speculative counts its own verifier's)."""
     return 1 if system.teacher is not None and system.search.needs_scorer else 0
 
 
 def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, baseline: str | None = None
-                 ) -> tuple[list[System], dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
+                 ) -> tuple[list[System], dict[str, tuple[str, str]], dict[str, tuple[str, str]],
+                            dict[str, tuple[str, str]]]:
     """The systems of finished cells (each of its eval strategies; with speed.ct2_baseline also
     the plain AT cells' strategies run by CTranslate2), each cell's speed baseline (its task's
-    baseline cell: evaluation/baseline.py; its greedy strategy, else its first) and CTranslate2
-    baseline."""
+    baseline cell: evaluation/baseline.py; its greedy strategy, else its first), CTranslate2
+    baseline, and reference AT (speed.reference_at's greedy, same task and seed)."""
     systems, teachers, plain = [], {}, {}
     for cell in cells:
         cfg, run_dir = cell.config, Path(cell.config.output_dir)
@@ -265,10 +288,12 @@ def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, b
         src = load_task(cfg).splits[cfg.eval.split][0]
         sources = [tokenizer.encode(line)[: cfg.train.max_len] for line in src]
         teacher = None
-        if cfg.distill is not None and any(build_strategy(s)[1].needs_scorer for s in cfg.eval.strategies):
+        if cfg.distill is not None and any(build_strategy(s)[1].uses_teacher for s in cfg.eval.strategies):
             key = str(cfg.distill.teacher)
             if key not in teachers:
                 teachers[key] = load_module(cfg.distill.teacher, map_location=device)[0]
+                if speed is not None:  # the teacher's part of npd and speculative runs on the same engine
+                    apply_engine(teachers[key], speed.engine)
             teacher = teachers[key]
         for spec in cfg.eval.strategies:
             label, strategy = build_strategy(spec)
@@ -285,14 +310,18 @@ def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, b
             labels = [build_strategy(s)[0] for s in cfg.eval.strategies]
             plain.setdefault((cell.labels.get("task", cfg.task_name), cell.seed),
                              (cell.name, "greedy" if "greedy" in labels else labels[0], exportable(cell)))
-    baselines, ct2 = {}, {}
+    refs = {timing_group(c): (c.name, "greedy") for c in cells
+            if speed is not None and speed.reference_at and c.variant == speed.reference_at}
+    baselines, ct2, ref = {}, {}, {}
     for cell in cells:
+        if timing_group(cell) in refs:
+            ref[cell.name] = refs[timing_group(cell)]
         base = plain.get((cell.labels.get("task", cell.config.task_name), cell.seed))
         if base is not None:
             baselines[cell.name] = base[:2]
             if speed is not None and speed.ct2_baseline and base[2] and base[1] == "greedy":
                 ct2[cell.name] = (base[0], f"greedy{ENGINE_TWIN}")
-    return systems, baselines, ct2
+    return systems, baselines, ct2, ref
 
 
 def exportable(cell) -> bool:
@@ -408,7 +437,7 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
         return old
     frames = [kept] if kept is not None and len(kept) else []
     if todo:
-        systems, baselines, ct2 = grid_systems(todo, device, speed, baseline)
+        systems, baselines, ct2, refs = grid_systems(todo, device, speed, baseline)
         threads = torch.get_num_threads()
         if speed.threads:
             torch.set_num_threads(speed.threads)
@@ -416,7 +445,7 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
             for (task, _), group in timing_groups(todo).items():
                 names = {c.name for c in group}
                 session = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-                frames.append(time_systems([s for s in systems if s.cell in names], speed, baselines, ct2)
+                frames.append(time_systems([s for s in systems if s.cell in names], speed, baselines, ct2, refs)
                               .assign(task=task, timing_session=session))
         finally:
             torch.set_num_threads(threads)

@@ -145,13 +145,14 @@ class TensorPass(nn.Module):
     forward_parallel (`parallel`) or forward_ctc (`ctc`). `DIMS`: each dynamic dimension's range;
     a length of 1 is outside (export specialises it), such calls run eager."""
 
-    METHODS = {"encoder": "forward", "parallel": "forward_parallel", "ctc": "forward_ctc"}  # kind -> the part's method
+    METHODS = {"encoder": "forward", "parallel": "forward_parallel", "ctc": "forward_ctc",
+               "dag": "forward_dag"}  # kind -> the part's method
 
     def __init__(self, part: nn.Module, kind: str):
         super().__init__()
         self.part, self.kind = part, kind
         longest = {"encoder": lambda: part.embed.max_positions, "ctc": lambda: part.max_source_length,
-                   "parallel": lambda: part.cfg.max_positions}[kind]()
+                   "dag": lambda: part.max_source_length, "parallel": lambda: part.cfg.max_positions}[kind]()
         self.DIMS = {"B": (1, 65536), "S": (2, longest)}
         if kind == "parallel":
             self.DIMS["T"] = (2, longest)
@@ -166,8 +167,8 @@ class TensorPass(nn.Module):
         run = self.method()
         if self.kind == "encoder":  # (src (B, S), padding (B, S)) -> states (B, S, D)
             return run(self.part, *tensors).states
-        if self.kind == "ctc":  # (states, memory padding) -> log-probs (B, k S, V), slot padding (B, k S)
-            return run(self.part, EncoderOut(*tensors))
+        if self.kind in ("ctc", "dag"):  # (states, memory padding) -> ctc: log-probs (B, k S, V), slot padding
+            return run(self.part, EncoderOut(*tensors))  # (B, k S); dag: log-probs (B, L, V), links (B, L, L), padding
         tokens, states, memory_padding, padding_mask = tensors  # -> log-probs (B, T, V)
         return run(self.part, tokens, EncoderOut(states, memory_padding), padding_mask)
 
@@ -175,7 +176,7 @@ class TensorPass(nn.Module):
         """The dynamic sizes of a call with the part's own arguments."""
         if self.kind == "encoder":
             return {"B": args[0].size(0), "S": args[0].size(1)}
-        memory = args[0] if self.kind == "ctc" else args[1]
+        memory = args[0] if self.kind in ("ctc", "dag") else args[1]
         sizes = {"B": memory.states.size(0), "S": memory.states.size(1)}
         if self.kind == "parallel":
             sizes["T"] = args[0].size(1)
@@ -185,7 +186,7 @@ class TensorPass(nn.Module):
         """The package's inputs from the part's own arguments."""
         if self.kind == "encoder":
             return args
-        if self.kind == "ctc":
+        if self.kind in ("ctc", "dag"):
             return args[0].states, args[0].padding_mask
         tokens, memory, padding_mask = args
         return tokens, memory.states, memory.padding_mask, padding_mask
@@ -208,7 +209,7 @@ class TensorPass(nn.Module):
         if self.kind == "encoder":
             return (torch.randint(4, 9, (b, s), device=dev), memory_padding), (bs, bs)
         states = torch.randn(b, s, self.part.cfg.d_model, device=dev)
-        if self.kind == "ctc":
+        if self.kind in ("ctc", "dag"):
             return (states, memory_padding), ({0: dims["B"], 1: dims["S"]}, bs)
         padding = torch.zeros(b, t, dtype=torch.bool, device=dev)
         padding[0, -2:] = True
@@ -231,13 +232,13 @@ class CompiledPass:
 
     @staticmethod
     def kind_of(part: nn.Module) -> str | None:
-        """encoder, ctc or parallel: the pass this part would compile, or None (an AT decoder)."""
+        """encoder, ctc, dag or parallel: the pass this part would compile, or None (an AT decoder)."""
         from atnat.models.encoder import TransformerEncoder
 
         if isinstance(part, TransformerEncoder):
             return "encoder"
         caps = getattr(part, "capabilities", ())
-        return "ctc" if "ctc" in caps else "parallel" if "parallel" in caps else None
+        return next((kind for kind in ("ctc", "dag", "parallel") if kind in caps), None)
 
     def install(self) -> None:
         part = self.module.part
@@ -268,4 +269,4 @@ class CompiledPass:
             from atnat.models.encoder import EncoderOut
 
             return EncoderOut(out, args[1])
-        return tuple(out) if self.kind == "ctc" else out
+        return tuple(out) if self.kind in ("ctc", "dag") else out

@@ -43,7 +43,11 @@ class PackedLinear(nn.Module):
             if backend == "mkl":
                 self.packed = torch.ops.mkl._mkl_reorder_linear_weight(w, 1)
             else:
-                self.packed = torch.ops.mkldnn._reorder_linear_weight(w, 1)
+                try:
+                    self.packed = torch.ops.mkldnn._reorder_linear_weight(w, 1)
+                except RuntimeError as err:  # oneDNN's bf16 kernels need avx512bw/vl/dq or avx_ne_convert
+                    raise AtnatError(f"packed linear ({dtype}, oneDNN): this CPU cannot run it ({err}); use an "
+                                     "engine without +bf16") from None
 
     def forward(self, x: Tensor) -> Tensor:
         if self.dtype == torch.float32 and (torch.compiler.is_exporting() or torch.compiler.is_compiling()):

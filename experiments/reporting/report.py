@@ -7,6 +7,7 @@ both files show the same formatted numbers; absent optional inputs become notes.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -57,7 +58,8 @@ def _spread(r: pd.Series, col: str, digits: int, scale: float = 1.0) -> str:
 # present them: heading, scale, format, spread; a registered metric's other shown columns (a plugin's
 # too) follow. A column all empty for a task is left out of that task's table.
 OVERVIEW_ORDER = ("mixing_rate", "bleu", "bleu_tok", "chrf", "exact_match", "latency_ms_b1", "speedup_vs_at",
-                  "speedup_vs_ct2", "throughput_sents_s", "throughput_speedup_vs_at", "decoder_passes",
+                  "speedup_vs_ref_at", "speedup_vs_ct2", "throughput_sents_s", "throughput_speedup_vs_at",
+                  "throughput_speedup_vs_ref_at", "decoder_passes", "verifier_passes", "acceptance_length", "verifier_greedy_match",
                   "decode_memory_mb", "repetition_rate", "length_exact", "error_propagation", "bleu_p_holm")
 # which way is better for a results.csv column: an overview column with a direction has its best value
 # per task marked (bold) and its first sort click puts the best first
@@ -96,7 +98,9 @@ def _baseline_names(part: pd.DataFrame) -> dict[str, str]:
             return fallback
         strategy = values[0].split(" / ")[-1]
         return f"AT {strategy}"
-    return {"speed_base": name("speed_baseline", "AT greedy"), "p_base": name("p_baseline", "AT")}
+    ref = [v for v in part["ref_at_baseline"].astype(str) if v and v != "nan"] if "ref_at_baseline" in part else []
+    return {"speed_base": name("speed_baseline", "AT greedy"), "p_base": name("p_baseline", "AT"),
+            "ref_base": re.sub(r"-s\d+$", "", ref[0].split(" / ")[0]) + " greedy" if ref else "the reference AT"}
 
 
 def _numbers(column: pd.Series) -> pd.Series:
@@ -194,7 +198,7 @@ def _definitions(g: GridResults) -> list[Block]:
     """How to read the numbers: each overview column's own description (a plugin's column explains
     itself), then how speed, intervals and claims are made."""
     table, env = g.table, g.environment or {}
-    rows = [(col.heading.format(speed_base="the baseline", p_base="the baseline"), _sentence(col.description))
+    rows = [(col.heading.format(speed_base="the baseline", p_base="the baseline", ref_base="the reference AT"), _sentence(col.description))
             for col in overview_columns(table) if table[col.name].notna().any()]
     method = {"bs": "bootstrap resampling", "ar": "approximate randomisation"}.get(env.get("significance"), "")
     if env.get("n_bootstrap"):

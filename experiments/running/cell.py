@@ -59,9 +59,9 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
                                                   device=device, on_batch=follow)
         write_json_atomic(run_dir / "distill.json", distill_meta)
 
-    if any(build_strategy(s)[1].needs_scorer for s in cfg.eval.strategies):
+    if any(build_strategy(s)[1].uses_teacher for s in cfg.eval.strategies):
         if cfg.distill is None:
-            raise AtnatError(f"run {cfg.name}: a strategy that re-ranks with an AT teacher (npd) needs "
+            raise AtnatError(f"run {cfg.name}: a strategy that runs an AT teacher (npd, speculative) needs "
                              "distill.teacher")
         teacher = load_module(cfg.distill.teacher, map_location=device)[0]
     started = time.time()

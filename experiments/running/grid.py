@@ -30,7 +30,7 @@ from atnat.experiments.config.run import (
 from atnat.experiments.config.plugins import load_plugins
 from atnat.experiments.config.report import ReportSettings
 from atnat.experiments.config.speed import SpeedSettings
-from atnat.experiments.evaluation.baseline import is_baseline_cell
+from atnat.experiments.evaluation.baseline import autoregressive, is_baseline_cell
 from atnat.experiments.reporting.goals import parse_goals
 
 GRID_KEYS = ("name", "description", "base", "cells", "axes", "zip", "exclude", "seeds", "smoke", "speed", "goals",
@@ -173,6 +173,7 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
                 report=make(ReportSettings, data.get("report") or {}, f"{where}: report"))
     resolve_teachers(grid, runs_dir, where)
     grid.untimed = parse_untimed(data.get("untimed"), variants, grid.cells, baseline, where)  # needs their configs
+    check_reference_at(grid, variants, where)
     check_goal_systems(grid, parse_goals(data.get("goals"), where), where)
     known = systems_of(grid)
     for i, pair in enumerate(grid.compare):
@@ -180,6 +181,25 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
             if name not in known:
                 raise ConfigError(f"{where}: compare[{i}]: no system {name!r} in this grid (systems: {', '.join(known)})")
     return grid
+
+
+def check_reference_at(grid: Grid, variants: dict, where: str) -> None:
+    """speed.reference_at names an AT cell of the grid that the timing phase times (its greedy is the
+    second speed reference of its task and seed)."""
+    ref = grid.speed.get("reference_at")
+    if ref is None:
+        return
+    if ref not in variants:
+        raise ConfigError(f"{where}: speed.reference_at: {ref!r} is not a cell of this grid (cells: {', '.join(variants)})")
+    if ref in grid.untimed:
+        raise ConfigError(f"{where}: speed.reference_at: {ref!r} is listed in untimed: a speed reference must be timed")
+    for cell in (c for c in grid.cells if c.variant == ref):
+        if not autoregressive(cell.config.decoder_name):
+            raise ConfigError(f"{where}: speed.reference_at: {ref!r} must be an AT cell (a decoder with the 'step' "
+                              f"capability); its decoder is {cell.config.decoder_name!r}")
+        if "greedy" not in [build_strategy(s)[0] for s in cell.config.eval.strategies]:
+            raise ConfigError(f"{where}: speed.reference_at: {ref!r} must evaluate with greedy (speed-ups over it are "
+                              "over its greedy)")
 
 
 def parse_untimed(raw, variants: dict, cells: list[Cell], baseline: str | None, where: str) -> list[str]:

@@ -1,0 +1,77 @@
+"""Paths through a directed acyclic graph of vertices (DA-Transformer, Huang et al. 2022): the
+likelihood of a target summed over every path that emits it, and the single best such path.
+
+A graph of L_b vertices (padded to L) is given by `links` (B, L, L), the log-probability of moving
+from vertex i to vertex j (-inf unless i < j < L_b), and `match` (B, M, L), the log-probability that
+vertex l emits the m-th target token. A path starts at vertex 0, ends at vertex L_b - 1 and visits
+exactly one vertex per target token, so M_b tokens fit only when M_b <= L_b.
+Shapes: B batch, M target tokens (bos and eos included), L vertices.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+TINY = torch.finfo(torch.float32).tiny  # the floor of a sum of probabilities before its log
+
+
+def _first_vertex(match_0: Tensor) -> Tensor:
+    """(B, L) emission log-probs of the first token -> log alpha_0: vertex 0 only."""
+    first = torch.arange(match_0.size(-1), device=match_0.device) == 0  # (L,)
+    return match_0.masked_fill(~first, float("-inf"))
+
+
+def dag_log_likelihood(match: Tensor, links: Tensor, graph_lengths: Tensor, target_lengths: Tensor) -> Tensor:
+    """log P(y | x) summed over every path that emits y: (B,), -inf where the target does not fit.
+
+    The forward algorithm over target positions, alpha_m(j) = log sum_i exp(alpha_{m-1}(i) + links(i, j))
+    + match(m, j), in float32 and outside autocast. Each step is one batched product with exp(links)
+    after shifting alpha by its row maximum, so memory is O(B M L) rather than O(B M L^2); a sum of
+    probabilities is floored at TINY before its log (an unreachable vertex keeps ~e^-87 of its row's
+    best instead of -inf, which keeps gradients finite and changes no reachable value measurably)."""
+    with torch.autocast(match.device.type, enabled=False):
+        match, links = match.float(), links.float()
+        B, M, L = match.shape
+        trans = links.exp()  # (B, L, L) transition probabilities, 0 where not allowed
+        alpha = _first_vertex(match[:, 0])  # (B, L)
+        last_vertex = (graph_lengths - 1).clamp(min=0)[:, None]  # (B, 1)
+        answer = alpha.gather(1, last_vertex).squeeze(1).masked_fill(target_lengths != 1, 0.0)  # (B,)
+        for m in range(1, M):
+            shift = alpha.amax(-1, keepdim=True).detach()  # (B, 1)
+            prob = (alpha - shift).exp()  # (B, L)
+            mixed = torch.bmm(prob.unsqueeze(1), trans).squeeze(1)  # (B, L) sum over predecessors
+            alpha = mixed.clamp(min=TINY).log() + shift + match[:, m]  # (B, L)
+            here = target_lengths == m + 1  # (B,) rows whose last token is m
+            answer = torch.where(here, alpha.gather(1, last_vertex).squeeze(1), answer)
+        fits = (target_lengths <= graph_lengths) & (target_lengths >= 1)
+        return answer.masked_fill(~fits, float("-inf"))
+
+
+@torch.no_grad()
+def dag_best_alignment(match: Tensor, links: Tensor, graph_lengths: Tensor,
+                       target_lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """The most likely path that emits each target (max-plus over the same recursion).
+
+    -> vertex of each target token on the best path (B, M), -1 beyond M_b; and the path's log-prob
+    (B,), -inf where the target does not fit. Ties go to the lower predecessor vertex."""
+    with torch.autocast(match.device.type, enabled=False):
+        match, links = match.float(), links.float()
+        B, M, L = match.shape
+        score = _first_vertex(match[:, 0])  # (B, L)
+        last_vertex = (graph_lengths - 1).clamp(min=0)  # (B,)
+        rows = torch.arange(B, device=match.device)
+        best = score[rows, last_vertex].masked_fill(target_lengths != 1, 0.0)  # (B,)
+        back = torch.zeros(M, B, L, dtype=torch.long, device=match.device)  # (M, B, L) predecessor of j at m
+        for m in range(1, M):
+            score, back[m] = (score[:, :, None] + links).max(dim=1)  # (B, L) over predecessors i
+            score = score + match[:, m]
+            best = torch.where(target_lengths == m + 1, score[rows, last_vertex], best)
+        vertex = last_vertex.clone()  # (B,) walking back from the last vertex
+        path = torch.full((B, M), -1, dtype=torch.long, device=match.device)
+        for m in range(M - 1, -1, -1):
+            on = m < target_lengths  # (B,) rows whose path has a vertex for token m
+            path[:, m] = torch.where(on, vertex, -1)
+            if m > 0:
+                vertex = torch.where(on, back[m, rows, vertex], vertex)
+        fits = (target_lengths <= graph_lengths) & (target_lengths >= 1)
+        return path.masked_fill(~fits[:, None], -1), best.masked_fill(~fits, float("-inf"))

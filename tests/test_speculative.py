@@ -1,0 +1,169 @@
+"""Speculative decoding with a NAT drafter: its output is the AT verifier's greedy output on every
+sentence (trained models, untrained drafters, padded batches, one sentence at a time, several block
+sizes, outputs cut at the maximum length); the drafter's and verifier's passes and the accepted
+tokens on hand-written models; refusals."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import pytest
+import torch
+
+from atnat.core.errors import AtnatError
+from atnat.core.special import SpecialTokens
+from atnat.decoding.greedy import Greedy
+from atnat.decoding.speculative import Speculative
+from atnat.experiments.config.run import ConfigError, run_config_from_dict
+from atnat.experiments.data.batching import encode_split, make_loader
+from atnat.experiments.evaluation.assemble import needs_teacher
+from atnat.models.decoders.block_verifier import BlockVerifier
+from atnat.models.seq2seq import Seq2SeqModule
+from tests.training import TINY_MODEL, fit
+
+SP = SpecialTokens()
+TASK = dict(vocab=10, min_len=3, max_len=8, n_train=3000, n_test=120)
+
+
+@lru_cache(maxsize=None)
+def trained():
+    """An AT and a CMLM trained briefly on fertility (the CMLM drafts, the AT verifies)."""
+    at, task = fit("at", "fertility", steps=150, max_tokens=1024, **TASK)
+    cmlm, _ = fit("cmlm", "fertility", steps=150, max_tokens=1024, task=task)
+    return at, cmlm, task
+
+
+def decode_all(module, task, strategy, max_tokens, teacher=None):
+    """Every test sentence -> (outputs in split order, summed Hypotheses fields)."""
+    src, tgt = task.splits["test"]
+    split = encode_split(task.tokenizer, src, tgt, name="test")
+    hyps, passes, kept, rounds = [None] * len(split), {}, 0, 0
+    with torch.inference_mode():
+        for batch in make_loader(split, max_tokens, shuffle=False):
+            out = module.decode(batch.src, batch.src_lengths, strategy, **needs_teacher(strategy, teacher, batch.src))
+            for i, h in zip(batch.ids.tolist(), out.sequences(module.special)):
+                hyps[i] = h
+            for k, v in (out.passes or {}).items():
+                passes[k] = passes.get(k, 0) + v
+            if out.accepted:
+                kept, rounds = kept + out.accepted[0], rounds + out.accepted[1]
+    return hyps, passes, kept, rounds
+
+
+@pytest.mark.parametrize("block", [1, 3, 8])
+def test_output_is_the_verifiers_greedy_output_on_every_sentence(block):
+    at, cmlm, task = trained()
+    greedy, _, _, _ = decode_all(at, task, Greedy(), 4000)
+    for max_tokens in (4000, 1):  # padded batches of many lengths, and one sentence at a time
+        spec, passes, kept, rounds = decode_all(cmlm, task, Speculative(block=block), max_tokens, teacher=at)
+        assert spec == greedy
+        words = sum(len(h) for h in greedy)  # every token is kept once, and each EOS (not where the maximum cut)
+        assert passes["drafter"] == passes["verifier"] and words < kept <= words + len(greedy)
+        assert 1 <= kept / rounds <= block + 1
+
+
+def test_an_untrained_drafter_and_a_short_maximum_keep_it_exact():
+    at, _, task = trained()
+    torch.manual_seed(0)
+    random_drafter = Seq2SeqModule(vocab_size=at.decoder.vocab_size, decoder="cmlm", model=TINY_MODEL).eval()
+    short = dict(max_len_a=0.5, max_len_b=1)  # many outputs end at the maximum, without EOS
+    greedy, _, _, _ = decode_all(at, task, Greedy(**short), 4000)
+    src, tgt = task.splits["test"]
+    sources = encode_split(task.tokenizer, src, tgt, name="test").src
+    assert sum(len(h) == int(0.5 * len(s) + 1) for h, s in zip(greedy, sources)) > len(greedy) // 2
+    spec, _, _, _ = decode_all(random_drafter, task, Speculative(block=4, **short), 4000, teacher=at)
+    assert spec == greedy
+
+
+class Script:
+    """Hand-written drafter and verifier over V = 10: the verifier's greedy output is A B C D then EOS
+    (whatever it is shown); the drafter proposes `draft` at every slot it fills (predicted length 4)."""
+
+    V, seq = 10, [6, 7, 8, 9, SP.eos]
+
+    def __init__(self, draft):
+        self.draft, self.drafts, self.blocks = draft, 0, []
+
+    def predict_length(self, memory):
+        return torch.full((1, 12), -1e9).index_fill(1, torch.tensor([4]), 0.0)
+
+    def forward_parallel(self, tokens, memory, padding_mask):
+        self.drafts += 1
+        out = torch.full((*tokens.shape, self.V), -1e9)
+        for j in range(tokens.size(1)):
+            out[0, j, self.draft(j)] = 0.0
+        return out
+
+    def reorder_memory(self, memory, order):
+        return memory
+
+    def verifier(self):
+        script = self
+
+        class Verifier:
+            max_output_length = None
+
+            def step_block(self, tokens, start):
+                script.blocks.append((tokens[0].tolist(), int(start[0])))
+                out = torch.full((1, tokens.size(1), script.V), -1e9)
+                for j in range(tokens.size(1)):
+                    out[0, j, script.seq[min(int(start[0]) + j, 4)]] = 0.0  # the token after position start + j
+                return out
+
+            def keep(self, rows):
+                pass
+        return Verifier()
+
+
+def run_script(draft, block):
+    script = Script(draft)
+    out = Speculative(block=block).search(script, None, src_lengths=torch.tensor([5]), special=SP,
+                                          verifier=script.verifier)
+    return out, script
+
+
+def test_a_perfect_draft_is_kept_whole_with_the_verifiers_next_token():
+    out, script = run_script(lambda j: [6, 7, 8, 9][j] if j < 4 else 6, block=2)
+    assert out.sequences(SP)[0] == [6, 7, 8, 9] and out.lengths.tolist() == [[5]]  # EOS kept and counted
+    # round 1 reads BOS + A B, keeps A B + C; round 2 reads C + D EOS (the predicted end), keeps D EOS
+    assert script.blocks == [([SP.bos, 6, 7], 0), ([8, 9, SP.eos], 3)]
+    assert out.passes == {"drafter": 2, "verifier": 2} and out.n_steps == 4 and out.accepted == (5, 2)
+
+
+def test_a_wrong_draft_still_gains_the_verifiers_token_each_round():
+    out, script = run_script(lambda j: 9, block=3)  # always D: right only at the fourth position
+    assert out.sequences(SP)[0] == [6, 7, 8, 9]
+    assert [start for _, start in script.blocks] == [0, 1, 2, 3] and out.accepted == (5, 4)  # 1, 1, 1, 2 tokens
+
+
+def test_refusals():
+    with pytest.raises(AtnatError, match="needs an AT verifier"):
+        Speculative().search(Script(lambda j: 6), None, src_lengths=torch.tensor([3]), special=SP)
+    with pytest.raises(TypeError, match="min_len"):
+        Speculative(min_len=2)  # not an option: greedy with a minimum length has no speculative counterpart
+    with pytest.raises(ConfigError, match="runs an AT teacher beside the decoder"):
+        run_config_from_dict({"name": "r", "task": {"name": "copy"}, "decoder": "cmlm",
+                              "eval": {"strategies": ["speculative"]}}, "test")
+    with pytest.raises(ConfigError, match="needs the capability 'parallel'"):
+        run_config_from_dict({"name": "r", "task": {"name": "copy"}, "decoder": "ctc",
+                              "eval": {"strategies": ["speculative"]}}, "test")
+    at, cmlm, task = trained()
+    with pytest.raises(AtnatError, match="a verifier must be an AT"):
+        needs_teacher(Speculative(), cmlm, torch.tensor([[6, 7]]))
+
+
+def test_the_block_verifier_equals_step_by_step_decoding():
+    """One block pass gives the distributions greedy's steps give, row by row at their own positions."""
+    at, _, _ = trained()
+    src = torch.tensor([[6, 7, 8, 9], [8, 9, 0, 0]])
+    memory = at.encode(src)
+    tokens = torch.tensor([[SP.bos, 6, 7, 8], [SP.bos, 9, 9, 6]])
+    with torch.inference_mode():
+        state = at.decoder.init_state(memory)
+        steps = []
+        for j in range(4):
+            lp, state = at.decoder.step(tokens[:, j], state)
+            steps.append(lp)
+        verifier = BlockVerifier(at.decoder, memory, capacity=2)  # grows on the way
+        first = verifier.step_block(tokens[:, :2], torch.tensor([0, 0]))
+        second = verifier.step_block(tokens[:, 2:], torch.tensor([2, 2]))
+    torch.testing.assert_close(torch.cat([first, second], 1), torch.stack(steps, 1), atol=1e-5, rtol=1e-5)
