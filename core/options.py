@@ -148,6 +148,13 @@ def require_at_least(value: Any, low: float, owner: str, field: str, *, integer:
     require(ok and value >= low, owner, field, f"{'an integer' if integer else 'a number'} >= {low}", value)
 
 
+def require_between(value: Any, low: int, high: int, owner: str, field: str) -> None:
+    """An integer in [low, high]: the declared range of a size (a larger one is a typo or a planted file,
+    and would allocate without bound before failing)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    require(ok, owner, field, f"an integer from {low} to {high:,}", value)
+
+
 def require_positive(owner: str, **fields: float) -> None:
     for field, value in fields.items():
         require(_finite(value) and value > 0, owner, field, "> 0", value)

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from atnat.core.special import SpecialTokens
 from atnat.decoding.base import Hypotheses, Strategy, register_strategy
-from atnat.core.options import require_at_least, require_positive
+from atnat.core.options import require_at_least, require_between, require_positive
 from atnat.decoding.candidates import (
     best_tokens,
     never_emitted,
@@ -66,6 +66,7 @@ class NoisyParallel(Strategy):
         owner = f"strategy {self.registered_name!r}"
         require_positive(owner, length_beam=self.length_beam, temperature=self.temperature)
         require_at_least(self.samples_per_length, 0, owner, "samples_per_length")
+        require_between(self.seed, 0, 2**63 - 1, owner, "seed")
 
     @property
     def short_label(self) -> str:

@@ -20,6 +20,22 @@ os.umask(_UMASK)
 FILE_MODE = 0o666 & ~_UMASK  # what open() gives a new file: mkstemp-style writers (safetensors) give 0600
 
 
+def path_part(name, key: str) -> str:
+    """`name` (a grid, cell, axis label, run or strategy label) as one component of a path under a folder
+    the user chose: refused, with one AtnatError naming `key`, when it is empty, `.` or `..`, or holds a
+    path separator or a control character (an absolute path holds a separator). The one door by which
+    names become paths, so that no name writes outside its folder."""
+    text = str(name)
+    bad = ("empty" if not text.strip() else "'.' or '..'" if text in (".", "..")
+           else "a path separator" if "/" in text or "\\" in text or os.sep in text
+           else "a control character" if any(ord(c) < 32 or ord(c) == 127 for c in text) else "")
+    if bad:
+        raise AtnatError(f"{key}: {text!r} cannot name a folder or file: it is {bad}" if bad.startswith(("empty", "'"))
+                         else f"{key}: {text!r} cannot name a folder or file: it holds {bad} (a name stays inside "
+                              "its results folder: letters, digits, '-', '_', '.', '=')")
+    return text
+
+
 class UnwritableError(AtnatError):
     """A file could not be written: the message names the path and the reason."""
 

@@ -3,7 +3,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from atnat.core.options import require, require_at_least, require_fraction
+from atnat.core.options import require, require_between, require_fraction
+
+
+# the declared range of each size (from 1): far above any model this project trains, and small enough that
+# a typo (or an altered model file) is refused before anything is allocated
+RANGES = {"d_model": 16384, "n_heads": 1024, "ffn_dim": 262144, "encoder_layers": 256, "decoder_layers": 256,
+          "max_positions": 1 << 20}
+MAX_VOCAB = 1 << 22  # vocabulary sizes up to ~4.2 M entries
 
 
 @dataclass(frozen=True)
@@ -23,8 +30,8 @@ class ModelConfig:
     max_positions: int = 1024  # longest sequence the positional table covers
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "n_heads", "ffn_dim", "encoder_layers", "decoder_layers", "max_positions"):
-            require_at_least(getattr(self, name), 1, "model", name)
+        for name, high in RANGES.items():
+            require_between(getattr(self, name), 1, high, "model", name)
         require(self.d_model % self.n_heads == 0, "model", "d_model",
                 f"a multiple of n_heads ({self.n_heads}): every head gets d_model / n_heads dimensions", self.d_model)
         require_fraction(self.dropout, "model", "dropout")

@@ -11,11 +11,11 @@ import torch
 from torch import Tensor
 
 from atnat.core.options import (
-    require_at_least, require_choice, require_fraction, require_non_negative, require_positive,
+    require_at_least, require_between, require_choice, require_fraction, require_non_negative, require_positive,
 )
 from atnat.core.special import SpecialTokens
 from atnat.models.batch import Batch
-from atnat.models.config import ModelConfig
+from atnat.models.config import MAX_VOCAB, ModelConfig
 from atnat.models.decoders.base import DECODERS, Decoder, LossConfig
 from atnat.models.encoder import EncoderOut, TransformerEncoder
 from atnat.core.errors import AtnatError
@@ -68,6 +68,7 @@ class Seq2SeqModule(pl.LightningModule):
                  special: dict | None = None):
         super().__init__()
         self.save_hyperparameters()
+        require_between(vocab_size, 1, MAX_VOCAB, "model", "vocab_size")
         self.model_cfg = build_config(ModelConfig, model)
         self.loss_cfg = build_config(LossConfig, loss)
         self.optim_cfg = build_config(OptimConfig, optim)

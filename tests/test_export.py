@@ -77,7 +77,7 @@ def test_export_round_trip_decodes_identically(run, tmp_path):
     out = export_safetensors(module, tmp_path / "exp")
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "sentencepiece.model"]
     config = json.loads((out / "config.json").read_text())
-    assert config["format_version"] == 1 and config["hyper_parameters"]["decoder"] == "at"
+    assert config["format_version"] == 2 and config["hyper_parameters"]["decoder"] == "at"
     assert config["bleu_tokenize"] == "13a" and len(config["weights"]["sha256"]) == 64
     again, tok2 = load_module(out)
     assert is_export_dir(out) and tok2.proto == tokenizer.proto
@@ -121,7 +121,7 @@ def test_truncated_or_altered_weights_are_refused_by_name(run, tmp_path):
 
     config["weights"]["sha256"] = hashlib.sha256(garbled).hexdigest()
     (out / "config.json").write_text(json.dumps(config))
-    with pytest.raises(AtnatError, match=r"model.safetensors: cannot load the weights"):
+    with pytest.raises(AtnatError, match=r"model.safetensors: not a readable safetensors file"):
         load_module(out)
     (out / "config.json").write_text("{not json")
     with pytest.raises(AtnatError, match="config.json: not a readable atnat export config"):
@@ -168,3 +168,93 @@ def test_cli_export_then_translate_and_errors(run, tmp_path, monkeypatch, capsys
     (tmp_path / "busy" / "notes.txt").write_text("mine")
     assert main(["export", str(run), str(tmp_path / "busy")]) == 2
     assert "holds no atnat export" in capsys.readouterr().err
+
+
+def rewrite_config(out, change):
+    """config.json of an export edited by `change(config)`, its own sha256 left as it was."""
+    config = json.loads((out / "config.json").read_text())
+    change(config)
+    (out / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("vocab_size", 10**9, r"vocab_size must be an integer from 1 to"),
+    ("vocab_size", -3, r"vocab_size must be an integer from 1 to"),
+    ("model.d_model", 10**6, r"d_model must be an integer from 1 to 16,384"),
+    ("model.decoder_layers", 10**5, r"decoder_layers must be an integer from 1 to 256"),
+    ("model.decoder_layers", 5, r"not those the weights \(model.safetensors\) were exported with"),
+])
+def test_an_export_config_is_checked_against_ranges_and_the_weights_before_allocating(run, tmp_path, key, value,
+                                                                                         message):
+    """A planted or edited config.json (sizes of 128 GB, 5 GB, a layer count that is not the weights') is one
+    error naming config.json, with no model built: sizes have declared ranges, and the weights record the
+    hyper-parameters they were exported with."""
+    out = export_safetensors(load_module(run)[0], tmp_path / "exp")
+
+    def change(config):
+        section = config["hyper_parameters"]
+        *path, last = key.split(".")
+        for part in path:
+            section = section.setdefault(part, {})
+        section[last] = value
+    rewrite_config(out, change)
+    import resource
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(AtnatError, match=message) as err:
+        load_module(out)
+    assert "config.json" in str(err.value)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: nothing large allocated
+
+
+def test_a_format_1_export_is_checked_against_the_weights_shapes(run, tmp_path):
+    """An export written before the weights recorded their hyper-parameters: the safetensors header's
+    shapes against the model the config describes (built on the meta device) are the check."""
+    from safetensors.torch import save_model
+
+    module = load_module(run)[0]
+    out = export_safetensors(module, tmp_path / "exp")
+    save_model(module, str(out / "model.safetensors"), metadata={"format": "atnat-export", "format_version": "1"})
+    import hashlib
+
+    def old_format(config, ffn=None):
+        config["format_version"] = 1
+        config["weights"]["sha256"] = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+        if ffn:
+            config["hyper_parameters"]["model"]["ffn_dim"] = ffn
+    rewrite_config(out, old_format)
+    assert load_module(out)[0].model_cfg == module.model_cfg  # an old export still loads
+    rewrite_config(out, lambda c: old_format(c, ffn=7))
+    with pytest.raises(AtnatError, match=r"describe another model than the weights: .*ffn.* in model.safetensors, \(7,"):
+        load_module(out)
+
+
+def test_a_killed_export_leaves_nothing_that_blocks_the_next_and_exports_are_byte_identical(run, tmp_path, monkeypatch):
+    """The export is written into a hidden sibling and renamed into place: killed half way (here: the
+    tokenizer write fails), the target keeps its previous export, and the next export goes through. Two
+    exports of one run are the same bytes."""
+    from atnat.experiments.modelfiles import export as export_module
+
+    module = load_module(run)[0]
+    first = export_safetensors(module, tmp_path / "a")
+    second = export_safetensors(module, tmp_path / "b")
+    for name in ("config.json", "model.safetensors", "sentencepiece.model"):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    before = {p.name: p.read_bytes() for p in first.iterdir()}
+    monkeypatch.setattr(export_module, "atomic_write_bytes", lambda path, data: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        export_safetensors(module, first)
+    assert {p.name: p.read_bytes() for p in first.iterdir()} == before  # the old export, untouched
+    (tmp_path / ".a.staged-999").mkdir()  # what a SIGKILL'd export leaves
+    (tmp_path / ".a.staged-999" / "model.safetensors").write_bytes(b"half")
+    monkeypatch.undo()
+    export_safetensors(module, first)
+    assert not list(tmp_path.glob(".a.staged-*")) and load_module(first)[0] is not None
+    legacy = tmp_path / "legacy"  # an older atnat's half-written export in place
+    legacy.mkdir()
+    (legacy / "model.safetensors.tmp").write_bytes(b"half")
+    export_safetensors(module, legacy)
+    assert sorted(p.name for p in legacy.iterdir()) == ["config.json", "model.safetensors", "sentencepiece.model"]
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "notes.txt").write_text("mine")
+    with pytest.raises(AtnatError, match="holds no atnat export"):
+        export_safetensors(module, tmp_path / "foreign")

@@ -16,15 +16,22 @@ from atnat.experiments.files import UnwritableError, write_json_atomic, write_li
 
 def cmd_train(args) -> None:
     from atnat.experiments.config.run import load_run_config, parse_override  # lazy: start-up
+    from atnat.experiments.files import path_part  # lazy: start-up
     from atnat.experiments.running.cell import run_cell  # lazy: start-up
+    from contextlib import nullcontext
+
+    from atnat.experiments.config.devices import helper_rank  # lazy: start-up
+    from atnat.experiments.running.locks import cell_lock, held  # lazy: start-up
 
     overrides: dict = {}
     for item in args.set or []:
         from atnat.experiments.config.run import deep_update  # lazy: start-up
         overrides = deep_update(overrides, parse_override(item))
     cfg = load_run_config(args.config, overrides)
-    run_dir = Path(args.output_dir or cfg.output_dir or Path("runs") / cfg.name)
-    result = run_cell(cfg, run_dir, allow_changes=args.allow_settings_change)
+    run_dir = Path(args.output_dir or cfg.output_dir or Path("runs") / path_part(cfg.name, f"{args.config}: name"))
+    lock = nullcontext() if helper_rank() else held(cell_lock(run_dir), f"run folder {run_dir}")
+    with lock:  # a second train into the same folder is refused (DDP's helper ranks run under rank 0's lock)
+        result = run_cell(cfg, run_dir, allow_changes=args.allow_settings_change)
     if result is not None:  # None: a helper rank of a multi-device run
         print_rows(result.rows)
 
@@ -120,14 +127,14 @@ def strategy_options(args) -> dict:
 
 def parse_assignments(items: list[str], what: str) -> dict:
     """["k=v", ...] -> {k: v} with values parsed as YAML; one error naming the bad item."""
-    import yaml
+    from atnat.experiments.config.run import yaml_value  # lazy: start-up
 
     out = {}
     for item in items:
         if "=" not in item:
             raise AtnatError(f"{what} {item!r}: expected NAME=VALUE")
         k, v = item.split("=", 1)
-        out[k] = yaml.safe_load(v)
+        out[k] = yaml_value(v, f"{what} {item!r}")
     return out
 
 

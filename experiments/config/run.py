@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from atnat.core.options import (
+    require_between,
     require, require_at_least, require_choice, require_non_negative, require_optional_at_least,
 )
 from atnat.decoding.base import STRATEGIES, compatibility_problem
@@ -25,7 +26,7 @@ from atnat.core.options import OptionTypeError, check_fields
 from atnat.models.seq2seq import OptimConfig, build_config
 
 from atnat.experiments.config.plugins import load_plugins
-from atnat.experiments.files import read_utf8
+from atnat.experiments.files import path_part, read_utf8
 from atnat.experiments.config.precision import PRECISIONS
 from atnat.experiments.data.tasks import TASKS, TaskData
 from atnat.experiments.data.tokenize import CACHE_DIR
@@ -127,7 +128,7 @@ class TrainSettings:
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_epochs", "max_tokens", "max_len", "val_every_steps"):
-            require_at_least(getattr(self, name), 1, "train", name)
+            require_between(getattr(self, name), 1, MAX_COUNT, "train", name)
         for name in ("max_sentences", "num_threads", "early_stop_patience"):
             require_optional_at_least(getattr(self, name), 1, "train", name)
         require(self.divergence_factor is None or (isinstance(self.divergence_factor, (int, float))
@@ -147,6 +148,10 @@ class TrainSettings:
         for name in self.loggers:
             require_choice(name, LOGGERS, "train", "loggers")
         require_at_least(self.num_nodes, 1, "train", "num_nodes")
+
+
+MAX_COUNT = 10**9  # the declared range of step, epoch and token counts (a larger one is a typo)
+MAX_SEED = 2**32 - 1  # seeds are 32-bit (numpy's and Lightning's seed_everything's range)
 
 
 @dataclass(frozen=True)
@@ -217,6 +222,10 @@ class RunConfig:
 def validate(cfg: RunConfig, where: str) -> RunConfig:
     """Instantiate every named part once so a mistake fails before training starts; returns cfg
     with every option value converted to its declared type (see `checked`)."""
+    try:
+        require_between(cfg.seed, 0, MAX_SEED, where, "seed")
+    except AtnatError as err:
+        raise ConfigError(str(err)) from None
     task_name, task_opts = named(cfg.task, f"{where}: task")
     task_cls = _lookup(TASKS, task_name, f"{where}: task.name")
     task_opts = checked(task_cls.Options, task_opts, f"{where}: task ({task_name})")
@@ -259,6 +268,10 @@ def validate(cfg: RunConfig, where: str) -> RunConfig:
     labels: dict[str, int] = {}
     for i, spec in enumerate(strategies):
         label = build_strategy(spec)[0]
+        try:  # a label names the system's output files (hyps/<label>.txt)
+            path_part(label, f"{where}: eval.strategies[{i}]: its label")
+        except AtnatError as err:
+            raise ConfigError(str(err)) from None
         if label in labels:
             j = labels[label]
             raise ConfigError(f"{where}: eval.strategies[{j}] ({json_text(strategies[j])}) and eval.strategies[{i}] "
@@ -375,5 +388,14 @@ def parse_override(text: str) -> dict:
     parts = key.split(".")
     for p in parts[:-1]:
         cur = cur.setdefault(p, {})
-    cur[parts[-1]] = yaml.safe_load(value)
+    cur[parts[-1]] = yaml_value(value, f"override {text!r}")
     return out
+
+
+def yaml_value(text: str, what: str) -> Any:
+    """A command-line value read as YAML (plain data only: a tag such as !!python/... is refused)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        problem = " ".join(str(getattr(err, "problem", None) or err).split())
+        raise ConfigError(f"{what}: not a plain YAML value ({problem})") from None

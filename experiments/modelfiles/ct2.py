@@ -37,7 +37,7 @@ from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
 from atnat.decoding.processors import forbidden_ids
 
-from atnat.experiments.modelfiles.export import prepare_dir, tokenizer_file
+from atnat.experiments.modelfiles.export import staged, tokenizer_file
 from atnat.experiments.modelfiles.loading import load_module
 
 INSTALL_HINT = "pip install 'atnat[bench]'"
@@ -221,11 +221,11 @@ def export_ctranslate2(module, tokenizer, out: str | Path, *, quantization: str 
     file beside it (sentencepiece.model or symbols.json); -> out."""
     out = Path(out)
     spec = build_spec(module, vocabulary(tokenizer, module.decoder.vocab_size))
-    prepare_dir(out, MODEL_FILE)
     spec.optimize(quantization=quantization)
-    spec.save(str(out))
-    name, data = tokenizer_file(tokenizer.to_state())  # the tokenizer whose strings are the vocabulary
-    (out / name).write_bytes(data)
+    with staged(out, MODEL_FILE) as stage:  # written whole beside `out`, then put in its place
+        spec.save(str(stage))
+        name, data = tokenizer_file(tokenizer.to_state())  # the tokenizer whose strings are the vocabulary
+        (stage / name).write_bytes(data)
     return out
 
 

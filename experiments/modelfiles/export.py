@@ -12,10 +12,15 @@ other pickled objects is refused. A truncated or altered file is one AtnatError 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
+import torch
 
 from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
@@ -23,7 +28,8 @@ from atnat.experiments.modelfiles.checkpoints import read_checkpoint
 from atnat.experiments.files import FILE_MODE, atomic_write_bytes, sha256
 
 FORMAT = "atnat-export"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the weights' metadata records the sha256 of the hyper-parameters
+READABLE_VERSIONS = (1, 2)
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 TOKENIZER_FILES = {"sentencepiece": "sentencepiece.model", "symbols": "symbols.json"}
@@ -33,14 +39,48 @@ def is_export_dir(path: Path) -> bool:
     return path.is_dir() and (path / CONFIG).is_file() and (path / WEIGHTS).is_file()
 
 
-def prepare_dir(out: Path, marker: str) -> None:
-    """Create `out`, or reuse it when empty or already holding an export (`marker` file present)."""
+def _export_leftovers(out: Path) -> bool:
+    """Whether every entry of `out` is a file an export writes (or its temporary file): an export, or
+    one an older atnat left half-written when it was killed."""
+    names = {WEIGHTS, CONFIG, *TOKENIZER_FILES.values()}
+    return all(p.is_file() and (p.name in names or p.name.removesuffix(".tmp") in names
+                                or (p.name.startswith(".") and p.name.endswith(".tmp"))) for p in out.iterdir())
+
+
+def check_target(out: Path, marker: str = CONFIG) -> None:
+    """An export may go to `out`: a new or empty directory, or one holding an export (its `marker` file;
+    replaced whole)."""
     if out.exists() and not out.is_dir():
         raise AtnatError(f"export target {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (out / marker).is_file():
+    if out.is_dir() and any(out.iterdir()) and not (out / marker).is_file() and not _export_leftovers(out):
         raise AtnatError(f"export target {out} is a non-empty directory that holds no atnat export; "
                          "give a new or empty directory")
-    out.mkdir(parents=True, exist_ok=True)
+
+
+@contextmanager
+def staged(out: Path, marker: str = CONFIG) -> Iterator[Path]:
+    """Write an export into a fresh hidden sibling of `out`, then put it in place of `out` in two renames,
+    under a lock beside `out` (a second export to the same target is refused while this one runs). A
+    killed export leaves only a hidden sibling, which the next export to the target removes."""
+    from atnat.experiments.running.locks import held  # lazy: modelfiles sits below running
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with held(out.parent / f".{out.name}.export.lock", f"export target {out}"):
+        check_target(out, marker)
+        for stale in out.parent.glob(f".{out.name}.staged-*"):  # a killed export's (we hold the lock)
+            shutil.rmtree(stale, ignore_errors=True)
+        stage = out.parent / f".{out.name}.staged-{os.getpid()}"
+        stage.mkdir()
+        try:
+            yield stage
+            old = out.parent / f".{out.name}.staged-{os.getpid()}-old"
+            if out.exists():
+                os.replace(out, old)
+            os.replace(stage, out)
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def tokenizer_file(state: dict) -> tuple[str, bytes]:
@@ -53,29 +93,48 @@ def tokenizer_file(state: dict) -> tuple[str, bytes]:
     raise AtnatError(f"cannot export a tokenizer of kind {kind!r}; known: {', '.join(TOKENIZER_FILES)}")
 
 
+def canonical_header(path: Path) -> None:
+    """Rewrite a safetensors file's JSON header with its keys sorted (same length, space-padded, as the
+    format allows): safetensors writes its metadata in hash-map order, so two exports of one model would
+    otherwise differ in bytes."""
+    with open(path, "r+b") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+        text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+        if len(text) > size:  # cannot happen for the same content; keep the file as written if it did
+            return
+        f.seek(8)
+        f.write(text + b" " * (size - len(text)))
+
+
+def hyper_parameters_sha256(hyper_parameters: dict) -> str:
+    """sha256 of the hyper-parameters' canonical JSON: what the weights file records of its config."""
+    return hashlib.sha256(json.dumps(hyper_parameters, sort_keys=True).encode()).hexdigest()
+
+
 def export_safetensors(module: Seq2SeqModule, out: str | Path) -> Path:
-    """Write model.safetensors, the tokenizer file and config.json (last: it names the others'
-    sha256, so a directory with a config.json is complete) into `out`; -> out."""
+    """Write model.safetensors, the tokenizer file and config.json into a staged copy of `out` and put
+    it in place whole (`staged`); config.json names the other files' sha256, and the weights' metadata the
+    sha256 of the hyper-parameters, so neither file can be changed without the other noticing. -> out."""
     from safetensors.torch import save_model
 
     out = Path(out)
     if module.tokenizer_state is None:
         raise AtnatError("the module carries no tokenizer: export needs one (a module from atnat train)")
-    prepare_dir(out, CONFIG)
-    (out / CONFIG).unlink(missing_ok=True)  # an interrupted re-export leaves no stale config
-    tmp = out / (WEIGHTS + ".tmp")
-    save_model(module, str(tmp), metadata={"format": FORMAT, "format_version": str(FORMAT_VERSION)})
-    os.chmod(tmp, FILE_MODE)  # safetensors writes 0600; an export is for sharing
-    os.replace(tmp, out / WEIGHTS)
-    name, data = tokenizer_file(module.tokenizer_state)
-    for other in set(TOKENIZER_FILES.values()) - {name}:
-        (out / other).unlink(missing_ok=True)
-    atomic_write_bytes(out / name, data)
-    config = {"format": FORMAT, "format_version": FORMAT_VERSION,
-              "hyper_parameters": _plain(dict(module.hparams)), "bleu_tokenize": module.bleu_tokenize,
-              "tokenizer": {"kind": module.tokenizer_state["kind"], "file": name, "sha256": sha256(out / name)},
-              "weights": {"file": WEIGHTS, "sha256": sha256(out / WEIGHTS)}}
-    atomic_write_bytes(out / CONFIG, (json.dumps(config, indent=2) + "\n").encode())
+    hyper = _plain(dict(module.hparams))
+    with staged(out) as stage:
+        save_model(module, str(stage / WEIGHTS), metadata={
+            "format": FORMAT, "format_version": str(FORMAT_VERSION), "hyper_parameters_sha256":
+                hyper_parameters_sha256(hyper)})
+        canonical_header(stage / WEIGHTS)
+        os.chmod(stage / WEIGHTS, FILE_MODE)  # safetensors writes 0600; an export is for sharing
+        name, data = tokenizer_file(module.tokenizer_state)
+        atomic_write_bytes(stage / name, data)
+        config = {"format": FORMAT, "format_version": FORMAT_VERSION, "hyper_parameters": hyper,
+                  "bleu_tokenize": module.bleu_tokenize,
+                  "tokenizer": {"kind": module.tokenizer_state["kind"], "file": name, "sha256": sha256(stage / name)},
+                  "weights": {"file": WEIGHTS, "sha256": sha256(stage / WEIGHTS)}}
+        atomic_write_bytes(stage / CONFIG, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())
     return out
 
 
@@ -95,9 +154,9 @@ def read_config(directory: Path) -> dict:
         raise AtnatError(f"{path}: not a readable atnat export config ({err})") from err
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise AtnatError(f"{path}: not an atnat export config (format is not {FORMAT!r})")
-    if config.get("format_version") != FORMAT_VERSION:
+    if config.get("format_version") not in READABLE_VERSIONS:
         raise AtnatError(f"{path}: export format version {config.get('format_version')!r}; "
-                         f"this atnat reads version {FORMAT_VERSION}")
+                         f"this atnat reads versions {', '.join(map(str, READABLE_VERSIONS))}")
     return config
 
 
@@ -123,11 +182,10 @@ def load_export(directory: str | Path, map_location: str = "cpu") -> Seq2SeqModu
     try:
         weights = _checked_file(directory, config["weights"], "weights")
         tok_path = _checked_file(directory, config["tokenizer"], "tokenizer")
+        check_against_weights(config, weights, directory / CONFIG)  # before any tensor is allocated
         module = Seq2SeqModule(**config["hyper_parameters"])
     except (KeyError, TypeError) as err:
         raise AtnatError(f"{directory / CONFIG}: incomplete or invalid export config ({err!r})") from err
-    except AtnatError as err:  # a value the model refuses (d_model: -4): the config file is to blame
-        raise AtnatError(f"{directory / CONFIG}: hyper_parameters: {err}") from err
     try:
         load_model(module, str(weights), strict=True)
     except (SafetensorError, RuntimeError, OSError, ValueError) as err:
@@ -135,6 +193,43 @@ def load_export(directory: str | Path, map_location: str = "cpu") -> Seq2SeqModu
     module.tokenizer_state = tokenizer_state_from_file(tok_path, config["tokenizer"]["kind"])
     module.bleu_tokenize = config.get("bleu_tokenize", "13a")
     return module.to(map_location)
+
+
+def check_against_weights(config: dict, weights: Path, where: Path) -> None:
+    """The export's hyper-parameters against its weights, with nothing allocated: the declared ranges
+    (the model's config refuses a size out of range), the weights' record of the hyper-parameters
+    (format 2), and every tensor's shape in the safetensors header against the model those
+    hyper-parameters describe, built on the meta device."""
+    from safetensors import SafetensorError, safe_open
+
+    hyper = config["hyper_parameters"]
+    try:
+        with safe_open(str(weights), "pt") as f:
+            recorded = (f.metadata() or {}).get("hyper_parameters_sha256")
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise AtnatError(f"{weights}: not a readable safetensors file ({err})") from err
+    try:
+        with torch.device("meta"):  # sizes out of range are refused here, before any memory is taken
+            module = Seq2SeqModule(**hyper)
+    except AtnatError as err:  # a value the model refuses (d_model: -4, vocab_size: 1e9): the config is to blame
+        raise AtnatError(f"{where}: hyper_parameters: {err}") from err
+    if config.get("format_version", 1) >= 2 and recorded != hyper_parameters_sha256(hyper):
+        raise AtnatError(f"{where}: its hyper_parameters are not those the weights ({weights.name}) were exported "
+                         "with: modified after export?")
+    expected = module.state_dict(keep_vars=True)
+    for name, shape in shapes.items():
+        if name not in expected or tuple(expected[name].shape) != shape:
+            want = tuple(expected[name].shape) if name in expected else "no such tensor"
+            raise AtnatError(f"{where}: hyper_parameters describe another model than the weights: {name} is {shape} "
+                             f"in {weights.name}, {want} in the model they describe")
+    groups: dict[int, list[str]] = {}
+    for name, tensor in expected.items():
+        groups.setdefault(id(tensor), []).append(name)
+    missing = [names[0] for names in groups.values() if not any(n in shapes for n in names)]
+    if missing:
+        raise AtnatError(f"{where}: the weights in {weights.name} lack {', '.join(missing[:3])} of the model the "
+                         "hyper_parameters describe")
 
 
 def tokenizer_state_from_file(path: Path, kind: str) -> dict:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from atnat.core.errors import AtnatError
+from atnat.experiments.files import path_part
 from atnat.experiments.config.run import (
     ConfigError, RunConfig, build_strategy, checked, deep_update, load_yaml, make, run_config_from_dict,
 )
@@ -96,10 +97,22 @@ def set_dotted(data: dict, key: str, value: Any) -> dict:
 def axis_values(key: str, values: Any, where: str) -> list[tuple[str, Any]]:
     """Axis values as (label, value): a mapping gives labels; a list uses names or str(value)."""
     if isinstance(values, dict):
-        return [(str(k), v) for k, v in values.items()]
-    if isinstance(values, list) and values:
-        return [(str(v["name"]) if isinstance(v, dict) and "name" in v else str(v), v) for v in values]
-    raise ConfigError(f"{where}: axes.{key} must be a non-empty list or a label -> value mapping")
+        pairs = [(str(k), v) for k, v in values.items()]
+    elif isinstance(values, list) and values:
+        pairs = [(str(v["name"]) if isinstance(v, dict) and "name" in v else str(v), v) for v in values]
+    else:
+        raise ConfigError(f"{where}: axes.{key} must be a non-empty list or a label -> value mapping")
+    for label, _ in pairs:  # a label is part of every cell's folder name
+        checked_part(label, f"{where}: axes.{key}")
+    return pairs
+
+
+def checked_part(name, key: str) -> str:
+    """path_part as a ConfigError (a grid file's name that would leave its results folder)."""
+    try:
+        return path_part(name, key)
+    except AtnatError as err:
+        raise ConfigError(str(err)) from None
 
 
 def expand_axes(axes: dict, zips: list, where: str) -> list[dict[str, tuple[str, Any]]]:
@@ -134,7 +147,7 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
     unknown = [k for k in data if k not in GRID_KEYS]
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(GRID_KEYS)}")
-    name = str(data.get("name") or path.stem)
+    name = checked_part(data.get("name") or path.stem, f"{where}: name")
     plugins = data.get("plugins") or []
     if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
         raise ConfigError(f"{where}: plugins: expected a list of module names, got {plugins!r}")
@@ -142,6 +155,12 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
     variants = data.get("cells") or {"default": {}}
     if not isinstance(variants, dict):
         raise ConfigError(f"{where}: cells must map a cell name to its settings")
+    for variant, settings in variants.items():
+        checked_part(variant, f"{where}: cells")
+        for part, section in (("base", data.get("base") or {}), (f"cells.{variant}", settings or {})):
+            if isinstance(section, dict) and "output_dir" in section:
+                raise ConfigError(f"{where}: {part}.output_dir: a grid writes every cell under its results folder "
+                                  "(--results DIR); set that instead")
     seeds = data.get("seeds") or [1]
     base = data.get("base") or {}
     smoke_cfg = dict(data.get("smoke") or {}) if smoke else None
