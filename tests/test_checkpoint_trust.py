@@ -165,6 +165,22 @@ def test_resuming_under_other_settings_is_refused_then_recorded_and_applied_on_r
     assert lr == pytest.approx(0.0001 * (4 / 13) ** 0.5)  # the next step's lr on the new peak, not 0.003's
 
 
+def test_a_settings_change_that_changes_the_models_shape_is_refused_and_records_nothing(run, tmp_path, capsys):
+    """Trials: --allow-settings-change with another d_model crashed on a size mismatch after config.json and
+    settings_changes.json had recorded the new shape, so that resuming with the original config was refused."""
+    config = tmp_path / "run.yaml"
+    (run / "metrics.json").unlink(missing_ok=True)
+    (run / "train.json").unlink(missing_ok=True)
+    before = {name: (run / name).read_bytes() for name in ("config.json",) if (run / name).exists()}
+    changes = (run / "settings_changes.json").read_bytes() if (run / "settings_changes.json").exists() else None
+    args = ["train", str(config), "--output-dir", str(run), "--set", "model.ffn_dim=24", "--allow-settings-change"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "cannot change the model's shape" in err and "model.ffn_dim" in err and "Traceback" not in err
+    assert {name: (run / name).read_bytes() for name in before} == before
+    assert ((run / "settings_changes.json").read_bytes() if (run / "settings_changes.json").exists() else None) == changes
+
+
 def test_a_run_records_every_setting_with_its_default(run):
     recorded = json.loads((run / "config.json").read_text())
     assert recorded["model"]["pre_ln"] is False and recorded["loss"]["label_smoothing"] == 0.1

@@ -108,8 +108,41 @@ def test_missing_and_empty_files(tmp_path):
     with pytest.raises(AtnatError, match=r"test source: .*test_src is empty"):
         task.load()
     task = ParallelTask(ParallelOptions(data_dir=str(tmp_path / "nowhere")), cache_dir=tmp_path)
-    with pytest.raises(AtnatError, match=r"train source: file .*nowhere/train.en does not exist"):
+    with pytest.raises(AtnatError, match=r"train source: .*nowhere/train.en does not exist"):
         task.load()
+
+
+def test_a_folder_a_fifo_and_a_device_are_named_for_what_they_are(tmp_path):
+    """Trials: a directory, a FIFO and /dev/zero were each reported as "does not exist"."""
+    import os
+
+    from atnat.experiments.data.tasks import read_lines
+
+    os.mkfifo(tmp_path / "fifo")
+    for path, said in ((tmp_path, "is a folder, not a file"), (tmp_path / "fifo", "is a FIFO, not a regular file"),
+                       ("/dev/zero", "is a device or socket, not a regular file")):
+        with pytest.raises(AtnatError, match=f"train source: {path} {said}"):
+            read_lines(path, "train source")
+
+
+def test_a_missing_data_file_is_refused_when_the_config_is_read(tmp_path, capsys):
+    """Trials: `atnat run --dry-run` accepted a grid whose training file was missing; every cell then failed
+    after ~11 s with only "failed" on the terminal. Now the config check names the file."""
+    import yaml
+
+    from atnat.experiments.cli.commands import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "val", "test2016"):
+        for lang in ("en", "de"):
+            (data / f"{split}.{lang}").write_text("a b\n")
+    (data / "train.de").unlink()
+    grid = {"name": "g", "base": {"task": {"name": "parallel", "data_dir": str(data), "vocab_size": 20}},
+            "cells": {"at": {"decoder": {"name": "at"}}}}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(grid))
+    assert main(["run", str(tmp_path / "g.yaml"), "--dry-run", "--results", str(tmp_path / "res")]) == 2
+    assert f"task: train target: {data / 'train.de'} does not exist" in capsys.readouterr().err
 
 
 def test_non_utf8_names_the_line(tmp_path):

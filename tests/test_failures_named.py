@@ -22,10 +22,20 @@ TEXT = ["the cat sees a dog", "a red house", "the dog likes the tree", "a small 
 
 
 @pytest.mark.parametrize("damage", [b"", b"\x0a\x05trunc"])
-def test_a_damaged_sentencepiece_cache_is_named_set_aside_and_rebuilt(tmp_path, capsys, damage):
+@pytest.mark.parametrize("record", ["kept", "removed", "matching"])
+def test_a_damaged_sentencepiece_cache_is_named_set_aside_and_rebuilt(tmp_path, capsys, damage, record):
+    """Its recorded sha256 kept (a mismatch), gone, or rewritten to match the damage: trials found an empty
+    model with no or a matching .sha256 loaded, then failed every run at its first encode."""
+    import hashlib
+
     first = SentencePieceTokenizer.train(TEXT, vocab_size=30, cache_dir=tmp_path)
     (cached,) = tmp_path.glob("spm-*.model")
     cached.write_bytes(damage)
+    sha = cached.with_name(cached.name + ".sha256")
+    if record == "removed":
+        sha.unlink()
+    elif record == "matching":
+        sha.write_text(f"{hashlib.sha256(damage).hexdigest()}  {cached.name}\n")
     again = SentencePieceTokenizer.train(TEXT, vocab_size=30, cache_dir=tmp_path)
     err = capsys.readouterr().err
     assert f"the cached sentencepiece model {cached} is damaged" in err and "trained again" in err

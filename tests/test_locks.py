@@ -145,7 +145,18 @@ def test_failed_cells_exit_1_after_the_table_and_report_are_written(tmp_path, mo
     assert main(["run", str(grid), "--results", "res"]) == 1
     err = capsys.readouterr().err
     assert "failed: 2 of 2 cells: at-s1, nat-s1" in err
+    assert "cell at-s1 failed: split 'train' has no usable sentence pairs" in err  # the reason, not only error.log
     out = tmp_path / "res" / "tiny"
     assert (pd.read_csv(out / "results.csv").status == "failed").all() and (out / "report.md").exists()
     assert main(["cell", str(grid), "at-s1", "--results", "res"]) == 1
     assert "cell at-s1 failed: split 'train' has no usable sentence pairs" in capsys.readouterr().err
+
+
+def test_a_failed_cell_in_a_worker_says_why_on_the_terminal(tmp_path, monkeypatch, capsys):
+    """Trials: with --workers 2 a failing cell showed only "failed (11 s)"; its reason was in error.log alone."""
+    broken = {"decoder": {"name": "at"}, "train": {"max_len": 1}}  # drops every pair: fails at run time
+    grid = write_grid(tmp_path, {**TINY, "cells": {"at": broken}})
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(grid), "--results", "res", "--workers", "2"]) == 1
+    out = capsys.readouterr().out
+    assert "at-s1: failed" in out and "split 'train' has no usable sentence pairs" in out

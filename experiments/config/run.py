@@ -260,6 +260,12 @@ def validate(cfg: RunConfig, where: str) -> RunConfig:
             raise ConfigError(f"{where}: eval.strategies[{i}] ({name}) runs an AT teacher beside the decoder (npd "
                               "re-ranks with it, speculative drafts for it): give the run a teacher (grid: teacher: "
                               "CELL; a run: distill.teacher)")
+    try:  # the files the task reads, checked now, not when the cell starts
+        task_cls(make(task_cls.Options, task_opts, f"{where}: task ({task_name})"), cache_dir=CACHE_DIR).check_files()
+    except ConfigError:
+        raise
+    except AtnatError as err:
+        raise ConfigError(f"{where}: {err}") from None
     for name in cfg.eval.extra_tests:  # read now, not after hours of training
         try:
             task_cls(make(task_cls.Options, task_opts, f"{where}: task ({task_name})"), cache_dir=CACHE_DIR).extra_split(name)

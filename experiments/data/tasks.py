@@ -5,7 +5,9 @@ Synthetic tasks are string-level too, so every metric and report treats them lik
 """
 from __future__ import annotations
 
+import os
 import random
+import stat
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +50,10 @@ class Task(ABC):
     @abstractmethod
     def load(self) -> TaskData:
         """Build or read the splits and the tokenizer."""
+
+    def check_files(self) -> None:
+        """Refuse, when the config is read, a file the task would read later (missing, a folder, a FIFO):
+        one AtnatError naming it, before anything trains. Tasks that read no files have none to check."""
 
     def extra_split(self, name: str) -> tuple[list[str], list[str]]:
         """(sources, targets) of a further test split (`eval.extra_tests`), e.g. test2017 beside test2016."""
@@ -198,11 +204,26 @@ class ParallelOptions:
         require_optional_at_least(self.max_eval, 1, "task", "max_eval")
 
 
+def check_readable(path: Path, what: str) -> Path:
+    """`path` names a regular file this process can read; else one AtnatError saying what it is instead."""
+    path = Path(path)
+    if not path.exists():
+        problem = "does not exist"
+    elif path.is_dir():
+        problem = "is a folder, not a file"
+    elif not path.is_file():
+        kind = "a FIFO" if stat.S_ISFIFO(path.stat().st_mode) else "a device or socket"
+        problem = f"is {kind}, not a regular file"
+    elif not os.access(path, os.R_OK):
+        problem = "cannot be read (permission denied)"
+    else:
+        return path
+    raise AtnatError(f"{what}: {path} {problem}")
+
+
 def read_lines(path: Path, what: str) -> list[str]:
     """Read a UTF-8 text file, one sentence per line; one clear error for each bad input."""
-    if not path.is_file():
-        raise AtnatError(f"{what}: file {path} does not exist")
-    text = read_utf8(path, f"{what}: ")
+    text = read_utf8(check_readable(path, what), f"{what}: ")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -228,6 +249,11 @@ class ParallelTask(Task):
             return Path(files[f"{split}_{side}"]).expanduser()
         stem = {"train": o.train, "valid": o.valid, "test": o.test}[split]
         return Path(o.data_dir).expanduser() / f"{stem}.{o.src if side == 'src' else o.tgt}"
+
+    def check_files(self) -> None:
+        for split in SPLITS:
+            for side in ("src", "tgt"):
+                check_readable(self.path(split, side), f"task: {split} {'source' if side == 'src' else 'target'}")
 
     def extra_split(self, name: str) -> tuple[list[str], list[str]]:
         """`{data_dir}/{name}.{src}` and `.{tgt}`, read and checked like the other splits."""

@@ -57,6 +57,9 @@ class SentencePieceTokenizer:
 
         self.proto = model_proto
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        if self.sp.get_piece_size() < MIN_SENTENCEPIECE_VOCAB:  # an empty proto loads, and fails at encode
+            raise AtnatError(f"not a usable sentencepiece model ({len(model_proto)} bytes, "
+                             f"{self.sp.get_piece_size()} pieces)")
 
     @classmethod
     def train(cls, texts: Iterable[str], *, vocab_size: int, cache_dir: Path, model_type: str = "unigram",

@@ -26,6 +26,7 @@ from atnat.experiments.config.plugins import installed_plugins
 from atnat.experiments.files import write_json_atomic
 from atnat.experiments.reporting.environment import environment
 from atnat.experiments.reporting.goals import goal_pairs, parse_goals
+from atnat.experiments.reporting.records import read_metrics
 from atnat.experiments.reporting.report import write_report
 from atnat.experiments.reporting.table import tabulate
 from atnat.experiments.running.collect import stage_collected
@@ -278,12 +279,25 @@ def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_b
     print(f"results: {out / 'results.csv'} ({len(table)} rows); report: {out / 'report.md'}")
 
 
+def failure_reason(cell: Cell) -> str:
+    """': <the first line of the error>' of a failed cell (its metrics.json), '' otherwise."""
+    try:
+        meta = read_metrics(Path(cell.config.output_dir))
+    except AtnatError:
+        return ""
+    if not meta or meta.get("status") != "failed":
+        return ""
+    lines = str(meta.get("error") or "").strip().splitlines()
+    first = lines[0] if lines else "no error message recorded"
+    return f": {first if len(first) <= 300 else first[:299] + '…'}"
+
+
 def _run_in_workers(grid, cells, lanes, progress, bar, *, results_root: Path, smoke: bool) -> None:
     def status(cell: Cell) -> str | None:
         return cell_status(Path(cell.config.output_dir))
 
     def finished(cell: Cell, state: str, seconds: float) -> None:
-        progress.console.print(f"{cell.name}: {state} ({seconds:.0f} s)")
+        progress.console.print(f"{cell.name}: {state} ({seconds:.0f} s){failure_reason(cell)}", markup=False)
         progress.advance(bar)
 
     lines: dict[str, object] = {}  # a progress line per running cell

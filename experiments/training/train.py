@@ -223,6 +223,17 @@ class OptimizerSettings(pl.Callback):
                 group["lr"] = base * factor(sched.last_epoch)
 
 
+def check_weights_fit(module, resume: Path, change) -> None:
+    """A changed setting may change how training goes on, not the model's shape: every tensor of the
+    checkpoint must fit the model the new settings build (SettingsChanged naming the first that does not)."""
+    saved = read_checkpoint(resume).get("state_dict", {})
+    for name, tensor in module.state_dict().items():
+        if name in saved and tuple(saved[name].shape) != tuple(tensor.shape):
+            raise SettingsChanged(f"--allow-settings-change cannot change the model's shape: {name} is "
+                                  f"{tuple(saved[name].shape)} in {resume} and {tuple(tensor.shape)} under the new "
+                                  f"settings ({change.describe()}); train the new model in another folder")
+
+
 def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
           allow_changes: bool = False) -> Path | None:
     """Train (or resume) the run in `run_dir`; returns the checkpoint evaluation uses (see
@@ -237,19 +248,20 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
     data = data or prepare_data(cfg)
     resume = resume_point(run_dir / "checkpoints", set_aside=not helper_rank())  # every DDP rank resumes
     change = settings_change(run_dir, cfg) if resume is not None else None
-    if change and change.training:
-        if not allow_changes:
-            raise SettingsChanged(f"run {cfg.name} ({run_dir}) was trained with other settings than these, and "
-                                  f"resuming would file its results under settings that did not make them: "
-                                  f"{change.describe()}. Give the run another folder (or move {run_dir} aside), or "
-                                  "resume with the new settings on purpose: atnat train --allow-settings-change "
-                                  "(the change is recorded in settings_changes.json with its step)")
-        if not helper_rank():
-            record_change(run_dir, change, checkpoint_step(resume))
+    if change and change.training and not allow_changes:
+        raise SettingsChanged(f"run {cfg.name} ({run_dir}) was trained with other settings than these, and "
+                              f"resuming would file its results under settings that did not make them: "
+                              f"{change.describe()}. Give the run another folder (or move {run_dir} aside), or "
+                              "resume with the new settings on purpose: atnat train --allow-settings-change "
+                              "(the change is recorded in settings_changes.json with its step)")
+    module = build_module(cfg, data.task)
+    if change and change.training:  # refused before anything is written: the run stays as it was
+        check_weights_fit(module, resume, change)
     if not helper_rank():
+        if change and change.training:
+            record_change(run_dir, change, checkpoint_step(resume))
         write_json_atomic(run_dir / "config.json", resolved(cfg))  # every setting, defaults included
         record_attempt(run_dir, resume)
-    module = build_module(cfg, data.task)
     t = cfg.train
     initialised = initialise(module, cfg) if t.init_from else None
     pin = trains_on_gpu(t.accelerator)
