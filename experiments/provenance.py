@@ -14,12 +14,14 @@ REPO = Path(__file__).resolve().parents[1]  # the checkout atnat runs from
 
 
 def code_version() -> dict:
-    """{"git_commit": short hash ("" outside a git checkout), "git_dirty": tracked files edited since
-    that commit (None when unknown)}, read now."""
+    """{"git_commit": short hash ("" outside a git checkout), "git_dirty": tracked files outside results/
+    edited since that commit (None when unknown)}, read now. A run rewriting its own committed results
+    folder does not make itself dirty."""
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO,
                                 timeout=5).stdout.strip()
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."],
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                  ":(exclude)results"],  # results are what runs write, not the code they ran
                                  capture_output=True, text=True, cwd=REPO, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit, changed = "", ""
@@ -37,3 +39,16 @@ def label(record) -> str:
     if not isinstance(record, dict) or not record.get("git_commit"):
         return ""
     return str(record["git_commit"]) + ("*" if record.get("git_dirty") else "")
+
+
+def tracked_files(folder: Path) -> int:
+    """How many files under `folder` git tracks (0 outside a checkout, or where git is missing)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return 0
+    try:
+        out = subprocess.run(["git", "ls-files", "--", "."], capture_output=True, text=True, cwd=folder,
+                             timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return len(out.splitlines())

@@ -37,9 +37,15 @@ def test_atnat_evaluate_scores_any_files(tmp_path, monkeypatch, capsys):
     args = ["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "ref.txt", "--ref", "ref.txt",
             "--also", "beam:beam_size=2", "--json", "scores.json", "--hyps", "hyps.txt", "--repeats", "1",
             "--latency-sentences", "3", "--engine", "eager"]
+    capsys.readouterr()
     assert main(args) == 0
+    err = capsys.readouterr().err
+    assert f"atnat evaluate: greedy: {len(refs)} of {len(refs)} sentences decoded" in err  # progress, not silence
+    assert "atnat evaluate: timing 2 strategies side by side" in err and "1 thread)" in err
     scores = json.loads((tmp_path / "scores.json").read_text())
+    assert scores["threads"] == 1 and scores["engine"] == "eager"  # what the speed was measured with
     rows = {r["strategy"]: r for r in scores["rows"]}
+    assert rows["greedy"]["threads"] == 1 and rows["greedy"]["timing_threads"] == 1
     assert set(rows) == {"greedy", "beam2"} and rows["greedy"]["n_refs"] == 2
     metrics = json.loads((run / "metrics.json").read_text())["rows"]
     assert rows["greedy"]["bleu"] == pytest.approx(metrics[0]["bleu"])  # the grid scored the same test set

@@ -5,6 +5,8 @@ import statistics
 import pandas as pd
 import pytest
 import yaml
+
+from atnat.experiments.reporting.results import notes_stamp
 from scipy.stats import norm as NORMAL
 from scipy.stats import t as student
 
@@ -57,7 +59,9 @@ def test_a_malformed_goal_is_refused_when_the_grid_is_read(tmp_path, goal, messa
 def test_the_report_states_the_goals_and_the_authors_notes(tmp_path):
     root = fx.build_results(tmp_path)
     (root / "goals.json").write_text(json.dumps(GOALS))
-    (root / "notes.md").write_text("CMLM missed its goal:\nit trained for\n400 steps only.\n\nSecond paragraph.\n")
+    env = json.loads((root / "environment.json").read_text()) if (root / "environment.json").exists() else {}
+    (root / "notes.md").write_text(notes_stamp(root, env) + "\n"
+                                   "CMLM missed its goal:\nit trained for\n400 steps only.\n\nSecond paragraph.\n")
     md = write_report(root)[0].read_text(encoding="utf-8")
     section = md.split("## Goals")[1].split("\n## ")[0]
     assert "3 of 5 goals set in the grid file met" in section
@@ -71,6 +75,23 @@ def test_the_report_states_the_goals_and_the_authors_notes(tmp_path):
     (root / "goals.json").write_text(json.dumps([{"system": "copy-at / beam5"}]))
     with pytest.raises(ConfigError, match=r"goals.json: goals\[0\]: give exactly one of"):
         write_report(root)
+
+
+def test_notes_written_for_another_run_are_left_out_and_say_how_to_attach(tmp_path):
+    """Trials: the quickstart grid run again from a fresh clone rewrote report.md with the committed notes.md,
+    which quoted another commit's run (its wall time, its A/A floors) beside tables that said otherwise."""
+    root = fx.build_results(tmp_path)
+    env = json.loads((root / "environment.json").read_text())
+    for first in ("<!-- notes for the run: started 2020-01-01 00:00:00 -->", "An unstamped note."):
+        (root / "notes.md").write_text(first + "\nThe run took 13 min 23 s.\n")
+        md = write_report(root)[0].read_text(encoding="utf-8")
+        assert "13 min 23 s" not in md and "left out, since they quote that run's numbers" in md
+        assert notes_stamp(root, env) in md  # the line that would attach them to this run
+    env["started"] = "2026-01-02 03:04:05"
+    (root / "environment.json").write_text(json.dumps(env))
+    (root / "notes.md").write_text("<!-- notes for the run: started 2026-01-02 03:04:05 -->\nThe run took 13 min 23 s.\n")
+    md = write_report(root)[0].read_text(encoding="utf-8")
+    assert "The run took 13 min 23 s." in md and "<!-- notes" not in md
 
 
 def test_each_goal_says_how_far_past_its_target_and_whether_beyond_noise():

@@ -44,3 +44,26 @@ def test_a_commit_of_digits_only_is_read_back_as_text(tmp_path):
     g = load_results(root)
     assert set(g.table.loc[g.table["status"] == "ok", "trained_with"]) == {"9945357"}
     assert _code(SimpleNamespace(table=g.table, environment={"git_commit": "9945357"})) == []
+
+
+def test_a_run_rewriting_its_own_committed_results_is_not_dirty(tmp_path, monkeypatch):
+    """Trials: the quickstart run from a fresh clone recorded git_dirty: true (`0d5d4ed*`) because its own
+    outputs, results/quickstart/, are tracked files. Code edits still count."""
+    import subprocess
+
+    from atnat.experiments import provenance
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+    (tmp_path / "results" / "grid").mkdir(parents=True)
+    (tmp_path / "results" / "grid" / "report.md").write_text("old\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qam", "x", "--allow-empty")
+    git("add", "-A")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "y")
+    monkeypatch.setattr(provenance, "REPO", tmp_path)
+    (tmp_path / "results" / "grid" / "report.md").write_text("new\n")
+    assert provenance.code_version()["git_dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert provenance.code_version()["git_dirty"] is True

@@ -186,7 +186,12 @@ def cmd_evaluate(args) -> None:
 
     from atnat.experiments.modelfiles.quantize import maybe_quantize  # lazy: start-up
 
+    import torch
+
     engine = checked_engine(args)
+    if args.threads < 1:
+        raise AtnatError(f"--threads {args.threads}: expected a positive number of CPU threads")
+    torch.set_num_threads(args.threads)  # decoding and timing alike; recorded with every row
     device = decode_device(args.device, args.quantize, note=lambda text: print(text, file=sys.stderr))
     module, tokenizer = load_module(args.checkpoint, map_location=device)
     module = maybe_quantize(module, args.quantize)
@@ -198,19 +203,20 @@ def cmd_evaluate(args) -> None:
     references = [read_lines(Path(r), f"--ref {r}") for r in args.ref]
     specs = [{"name": args.strategy, **strategy_options(args)}] + [_spec(s) for s in args.also or []]
     speed = None if args.no_speed else SpeedSettings(latency_sentences=args.latency_sentences,
-                                                     throughput_sentences=len(sources), repeats=args.repeats)
+                                                     throughput_sentences=len(sources), repeats=args.repeats,
+                                                     threads=args.threads)
     rows = evaluate_files(module, tokenizer, sources, references, specs, teacher=teacher,
                           n_bootstrap=args.n_bootstrap, compound_split=args.compound_split, lang=args.lang,
-                          speed=speed)
+                          speed=speed, say=lambda text: print(f"atnat evaluate: {text}", file=sys.stderr, flush=True))
     for row in rows:
-        row["engine"] = engine.label  # decoding and timing alike
+        row["engine"], row["threads"] = engine.label, args.threads  # decoding and timing alike
     print_rows(rows, extra=("bleu_tok", "bleu_ci_low", "bleu_ci_high"))
     if args.hyps:
         write_lines_atomic(Path(args.hyps), rows[0]["hypotheses"])
     if args.json:
         clean = [{k: v for k, v in r.items() if k != "hypotheses"} for r in rows]
         write_json_atomic(Path(args.json), {"checkpoint": str(args.checkpoint), "src": args.src, "ref": args.ref,
-                                            "rows": clean})
+                                            "engine": engine.label, "threads": args.threads, "rows": clean})
 
 
 def _spec(text: str) -> dict:
@@ -429,6 +435,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-speed", action="store_true", help="skip the timing")
     p.add_argument("--latency-sentences", type=int, default=100, help="sentences timed one at a time")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats of every call")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads for decoding and timing (default 1, as a "
+                                                         "grid's timing phase; recorded in the JSON)")
     p.add_argument("--hyps", help="write the first strategy's translations here")
     p.add_argument("--json", help="write the scores here as JSON")
     p.add_argument("--quantize", choices=["none", "int8"], default="none",

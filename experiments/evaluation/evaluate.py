@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -178,7 +179,7 @@ def iteration_bleu(history: list[list[list[int]]], refs: list[list[str]], task: 
 def evaluate_files(module: Seq2SeqModule, tokenizer, sources: list[str], references: list[list[str]],
                    specs: list, *, teacher: Seq2SeqModule | None = None, max_tokens: int = 6000,
                    n_bootstrap: int = 1000, compound_split: bool = False, lang: str | None = None,
-                   speed: SpeedSettings | None = None) -> list[dict]:
+                   speed: SpeedSettings | None = None, say: Callable[[str], None] = lambda text: None) -> list[dict]:
     """Score a trained model on any test set (`atnat evaluate`): per strategy spec, sacreBLEU (all
     reference streams), chrF, tokenised BLEU, exact match; with `speed`, the strategies are also
     timed side by side on these sentences. -> one row per strategy, with its hypotheses."""
@@ -192,17 +193,26 @@ def evaluate_files(module: Seq2SeqModule, tokenizer, sources: list[str], referen
     rows, systems = [], []
     for spec in specs:
         label, strategy = build_strategy(spec)
-        decoded = decode_split(module, split, strategy, max_tokens=max_tokens, teacher=teacher)
+        started, shown = time.time(), [0]
+
+        def progress(done: int) -> None:  # about every tenth of the sentences
+            if done - shown[0] >= max(1, len(sources) // 10) or done == len(sources):
+                shown[0] = done
+                say(f"{label}: {done} of {len(sources)} sentences decoded ({time.time() - started:.0f} s)")
+        decoded = decode_split(module, split, strategy, max_tokens=max_tokens, teacher=teacher, on_batch=progress)
         row, hyps = score_outputs(decoded.hyps, refs_ids, references, task, n_bootstrap=n_bootstrap,
                                   detok=tokenizer.decode, compound_split=compound_split)
         row.update(verifier_agreement(strategy, decoded, split, teacher, max_tokens))
         rows.append(row | {"strategy": label, "hypotheses": hyps})
         systems.append((label, strategy))
     if speed is not None:
+        say(f"timing {len(systems)} strategies side by side ({speed.latency_sentences} sentences one at a time, "
+            f"{speed.throughput_sentences} in batches of {speed.throughput_batch}, {speed.repeats} repeats, "
+            f"{speed.threads} thread{'s' if speed.threads != 1 else ''})")
         timed = time_systems([System("model", label, module, strategy, split.src, teacher)
                               for label, strategy in systems], speed, {}).set_index("strategy")
         for row in rows:
-            keep = [c for c in ("latency_ms_b1", "throughput_sents_s", "decoder_passes", "verifier_passes",
+            keep = [c for c in ("latency_ms_b1", "throughput_sents_s", "decoder_passes", "verifier_passes", "timing_threads",
                                 "acceptance_length") if c in timed]
             row.update(timed.loc[row["strategy"], keep].to_dict())
     return rows

@@ -264,6 +264,8 @@ def _goals(g: GridResults) -> list[Block]:
     if g.notes:
         blocks += [Block("heading", "Notes (written by the authors, not generated)", 2)]
         blocks += [Block("para", " ".join(p.split())) for p in g.notes.split("\n\n") if p.strip()]
+    elif g.notes_left_out:
+        blocks += [Block("heading", "Notes (written by the authors, not generated)", 2), Block("note", g.notes_left_out)]
     return blocks
 
 

@@ -4,6 +4,7 @@ non-number where a number belongs is one AtnatError naming the file) before anyt
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pandas as pd
 from atnat.core.errors import AtnatError
 
 from atnat.experiments.evaluation.columns import columns
+from atnat.experiments.files import sha256
 from atnat.experiments.reporting import figures
 from atnat.experiments.reporting.goals import parse_goals
 from atnat.experiments.reporting.integrity import check_row_count, check_tables
@@ -39,7 +41,8 @@ class GridResults:
     samples: pd.DataFrame | None  # samples.csv
     environment: dict | None  # environment.json
     goals: list = ()  # goals.json: the grid's goals (reporting/goals.py), checked in the report
-    notes: str = ""  # notes.md: the authors' hand-written notes (why a goal was missed ...)
+    notes: str = ""  # notes.md: the authors' hand-written notes (why a goal was missed ...), when written for this run
+    notes_left_out: str = ""  # why a notes.md in the folder was not shown (written for another run)
     extra_tests: pd.DataFrame | None = None  # extra_tests.csv: BLEU on further test splits (eval.extra_tests)
     comparisons: pd.DataFrame | None = None  # comparisons.csv: BLEU differences to each task's AT reference, with
     # intervals over sentences and seeds (reporting/table.py)
@@ -144,7 +147,7 @@ def load_results(results_dir: Path) -> GridResults:
         curves[name] = _read_csv(root / "curves" / f"{name}.csv", cols, numeric)
     samples = _read_csv(root / "samples.csv", SAMPLE_COLUMNS, ())
     goals = parse_goals(_read_json(root / "goals.json"), str(root / "goals.json"))
-    notes = (root / "notes.md").read_text(encoding="utf-8").strip() if (root / "notes.md").is_file() else ""
+    notes, notes_left_out = notes_of_this_run(root, environment)
     comparisons = _read_csv(root / "comparisons.csv", ("task", "system", "against", "bleu_diff", "diff_ci_low",
                                                         "diff_ci_high"), ("bleu_diff", "diff_ci_low", "diff_ci_high"))
     extra = _read_csv(root / "extra_tests.csv", ("cell", "task", "strategy", "test_set", "bleu"), ("bleu",))
@@ -154,4 +157,41 @@ def load_results(results_dir: Path) -> GridResults:
     if (environment or {}).get("interim"):  # <results>/<grid>/interim/: named after its grid
         name = f"{root.resolve().parent.name} (interim)"
     return GridResults(name, root, table, curves, samples, environment, goals, notes,
-                       extra_tests=extra, comparisons=comparisons, ranking=ranking)
+                       extra_tests=extra, comparisons=comparisons, ranking=ranking, notes_left_out=notes_left_out)
+
+
+NOTES_STAMP = re.compile(r"<!--\s*notes for the run:\s*(.+?)\s*-->")
+
+
+def run_identity(root: Path, environment: dict | None) -> str:
+    """What a results folder's run is known by: its start time (environment.json) where the run wrote it;
+    a report made from collected cells has none, and is known by the sha256 of its results.csv."""
+    started = (environment or {}).get("started")
+    if started:
+        return f"started {started}"
+    table = root / "results.csv"
+    return f"results.csv sha256 {sha256(table)[:12]}" if table.is_file() else "unknown"
+
+
+def notes_stamp(root: Path, environment: dict | None) -> str:
+    """The first line that ties a notes.md to this folder's run."""
+    return f"<!-- notes for the run: {run_identity(root, environment)} -->"
+
+
+def notes_of_this_run(root: Path, environment: dict | None) -> tuple[str, str]:
+    """(notes, why they were left out): notes.md when its first line is this folder's run's stamp
+    (notes_stamp), else "" and one sentence saying whose run they describe and how to attach them. Notes
+    quote a run's numbers: beside another run's tables (a grid run again) they would state what is not so."""
+    path = root / "notes.md"
+    if not path.is_file():
+        return "", ""
+    text = path.read_text(encoding="utf-8").strip()
+    first, _, rest = text.partition("\n")
+    found = NOTES_STAMP.fullmatch(first.strip())
+    mine = run_identity(root, environment)
+    if found and found.group(1) == mine:
+        return rest.strip(), ""
+    whose = f"the run {found.group(1)}" if found else "no run (their first line names none)"
+    return "", (f"The hand-written notes in notes.md were written for {whose}, not for this one ({mine}): left out, "
+                f"since they quote that run's numbers. To attach notes to this run, begin notes.md with the line "
+                f"{notes_stamp(root, environment)}")

@@ -24,6 +24,7 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.config.devices import require_gpu
 from atnat.experiments.config.plugins import installed_plugins
 from atnat.experiments.files import write_json_atomic
+from atnat.experiments.provenance import tracked_files
 from atnat.experiments.reporting.environment import environment
 from atnat.experiments.reporting.goals import goal_pairs, parse_goals
 from atnat.experiments.reporting.records import read_metrics
@@ -74,6 +75,10 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
             require_gpu(cell.config.train.accelerator, f"{path}: cell {cell.name}")
     # the timing phase's peers: on the timing device here; on a login node only what it can see (the install)
     check_timing_peers(grid, timing_device(grid, devices) if cluster is None else "cpu", path)
+    tracked = tracked_files(out)
+    if tracked:
+        print(f"atnat: {out} holds {tracked} committed files; this run rewrites its tables and report there "
+              f"(`git checkout -- {out}` restores them; --results DIR writes elsewhere)", file=sys.stderr)
     with held(folder_lock(out), f"results folder {out}"):
         kept = handle_stale(grid, cells, stale)
         pending = _run_cells(grid, cells, path, out, results_root=results_root, smoke=smoke, workers=workers,
