@@ -8,6 +8,7 @@ import errno
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Callable, BinaryIO
 
@@ -95,6 +96,23 @@ def write_lines_atomic(path: Path, lines: list[str]) -> None:
 
 def write_csv(df: pd.DataFrame, path: Path) -> None:
     write_text_atomic(path, df.to_csv(index=False))
+
+
+def check_readable(path: Path, what: str) -> Path:
+    """`path` names a regular file this process can read; else one AtnatError saying what it is instead."""
+    path = Path(path)
+    if not path.exists():
+        problem = "does not exist"
+    elif path.is_dir():
+        problem = "is a folder, not a file"
+    elif not path.is_file():
+        kind = "a FIFO" if stat.S_ISFIFO(path.stat().st_mode) else "a device or socket"
+        problem = f"is {kind}, not a regular file"
+    elif not os.access(path, os.R_OK):
+        problem = "cannot be read (permission denied)"
+    else:
+        return path
+    raise AtnatError(f"{what}: {path} {problem}")
 
 
 def read_utf8(path: Path, what: str) -> str:

@@ -74,7 +74,7 @@ def test_a_planted_last_checkpoint_runs_nothing_on_resume(tmp_path, capsys):
     assert main(["train", str(config), "--output-dir", str(run)]) == 0
     assert not marker.exists(), "code planted in last.ckpt ran on resume"
     err = capsys.readouterr().err
-    assert f"checkpoint {last} holds pickled objects" in err and "set aside as last.ckpt.damaged-" in err
+    assert f"checkpoint {last} holds a pickled object" in err and "set aside as last.ckpt.damaged-" in err
 
 
 @pytest.mark.parametrize("command", ["translate", "evaluate", "export", "distill", "train-init"])
@@ -93,7 +93,26 @@ def test_a_planted_checkpoint_runs_nothing_through_any_command(run, tmp_path, ca
                            "--set", f"train.init_from={evil}"]}[command]
     assert main(argv) == 2
     assert not marker.exists(), f"code planted in a checkpoint ran through atnat {command}"
-    assert f"checkpoint {evil} holds pickled objects that tensors-only loading refuses" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"checkpoint {evil} holds a pickled object (" in err and ") that tensors-only loading refuses" in err
+    assert "weights_only" not in err and "add_safe_globals" not in err  # torch's advice to load it anyway is not ours
+
+
+@pytest.mark.parametrize("content, said", [
+    (b"cell,strategy,bleu\nat-s1,greedy,30.1\n", "it begins with text"),
+    (b"3f2a9c  best.ckpt\n", "it begins with text"),
+    (b"\x00\x01\x02\x03rest", "it begins with binary data"),
+])
+def test_a_file_that_is_no_checkpoint_is_named_as_such_not_as_planted(tmp_path, capsys, content, said):
+    """Trials: translate given a CSV or a .sha256 file said it "holds pickled objects ... planted?"."""
+    wrong = tmp_path / "given.ckpt"
+    wrong.write_bytes(content)
+    assert main(["translate", "--checkpoint", str(wrong)]) == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint {wrong} is not a PyTorch checkpoint: {said}" in err and "planted" not in err
+    for path, problem in ((tmp_path, "does not exist"), ("/dev/zero", "is a device or socket, not a regular file")):
+        assert main(["translate", "--checkpoint", str(path)]) == 2
+        assert problem in capsys.readouterr().err
 
 
 def test_averaging_refuses_a_planted_checkpoint(run, tmp_path):

@@ -171,3 +171,19 @@ def test_fixed_length_nat_and_strategy_length_mode_must_agree():
         config(decoder={"name": "nat", "length": "fixed", "fixed_len_a": 1.0, "fixed_len_b": 2},
                eval={"strategies": [{"name": "parallel", "length": "fixed"}]})
     config(decoder={"name": "nat", "length": "fixed"}, eval={"strategies": [{"name": "parallel", "length": "fixed"}]})
+
+
+def test_cut_sources_and_dropped_training_pairs_are_said(capsys):
+    """Trials: test sources longer than train.max_len were cut, and long training pairs dropped, without a word."""
+    from atnat.experiments.data.batching import encode_split
+    from atnat.experiments.data.tokenize import SymbolTokenizer
+
+    tok = SymbolTokenizer(["a", "b"])
+    train = encode_split(tok, ["a b a b", "a", "b"], ["a", "a b a b a", "a"], name="train-x", max_len=3, drop_long=True)
+    test = encode_split(tok, ["a b a b", "a"], ["a", "b"], name="test-x", max_len=3)
+    assert len(train.src) == 1 and [len(s) for s in test.src] == [3, 1]
+    err = capsys.readouterr().err
+    assert "split 'train-x': 2 of 3 pairs longer than max_len=3 tokens on a side were left out (train.max_len)" in err
+    assert "split 'test-x': 1 of 2 sources longer than max_len=3 tokens were cut to it" in err
+    encode_split(tok, ["a b a b", "a"], ["a", "b"], name="test-x", max_len=3)  # said once per process
+    assert capsys.readouterr().err == ""

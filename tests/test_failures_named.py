@@ -91,9 +91,14 @@ def test_ctrl_c_in_train_and_in_a_serial_grid_exits_130_with_the_resume_hint(tmp
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(RUN))
     assert main(["train", str(config), "--output-dir", str(tmp_path / "run")]) == 130
-    assert "interrupted; finished work is kept (run the same command to resume)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "interrupted; finished work is kept (run the same command to resume)" in err
+    assert f"{tmp_path / 'run'} starts again from step 0 (no checkpoint saved yet)" in err
     assert main(["run", str(write_grid(tmp_path)), "--results", "res"]) == 130
-    assert "run the same command to resume" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "run the same command to resume" in err
+    # which cells lose their training: interrupted at step 2, before the first checkpoint (step 4)
+    assert "starting again from step 0 (no checkpoint saved yet): at-s1" in err
 
 
 def test_results_records_of_the_wrong_shape_are_named_not_a_crash(tmp_path, monkeypatch, capsys):

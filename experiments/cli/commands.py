@@ -31,7 +31,16 @@ def cmd_train(args) -> None:
     run_dir = Path(args.output_dir or cfg.output_dir or Path("runs") / path_part(cfg.name, f"{args.config}: name"))
     lock = nullcontext() if helper_rank() else held(cell_lock(run_dir), f"run folder {run_dir}")
     with lock:  # a second train into the same folder is refused (DDP's helper ranks run under rank 0's lock)
-        result = run_cell(cfg, run_dir, allow_changes=args.allow_settings_change)
+        try:
+            result = run_cell(cfg, run_dir, allow_changes=args.allow_settings_change)
+        except KeyboardInterrupt:
+            from atnat.experiments.modelfiles.checkpoints import checkpoint_step  # lazy: start-up
+            from atnat.experiments.training.resume import resume_point  # lazy: start-up
+
+            saved = resume_point(run_dir / "checkpoints", set_aside=False)
+            print(f"atnat: {run_dir} " + (f"resumes from step {checkpoint_step(saved)}" if saved else
+                                          "starts again from step 0 (no checkpoint saved yet)"), file=sys.stderr)
+            raise
     if result is not None:  # None: a helper rank of a multi-device run
         print_rows(result.rows)
 

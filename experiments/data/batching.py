@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -35,13 +36,29 @@ def encode_split(tokenizer, sources: list[str], targets: list[str], *, name: str
     if max_len is not None:
         if drop_long:
             keep = [i for i in range(len(src)) if 0 < len(src[i]) <= max_len and 0 < len(tgt[i]) <= max_len]
+            long = sum(1 for s, t in zip(src, tgt) if len(s) > max_len or len(t) > max_len)
+            _say_once(f"split {name!r}: {long} of {len(src)} pairs longer than max_len={max_len} tokens on a side "
+                      "were left out (train.max_len)", long)
             src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
         else:
+            long = sum(1 for s in src if len(s) > max_len)
+            _say_once(f"split {name!r}: {long} of {len(src)} sources longer than max_len={max_len} tokens were cut to "
+                      "it (train.max_len); their outputs see only the cut source", long)
             src, tgt = [s[:max_len] for s in src], [t[:max_len] for t in tgt]
     if not src:
         raise AtnatError(f"split {name!r} has no usable sentence pairs: all {len(sources)} are empty on one side"
                          + (f" or longer than max_len={max_len} tokens" if max_len else ""))
     return EncodedSplit(src, tgt)
+
+
+_SAID: set[str] = set()
+
+
+def _say_once(text: str, count: int) -> None:
+    """A note on stderr when `count` > 0, once per process (a split is encoded again by later phases)."""
+    if count and text not in _SAID:
+        _SAID.add(text)
+        print(f"atnat: {text}", file=sys.stderr)
 
 
 def check_budget(split: EncodedSplit, max_tokens: int, *, setting: str, name: str) -> None:

@@ -5,9 +5,7 @@ Synthetic tasks are string-level too, so every metric and report treats them lik
 """
 from __future__ import annotations
 
-import os
 import random
-import stat
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +15,7 @@ from atnat.core.errors import AtnatError
 from atnat.core.registry import Registry
 
 from atnat.core.options import require_at_least, require_optional_at_least
-from atnat.experiments.files import read_utf8
+from atnat.experiments.files import check_readable, read_utf8
 from atnat.experiments.data.tokenize import MIN_SENTENCEPIECE_VOCAB, SentencePieceTokenizer, SymbolTokenizer
 
 SPLITS = ("train", "valid", "test")
@@ -202,23 +200,6 @@ class ParallelOptions:
         require_at_least(self.vocab_size, MIN_SENTENCEPIECE_VOCAB, "task", "vocab_size")
         require_optional_at_least(self.max_train, 1, "task", "max_train")
         require_optional_at_least(self.max_eval, 1, "task", "max_eval")
-
-
-def check_readable(path: Path, what: str) -> Path:
-    """`path` names a regular file this process can read; else one AtnatError saying what it is instead."""
-    path = Path(path)
-    if not path.exists():
-        problem = "does not exist"
-    elif path.is_dir():
-        problem = "is a folder, not a file"
-    elif not path.is_file():
-        kind = "a FIFO" if stat.S_ISFIFO(path.stat().st_mode) else "a device or socket"
-        problem = f"is {kind}, not a regular file"
-    elif not os.access(path, os.R_OK):
-        problem = "cannot be read (permission denied)"
-    else:
-        return path
-    raise AtnatError(f"{what}: {path} {problem}")
 
 
 def read_lines(path: Path, what: str) -> list[str]:

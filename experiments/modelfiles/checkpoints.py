@@ -14,6 +14,7 @@ loading, averaging (resuming from them: experiments/training/resume.py).
 from __future__ import annotations
 
 import pickle
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -79,15 +80,22 @@ def read_checkpoint(path: Path, map_location: Any = "cpu") -> dict:
         _unverified_warned.add(str(path))
         print(f"atnat: checkpoint {path} has no {CHECKSUM_SUFFIX} file beside it (written before atnat recorded "
               "checksums?): loaded tensors-only, but damage cannot be detected", file=sys.stderr)
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):  # a zip archive, or a bare pickle
+        kind = "text" if head and all(32 <= b < 127 or b in (9, 10, 13) for b in head) else "binary data"
+        raise CheckpointDamaged(f"checkpoint {path} is not a PyTorch checkpoint: it begins with {kind} ({head!r}; "
+                                "a results table, a checksum or another file given by mistake?)")
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
-        text = str(err).strip()
-        detail = next((line.strip() for line in text.splitlines() if "Unsupported global" in line),
-                      text.splitlines()[0] if text else type(err).__name__)
-        raise CheckpointRefused(f"checkpoint {path} holds pickled objects that tensors-only loading refuses "
-                                f"({detail}); nothing in it was run. atnat writes none: was it written by another "
-                                "program or planted?") from err
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
+        if found is None:  # not a refused object: a pickle stream that does not parse
+            raise CheckpointDamaged(f"checkpoint {path} is truncated or corrupt: not a readable PyTorch checkpoint "
+                                    f"({' '.join(str(err).split())[:200]})") from err
+        raise CheckpointRefused(f"checkpoint {path} holds a pickled object ({found.group(1)}) that tensors-only "
+                                "loading refuses; nothing in it was run. atnat writes no such object: was the file "
+                                "written by another program, or planted?") from err
     except Exception as err:  # noqa: BLE001 - any failure to read the file is the file's problem
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise CheckpointDamaged(f"checkpoint {path} is truncated or corrupt: not a readable PyTorch checkpoint "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from atnat.core.errors import AtnatError
+from atnat.experiments.files import check_readable
 from atnat.models.seq2seq import Seq2SeqModule
 
 from atnat.experiments.data.tokenize import tokenizer_from_state
@@ -35,8 +36,7 @@ def load_module(checkpoint: str | Path, map_location: str = "cpu") -> tuple[Seq2
     else:
         if path.is_dir():
             path = evaluation_checkpoint(path)
-        if not path.is_file():
-            raise AtnatError(f"checkpoint {path} does not exist")
+        check_readable(path, "checkpoint")
         module = module_from_checkpoint(path, map_location)
     module.eval()
     if module.tokenizer_state is None:

@@ -38,7 +38,9 @@ from atnat.experiments.running.locks import LockHeld, folder_lock, held
 from atnat.experiments.running.stale import describe_stale, find_stale, handle_stale
 from atnat.experiments.running.status import saved_training
 from atnat.experiments.running.timing_phase import check_timing_peers, timing_description, timing_phase, timing_device
+from atnat.experiments.modelfiles.checkpoints import checkpoint_step
 from atnat.experiments.training.progress import describe as describe_progress, read_progress
+from atnat.experiments.training.resume import resume_point
 
 
 @dataclass
@@ -81,9 +83,13 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
               f"(`git checkout -- {out}` restores them; --results DIR writes elsewhere)", file=sys.stderr)
     with held(folder_lock(out), f"results folder {out}"):
         kept = handle_stale(grid, cells, stale)
-        pending = _run_cells(grid, cells, path, out, results_root=results_root, smoke=smoke, workers=workers,
-                             devices=devices, cluster=cluster,
-                             kept_stale={s.cell: s.reason for s in kept} if stale == "keep" else {})
+        try:
+            pending = _run_cells(grid, cells, path, out, results_root=results_root, smoke=smoke, workers=workers,
+                                 devices=devices, cluster=cluster,
+                                 kept_stale={s.cell: s.reason for s in kept} if stale == "keep" else {})
+        except KeyboardInterrupt:
+            print(f"atnat: {where_cells_resume(cells)}", file=sys.stderr)
+            raise
     failed = [c.name for c in cells if c.name not in pending and cell_status(Path(c.config.output_dir)) != "ok"]
     if failed:
         print(f"failed: {len(failed)} of {len(cells)} cells: {', '.join(failed)} "
@@ -282,6 +288,27 @@ def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_b
         (out / "goals.json").unlink()
     write_report(out, grid.report.figures)
     print(f"results: {out / 'results.csv'} ({len(table)} rows); report: {out / 'report.md'}")
+
+
+def where_cells_resume(cells: list[Cell]) -> str:
+    """After an interruption: which started cells resume from a checkpoint (and its step) and which start
+    again from step 0 (none saved yet); finished cells are kept."""
+    resume, again = [], []
+    for cell in cells:
+        run_dir = Path(cell.config.output_dir)
+        if cell_status(run_dir) == "ok" or not run_dir.is_dir():
+            continue
+        checkpoint = resume_point(run_dir / "checkpoints", set_aside=False)
+        if checkpoint is not None:
+            resume.append(f"{cell.name} (step {checkpoint_step(checkpoint)})")
+        elif (run_dir / "logs").is_dir() or (run_dir / "config.json").is_file():
+            again.append(cell.name)
+    parts = ["finished cells are kept"]
+    if resume:
+        parts.append("resuming from their last checkpoint: " + ", ".join(resume))
+    if again:
+        parts.append("starting again from step 0 (no checkpoint saved yet): " + ", ".join(again))
+    return "; ".join(parts)
 
 
 def failure_reason(cell: Cell) -> str:
