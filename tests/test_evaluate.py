@@ -72,3 +72,23 @@ def test_atnat_evaluate_scores_any_files(tmp_path, monkeypatch, capsys):
     (tmp_path / "short.txt").write_text("w1\n")
     assert main(["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "short.txt", "--no-speed"]) == 2
     assert "reference file 1 has 1 lines but the source has" in capsys.readouterr().err
+
+
+def test_translate_and_evaluate_default_to_the_models_own_strategy(tmp_path, monkeypatch, capsys):
+    """Trials: translate/evaluate defaulted to greedy and failed on a CTC checkpoint without naming --strategy ctc."""
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path, {**TINY, "cells": {"ctc": {"decoder": {"name": "ctc"}, "eval": {"strategies": ["ctc"]}}}})
+    assert main(["run", str(grid), "--results", "res"]) == 0
+    run = tmp_path / "res" / "tiny" / "runs" / "ctc-s1"
+    refs = (run / "references.txt").read_text()
+    (tmp_path / "src.txt").write_text(refs)
+    monkeypatch.setattr("sys.stdin", io.StringIO(refs))
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", str(run), "--engine", "eager"]) == 0
+    captured = capsys.readouterr()
+    assert "decoding with strategy 'ctc', this ctc model's own" in captured.err
+    assert captured.out == (run / "hyps" / "ctc.txt").read_text()
+    assert main(["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "src.txt", "--no-speed",
+                 "--engine", "eager", "--strategy", "greedy"]) == 2
+    err = capsys.readouterr().err
+    assert "--strategy: strategy 'greedy' cannot drive decoder 'ctc'" in err and "usable: ctc" in err

@@ -63,7 +63,6 @@ def print_rows(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
 
 def cmd_translate(args) -> int:
     from atnat.experiments.config.run import build_strategy  # lazy: start-up
-    from atnat.experiments.evaluation.assemble import check_compatible  # lazy: start-up
     from atnat.experiments.modelfiles.quantize import maybe_quantize  # lazy: start-up
     from atnat.experiments.config.devices import decode_device  # lazy: start-up
     from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
@@ -76,9 +75,9 @@ def cmd_translate(args) -> int:
     teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
     if teacher is not None:
         use_engine(teacher, engine, single_sentences=args.batch_size == 1)
-    spec = {"name": args.strategy, **strategy_options(args)}
+    spec = strategy_spec(args, module)
     _, strategy = build_strategy(spec)
-    check_compatible(module.decoder, strategy)  # refuse before reading any input
+    refuse_incompatible(module, strategy, "--strategy")  # before reading any input
     if args.compile:
         module.decoder.use_static_cache(True, args.compile)
     use_engine(module, engine, single_sentences=args.batch_size == 1)
@@ -117,6 +116,26 @@ def use_engine(module, engine, single_sentences: bool) -> None:
               file=sys.stderr)
 
 
+def refuse_incompatible(module, strategy, flag: str) -> None:
+    """A strategy the model cannot drive: one error naming the flag and the strategies that can."""
+    problem = strategy.problem_with(module.decoder)
+    if problem:
+        raise AtnatError(f"{flag}: {problem}")
+
+
+def strategy_spec(args, module) -> dict:
+    """The strategy the command decodes with: --strategy and its options, or the model's own (the strategy
+    its validation decodes with: greedy for an AT, parallel for a NAT, ctc for CTC, dag-lookahead for a DAG),
+    named on stderr so that the user knows what ran."""
+    if args.strategy is None:
+        own = module.decoder.validation_strategy(module.decoder.options)
+        args.strategy = own["name"]
+        print(f"atnat: decoding with strategy {args.strategy!r}, this {module.decoder.registered_name} model's own "
+              "(--strategy NAME for another; `atnat list` shows which drive it)", file=sys.stderr)
+        return {**own, **strategy_options(args)}
+    return {"name": args.strategy, **strategy_options(args)}
+
+
 def strategy_options(args) -> dict:
     import dataclasses
 
@@ -153,6 +172,7 @@ def cmd_distill(args) -> None:
     from atnat.experiments.training.distill import distilled_targets, distill_sources  # lazy: start-up
     from atnat.experiments.data.tasks import read_lines  # lazy: start-up
 
+    args.strategy = args.strategy or "greedy"  # a teacher is an AT
     if args.strategy == "beam" and args.beam is None:
         args.beam = 5
     spec = {"name": args.strategy, **strategy_options(args)}
@@ -210,7 +230,11 @@ def cmd_evaluate(args) -> None:
         use_engine(teacher, engine, single_sentences=not args.no_speed)
     sources = read_lines(Path(args.src), "--src")
     references = [read_lines(Path(r), f"--ref {r}") for r in args.ref]
-    specs = [{"name": args.strategy, **strategy_options(args)}] + [_spec(s) for s in args.also or []]
+    specs = [strategy_spec(args, module)] + [_spec(s) for s in args.also or []]
+    from atnat.experiments.config.run import build_strategy  # lazy: start-up
+
+    for spec, flag in zip(specs, ["--strategy", *(f"--also {s}" for s in args.also or [])]):
+        refuse_incompatible(module, build_strategy(spec)[1], flag)  # before hours of decoding
     speed = None if args.no_speed else SpeedSettings(latency_sentences=args.latency_sentences,
                                                      throughput_sentences=len(sources), repeats=args.repeats,
                                                      threads=args.threads)
@@ -366,7 +390,9 @@ def cmd_list(args) -> None:
 def add_strategy_args(p) -> None:
     p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto",
                    help="where to decode (auto: the GPU when one is visible)")
-    p.add_argument("--strategy", default="greedy", help="registered strategy name (see `atnat list`)")
+    p.add_argument("--strategy", default=None, help="registered strategy name (see `atnat list`); default: the "
+                                                    "model's own (greedy for an AT, parallel for a NAT, ctc, "
+                                                    "dag-lookahead)")
     p.add_argument("--beam", type=int, help="beam size (beam, ctc) or length beam (NAT strategies)")
     p.add_argument("--iterations", type=int, help="mask-predict iterations")
     p.add_argument("--option", action="append", metavar="NAME=VALUE", help="any other strategy option")
