@@ -85,6 +85,7 @@ class Seq2SeqModule(pl.LightningModule):
         self.decoder: Decoder = decoder_cls(cfg, options, embed=tgt_embed, vocab_size=vocab_size,
                                             special=self.special, loss_cfg=self.loss_cfg)
         self.tokenizer_state: dict | None = None  # set by the trainer; saved in checkpoints
+        self.plugins: list[str] = []  # plugin modules named when it was trained (saved in checkpoints and exports)
         self.validation_search: Any = None  # the strategy validation decodes with (set by experiments/training/train.py)
         self.detokenize: Callable[[list[int]], str] | None = None
         self.bleu_tokenize = "13a"
@@ -159,8 +160,10 @@ class Seq2SeqModule(pl.LightningModule):
         checkpoint["atnat_tokenizer"] = self.tokenizer_state
         checkpoint["atnat_bleu_tokenize"] = self.bleu_tokenize
         checkpoint["atnat_target_lang"] = self.target_lang
+        checkpoint["atnat_plugins"] = list(self.plugins)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.tokenizer_state = checkpoint.get("atnat_tokenizer")
         self.bleu_tokenize = checkpoint.get("atnat_bleu_tokenize", "13a")
         self.target_lang = checkpoint.get("atnat_target_lang", "en")
+        self.plugins = [str(p) for p in checkpoint.get("atnat_plugins") or []]

@@ -1,6 +1,7 @@
 """The README's "Adding a decoder" example, run as written: a decoder defined outside the
 package, registered, trained on copy and decoded; plus entry-point discovery."""
 import importlib
+import json
 import re
 import sys
 from importlib.metadata import EntryPoint
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from atnat.core.errors import AtnatError
 from atnat.decoding.greedy import Greedy
 from atnat.experiments.config.run import run_config_from_dict
 from atnat.core import registry as registry_module
@@ -169,3 +171,25 @@ def test_readme_metric_becomes_a_column_of_the_table_the_report_and_the_cli(tmp_
     finally:
         METRICS.unregister("unknown-rate")
         sys.modules.pop("my_plugin_unknown_rate", None)
+
+
+def test_a_module_named_plugin_is_recorded_with_the_checkpoint_and_the_export(plugin, tmp_path, monkeypatch, capsys):
+    """Trials: module-named plugins were not stored with the checkpoint: an export of a plugin's model failed
+    to load elsewhere without saying which module it needs. The file only names the module; nothing is
+    imported from it."""
+    from atnat.experiments.config import plugins as plugins_module
+    from atnat.experiments.modelfiles.export import export_safetensors
+    from atnat.experiments.modelfiles.loading import attach_tokenizer, load_module
+
+    monkeypatch.setenv(plugins_module.ENV, "my_plugin_shallow")
+    module, task = fit("shallow-at", "copy", steps=2, vocab=5, n_train=20, n_test=5)
+    module.plugins = plugins_module.named_plugins()
+    attach_tokenizer(module, task.tokenizer, task.bleu_tokenize)
+    out = export_safetensors(module, tmp_path / "exp")
+    assert json.loads((out / "config.json").read_text())["plugins"] == ["my_plugin_shallow"]
+    assert load_module(out)[0].plugins == ["my_plugin_shallow"]
+    DECODERS.unregister("shallow-at")  # another process, where the plugin was not named
+    with pytest.raises(AtnatError, match=r"decoder 'shallow-at' is not registered here; it was trained with the "
+                                         r"plugin module\(s\) my_plugin_shallow: load them with --plugins "
+                                         r"my_plugin_shallow"):
+        load_module(out)

@@ -114,6 +114,9 @@ def use_engine(module, engine, single_sentences: bool) -> None:
     if not info.exact:
         print(f"atnat: engine {info.label}: bfloat16 products, outputs may differ from eager float32's",
               file=sys.stderr)
+    if info.eager_step:
+        print(f"atnat: engine {info.engine.label}: the AT step stays the model's own, eager ({info.eager_step})",
+              file=sys.stderr)
 
 
 def refuse_incompatible(module, strategy, flag: str) -> None:

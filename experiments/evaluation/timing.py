@@ -67,6 +67,8 @@ class System:
     sources: list[list[int]]  # test sources encoded with this module's tokenizer, in split order
     teacher: object | None = None  # AT teacher of npd
     fingerprint: str = ""  # identifies the weights (a stale timing is redone when it changes)
+    expected: list[str] | None = None  # the evaluated hypotheses (hyps/<label>.txt), in split order: what the
+    # timed computation must reproduce, sentence by sentence
 
     def call(self, indices: list[int]):
         """A no-argument callable decoding the given sentences as one batch -> Hypotheses."""
@@ -210,7 +212,8 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
                "decode_memory_mb": float(mem[k]) if memory_measured(s, device) else float("nan"),
                "timing_spread": float(spread[k]), "fingerprint": s.fingerprint,
                "timing_threads": threads, "timing_engine": engine_of(s),
-               "control": "A/A" if s.strategy.endswith(AA_SUFFIX) else "", **_speculation(outputs[k])}
+               "control": "A/A" if s.strategy.endswith(AA_SUFFIX) else "", **_speculation(outputs[k]),
+               "timed_equals_evaluated": _agreement(s, outputs[k])}
         base = index.get(baselines.get(s.cell, ("", "")))
         if base is not None:
             b = systems[base]
@@ -241,6 +244,18 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
              row["throughput_speedup_vs_ct2_ci_high"]) = _ratio_ci(thr[twin], thr[k], speed.bootstrap)
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=COLUMNS)
+
+
+def _agreement(system: System, outputs: list) -> float:
+    """The share of the batch-1 timed sentences whose output equals the hypothesis evaluated for them: what
+    was timed is what was scored (NaN where no evaluated hypotheses are at hand, or for a twin)."""
+    detok = getattr(system.module, "detokenize", None)
+    if system.expected is None or detok is None or isinstance(system, ExportedSystem) or not outputs:
+        return float("nan")
+    special = system.module.special
+    same = [detok(out.sequences(special)[0]) == system.expected[i] for i, out in enumerate(outputs)
+            if i < len(system.expected)]
+    return sum(same) / len(same) if same else float("nan")
 
 
 def _speculation(outputs: list) -> dict:
@@ -297,8 +312,10 @@ def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, b
             teacher = teachers[key]
         for spec in cfg.eval.strategies:
             label, strategy = build_strategy(spec)
+            hyps = run_dir / "hyps" / f"{label}.txt"
+            expected = hyps.read_text(encoding="utf-8").split("\n")[:-1] if hyps.is_file() else None
             systems.append(System(cell.name, label, module, strategy, sources, teacher,
-                                  checkpoint_stamp(run_dir)))
+                                  checkpoint_stamp(run_dir), expected))
             if speed is not None and speed.ct2_baseline and exportable(cell):
                 systems.append(exported_twin(systems[-1], tokenizer, device, speed))
             if speed is not None and speed.aa_control and is_baseline_cell(cell, baseline) and label == "greedy":

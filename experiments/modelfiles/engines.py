@@ -35,6 +35,7 @@ import torch
 from atnat.core.engines import AUTO_INT8_STEP_ENGINE, AUTO_PASS_ENGINE, AUTO_STEP_ENGINE, AUTO_STEP_ROWS, DEFAULT_ENGINE, ENGINES, OPTIONS, STEP_ENGINES, Engine, parse_engine, touches
 from atnat.core.compile_cache import private_compile_cache
 from atnat.core.errors import AtnatError
+from atnat.models.decoders.static_cache import static_step_problem
 
 from atnat.experiments.modelfiles.aoti import CompiledPass, CompiledStep, CompileRecord, PackageCache, weights_sha256
 from atnat.experiments.modelfiles.packed import Bf16Linear, PackedLinear, replace_linears
@@ -63,14 +64,16 @@ class EngineInfo:
     records: list[CompileRecord] = field(default_factory=list)
     fallback: str = ""  # the auto engine where it runs eager: why (a GPU)
     cuda_graphs: bool = False  # the auto engine on a GPU: single-sentence AT steps replay CUDA graphs
+    eager_step: str = ""  # why the AT step stays the decoder's own (eager): the static step would not compute it
 
     @property
     def label(self) -> str:
         """The engine's name and options; `auto=eager` where auto ran eager (`fallback` says why),
-        `auto=cudagraphs` where it graphs the AT step on a GPU."""
-        if self.cuda_graphs:
-            return f"{self.engine.label}=cudagraphs"
-        return f"{self.engine.label}=eager" if self.fallback else self.engine.label
+        `auto=cudagraphs` where it graphs the AT step on a GPU; `(AT step eager: why)` where the engine
+        left the step as the decoder's own."""
+        base = (f"{self.engine.label}=cudagraphs" if self.cuda_graphs else
+                f"{self.engine.label}=eager" if self.fallback else self.engine.label)
+        return f"{base} (AT step eager: {self.eager_step})" if self.eager_step else base
 
     @property
     def exact(self) -> bool:
@@ -105,6 +108,9 @@ def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | N
                          "(eager, static, or --compile there)")
     decoder = module.decoder
     steps = engine.name in STEP_ENGINES and "step" in decoder.capabilities
+    if steps:
+        info.eager_step = static_step_problem(decoder) or ""  # read before any module is swapped
+        steps = not info.eager_step
     int8 = is_quantized(module)
     if engine.name == "inductor" and int8:
         raise AtnatError(f"engine {engine.label}: does not compile int8 models (dynamic int8 layers); "
@@ -159,8 +165,10 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
     products), the AT step as AUTO_INT8_STEP_ENGINE. apply_engine checked the rest."""
     if module.device.type != "cpu":
         decoder = module.decoder
+        if "step" in decoder.capabilities:
+            info.eager_step = static_step_problem(decoder) or ""
         if (module.device.type == "cuda" and step_rows > 0 and "step" in decoder.capabilities
-                and not is_quantized(module)):
+                and not is_quantized(module) and not info.eager_step):
             decoder.use_static_cache(True, "reduce-overhead", max_rows=step_rows)
             info.cuda_graphs = True
         else:
@@ -168,13 +176,15 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
         module.engine_info = info
         return info
     int8 = is_quantized(module)
+    decoder = module.decoder
+    if "step" in decoder.capabilities:
+        info.eager_step = static_step_problem(decoder) or ""  # read before any module is swapped
     if int8:  # eager: FBGEMM's int8 kernels as before; traced: decomposed int8 ops (oneDNN's int8 GEMM)
         info.swapped = compilable_int8(module)
     else:
         info.swapped = replace_linears(module, partial(PackedLinear, backend="onednn", dtype=torch.float32))
-    decoder = module.decoder
     if step_rows > 0:
-        if "step" in decoder.capabilities:  # CPP GEMM templates: ~1.1x CTranslate2's time at greedy batch 1
+        if "step" in decoder.capabilities and not info.eager_step:  # CPP GEMM templates: ~1.1x CTranslate2's time
             step = _step(decoder, parse_engine(AUTO_INT8_STEP_ENGINE if int8 else AUTO_STEP_ENGINE), info, cache)
             decoder.use_static_cache(True, step=step, always_mask=True, attention="fused", max_rows=step_rows)
         _compile_passes(module, parse_engine(AUTO_PASS_ENGINE), info, cache)

@@ -24,6 +24,7 @@ import torch
 
 from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
+from atnat.experiments.config.plugins import missing_plugins
 from atnat.experiments.modelfiles.checkpoints import read_checkpoint
 from atnat.experiments.files import FILE_MODE, atomic_write_bytes, sha256
 
@@ -131,7 +132,7 @@ def export_safetensors(module: Seq2SeqModule, out: str | Path) -> Path:
         name, data = tokenizer_file(module.tokenizer_state)
         atomic_write_bytes(stage / name, data)
         config = {"format": FORMAT, "format_version": FORMAT_VERSION, "hyper_parameters": hyper,
-                  "bleu_tokenize": module.bleu_tokenize,
+                  "bleu_tokenize": module.bleu_tokenize, "plugins": list(getattr(module, "plugins", [])),
                   "tokenizer": {"kind": module.tokenizer_state["kind"], "file": name, "sha256": sha256(stage / name)},
                   "weights": {"file": WEIGHTS, "sha256": sha256(stage / WEIGHTS)}}
         atomic_write_bytes(stage / CONFIG, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())
@@ -182,6 +183,7 @@ def load_export(directory: str | Path, map_location: str = "cpu") -> Seq2SeqModu
     try:
         weights = _checked_file(directory, config["weights"], "weights")
         tok_path = _checked_file(directory, config["tokenizer"], "tokenizer")
+        missing_plugins(str(config["hyper_parameters"]["decoder"]), config.get("plugins"), str(directory / CONFIG))
         check_against_weights(config, weights, directory / CONFIG)  # before any tensor is allocated
         module = Seq2SeqModule(**config["hyper_parameters"])
     except (KeyError, TypeError) as err:
@@ -192,6 +194,7 @@ def load_export(directory: str | Path, map_location: str = "cpu") -> Seq2SeqModu
         raise AtnatError(f"{weights}: cannot load the weights ({err})") from err
     module.tokenizer_state = tokenizer_state_from_file(tok_path, config["tokenizer"]["kind"])
     module.bleu_tokenize = config.get("bleu_tokenize", "13a")
+    module.plugins = [str(p) for p in config.get("plugins") or []]
     return module.to(map_location)
 
 
@@ -259,6 +262,8 @@ def read_run_checkpoint(path: Path, map_location: str = "cpu") -> dict:
 def module_from_checkpoint(path: Path, map_location: str = "cpu") -> Seq2SeqModule:
     """The module of a Lightning checkpoint written by atnat train, loaded with weights_only."""
     checkpoint = read_run_checkpoint(path, map_location)
+    missing_plugins(str(checkpoint["hyper_parameters"].get("decoder")), checkpoint.get("atnat_plugins"),
+                    f"checkpoint {path}")
     try:
         module = Seq2SeqModule(**checkpoint["hyper_parameters"])
         module.load_state_dict(checkpoint["state_dict"], strict=True)

@@ -10,14 +10,14 @@ attention's fused q|k|v parameter and the vocabulary projection; embeddings are 
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, ClassVar
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
 from atnat.core.errors import AtnatError
-from atnat.models.layers import MultiHeadAttention
+from atnat.models.layers import MultiHeadAttention, OutputProjection
 
 BACKENDS = ("mkl", "onednn")
 
@@ -83,6 +83,8 @@ class MappedAttention(MultiHeadAttention):
     """MultiHeadAttention whose projections are given linear maps (attend() is inherited): q|k|v for
     self-attention, q and k|v for cross-attention, and the output projection."""
 
+    static_step_exact: ClassVar[bool] = True  # attend and attend_fused are MultiHeadAttention's own
+
     def __init__(self, attn: MultiHeadAttention, make: Callable[[Tensor, Tensor | None], nn.Module]):
         nn.Module.__init__(self)
         self.h, self.dh, self.dropout, self.d = attn.h, attn.dh, attn.dropout, attn.d
@@ -111,13 +113,14 @@ def _bias(linear: nn.Linear) -> Tensor | None:
 def replace_linears(module: nn.Module, make: Callable[[Tensor, Tensor | None], nn.Module]) -> int:
     """Swap, in place, every nn.Linear below `module` (the vocabulary projection included) for
     make(weight, bias), and every attention for a MappedAttention over such maps; -> maps swapped.
+    Only atnat's own classes are swapped: a subclass may compute otherwise, and keeps its own forward.
     Dynamic int8 layers (not nn.Linear; packed by their own kernels) are left alone."""
     swapped = 0
     for name, child in list(module.named_children()):
-        if isinstance(child, MultiHeadAttention) and not isinstance(child, MappedAttention):
+        if type(child) is MultiHeadAttention:  # a subclass (a plugin's own attention) keeps its own code
             setattr(module, name, MappedAttention(child, make))
             swapped += 4
-        elif isinstance(child, nn.Linear):
+        elif type(child) in (nn.Linear, OutputProjection):  # likewise a plugin's own linear map
             setattr(module, name, make(child.weight.detach(), _bias(child)))
             swapped += 1
         else:

@@ -24,6 +24,7 @@ from atnat.experiments.modelfiles.checkpoints import (
 )
 from atnat.experiments.training.resume import ResumeState, resume_point
 from atnat.experiments.config.devices import helper_rank, leave_process_group, machine_record, trains_on_gpu
+from atnat.experiments.config.plugins import named_plugins
 from atnat.experiments.config.run import RunConfig, load_task, named
 from atnat.experiments.config.settings import resolved, settings_change
 from atnat.experiments.data.batching import EncodedSplit, check_budget, encode_split, make_loader
@@ -69,6 +70,7 @@ def build_module(cfg: RunConfig, task: TaskData) -> Seq2SeqModule:
                            decoder_options=dec_opts, loss=cfg.loss, optim=cfg.optim)
     attach_tokenizer(module, task.tokenizer, task.bleu_tokenize, task.lang)
     module.validation_search = validation_search(module.decoder)
+    module.plugins = named_plugins()  # recorded with its checkpoints and exports
     return module
 
 

@@ -12,7 +12,7 @@ from torch import Tensor
 from atnat.core.options import require_choice
 from atnat.models.batch import Batch
 from atnat.models.decoders.base import Decoder, register_decoder
-from atnat.models.decoders.static_cache import BufferPool, StaticBuffers, place_rows
+from atnat.models.decoders.static_cache import BufferPool, StaticBuffers, place_rows, static_step_problem
 from atnat.models.encoder import EncoderOut
 from atnat.core.compile_cache import private_compile_cache
 from atnat.core.errors import AtnatError
@@ -116,6 +116,10 @@ class AutoregressiveDecoder(Decoder):
         MultiHeadAttention.attend_fused (for a compiler to fuse); `max_rows` limits the static step
         to decodes of at most that many sentences (larger ones grow their cache as without it)."""
         require_choice(attention, STEP_ATTENTION, "use_static_cache", "attention")
+        problem = static_step_problem(self) if enabled else None
+        if problem:
+            raise AtnatError(f"the fixed-shape step would not compute this decoder's own step: {problem}; decode it "
+                             "eager (or declare static_step_exact = True where the static step is exact for it)")
         if max_rows is not None and (not isinstance(max_rows, int) or max_rows < 1):
             raise AtnatError(f"use_static_cache: max_rows {max_rows!r} must be a positive integer or None")
         self._static_max_rows = max_rows

@@ -124,3 +124,28 @@ class StaticStep(torch.nn.Module):
         shapes = ({0: rows}, None, {1: rows, 3: cap}, {1: rows, 3: cap}, {1: rows_m, 3: src}, {1: rows_m, 3: src},
                   {0: rows_m, 3: src})
         return args, shapes
+
+
+def static_step_problem(decoder) -> str | None:
+    """Why the fixed-shape step (AutoregressiveDecoder._static_step) would not compute what the decoder's
+    own `step` computes, or None. It is written against atnat's own parts: the embedding's `tokens`, `scale`
+    and positional table (not TokenEmbedding.forward), the attention's projections and `attend_fused` (not
+    MultiHeadAttention.attend), a layer's sublayers (not DecoderLayer.forward). A decoder whose embedding,
+    attention or layers are other classes - a plugin's, with their own forward - keeps its eager step,
+    unless it declares that the static step is exact for it (`static_step_exact = True` on the decoder or on
+    the module's class, as an engine's packed replacements do) or writes its own `_static_step`."""
+    from atnat.models.decoders.autoregressive import AutoregressiveDecoder
+    from atnat.models.decoders.base import DecoderLayer
+    from atnat.models.layers import MultiHeadAttention, TokenEmbedding
+
+    cls = type(decoder)
+    if getattr(cls, "static_step_exact", False) or cls._static_step is not AutoregressiveDecoder._static_step:
+        return None
+    parts = [("embed", decoder.embed, TokenEmbedding)]
+    for i, layer in enumerate(decoder.layers):
+        parts += [(f"layers.{i}", layer, DecoderLayer), (f"layers.{i}.self_attn", layer.self_attn, MultiHeadAttention),
+                  (f"layers.{i}.cross_attn", layer.cross_attn, MultiHeadAttention)]
+    for name, module, base in parts:
+        if type(module) is not base and not getattr(type(module), "static_step_exact", False):
+            return f"{name} is {type(module).__module__}.{type(module).__qualname__}, not atnat's {base.__name__}"
+    return None
