@@ -100,6 +100,9 @@ def test_tiny_grid_end_to_end_through_the_cli(tmp_path, monkeypatch, capsys):
     assert "engine static" in json.loads((out / "environment.json").read_text())["timing"]
     assert (df.status == "ok").all() and df.bleu.between(0, 100).all()
     assert df.loc[df.strategy == "greedy", "speedup_vs_at"].iloc[0] == pytest.approx(1.0)
+    # every system's speed over the baseline's beam search too (the usual quality reference), paired
+    assert (df.at_beam_baseline == "at-s1 / beam2").all() and df.speedup_vs_at_beam.notna().all()
+    assert df.loc[df.strategy == "beam2", "speedup_vs_at_beam"].iloc[0] == pytest.approx(1.0)
     assert bool(df.loc[df.decoder == "cmlm", "distilled"].iloc[0])
     assert json.loads((out / "runs" / "cmlm-kd-s1" / "distill.json").read_text())["lines"] == 200
     md = (out / "report.md").read_text()

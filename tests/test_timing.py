@@ -93,8 +93,8 @@ def test_speedups_over_a_reference_at_are_paired_ratios_too():
     """speed.reference_at: a second AT (e.g. deep-encoder/shallow-decoder) each system is also compared with."""
     log = []
     systems = [system("at", 0.004, log), system("fast-at", 0.002, log), system("nat", 0.001, log)]
-    table = time_systems(systems, FAST, {c: ("at", "greedy") for c in ("at", "fast-at", "nat")}, None,
-                         {c: ("fast-at", "greedy") for c in ("at", "fast-at", "nat")}).set_index("cell")
+    table = time_systems(systems, FAST, {c: ("at", "greedy") for c in ("at", "fast-at", "nat")},
+                         {"ref_at": {c: ("fast-at", "greedy") for c in ("at", "fast-at", "nat")}}).set_index("cell")
     assert table.loc["nat"].speedup_vs_ref_at == pytest.approx(2.0, rel=0.35)
     assert table.loc["at"].speedup_vs_ref_at == pytest.approx(0.5, rel=0.35)
     assert table.loc["nat"].speedup_vs_ref_at_ci_low <= table.loc["nat"].speedup_vs_ref_at
@@ -138,9 +138,9 @@ def fake_timed_cells(tmp_path, monkeypatch, names):
     def fake_grid_systems(alive, device, speed, baseline=None):  # models would be loaded here
         built.append(len(alive))
         return [SimpleNamespace(cell=c.name, strategy="greedy", fingerprint=checkpoint_stamp(Path(c.config.output_dir)))
-                for c in alive], {}, {}, {}
+                for c in alive], {}, {}
 
-    def fake_time_systems(systems, speed, baselines, ct2=None, refs=None):
+    def fake_time_systems(systems, speed, baselines, references=None):
         timed.append(sorted(s.cell for s in systems))
         return pd.DataFrame([{"cell": s.cell, "strategy": s.strategy, "fingerprint": s.fingerprint,
                               "latency_ms_b1": 1.0} for s in systems]).reindex(columns=timing.COLUMNS)
@@ -373,9 +373,9 @@ def test_each_task_and_seed_is_timed_as_its_own_group_and_an_unchanged_group_is_
     timed = []
     monkeypatch.setattr(timing, "grid_systems", lambda alive, device, speed, baseline=None: (
         [SimpleNamespace(cell=c.name, strategy="greedy", fingerprint=checkpoint_stamp(Path(c.config.output_dir)))
-         for c in alive], {}, {}, {}))
+         for c in alive], {}, {}))
 
-    def fake_time_systems(systems, speed, baselines, ct2=None, refs=None):
+    def fake_time_systems(systems, speed, baselines, references=None):
         timed.append(sorted(s.cell for s in systems))
         return pd.DataFrame([{"cell": s.cell, "strategy": s.strategy, "fingerprint": s.fingerprint}
                              for s in systems]).reindex(columns=timing.COLUMNS)

@@ -31,8 +31,8 @@ def fake_cells(tmp_path, monkeypatch):
     timed = []
     monkeypatch.setattr(timing, "grid_systems", lambda alive, device, speed, baseline=None: (
         [SimpleNamespace(cell=c.name, strategy="greedy", fingerprint=checkpoint_stamp(Path(c.config.output_dir)))
-         for c in alive], {}, {}, {}))
-    monkeypatch.setattr(timing, "time_systems", lambda systems, speed, baselines, ct2=None, refs=None: timed.append(1) or
+         for c in alive], {}, {}))
+    monkeypatch.setattr(timing, "time_systems", lambda systems, speed, baselines, references=None: timed.append(1) or
                         pd.DataFrame([{"cell": s.cell, "strategy": s.strategy, "fingerprint": s.fingerprint}
                                       for s in systems]).reindex(columns=timing.COLUMNS))
     return cells, timed

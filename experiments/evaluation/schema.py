@@ -113,6 +113,18 @@ SPEED = (
                                                      "CTranslate2 (low)"),
     _c("throughput_speedup_vs_ct2_ci_high", "number", "95% paired bootstrap interval of the throughput ratio to "
                                                       "CTranslate2 (high)"),
+    _c("speedup_vs_at_beam", "number", "the baseline AT's beam search's batch-1 time over this system's, same "
+                                       "sentences (the speed-up over the usual quality reference)", "higher", ".2f",
+       header="Speed-up × vs AT beam (b=1)", spread=True, secondary=True),
+    _c("speedup_vs_at_beam_ci_low", "number", "95% paired bootstrap interval of speedup_vs_at_beam (low)"),
+    _c("speedup_vs_at_beam_ci_high", "number", "95% paired bootstrap interval of speedup_vs_at_beam (high)"),
+    _c("throughput_speedup_vs_at_beam", "number", "this system's large-batch throughput over the baseline AT's "
+                                                  "beam search's", "higher", ".2f", secondary=True),
+    _c("throughput_speedup_vs_at_beam_ci_low", "number", "95% paired bootstrap interval of "
+                                                         "throughput_speedup_vs_at_beam (low)"),
+    _c("throughput_speedup_vs_at_beam_ci_high", "number", "95% paired bootstrap interval of "
+                                                          "throughput_speedup_vs_at_beam (high)"),
+    _c("at_beam_baseline", "label", "the AT beam system (cell / strategy) of the speedup_vs_at_beam columns"),
     _c("speedup_vs_ref_at", "number", "the reference AT's (speed.reference_at, e.g. a deep-encoder/shallow-decoder "
                                       "AT) greedy batch-1 time over this system's, same sentences", "higher", ".2f",
        header="Speed-up × vs {ref_base} (b=1)", spread=True),

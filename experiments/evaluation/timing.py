@@ -177,11 +177,12 @@ def _mean_ci(values: np.ndarray, n: int, seed: int = 12345) -> tuple[float, floa
 
 
 def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[str, tuple[str, str]],
-                 ct2_baselines: dict[str, tuple[str, str]] | None = None,
-                 ref_baselines: dict[str, tuple[str, str]] | None = None) -> pd.DataFrame:
+                 references: dict[str, dict[str, tuple[str, str]]] | None = None) -> pd.DataFrame:
     """Time `systems` side by side (see the module docstring); `baselines` maps a cell to the
-    (cell, strategy) of its AT greedy baseline, `ct2_baselines` to that of its CTranslate2
-    twin, `ref_baselines` to that of its reference AT (speed.reference_at). -> one row per system, COLUMNS."""
+    (cell, strategy) of its AT greedy baseline; `references` names further systems every speed is also
+    a ratio to: {name: {cell: (cell, strategy)}}, each giving the columns speedup_vs_<name>,
+    throughput_speedup_vs_<name> (with their intervals) and <name>_baseline (REFERENCES).
+    -> one row per system, COLUMNS."""
     if not systems:
         return pd.DataFrame(columns=COLUMNS)
     device = next(s.module.device for s in systems if not isinstance(s, ExportedSystem))
@@ -228,20 +229,17 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
                 if k == base:  # the baseline's own speed-ups are 1 by construction: their spread is the noise
                     row["speedup_ci_low"], row["speedup_ci_high"] = latency
                     row["throughput_speedup_ci_low"], row["throughput_speedup_ci_high"] = throughput
-        ref = index.get((ref_baselines or {}).get(s.cell, ("", "")))
-        if ref is not None:
+        for name, mapping in (references or {}).items():
+            ref = index.get(mapping.get(s.cell, ("", "")))
+            if ref is None:
+                continue
             r = systems[ref]
-            row["ref_at_baseline"] = f"{r.cell} / {r.strategy}"
-            row["speedup_vs_ref_at"], row["speedup_vs_ref_at_ci_low"], row["speedup_vs_ref_at_ci_high"] = _ratio_ci(
-                lat[ref], lat[k], speed.bootstrap)
-            (row["throughput_speedup_vs_ref_at"], row["throughput_speedup_vs_ref_at_ci_low"],
-             row["throughput_speedup_vs_ref_at_ci_high"]) = _ratio_ci(thr[ref], thr[k], speed.bootstrap)
-        twin = index.get((ct2_baselines or {}).get(s.cell, ("", "")))
-        if twin is not None:
-            row["speedup_vs_ct2"], row["speedup_vs_ct2_ci_low"], row["speedup_vs_ct2_ci_high"] = _ratio_ci(
-                lat[twin], lat[k], speed.bootstrap)
-            (row["throughput_speedup_vs_ct2"], row["throughput_speedup_vs_ct2_ci_low"],
-             row["throughput_speedup_vs_ct2_ci_high"]) = _ratio_ci(thr[twin], thr[k], speed.bootstrap)
+            if f"{name}_baseline" in COLUMNS:
+                row[f"{name}_baseline"] = f"{r.cell} / {r.strategy}"
+            (row[f"speedup_vs_{name}"], row[f"speedup_vs_{name}_ci_low"],
+             row[f"speedup_vs_{name}_ci_high"]) = _ratio_ci(lat[ref], lat[k], speed.bootstrap)
+            (row[f"throughput_speedup_vs_{name}"], row[f"throughput_speedup_vs_{name}_ci_low"],
+             row[f"throughput_speedup_vs_{name}_ci_high"]) = _ratio_ci(thr[ref], thr[k], speed.bootstrap)
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=COLUMNS)
 
@@ -290,12 +288,12 @@ def _teacher_pass(system: System) -> int:
 
 
 def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, baseline: str | None = None
-                 ) -> tuple[list[System], dict[str, tuple[str, str]], dict[str, tuple[str, str]],
-                            dict[str, tuple[str, str]]]:
+                 ) -> tuple[list[System], dict[str, tuple[str, str]], dict[str, dict[str, tuple[str, str]]]]:
     """The systems of finished cells (each of its eval strategies; with speed.ct2_baseline also
     the plain AT cells' strategies run by CTranslate2), each cell's speed baseline (its task's
-    baseline cell: evaluation/baseline.py; its greedy strategy, else its first), CTranslate2
-    baseline, and reference AT (speed.reference_at's greedy, same task and seed)."""
+    baseline cell: evaluation/baseline.py; its greedy strategy, else its first), and its further speed
+    references (time_systems): ct2, the CTranslate2 twin's greedy; at_beam, the baseline cell's beam search;
+    ref_at, speed.reference_at's greedy (same task and seed)."""
     systems, teachers, plain = [], {}, {}
     for cell in cells:
         cfg, run_dir = cell.config, Path(cell.config.output_dir)
@@ -329,16 +327,21 @@ def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, b
                              (cell.name, "greedy" if "greedy" in labels else labels[0], exportable(cell)))
     refs = {timing_group(c): (c.name, "greedy") for c in cells
             if speed is not None and speed.reference_at and c.variant == speed.reference_at}
-    baselines, ct2, ref = {}, {}, {}
+    beams = {timing_group(c): (c.name, label) for c in cells if is_baseline_cell(c, baseline)
+             for label, strategy in [next(((lab, st) for lab, st in map(build_strategy, c.config.eval.strategies)
+                                           if st.registered_name == "beam"), ("", None))] if strategy is not None}
+    baselines, ct2, ref, beam = {}, {}, {}, {}
     for cell in cells:
         if timing_group(cell) in refs:
             ref[cell.name] = refs[timing_group(cell)]
+        if timing_group(cell) in beams:
+            beam[cell.name] = beams[timing_group(cell)]
         base = plain.get((cell.labels.get("task", cell.config.task_name), cell.seed))
         if base is not None:
             baselines[cell.name] = base[:2]
             if speed is not None and speed.ct2_baseline and base[2] and base[1] == "greedy":
                 ct2[cell.name] = (base[0], f"greedy{ENGINE_TWIN}")
-    return systems, baselines, ct2, ref
+    return systems, baselines, {"ct2": ct2, "at_beam": beam, "ref_at": ref}
 
 
 def exportable(cell) -> bool:
@@ -454,7 +457,7 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
         return old
     frames = [kept] if kept is not None and len(kept) else []
     if todo:
-        systems, baselines, ct2, refs = grid_systems(todo, device, speed, baseline)
+        systems, baselines, references = grid_systems(todo, device, speed, baseline)
         threads = torch.get_num_threads()
         if speed.threads:
             torch.set_num_threads(speed.threads)
@@ -462,7 +465,7 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
             for (task, _), group in timing_groups(todo).items():
                 names = {c.name for c in group}
                 session = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-                frames.append(time_systems([s for s in systems if s.cell in names], speed, baselines, ct2, refs)
+                frames.append(time_systems([s for s in systems if s.cell in names], speed, baselines, references)
                               .assign(task=task, timing_session=session))
         finally:
             torch.set_num_threads(threads)

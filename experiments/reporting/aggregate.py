@@ -21,6 +21,9 @@ INTERVALS = {"bleu": ("bleu_ci_low", "bleu_ci_high"), "speedup_vs_at": ("speedup
              "speedup_vs_ct2": ("speedup_vs_ct2_ci_low", "speedup_vs_ct2_ci_high"),
              "throughput_speedup_vs_ct2": ("throughput_speedup_vs_ct2_ci_low", "throughput_speedup_vs_ct2_ci_high"),
              "speedup_vs_ref_at": ("speedup_vs_ref_at_ci_low", "speedup_vs_ref_at_ci_high"),
+             "speedup_vs_at_beam": ("speedup_vs_at_beam_ci_low", "speedup_vs_at_beam_ci_high"),
+             "throughput_speedup_vs_at_beam": ("throughput_speedup_vs_at_beam_ci_low",
+                                               "throughput_speedup_vs_at_beam_ci_high"),
              "throughput_speedup_vs_ref_at": ("throughput_speedup_vs_ref_at_ci_low", "throughput_speedup_vs_ref_at_ci_high"),
              "error_propagation": ("error_propagation_ci_low", "error_propagation_ci_high")}
 KEYS = ["task", "family", "strategy"]
@@ -32,8 +35,9 @@ THROUGHPUT_FLOOR = ("throughput_noise_low", "throughput_noise_high")  # large-ba
 # baseline timed twice in the same session on the same sentences, the nearest measure of that session's timing
 # noise (the twin's own run-to-run noise is not measured)
 NOISE_FLOORS = {"speedup_vs_at": LATENCY_FLOOR, "speedup_vs_ct2": LATENCY_FLOOR, "speedup_vs_ref_at": LATENCY_FLOOR,
-                "throughput_speedup_vs_at": THROUGHPUT_FLOOR, "throughput_speedup_vs_ct2": THROUGHPUT_FLOOR,
-                "throughput_speedup_vs_ref_at": THROUGHPUT_FLOOR}
+                "speedup_vs_at_beam": LATENCY_FLOOR, "throughput_speedup_vs_at": THROUGHPUT_FLOOR,
+                "throughput_speedup_vs_ct2": THROUGHPUT_FLOOR, "throughput_speedup_vs_ref_at": THROUGHPUT_FLOOR,
+                "throughput_speedup_vs_at_beam": THROUGHPUT_FLOOR}
 
 
 def aggregate_seeds(ok: pd.DataFrame) -> pd.DataFrame:
