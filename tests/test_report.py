@@ -146,9 +146,14 @@ def test_failed_cell_listed_with_its_message_not_in_overview(report):
     assert all(r["System"] != fx.FAILED_CELL.removesuffix("-s1") for r in tables_under(md, "Task `copy`")[0])
 
 
+def summary_of(md: str) -> str:
+    """The report's summary paragraph (under "## Summary", after the verdict and the headline)."""
+    return md.split("## Summary\n\n")[1].split("\n\n")[0]
+
+
 def test_summary_is_phrased_from_the_numbers(report):
     _, md, _ = report
-    summary = md.split("\n\n")[1]
+    summary = summary_of(md)
     assert "the best AT system is `copy-at / beam5` (38.05 BLEU)" in summary
     # the difference's interval [-5.1, 0.2] holds 0 and reaches beyond ±1: no claim either way (issue 24.2:
     # it used to say "tied")
@@ -181,7 +186,7 @@ def test_several_seeds_give_mean_and_spread_and_claims_only_beyond_it(tmp_path):
     copy = tables_under(md, "Task `copy`")[0]
     at = row_of(copy, "copy-at-s1", "greedy")
     assert at["Seeds"] == "3" and at["BLEU"] == "37.12 ± 1.00"
-    summary = md.split("\n\n")[1]
+    summary = summary_of(md)
     # copy: the interval [-4.0, -1.1] excludes 0, but Holm p = 0.08 > 0.05 in a seed: not resolved, not "tied"
     assert "`copy-cmlm-kd / mask-predict-4` (35.50 BLEU, 3 seeds), not resolved: -2.55 BLEU [-4.00, -1.10] " \
            "(paired 95%, 3 seeds; Student's t over the seeds, test-sentence variance added); the paired test does not agree in " \
@@ -198,7 +203,7 @@ def test_every_figure_is_a_png_linked_from_the_markdown(report):
         width, height = png_size(path.read_bytes())
         assert width > 100 and height > 100
         assert f"](figures/{name}.png)" in md
-    assert "Note:" not in md
+    assert "not drawn" not in md and "Note: Headline table: intervals are 95%" in md
 
 
 def test_html_is_self_contained_and_shows_the_same_tables(report):
@@ -278,7 +283,8 @@ def test_missing_optional_files_give_notes_and_remove_stale_figures(tmp_path):
     (root / "figures" / "attention.png").write_bytes(PNG_MAGIC)  # from an earlier, fuller run
     md = write_report(root)[0].read_text(encoding="utf-8")
     notes = [line for line in md.splitlines() if line.startswith("> Note:")]
-    assert len(notes) == len(fx.CURVE_FILES) + 1 + 2  # one per curve figure, samples, environment (+ reproduce)
+    assert len(notes) == len(fx.CURVE_FILES) + 1 + 2 + 1  # one per curve figure, samples, environment (+ reproduce),
+    # and the headline table's note on its intervals
     for name in fx.CURVE_FILES:
         assert any(n.endswith(f"not drawn, no data for it in curves/{name}.csv.") for n in notes)
     assert sorted(p.stem for p in (root / "figures").iterdir()) == ["quality_vs_speed", "speed"]
@@ -641,7 +647,7 @@ def test_every_name_of_the_quality_vs_speed_figure_fits_its_label_column(tmp_pat
 
     table = load_results(fx.build_results(tmp_path)).table
     long = "mask-predict-10-lb3-early_stop=true-length_beam=5-with-a-long-plugin-suffix"
-    table.loc[table.index[-1], "strategy"] = long
+    table.loc[table.index[-1], ["strategy", "strategy_name"]] = [long, "a-plugins-search"]  # named by its label
     fig = quality_vs_speed_figure(table)
     renderer = fig.canvas.get_renderer()
     fig.draw(renderer)  # constrained layout places the axes

@@ -26,8 +26,7 @@ pytestmark = pytest.mark.skipif(
     "this when run as root) to check report.html in a browser")  # fmt: skip
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--window-size=1400,1000")  # fmt: skip
+         "--disable-background-networking", "--disable-component-update", "--disable-sync")  # fmt: skip
 
 # Before the report's script: every uncaught error lands on <html data-js-errors>.
 CATCH = """<script>addEventListener("error", function (e) { var h = document.documentElement;
@@ -50,7 +49,7 @@ PROBE = """<script>(function () {
       .getAttribute("aria-sort")};
   }
   try {
-    var copy = tables[0], env = document.querySelector("#environment table");
+    var copy = document.querySelector("#overview table"), env = document.querySelector("#environment table");
     window.atnatReport.sortTable(copy, column(copy, "Latency ms (b=1)"), false);
     record("api_latency_ascending", copy, "Latency ms (b=1)");
     var p = copy.tHead.rows[0].cells[column(copy, "p vs AT beam5 (Holm)")];
@@ -75,8 +74,8 @@ PROBE = """<script>(function () {
     out.environment = Array.prototype.map.call(env.tBodies[0].rows, function (r) {
       return r.cells[0].textContent; });
   } catch (e) { out.error = String(e); }
-  var heads = tables[0].tHead.rows[0].cells;
-  out.best = Array.prototype.map.call(tables[0].querySelectorAll("td.best"), function (td) {
+  var overview = document.querySelector("#overview table"), heads = overview.tHead.rows[0].cells;
+  out.best = Array.prototype.map.call(overview.querySelectorAll("td.best"), function (td) {
     var row = td.parentElement;
     return [row.cells[0].textContent + " / " + row.cells[1].textContent, heads[td.cellIndex].textContent,
             getComputedStyle(td.firstElementChild || td).fontWeight];
@@ -86,11 +85,11 @@ PROBE = """<script>(function () {
       return getComputedStyle(th).display !== "none"; }).length;
   }
   out.window_width = window.innerWidth;
-  out.overview_width = tables[0].getBoundingClientRect().width;
-  out.overview_columns = shown(tables[0]);
-  var more = document.querySelector("div.folded-columns > button.more-columns");
-  if (more) { more.click(); out.overview_columns_all = shown(tables[0]); more.click();
-              out.overview_columns_again = shown(tables[0]); }
+  out.overview_width = overview.getBoundingClientRect().width;
+  out.overview_columns = shown(overview);
+  var more = document.querySelector("#overview div.folded-columns > button.more-columns");
+  if (more) { more.click(); out.overview_columns_all = shown(overview); more.click();
+              out.overview_columns_again = shown(overview); }
   addEventListener("load", function () {
     out.images = Array.prototype.map.call(document.images, function (img) { return img.naturalWidth; });
     var pre = document.createElement("pre");
@@ -101,14 +100,16 @@ PROBE = """<script>(function () {
 })();</script>"""
 
 
-def load(page: str, tmp_path: Path, fragment: str = "") -> str:
-    """The DOM of page (HTML text) after Chromium ran its scripts, with the probes added."""
+def load(page: str, tmp_path: Path, fragment: str = "", probe_script: str = PROBE, size: str = "1400,1000") -> str:
+    """The DOM of page (HTML text) after Chromium ran its scripts in a window of `size` pixels, with the
+    probes added."""
     assert "<head>" in page and "</body>" in page
-    page = page.replace("<head>", "<head>" + CATCH, 1).replace("</body>", PROBE + "</body>", 1)
+    page = page.replace("<head>", "<head>" + CATCH, 1).replace("</body>", probe_script + "</body>", 1)
     path = tmp_path / "probe.html"
     path.write_text(page, encoding="utf-8")
     profile = tmp_path / "chromium-profile"
-    cmd = [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", path.as_uri() + fragment]
+    cmd = [CHROMIUM, *FLAGS, f"--window-size={size}", f"--user-data-dir={profile}", "--dump-dom",
+           path.as_uri() + fragment]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "</html>" in done.stdout, done.stderr[-2000:]
     return done.stdout
@@ -121,15 +122,17 @@ def probe(dom: str) -> dict:
 
 
 class _Tags(HTMLParser):
-    """Start tags as (tag, attributes), and the rows of the first <table> as cell texts."""
+    """Start tags as (tag, attributes), and the rows of the overview's first <table> as cell texts."""
 
     def __init__(self):
         super().__init__()
-        self.tags, self.rows, self.in_first, self.cell = [], [], None, None
+        self.tags, self.rows, self.in_first, self.cell, self.in_overview = [], [], None, None, False
 
     def handle_starttag(self, tag, attrs):
         self.tags.append((tag, dict(attrs)))
-        if tag == "table" and self.in_first is None:
+        if dict(attrs).get("id") == "overview":
+            self.in_overview = True
+        if tag == "table" and self.in_first is None and self.in_overview:
             self.in_first = True
         elif tag == "tr" and self.in_first:
             self.rows.append([])
@@ -137,7 +140,7 @@ class _Tags(HTMLParser):
             self.cell = ""
 
     def handle_endtag(self, tag):
-        if tag == "table":
+        if tag == "table" and self.in_first:
             self.in_first = False
         elif tag in ("td", "th") and self.cell is not None:
             self.rows[-1].append(self.cell)
@@ -257,3 +260,30 @@ def test_a_broken_sort_or_image_is_caught(page, tmp_path):
     result = probe(load(broken, tmp_path))
     assert "srot" in result["error"]
     assert result["images"][0] == 0 and min(result["images"][1:]) > 100
+
+
+# The first screen: where the verdict, the headline tables and the headline figure are, and whether any
+# table is wider than the window.
+LAYOUT = """<script>addEventListener("load", function () {
+  var out = {height: window.innerHeight, width: window.innerWidth};
+  function box(el) { var r = el.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, right: r.right}; }
+  out.verdict = box(document.querySelector("#verdict p"));
+  var heads = Array.prototype.filter.call(document.querySelectorAll("#verdict table"), function (t) { return true; });
+  out.headline = heads.map(box);
+  out.figure = box(document.querySelector("figure img"));
+  out.wide = Array.prototype.filter.call(document.querySelectorAll("table"), function (t) {
+    return t.getBoundingClientRect().right > window.innerWidth + 1; }).length;
+  var pre = document.createElement("pre"); pre.id = "probe"; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});</script>"""
+
+
+def test_the_first_screen_at_1366_by_768_is_the_verdict_the_headline_table_and_the_figure(page, tmp_path):
+    """The verdict, the headline tables and the top of the quality-vs-speed figure lie within a laptop's
+    first screen (1366 x 768), and no table of the report is wider than the window."""
+    found = probe(load(page, tmp_path, probe_script=LAYOUT, size="1366,768"))
+    assert found["width"] == 1366 and found["height"] <= 768
+    assert 0 < found["verdict"]["top"] < found["height"]
+    assert found["headline"] and all(b["bottom"] <= found["height"] for b in found["headline"])
+    assert found["headline"][-1]["bottom"] <= found["figure"]["top"] < found["height"]
+    assert found["wide"] == 0

@@ -125,7 +125,7 @@ def test_long_tables_fold_short_ones_do_not():
 
 
 def test_sections_anchors_contents_and_folded_sections(tmp_path):
-    blocks = [Block("heading", "Grid report: g", 1), Block("para", "summary"),
+    blocks = [Block("heading", "Grid report: g", 1), Block("toc"), Block("para", "summary"),
               Block("heading", "Overview", 2), Block("heading", "Task `a`", 3), Block("para", "x"),
               Block("heading", "Samples", 2, folded=True), Block("heading", "Task `a`", 3),
               Block("heading", "Samples", 2)]  # fmt: skip
@@ -142,17 +142,20 @@ def test_sections_anchors_contents_and_folded_sections(tmp_path):
     assert body.count("<details") == body.count("</details>") == 1
 
 
-def test_page_order_summary_headline_figure_tables_figures_samples_environment(tmp_path, monkeypatch):
+def test_page_order_verdict_headline_figure_summary_tables_figures_samples_environment(tmp_path, monkeypatch):
     root = fx.build_results(tmp_path)
     drawn = [(caption, source, root / "figures" / f"{stem}.png") for stem, caption, source, _ in figures.FIGURES]
     monkeypatch.setattr(figures, "draw_figures", lambda *_: drawn)  # the order, not the drawing, is tested
-    md = render_markdown(build_document(load_results(root)))
-    marks = ["# Grid report", "On `copy`", "To reproduce", "](figures/quality_vs_speed.png)", "## Overview",
-             "### Task `copy`", "## Figures", "](figures/position_accuracy.png)", "## Sample outputs",
-             "## Environment"]  # fmt: skip
+    blocks = build_document(load_results(root))
+    md = render_markdown(blocks)
+    marks = ["# Grid report", "## Verdict", "copy (1 seed", "| Task | System |", "](figures/quality_vs_speed.png)",
+             "## Summary", "On `copy`", "To reproduce", "## Overview", "### Task `copy`", "## Figures",
+             "](figures/position_accuracy.png)", "## Sample outputs", "## Environment"]  # fmt: skip
     positions = [md.index(m) for m in marks]
     assert positions == sorted(positions)
-    assert md.count("quality_vs_speed.png") == 1  # under the summary only, not again under Figures
+    assert md.count("quality_vs_speed.png") == 1  # under the headline only, not again under Figures
+    page = render_html([b for b in blocks if b.kind != "figure"], root, "g")  # the contents after the first
+    assert page.index('id="verdict"') < page.index("<nav") < page.index('id="summary"')  # screen: verdict, table
 
 
 def test_markdown_table_bold_positions():

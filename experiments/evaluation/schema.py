@@ -73,6 +73,7 @@ LABELS = (
     _c("distilled", "flag", "trained on an AT teacher's outputs"),
     _c("guided_attention", "flag", "trained with the guided-attention loss", required=True),
     _c("options", "label", "the decoder's options"),
+    _c("layers", "label", "encoder + decoder layers (3+3; a deep-encoder/shallow-decoder AT: 5+1)"),
 )
 COMPARISONS = (
     _c("bleu_p_vs_at", "number", "paired test p of BLEU against the task's AT baseline (same seed)",

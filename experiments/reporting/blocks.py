@@ -18,7 +18,8 @@ DIRECTIONS = ("", "higher", "lower")  # a table column's better direction; "" = 
 
 @dataclass(frozen=True)
 class Block:
-    """One piece of the document: kind is heading|para|note|table|figure."""
+    """One piece of the document: kind is heading|para|note|table|figure|toc (where the HTML page lists its
+    sections; markdown has none)."""
 
     kind: str  # which renderer applies
     text: str = ""  # heading/paragraph/note text or figure caption; `code` spans allowed

@@ -106,12 +106,13 @@ LABEL_SIZE = 8  # points: the names in its label columns
 
 def quality_vs_speed(table: pd.DataFrame, path: Path) -> Path | None:
     """Mean BLEU against mean speed-up over our AT greedy, one row of panels per task: batch-1
-    latency and large-batch throughput. Error bars: the spread over seeds (or the 95% intervals
-    with one seed, widened to the A/A noise floor for speed); systems not clearly beaten ringed (the
-    summary's front: judging.py). BLEU is the mean over all of a system's seeds, as in the tables, and
-    speed the mean over the seeds timed.
-    Every point is named in a column of labels beside its panel, in the order of its BLEU, with a
-    line to it, so no two names overlap however close the points lie (CTranslate2 rows included)."""
+    latency and large-batch throughput. Error bars: the 95% intervals of the means (aggregate.interval:
+    Student's t over seeds with the test-sentence variance added, one seed its bootstrap interval; speed
+    widened to the A/A noise floor); systems not clearly beaten ringed (the summary's front: judging.py).
+    BLEU is the mean over all of a system's seeds, as in the tables, and speed the mean over the seeds timed.
+    Every point is named in plain words (headline.py) in a column of labels beside its panel, in the order
+    of its BLEU, with a line to it, each name a line of its own (the panels grow with the systems), so no
+    two names overlap however close the points lie (CTranslate2 rows included)."""
     fig = quality_vs_speed_figure(table)
     return None if fig is None else _save(fig, path)
 
@@ -129,22 +130,28 @@ def quality_vs_speed_figure(table: pd.DataFrame) -> Figure | None:
     """The figure quality_vs_speed saves (None without a point to draw)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    from atnat.experiments.reporting.aggregate import aggregate_seeds, robust_front, span
+    from atnat.experiments.reporting.aggregate import aggregate_seeds, interval, robust_front
+    from atnat.experiments.reporting.headline import plain_names
 
     data = table.dropna(subset=["bleu"])  # means over every seed with a score, as in the tables; speed over
     if data["speedup_vs_at"].isna().all():  # the seeds timed (a seed whose weights were lost has none)
         return None
     tasks = list(dict.fromkeys(data.loc[data["speedup_vs_at"].notna(), "task"]))  # a task never timed: no panel
-    names = data["family"].fillna(data["cell"]).astype(str) + " / " + data["strategy"].astype(str)
-    systems = list(dict.fromkeys(names))
+    aggs = {}
+    for task in tasks:
+        agg = aggregate_seeds(data[data["task"] == task])
+        agg = agg.assign(system=agg["family"].astype(str) + " / " + agg["strategy"].astype(str))
+        aggs[task] = agg.assign(name=agg["system"].map(plain_names(agg)))
+    systems = list(dict.fromkeys(n for agg in aggs.values() for n in agg["name"]))
     palette = dict(zip(systems, sns.color_palette("tab20", n_colors=max(len(systems), 1))))
     markers = dict(zip(dict.fromkeys(data["decoder"]), "oXs^Dv<>Pp*h" * 4))
     label_width = label_column_width(systems)
-    fig = _figure((PANEL_WIDTH + label_width) * len(SPEED_PANELS), 5.0 * len(tasks))
-    grid = fig.add_gridspec(len(tasks), 2 * len(SPEED_PANELS), width_ratios=[PANEL_WIDTH, label_width] * len(SPEED_PANELS))
+    heights = [max(5.0, 0.2 * len(agg) + 1.2) for agg in aggs.values()]  # a line of 8 pt type per name, at least
+    fig = _figure((PANEL_WIDTH + label_width) * len(SPEED_PANELS), sum(heights))
+    grid = fig.add_gridspec(len(tasks), 2 * len(SPEED_PANELS), width_ratios=[PANEL_WIDTH, label_width] * len(SPEED_PANELS),
+                            height_ratios=heights)
     for t, task in enumerate(tasks):
-        agg = aggregate_seeds(data[data["task"] == task])
-        agg = agg.assign(name=agg["family"].astype(str) + " / " + agg["strategy"].astype(str))
+        agg = aggs[task]
         for k, (col, xlabel) in enumerate(SPEED_PANELS):
             ax, names_ax = fig.add_subplot(grid[t, 2 * k]), fig.add_subplot(grid[t, 2 * k + 1])
             names_ax.axis("off")
@@ -153,7 +160,9 @@ def quality_vs_speed_figure(table: pd.DataFrame) -> Figure | None:
                 ax.set_visible(False)
                 continue
             for _, r in part.iterrows():
-                (x_lo, x_hi), (y_lo, y_hi) = span(r, col), span(r, "bleu")
+                (x_lo, x_hi), (y_lo, y_hi) = interval(r, col), interval(r, "bleu")
+                x_lo, x_hi = (r[col], r[col]) if pd.isna(x_lo) else (x_lo, x_hi)
+                y_lo, y_hi = (r["bleu"], r["bleu"]) if pd.isna(y_lo) else (y_lo, y_hi)
                 x, y = r[col], r["bleu"]  # a bootstrap interval need not contain the estimate
                 ax.errorbar(x, y, xerr=[[max(x - x_lo, 0)], [max(x_hi - x, 0)]], yerr=[[max(y - y_lo, 0)], [max(y_hi - y, 0)]],
                             fmt=markers.get(r["decoder"], "o"), color=palette[r["name"]], ms=7, lw=0.9, capsize=2)  # fmt: skip
@@ -345,8 +354,9 @@ def _ok(table: pd.DataFrame) -> pd.DataFrame:
 # the first is the report's headline figure, shown under the summary
 FIGURES = (
     ("quality_vs_speed", "BLEU vs speed-up over our AT greedy, at batch 1 (left) and in large-batch throughput "
-     "(right); means; bars: spread over seeds, or 95% intervals with one seed (speed: at least the A/A noise "
-     "floor); ringed: not clearly beaten in both", "results.csv",
+     "(right); means over seeds with their 95% intervals (Student's t over seeds, the test-sentence variance "
+     "added; one seed: its bootstrap interval; speed: at least the A/A noise floor); ringed: not clearly beaten "
+     "in both", "results.csv",
      lambda table, _, path: quality_vs_speed(_ok(table), path)),
     ("position_accuracy", "Token accuracy by target position: teacher-forced vs free-running (grey: sentences "
      f"per position; positions fewer than {MIN_SENTENCES} sentences reach are cut)",

@@ -151,9 +151,10 @@ def render_html(blocks: list[Block], root: Path, title: str) -> str:
             parts += [close, opening]
             close = next_close
             continue
-        parts.append(_html_block(b, root, anchors.get(i)))
-        if b.kind == "heading" and b.level == 1:
+        if b.kind == "toc":  # the contents, where the document asks for them (after its first screen)
             parts.append(_toc(blocks, anchors))
+            continue
+        parts.append(_html_block(b, root, anchors.get(i)))
     parts.append(close)
     body = "\n".join(p for p in parts if p)
     head = (f'<meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'

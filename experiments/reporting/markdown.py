@@ -38,4 +38,4 @@ def _md_block(b: Block) -> str:
 
 def render_markdown(blocks: list[Block]) -> str:
     """The report as markdown; figures are linked by their path relative to the results folder."""
-    return "\n\n".join(_md_block(b) for b in blocks) + "\n"
+    return "\n\n".join(_md_block(b) for b in blocks if b.kind != "toc") + "\n"

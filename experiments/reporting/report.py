@@ -25,7 +25,8 @@ from atnat.experiments.reporting.blocks import Block
 from atnat.experiments.reporting.figures import system_label
 from atnat.experiments.reporting.goals import check_goals
 from atnat.experiments.reporting.html import render_html
-from atnat.experiments.reporting.judging import summary
+from atnat.experiments.reporting.headline import headline_blocks
+from atnat.experiments.reporting.judging import _threads_of, summary
 from atnat.experiments.reporting.markdown import render_markdown
 from atnat.experiments.reporting.results import GridResults, load_results, ok_rows
 
@@ -261,12 +262,18 @@ def _goals(g: GridResults) -> list[Block]:
                                  "picking the best cannot pass noise for a result, and a miss is beyond noise "
                                  "only when each of the m misses beyond noise."),
                    Block("table", frame=frame)]
-    if g.notes:
-        blocks += [Block("heading", "Notes (written by the authors, not generated)", 2)]
-        blocks += [Block("para", " ".join(p.split())) for p in g.notes.split("\n\n") if p.strip()]
-    elif g.notes_left_out:
-        blocks += [Block("heading", "Notes (written by the authors, not generated)", 2), Block("note", g.notes_left_out)]
     return blocks
+
+
+def _notes(g: GridResults) -> list[Block]:
+    """The authors' notes (notes.md) under a heading that says they are written by hand; or why they were
+    left out (written for another run)."""
+    if g.notes:
+        return [Block("heading", "Notes (written by the authors, not generated)", 2),
+                *[Block("para", " ".join(p.split())) for p in g.notes.split("\n\n") if p.strip()]]
+    if g.notes_left_out:
+        return [Block("heading", "Notes (written by the authors, not generated)", 2), Block("note", g.notes_left_out)]
+    return []
 
 
 def _reproduce(g: GridResults) -> Block:
@@ -642,10 +649,12 @@ def _environment(g: GridResults) -> list[Block]:
 def build_document(g: GridResults, figures: bool = True) -> list[Block]:
     """The report as blocks, in section order; draws the figures (unless not `figures`) as a side effect.
 
-    The summary and the quality-vs-speed figure come first, then the tables, the definitions of
-    their columns, the other figures, the samples and the environment.
+    The verdict in plain system names and the headline table come first (headline.py), then the
+    quality-vs-speed figure, the summary, the goals and the full tables, the authors' notes, the
+    definitions of the columns, the other figures, the samples and the environment.
     """
     headline, other_figures = _figures(g, figures)
+    first, after_figure = headline_blocks(g, _threads_of((g.environment or {}).get("timing", "")))
     interim = (g.environment or {}).get("interim")
     head = [Block("heading", f"Grid report: {g.name}", 1),
             *([Block("note", f"Interim report of a grid still running: {interim}. Cells not finished are listed "
@@ -654,9 +663,10 @@ def build_document(g: GridResults, figures: bool = True) -> list[Block]:
                              "(`atnat collect`), with the speed of the cells timed beside their seed's baseline "
                              "(`atnat time`); the machines that trained them, and their checkpoints, may be gone.")]
               if (collected := (g.environment or {}).get("collected_from")) else []),
-            Block("para", summary(g)), _reproduce(g), *_code(g), *_compute(g), *headline]
+            *first, *headline, *after_figure, Block("toc"), Block("heading", "Summary", 2), Block("para", summary(g)),
+            _reproduce(g), *_code(g), *_compute(g)]
     return (head + _goals(g) + _overview(g) + _ranking_section(g) + _compare_section(g) + _other_tests(g)
-            + _definitions(g) + other_figures + _samples(g) + _environment(g))
+            + _notes(g) + _definitions(g) + other_figures + _samples(g) + _environment(g))
 
 
 def write_report(results_dir: Path, figures: bool = True) -> tuple[Path, Path]:

@@ -18,6 +18,8 @@ from pathlib import Path
 import torch
 
 from atnat.core.errors import AtnatError
+from atnat.models.config import ModelConfig
+from atnat.models.seq2seq import build_config
 
 from atnat.experiments.config.devices import helper_rank, inference_device, require_gpu
 from atnat.experiments.config.run import RunConfig, build_strategy, load_task
@@ -125,8 +127,10 @@ def describe(cell: Cell) -> dict:
     loss, dec_opts = cfg.loss or {}, {k: v for k, v in cfg.decoder.items() if k != "name"} \
         if isinstance(cfg.decoder, dict) else {}
     family = cell.name[: -len(f"-s{cell.seed}")] if cell.name.endswith(f"-s{cell.seed}") else cell.name
+    sizes = build_config(ModelConfig, cfg.model)
     return {"cell": cell.name, "family": family, "variant": cell.variant, "task": cell.labels.get("task", cfg.task_name),
             "decoder": cfg.decoder_name, "autoregressive": autoregressive(cfg.decoder_name), "seed": cell.seed,
+            "layers": f"{sizes.encoder_layers}+{sizes.decoder_layers}",
             "distilled": cfg.distill is not None and cfg.distill.targets,
             "guided_attention": float(loss.get("guided_attention_weight", 0) or 0) > 0,
             "options": ", ".join(f"{k}={v}" for k, v in dec_opts.items()), "teacher": cell.teacher or ""}

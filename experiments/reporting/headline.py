@@ -1,0 +1,231 @@
+"""The report's first screen: the verdict in plain system names (at most three sentences a task), then a
+headline table of every system against the task's AT reference, with the intervals the claims rest on.
+
+Names are said the way a paper says them ("CTC+GLAT, distilled, one pass"), built from a row's decoder,
+options, training data and strategy; a plugin's decoder or strategy is named by its registered name.
+Every number comes with its 95% interval (Student's t over seeds with the test-sentence variance added;
+one seed: its bootstrap interval), never a standard deviation.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+
+from atnat.experiments.evaluation.baseline import is_at_rows, is_engine_twin, reference_at_rows
+from atnat.experiments.reporting.aggregate import aggregate_seeds, interval
+from atnat.experiments.reporting.blocks import Block
+from atnat.experiments.reporting.ranking import within_margin
+from atnat.experiments.reporting.results import GridResults, ok_rows
+
+DECODER_NAMES = {"at": "AT", "nat": "NAT", "cmlm": "CMLM", "ctc": "CTC", "dag": "DA-Transformer"}
+GLANCING = ("nat", "ctc")  # decoders whose glancing is an option (DA-Transformer glances by default)
+
+
+def _settings(row: pd.Series) -> dict:
+    try:
+        return json.loads(row.get("strategy_settings") or "{}")
+    except (TypeError, ValueError):
+        return {}
+
+
+def strategy_name(row: pd.Series) -> str:
+    """A strategy as a paper says it: greedy, beam 5, one pass, mask-predict 10, NPD over 5 lengths ..."""
+    s, name = _settings(row), str(row.get("strategy_name") or row["strategy"])
+    label = str(row["strategy"])
+    for key, pattern in (("beam_size", r"beam(\d+)"), ("iterations", r"mask-predict-(\d+)"), ("length_beam", r"-lb(\d+)"),
+                         ("length_beam", r"npd-(\d+)"), ("block", r"speculative-k(\d+)")):
+        found = re.search(pattern, label)
+        if found and key not in s:  # a results.csv without strategy settings: the label says it
+            s[key] = int(found.group(1))
+    if name == "greedy":
+        return "greedy"
+    if name == "beam":
+        return f"beam {s.get('beam_size', '?')}"
+    if name in ("parallel", "length-beam"):
+        lengths = int(s.get("length_beam", 1) or 1)
+        return "one pass" + (", fixed length" if s.get("length") == "fixed" else "") + (
+            f" over {lengths} lengths" if lengths > 1 else "")
+    if name == "mask-predict":
+        return f"mask-predict {s.get('iterations', '?')}" + (", early stop" if s.get("early_stop") else "")
+    if name == "npd":
+        return f"NPD over {s.get('length_beam', '?')} lengths"
+    if name == "ctc":
+        return "one pass" if int(s.get("beam_size", 1) or 1) == 1 else f"prefix beam {s['beam_size']}"
+    if name.startswith("dag-"):
+        return {"dag-lookahead": "lookahead", "dag-greedy": "greedy path", "dag-viterbi": "joint Viterbi"}.get(name, name)
+    if name == "speculative":
+        return f"speculative, block {s.get('block', '?')}"
+    return label
+
+
+def system_name(row: pd.Series, split_shown: bool = False) -> str:
+    """A system in plain words: the decoder (its glancing, its layer split where `split_shown`), how it was
+    trained (distilled / on the references, for a NAT), and how it decodes."""
+    decoder = str(row["decoder"])
+    options = str(row.get("options") or "")
+    strategy = strategy_name(row)
+    split = f" {row['layers']}" if split_shown and pd.notna(row.get("layers")) else ""
+    if is_engine_twin(pd.DataFrame([row])).iloc[0]:
+        plain = strategy.removesuffix("-ct2")
+        beam = re.match(r"beam(\d+)", plain)
+        return f"CTranslate2 AT{split} {f'beam {beam.group(1)}' if beam else plain}"
+    name = DECODER_NAMES.get(decoder, decoder)
+    if decoder in GLANCING and "glat=True" in options:
+        name += "+GLAT"
+    if bool(is_at_rows(pd.DataFrame([row])).iloc[0]):
+        return f"{name}{split} {strategy}"
+    if str(row.get("strategy_name")) == "speculative":
+        return f"{name} drafts, AT verifies: {strategy}"
+    trained = "distilled" if bool(row.get("distilled")) else "on the references"
+    return f"{name}, {trained}, {strategy}"
+
+
+def plain_names(agg: pd.DataFrame) -> dict[str, str]:
+    """`family / strategy` -> its plain name within one task: layer splits shown where the task's ATs differ
+    in them; a name two systems would share followed by the cell it comes from, e.g. "(at-fp32)"."""
+    splits = agg["layers"].dropna().nunique() > 1 if "layers" in agg else False
+    first = {r["system"]: system_name(r, splits) for _, r in agg.iterrows()}
+    taken = pd.Series(list(first.values())).value_counts()
+    out = {}
+    for _, r in agg.iterrows():
+        name = first[r["system"]]
+        if taken[name] > 1:
+            variant = r.get("variant") if isinstance(r.get("variant"), str) and r.get("variant") else r["family"]
+            name += f" ({variant})"
+        out[r["system"]] = name
+    return out
+
+
+def _interval_text(row: pd.Series, col: str, digits: int = 2, suffix: str = "") -> str:
+    if pd.isna(row.get(col)):
+        return "–"
+    low, high = interval(row, col)
+    inside = f" [{low:.{digits}f}, {high:.{digits}f}]" if pd.notna(low) and pd.notna(high) and low != high else ""
+    return f"{row[col]:.{digits}f}{suffix}{inside}"
+
+
+def _word(diff: pd.Series | None, margin: float) -> str:
+    """ahead / behind (the paired interval excludes 0), equivalent (inside ±margin), not resolved."""
+    if diff is None or pd.isna(diff["diff_ci_low"]):
+        return "–"
+    low, high = diff["diff_ci_low"], diff["diff_ci_high"]
+    if low > 0:
+        return "ahead"
+    if high < 0:
+        return "behind"
+    return "equivalent" if within_margin(low, high, margin) else "not resolved"
+
+
+def _task(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series | None]:
+    """The systems of one task (means over seeds), their paired differences to the task's AT reference
+    (comparisons.csv, main test set), and that reference."""
+    agg = aggregate_seeds(part).reset_index(drop=True)
+    agg = agg.assign(system=agg["family"].astype(str) + " / " + agg["strategy"].astype(str))
+    refs = agg[reference_at_rows(agg, g.baseline)].dropna(subset=["bleu"])
+    reference = refs.loc[refs["bleu"].idxmax()] if len(refs) else None
+    comparisons = g.comparisons if g.comparisons is not None else pd.DataFrame()
+    if len(comparisons):
+        comparisons = comparisons[(comparisons["task"] == task) & (comparisons.get("test_set", "main") == "main")]
+    return agg, comparisons, reference
+
+
+def headline_rows(agg: pd.DataFrame, reference: pd.Series | None) -> pd.DataFrame:
+    """The systems the headline shows, best BLEU first: the AT reference, AT greedy (the speed baseline),
+    and each other cell's best strategy by BLEU (a speculative strategy too: it is the AT's output at
+    another speed); engine twins stay in the full tables."""
+    own = agg[~is_engine_twin(agg) & agg["bleu"].notna()]
+    best = own.sort_values("bleu", ascending=False, kind="stable")
+    keep = set(best.groupby("family", sort=False).head(1).index)
+    keep |= set(own.index[own["strategy"].astype(str) == "greedy"] if reference is None else
+                own.index[(own["family"] == reference["family"]) & (own["strategy"].astype(str) == "greedy")])
+    keep |= set(own.index[own.get("strategy_name", pd.Series("", own.index)).astype(str) == "speculative"])
+    return best.loc[[i for i in best.index if i in keep]]
+
+
+def headline_table(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """One row per headline system (headline_rows): its BLEU, its paired difference to the AT reference,
+    the verdict word, its speed-ups over AT greedy (batch 1, throughput) and over AT beam at batch 1, each
+    with its 95% interval. -> (table, the verdict word of each row). Every system is in the overview."""
+    agg, comparisons, reference = _task(g, task, part)
+    names = plain_names(agg)
+    rows, words = [], []
+    for _, r in headline_rows(agg, reference).iterrows():
+        found = comparisons[comparisons["system"] == r["system"]] if len(comparisons) else comparisons
+        diff = found.iloc[0] if len(found) else None
+        is_ref = reference is not None and r["system"] == reference["system"]
+        word = "reference" if is_ref else _word(diff, g.equivalence_margin)
+        words.append(word)
+        rows.append({"System": names[r["system"]], "Seeds": str(int(r["n_seeds"])),
+                     "BLEU [95%]": _interval_text(r, "bleu"),
+                     "Δ BLEU vs AT reference [95%]": "–" if diff is None else
+                     f"{diff['bleu_diff']:+.2f} [{diff['diff_ci_low']:+.2f}, {diff['diff_ci_high']:+.2f}]",
+                     "Verdict": word,
+                     "× AT greedy, batch 1": _interval_text(r, "speedup_vs_at", suffix="×"),
+                     "× AT greedy, throughput": _interval_text(r, "throughput_speedup_vs_at", suffix="×"),
+                     "× AT beam, batch 1": _interval_text(r, "speedup_vs_at_beam", suffix="×")})
+    table = pd.DataFrame(rows)
+    return table.loc[:, [c for c in table.columns if not (table[c] == "–").all()]], words
+
+
+def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
+    """At most three sentences: the best NAT against the AT reference (its paired difference and verdict,
+    its batch-1 speed-up over AT greedy); the fastest system the AT reference does not beat beyond noise;
+    the best NAT over the reference AT of speed.reference_at (a deep-encoder/shallow-decoder AT), if timed."""
+    agg, comparisons, reference = _task(g, task, part)
+    if reference is None:
+        return f"{task}: no finished AT system to compare with."
+    names = plain_names(agg)
+    ref_name = names[reference["system"]]
+    nats = agg[~is_at_rows(agg) & agg["bleu"].notna() & (agg.get("strategy_name") != "speculative")]
+
+    def diff_of(system: str) -> pd.Series | None:
+        found = comparisons[comparisons["system"] == system] if len(comparisons) else comparisons
+        return found.iloc[0] if len(found) else None
+
+    seeds = int(reference["n_seeds"])
+    sentences = [f"{task} ({seeds} seed{'s' if seeds != 1 else ''}{'; speed at ' + threads if threads else ''}):"]
+    if len(nats):
+        best = nats.loc[nats["bleu"].idxmax()]
+        diff = diff_of(best["system"])
+        gap = "" if diff is None else (f", {diff['bleu_diff']:+.2f} [{diff['diff_ci_low']:+.2f}, {diff['diff_ci_high']:+.2f}]"
+                                       f" against {ref_name} ({reference['bleu']:.2f}): {_word(diff, g.equivalence_margin)}")
+        speed = "" if pd.isna(best.get("speedup_vs_at")) else \
+            f", at {_interval_text(best, 'speedup_vs_at', suffix='×')} AT greedy's batch-1 speed"
+        sentences.append(f"the best NAT is {names[best['system']]} at {best['bleu']:.2f} BLEU{gap}{speed}.")
+    level = [(r, diff_of(r["system"])) for _, r in agg.iterrows() if r["system"] != reference["system"]]
+    level = [r for r, d in level if d is not None and _word(d, g.equivalence_margin) != "behind"
+             and pd.notna(r.get("speedup_vs_at")) and not is_engine_twin(pd.DataFrame([r])).iloc[0]]
+    if level:
+        fast = max(level, key=lambda r: r["speedup_vs_at"])
+        sentences.append(f"The fastest system not behind it beyond noise is {names[fast['system']]}, at "
+                         f"{_interval_text(fast, 'speedup_vs_at', suffix='×')} AT greedy's batch-1 speed.")
+    if len(nats) and "speedup_vs_ref_at" in agg and pd.notna(best.get("speedup_vs_ref_at")):
+        base = str(best.get("ref_at_baseline", "")).split(" / ")
+        sentences.append(f"Against the {base[0].rsplit('-s', 1)[0]} AT's greedy it runs at "
+                         f"{_interval_text(best, 'speedup_vs_ref_at', suffix='×')} at batch 1.")
+    return " ".join(sentences[:1] + [sentences[1][0].upper() + sentences[1][1:]] + sentences[2:4]) \
+        if len(sentences) > 1 else sentences[0]
+
+
+def headline_blocks(g: GridResults, threads: str) -> tuple[list[Block], list[Block]]:
+    """(the verdict and the headline table, shown first; the note on their intervals, shown after the
+    headline figure). One table for every task (a Task column where there are several), so that the first
+    screen holds the verdict, the table and the top of the figure."""
+    ok = ok_rows(g.table)
+    if ok.empty:
+        return [Block("heading", "Verdict", 2), Block("para", "No cell has finished: nothing to compare yet.")], []
+    tasks = list(ok.groupby("task", sort=False))
+    blocks = [Block("heading", "Verdict", 2), *[Block("para", verdict(g, task, part, threads)) for task, part in tasks]]
+    tables = [headline_table(g, task, part)[0].assign(Task=task) for task, part in tasks]
+    table = pd.concat(tables, ignore_index=True).fillna("–")
+    order = (["Task"] if len(tasks) > 1 else []) + [c for c in tables[0].columns if c != "Task"]
+    blocks.append(Block("table", frame=table[[c for c in order if c in table]]))
+    note = Block("note", "Headline table: intervals are 95%: Student's t over the seeds with the test-sentence variance "
+                         "added (one seed: the test sentences resampled only). Δ BLEU is paired with the AT "
+                         "reference, sentence by sentence and seed by seed; the verdict says ahead or behind "
+                         f"when its interval excludes 0, equivalent inside ±{g.equivalence_margin:g} BLEU, not "
+                         "resolved otherwise. Speed-ups are paired ratios of the same sentences' times, widened to "
+                         "the A/A noise floor. Every system, every strategy: the overview below.")
+    return blocks, [note]

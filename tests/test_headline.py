@@ -1,0 +1,69 @@
+"""The report's first screen: systems named in plain words, the verdict in at most three sentences a task,
+the headline table with intervals (never ± sd) and one verdict word per system."""
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from atnat.experiments.reporting.headline import headline_blocks, plain_names, system_name
+from atnat.experiments.reporting.results import load_results
+
+from tests import fixtures_results as fx
+
+
+def row(**kw) -> pd.Series:
+    base = {"decoder": "at", "options": "", "distilled": False, "strategy": "greedy", "strategy_name": "greedy",
+            "strategy_settings": "", "layers": "3+3", "family": "en-de-at"}
+    return pd.Series({**base, **kw})
+
+
+@pytest.mark.parametrize("fields,name", [
+    ({}, "AT greedy"),
+    ({"strategy": "beam5-alpha=0.6", "strategy_name": "beam",
+      "strategy_settings": json.dumps({"name": "beam", "beam_size": 5})}, "AT beam 5"),
+    ({"decoder": "ctc", "options": "glat=True, upsample=2", "distilled": True, "strategy": "ctc", "strategy_name": "ctc"},
+     "CTC+GLAT, distilled, one pass"),
+    ({"decoder": "cmlm", "distilled": True, "strategy": "mask-predict-10-lb3", "strategy_name": "mask-predict"},
+     "CMLM, distilled, mask-predict 10"),
+    ({"decoder": "dag", "options": "upsample=4", "strategy": "dag-lookahead", "strategy_name": "dag-lookahead"},
+     "DA-Transformer, on the references, lookahead"),
+    ({"decoder": "nat", "options": "glat=True", "distilled": True, "strategy": "npd-5", "strategy_name": "npd"},
+     "NAT+GLAT, distilled, NPD over 5 lengths"),
+    ({"decoder": "cmlm", "distilled": True, "strategy": "speculative-k4", "strategy_name": "speculative"},
+     "CMLM drafts, AT verifies: speculative, block 4"),
+    ({"strategy": "greedy-ct2", "strategy_name": "greedy"}, "CTranslate2 AT greedy"),
+    ({"decoder": "half-mask", "strategy": "my-search-x", "strategy_name": "my-search"}, "half-mask, on the references, my-search-x"),
+])
+def test_systems_are_named_as_a_paper_names_them(fields, name):
+    assert system_name(row(**fields)) == name
+
+
+def test_layer_splits_are_shown_where_the_task_has_several_and_twin_names_are_told_apart():
+    agg = pd.DataFrame([row(system="a", family="en-de-at"), row(system="b", family="en-de-at-deep", layers="5+1"),
+                        row(system="c", family="en-de-at-fp32", variant="at-fp32")])
+    assert plain_names(agg) == {"a": "AT 3+3 greedy (en-de-at)", "b": "AT 5+1 greedy", "c": "AT 3+3 greedy (at-fp32)"}
+
+
+def test_the_verdict_is_at_most_three_sentences_and_the_table_has_intervals_not_sd(tmp_path):
+    g = load_results(fx.build_results(tmp_path))
+    first, after = headline_blocks(g, "1 CPU thread")
+    verdicts = [b.text for b in first if b.kind == "para"]
+    assert len(verdicts) == 2  # one per task
+    for text in verdicts:
+        body = text.split("):", 1)[1]
+        assert len(re.findall(r"[.!?](?:\s|$)", body)) <= 3
+    assert verdicts[0].startswith("copy (1 seed; speed at 1 CPU thread): The best NAT is CMLM, distilled, mask-predict 4 "
+                                  "at 35.50 BLEU, -2.55 [-5.10, +0.20] against AT beam 5 (38.05): not resolved, at 3.86× "
+                                  "[3.47, 4.25] AT greedy's batch-1 speed.")
+    (table,) = [b.frame for b in first if b.kind == "table"]
+    assert list(table.columns[:6]) == ["Task", "System", "Seeds", "BLEU [95%]", "Δ BLEU vs AT reference [95%]", "Verdict"]
+    assert "±" not in table.to_string()
+    copy = table[table["Task"] == "copy"].set_index("System")
+    assert copy.loc["AT beam 5", "Verdict"] == "reference"
+    assert copy.loc["CMLM, distilled, mask-predict 4", "Δ BLEU vs AT reference [95%]"] == "-2.55 [-5.10, +0.20]"
+    assert copy.loc["CMLM, distilled, mask-predict 4", "Verdict"] == "not resolved"
+    assert table[table["Task"] == "dialect"].set_index("System").loc["NAT, on the references, one pass", "Verdict"] == "behind"
+    assert after and "95%" in after[0].text
