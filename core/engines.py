@@ -34,7 +34,8 @@ OPTIONS = {  # option -> (engines it applies to, what it does)
                 "picked at a single sentence's shapes, in half its compile time)"),
     "fused": (("static", "inductor", "aoti"), "the step's attention as broadcast products a compiler fuses"),
     "onednn": (("packed",), "oneDNN's packed float32 GEMM instead of MKL's"),
-    "bf16": (tuple(e for e in ENGINES if e != "auto"), "linear weights and products in bfloat16 (opt-in: outputs may differ from float32)"),
+    "bf16": (tuple(e for e in ENGINES if e != "auto"),
+             "linear weights and products in bfloat16 (opt-in: outputs may differ from float32)"),
 }
 STEP_ENGINES = ("static", "inductor", "aoti")  # the engines that replace the AT step
 INEXACT_OPTIONS = ("bf16",)  # options whose tokens may differ from eager's

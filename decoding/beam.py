@@ -30,10 +30,9 @@ import torch
 from torch import Tensor
 
 from atnat.core.options import require, require_choice
-from atnat.core.special import SpecialTokens
+from atnat.core.special import NEG_INF, SpecialTokens
 from atnat.decoding.base import Hypotheses, StepModel, Strategy, register_strategy
 from atnat.decoding.lengths import LengthLimits, step_budget
-from atnat.core.special import NEG_INF
 from atnat.decoding.processors import apply_processors_, at_processors
 
 LENGTH_NORMS = ("none", "length", "gnmt")

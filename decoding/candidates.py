@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from atnat.core.errors import AtnatError
 from atnat.core.special import SpecialTokens
 from atnat.decoding.base import Hypotheses
-from atnat.core.errors import AtnatError
 
 
 def top_lengths(length_log_probs: Tensor, l: int, max_len: int | Tensor) -> Tensor:

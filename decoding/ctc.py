@@ -12,12 +12,10 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 from torch import Tensor
 
-from atnat.core.special import SpecialTokens
-from atnat.decoding.base import Hypotheses, Strategy, register_strategy
 from atnat.core.options import require_positive
+from atnat.core.special import NEG_INF, SpecialTokens
+from atnat.decoding.base import Hypotheses, Strategy, register_strategy
 from atnat.decoding.candidates import argmax_ordinary, never_emitted
-from atnat.core.special import NEG_INF
-
 
 
 def kept_slots(ids: Tensor, padding_mask: Tensor, blank: int) -> Tensor:

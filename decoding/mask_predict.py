@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from atnat.core.options import require_positive
 from atnat.core.special import SpecialTokens
 from atnat.decoding.base import Hypotheses, Strategy, register_strategy
-from atnat.core.options import require_positive
 from atnat.decoding.candidates import (
     argmax_pass,
     collect,

@@ -13,17 +13,17 @@ from typing import Any, Callable, ClassVar
 import torch
 from torch import Tensor
 
+from atnat.core.errors import AtnatError
+from atnat.core.options import require_at_least, require_between, require_positive
 from atnat.core.special import SpecialTokens
 from atnat.decoding.base import Hypotheses, Strategy, register_strategy
-from atnat.core.options import require_at_least, require_between, require_positive
 from atnat.decoding.candidates import (
     best_tokens,
-    never_emitted,
     collect,
     expand_candidates,
+    never_emitted,
     predicted_lengths,
 )
-from atnat.core.errors import AtnatError
 
 # tokens (C, T), padding_mask (C, T), sentence_index (C,) -> (C,) total teacher log-prob incl. EOS
 Scorer = Callable[[Tensor, Tensor, Tensor], Tensor]

@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from atnat.core.options import require, require_choice, require_positive
 from atnat.core.special import SpecialTokens, length_budget
 from atnat.decoding.base import Hypotheses, Strategy, register_strategy
-from atnat.core.options import require, require_choice, require_positive
 from atnat.decoding.candidates import (
     all_mask_inputs,
     argmax_pass,

@@ -16,9 +16,7 @@ from typing import Iterable, Sequence
 import torch
 from torch import Tensor
 
-from atnat.core.special import SpecialTokens
-from atnat.core.special import NEG_INF
-
+from atnat.core.special import NEG_INF, SpecialTokens
 
 
 class ScoreProcessor(ABC):

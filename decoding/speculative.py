@@ -5,13 +5,14 @@ Each round, the drafter (a NAT that fills masked slots after given tokens) reads
 followed by masks up to its predicted length and proposes the next `block` tokens (an EOS where the
 predicted length ends); the AT verifier reads the last accepted token and the draft in one cached
 pass and gives its own next token after each prefix. The longest prefix of the draft that equals the
-AT's choices is kept, plus the AT's own next token: at least one token a round, as greedy would emit.
-Lengths follow greedy's rules (max_len_a/b/cap, EOS kept and counted); set them as on the greedy
-strategy being reproduced (greedy's min_len, no_repeat_ngram and attention window have no counterpart here). Drafters: any decoder with the `parallel` capability. A CMLM is trained to
-fill masks given the other tokens, so it drafts well; a NAT trained with glancing has seen reference
-tokens among its inputs; a vanilla NAT never has (its drafts are poor, the output still exact). CTC and
-DAG decoders take no tokens as input and cannot draft after a prefix.
-Shapes: R live rows, W drafter slots, K block, V vocabulary.
+AT's choices is kept, plus the AT's own next token: at least one token a round, as greedy would
+emit. Lengths follow greedy's rules (max_len_a/b/cap, EOS kept and counted); set them as on the
+greedy strategy being reproduced (greedy's min_len, no_repeat_ngram and attention window have no
+counterpart here). Drafters: any decoder with the `parallel` capability. A CMLM is trained to fill
+masks given the other tokens, so it drafts well; a NAT trained with glancing has seen reference
+tokens among its inputs; a vanilla NAT never has (its drafts are poor, the output still exact). CTC
+and DAG decoders take no tokens as input and cannot draft after a prefix. Shapes: R live rows, W
+drafter slots, K block, V vocabulary.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Callable, BinaryIO
+from typing import BinaryIO, Callable
 
 import pandas as pd
 

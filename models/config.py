@@ -5,7 +5,6 @@ from dataclasses import dataclass
 
 from atnat.core.options import require, require_between, require_fraction
 
-
 # the declared range of each size (from 1): far above any model this project trains, and small enough that
 # a typo (or an altered model file) is refused before anything is allocated
 RANGES = {"d_model": 16384, "n_heads": 1024, "ffn_dim": 262144, "encoder_layers": 256, "decoder_layers": 256,

@@ -10,18 +10,23 @@ import sacrebleu
 import torch
 from torch import Tensor
 
+from atnat.core.errors import AtnatError
 from atnat.core.options import (
-    require_at_least, require_between, require_choice, require_fraction, require_non_negative, require_positive,
+    check_fields,
+    require_at_least,
+    require_between,
+    require_choice,
+    require_fraction,
+    require_non_negative,
+    require_positive,
 )
 from atnat.core.special import SpecialTokens
 from atnat.models.batch import Batch
 from atnat.models.config import MAX_VOCAB, ModelConfig
 from atnat.models.decoders.base import DECODERS, Decoder, LossConfig
 from atnat.models.encoder import EncoderOut, TransformerEncoder
-from atnat.core.errors import AtnatError
 from atnat.models.layers import TokenEmbedding
 from atnat.models.losses import total_loss
-from atnat.core.options import check_fields
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ import torch
 from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
 from atnat.models.seq2seq import Seq2SeqModule
-
 from tests.training import decode_split, exact_match, fit
 
 SMALL = dict(d_model=32, n_heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)

@@ -4,10 +4,9 @@ import json
 import pytest
 import torch
 
-from atnat.experiments.modelfiles.checkpoints import average_state_dicts
 from atnat.experiments.config.run import ConfigError, run_config_from_dict
+from atnat.experiments.modelfiles.checkpoints import average_state_dicts
 from atnat.experiments.modelfiles.loading import evaluation_checkpoint
-
 from tests.test_resume import RUN, run_training, weights
 
 
@@ -90,7 +89,6 @@ def test_the_evaluated_weights_have_their_own_validation_score(tmp_path, monkeyp
     import pandas as pd
 
     from atnat.experiments.cli.commands import main
-
     from tests.test_grid import TINY, write_grid
 
     monkeypatch.chdir(tmp_path)

@@ -5,12 +5,21 @@ import math
 import pytest
 import torch
 
+from atnat.core.errors import AtnatError
 from atnat.decoding.base import STRATEGIES
 from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
-from atnat.core.errors import AtnatError
 from tests.tables import (
-    A, B, C, D, EOS, PAD, SPECIAL, TableModel, random_table, sequence_logprob,
+    EOS,
+    PAD,
+    SPECIAL,
+    A,
+    B,
+    C,
+    D,
+    TableModel,
+    random_table,
+    sequence_logprob,
 )
 
 # Greedy takes a (0.5) then EOS: 0.2. Beam (K=2) finds b EOS: 0.36.

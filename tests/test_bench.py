@@ -2,24 +2,24 @@
 that follow from the medians; the KV-cached fast paths equal a no-cache reference; the HF and
 CTranslate2 peers emit exactly the forced number of tokens; the training benchmark runs every decoder."""
 from dataclasses import dataclass
-
 from types import SimpleNamespace
 
 import pandas as pd
-from numpy.testing import assert_allclose
 import pytest
 import torch
 import torch.nn.functional as F
+from numpy.testing import assert_allclose
 
 import atnat.decoding  # noqa: F401  (registers strategies)
 import atnat.models.decoders  # noqa: F401  (registers decoders)
+from atnat.core.errors import AtnatError
 from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
 from atnat.decoding.processors import forbidden_ids
 from atnat.experiments import bench
-from atnat.experiments.bench import ct2 as bench_ct2, hf as bench_hf
+from atnat.experiments.bench import ct2 as bench_ct2
+from atnat.experiments.bench import hf as bench_hf
 from atnat.models.encoder import EncoderOut
-from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
 
 HF = bench_hf.available()

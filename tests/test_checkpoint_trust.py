@@ -10,11 +10,15 @@ import pytest
 import torch
 import yaml
 
+from atnat.experiments.cli.commands import main
 from atnat.experiments.modelfiles.checkpoints import (
-    CheckpointRefused, average_checkpoints, checksum_path, read_checkpoint, write_checksum,
+    CheckpointRefused,
+    average_checkpoints,
+    checksum_path,
+    read_checkpoint,
+    write_checksum,
 )
 from atnat.experiments.training.resume import resume_point
-from atnat.experiments.cli.commands import main
 
 RUN = {
     "name": "trust",

@@ -14,7 +14,6 @@ import pytest
 from atnat.experiments.cli.commands import main
 from atnat.experiments.running.launchers import jobs as jobs_module
 from atnat.experiments.running.launchers.slurm import dependency
-
 from tests.test_grid import TINY, write_grid
 from tests.test_workers import STUDENT
 

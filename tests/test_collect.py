@@ -15,7 +15,6 @@ from atnat.experiments.config.devices import device_name
 from atnat.experiments.modelfiles.checkpoints import checksum_path
 from atnat.experiments.modelfiles.loading import evaluation_checkpoint
 from atnat.experiments.provenance import code_version
-
 from tests.test_extra_tests import tiny_grid_dir
 
 

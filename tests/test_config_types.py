@@ -11,7 +11,6 @@ from atnat.experiments.config.run import ConfigError, load_run_config, run_confi
 from atnat.experiments.running.grid import load_grid
 from atnat.models.config import ModelConfig
 from atnat.models.seq2seq import OptimConfig, Seq2SeqModule, build_config
-
 from tests.test_grid import TINY, write_grid
 
 BASE = {"name": "x", "task": {"name": "copy"}, "decoder": {"name": "at"}}
@@ -89,12 +88,12 @@ def test_every_config_dataclass_annotation_is_understood():
 
     import atnat.decoding  # noqa: F401
     import atnat.models.decoders  # noqa: F401
+    from atnat.core.options import describe
     from atnat.decoding.base import STRATEGIES
     from atnat.experiments.config import run as config_module
     from atnat.experiments.config.speed import SpeedSettings
     from atnat.experiments.data.tasks import TASKS
     from atnat.models.decoders.base import DECODERS, LossConfig
-    from atnat.core.options import describe
 
     classes = [ModelConfig, LossConfig, OptimConfig, SpeedSettings, config_module.TrainSettings,
                config_module.EvalSettings, config_module.DistillSettings, config_module.RunConfig]

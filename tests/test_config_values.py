@@ -1,8 +1,8 @@
 """Every bad value is refused when the config is read, before anything trains (issue 21.5): one
 message naming the file, the key, the value and what is allowed, and exit 2 - no traceback, no
 training started, no run folder left behind."""
-import yaml
 import pytest
+import yaml
 
 from atnat.experiments.cli.commands import main
 

@@ -7,16 +7,15 @@ import torch
 
 import atnat.decoding  # noqa: F401  (registers strategies)
 import atnat.models.decoders  # noqa: F401  (registers decoders)
+from atnat.core.errors import AtnatError
 from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
-from atnat.experiments.modelfiles import ct2
 from atnat.experiments.cli.commands import main
 from atnat.experiments.data.batching import collate, encode_split
 from atnat.experiments.data.tokenize import SymbolTokenizer
+from atnat.experiments.modelfiles import ct2
 from atnat.experiments.modelfiles.loading import attach_tokenizer
-from atnat.core.errors import AtnatError
 from atnat.models.seq2seq import Seq2SeqModule
-
 from tests.training import fit
 
 pytestmark = pytest.mark.skipif(not ct2.available(), reason="ctranslate2 is not installed (atnat[bench])")

@@ -3,9 +3,8 @@ import pytest
 
 from atnat.decoding.greedy import Greedy
 from atnat.decoding.parallel import Parallel
-from atnat.experiments.training.distill import distill_sources
 from atnat.experiments.evaluation.metrics import variant_mixing_rate
-
+from atnat.experiments.training.distill import distill_sources
 from tests.training import decode_split, fit, make_task
 
 DIALECT = dict(vocab=8, variants=2, min_len=3, max_len=7, n_train=3000, n_test=200, seed=3)
@@ -37,9 +36,8 @@ def test_students_start_from_the_teachers_weights_and_a_control_trains_on_refere
 
     from atnat.experiments.cli.commands import main
     from atnat.experiments.config.run import ConfigError, run_config_from_dict
-    from atnat.experiments.training.train import initialise
     from atnat.experiments.modelfiles.loading import load_module
-
+    from atnat.experiments.training.train import initialise
     from tests.test_grid import TINY, write_grid
 
     monkeypatch.chdir(tmp_path)
@@ -62,8 +60,8 @@ def test_students_start_from_the_teachers_weights_and_a_control_trains_on_refere
     # the copy itself: every matching tensor equals the teacher's before training
     teacher = load_module(runs / "at-s1")[0]
     cfg = run_config_from_dict({**json.loads((runs / "cmlm-kd-s1" / "config.json").read_text())}, "x")
-    from atnat.experiments.training.train import build_module
     from atnat.experiments.config.run import load_task
+    from atnat.experiments.training.train import build_module
 
     student = build_module(cfg, load_task(cfg))
     initialise(student, cfg)

@@ -8,12 +8,10 @@ import pandas as pd
 import pytest
 
 from atnat.experiments.cli.commands import main
-from atnat.experiments.config.run import run_config_from_dict
-from atnat.experiments.config.run import ConfigError
+from atnat.experiments.config.run import ConfigError, run_config_from_dict
 from atnat.experiments.training.divergence import DivergenceError, DivergenceGuard
 from atnat.experiments.training.train import train
 from atnat.models.seq2seq import Seq2SeqModule
-
 from tests.test_grid import TINY, write_grid
 
 

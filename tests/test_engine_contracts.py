@@ -20,7 +20,6 @@ from atnat.models.decoders.autoregressive import AutoregressiveDecoder
 from atnat.models.decoders.base import DecoderLayer
 from atnat.models.decoders.static_cache import static_step_problem
 from atnat.models.layers import MultiHeadAttention, TokenEmbedding
-
 from tests.test_engines import batches, traced_not_compiled
 from tests.test_static_step import eos_prone_model
 

@@ -25,7 +25,6 @@ from atnat.experiments.modelfiles.engines import apply_engine
 from atnat.experiments.modelfiles.packed import PackedLinear
 from atnat.experiments.modelfiles.quantize import quantize_int8
 from atnat.models.seq2seq import Seq2SeqModule
-
 from tests.test_static_step import SMALL, eos_prone_model
 
 V = 40  # eos_prone_model's vocabulary

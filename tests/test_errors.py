@@ -1,14 +1,13 @@
 """Every user mistake gets one clear error naming what and where (and nothing is lost)."""
 import pytest
 
+import atnat.decoding  # noqa: F401
+import atnat.models.decoders  # noqa: F401
+from atnat.core.errors import AtnatError
+from atnat.core.registry import Registry, RegistryError
 from atnat.decoding.base import STRATEGIES
 from atnat.experiments.config.run import ConfigError, run_config_from_dict
 from atnat.experiments.data.tasks import TASKS, ParallelOptions, ParallelTask
-from atnat.core.errors import AtnatError
-from atnat.core.registry import Registry, RegistryError
-
-import atnat.decoding  # noqa: F401
-import atnat.models.decoders  # noqa: F401
 
 BASE = {"name": "x", "task": {"name": "copy"}, "decoder": {"name": "at"}}
 

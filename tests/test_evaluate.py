@@ -6,7 +6,6 @@ import pytest
 
 from atnat.experiments.cli.commands import main
 from atnat.experiments.evaluation.evaluate import score_outputs
-
 from tests.test_grid import TINY, write_grid
 from tests.training import make_task
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import atnat.decoding  # noqa: F401  (registers strategies)
+from atnat.core.errors import AtnatError
 from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
 from atnat.experiments.cli.commands import main
@@ -17,10 +18,8 @@ from atnat.experiments.config.run import run_config_from_dict
 from atnat.experiments.data.batching import collate
 from atnat.experiments.modelfiles.checkpoints import read_checkpoint
 from atnat.experiments.modelfiles.export import export_safetensors, is_export_dir
-from atnat.experiments.training.train import train
 from atnat.experiments.modelfiles.loading import attach_tokenizer, load_module
-from atnat.core.errors import AtnatError
-
+from atnat.experiments.training.train import train
 from tests.training import fit
 
 WORDS = "the a small big red blue cat dog sees likes runs sleeps house tree".split()

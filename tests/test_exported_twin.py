@@ -5,7 +5,6 @@ import pandas as pd
 import pytest
 
 from atnat.experiments.cli.commands import main
-
 from tests.test_grid import TINY, write_grid
 
 pytest.importorskip("ctranslate2")

@@ -14,7 +14,6 @@ from atnat.experiments import files
 from atnat.experiments.cli.commands import main
 from atnat.experiments.data.tokenize import SentencePieceTokenizer
 from atnat.experiments.training import train as train_module
-
 from tests.test_config_values import RUN
 from tests.test_grid import TINY, write_grid
 

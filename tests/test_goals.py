@@ -5,17 +5,16 @@ import statistics
 import pandas as pd
 import pytest
 import yaml
-
-from atnat.experiments.reporting.results import notes_stamp
 from scipy.stats import norm as NORMAL
 from scipy.stats import t as student
 
-from tests import fixtures_results as fx
-from atnat.experiments.reporting.aggregate import aggregate_seeds
 from atnat.experiments.config.run import ConfigError
+from atnat.experiments.reporting.aggregate import aggregate_seeds
 from atnat.experiments.reporting.goals import check_goals, parse_goals
-from atnat.experiments.running.grid import load_grid
 from atnat.experiments.reporting.report import write_report
+from atnat.experiments.reporting.results import notes_stamp
+from atnat.experiments.running.grid import load_grid
+from tests import fixtures_results as fx
 
 GOALS = [
     {"system": "copy-at / beam5", "at_least": 38},  # 38.05: met

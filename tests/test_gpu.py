@@ -21,7 +21,6 @@ import torch
 import yaml
 
 from atnat.experiments.cli.commands import main
-
 from tests.test_export import parallel_files
 from tests.test_grid import TINY, run_cli, write_grid
 
@@ -231,7 +230,6 @@ def test_the_auto_engine_graphs_single_sentence_at_steps_with_the_eager_tokens()
 def test_probes_run_on_cuda():
     from atnat.experiments.data.batching import collate, encode_split
     from atnat.experiments.evaluation.probes import attention_map, oracle_predictions, prefix_corruption
-
     from tests.training import fit
 
     module, task = fit("at", "copy", steps=20, vocab=8, min_len=3, max_len=6, n_train=100, n_test=10)

@@ -8,7 +8,6 @@ import torch
 from atnat.core.errors import AtnatError
 from atnat.experiments.cli.commands import main
 from atnat.experiments.config.devices import gpu_problem, require_gpu
-
 from tests.test_grid import TINY, write_grid
 
 GPU_GRID = {**TINY, "base": {**TINY["base"], "train": {**TINY["base"]["train"], "accelerator": "gpu"}}}

@@ -4,12 +4,21 @@ import math
 import pytest
 import torch
 
+from atnat.core.errors import AtnatError
 from atnat.core.special import SpecialTokens
 from atnat.decoding.base import STRATEGIES
 from atnat.decoding.greedy import Greedy
-from atnat.core.errors import AtnatError
 from tests.tables import (
-    A, B, BOS, C, EOS, PAD, SPECIAL, TableModel, random_table, sequence_logprob,
+    BOS,
+    EOS,
+    PAD,
+    SPECIAL,
+    A,
+    B,
+    C,
+    TableModel,
+    random_table,
+    sequence_logprob,
 )
 
 MASK = SPECIAL.mask

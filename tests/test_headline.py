@@ -10,7 +10,6 @@ import pytest
 
 from atnat.experiments.reporting.headline import headline_blocks, plain_names, system_name
 from atnat.experiments.reporting.results import load_results
-
 from tests import fixtures_results as fx
 
 

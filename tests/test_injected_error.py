@@ -10,7 +10,6 @@ from atnat.decoding.mask_predict import MaskPredict
 from atnat.decoding.parallel import Parallel
 from atnat.experiments.data.batching import EncodedSplit
 from atnat.experiments.evaluation.probes import injected_error_drop
-
 from tests import tables
 from tests.nat_tables import FakeParallel, Slot
 
@@ -68,7 +67,6 @@ def test_a_real_cmlm_with_a_length_beam_and_a_trained_at_go_through_the_probe():
     """Rows of a length beam finish at different passes (fewer rows later): the probe follows them."""
     from atnat.decoding.beam import Beam
     from atnat.experiments.data.batching import encode_split
-
     from tests.training import fit
 
     for decoder, strategies in (("cmlm", [MaskPredict(iterations=4, length_beam=3)]),

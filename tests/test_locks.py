@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 
 from atnat.experiments.cli.commands import main
-
 from tests.test_grid import TINY, run_cli, write_grid
 
 LONG = {**TINY, "cells": {"at": {"decoder": {"name": "at"},  # trains until stopped (60 s at most)

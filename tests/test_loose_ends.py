@@ -8,12 +8,11 @@ import types
 
 import pytest
 
-from atnat.experiments.training import distill
-from atnat.experiments.config.run import run_config_from_dict
-from atnat.experiments.running.cell import run_cell
-from atnat.experiments.data.tasks import ParallelOptions, ParallelTask
 from atnat.core.errors import AtnatError
-
+from atnat.experiments.config.run import run_config_from_dict
+from atnat.experiments.data.tasks import ParallelOptions, ParallelTask
+from atnat.experiments.running.cell import run_cell
+from atnat.experiments.training import distill
 from tests.test_grid import TINY
 
 

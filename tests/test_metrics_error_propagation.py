@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from sacrebleu.metrics import BLEU
 
+from atnat.core.errors import AtnatError
 from atnat.experiments.evaluation.metrics import (
     accuracy_by_position,
     align,
@@ -15,7 +16,6 @@ from atnat.experiments.evaluation.metrics import (
     first_error_distribution,
     first_error_positions,
 )
-from atnat.core.errors import AtnatError
 
 
 def test_accuracy_by_position_with_short_predictions_and_varying_refs():

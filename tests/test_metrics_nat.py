@@ -2,13 +2,13 @@
 
 import pytest
 
+from atnat.core.errors import AtnatError
 from atnat.experiments.evaluation.metrics import (
     length_accuracy,
     repetition_rate,
     variant_mixing_rate,
     variant_mixing_tokens,
 )
-from atnat.core.errors import AtnatError
 
 
 def test_repetition_rate_counts_consecutive_duplicates():

@@ -7,8 +7,8 @@ import pytest
 import sacrebleu
 from sacrebleu.metrics import BLEU
 
-from atnat.experiments.evaluation.metrics import corpus_quality, exact_match, paired_significance
 from atnat.core.errors import AtnatError
+from atnat.experiments.evaluation.metrics import corpus_quality, exact_match, paired_significance
 
 REFS = [
     "the cat sat on the mat",

@@ -7,8 +7,8 @@ import time
 import pytest
 import torch
 
-from atnat.experiments.evaluation.metrics import current_rss_mb, measure, peak_memory_mb, reset_peak
 from atnat.core.errors import AtnatError
+from atnat.experiments.evaluation.metrics import current_rss_mb, measure, peak_memory_mb, reset_peak
 
 
 class FakeClock:

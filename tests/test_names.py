@@ -12,7 +12,6 @@ from atnat.experiments.config.run import ConfigError
 from atnat.experiments.files import path_part
 from atnat.experiments.running.grid import load_grid
 from atnat.experiments.running.locks import cell_lock, held
-
 from tests.test_grid import TINY, write_grid
 
 

@@ -8,18 +8,17 @@ from functools import lru_cache
 import pytest
 import torch
 
+from atnat.core.errors import AtnatError
 from atnat.core.special import SpecialTokens
 from atnat.decoding.ctc import CTC
 from atnat.decoding.mask_predict import MaskPredict
 from atnat.decoding.parallel import Parallel
+from atnat.experiments.evaluation.assemble import check_compatible
 from atnat.models.batch import Batch
 from atnat.models.decoders.cmlm import training_mask
-from atnat.models.decoders.glancing import (GlancingOptions, ctc_viterbi, glance_positions, glancing_ratio,
-                                            random_positions)
+from atnat.models.decoders.glancing import GlancingOptions, ctc_viterbi, glance_positions, glancing_ratio, random_positions
 from atnat.models.decoders.nat import uniform_copy_index
 from atnat.models.encoder import lengths_to_padding_mask
-from atnat.core.errors import AtnatError
-from atnat.experiments.evaluation.assemble import check_compatible
 from atnat.models.seq2seq import Seq2SeqModule
 from tests.training import TINY_MODEL, decode_split, exact_match, fit, make_task
 

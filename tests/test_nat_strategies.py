@@ -7,16 +7,15 @@ import math
 import pytest
 import torch
 
+from atnat.core.errors import AtnatError
 from atnat.decoding.base import STRATEGIES
-from atnat.decoding.ctc import CTC, ctc_collapse
 from atnat.decoding.candidates import pick_best, top_lengths
+from atnat.decoding.ctc import CTC, ctc_collapse
 from atnat.decoding.length_beam import LengthBeam
 from atnat.decoding.mask_predict import MaskPredict, lowest_slots, remask_schedule
 from atnat.decoding.npd import NoisyParallel
 from atnat.decoding.parallel import Parallel
-from atnat.core.errors import AtnatError
-from tests.nat_tables import (A, B, BLANK, C, D, MASK, PAD, SPECIAL, FakeCTC, ids,
-                              nat_model, sampling_model)
+from tests.nat_tables import BLANK, MASK, PAD, SPECIAL, A, B, C, D, FakeCTC, ids, nat_model, sampling_model
 
 log = math.log
 

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from atnat.core import registry as registry_module
 from atnat.core.errors import AtnatError
+from atnat.core.registry import Registry
 from atnat.decoding.greedy import Greedy
 from atnat.experiments.config.run import run_config_from_dict
-from atnat.core import registry as registry_module
 from atnat.models.decoders.base import DECODERS
-from atnat.core.registry import Registry
-
 from tests.training import decode_split, exact_match, fit
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -154,7 +153,6 @@ def test_readme_metric_becomes_a_column_of_the_table_the_report_and_the_cli(tmp_
 
     from atnat.experiments.cli.commands import main
     from atnat.experiments.evaluation.metrics.row import METRICS
-
     from tests.test_grid import TINY, write_grid
 
     METRICS.unregister("unknown-rate")

@@ -1,10 +1,9 @@
 """`train.precision: auto` trains in bf16 where the CPU does bf16 natively and records what it chose."""
 import json
 
-from atnat.experiments.config.run import run_config_from_dict
 from atnat.experiments.config.precision import resolve_precision
+from atnat.experiments.config.run import run_config_from_dict
 from atnat.experiments.training.train import train
-
 from tests.test_config_values import RUN
 
 

@@ -5,7 +5,6 @@ import torch
 
 from atnat.experiments.data.batching import collate, encode_split
 from atnat.experiments.evaluation.probes import attention_map, oracle_predictions, prefix_corruption, run_probes
-
 from tests.training import fit
 
 

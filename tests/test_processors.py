@@ -3,7 +3,12 @@ import torch
 
 from atnat.core.special import SpecialTokens
 from atnat.decoding.processors import (
-    ForbidTokens, MinLength, NoRepeatNGram, apply_processors, apply_processors_, at_processors,
+    ForbidTokens,
+    MinLength,
+    NoRepeatNGram,
+    apply_processors,
+    apply_processors_,
+    at_processors,
 )
 
 INF = float("-inf")

@@ -4,7 +4,6 @@ import json
 import pytest
 
 from atnat.experiments.training.progress import describe, eta_seconds, read_progress
-
 from tests.test_resume import run_training
 
 

@@ -7,7 +7,6 @@ from types import SimpleNamespace
 import pandas as pd
 
 from atnat.experiments.reporting.report import _code
-
 from tests import fixtures_results as fx
 
 

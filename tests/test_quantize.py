@@ -8,15 +8,14 @@ import torch
 from torch import nn
 
 import atnat.decoding  # noqa: F401  (registers strategies)
+from atnat.core.errors import AtnatError
 from atnat.decoding.greedy import Greedy
 from atnat.decoding.parallel import Parallel
 from atnat.experiments.cli.commands import main
 from atnat.experiments.modelfiles.export import export_safetensors
-from atnat.experiments.modelfiles.quantize import Int8Attention, maybe_quantize, quantize_int8
 from atnat.experiments.modelfiles.loading import attach_tokenizer
-from atnat.core.errors import AtnatError
+from atnat.experiments.modelfiles.quantize import Int8Attention, maybe_quantize, quantize_int8
 from atnat.models.layers import MultiHeadAttention
-
 from tests.training import decode_split, exact_match, fit
 
 MODEL = dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)

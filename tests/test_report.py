@@ -11,12 +11,12 @@ from html.parser import HTMLParser
 import pandas as pd
 import pytest
 
+from atnat.core.errors import AtnatError
 from atnat.experiments.reporting import judging
 from atnat.experiments.reporting.figures import pareto_front
 from atnat.experiments.reporting.markdown import markdown_table
 from atnat.experiments.reporting.report import write_report
 from atnat.experiments.reporting.results import load_results
-from atnat.core.errors import AtnatError
 from tests import fixtures_results as fx
 
 FIGURES = ("quality_vs_speed", "position_accuracy", "prefix_corruption", "bleu_by_length", "iterations",
@@ -376,8 +376,8 @@ def test_the_validation_curve_comes_from_the_training_log_latest_value_per_step(
 def test_environment_records_the_cpu_model_and_its_vector_instructions(tmp_path):
     import yaml
 
-    from atnat.experiments.running.grid import load_grid
     from atnat.experiments.reporting.environment import cpu_info, environment
+    from atnat.experiments.running.grid import load_grid
 
     fake = tmp_path / "cpuinfo"
     fake.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16\n"

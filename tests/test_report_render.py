@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import math
 import re
+
 import pandas as pd
 import pytest
 
-from atnat.experiments.reporting import figures
-from atnat.experiments.reporting import report
+from atnat.experiments.reporting import figures, report
 from atnat.experiments.reporting import html as report_html
 from atnat.experiments.reporting.blocks import Block, best_cells
+from atnat.experiments.reporting.html import FOLD_ROWS, html_table, render_html
 from atnat.experiments.reporting.markdown import markdown_table, render_markdown
 from atnat.experiments.reporting.report import build_document
 from atnat.experiments.reporting.results import load_results
-from atnat.experiments.reporting.html import FOLD_ROWS, html_table, render_html
 from tests import fixtures_results as fx
 
 NAN = math.nan

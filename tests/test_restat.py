@@ -7,7 +7,6 @@ import pandas as pd
 import yaml
 
 from atnat.experiments.cli.commands import main
-
 from tests.test_extra_tests import tiny_grid_dir
 
 

@@ -5,10 +5,10 @@ import json
 import pandas as pd
 import pytest
 
+from atnat.core.errors import AtnatError
 from atnat.experiments.cli.commands import main
 from atnat.experiments.reporting.report import write_report
 from atnat.experiments.reporting.results import load_results
-from atnat.core.errors import AtnatError
 from tests import fixtures_results as fx
 from tests.test_grid import write_grid
 

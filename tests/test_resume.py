@@ -9,11 +9,11 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from atnat.experiments.training import train as train_module
 from atnat.core.errors import AtnatError
-from atnat.experiments.modelfiles.checkpoints import verify_checksum
-from atnat.experiments.training.resume import resume_point
 from atnat.experiments.config.run import run_config_from_dict
+from atnat.experiments.modelfiles.checkpoints import verify_checksum
+from atnat.experiments.training import train as train_module
+from atnat.experiments.training.resume import resume_point
 from atnat.experiments.training.train import train
 
 RUN = {

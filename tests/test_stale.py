@@ -3,7 +3,6 @@ to rerun or keep them (issue 21.4): neither their numbers nor their runs are sil
 import json
 
 from atnat.experiments.cli.commands import main
-
 from tests.test_grid import TINY, write_grid
 
 

@@ -120,8 +120,8 @@ def fake_timed_cells(tmp_path, monkeypatch, names):
     each timing loaded). Cell `at-s1` is the baseline (variant `at`)."""
     from pathlib import Path
 
-    from atnat.experiments.modelfiles import loading as runs
     from atnat.experiments.evaluation import timing
+    from atnat.experiments.modelfiles import loading as runs
     from atnat.experiments.modelfiles.loading import checkpoint_stamp
 
     cells = [SimpleNamespace(name=n, variant=n.rsplit("-", 1)[0], labels={"task": "t"},

@@ -10,7 +10,6 @@ import torch
 
 from atnat.experiments.cli.commands import main
 from atnat.experiments.config.speed import SpeedSettings
-
 from tests.test_grid import TINY, write_grid
 
 

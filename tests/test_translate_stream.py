@@ -10,11 +10,10 @@ import torch
 import atnat.decoding  # noqa: F401
 import atnat.models.decoders  # noqa: F401
 from atnat.decoding.base import STRATEGIES
-from atnat.experiments.evaluation import translate
 from atnat.experiments.cli.commands import main
 from atnat.experiments.data.tokenize import SymbolTokenizer
+from atnat.experiments.evaluation import translate
 from atnat.models.seq2seq import Seq2SeqModule
-
 from tests.training import TINY_MODEL
 
 WORDS = [f"w{i}" for i in range(12)]

@@ -12,7 +12,6 @@ import yaml
 from atnat.experiments.cli.commands import main
 from atnat.experiments.config.run import ConfigError
 from atnat.experiments.running.grid import load_grid
-
 from tests.test_extra_tests import tiny_grid_dir
 
 

@@ -6,16 +6,15 @@ import sys
 import pandas as pd
 import pytest
 
-from atnat.experiments.data import batching as data_module
-from atnat.experiments.running.launchers import local as scheduler
 from atnat.experiments.cli.commands import main
 from atnat.experiments.config.run import ConfigError
-from atnat.experiments.evaluation.timing import AA_SUFFIX
+from atnat.experiments.data import batching as data_module
 from atnat.experiments.data.batching import encode_split, make_loader
-from atnat.experiments.running.grid import load_grid
-from atnat.experiments.running.launchers.local import Lane, lanes_needed, make_lanes, run_parallel, worker_env
 from atnat.experiments.data.tokenize import SymbolTokenizer
-
+from atnat.experiments.evaluation.timing import AA_SUFFIX
+from atnat.experiments.running.grid import load_grid
+from atnat.experiments.running.launchers import local as scheduler
+from atnat.experiments.running.launchers.local import Lane, lanes_needed, make_lanes, run_parallel, worker_env
 from tests.test_grid import TINY, run_cli, write_grid
 
 STUDENT = {"decoder": {"name": "nat"}, "teacher": "at", "distill": {"strategy": {"name": "greedy"}},

@@ -21,8 +21,7 @@ from atnat.experiments.bench.cli import main
 from atnat.experiments.bench.decode import COLUMNS, LEAK_BATCH, LEAK_STRATEGY, add_ratios, run_decode
 from atnat.experiments.bench.plots import plot_sweep
 from atnat.experiments.bench.profile import run_profile
-from atnat.experiments.bench.spec import (FULL, OUT_LEN, SRC_LEN, STRATEGIES, TINY, Spec, check_spec, make_spec,
-                                          our_strategy)
+from atnat.experiments.bench.spec import FULL, OUT_LEN, SRC_LEN, STRATEGIES, TINY, Spec, check_spec, make_spec, our_strategy
 from atnat.experiments.bench.systems import Models, System, check_ours, our_fn, our_system, time_round_robin
 from atnat.experiments.bench.train import run_train
 

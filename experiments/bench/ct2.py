@@ -16,10 +16,10 @@ from pathlib import Path
 
 from torch import Tensor
 
-from atnat.experiments.modelfiles import ct2  # the converter (experiments/ct2.py), not this module
-from atnat.experiments.data.tokenize import SymbolTokenizer
 from atnat.core.errors import AtnatError
 from atnat.core.special import SpecialTokens
+from atnat.experiments.data.tokenize import SymbolTokenizer
+from atnat.experiments.modelfiles import ct2  # the converter (experiments/ct2.py), not this module
 
 INSTALL_HINT = ct2.INSTALL_HINT
 SYSTEMS = {"ct2-f32": "float32", "ct2-int8": "int8"}  # bench system name -> compute type

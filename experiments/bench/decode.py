@@ -7,7 +7,7 @@ import pandas as pd
 import torch
 
 from atnat.experiments.bench import ct2, hf
-from atnat.experiments.bench.spec import OUT_LEN, Spec, start, FIRST_ORDINARY
+from atnat.experiments.bench.spec import FIRST_ORDINARY, OUT_LEN, Spec, start
 from atnat.experiments.bench.systems import Models, leak_check, shape_systems, time_round_robin
 
 COLUMNS = ["system", "strategy", "batch", "src_len", "out_len", "median_s", "emitted_tokens_per_s",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from atnat.experiments.bench.spec import Spec, start, FIRST_ORDINARY
+from atnat.experiments.bench.spec import FIRST_ORDINARY, Spec, start
 from atnat.experiments.bench.systems import Models, our_system
 
 

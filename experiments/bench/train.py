@@ -11,12 +11,13 @@ import time
 import pandas as pd
 import torch
 
-from atnat.experiments.bench.flops import peak_tflops as known_peak, train_step_flops
-from atnat.experiments.bench.spec import OUT_LEN, Spec, start, FIRST_ORDINARY
-from atnat.experiments.evaluation.metrics.speed import _synchronize
-from atnat.experiments.config.precision import resolve_precision
-from atnat.models.batch import Batch
 from atnat.core.errors import AtnatError
+from atnat.experiments.bench.flops import peak_tflops as known_peak
+from atnat.experiments.bench.flops import train_step_flops
+from atnat.experiments.bench.spec import FIRST_ORDINARY, OUT_LEN, Spec, start
+from atnat.experiments.config.precision import resolve_precision
+from atnat.experiments.evaluation.metrics.speed import _synchronize
+from atnat.models.batch import Batch
 from atnat.models.losses import total_loss
 from atnat.models.seq2seq import Seq2SeqModule
 

@@ -17,11 +17,10 @@ from rich.tree import Tree
 
 from atnat.core.engines import DEFAULT_ENGINE, ENGINES, INEXACT_OPTIONS, OPTIONS
 from atnat.decoding.base import STRATEGIES
-from atnat.models.decoders.base import DECODERS
-
 from atnat.experiments.console import PipeConsole
 from atnat.experiments.data.tasks import TASKS
 from atnat.experiments.evaluation.metrics.row import METRICS
+from atnat.models.decoders.base import DECODERS
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,12 @@ from atnat.experiments.files import UnwritableError, write_json_atomic, write_li
 
 
 def cmd_train(args) -> None:
-    from atnat.experiments.config.run import load_run_config, parse_override  # lazy: start-up
-    from atnat.experiments.files import path_part  # lazy: start-up
-    from atnat.experiments.running.cell import run_cell  # lazy: start-up
     from contextlib import nullcontext
 
     from atnat.experiments.config.devices import helper_rank  # lazy: start-up
+    from atnat.experiments.config.run import load_run_config, parse_override  # lazy: start-up
+    from atnat.experiments.files import path_part  # lazy: start-up
+    from atnat.experiments.running.cell import run_cell  # lazy: start-up
     from atnat.experiments.running.locks import cell_lock, held  # lazy: start-up
 
     overrides: dict = {}
@@ -62,11 +62,11 @@ def print_rows(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
 
 
 def cmd_translate(args) -> int:
-    from atnat.experiments.config.run import build_strategy  # lazy: start-up
-    from atnat.experiments.modelfiles.quantize import maybe_quantize  # lazy: start-up
     from atnat.experiments.config.devices import decode_device  # lazy: start-up
-    from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
+    from atnat.experiments.config.run import build_strategy  # lazy: start-up
     from atnat.experiments.evaluation.translate import translate_stream  # lazy: start-up
+    from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
+    from atnat.experiments.modelfiles.quantize import maybe_quantize  # lazy: start-up
 
     engine = checked_engine(args)
     device = decode_device(args.device, args.quantize, note=lambda text: print(text, file=sys.stderr))
@@ -172,8 +172,8 @@ def parse_assignments(items: list[str], what: str) -> dict:
 def cmd_distill(args) -> None:
     import json
 
-    from atnat.experiments.training.distill import distilled_targets, distill_sources  # lazy: start-up
     from atnat.experiments.data.tasks import read_lines  # lazy: start-up
+    from atnat.experiments.training.distill import distill_sources, distilled_targets  # lazy: start-up
 
     args.strategy = args.strategy or "greedy"  # a teacher is an AT
     if args.strategy == "beam" and args.beam is None:
@@ -190,11 +190,12 @@ def cmd_distill(args) -> None:
         lines = distill_sources(module, tokenizer, sources, spec)
         meta = {"teacher": args.teacher, "lines": len(lines)}
     else:  # the teacher run's own training split
-        from atnat.experiments.config.run import run_config_from_dict  # lazy: start-up
-        from atnat.experiments.training.distill import teacher_dir  # lazy: start-up
-        from atnat.experiments.config.run import load_task  # lazy: start-up
-
+        from atnat.experiments.config.run import (
+            load_task,  # lazy: start-up
+            run_config_from_dict,  # lazy: start-up
+        )
         from atnat.experiments.modelfiles.export import is_export_dir  # lazy: start-up
+        from atnat.experiments.training.distill import teacher_dir  # lazy: start-up
 
         cfg_path = teacher_dir(args.teacher) / "config.json"
         if is_export_dir(Path(args.teacher)):
@@ -210,15 +211,14 @@ def cmd_distill(args) -> None:
 
 def cmd_evaluate(args) -> None:
     """Score a checkpoint (or run, or export) on any source/reference files, without a grid."""
-    from atnat.experiments.config.speed import SpeedSettings  # lazy: start-up
-    from atnat.experiments.evaluation.evaluate import evaluate_files  # lazy: start-up
-    from atnat.experiments.data.tasks import read_lines  # lazy: start-up
-    from atnat.experiments.config.devices import decode_device  # lazy: start-up
-    from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
-
-    from atnat.experiments.modelfiles.quantize import maybe_quantize  # lazy: start-up
-
     import torch
+
+    from atnat.experiments.config.devices import decode_device  # lazy: start-up
+    from atnat.experiments.config.speed import SpeedSettings  # lazy: start-up
+    from atnat.experiments.data.tasks import read_lines  # lazy: start-up
+    from atnat.experiments.evaluation.evaluate import evaluate_files  # lazy: start-up
+    from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
+    from atnat.experiments.modelfiles.quantize import maybe_quantize  # lazy: start-up
 
     engine = checked_engine(args)
     if args.threads < 1:
@@ -295,8 +295,8 @@ def cmd_run(args) -> int:
 
 def cmd_cell(args) -> int:
     """Exit 1 when the cell failed."""
-    from atnat.experiments.running.launchers.local import die_with_parent  # lazy: start-up
     from atnat.experiments.running.cell import run_named_cell  # lazy: start-up
+    from atnat.experiments.running.launchers.local import die_with_parent  # lazy: start-up
 
     die_with_parent()  # a worker of `atnat run`: ends with it
     status = run_named_cell(args.grid, args.cell, results_root=Path(args.results), smoke=args.smoke)
@@ -544,7 +544,8 @@ def parser() -> argparse.ArgumentParser:
                    help="a results folder; with --interim, the grid file")
     p.add_argument("--interim", action="store_true",
                    help="tabulate the finished cells of the grid GRID (results under --results) into "
-                        "<results>/<grid>/interim/ with their report (speed of the seeds timed so far by atnat time), the runner's folder untouched")
+                        "<results>/<grid>/interim/ with their report (speed of the seeds timed so far by atnat time), "
+                        "the runner's folder untouched")
     p.add_argument("--collected", metavar="DEST",
                    help="report the grid GRID from the cells collected in DEST (`atnat collect --to DEST`) instead of "
                         "the run folders, e.g. after the machine that trained them is gone; the test references "

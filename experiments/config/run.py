@@ -14,22 +14,26 @@ from typing import Any
 
 import yaml
 
+from atnat.core.errors import AtnatError
 from atnat.core.options import (
+    OptionTypeError,
+    check_fields,
+    require,
+    require_at_least,
     require_between,
-    require, require_at_least, require_choice, require_non_negative, require_optional_at_least,
+    require_choice,
+    require_non_negative,
+    require_optional_at_least,
 )
 from atnat.decoding.base import STRATEGIES, compatibility_problem
-from atnat.models.config import ModelConfig
-from atnat.models.decoders.base import DECODERS, LossConfig
-from atnat.core.errors import AtnatError
-from atnat.core.options import OptionTypeError, check_fields
-from atnat.models.seq2seq import OptimConfig, build_config
-
 from atnat.experiments.config.plugins import load_plugins
-from atnat.experiments.files import path_part, read_utf8
 from atnat.experiments.config.precision import PRECISIONS
 from atnat.experiments.data.tasks import TASKS, TaskData
 from atnat.experiments.data.tokenize import CACHE_DIR
+from atnat.experiments.files import path_part, read_utf8
+from atnat.models.config import ModelConfig
+from atnat.models.decoders.base import DECODERS, LossConfig
+from atnat.models.seq2seq import OptimConfig, build_config
 
 
 class ConfigError(AtnatError):

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Sampler
 
-from atnat.models.batch import Batch
 from atnat.core.errors import AtnatError
-
 from atnat.experiments.data.tokenize import SPECIAL
+from atnat.models.batch import Batch
 
 
 @dataclass

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Callable
 
 from atnat.core.errors import AtnatError
-
 from atnat.experiments.files import atomic_write_bytes, sha256
 
 COMMIT = "a3d2e0d26b56f3846f66a952536ffed4e401d05a"

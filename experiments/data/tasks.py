@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from atnat.core.errors import AtnatError
-from atnat.core.registry import Registry
-
 from atnat.core.options import require_at_least, require_optional_at_least
-from atnat.experiments.files import check_readable, read_utf8
+from atnat.core.registry import Registry
 from atnat.experiments.data.tokenize import MIN_SENTENCEPIECE_VOCAB, SentencePieceTokenizer, SymbolTokenizer
+from atnat.experiments.files import check_readable, read_utf8
 
 SPLITS = ("train", "valid", "test")
 

@@ -14,8 +14,8 @@ from typing import Iterable
 
 from filelock import FileLock
 
-from atnat.core.special import SpecialTokens
 from atnat.core.errors import AtnatError
+from atnat.core.special import SpecialTokens
 from atnat.experiments.files import atomic_write_bytes
 
 SPECIAL_SYMBOLS = ("<pad>", "<s>", "</s>", "<unk>", "<mask>", "<blank>")

@@ -10,10 +10,9 @@ import torch
 
 from atnat.core.errors import AtnatError
 from atnat.decoding.base import Strategy
+from atnat.experiments.config.run import build_strategy
 from atnat.models.decoders.block_verifier import BlockVerifier
 from atnat.models.seq2seq import Seq2SeqModule
-
-from atnat.experiments.config.run import build_strategy
 
 
 def check_compatible(decoder: Any, strategy: Strategy) -> None:

@@ -8,10 +8,9 @@ from typing import Callable
 import torch
 
 from atnat.decoding.base import Strategy
-from atnat.models.seq2seq import Seq2SeqModule
-
 from atnat.experiments.data.batching import EncodedSplit, make_loader
 from atnat.experiments.evaluation.assemble import check_compatible, needs_teacher
+from atnat.models.seq2seq import Seq2SeqModule
 
 
 @dataclass

@@ -19,21 +19,20 @@ import sacrebleu
 
 from atnat.core.errors import AtnatError
 from atnat.decoding.base import STRATEGIES
-from atnat.models.seq2seq import Seq2SeqModule
-
+from atnat.experiments.config.run import RunConfig, extra_test_split
 from atnat.experiments.config.speed import SpeedSettings
+from atnat.experiments.data.batching import encode_split
+from atnat.experiments.data.tasks import TaskData
 from atnat.experiments.evaluation.assemble import build_strategy, validation_search
 from atnat.experiments.evaluation.decode import decode_split
-from atnat.experiments.evaluation.probes import injected_error_drop, run_probes
-from atnat.experiments.evaluation.timing import System, time_systems
-from atnat.experiments.config.run import RunConfig, extra_test_split
-from atnat.experiments.data.batching import encode_split
-from atnat.experiments.files import write_text_atomic
 from atnat.experiments.evaluation.metrics import closest_references
-from atnat.experiments.evaluation.metrics.row import Outputs, score
 from atnat.experiments.evaluation.metrics.error_propagation import bleu_by_length
 from atnat.experiments.evaluation.metrics.quality import corpus_quality, tokenized_bleu
-from atnat.experiments.data.tasks import TaskData
+from atnat.experiments.evaluation.metrics.row import Outputs, score
+from atnat.experiments.evaluation.probes import injected_error_drop, run_probes
+from atnat.experiments.evaluation.timing import System, time_systems
+from atnat.experiments.files import write_text_atomic
+from atnat.models.seq2seq import Seq2SeqModule
 
 
 def score_outputs(hyps: list[list[int]], refs: list[list[list[int]]], ref_txt: list[list[str]], task: TaskData, *,

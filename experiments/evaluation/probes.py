@@ -12,13 +12,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from atnat.models.batch import Batch
-from atnat.models.encoder import lengths_to_padding_mask
-from atnat.models.seq2seq import Seq2SeqModule
-
 from atnat.experiments.data.batching import EncodedSplit, collate, make_loader
 from atnat.experiments.evaluation.assemble import needs_teacher
 from atnat.experiments.evaluation.metrics import accuracy_by_position, corruption_effect
+from atnat.models.batch import Batch
+from atnat.models.encoder import lengths_to_padding_mask
+from atnat.models.seq2seq import Seq2SeqModule
 
 CORRUPTED = (1, 2, 4)  # prefix tokens corrupted in the probe
 DISTANCES = 8  # positions followed after the corruption

@@ -39,13 +39,13 @@ import pandas as pd
 import torch
 
 from atnat.core.errors import AtnatError
+from atnat.experiments.config.devices import device_name
+from atnat.experiments.config.run import build_strategy, load_task
+from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.data.batching import collate
 from atnat.experiments.evaluation.assemble import needs_teacher
-from atnat.experiments.config.devices import device_name
-from atnat.experiments.config.speed import SpeedSettings
-from atnat.experiments.evaluation.metrics.speed import _synchronize, current_rss_mb, peak_memory_mb, reset_peak
-from atnat.experiments.config.run import build_strategy, load_task
 from atnat.experiments.evaluation.baseline import ENGINE_TWIN, is_baseline_cell, plain_at_config
+from atnat.experiments.evaluation.metrics.speed import _synchronize, current_rss_mb, peak_memory_mb, reset_peak
 from atnat.experiments.evaluation.schema import SPEED
 from atnat.experiments.files import write_csv, write_json_atomic
 from atnat.experiments.modelfiles import ct2

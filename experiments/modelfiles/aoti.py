@@ -242,7 +242,8 @@ class CompiledPass:
 
     def install(self) -> None:
         part = self.module.part
-        object.__setattr__(part, TensorPass.METHODS[self.kind], self)  # an instance attribute: nn.Module.__call__ finds forward there
+        # an instance attribute: nn.Module.__call__ finds forward there
+        object.__setattr__(part, TensorPass.METHODS[self.kind], self)
 
     def fits(self, sizes: dict[str, int]) -> bool:
         return all(low <= sizes[name] <= high for name, (low, high) in self.module.DIMS.items())

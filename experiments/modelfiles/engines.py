@@ -32,14 +32,25 @@ from functools import partial
 
 import torch
 
-from atnat.core.engines import AUTO_INT8_STEP_ENGINE, AUTO_PASS_ENGINE, AUTO_STEP_ENGINE, AUTO_STEP_ROWS, DEFAULT_ENGINE, ENGINES, OPTIONS, STEP_ENGINES, Engine, parse_engine, touches
 from atnat.core.compile_cache import private_compile_cache
+from atnat.core.engines import (
+    AUTO_INT8_STEP_ENGINE,
+    AUTO_PASS_ENGINE,
+    AUTO_STEP_ENGINE,
+    AUTO_STEP_ROWS,
+    DEFAULT_ENGINE,
+    ENGINES,
+    OPTIONS,
+    STEP_ENGINES,
+    Engine,
+    parse_engine,
+    touches,
+)
 from atnat.core.errors import AtnatError
-from atnat.models.decoders.static_cache import static_step_problem
-
 from atnat.experiments.modelfiles.aoti import CompiledPass, CompiledStep, CompileRecord, PackageCache, weights_sha256
 from atnat.experiments.modelfiles.packed import Bf16Linear, PackedLinear, replace_linears
 from atnat.experiments.modelfiles.quantize import compilable_int8, is_quantized
+from atnat.models.decoders.static_cache import static_step_problem
 
 __all__ = ["DEFAULT_ENGINE", "ENGINES", "OPTIONS", "Engine", "EngineInfo", "apply_engine", "parse_engine", "touches"]
 

@@ -23,10 +23,10 @@ from typing import Iterator
 import torch
 
 from atnat.core.errors import AtnatError
-from atnat.models.seq2seq import Seq2SeqModule
 from atnat.experiments.config.plugins import missing_plugins
-from atnat.experiments.modelfiles.checkpoints import read_checkpoint
 from atnat.experiments.files import FILE_MODE, atomic_write_bytes, sha256
+from atnat.experiments.modelfiles.checkpoints import read_checkpoint
+from atnat.models.seq2seq import Seq2SeqModule
 
 FORMAT = "atnat-export"
 FORMAT_VERSION = 2  # 2: the weights' metadata records the sha256 of the hyper-parameters

@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.files import check_readable
-from atnat.models.seq2seq import Seq2SeqModule
-
 from atnat.experiments.data.tokenize import tokenizer_from_state
+from atnat.experiments.files import check_readable
 from atnat.experiments.modelfiles.checkpoints import checksum_path
 from atnat.experiments.modelfiles.export import is_export_dir, load_export, module_from_checkpoint, read_config
+from atnat.models.seq2seq import Seq2SeqModule
 
 
 def attach_tokenizer(module: Seq2SeqModule, tokenizer, bleu_tokenize: str, lang: str = "en") -> None:

@@ -24,9 +24,8 @@ import torch
 from torch import Tensor, nn
 
 from atnat.core.errors import AtnatError
-from atnat.models.layers import MultiHeadAttention
-
 from atnat.experiments.modelfiles.packed import MappedAttention
+from atnat.models.layers import MultiHeadAttention
 
 QUANTIZE_CHOICES = ("none", "int8")
 

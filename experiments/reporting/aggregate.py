@@ -122,8 +122,8 @@ def interval(row: pd.Series, col: str, level: float = 0.95) -> tuple[float, floa
     test-sentence variance added, taken from the seeds' mean interval width (metrics.quality.t_interval;
     as if the seeds' sentence noise were fully shared, the wide side); a speed ratio's is taken on the
     log scale (its sd and width over its mean: a ratio's noise is multiplicative, and a symmetric
-    interval of a noisy ratio reached below 0x) and widened to at least the A/A noise floor. A seed range alone is no interval: 2-3 seeds' [min, max] covers the mean
-    far less often than 95%."""
+    interval of a noisy ratio reached below 0x) and widened to at least the A/A noise floor. A seed range
+    alone is no interval: 2-3 seeds' [min, max] covers the mean far less often than 95%."""
     k = seeds_of(row, col)
     if k < 2:
         low, high = _recorded(row, col)

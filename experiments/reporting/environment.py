@@ -23,5 +23,6 @@ def environment(grid, wall_time: float, command: str) -> dict:
         f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
     return {"command": command, "device": device, **cpu_info(), "python": platform.python_version(),
             "torch": torch.__version__, "lightning": pytorch_lightning.__version__, "sacrebleu": sacrebleu.__version__,
-            "wall_time_s": round(wall_time, 1), "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - wall_time)),
+            "wall_time_s": round(wall_time, 1),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - wall_time)),
             **version, "grid": str(grid_path)}

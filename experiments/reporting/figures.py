@@ -189,7 +189,8 @@ def _name_points(ax, names_ax, part: pd.DataFrame, col: str) -> None:
                                  xytext=(0.04, 1.0 - (k + 0.5) / max(n, 1)), textcoords=names_ax.transAxes,
                                  fontsize=LABEL_SIZE, va="center", ha="left", color="0.15",
                                  arrowprops=dict(arrowstyle="-", color="0.65", lw=0.6, shrinkA=1, shrinkB=4))
-        note.set_in_layout(False)  # the column is sized to its longest name (label_column_width); the lines may cross into the panel
+        # the column is sized to its longest name (label_column_width); the lines may cross into the panel
+        note.set_in_layout(False)
 
 
 def position_accuracy(curve: pd.DataFrame, table: pd.DataFrame, path: Path) -> Path | None:

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import pandas as pd
 
 from atnat.core.errors import AtnatError
-
 from atnat.experiments.config.run import ConfigError
 from atnat.experiments.reporting.aggregate import interval
 from atnat.experiments.reporting.ranking import paired

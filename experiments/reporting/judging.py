@@ -12,8 +12,7 @@ import re
 import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_at_rows, reference_at_rows
-from atnat.experiments.reporting.aggregate import (aggregate_seeds, beyond_spread, interval, robust_front, seeds_of,
-                                                   significant)
+from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, interval, robust_front, seeds_of, significant
 from atnat.experiments.reporting.ranking import MAIN, paired, within_margin
 from atnat.experiments.reporting.results import GridResults, ok_rows
 

@@ -15,8 +15,8 @@ import pandas as pd
 from atnat.experiments.config.plugins import describe_plugins
 from atnat.experiments.evaluation.baseline import is_at_rows
 from atnat.experiments.evaluation.columns import better, by_name
-from atnat.experiments.evaluation.schema import MISSING, Column
 from atnat.experiments.evaluation.metrics.row import METRICS
+from atnat.experiments.evaluation.schema import MISSING, Column
 from atnat.experiments.files import write_text_atomic
 from atnat.experiments.provenance import label
 from atnat.experiments.reporting import figures, ranking
@@ -24,12 +24,11 @@ from atnat.experiments.reporting.aggregate import INTERVALS, LATENCY_FLOOR, THRO
 from atnat.experiments.reporting.blocks import Block
 from atnat.experiments.reporting.figures import system_label
 from atnat.experiments.reporting.goals import check_goals
-from atnat.experiments.reporting.html import render_html
 from atnat.experiments.reporting.headline import headline_blocks
+from atnat.experiments.reporting.html import render_html
 from atnat.experiments.reporting.judging import _threads_of, summary
 from atnat.experiments.reporting.markdown import render_markdown
 from atnat.experiments.reporting.results import GridResults, load_results, ok_rows
-
 
 DASH = MISSING  # shown for a value that does not apply (NaN in the table); numbers are formatted once
 N_SAMPLES = 3  # sample indices shown per task
@@ -60,7 +59,8 @@ def _spread(r: pd.Series, col: str, digits: int, scale: float = 1.0) -> str:
 # too) follow. A column all empty for a task is left out of that task's table.
 OVERVIEW_ORDER = ("mixing_rate", "bleu", "bleu_tok", "chrf", "exact_match", "latency_ms_b1", "speedup_vs_at",
                   "speedup_vs_ref_at", "speedup_vs_ct2", "throughput_sents_s", "throughput_speedup_vs_at",
-                  "throughput_speedup_vs_ref_at", "decoder_passes", "verifier_passes", "acceptance_length", "verifier_greedy_match",
+                  "throughput_speedup_vs_ref_at", "decoder_passes", "verifier_passes", "acceptance_length",
+                  "verifier_greedy_match",
                   "decode_memory_mb", "repetition_rate", "length_exact", "error_propagation", "bleu_p_holm")
 # which way is better for a results.csv column: an overview column with a direction has its best value
 # per task marked (bold) and its first sort click puts the best first
@@ -136,7 +136,8 @@ def failures_table(failed: pd.DataFrame) -> pd.DataFrame:
     for (cell, error), part in failed.groupby(["cell", "error"], sort=False):
         message = " ".join(error.split()) or "(no error message recorded)"
         rows.append({"Cell": cell, "Task": part["task"].iloc[0], "Decoder": part["decoder"].iloc[0],
-                     "Strategy": ", ".join(dict.fromkeys(part["strategy"].dropna().astype(str))) or "–", "Status": part["status"].iloc[0],
+                     "Strategy": ", ".join(dict.fromkeys(part["strategy"].dropna().astype(str))) or "–",
+                     "Status": part["status"].iloc[0],
                      "Error": message if len(message) <= 300 else message[:299] + "…"})  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -199,7 +200,8 @@ def _definitions(g: GridResults) -> list[Block]:
     """How to read the numbers: each overview column's own description (a plugin's column explains
     itself), then how speed, intervals and claims are made."""
     table, env = g.table, g.environment or {}
-    rows = [(col.heading.format(speed_base="the baseline", p_base="the baseline", ref_base="the reference AT"), _sentence(col.description))
+    names = {"speed_base": "the baseline", "p_base": "the baseline", "ref_base": "the reference AT"}
+    rows = [(col.heading.format(**names), _sentence(col.description))
             for col in overview_columns(table) if table[col.name].notna().any()]
     method = {"bs": "bootstrap resampling", "ar": "approximate randomisation"}.get(env.get("significance"), "")
     if env.get("n_bootstrap"):
@@ -321,7 +323,8 @@ def _compute(g: GridResults) -> list[Block]:
     total = times.sum()
     took = f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.1f} min"
     return [Block("para", f"Compute: training took {took} of wall time summed over "
-                          f"{len(times)} cell{'s' if len(times) != 1 else ''} (each cell's train_time_s, every attempt of a resumed run; cells "
+                          f"{len(times)} cell{'s' if len(times) != 1 else ''} (each cell's train_time_s, every attempt of "
+                          "a resumed run; cells "
                           f"that ran at once overlap in wall-clock time{tail}).")]
 
 
@@ -565,7 +568,8 @@ def _compare_section(g: GridResults) -> list[Block]:
         "Each pair of the grid file's `compare:`: BLEU of the system minus the other's, the mean over seeds of "
         f"the paired difference with its 95% interval ({INTERVAL}), "
         "on every test set. ahead / behind: the interval excludes 0 (\"by less than\" the margin when it also lies "
-        f"inside it); equivalent: it lies within ±{g.equivalence_margin:g} BLEU; not resolved: neither." + _one_seed_caveat(asked, "ahead / behind")
+        f"inside it); equivalent: it lies within ±{g.equivalence_margin:g} BLEU; not resolved: neither."
+        + _one_seed_caveat(asked, "ahead / behind")
         + (" " + _not_compared(wanted, done) if _not_compared(wanted, done) else ""))),
         Block("table", frame=frame)]
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pandas as pd
 
 from atnat.core.errors import AtnatError
-
 from atnat.experiments.evaluation.columns import columns
 from atnat.experiments.files import sha256
 from atnat.experiments.reporting import figures

@@ -8,16 +8,16 @@ from pathlib import Path
 import pandas as pd
 
 from atnat.core.errors import AtnatError
+from atnat.experiments.evaluation import columns as schema
 from atnat.experiments.evaluation.baseline import baseline_cells, reference_at_rows
-from atnat.experiments.provenance import label
+from atnat.experiments.evaluation.evaluate import read_references
 from atnat.experiments.evaluation.exported import exported_rows
+from atnat.experiments.evaluation.metrics import holm, paired_significance
 from atnat.experiments.evaluation.metrics.quality import bleu_difference
+from atnat.experiments.files import write_csv
+from atnat.experiments.provenance import label
 from atnat.experiments.reporting.ranking import MAIN, rank_systems, references_of
 from atnat.experiments.reporting.records import read_metrics, whole_train_time
-from atnat.experiments.evaluation.evaluate import read_references
-from atnat.experiments.evaluation import columns as schema
-from atnat.experiments.files import write_csv
-from atnat.experiments.evaluation.metrics import holm, paired_significance
 
 CURVES = ("position_accuracy", "prefix_corruption", "bleu_by_length", "iterations", "attention")  # per run
 # curves/validation.csv comes from each run's training log (validation_curve)

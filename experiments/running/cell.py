@@ -18,9 +18,6 @@ from pathlib import Path
 import torch
 
 from atnat.core.errors import AtnatError
-from atnat.models.config import ModelConfig
-from atnat.models.seq2seq import build_config
-
 from atnat.experiments.config.devices import helper_rank, inference_device, require_gpu
 from atnat.experiments.config.run import RunConfig, build_strategy, load_task
 from atnat.experiments.config.speed import SpeedSettings
@@ -29,12 +26,14 @@ from atnat.experiments.evaluation.evaluate import EvalResult, evaluate, validati
 from atnat.experiments.evaluation.timing import COLUMNS, System, time_systems
 from atnat.experiments.files import write_csv, write_json_atomic, write_text_atomic
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, load_module
-from atnat.experiments.reporting.records import whole_train_time, read_metrics, write_record
+from atnat.experiments.reporting.records import read_metrics, whole_train_time, write_record
 from atnat.experiments.running.grid import Cell, load_grid_into
 from atnat.experiments.running.locks import LockHeld, cell_lock, held
 from atnat.experiments.training.distill import distilled_targets
 from atnat.experiments.training.progress import counting_phase
 from atnat.experiments.training.train import finished_training, prepare_data, train
+from atnat.models.config import ModelConfig
+from atnat.models.seq2seq import build_config
 
 
 def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedSettings(), *,

@@ -95,7 +95,6 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
     done = Collected()
     timing = read_grid_timing(out, done.skipped)  # once for every cell
     learnt = students_learnt_from(grid, dest)
-    by_name = {c.name: c for c in grid.cells}
     teachers = {c.teacher for c in grid.cells if c.teacher}
     filed: dict[str, set[str]] = {}  # teacher -> the weights its copy in dest names after this pass
     for cell in sorted(grid.cells, key=lambda c: c.name not in teachers):  # teachers first: students follow them

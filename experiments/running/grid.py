@@ -24,14 +24,21 @@ from pathlib import Path
 from typing import Any
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.files import path_part
-from atnat.experiments.config.run import (
-    ConfigError, RunConfig, build_strategy, checked, deep_update, load_yaml, make, run_config_from_dict,
-)
 from atnat.experiments.config.plugins import load_plugins
 from atnat.experiments.config.report import ReportSettings
+from atnat.experiments.config.run import (
+    ConfigError,
+    RunConfig,
+    build_strategy,
+    checked,
+    deep_update,
+    load_yaml,
+    make,
+    run_config_from_dict,
+)
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.baseline import autoregressive, is_baseline_cell
+from atnat.experiments.files import path_part
 from atnat.experiments.reporting.goals import parse_goals
 
 GRID_KEYS = ("name", "description", "base", "cells", "axes", "zip", "exclude", "seeds", "smoke", "speed", "goals",

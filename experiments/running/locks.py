@@ -18,7 +18,6 @@ from typing import Iterator
 from filelock import FileLock, Timeout
 
 from atnat.core.errors import AtnatError
-
 from atnat.experiments.files import write_json_atomic
 
 FOLDER_LOCK = "runner.lock"  # in results/<grid>/: held by `atnat run` from start to report

@@ -20,26 +20,26 @@ import torch
 from rich.progress import Progress
 
 from atnat.core.errors import AtnatError
-
 from atnat.experiments.config.devices import require_gpu
 from atnat.experiments.config.plugins import installed_plugins
 from atnat.experiments.files import write_json_atomic
+from atnat.experiments.modelfiles.checkpoints import checkpoint_step
 from atnat.experiments.provenance import tracked_files
 from atnat.experiments.reporting.environment import environment
 from atnat.experiments.reporting.goals import goal_pairs, parse_goals
 from atnat.experiments.reporting.records import read_metrics
 from atnat.experiments.reporting.report import write_report
 from atnat.experiments.reporting.table import tabulate
-from atnat.experiments.running.collect import stage_collected
 from atnat.experiments.running.cell import cell_status, describe, record_failure_unless_held, run_one, students_of
+from atnat.experiments.running.collect import stage_collected
 from atnat.experiments.running.grid import Cell, load_grid_into, run_order, select_cells
 from atnat.experiments.running.launchers.local import make_lanes, run_parallel
 from atnat.experiments.running.locks import LockHeld, folder_lock, held
 from atnat.experiments.running.stale import describe_stale, find_stale, handle_stale
 from atnat.experiments.running.status import saved_training
-from atnat.experiments.running.timing_phase import check_timing_peers, timing_description, timing_phase, timing_device
-from atnat.experiments.modelfiles.checkpoints import checkpoint_step
-from atnat.experiments.training.progress import describe as describe_progress, read_progress
+from atnat.experiments.running.timing_phase import check_timing_peers, timing_description, timing_device, timing_phase
+from atnat.experiments.training.progress import describe as describe_progress
+from atnat.experiments.training.progress import read_progress
 from atnat.experiments.training.resume import resume_point
 
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from atnat.core.errors import AtnatError
-
 from atnat.experiments.config.run import build_strategy
 from atnat.experiments.config.settings import SettingsChange, settings_change
 from atnat.experiments.reporting.records import read_metrics

@@ -13,7 +13,6 @@ from pathlib import Path
 import pandas as pd
 
 from atnat.core.errors import AtnatError
-
 from atnat.experiments.config.devices import inference_device
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.baseline import is_baseline_cell

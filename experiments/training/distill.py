@@ -10,12 +10,11 @@ from pathlib import Path
 from filelock import FileLock
 
 from atnat.core.errors import AtnatError
-
-from atnat.experiments.data.batching import encode_split
 from atnat.experiments.config.run import build_strategy
+from atnat.experiments.data.batching import encode_split
 from atnat.experiments.evaluation.decode import decode_split
-from atnat.experiments.files import write_json_atomic, write_lines_atomic
 from atnat.experiments.evaluation.metrics.quality import bleu_metric
+from atnat.experiments.files import write_json_atomic, write_lines_atomic
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, checkpoint_stamps, load_module
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-FILE = "progress.json"
-
 from atnat.experiments.files import atomic_write_bytes
+
+FILE = "progress.json"
 
 
 def write_progress(run_dir: Path, **fields) -> None:

@@ -19,7 +19,10 @@ import pytorch_lightning as pl
 import torch
 
 from atnat.experiments.modelfiles.checkpoints import (
-    CheckpointDamaged, CheckpointRefused, checkpoint_step, checksum_path,
+    CheckpointDamaged,
+    CheckpointRefused,
+    checkpoint_step,
+    checksum_path,
 )
 
 

@@ -16,27 +16,31 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, Timer
 
 from atnat.core.errors import AtnatError
-from atnat.models.decoders.base import LossConfig
-from atnat.models.seq2seq import Seq2SeqModule
-
-from atnat.experiments.modelfiles.checkpoints import (
-    AtomicCheckpointIO, average_checkpoints, checkpoint_step, read_checkpoint, save_checkpoint_file,
-)
-from atnat.experiments.training.resume import ResumeState, resume_point
 from atnat.experiments.config.devices import helper_rank, leave_process_group, machine_record, trains_on_gpu
 from atnat.experiments.config.plugins import named_plugins
+from atnat.experiments.config.precision import resolve_precision
 from atnat.experiments.config.run import RunConfig, load_task, named
 from atnat.experiments.config.settings import resolved, settings_change
 from atnat.experiments.data.batching import EncodedSplit, check_budget, encode_split, make_loader
-from atnat.experiments.files import write_json_atomic
-from atnat.experiments.provenance import stamp
-from atnat.experiments.training.logs import make_loggers
-from atnat.experiments.config.precision import resolve_precision
-from atnat.experiments.training.progress import ProgressReporter
-from atnat.experiments.training.divergence import DivergenceGuard
-from atnat.experiments.evaluation.assemble import validation_search
-from atnat.experiments.modelfiles.loading import attach_tokenizer, checkpoint_stamp, load_module
 from atnat.experiments.data.tasks import TaskData
+from atnat.experiments.evaluation.assemble import validation_search
+from atnat.experiments.files import write_json_atomic
+from atnat.experiments.modelfiles.checkpoints import (
+    AtomicCheckpointIO,
+    average_checkpoints,
+    checkpoint_step,
+    read_checkpoint,
+    save_checkpoint_file,
+)
+from atnat.experiments.modelfiles.loading import attach_tokenizer, checkpoint_stamp, load_module
+from atnat.experiments.provenance import stamp
+from atnat.experiments.training.divergence import DivergenceGuard
+from atnat.experiments.training.logs import make_loggers
+from atnat.experiments.training.progress import ProgressReporter
+from atnat.experiments.training.resume import ResumeState, resume_point
+from atnat.models.decoders.base import LossConfig
+from atnat.models.seq2seq import Seq2SeqModule
+
 
 @dataclass
 class PreparedData:

@@ -9,13 +9,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from atnat.core.compile_cache import private_compile_cache
+from atnat.core.errors import AtnatError
 from atnat.core.options import require_choice
 from atnat.models.batch import Batch
 from atnat.models.decoders.base import Decoder, register_decoder
 from atnat.models.decoders.static_cache import BufferPool, StaticBuffers, place_rows, static_step_problem
 from atnat.models.encoder import EncoderOut
-from atnat.core.compile_cache import private_compile_cache
-from atnat.core.errors import AtnatError
 from atnat.models.losses import Loss, label_smoothed_nll, token_accuracy
 
 SCHEDULES = ("none", "linear", "exponential", "inverse_sigmoid")

@@ -12,9 +12,9 @@ import torch
 from torch import Tensor
 
 from atnat.models.batch import Batch
+from atnat.models.decoders.base import register_decoder
 from atnat.models.decoders.glancing import random_positions
 from atnat.models.decoders.nat import ParallelDecoder
-from atnat.models.decoders.base import register_decoder
 from atnat.models.encoder import EncoderOut, lengths_to_padding_mask
 from atnat.models.length import LengthOptions
 from atnat.models.losses import Loss

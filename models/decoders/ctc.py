@@ -17,8 +17,7 @@ from torch import Tensor, nn
 from atnat.core.options import require_at_least
 from atnat.models.batch import Batch
 from atnat.models.decoders.base import Decoder, register_decoder
-from atnat.models.decoders.glancing import (GlancingOptions, ctc_viterbi, feed_tokens, glance_positions,
-                                            glancing_ratio)
+from atnat.models.decoders.glancing import GlancingOptions, ctc_viterbi, feed_tokens, glance_positions, glancing_ratio
 from atnat.models.encoder import EncoderOut
 from atnat.models.losses import Loss, ctc_loss
 

@@ -14,9 +14,8 @@ import torch
 from torch import Tensor
 
 from atnat.core.options import require, require_at_least
-from atnat.models.layers import TokenEmbedding
 from atnat.core.special import NEG_INF
-
+from atnat.models.layers import TokenEmbedding
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from atnat.core.errors import AtnatError
 from atnat.core.options import require_choice
+from atnat.core.special import length_budget
 from atnat.models.batch import Batch
 from atnat.models.decoders.base import Decoder, register_decoder
 from atnat.models.decoders.glancing import GlancingOptions, feed_tokens, glance_positions, glancing_ratio
 from atnat.models.encoder import EncoderOut, lengths_to_padding_mask
-from atnat.core.errors import AtnatError
 from atnat.models.length import LengthOptions, LengthPredictor
 from atnat.models.losses import Loss, label_smoothed_nll, token_accuracy
-from atnat.core.special import length_budget
 
 INPUTS = ("copy", "mask")
 LENGTHS = ("predict", "fixed")

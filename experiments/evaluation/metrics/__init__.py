@@ -25,8 +25,14 @@ from atnat.experiments.evaluation.metrics.nat import (
     variant_mixing_rate,
     variant_mixing_tokens,
 )
-from atnat.experiments.evaluation.metrics.quality import (Quality, corpus_quality, exact_match, holm, paired_significance,
-                                               tokenized_bleu)
+from atnat.experiments.evaluation.metrics.quality import (
+    Quality,
+    corpus_quality,
+    exact_match,
+    holm,
+    paired_significance,
+    tokenized_bleu,
+)
 from atnat.experiments.evaluation.metrics.speed import Timing, current_rss_mb, measure, peak_memory_mb, reset_peak
 
 __all__ = [

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from atnat.experiments.evaluation.metrics.quality import bleu_metric, check_parallel
 from atnat.core.errors import AtnatError
+from atnat.experiments.evaluation.metrics.quality import bleu_metric, check_parallel
 
 Tokens = Sequence[Hashable]
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from atnat.experiments.evaluation.metrics.quality import check_parallel
 from atnat.core.errors import AtnatError
+from atnat.experiments.evaluation.metrics.quality import check_parallel
 
 
 def repetition_rate(hyps: Sequence[Sequence[Hashable]]) -> float:

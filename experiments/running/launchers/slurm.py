@@ -27,7 +27,6 @@ from pathlib import Path
 import submitit
 
 from atnat.core.errors import AtnatError
-
 from atnat.experiments.config.plugins import ENV, load_plugins
 from atnat.experiments.running.cell import cell_status, record_failure_unless_held, run_named_cell
 from atnat.experiments.running.grid import Cell, load_grid_into
