@@ -385,6 +385,11 @@ def cmd_data(args) -> None:
 
 
 def cmd_list(args) -> None:
+    if args.markdown:
+        from atnat.experiments.cli.reference import reference_markdown  # lazy: start-up
+
+        sys.stdout.write(reference_markdown())
+        return
     from atnat.experiments.cli.catalog import print_catalog  # lazy: start-up
 
     print_catalog()
@@ -579,6 +584,8 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--langs", default="en,de,fr", help="comma-separated languages (default: en,de,fr)")
     d.set_defaults(fn=cmd_data)
     p = sub.add_parser("list", parents=[common], help="registered decoders, strategies and tasks, with their options")
+    p.add_argument("--markdown", action="store_true", help="the whole configuration reference as markdown (every "
+                                                          "grid and run config key, the built-in options, the engines)")
     p.set_defaults(fn=cmd_list)
     return ap
 

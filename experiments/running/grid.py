@@ -41,8 +41,27 @@ from atnat.experiments.evaluation.baseline import autoregressive, is_baseline_ce
 from atnat.experiments.files import path_part
 from atnat.experiments.reporting.goals import parse_goals
 
-GRID_KEYS = ("name", "description", "base", "cells", "axes", "zip", "exclude", "seeds", "smoke", "speed", "goals",
-             "compare", "baseline", "plugins", "equivalence_margin", "report", "untimed")
+GRID_KEYS = {  # every key of a grid file, with what it means (the reference in experiments/grids/REFERENCE.md)
+    "name": "the grid's name: its results go to <results>/<name>/ (default: the file's name)",
+    "description": "one line saying what the grid compares (shown in the report)",
+    "base": "the run config every cell starts from (sections task, decoder, model, loss, optim, train, eval, distill)",
+    "cells": "cell name -> the settings that differ from base (a partial run config), plus `teacher: CELL` for a "
+             "student distilled from that cell (same axes and seed)",
+    "axes": "dotted key -> values (a list, or label -> value): every cell runs once per combination",
+    "zip": "lists of axes that advance together instead of crossing",
+    "exclude": "label mappings ({task: en-fr, cell: at-fp32, seed: 2}): combinations left out",
+    "seeds": "the training seeds every cell runs with (default [1])",
+    "smoke": "settings merged into every cell by `atnat run --smoke` (tiny sizes: a check in minutes)",
+    "speed": "how the timing phase measures speed (the speed: section below)",
+    "goals": "what the grid sets out to show, judged in the report (reporting/goals.py)",
+    "compare": "[system, system] pairs the report compares with paired intervals on every test set",
+    "baseline": "the cell every comparison is against (default: the plain AT cell)",
+    "plugins": "modules to import first (they register decoders, strategies, metrics, tasks); imported "
+               "whenever the grid is read, --dry-run and status included",
+    "equivalence_margin": "±BLEU inside which a difference's whole interval counts as equivalent (default 1)",
+    "report": "what the report draws (the report: section below)",
+    "untimed": "cells the timing phase never times (precision controls: their BLEU is the question)",
+}
 
 
 @dataclass
