@@ -1,4 +1,4 @@
-"""The README's "Adding a decoder" example, run as written: a decoder defined outside the
+"""The guides' examples (models/decoders/README.md and the others), run as written: a decoder defined outside the
 package, registered, trained on copy and decoded; plus entry-point discovery."""
 import importlib
 import json
@@ -17,13 +17,15 @@ from atnat.experiments.config.run import run_config_from_dict
 from atnat.models.decoders.base import DECODERS
 from tests.training import decode_split, exact_match, fit
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+GUIDES = {"Adding a decoder": ROOT / "models" / "decoders" / "README.md",
+          "Adding a strategy": ROOT / "decoding" / "README.md",
+          "Adding a metric": ROOT / "experiments" / "evaluation" / "metrics" / "README.md"}
 
 
 def readme_examples(section: str) -> list[str]:
-    """The python code blocks of one README section, as written."""
-    text = README.read_text().split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", text, re.S)
+    """The python code blocks of one guide (the README beside the code), as written."""
+    return re.findall(r"```python\n(.*?)```", GUIDES[section].read_text(), re.S)
 
 
 def readme_example() -> str:

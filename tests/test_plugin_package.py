@@ -1,4 +1,4 @@
-"""A package of plugins - built from README's extension sections as written - installed into a
+"""A package of plugins - built from the extension guides' code as written - installed into a
 temporary folder and used the way a user would, in new processes: `atnat run --workers 2` on
 README's grid and `atnat evaluate`, with no source file of atnat touched (issue 23)."""
 import json
@@ -11,18 +11,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-SECTIONS = ("Adding a decoder", "Adding a strategy", "Adding a metric", "Packaging a plugin")
+ROOT = Path(__file__).resolve().parent.parent
+GUIDES = (ROOT / "models" / "decoders" / "README.md", ROOT / "decoding" / "README.md",
+          ROOT / "experiments" / "evaluation" / "metrics" / "README.md", ROOT / "experiments" / "config" / "README.md")
 
 
 def blocks(kind: str) -> list[str]:
-    """The code blocks of one kind in README's extension sections, as written."""
-    text = README.read_text()
-    found = []
-    for section in SECTIONS:
-        body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
-        found += re.findall(rf"```{kind}\n(.*?)```", body, re.S)
-    return found
+    """The code blocks of one kind in the extension guides, as written."""
+    return [code for guide in GUIDES for code in re.findall(rf"```{kind}\n(.*?)```", guide.read_text(), re.S)]
 
 
 @pytest.fixture(scope="module")

@@ -1,29 +1,29 @@
 #!/usr/bin/env bash
-# Issue 26's GPU runs on a borrowed GPU machine that has torch but no network and no copy of the
-# data (this project's `device` tool: one H100/H200, commands of at most 10 minutes, the machine
-# given back when idle): the GPU tier, experiments/grids/multi30k.yaml, and the CUDA bench rows,
-# in steps that each end well inside 10 minutes and bring their results back under $OUT.
+# The GPU work on a GPU machine without network and without a copy of the data (torch installed; commands
+# that may be cut off after some minutes; the machine possibly taken back when idle): the GPU test tier,
+# experiments/grids/multi30k.yaml and the CUDA bench rows, in steps that each end well inside 10 minutes and
+# leave their results under $OUT.
 #
-#   here, with network, once:   bash experiments/gpu_lease.sh pack
-#       .whl/  wheels of what the machine lacks (sacremoses, submitit, ctranslate2) for its Python
+#   here, with network, once:   bash experiments/gpu_offline.sh pack
+#       .whl/  wheels of what such a machine usually lacks (sacremoses, submitit, ctranslate2) for its Python
 #       .data/ a copy of the Multi30k files the grid reads (git-ignored; never committed)
-#   there (carry .whl and .data; call the next step before the machine goes back, about 30 s idle):
-#       bash experiments/gpu_lease.sh start        # install, grid started in the background, then the GPU tier
-#       bash experiments/gpu_lease.sh wait [SEC]   # until the grid ends or SEC (default 500) pass; packs results
-#       bash experiments/gpu_lease.sh bench        # bench decode (sweep, CUDA graphs), bench train, auto's batch-1 latency on cuda
-#   here again: tar xzf <files_at>/multi30k.tgz -C results/   (results/multi30k/ without checkpoints)
+#   there (with .whl and .data copied beside the checkout; run the next step before the machine goes idle):
+#       bash experiments/gpu_offline.sh start        # install, grid started in the background, then the GPU tier
+#       bash experiments/gpu_offline.sh wait [SEC]   # until the grid ends or SEC (default 500) pass; packs results
+#       bash experiments/gpu_offline.sh bench        # bench decode (sweep, CUDA graphs), bench train, auto's batch-1 latency
+#   here again: tar xzf multi30k.tgz -C results/   (results/multi30k/ without checkpoints)
 #
-# The grid's results live in .lease-results/ on the machine (git-ignored, never carried, so a later
-# call on the same warm machine finds them); every step copies what it has to $OUT, so a machine
-# taken back mid-grid loses only the checkpoints (a fresh machine starts the grid again).
+# The grid's results live in .offline-results/ on the machine (git-ignored, never copied back), so a later
+# step on the same machine finds them; every step copies what it has to $OUT, so a machine taken back
+# mid-grid loses only the checkpoints (a fresh machine starts the grid again).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-out="${OUT:-$root/.lease-out}"
+out="${OUT:-$root/.offline-out}"
 mkdir -p "$out"
-results="${LEASE_RESULTS:-$root/.lease-results}"
+results="${OFFLINE_RESULTS:-$root/.offline-results}"
 grid_log="$results/grid.log"
-wheels="sacremoses==0.2.0 submitit==1.5.4 ctranslate2==4.8.5"  # what KINDS.md lists as missing there, at the versions CI installs
+wheels="sacremoses==0.2.0 submitit==1.5.4 ctranslate2==4.8.5"  # what such a machine lacked, at the versions CI installs
 
 pack() {
   local py="${GPU_PYTHON_VERSION:-3.12}"
@@ -40,7 +40,7 @@ pack() {
 install() {
   [ -f "$results/.installed" ] && return 0
   python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl \
-    || { echo "start: installing the carried wheels failed (carry .whl: bash experiments/gpu_lease.sh pack)" >&2; return 1; }
+    || { echo "start: installing the carried wheels failed (carry .whl: bash experiments/gpu_offline.sh pack)" >&2; return 1; }
   python3 -m pip install --quiet --no-deps --no-build-isolation -e . \
     || { echo "start: pip install -e . failed" >&2; return 1; }
   # the grid files read ../shared/data/multi30k: point it at the carried copy
@@ -61,7 +61,7 @@ atnat=(python3 -m atnat.experiments.cli)  # the machine's python3 holds torch; i
 ct2_gpu_problem() {
   python3 -c "from atnat.experiments.modelfiles.ct2 import device_problem; print(device_problem('cuda') or '')"
 }
-lanes="${LEASE_DEVICES:-0,0,0}"  # the grid's lanes: three cells at once on GPU 0 (the timing phase runs alone after them)
+lanes="${OFFLINE_DEVICES:-0,0,0}"  # the grid's lanes: three cells at once on GPU 0 (the timing phase runs alone after them)
 
 grid_running() { pgrep -f "atnat.experiments.cli run experiments/grids/multi30k.yaml" >/dev/null; }
 
