@@ -1,7 +1,7 @@
 """The names of the decoding engines: what `--engine` (translate, evaluate, bench) and a grid's
 `speed: {engine: ...}` accept, checked when the command line or the config is read. What each
 engine does to a model is experiments/modelfiles/engines.py; this is only the vocabulary, here so
-that config/ and modelfiles/ (sibling rooms) both read the same list.
+that config/ and modelfiles/ (sibling packages) both read the same list.
 
 An engine is a name and options, written `name+option+option` (e.g. `aoti+autotune`).
 """

@@ -6,6 +6,7 @@ Shapes: B batch, N hypotheses kept per sentence, T output length, V vocabulary, 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -187,8 +188,21 @@ def label_value(value: Any) -> str:
 
 def compatibility_problem(decoder_cls: Any, options: Any, strategy: Strategy) -> str | None:
     """Why `strategy` cannot drive a decoder of class `decoder_cls` built with `options` (None if
-    it can): the one check behind config validation and decoding. The decoder class is duck-typed
-    (capabilities, registered_name, strategy_problem), so decoding/ never imports models/."""
+    it can): the one check behind config validation and decoding, answered once per (decoder class,
+    options, strategy) and remembered. The decoder class is duck-typed (capabilities, registered_name,
+    strategy_problem), so decoding/ never imports models/."""
+    try:
+        return _remembered_problem(decoder_cls, options, strategy)
+    except TypeError:  # options or a strategy that cannot be hashed: asked each time
+        return _compatibility_problem(decoder_cls, options, strategy)
+
+
+@functools.lru_cache(maxsize=512)
+def _remembered_problem(decoder_cls: Any, options: Any, strategy: Strategy) -> str | None:
+    return _compatibility_problem(decoder_cls, options, strategy)
+
+
+def _compatibility_problem(decoder_cls: Any, options: Any, strategy: Strategy) -> str | None:
     name = strategy.registered_name or type(strategy).__name__
     if strategy.requires not in decoder_cls.capabilities:
         usable = [n for n in STRATEGIES.names() if STRATEGIES.get(n).requires in decoder_cls.capabilities]

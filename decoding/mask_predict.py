@@ -9,9 +9,8 @@ sentence's output independent of the rest of the batch.
 By default every candidate runs the whole schedule, as the paper's algorithm does (and fairseq with
 --iter-decode-force-max-iter). `early_stop: true` freezes a candidate after a pass that changed
 none of its re-masked tokens (fairseq's adaptive stop): fewer passes, but such a pass is no fixed
-point - the next pass masks fewer slots and sees more context - and it froze sentences early
-enough to cost 5-7 BLEU on the quickstart's fertility CMLMs at 10 iterations, where 10 iterations
-then scored below 4 (results/quickstart/notes.md).
+point - the next pass masks fewer slots and sees more context - so it can freeze sentences too
+early (what it cost: results/quickstart/notes.md and results/multi30k-deep/).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Everything that turns configs into results, in rooms named after what a user does. Each room may
-import the rooms above it in this list (lower rank), never those below or beside it
+"""Everything that turns configs into results, in packages named after what a user does. Each package may
+import the packages above it in this list (lower rank), never those below or beside it
 (tests/test_layering.py checks every import):
 
 0. files.py, console.py, provenance.py  atomic writes and checksums; terminal output that ends quietly

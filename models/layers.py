@@ -16,10 +16,8 @@ _is_compiling = getattr(torch.compiler, "is_compiling", None) or (lambda: torch.
 
 class OutputProjection(nn.Linear):
     """The vocabulary projection: nn.Linear (same parameters, state dict and training path) that, at
-    inference on CPU, multiplies by a cached (in, out) copy of its weight. For the few rows of
-    step-wise decoding that layout is faster with the CPU BLAS (results/bench/ab_output_projection.py,
-    four runs on this project's 2-core AVX2 machine, D=256, V=8000: AT greedy at batch 1 1.06-1.15x,
-    beam 5 1.01-1.09x, greedy at batch 64 1.03-1.05x; the same trick on the FFN gained nothing).
+    inference on CPU, multiplies by a cached (in, out) copy of its weight: for the few rows of step-wise
+    decoding that layout is faster with the CPU BLAS (measured: results/bench/ab_output_projection.py).
     The copy is rebuilt when the weight changes (optimizer step, load_state_dict, `.to()`, a new
     parameter, `.data` assignment), so it never serves stale weights."""
 

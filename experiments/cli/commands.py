@@ -1,7 +1,7 @@
 """The `atnat` command line: train, evaluate, translate, export, distill, run (grids), cell, status, collect, report,
-bench, list.
+bench, data, list.
 
-Each command imports the rooms it uses when it runs (imports marked `# lazy: start-up`), so that
+Each command imports what it uses when it runs (imports marked `# lazy: start-up`), so that
 `atnat status` or `atnat list` does not load the benchmark peers, submitit or the report's plotting."""
 from __future__ import annotations
 
@@ -12,6 +12,16 @@ from pathlib import Path
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.files import UnwritableError, write_json_atomic, write_lines_atomic
+
+USER_HELP = """Train and compare autoregressive and non-autoregressive translation models.
+
+  atnat run GRID.yaml --workers 2      train, evaluate and time a grid; writes results/<grid>/report.html
+  atnat train RUN.yaml                 one model from a run config
+  atnat translate --checkpoint RUN     translate stdin to stdout
+  atnat evaluate --checkpoint RUN --src F --ref F     BLEU, chrF and speed on any files
+  atnat list                           every decoder, strategy, task, metric and engine, with its options
+
+`atnat COMMAND -h` says more about each command. Guides: README.md, and the README beside each folder's code."""
 
 
 def cmd_train(args) -> None:
@@ -424,7 +434,8 @@ def add_results_args(p, results_help: str, smoke_help: str) -> None:
 def parser() -> argparse.ArgumentParser:
     from atnat.models.decoders.autoregressive import COMPILE_MODES  # lazy: start-up
 
-    ap = argparse.ArgumentParser(prog="atnat", description=__doc__)
+    ap = argparse.ArgumentParser(prog="atnat", description=USER_HELP,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--plugins", action="append", metavar="MODULE[,MODULE]",

@@ -310,7 +310,21 @@ def _lookup(registry, name: str, where: str):
 
 
 def build_strategy(spec) -> tuple[str, Any]:
-    """`{name: beam, beam_size: 5}` (or a bare name) -> (its label, e.g. "beam5", the strategy)."""
+    """`{name: beam, beam_size: 5}` (or a bare name) -> (its label, e.g. "beam5", the strategy). Strategies are
+    frozen, so each spec is built once per process and the same object returned after."""
+    try:  # the class registered under the name now (a plugin re-registered is another class)
+        key = (STRATEGIES.get(named(spec, "strategy")[0]), json.dumps(spec, sort_keys=True))
+    except TypeError:  # a value JSON cannot write: built each time
+        return _build_strategy(spec)
+    if key not in _STRATEGIES_BUILT:
+        _STRATEGIES_BUILT[key] = _build_strategy(spec)
+    return _STRATEGIES_BUILT[key]
+
+
+_STRATEGIES_BUILT: dict[tuple, tuple[str, Any]] = {}
+
+
+def _build_strategy(spec) -> tuple[str, Any]:
     name, opts = named(spec, "strategy")
     strategy = make(STRATEGIES.get(name), opts, f"strategy ({name})")
     return strategy.label, strategy

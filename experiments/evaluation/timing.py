@@ -1,28 +1,18 @@
 """The timing phase: every decoding system of a task and seed timed side by side, in one process, after training.
 
-Speed-ups are ratios, so both sides of a ratio must be measured under the same conditions. Cells
-train in their own processes, minutes or hours apart, possibly several at once; their own timings
-cannot be compared. Here, once every cell of a task and seed has finished (at the end of the grid,
-or earlier with `atnat time` while the grid is paused), all systems (cell x strategy) of that task
-and seed, its AT baseline among them, decode the SAME sentences interleaved: for every sentence (latency, batch 1) or batch
-(throughput), each system decodes it in turn, the order rotating from call to call, so a change of
-machine load hits all systems alike. Every call is repeated `repeats` times (after `warmup` untimed
-passes) and its median is used. Each timed call comes right after an untimed call of the same system
-on the same input: a rotation keeps who follows whom, and a system timed after another with the same
-weights (the A/A twin after the baseline, beam after greedy of one cell) would run on caches warmed
-for it - the quickstart's A/A twin came out 4-17% faster than its baseline that way.
+Speed-ups are ratios, so both sides of a ratio are measured under the same conditions: once every cell of a
+task and seed has finished, all its systems (cell x strategy, its AT baseline among them) decode the same
+sentences interleaved, one system after another per sentence (latency, batch 1) or batch (throughput), the
+order rotating from call to call, each call repeated after warm-up and its median used. Each timed call
+follows an untimed call of the same system, so that no system runs on caches another system's weights
+warmed (results/quickstart/notes.md measured that bias).
 
-Per system: latency (mean seconds per sentence at batch 1), throughput (sentences per second over
-the batches), decoder passes per sentence, and the decoding memory (peak above the resident size
-before the call; CPU: VmHWM after a reset of /proc/self/clear_refs). Against the task's AT
-baseline (greedy of the plain AT cell of the same seed): the speed-up as a ratio of total times of
-the same sentences, with a 95% paired bootstrap interval over the timed sentences (batches for
-throughput). The A/A control: the baseline is timed a second time as a system of its own (rows
-`<strategy>-aa`, kept in timing.csv only); the ratio of its two timings, ideally 1, and its interval
-are the noise floor of the task's speed ratios, each kind measured on its own: batch-1 latency
-(speed_noise_low/high of every row, for the batch-1 ratios) and large-batch throughput
-(throughput_noise_low/high, for the throughput ratios) - the two need not agree (quickstart: throughput
-A/A ratios of 1.02-1.06 outside the latency floor).
+Per system: latency, throughput, decoder passes per sentence (a speculative system's verifier passes and
+tokens per pass apart), its own decoding memory, whether its timed outputs equal the evaluated hypotheses,
+and speed-ups over the task's AT greedy baseline and its further references (the CTranslate2 twin, the
+baseline's beam search, `speed.reference_at`), each a ratio of total times of the same sentences with a 95%
+paired bootstrap interval. The A/A control times the baseline twice as two systems: the interval of that
+ratio is the noise floor of the task's speed ratios, one for batch-1 latency and one for throughput.
 """
 from __future__ import annotations
 

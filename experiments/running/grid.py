@@ -354,9 +354,17 @@ def run_order(grid: Grid) -> list[Cell]:
 
 def load_grid_into(path, results_root: Path, smoke: bool):
     """The validated grid whose cells write under `results_root/<grid name>[-smoke]`, and that folder."""
-    name = load_grid(path, smoke=smoke).name  # validate everything before anything runs
-    out = results_root / (name + ("-smoke" if smoke else ""))
-    return load_grid(path, smoke=smoke, results_dir=out), out
+    out = results_root / (grid_name(path) + ("-smoke" if smoke else ""))
+    return load_grid(path, smoke=smoke, results_dir=out), out  # read and validated once
+
+
+def grid_name(path) -> str:
+    """A grid file's `name` (default: the file's stem), checked as a folder name, without expanding the grid."""
+    path = Path(path)
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a grid must be a mapping with keys {', '.join(GRID_KEYS)}")
+    return checked_part(data.get("name") or path.stem, f"{path}: name")
 
 
 def select_cells(cells: list[Cell], only: list[str] | None, path) -> list[Cell]:
