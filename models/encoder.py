@@ -6,8 +6,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from atnat.models.config import ModelConfig
 from atnat.models.layers import FeedForward, MultiHeadAttention, Residual, TokenEmbedding
+from atnat.models.sizes import ModelConfig
 
 
 @dataclass

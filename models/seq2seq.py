@@ -22,11 +22,11 @@ from atnat.core.options import (
 )
 from atnat.core.special import SpecialTokens
 from atnat.models.batch import Batch
-from atnat.models.config import MAX_VOCAB, ModelConfig
 from atnat.models.decoders.base import DECODERS, Decoder, LossConfig
 from atnat.models.encoder import EncoderOut, TransformerEncoder
 from atnat.models.layers import TokenEmbedding
 from atnat.models.losses import total_loss
+from atnat.models.sizes import MAX_VOCAB, ModelConfig
 
 
 @dataclass(frozen=True)

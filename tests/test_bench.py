@@ -17,7 +17,7 @@ from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
 from atnat.decoding.processors import forbidden_ids
 from atnat.experiments import bench
-from atnat.experiments.bench import ct2 as bench_ct2
+from atnat.experiments.bench import ct2_peer as bench_ct2
 from atnat.experiments.bench import hf as bench_hf
 from atnat.models.encoder import EncoderOut
 from atnat.models.seq2seq import Seq2SeqModule

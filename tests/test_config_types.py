@@ -9,8 +9,8 @@ import yaml
 from atnat.experiments.cli.commands import main
 from atnat.experiments.config.run import ConfigError, load_run_config, run_config_from_dict
 from atnat.experiments.running.grid import load_grid
-from atnat.models.config import ModelConfig
 from atnat.models.seq2seq import OptimConfig, Seq2SeqModule, build_config
+from atnat.models.sizes import ModelConfig
 from tests.test_grid import TINY, write_grid
 
 BASE = {"name": "x", "task": {"name": "copy"}, "decoder": {"name": "at"}}

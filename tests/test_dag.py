@@ -12,7 +12,7 @@ import torch
 
 from atnat.core.errors import AtnatError
 from atnat.core.special import SpecialTokens
-from atnat.decoding.dag import DAGGreedy, DAGLookahead, DAGViterbi
+from atnat.decoding.dag_walk import DAGGreedy, DAGLookahead, DAGViterbi
 from atnat.experiments.config.run import ConfigError, run_config_from_dict
 from atnat.models.batch import Batch
 from atnat.models.decoders.dag import graph_size

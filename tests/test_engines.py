@@ -12,11 +12,11 @@ import zipfile
 import pytest
 import torch
 
-from atnat.core.engines import DEFAULT_ENGINE, ENGINES, OPTIONS, parse_engine, touches
+from atnat.core.engine_names import DEFAULT_ENGINE, ENGINES, OPTIONS, parse_engine, touches
 from atnat.core.errors import AtnatError
 from atnat.decoding.beam import Beam
-from atnat.decoding.ctc import CTC
-from atnat.decoding.dag import DAGGreedy, DAGLookahead, DAGViterbi
+from atnat.decoding.ctc_search import CTC
+from atnat.decoding.dag_walk import DAGGreedy, DAGLookahead, DAGViterbi
 from atnat.decoding.greedy import Greedy
 from atnat.decoding.mask_predict import MaskPredict
 from atnat.decoding.parallel import Parallel
@@ -422,7 +422,7 @@ def test_autos_step_decodes_the_bench_models_tokens():
     """auto's AT step (AUTO_STEP_ENGINE, aoti+cppgemm+fused) at the bench size (D=256, 3+3 layers,
     V=8000), where inductor's CPP GEMM templates replace library GEMMs: random sources at batch 1,
     greedy and beam 5 pinned to 30 tokens, the tokens of eager and scores within 1e-4."""
-    from atnat.core.engines import AUTO_STEP_ENGINE
+    from atnat.core.engine_names import AUTO_STEP_ENGINE
     from atnat.experiments.bench import Models, make_spec, our_strategy
 
     spec = make_spec(threads=1)

@@ -3,7 +3,7 @@ GPU peak that MFU divides by, taken from the card's exact model."""
 import pytest
 
 from atnat.experiments.bench.flops import decoder_positions, forward_flops, peak_tflops, train_step_flops
-from atnat.experiments.bench.train import device_peak
+from atnat.experiments.bench.train_step import device_peak
 
 TINY = dict(d_model=4, ffn_dim=8, encoder_layers=1, decoder_layers=1)
 

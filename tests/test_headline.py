@@ -8,7 +8,8 @@ import re
 import pandas as pd
 import pytest
 
-from atnat.experiments.reporting.headline import headline_blocks, plain_names, system_name
+from atnat.experiments.reporting.headline import headline_blocks
+from atnat.experiments.reporting.names import plain_names, system_name
 from atnat.experiments.reporting.results import load_results
 from tests import fixtures_results as fx
 

@@ -75,7 +75,7 @@ def test_a_second_runner_and_a_hand_run_cell_are_refused_and_a_killed_grid_leave
         for pid in workers:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-    from atnat.experiments.running.locks import is_held
+    from atnat.experiments.locks import is_held
 
     # the dead processes' locks block nobody (the holder files they left are overwritten)
     assert not is_held(tmp_path / "res" / "tiny" / "runner.lock") and not is_held(run_dir / "cell.lock")
@@ -83,7 +83,7 @@ def test_a_second_runner_and_a_hand_run_cell_are_refused_and_a_killed_grid_leave
 
 
 def hold_in_subprocess(lock: Path) -> subprocess.Popen:
-    code = ("import sys, time; from pathlib import Path; from atnat.experiments.running.locks import held\n"
+    code = ("import sys, time; from pathlib import Path; from atnat.experiments.locks import held\n"
             f"with held(Path({str(lock)!r}), 'the thing'):\n    print('held', flush=True); time.sleep(600)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     assert proc.stdout.readline() == b"held\n"
@@ -91,7 +91,7 @@ def hold_in_subprocess(lock: Path) -> subprocess.Popen:
 
 
 def test_a_lock_names_its_holder_and_dies_with_it(tmp_path):
-    from atnat.experiments.running.locks import LockHeld, held, is_held
+    from atnat.experiments.locks import LockHeld, held, is_held
 
     lock = tmp_path / "runner.lock"
     proc = hold_in_subprocess(lock)

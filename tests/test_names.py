@@ -10,8 +10,8 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.cli.commands import main
 from atnat.experiments.config.run import ConfigError
 from atnat.experiments.files import path_part
+from atnat.experiments.locks import cell_lock, held
 from atnat.experiments.running.grid import load_grid
-from atnat.experiments.running.locks import cell_lock, held
 from tests.test_grid import TINY, write_grid
 
 

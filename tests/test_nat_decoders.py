@@ -10,7 +10,7 @@ import torch
 
 from atnat.core.errors import AtnatError
 from atnat.core.special import SpecialTokens
-from atnat.decoding.ctc import CTC
+from atnat.decoding.ctc_search import CTC
 from atnat.decoding.mask_predict import MaskPredict
 from atnat.decoding.parallel import Parallel
 from atnat.experiments.evaluation.assemble import check_compatible

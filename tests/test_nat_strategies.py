@@ -10,7 +10,7 @@ import torch
 from atnat.core.errors import AtnatError
 from atnat.decoding.base import STRATEGIES
 from atnat.decoding.candidates import pick_best, top_lengths
-from atnat.decoding.ctc import CTC, ctc_collapse
+from atnat.decoding.ctc_search import CTC, ctc_collapse
 from atnat.decoding.length_beam import LengthBeam
 from atnat.decoding.mask_predict import MaskPredict, lowest_slots, remask_schedule
 from atnat.decoding.npd import NoisyParallel

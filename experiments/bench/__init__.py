@@ -18,12 +18,12 @@ The command line (cli.py) hangs these under `atnat bench` of the main parser. Ma
 evaluation/, config/, modelfiles/, data/, files.py.
 """
 from atnat.experiments.bench.cli import main
-from atnat.experiments.bench.decode import COLUMNS, LEAK_BATCH, LEAK_STRATEGY, add_ratios, run_decode
+from atnat.experiments.bench.decode_run import COLUMNS, LEAK_BATCH, LEAK_STRATEGY, add_ratios, run_decode
 from atnat.experiments.bench.plots import plot_sweep
 from atnat.experiments.bench.profile import run_profile
 from atnat.experiments.bench.spec import FULL, OUT_LEN, SRC_LEN, STRATEGIES, TINY, Spec, check_spec, make_spec, our_strategy
 from atnat.experiments.bench.systems import Models, System, check_ours, our_fn, our_system, time_round_robin
-from atnat.experiments.bench.train import run_train
+from atnat.experiments.bench.train_step import run_train
 
 __all__ = ["COLUMNS", "FULL", "LEAK_BATCH", "LEAK_STRATEGY", "Models", "OUT_LEN", "SRC_LEN", "STRATEGIES", "Spec",
            "System", "TINY", "add_ratios", "check_ours", "check_spec", "main", "make_spec", "our_fn", "our_strategy",

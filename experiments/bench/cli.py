@@ -7,12 +7,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from atnat.core.engines import ENGINES, OPTIONS
-from atnat.experiments.bench.decode import print_decode, run_decode
+from atnat.core.engine_names import ENGINES, OPTIONS
+from atnat.experiments.bench.decode_run import print_decode, run_decode
 from atnat.experiments.bench.plots import plot_sweep
 from atnat.experiments.bench.profile import run_profile
 from atnat.experiments.bench.spec import OUT_LEN, STRATEGIES, SWEEP_BATCHES, SWEEP_LENGTHS, check_spec, make_spec
-from atnat.experiments.bench.train import run_train
+from atnat.experiments.bench.train_step import run_train
 from atnat.models.decoders.autoregressive import COMPILE_MODES
 
 COMMANDS = {

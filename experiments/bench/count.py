@@ -138,7 +138,7 @@ def child(system: str, strategy: str, batch: int, out_len: int, calls: int, lib:
 
     import torch
 
-    from atnat.experiments.bench import ct2
+    from atnat.experiments.bench import ct2_peer as ct2
     from atnat.experiments.bench.spec import FIRST_ORDINARY, HF_BEAMS, make_spec
     from atnat.experiments.bench.systems import Models, our_system
 

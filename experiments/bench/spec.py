@@ -7,10 +7,11 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from atnat.core.engines import parse_engine
+from atnat.core.engine_names import parse_engine
 from atnat.core.errors import AtnatError
 from atnat.core.special import SpecialTokens
-from atnat.decoding import beam, ctc, greedy, mask_predict, parallel
+from atnat.decoding import beam, greedy, mask_predict, parallel
+from atnat.decoding import ctc_search as ctc
 
 FIRST_ORDINARY = SpecialTokens().first_ordinary  # random sources use ordinary tokens only
 FULL = dict(d_model=256, n_heads=4, ffn_dim=1024, encoder_layers=3, decoder_layers=3, dropout=0.0)

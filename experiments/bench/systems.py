@@ -14,9 +14,10 @@ from pathlib import Path
 import torch
 
 import atnat.models.decoders  # noqa: F401  (registers the decoders)
-from atnat.core.engines import parse_engine, touches
+from atnat.core.engine_names import parse_engine, touches
 from atnat.core.errors import AtnatError
-from atnat.experiments.bench import ct2, hf
+from atnat.experiments.bench import ct2_peer as ct2
+from atnat.experiments.bench import hf
 from atnat.experiments.bench.spec import HF_BEAMS, STRATEGIES, Spec, ctc_upsample, our_strategy
 from atnat.experiments.evaluation.metrics.speed import current_rss_mb, measure, peak_memory_mb, reset_peak
 from atnat.experiments.modelfiles.engines import apply_engine

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
-from atnat.core.engines import DEFAULT_ENGINE, ENGINES, INEXACT_OPTIONS, OPTIONS
+from atnat.core.engine_names import DEFAULT_ENGINE, ENGINES, INEXACT_OPTIONS, OPTIONS
 from atnat.decoding.base import STRATEGIES
 from atnat.experiments.console import PipeConsole
 from atnat.experiments.data.tasks import TASKS

@@ -30,8 +30,8 @@ def cmd_train(args) -> None:
     from atnat.experiments.config.devices import helper_rank  # lazy: start-up
     from atnat.experiments.config.run import load_run_config, parse_override  # lazy: start-up
     from atnat.experiments.files import path_part  # lazy: start-up
+    from atnat.experiments.locks import cell_lock, held  # lazy: start-up
     from atnat.experiments.running.cell import run_cell  # lazy: start-up
-    from atnat.experiments.running.locks import cell_lock, held  # lazy: start-up
 
     overrides: dict = {}
     for item in args.set or []:
@@ -102,7 +102,7 @@ def cmd_translate(args) -> int:
 
 def checked_engine(args):
     """--engine read and checked (one error naming the valid engines and options), before any model loads."""
-    from atnat.core.engines import parse_engine  # lazy: start-up
+    from atnat.core.engine_names import parse_engine  # lazy: start-up
 
     if args.engine is None:  # not given: the default, or eager beside --compile (the compiled step is its own engine)
         return parse_engine("eager" if getattr(args, "compile", None) else None, "--engine")
@@ -117,7 +117,7 @@ def use_engine(module, engine, single_sentences: bool) -> None:
     """Decode with `engine` (modelfiles/engines.py); an engine whose tokens may differ from eager's
     says so. `single_sentences`: the command decodes sentences one at a time (the auto engine then
     compiles the AT step for them; for batches it would not pay)."""
-    from atnat.core.engines import AUTO_STEP_ROWS  # lazy: start-up
+    from atnat.core.engine_names import AUTO_STEP_ROWS  # lazy: start-up
     from atnat.experiments.modelfiles.engines import apply_engine  # lazy: start-up
 
     info = apply_engine(module, engine, step_rows=AUTO_STEP_ROWS if single_sentences else 0)
@@ -417,7 +417,7 @@ def add_strategy_args(p) -> None:
 
 
 def add_engine_arg(p) -> None:
-    from atnat.core.engines import DEFAULT_ENGINE, ENGINES, OPTIONS  # lazy: start-up
+    from atnat.core.engine_names import DEFAULT_ENGINE, ENGINES, OPTIONS  # lazy: start-up
 
     p.add_argument("--engine", default=None, metavar="NAME[+OPTION...]",
                    help=f"how the model decodes (default {DEFAULT_ENGINE}; eager with --compile; eager is the "

@@ -47,19 +47,6 @@ def named_plugins() -> list[str]:
     return [m for m in os.environ.get(ENV, "").split(",") if m]
 
 
-def missing_plugins(decoder: str, recorded, where: str) -> None:
-    """A model file whose decoder is not registered here: one error naming the plugin modules it was trained
-    with (recorded in the file), to load with --plugins. The file only names them: nothing is imported."""
-    from atnat.models.decoders.base import DECODERS
-
-    if decoder in DECODERS.names():
-        return
-    recorded = [str(p) for p in recorded or []]
-    hint = (f"it was trained with the plugin module(s) {', '.join(recorded)}: load them with --plugins "
-            f"{','.join(recorded)}" if recorded else "install the plugin package that defines it")
-    raise AtnatError(f"{where}: decoder {decoder!r} is not registered here; {hint}")
-
-
 def load_env_plugins() -> list[str]:
     """The modules a parent process named (ATNAT_PLUGINS), imported here."""
     return load_plugins(os.environ.get(ENV, "").split(","), f"${ENV}")

@@ -31,9 +31,9 @@ from atnat.experiments.config.precision import PRECISIONS
 from atnat.experiments.data.tasks import TASKS, TaskData
 from atnat.experiments.data.tokenize import CACHE_DIR
 from atnat.experiments.files import path_part, read_utf8
-from atnat.models.config import ModelConfig
 from atnat.models.decoders.base import DECODERS, LossConfig
 from atnat.models.seq2seq import OptimConfig, build_config
+from atnat.models.sizes import ModelConfig
 
 
 class ConfigError(AtnatError):

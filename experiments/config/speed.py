@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from atnat.core.engines import DEFAULT_ENGINE, parse_engine
+from atnat.core.engine_names import DEFAULT_ENGINE, parse_engine
 from atnat.core.options import require_at_least, require_optional_at_least
 
 
@@ -28,7 +28,7 @@ class SpeedSettings:
     # throughput_noise_low/high)
     reference_at: str | None = None  # a second AT cell of the grid (by its name under `cells:`, e.g. a deep-encoder/
     # shallow-decoder AT): every system's speed-ups over that cell's greedy, same task and seed, are measured too
-    engine: str = DEFAULT_ENGINE  # how our systems decode while timed (core/engines.py, modelfiles/engines.py:
+    engine: str = DEFAULT_ENGINE  # how our systems decode while timed (core/engine_names.py, modelfiles/engines.py:
     # auto (the default), eager, static, packed, inductor, aoti, with +options); recorded per row (timing_engine)
 
     def __post_init__(self) -> None:

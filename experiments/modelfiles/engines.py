@@ -1,6 +1,6 @@
 """Decoding engines: how a trained model's hot path runs, chosen by name (`--engine` of translate,
 evaluate and bench; `speed: {engine: ...}` of a grid's timing phase). The names and options are
-core/engines.py; exact engines decode the tokens eager decodes (tests/test_engines.py).
+core/engine_names.py; exact engines decode the tokens eager decodes (tests/test_engines.py).
 
 - eager     the modules as trained; the AT step grows its KV cache (the reference)
 - static    the AT step on a fixed-shape KV cache (models/decoders/static_cache.py), eager
@@ -33,7 +33,7 @@ from functools import partial
 import torch
 
 from atnat.core.compile_cache import private_compile_cache
-from atnat.core.engines import (
+from atnat.core.engine_names import (
     AUTO_INT8_STEP_ENGINE,
     AUTO_PASS_ENGINE,
     AUTO_STEP_ENGINE,

@@ -23,7 +23,6 @@ from typing import Iterator
 import torch
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.config.plugins import missing_plugins
 from atnat.experiments.files import FILE_MODE, atomic_write_bytes, sha256
 from atnat.experiments.modelfiles.checkpoints import read_checkpoint
 from atnat.models.seq2seq import Seq2SeqModule
@@ -63,7 +62,7 @@ def staged(out: Path, marker: str = CONFIG) -> Iterator[Path]:
     """Write an export into a fresh hidden sibling of `out`, then put it in place of `out` in two renames,
     under a lock beside `out` (a second export to the same target is refused while this one runs). A
     killed export leaves only a hidden sibling, which the next export to the target removes."""
-    from atnat.experiments.running.locks import held  # lazy: modelfiles sits below running
+    from atnat.experiments.locks import held  # lazy: start-up
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -196,6 +195,19 @@ def load_export(directory: str | Path, map_location: str = "cpu") -> Seq2SeqModu
     module.bleu_tokenize = config.get("bleu_tokenize", "13a")
     module.plugins = [str(p) for p in config.get("plugins") or []]
     return module.to(map_location)
+
+
+def missing_plugins(decoder: str, recorded, where: str) -> None:
+    """A model file whose decoder is not registered here: one error naming the plugin modules it was trained
+    with (recorded in the file), to load with --plugins. The file only names them: nothing is imported."""
+    from atnat.models.decoders.base import DECODERS
+
+    if decoder in DECODERS.names():
+        return
+    recorded = [str(p) for p in recorded or []]
+    hint = (f"it was trained with the plugin module(s) {', '.join(recorded)}: load them with --plugins "
+            f"{','.join(recorded)}" if recorded else "install the plugin package that defines it")
+    raise AtnatError(f"{where}: decoder {decoder!r} is not registered here; {hint}")
 
 
 def check_against_weights(config: dict, weights: Path, where: Path) -> None:

@@ -131,7 +131,7 @@ def quality_vs_speed_figure(table: pd.DataFrame) -> Figure | None:
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     from atnat.experiments.reporting.aggregate import aggregate_seeds, interval, robust_front
-    from atnat.experiments.reporting.headline import plain_names
+    from atnat.experiments.reporting.names import plain_names
 
     data = table.dropna(subset=["bleu"])  # means over every seed with a score, as in the tables; speed over
     if data["speedup_vs_at"].isna().all():  # the seeds timed (a seed whose weights were lost has none)

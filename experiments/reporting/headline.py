@@ -1,101 +1,20 @@
 """The report's first screen: the verdict in plain system names (at most three sentences a task), then a
 headline table of every system against the task's AT reference, with the intervals the claims rest on.
 
-Names are said the way a paper says them ("CTC+GLAT, distilled, one pass"), built from a row's decoder,
-options, training data and strategy; a plugin's decoder or strategy is named by its registered name.
+Systems are named the way a paper names them (names.py).
 Every number comes with its 95% interval (Student's t over seeds with the test-sentence variance added;
 one seed: its bootstrap interval), never a standard deviation.
 """
 from __future__ import annotations
-
-import json
-import re
 
 import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_at_rows, is_engine_twin, reference_at_rows
 from atnat.experiments.reporting.aggregate import aggregate_seeds, interval
 from atnat.experiments.reporting.blocks import Block
+from atnat.experiments.reporting.names import plain_names
 from atnat.experiments.reporting.ranking import within_margin
 from atnat.experiments.reporting.results import GridResults, ok_rows
-
-DECODER_NAMES = {"at": "AT", "nat": "NAT", "cmlm": "CMLM", "ctc": "CTC", "dag": "DA-Transformer"}
-GLANCING = ("nat", "ctc")  # decoders whose glancing is an option (DA-Transformer glances by default)
-
-
-def _settings(row: pd.Series) -> dict:
-    try:
-        return json.loads(row.get("strategy_settings") or "{}")
-    except (TypeError, ValueError):
-        return {}
-
-
-def strategy_name(row: pd.Series) -> str:
-    """A strategy as a paper says it: greedy, beam 5, one pass, mask-predict 10, NPD over 5 lengths ..."""
-    s, name = _settings(row), str(row.get("strategy_name") or row["strategy"])
-    label = str(row["strategy"])
-    for key, pattern in (("beam_size", r"beam(\d+)"), ("iterations", r"mask-predict-(\d+)"), ("length_beam", r"-lb(\d+)"),
-                         ("length_beam", r"npd-(\d+)"), ("block", r"speculative-k(\d+)")):
-        found = re.search(pattern, label)
-        if found and key not in s:  # a results.csv without strategy settings: the label says it
-            s[key] = int(found.group(1))
-    if name == "greedy":
-        return "greedy"
-    if name == "beam":
-        return f"beam {s.get('beam_size', '?')}"
-    if name in ("parallel", "length-beam"):
-        lengths = int(s.get("length_beam", 1) or 1)
-        return "one pass" + (", fixed length" if s.get("length") == "fixed" else "") + (
-            f" over {lengths} lengths" if lengths > 1 else "")
-    if name == "mask-predict":
-        return f"mask-predict {s.get('iterations', '?')}" + (", early stop" if s.get("early_stop") else "")
-    if name == "npd":
-        return f"NPD over {s.get('length_beam', '?')} lengths"
-    if name == "ctc":
-        return "one pass" if int(s.get("beam_size", 1) or 1) == 1 else f"prefix beam {s['beam_size']}"
-    if name.startswith("dag-"):
-        return {"dag-lookahead": "lookahead", "dag-greedy": "greedy path", "dag-viterbi": "joint Viterbi"}.get(name, name)
-    if name == "speculative":
-        return f"speculative, block {s.get('block', '?')}"
-    return label
-
-
-def system_name(row: pd.Series, split_shown: bool = False) -> str:
-    """A system in plain words: the decoder (its glancing, its layer split where `split_shown`), how it was
-    trained (distilled / on the references, for a NAT), and how it decodes."""
-    decoder = str(row["decoder"])
-    options = str(row.get("options") or "")
-    strategy = strategy_name(row)
-    split = f" {row['layers']}" if split_shown and pd.notna(row.get("layers")) else ""
-    if is_engine_twin(pd.DataFrame([row])).iloc[0]:
-        plain = strategy.removesuffix("-ct2")
-        beam = re.match(r"beam(\d+)", plain)
-        return f"CTranslate2 AT{split} {f'beam {beam.group(1)}' if beam else plain}"
-    name = DECODER_NAMES.get(decoder, decoder)
-    if decoder in GLANCING and "glat=True" in options:
-        name += "+GLAT"
-    if bool(is_at_rows(pd.DataFrame([row])).iloc[0]):
-        return f"{name}{split} {strategy}"
-    if str(row.get("strategy_name")) == "speculative":
-        return f"{name} drafts, AT verifies: {strategy}"
-    trained = "distilled" if bool(row.get("distilled")) else "on the references"
-    return f"{name}, {trained}, {strategy}"
-
-
-def plain_names(agg: pd.DataFrame) -> dict[str, str]:
-    """`family / strategy` -> its plain name within one task: layer splits shown where the task's ATs differ
-    in them; a name two systems would share followed by the cell it comes from, e.g. "(at-fp32)"."""
-    splits = agg["layers"].dropna().nunique() > 1 if "layers" in agg else False
-    first = {r["system"]: system_name(r, splits) for _, r in agg.iterrows()}
-    taken = pd.Series(list(first.values())).value_counts()
-    out = {}
-    for _, r in agg.iterrows():
-        name = first[r["system"]]
-        if taken[name] > 1:
-            variant = r.get("variant") if isinstance(r.get("variant"), str) and r.get("variant") else r["family"]
-            name += f" ({variant})"
-        out[r["system"]] = name
-    return out
 
 
 def _interval_text(row: pd.Series, col: str, digits: int = 2, suffix: str = "") -> str:

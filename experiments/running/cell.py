@@ -25,15 +25,15 @@ from atnat.experiments.evaluation.baseline import autoregressive, plain_at_confi
 from atnat.experiments.evaluation.evaluate import EvalResult, evaluate, validation_bleu
 from atnat.experiments.evaluation.timing import COLUMNS, System, time_systems
 from atnat.experiments.files import write_csv, write_json_atomic, write_text_atomic
+from atnat.experiments.locks import LockHeld, cell_lock, held
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, load_module
 from atnat.experiments.reporting.records import read_metrics, whole_train_time, write_record
 from atnat.experiments.running.grid import Cell, load_grid_into
-from atnat.experiments.running.locks import LockHeld, cell_lock, held
 from atnat.experiments.training.distill import distilled_targets
 from atnat.experiments.training.progress import counting_phase
 from atnat.experiments.training.train import finished_training, prepare_data, train
-from atnat.models.config import ModelConfig
 from atnat.models.seq2seq import build_config
+from atnat.models.sizes import ModelConfig
 
 
 def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedSettings(), *,

@@ -23,6 +23,7 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.config.devices import require_gpu
 from atnat.experiments.config.plugins import installed_plugins
 from atnat.experiments.files import write_json_atomic
+from atnat.experiments.locks import LockHeld, folder_lock, held
 from atnat.experiments.modelfiles.checkpoints import checkpoint_step
 from atnat.experiments.provenance import tracked_files
 from atnat.experiments.reporting.environment import environment
@@ -34,7 +35,6 @@ from atnat.experiments.running.cell import cell_status, describe, record_failure
 from atnat.experiments.running.collect import stage_collected
 from atnat.experiments.running.grid import Cell, load_grid_into, run_order, select_cells
 from atnat.experiments.running.launchers.local import make_lanes, run_parallel
-from atnat.experiments.running.locks import LockHeld, folder_lock, held
 from atnat.experiments.running.stale import describe_stale, find_stale, handle_stale
 from atnat.experiments.running.status import saved_training
 from atnat.experiments.running.timing_phase import check_timing_peers, timing_description, timing_device, timing_phase

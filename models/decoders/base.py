@@ -19,10 +19,10 @@ from atnat.core.options import require_fraction, require_non_negative, require_p
 from atnat.core.registry import Registry
 from atnat.core.special import SpecialTokens
 from atnat.models.batch import Batch
-from atnat.models.config import ModelConfig
 from atnat.models.encoder import EncoderOut
 from atnat.models.layers import FeedForward, MultiHeadAttention, OutputProjection, Residual, TokenEmbedding
 from atnat.models.losses import Loss, guided_attention_loss
+from atnat.models.sizes import ModelConfig
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ decoder learns several word orders and lengths in one graph instead of averaging
 (on by default, as in the paper) a first pass without gradient finds the best path of the reference,
 and floor(ratio * d) random vertices of that path (d: how many of them the first pass predicts wrong)
 read their reference token in the second pass. Decoding is one pass and a walk through the graph
-(decoding/dag.py: dag-greedy, dag-lookahead, dag-viterbi). No length predictor: the path decides.
+(decoding/dag_walk.py: dag-greedy, dag-lookahead, dag-viterbi). No length predictor: the path decides.
 Shapes: B batch, S source length, L vertices, M target tokens (bos, eos included), D model width,
 H heads, V vocabulary.
 """

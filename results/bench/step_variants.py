@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from atnat.core.engines import parse_engine
+from atnat.core.engine_names import parse_engine
 from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
 from atnat.experiments.modelfiles.aoti import CompiledStep

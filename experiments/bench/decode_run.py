@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from atnat.experiments.bench import ct2, hf
+from atnat.experiments.bench import ct2_peer as ct2
+from atnat.experiments.bench import hf
 from atnat.experiments.bench.spec import FIRST_ORDINARY, OUT_LEN, Spec, start
 from atnat.experiments.bench.systems import Models, leak_check, shape_systems, time_round_robin
 
