@@ -28,7 +28,7 @@ def test_the_average_of_two_known_weight_sets_is_exact():
 
 
 def test_average_last_writes_the_mean_of_the_last_checkpoints_and_evaluation_uses_it(tmp_path, monkeypatch):
-    run = run_training(tmp_path, "avg", monkeypatch, keep=3, average="last")
+    run = run_training(tmp_path, "avg", monkeypatch, keep=3, average="last", optim={"warmup_steps": 5})
     ckpts = run / "checkpoints"
     steps = sorted(ckpts.glob("step-*.ckpt"), key=lambda p: int(p.stem.split("-")[1]))
     assert [p.name for p in steps] == ["step-14.ckpt", "step-21.ckpt", "step-28.ckpt"]  # val every 7, keep 3
@@ -41,8 +41,28 @@ def test_average_last_writes_the_mean_of_the_last_checkpoints_and_evaluation_use
     assert note["checkpoints"] == [p.name for p in steps]
 
 
+def test_averaging_never_reaches_back_into_early_training(tmp_path, monkeypatch):
+    """The GPU grid's file averaged its validations at steps 500 and 1,000 with an 800-step warm-up: weights
+    from inside the warm-up with the final ones, ~1.4 BLEU below the final weights alone. Only checkpoints
+    from the last average_window of training (default: half) and past the warm-up are averaged now, and the
+    run records which steps."""
+    from atnat.experiments.training.train import averaging_start
+
+    assert averaging_start(1000, 0.5, 800) == 800 and averaging_start(2000, 0.5, 300) == 1000
+    assert averaging_start(28, 0.25, 0) == 21
+    run = run_training(tmp_path, "avg", monkeypatch, keep=4, average="last",  # checkpoints at 7, 14, 21, 28
+                       optim={"warmup_steps": 5})
+    note = torch.load(run / "checkpoints" / "averaged.ckpt", weights_only=False)["atnat_selection"]
+    assert note["steps"] == [14, 21, 28] and note["left_out"] == [7] and note["left_out_before_step"] == 14
+    assert json.loads((run / "train.json").read_text())["averaged_steps"] == [14, 21, 28]
+    expected = average_state_dicts([weights(run / "checkpoints" / f"step-{s}.ckpt") for s in (14, 21, 28)])
+    got = weights(run / "checkpoints" / "averaged.ckpt")
+    assert all(torch.equal(expected[k], got[k]) for k in expected)
+
+
 def test_average_best_by_bleu_keeps_the_best_checkpoints(tmp_path, monkeypatch):
-    run = run_training(tmp_path, "best", monkeypatch, keep=2, average="best", checkpoint_metric="bleu")
+    run = run_training(tmp_path, "best", monkeypatch, keep=2, average="best", checkpoint_metric="bleu",
+                       average_window=1.0, optim={"warmup_steps": 0})
     tops = sorted(p.name for p in (run / "checkpoints").glob("top-*.ckpt"))
     assert len(tops) == 2 and (run / "checkpoints" / "averaged.ckpt").exists()
     state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["callbacks"]

@@ -41,8 +41,10 @@ def weights(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
 
 
-def run_training(tmp_path: Path, name: str, monkeypatch, kill_at: int | None = None, **train_opts) -> Path:
-    cfg = run_config_from_dict({**RUN, "train": {**RUN["train"], **train_opts}}, "test")
+def run_training(tmp_path: Path, name: str, monkeypatch, kill_at: int | None = None, optim: dict | None = None,
+                 **train_opts) -> Path:
+    cfg = run_config_from_dict({**RUN, "train": {**RUN["train"], **train_opts}, **({"optim": optim} if optim else {})},
+                               "test")
     run_dir = tmp_path / name
     if kill_at is not None:
         make = train_module.make_trainer

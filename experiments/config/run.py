@@ -122,6 +122,8 @@ class TrainSettings:
     # `keep` validation checkpoints (average: last)
     average: str = "none"  # "none": evaluate the best checkpoint; "best"/"last": the mean of the weights of
     # the `keep` best / last checkpoints (written to checkpoints/averaged.ckpt)
+    average_window: float = 0.5  # average: only checkpoints from the last `average_window` of training (step >=
+    # (1 - window) x the last step) and past the warm-up; a mean with early weights is worse than either
     ema: float | None = None  # exponential moving average of the weights with this decay (e.g. 0.999),
     # updated every step; validation, checkpoints and evaluation use the averaged weights
     loggers: tuple[str, ...] = ("csv",)  # training logs under logs/: "csv" (metrics.csv), "tensorboard"
@@ -146,6 +148,8 @@ class TrainSettings:
         require_choice(self.precision, PRECISIONS, "train", "precision")
         require_non_negative("train", early_stop_min_delta=self.early_stop_min_delta)
         require_choice(self.average, ("none", "best", "last"), "train", "average")
+        require(isinstance(self.average_window, (int, float)) and 0 < self.average_window <= 1, "train",
+                "average_window", "a share of training in (0, 1]", self.average_window)
         require_at_least(self.keep, 1, "train", "keep")
         require(self.ema is None or (isinstance(self.ema, (int, float)) and 0 < self.ema < 1), "train", "ema",
                 "a decay between 0 and 1 (e.g. 0.999) or null", self.ema)

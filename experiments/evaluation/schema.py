@@ -183,6 +183,9 @@ RUN = (
     _c("distill_bleu", "number", "BLEU of the distilled training targets against the references"),
     _c("train_steps", "number", "optimizer steps trained"),
     _c("evaluated_checkpoint", "label", "the weights evaluated: best.ckpt, or averaged.ckpt (the mean of several)"),
+    _c("averaged_steps", "label", "the training steps of the checkpoints averaged into the evaluated weights "
+                                  "(train.average; only from the last train.average_window of training, past the "
+                                  "warm-up), '+'-joined; empty: one checkpoint"),
     _c("val_bleu_evaluated", "number", "validation BLEU (greedy / one pass, as the validation curve) of the "
                                        "evaluated weights: where an average lands against the curve"),
     _c("train_time_s", "number", "training wall time of the cell (s), every attempt of a resumed run counted"),

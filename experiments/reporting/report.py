@@ -278,6 +278,20 @@ def _notes(g: GridResults) -> list[Block]:
     return []
 
 
+def _averaged(g: GridResults) -> list[Block]:
+    """Which checkpoints' mean each cell evaluated (train.average): the steps, so that a reader sees whether
+    an average reached back into early training."""
+    if "averaged_steps" not in g.table:
+        return []
+    cells = g.table.drop_duplicates("cell")
+    cells = cells[cells["averaged_steps"].fillna("").astype(str).str.len() > 0]
+    if cells.empty:
+        return []
+    shown = "; ".join(f"`{c}` steps {str(s).replace('+', ', ')}" for c, s in zip(cells["cell"], cells["averaged_steps"]))
+    return [Block("note", f"Evaluated weights: the mean of the checkpoints at these steps (train.average, from the "
+                          f"last train.average_window of training and past the warm-up): {shown}.")]
+
+
 def _reproduce(g: GridResults) -> Block:
     command = (g.environment or {}).get("command")
     if not command:
@@ -668,7 +682,7 @@ def build_document(g: GridResults, figures: bool = True) -> list[Block]:
                              "(`atnat time`); the machines that trained them, and their checkpoints, may be gone.")]
               if (collected := (g.environment or {}).get("collected_from")) else []),
             *first, *headline, *after_figure, Block("toc"), Block("heading", "Summary", 2), Block("para", summary(g)),
-            _reproduce(g), *_code(g), *_compute(g)]
+            _reproduce(g), *_code(g), *_compute(g), *_averaged(g)]
     return (head + _goals(g) + _overview(g) + _ranking_section(g) + _compare_section(g) + _other_tests(g)
             + _notes(g) + _definitions(g) + other_figures + _samples(g) + _environment(g))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import math
 import signal
 import threading
 import time
@@ -289,10 +290,10 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
     leave_process_group()  # the last collective is behind: rank 0 evaluates alone
     if not trainer.is_global_zero:
         return None
-    chosen = select_weights(trainer, t, run_dir / "checkpoints")
+    chosen, averaged_steps = select_weights(trainer, t, run_dir / "checkpoints", module.optim_cfg.warmup_steps)
     info = {"world_size": trainer.world_size, "accelerator": type(trainer.accelerator).__name__,
             "precision": str(trainer.precision), "precision_asked": t.precision, "global_step": trainer.global_step,
-            "evaluated_checkpoint": chosen.name, "train_time_s": timer.time_elapsed("train"),
+            "evaluated_checkpoint": chosen.name, "averaged_steps": averaged_steps, "train_time_s": timer.time_elapsed("train"),
             "train_time_this_attempt_s": train_time, "attempts": attempts_of(run_dir)}
     if initialised:
         info["initialised_from"] = initialised
@@ -315,15 +316,22 @@ def fit(trainer: pl.Trainer, module, train_loader, val_loader, resume: Path | No
             signal.signal(signal.SIGINT, handler)
 
 
-def select_weights(trainer: pl.Trainer, t, ckpt_dir: Path) -> Path:
-    """The checkpoint evaluation uses: best.ckpt, or averaged.ckpt (train.average) written here."""
+def averaging_start(last_step: int, window: float, warmup: int) -> int:
+    """The first step whose checkpoint may join an average: inside the last `window` of training and past
+    the warm-up (a checkpoint from inside it is weights the schedule had not settled yet)."""
+    return max(warmup, math.ceil((1 - window) * last_step))
+
+
+def select_weights(trainer: pl.Trainer, t, ckpt_dir: Path, warmup: int = 0) -> tuple[Path, list[int]]:
+    """The checkpoint evaluation uses: best.ckpt, or averaged.ckpt (train.average) written here, and the steps
+    it averages ([] for best.ckpt). Candidates from before averaging_start are left out (the last one stays)."""
     best = ckpt_dir / "best.ckpt"
     selector = next(c for c in trainer.callbacks if isinstance(c, ModelCheckpoint))
     if t.average == "none":
         if selector.best_model_path and Path(selector.best_model_path) not in (best,) \
                 and Path(selector.best_model_path).is_file():  # keep > 1: copy the best
             save_checkpoint_file(read_checkpoint(Path(selector.best_model_path)), best)
-        return best
+        return best, []
     if t.average == "best":
         ranked = sorted(selector.best_k_models.items(), key=lambda kv: float(kv[1]), reverse=selector.mode == "max")
         paths = [Path(p) for p, _ in ranked]
@@ -334,8 +342,13 @@ def select_weights(trainer: pl.Trainer, t, ckpt_dir: Path) -> Path:
             paths = sorted(ckpt_dir.glob("step-*.ckpt"), key=lambda p: int(p.stem.split("-")[-1]))[-t.keep:]
     paths = [p for p in paths if p.is_file()]
     if not paths:  # no validation ran: nothing to average
-        return best
+        return best, []
+    step_of = {p: checkpoint_step(p) for p in paths}
+    start = averaging_start(max(trainer.global_step, max(step_of.values())), t.average_window, warmup)
+    kept = [p for p in paths if step_of[p] >= start] or [max(paths, key=step_of.get)]
     out = ckpt_dir / "averaged.ckpt"
-    average_checkpoints(paths, out, {"average": t.average, "metric": t.checkpoint_metric,
-                                     "checkpoints": [p.name for p in paths]})
-    return out
+    average_checkpoints(kept, out, {"average": t.average, "metric": t.checkpoint_metric,
+                                    "checkpoints": [p.name for p in kept], "steps": sorted(step_of[p] for p in kept),
+                                    "left_out_before_step": start,
+                                    "left_out": sorted(step_of[p] for p in paths if p not in kept)})
+    return out, sorted(step_of[p] for p in kept)

@@ -1,10 +1,11 @@
 """Peak memory of the DAG decoder on the longest Multi30k sentence pair, beside the AT's, on the CPU.
 
-For each model (the families grid's sizes: D=256, 3+3 layers, the grid's 8000-piece vocabulary): one
-training step (forward, backward, optimizer) on (a) the longest training pair alone and (b) a batch of the
-longest pairs filling train.max_tokens = 4000, and (c) one decode of the longest source at batch 1. Peak =
-the process's resident high-water mark during the call above the resident size before it (Linux:
-/proc/self/clear_refs resets VmHWM). Writes dag_memory.csv beside this file.
+For each model (the families grid's sizes: D=256, 3+3 layers, the grid's 8000-piece vocabulary), in order:
+one training step (forward, backward, optimizer; the first, so Adam's state is allocated in it) on (a) the
+longest training pair alone, then (b) a batch of the longest pairs filling train.max_tokens = 4000, then (c)
+one decode of the longest source at batch 1. Peak = the process's resident high-water mark during the call
+above the resident size before it (Linux: /proc/self/clear_refs resets VmHWM); memory the allocator kept
+from an earlier call is not counted again. Writes dag_memory.csv beside this file.
     python results/multi30k-families/dag_memory.py     (from the repository root, in .venv)
 """
 from __future__ import annotations
@@ -80,8 +81,7 @@ def main() -> None:
             src_ids = torch.tensor([longest[0]])
             with torch.inference_mode():
                 m.decode(src_ids, torch.tensor([len(longest[0])]), strategy)
-        step([longest])  # warm-up: optimizer state and allocator pools exist before measuring
-        one = peak_mib(lambda: step([longest]))
+        one = peak_mib(lambda: step([longest]))  # the first step: the optimizer's state is allocated too
         full = peak_mib(lambda: step(batch_pairs))
         dec = peak_mib(decode)
         name = decoder + (f" lambda={options['upsample']:g}" if options else "")
