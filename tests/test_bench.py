@@ -278,6 +278,7 @@ def test_cli_prints_table_writes_csv_and_sweep_png(tiny, tmp_path, monkeypatch, 
     assert len(pd.read_csv(tmp_path / "sweep_memory.csv")) == len(tiny.attrs["memory"])
 
 
+@pytest.mark.slow
 def test_compiled_static_step_rows_sit_beside_the_eager_ones(monkeypatch):
     """--compile: the AT strategies again with the static-cache step under torch.compile, same
     weights, same outputs, with their own ratio to the HF peer (greedy only: one compilation)."""

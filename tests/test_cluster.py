@@ -117,6 +117,7 @@ def test_cluster_settings_are_checked(tmp_path, monkeypatch, capsys):
     assert "train on several nodes (train.num_nodes > 1); run them with a cluster launcher" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_teacher_and_student_through_the_cluster_code_path_on_submitits_local_executor(tmp_path, monkeypatch, capsys):
     grid = write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"], "nat-kd": STUDENT}})
     monkeypatch.chdir(tmp_path)

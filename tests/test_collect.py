@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 from atnat.experiments.cli.commands import main
@@ -290,6 +291,7 @@ def test_a_teacher_trained_again_with_other_weights_is_never_filed_beside_studen
     assert not (kept / "at-s1" / "weights.json").exists()
 
 
+@pytest.mark.slow
 def test_the_grids_own_report_from_collected_cells_needs_every_cell_and_matches_the_runs(tmp_path, monkeypatch,
                                                                                          capsys):
     """The deep grid's seeds finish on machines that are gone by the end (seed 1 exists only as copies):

@@ -9,6 +9,8 @@ import stat
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import os, json
 from atnat.core.compile_cache import private_compile_cache
@@ -43,6 +45,7 @@ def test_a_process_compiles_into_a_fresh_private_folder_not_the_shared_default()
     assert run({"TORCHINDUCTOR_CACHE_DIR": default_cache_dir()})["first"] != os.path.abspath(default_cache_dir())
 
 
+@pytest.mark.slow
 def test_a_folder_the_user_named_is_kept_and_a_worker_reuses_its_parents(tmp_path):
     mine = str(tmp_path / "my-cache")
     assert run({"TORCHINDUCTOR_CACHE_DIR": mine})["first"] == mine

@@ -131,6 +131,7 @@ def test_an_export_config_with_a_bad_value_is_one_message(tmp_path, capsys):
         load_export(out)
 
 
+@pytest.mark.slow
 def test_status_into_a_closed_pipe_exits_141(tmp_path):
     """`atnat status | head -1`: the reader is gone before the table is written (its read end closed
     first, so the outcome does not depend on who is faster)."""

@@ -76,6 +76,7 @@ def test_the_report_states_the_goals_and_the_authors_notes(tmp_path):
         write_report(root)
 
 
+@pytest.mark.slow
 def test_notes_written_for_another_run_are_left_out_and_say_how_to_attach(tmp_path):
     """Trials: the quickstart grid run again from a fresh clone rewrote report.md with the committed notes.md,
     which quoted another commit's run (its wall time, its A/A floors) beside tables that said otherwise."""

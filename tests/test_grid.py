@@ -136,6 +136,7 @@ def run_cli(args, cwd, program=("-m", "atnat.experiments.cli"), **kw):
                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
 
 
+@pytest.mark.slow
 def test_killed_grid_resumes_without_retraining_finished_cells(tmp_path, monkeypatch):
     grid = write_grid(tmp_path)
     proc = run_cli(["run", str(grid), "--results", "res"], tmp_path)

@@ -3,6 +3,7 @@ pass, and the drop it causes downstream - large for an AT whose next token follo
 exactly 0 for a one-pass NAT, which reads nothing back."""
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from atnat.decoding.greedy import Greedy
@@ -63,6 +64,7 @@ def test_a_one_pass_nat_reads_nothing_back_and_a_refining_one_does():
             assert out["error_propagation"] > 0  # a wrong kept token misleads the later passes
 
 
+@pytest.mark.slow
 def test_a_real_cmlm_with_a_length_beam_and_a_trained_at_go_through_the_probe():
     """Rows of a length beam finish at different passes (fewer rows later): the probe follows them."""
     from atnat.decoding.beam import Beam

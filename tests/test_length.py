@@ -102,5 +102,6 @@ def train_on_fertility(steps: int, seed: int = 0) -> float:
     return correct / len(test)
 
 
+@pytest.mark.slow
 def test_length_predictor_learns_fertility_lengths():
     assert train_on_fertility(LENGTH_STEPS) >= LENGTH_BAR

@@ -49,6 +49,7 @@ def wait_until(condition, timeout: float) -> bool:
 
 
 @linux_only
+@pytest.mark.slow
 def test_a_second_runner_and_a_hand_run_cell_are_refused_and_a_killed_grid_leaves_no_worker(
         tmp_path, monkeypatch, capsys):
     grid = write_grid(tmp_path, LONG)
@@ -112,6 +113,7 @@ def test_a_lock_names_its_holder_and_dies_with_it(tmp_path):
 
 @linux_only
 @pytest.mark.parametrize("prctl", [True, False])
+@pytest.mark.slow
 def test_a_worker_ends_when_its_parent_is_killed(tmp_path, prctl):
     """With prctl(PR_SET_PDEATHSIG) and, without it (not Linux), by watching the parent pid."""
     worker = ("import sys, time\n"
@@ -151,6 +153,7 @@ def test_failed_cells_exit_1_after_the_table_and_report_are_written(tmp_path, mo
     assert "cell at-s1 failed: split 'train' has no usable sentence pairs" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_failed_cell_in_a_worker_says_why_on_the_terminal(tmp_path, monkeypatch, capsys):
     """Trials: with --workers 2 a failing cell showed only "failed (11 s)"; its reason was in error.log alone."""
     broken = {"decoder": {"name": "at"}, "train": {"max_len": 1}}  # drops every pair: fails at run time

@@ -81,6 +81,7 @@ def test_a_blank_only_training_file_names_the_split_and_files(tmp_path):
         task.load()
 
 
+@pytest.mark.slow
 def test_atnat_list_into_a_closed_pipe_exits_quietly_like_a_unix_filter():
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "atnat.experiments.cli", "list"], stdout=subprocess.PIPE,

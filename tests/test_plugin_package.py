@@ -49,6 +49,7 @@ def atnat(args, cwd, site, **env):
                                "OMP_NUM_THREADS": "1", **env})
 
 
+@pytest.mark.slow
 def test_readme_plugins_run_through_a_parallel_grid_and_evaluate(installed, tmp_path):
     root, site = installed
     run = atnat(["run", str(root / "my-grid.yaml"), "--smoke", "--workers", "2", "--results", str(tmp_path)],

@@ -26,6 +26,7 @@ def test_eta_uses_this_attempts_pace_and_the_time_budget():
     assert describe(None) == "starting" and describe({"phase": "evaluating"}) == "evaluating"
 
 
+@pytest.mark.slow
 def test_the_pool_polls_the_running_cells(tmp_path, monkeypatch):
     from atnat.experiments.cli.commands import main
     from atnat.experiments.running import scheduler

@@ -543,6 +543,7 @@ def test_summary_gives_the_best_nat_against_the_at_on_every_test_set(tmp_path):
     assert "; on test2017 -9.90 BLEU [-11.00, -8.80] (paired 95%, 1 seed)" in summary
 
 
+@pytest.mark.slow
 def test_the_speed_note_states_both_noise_floors_and_an_older_folder_without_the_throughput_one(tmp_path):
     """Review D7: the note gave one A/A floor, measured on batch-1 latency, for every speed ratio. Each
     kind's floor is stated now (the union over seeds); a results.csv from before the throughput floor

@@ -42,6 +42,7 @@ def test_untimed_names_cells_of_the_grid_and_never_its_baseline(tmp_path, monkey
         load_grid(tmp_path / "g.yaml")
 
 
+@pytest.mark.slow
 def test_untimed_cells_are_neither_timed_nor_waited_for(tmp_path, monkeypatch, capsys):
     control_grid(tmp_path, monkeypatch)
     out = tmp_path / "res" / "two-tests"

@@ -57,6 +57,7 @@ def test_lanes_follow_devices_and_refuse_impossible_gpu_requests(tmp_path):
     assert scheduler.take([a, b], 2) is None and scheduler.take([a, b], 1) == [a]
 
 
+@pytest.mark.slow
 def test_parallel_grid_matches_a_sequential_run_and_orders_teachers(tmp_path, monkeypatch):
     data = {**TINY, "cells": {**TINY["cells"], "nat-kd": STUDENT}}
     grid = write_grid(tmp_path, data)
@@ -102,6 +103,7 @@ def test_workers_take_cells_seed_by_seed_each_seeds_teachers_first():
         "kd-s2", "control-s2", "at-s1", "kd-s1", "fr-at-s1", "control-s1", "at-s2", "fr-at-s2"]
 
 
+@pytest.mark.slow
 def test_failed_teacher_fails_its_students_without_running_them(tmp_path, monkeypatch):
     broken = {"decoder": {"name": "at"}, "train": {"max_len": 1}}  # drops every pair: fails at run time
     grid = write_grid(tmp_path, {**TINY, "cells": {"at": broken, "nat-kd": STUDENT}})
@@ -137,6 +139,7 @@ def test_a_worker_that_dies_is_recorded_as_failed(tmp_path, monkeypatch):
     assert failures["at-s1"].startswith("worker exited with code 3; see ")
 
 
+@pytest.mark.slow
 def test_one_cell_trains_with_ddp_on_two_cpu_processes_even_with_parameters_left_unused(tmp_path):
     """One cell on two CPU processes (gloo): both ranks train, only rank 0 evaluates. The decoder is a NAT
     with loss.length_weight: 0, which leaves its length predictor out of the loss: DDP must not stop on
