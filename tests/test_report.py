@@ -720,3 +720,23 @@ def test_a_session_whose_a_a_control_excluded_1_is_named_in_the_speed_note():
             "as much) for throughput [0.88, 0.99] in the session of 2026-11-26 18:04:32 UTC (`x-cmlm-s3`)") in note
     assert "batch-1 latency [" not in note.split("excluded 1")[1]  # the latency controls held 1
     assert "excluded 1" not in speed_note(rows.assign(throughput_noise_high=1.07))
+
+
+def test_a_grid_file_changed_since_the_run_is_not_offered_as_the_way_to_reproduce_it(tmp_path, monkeypatch):
+    """The report names the command that made it; once the grid file's settings differ from the file as
+    run (grid-as-run.yaml), it must not say that running the file reproduces the numbers."""
+    root = fx.build_results(tmp_path / "results")
+    grid = tmp_path / "experiments/grids/tinygrid.yaml"
+    grid.parent.mkdir(parents=True)
+    as_run = "# the grid as run\ntrain: {max_steps: 1000, average: last}\n"
+    (root / "grid-as-run.yaml").write_text(as_run, encoding="utf-8")
+    env = json.loads((root / "environment.json").read_text(encoding="utf-8"))
+    (root / "environment.json").write_text(json.dumps({**env, "grid": "experiments/grids/tinygrid.yaml"}))
+    monkeypatch.chdir(tmp_path)
+    grid.write_text("# comments changed, settings not\ntrain: {max_steps: 1000, average: last}\n", encoding="utf-8")
+    assert f"To reproduce: `{fx.COMMAND}`" in write_report(root)[0].read_text(encoding="utf-8")
+    grid.write_text("train: {max_steps: 2000, average: last}\n", encoding="utf-8")
+    md = write_report(root)[0].read_text(encoding="utf-8")
+    assert "To reproduce" not in md
+    assert f"Made by: `{fx.COMMAND}`. `experiments/grids/tinygrid.yaml` has changed since this run" in md
+    assert "`grid-as-run.yaml` holds the settings behind them" in md

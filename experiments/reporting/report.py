@@ -298,7 +298,33 @@ def _reproduce(g: GridResults) -> Block:
         return Block("note", "environment.json is missing or has no command: the run is not reproducible.")
     plugins = (g.environment or {}).get("plugins") or []
     with_plugins = f", with the plugins {describe_plugins(plugins)} installed" if plugins else ""
+    changed = _grid_file_changed(g)
+    if changed:
+        return Block("para", f"Made by: `{command}`{with_plugins}. {changed}")
     return Block("para", f"To reproduce: `{command}`{with_plugins}")
+
+
+def _grid_file_changed(g: GridResults) -> str:
+    """Why running the grid file named in environment.json would not reproduce this folder, or "": its
+    settings (comments aside) now differ from grid-as-run.yaml, the file as it was run."""
+    import yaml  # lazy: start-up
+
+    as_run, named = g.root / "grid-as-run.yaml", (g.environment or {}).get("grid")
+    if not named or not as_run.is_file():
+        return ""
+    package_root = Path(__file__).resolve().parents[2]
+    current = next((p for p in (Path(named), package_root / named) if p.is_file()), None)
+    if current is None:
+        return ""
+    try:
+        same = yaml.safe_load(current.read_text()) == yaml.safe_load(as_run.read_text())
+    except (yaml.YAMLError, OSError, UnicodeDecodeError):
+        return ""
+    if same:
+        return ""
+    return (f"`{named}` has changed since this run (its settings differ from `grid-as-run.yaml`, the file as "
+            f"run, kept in this folder): running it now trains other settings and is not expected to give these "
+            f"numbers; `grid-as-run.yaml` holds the settings behind them.")
 
 
 def _code(g: GridResults) -> list[Block]:
