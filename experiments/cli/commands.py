@@ -385,6 +385,13 @@ def cmd_bench(args) -> None:
     run(args)
 
 
+def cmd_data_prepare(args) -> None:
+    from atnat.experiments.data.prepare_command import prepare_configs  # lazy: start-up
+
+    rows = prepare_configs(Path(args.config), threads=args.threads, log=lambda line: print(line, file=sys.stderr))
+    print(f"{len(rows)} splits prepared ({sum(r['pairs'] for r in rows):,} pairs); runs of {args.config} map them")
+
+
 def cmd_data(args) -> None:
     from atnat.experiments.data.multi30k import download_multi30k  # lazy: start-up
 
@@ -585,8 +592,13 @@ def parser() -> argparse.ArgumentParser:
 
     add_commands(p)
     p.set_defaults(fn=cmd_bench)
-    p = sub.add_parser("data", parents=[common], help="fetch a public data set: multi30k")
+    p = sub.add_parser("data", parents=[common], help="fetch a public data set (multi30k), or prepare a config's splits")
     data = p.add_subparsers(dest="dataset", required=True)
+    d = data.add_parser("prepare", help="encode every split of a run config's or a grid's tasks once into the cache "
+                                        "of memory-mapped splits ($ATNAT_CACHE/prepared), which every run then maps")
+    d.add_argument("config", metavar="CONFIG", help="a run config or a grid file")
+    d.add_argument("--threads", type=int, help="encoding threads (default: every core)")
+    d.set_defaults(fn=cmd_data_prepare)
     d = data.add_parser("multi30k", help="Multi30k (WMT16-17 multimodal task 1) from github.com/multi30k/dataset: "
                                          "{train,val,test2016,test2017}.{en,de,fr}, each checked by its sha256")
     d.add_argument("out_dir", metavar="DIR", help="folder to write the files to (files there that check are kept)")

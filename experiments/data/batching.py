@@ -4,12 +4,17 @@ from __future__ import annotations
 import random
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from torch.utils.data import Sampler
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.data.tokenize import SPECIAL
+
+if TYPE_CHECKING:
+    from atnat.experiments.data.prepared import PreparedSplit
 from atnat.models.batch import Batch
 
 
@@ -26,6 +31,14 @@ class EncodedSplit:
     def __getitem__(self, i: int) -> tuple[int, list[int], list[int]]:
         return i, self.src[i], self.tgt[i]
 
+    @property
+    def src_lengths(self) -> np.ndarray:
+        return np.fromiter(map(len, self.src), dtype=np.int64, count=len(self.src))
+
+    @property
+    def tgt_lengths(self) -> np.ndarray:
+        return np.fromiter(map(len, self.tgt), dtype=np.int64, count=len(self.tgt))
+
 
 def encode_split(tokenizer, sources: list[str], targets: list[str], *, name: str,
                  max_len: int | None = None, drop_long: bool = False) -> EncodedSplit:
@@ -36,12 +49,12 @@ def encode_split(tokenizer, sources: list[str], targets: list[str], *, name: str
         if drop_long:
             keep = [i for i in range(len(src)) if 0 < len(src[i]) <= max_len and 0 < len(tgt[i]) <= max_len]
             long = sum(1 for s, t in zip(src, tgt) if len(s) > max_len or len(t) > max_len)
-            _say_once(f"split {name!r}: {long} of {len(src)} pairs longer than max_len={max_len} tokens on a side "
+            say_once(f"split {name!r}: {long} of {len(src)} pairs longer than max_len={max_len} tokens on a side "
                       "were left out (train.max_len)", long)
             src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
         else:
             long = sum(1 for s in src if len(s) > max_len)
-            _say_once(f"split {name!r}: {long} of {len(src)} sources longer than max_len={max_len} tokens were cut to "
+            say_once(f"split {name!r}: {long} of {len(src)} sources longer than max_len={max_len} tokens were cut to "
                       "it (train.max_len); their outputs see only the cut source", long)
             src, tgt = [s[:max_len] for s in src], [t[:max_len] for t in tgt]
     if not src:
@@ -53,25 +66,27 @@ def encode_split(tokenizer, sources: list[str], targets: list[str], *, name: str
 _SAID: set[str] = set()
 
 
-def _say_once(text: str, count: int) -> None:
+def say_once(text: str, count: int) -> None:
     """A note on stderr when `count` > 0, once per process (a split is encoded again by later phases)."""
     if count and text not in _SAID:
         _SAID.add(text)
         print(f"atnat: {text}", file=sys.stderr)
 
 
-def check_budget(split: EncodedSplit, max_tokens: int, *, setting: str, name: str) -> None:
+def check_budget(split: EncodedSplit | PreparedSplit, max_tokens: int, *, setting: str, name: str) -> None:
     """A batch must hold at least one sentence: `max_tokens` (named `setting` in the config) is
     refused when the longest pair of split `name` does not fit into it."""
-    longest = max(max(len(s), len(t) + 1) for s, t in zip(split.src, split.tgt))
+    longest = int(np.maximum(split.src_lengths, split.tgt_lengths + 1).max())
     if max_tokens < longest:
         raise AtnatError(f"{setting}: {max_tokens} is smaller than the longest sentence pair of the {name} split "
                          f"({longest} tokens with its end symbol): a batch must hold at least one sentence; "
                          f"{setting} must be >= {longest} (or lower train.max_len, which drops longer training pairs)")
 
 
-def collate(items: list[tuple[int, list[int], list[int]]], pad: int = SPECIAL.pad) -> Batch:
-    """Pad a list of (id, src, tgt) into a Batch (B, S) / (B, T)."""
+def collate(items: list[tuple[int, list[int], list[int]]] | Batch, pad: int = SPECIAL.pad) -> Batch:
+    """Pad a list of (id, src, tgt) into a Batch (B, S) / (B, T); a Batch (a PreparedSplit's) passes through."""
+    if isinstance(items, Batch):
+        return items
     ids = torch.tensor([i for i, _, _ in items])
     sl = torch.tensor([max(len(s), 1) for _, s, _ in items])
     tl = torch.tensor([len(t) for _, _, t in items])
@@ -95,26 +110,32 @@ class TokenBudgetSampler(Sampler[list[int]]):
     ResumeState callback); after `load_state_dict` the next pass over that epoch skips them.
     """
 
-    def __init__(self, split: EncodedSplit, max_tokens: int, *, shuffle: bool, seed: int = 0,
+    def __init__(self, split: EncodedSplit | PreparedSplit, max_tokens: int, *, shuffle: bool, seed: int = 0,
                  max_sentences: int | None = None, distributed: bool = False):
         self.split, self.max_tokens, self.shuffle, self.seed = split, max_tokens, shuffle, seed
         self.max_sentences, self.distributed = max_sentences, distributed
+        self._sizes: np.ndarray | None = None
+        self._made: tuple[int, list[list[int]]] | None = None
         self.epoch = 0
         self.trained = 0  # batches of the current epoch already trained on
         self._skip: tuple[int, int] | None = None  # (epoch, batches) to skip after a resume
         self._batches = self._make(random.Random(seed)) if not shuffle else None
 
     def _make(self, rng: random.Random) -> list[list[int]]:
-        sizes = [max(len(s), len(t) + 1) for s, t in zip(self.split.src, self.split.tgt)]
-        noise = [rng.random() if self.shuffle else 0.0 for _ in sizes]
-        order = sorted(range(len(sizes)), key=lambda i: (sizes[i] + noise[i], i))
+        """Sort by size (noise in [0, 1) orders equal sizes at random when shuffling; ties by index) and cut
+        the order greedily into batches; numpy sorts, so a corpus of millions takes seconds."""
+        if self._sizes is None:  # from the lengths arrays: no Python object per sentence is read
+            self._sizes = np.maximum(self.split.src_lengths, self.split.tgt_lengths + 1).astype(np.int64)
+        sizes = self._sizes
+        keys = sizes + np.array([rng.random() for _ in range(len(sizes))]) if self.shuffle else sizes
+        order = np.argsort(keys, kind="stable")
         batches, cur, longest = [], [], 0
-        for i in order:
-            longest_new = max(longest, sizes[i])
+        for i, size in zip(order.tolist(), sizes[order].tolist()):
+            longest_new = max(longest, size)
             full = self.max_sentences is not None and len(cur) >= self.max_sentences
             if cur and (longest_new * (len(cur) + 1) > self.max_tokens or full):
                 batches.append(cur)
-                cur, longest_new = [], sizes[i]
+                cur, longest_new = [], size
             cur.append(i)
             longest = longest_new
         if cur:
@@ -122,6 +143,12 @@ class TokenBudgetSampler(Sampler[list[int]]):
         if self.shuffle:
             rng.shuffle(batches)
         return batches
+
+    def _of_seed(self, seed: int) -> list[list[int]]:
+        """The batches of one shuffled epoch, the last ones made kept (the loader asks for its length too)."""
+        if self._made is None or self._made[0] != seed:
+            self._made = seed, self._make(random.Random(seed))
+        return self._made[1]
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -139,7 +166,7 @@ class TokenBudgetSampler(Sampler[list[int]]):
     def _iterate(self):
         """A generator: the skip after a resume is applied when iteration really starts (Lightning
         creates an iterator it may discard before the epoch begins)."""
-        batches = self._batches if self._batches is not None else self._make(random.Random(self.seed + self.epoch))
+        batches = self._batches if self._batches is not None else self._of_seed(self.seed + self.epoch)
         rank, world = shard() if self.distributed else (0, 1)
         if world > 1:  # DDP: every rank takes its own share of the same shuffled batches
             batches = batches[rank::world][: len(batches) // world]
@@ -149,7 +176,7 @@ class TokenBudgetSampler(Sampler[list[int]]):
         yield from batches
 
     def __len__(self) -> int:
-        n = len(self._batches if self._batches is not None else self._make(random.Random(self.seed)))
+        n = len(self._batches if self._batches is not None else self._of_seed(self.seed + self.epoch))
         world = shard()[1] if self.distributed else 1
         return n // world if world > 1 else n
 
@@ -171,7 +198,7 @@ def shard() -> tuple[int, int]:
     return 0, 1
 
 
-def make_loader(split: EncodedSplit, max_tokens: int, *, shuffle: bool, seed: int = 0,
+def make_loader(split: EncodedSplit | PreparedSplit, max_tokens: int, *, shuffle: bool, seed: int = 0,
                 max_sentences: int | None = None, distributed: bool = False, pin_memory: bool = False):
     """A loader of token-budget batches; `pin_memory` (training on a GPU) collates them into
     page-locked memory, so their copy to the device overlaps the step before (Batch.to is non-blocking)."""

@@ -5,32 +5,69 @@ Synthetic tasks are string-level too, so every metric and report treats them lik
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import random
+import re
+import sys
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 from atnat.core.errors import AtnatError
 from atnat.core.options import require_at_least, require_optional_at_least
 from atnat.core.registry import Registry
+from atnat.experiments.data.prepared import SideText
 from atnat.experiments.data.tokenize import MIN_SENTENCEPIECE_VOCAB, SentencePieceTokenizer, SymbolTokenizer
-from atnat.experiments.files import check_readable, read_utf8
+from atnat.experiments.files import check_readable, read_utf8, write_json_atomic
 
 SPLITS = ("train", "valid", "test")
 
 
+class LazySplits(Mapping):
+    """splits[name] = (sources, targets), a split read from its files only when first asked for (a
+    training split of millions of lines is read by the few steps that need its text, not by every run)."""
+
+    def __init__(self, loaded: dict[str, tuple[list[str], list[str]]],
+                 later: dict[str, Callable[[], tuple[list[str], list[str]]]]):
+        self._loaded, self._later = dict(loaded), dict(later)
+
+    def __getitem__(self, name: str) -> tuple[list[str], list[str]]:
+        if name not in self._loaded:
+            self._loaded[name] = self._later.pop(name)()
+        return self._loaded[name]
+
+    def __iter__(self):
+        return iter(sorted({*self._loaded, *self._later}, key=lambda n: (SPLITS + (n,)).index(n)))
+
+    def __len__(self) -> int:
+        return len({*self._loaded, *self._later})
+
+
 @dataclass
 class TaskData:
-    """Sentences per split: splits[name] = (sources, targets); plus the tokenizer and BLEU settings."""
+    """Sentences per split: splits[name] = (sources, targets); plus the tokenizer and BLEU settings.
+    `texts[name]`, where a task gives it, streams a split's two sides from their files (what a prepared
+    split is encoded from, without reading the whole split into memory)."""
 
-    splits: dict[str, tuple[list[str], list[str]]]
+    splits: Mapping[str, tuple[list[str], list[str]]]
     tokenizer: object
     bleu_tokenize: str = "13a"  # sacrebleu tokenizer: "none" for symbol tasks
     token_variant: dict[int, int] = field(default_factory=dict)  # dialect: target id -> variant
     extra_references: dict[str, list[list[str]]] = field(default_factory=dict)  # split -> further
     # reference streams beside the targets (dialect: every variant of each sentence)
     lang: str = "en"  # target language (Moses tokenisation of the paper-comparable BLEU)
+    texts: dict[str, tuple[SideText, SideText]] = field(default_factory=dict)
+
+    def side_texts(self, split: str) -> tuple[SideText, SideText]:
+        """The split's two sides to encode: streamed from its files where the task names them, else its
+        sentences in memory."""
+        if split in self.texts:
+            return self.texts[split]
+        src, tgt = self.splits[split]
+        return SideText(lines=src, what=f"{split} source"), SideText(lines=tgt, what=f"{split} target")
 
     def references(self, split: str) -> list[list[str]]:
         """Every reference stream of a split: the targets first, then the extra ones."""
@@ -194,9 +231,11 @@ class ParallelOptions:
     vocab_size: int = 8000  # joint sentencepiece vocabulary size
     max_train: int | None = None  # use only the first N training pairs (smoke runs)
     max_eval: int | None = None  # use only the first N valid/test pairs (smoke runs)
+    tokenizer_sample: int = 500_000  # training pairs sentencepiece learns from: a seeded sample where there are more
 
     def __post_init__(self) -> None:
         require_at_least(self.vocab_size, MIN_SENTENCEPIECE_VOCAB, "task", "vocab_size")
+        require_at_least(self.tokenizer_sample, 1, "task", "tokenizer_sample")
         require_optional_at_least(self.max_train, 1, "task", "max_train")
         require_optional_at_least(self.max_eval, 1, "task", "max_eval")
 
@@ -247,18 +286,66 @@ class ParallelTask(Task):
         return (src[: o.max_eval], tgt[: o.max_eval]) if o.max_eval else (src, tgt)
 
     def load(self) -> TaskData:
+        """Validation and test sentences read; the training split streamed from its files when encoded
+        (and read whole only where a step needs its text, e.g. distillation)."""
         o = self.options
         splits = {}
-        for split in SPLITS:
-            src_path, tgt_path = self.path(split, "src"), self.path(split, "tgt")
-            src = read_lines(src_path, f"{split} source")
-            tgt = read_lines(tgt_path, f"{split} target")
-            if len(src) != len(tgt):
-                raise AtnatError(f"{split}: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; "
-                                 "parallel files need equal line counts")
-            limit = o.max_train if split == "train" else o.max_eval
-            splits[split] = (src[:limit], tgt[:limit]) if limit else (src, tgt)
-        train_src, train_tgt = splits["train"]
-        tok = SentencePieceTokenizer.train(train_src + train_tgt, vocab_size=o.vocab_size, cache_dir=self.cache_dir,
-                                           what=f"train split ({self.path('train', 'src')}, {self.path('train', 'tgt')})")
-        return TaskData(splits, tok, bleu_tokenize="13a", lang=o.tgt)
+        for split in ("valid", "test"):
+            splits[split] = self._read(split, o.max_eval)
+        train = (SideText(path=self.path("train", "src"), limit=o.max_train, what="train source"),
+                 SideText(path=self.path("train", "tgt"), limit=o.max_train, what="train target"))
+        tok = self._tokenizer(*train)
+        texts = {"train": train}
+        return TaskData(LazySplits(splits, {"train": lambda: self._read("train", o.max_train)}), tok,
+                        bleu_tokenize="13a", lang=o.tgt, texts=texts)
+
+    def _read(self, split: str, limit: int | None) -> tuple[list[str], list[str]]:
+        src_path, tgt_path = self.path(split, "src"), self.path(split, "tgt")
+        src = read_lines(src_path, f"{split} source")
+        tgt = read_lines(tgt_path, f"{split} target")
+        if len(src) != len(tgt):
+            raise AtnatError(f"{split}: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; "
+                             "parallel files need equal line counts")
+        return (src[:limit], tgt[:limit]) if limit else (src, tgt)
+
+    def _tokenizer(self, src: SideText, tgt: SideText) -> SentencePieceTokenizer:
+        """The joint sentencepiece model of the training split: learned from all its pairs, or from a seeded
+        sample of `tokenizer_sample` pairs where it has more; cached, and found again from the files'
+        sha256 (a memo in the cache names the model) without reading the split."""
+        o = self.options
+        (src_sha, n_src), (tgt_sha, n_tgt) = src.digest(), tgt.digest()
+        if n_src != n_tgt:
+            raise AtnatError(f"train: {src.path} has {n_src} lines but {tgt.path} has {n_tgt}; parallel files "
+                             "need equal line counts")
+        what = f"train split ({src.path}, {tgt.path})"
+        settings = {"src": src_sha, "tgt": tgt_sha, "vocab_size": o.vocab_size, "sample": min(o.tokenizer_sample, n_src),
+                    "seed": TOKENIZER_SAMPLE_SEED}
+        memo = self.cache_dir / f"corpus-{hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]}.json"
+        model = _memo_model(memo, self.cache_dir)
+        if model is not None:
+            cached = SentencePieceTokenizer._cached(model)
+            if cached is not None:
+                return cached
+        if n_src <= o.tokenizer_sample:
+            lines = [*src, *tgt]
+        else:
+            chosen = set(random.Random(TOKENIZER_SAMPLE_SEED).sample(range(n_src), o.tokenizer_sample))
+            lines = [line for side in (src, tgt) for i, line in enumerate(side) if i in chosen]
+            print(f"atnat: the sentencepiece vocabulary is learned from a seeded sample of {o.tokenizer_sample:,} of "
+                  f"the {n_src:,} training pairs (task.tokenizer_sample)", file=sys.stderr)
+        tok = SentencePieceTokenizer.train(lines, vocab_size=o.vocab_size, cache_dir=self.cache_dir, what=what)
+        write_json_atomic(memo, {"model": tok.cache_path.name, **settings})
+        return tok
+
+
+TOKENIZER_SAMPLE_SEED = 0
+
+
+def _memo_model(memo: Path, cache_dir: Path) -> Path | None:
+    """The cached model a memo names, or None; a memo is only a name: the model it names is verified
+    (sha256) when loaded, and a name that is not a cached model's is ignored."""
+    try:
+        name = json.loads(memo.read_text(encoding="utf-8"))["model"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return cache_dir / name if isinstance(name, str) and re.fullmatch(r"spm-[0-9a-f]{16}\.model", name) else None

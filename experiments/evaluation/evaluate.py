@@ -22,6 +22,7 @@ from atnat.decoding.base import STRATEGIES
 from atnat.experiments.config.run import RunConfig, extra_test_split
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.data.batching import encode_split
+from atnat.experiments.data.prepared import prepared_split
 from atnat.experiments.data.tasks import TaskData
 from atnat.experiments.evaluation.assemble import build_strategy, validation_search
 from atnat.experiments.evaluation.decode import decode_split
@@ -67,8 +68,7 @@ def sample_rows(label: str, sources: list[str], references: list[str], hypothese
 def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Path, *,
              teacher: Seq2SeqModule | None = None, n_samples: int = SAMPLES_PER_STRATEGY) -> EvalResult:
     """Decode cfg.eval.split with every strategy of the run; score it; write hyps and references."""
-    src, tgt = task.splits[cfg.eval.split]
-    split = encode_split(task.tokenizer, src, tgt, name=cfg.eval.split, max_len=cfg.train.max_len)
+    split = prepared_split(task, cfg.eval.split, max_len=cfg.train.max_len)
     refs_txt = task.references(cfg.eval.split)  # raw references: BLEU on detokenised text (sacrebleu default)
     refs_ids = [split.tgt] + [[task.tokenizer.encode(r)[: cfg.train.max_len] for r in stream]
                               for stream in refs_txt[1:]]
@@ -95,7 +95,7 @@ def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Pat
                                         .assign(strategy=label))
         if decoded.history:
             curves["iterations"].append(iteration_bleu(decoded.history, refs_txt, task).assign(strategy=label))
-        samples += sample_rows(label, src, refs_txt[0], hyp_txt, n_samples)
+        samples += sample_rows(label, task.splits[cfg.eval.split][0], refs_txt[0], hyp_txt, n_samples)
     frames = {k: pd.concat(v, ignore_index=True) for k, v in curves.items() if v}
     frames.update(run_probes(module, split, free_running=first, strategy=rows[0]["strategy"]))
     extra = [score for name in cfg.eval.extra_tests
@@ -141,8 +141,7 @@ def validation_bleu(module: Seq2SeqModule, task: TaskData, cfg: RunConfig) -> fl
     """BLEU on the validation split of the weights being evaluated (e.g. the average of several
     checkpoints), decoded as validation decodes during training (greedy / one pass): comparable with
     the validation curve, so the effect of averaging is visible before any test number."""
-    src, tgt = task.splits["valid"]
-    split = encode_split(task.tokenizer, src, tgt, name="valid", max_len=cfg.train.max_len)
+    split = prepared_split(task, "valid", max_len=cfg.train.max_len)
     decoded = decode_split(module, split, validation_search(module.decoder), max_tokens=cfg.eval.max_tokens)
     hyps = [task.tokenizer.decode(h) for h in decoded.hyps]
     return sacrebleu.corpus_bleu(hyps, task.references("valid"), tokenize=task.bleu_tokenize).score

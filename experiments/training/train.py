@@ -22,7 +22,8 @@ from atnat.experiments.config.plugins import named_plugins
 from atnat.experiments.config.precision import resolve_precision
 from atnat.experiments.config.run import RunConfig, load_task, named
 from atnat.experiments.config.settings import resolved, settings_change
-from atnat.experiments.data.batching import EncodedSplit, check_budget, encode_split, make_loader
+from atnat.experiments.data.batching import check_budget, make_loader
+from atnat.experiments.data.prepared import PreparedSplit, prepared_split
 from atnat.experiments.data.tasks import TaskData
 from atnat.experiments.evaluation.assemble import validation_search
 from atnat.experiments.files import write_json_atomic
@@ -45,24 +46,27 @@ from atnat.models.seq2seq import Seq2SeqModule
 
 @dataclass
 class PreparedData:
-    """A task's sentences, tokenizer and encoded splits."""
+    """A task's sentences, tokenizer and prepared splits."""
 
     task: TaskData
-    encoded: dict[str, EncodedSplit]
+    encoded: dict[str, PreparedSplit]
 
 
 def prepare_data(cfg: RunConfig, task: TaskData | None = None,
                  train_targets: list[str] | None = None) -> PreparedData:
-    """Load and encode all splits; `train_targets` replaces the training targets (distillation)."""
+    """Every split prepared (encoded once into the cache of memory-mapped splits, then mapped);
+    `train_targets` replaces the training targets (distillation)."""
     task = task or load_task(cfg)
     encoded = {}
-    for split, (src, tgt) in task.splits.items():
+    for split in task.splits:
+        targets = None
         if split == "train" and train_targets is not None:
-            if len(train_targets) != len(src):
-                raise AtnatError(f"distilled targets: {len(train_targets)} lines for {len(src)} training sources")
-            tgt = train_targets
-        encoded[split] = encode_split(task.tokenizer, src, tgt, name=split, max_len=cfg.train.max_len,
-                                      drop_long=split == "train")
+            sources = task.side_texts("train")[0].digest()[1]
+            if len(train_targets) != sources:
+                raise AtnatError(f"distilled targets: {len(train_targets)} lines for {sources} training sources")
+            targets = train_targets
+        encoded[split] = prepared_split(task, split, max_len=cfg.train.max_len, drop_long=split == "train",
+                                        targets=targets)
         budget, setting = (cfg.train.max_tokens, "train.max_tokens") if split == "train" \
             else (cfg.eval.max_tokens, "eval.max_tokens")
         check_budget(encoded[split], budget, setting=setting, name=split)  # refused before anything trains

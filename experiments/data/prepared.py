@@ -1,0 +1,326 @@
+"""Prepared splits: a split's token ids encoded once, kept on disk as memory-mapped arrays, mapped by every
+process that needs them (cells, workers, timing, evaluate).
+
+An entry of the cache (`$ATNAT_CACHE/prepared/<key>/`, the key a sha256 of both sides' text and the
+tokenizer) holds, per side, the ids of all sentences back to back (`src.ids`, uint16 where the
+vocabulary allows, else uint32) and their lengths (`src.lengths`, uint32), and `meta.json` with the
+sha256 of each file. It is written into a temporary folder and renamed into place (a kill leaves no
+entry), and verified whenever it is opened: a damaged or partial entry is set aside and encoded again.
+
+`PreparedSplit` is the view a run trains and decodes on: pairs longer than `train.max_len` dropped
+(training) or cut (evaluation), batches built from the lengths arrays, and `__getitems__` padding a
+whole batch from the mapped ids at once, without a Python object per sentence.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from itertools import islice
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from filelock import FileLock
+
+from atnat.core.errors import AtnatError
+from atnat.experiments.data.tokenize import SPECIAL
+from atnat.experiments.files import check_readable
+from atnat.models.batch import Batch
+
+FORMAT = 1
+CHUNK = 50_000  # pairs encoded at a time: memory stays bounded whatever the corpus size
+SIDES = ("src", "tgt")
+
+
+class SideText:
+    """One side of a split: a UTF-8 text file (its first `limit` lines), or lines in memory."""
+
+    def __init__(self, *, path: Path | str | None = None, lines: Sequence[str] | None = None,
+                 limit: int | None = None, what: str = "text"):
+        if (path is None) == (lines is None):
+            raise ValueError("SideText needs a path or lines")
+        self.path, self.lines, self.limit, self.what = (Path(path) if path is not None else None), lines, limit, what
+        self._digest: tuple[str, int] | None = None
+
+    def digest(self) -> tuple[str, int]:
+        """(sha256 of the text used, its number of lines); a file is hashed up to its `limit`-th line."""
+        if self._digest is None:
+            if self.path is None:
+                used = self.lines[: self.limit] if self.limit else self.lines
+                self._digest = hashlib.sha256("\n".join(used).encode("utf-8")).hexdigest(), len(used)
+            else:
+                self._digest = _file_digest(check_readable(self.path, self.what), self.limit)
+                if self._digest[1] == 0:
+                    raise AtnatError(f"{self.what}: {self.path} is empty")
+        return self._digest
+
+    def __iter__(self) -> Iterator[str]:
+        """The lines, as `read_lines` gives them (split on newlines, a trailing carriage return cut)."""
+        if self.path is None:
+            yield from (self.lines[: self.limit] if self.limit else self.lines)
+            return
+        with open(self.path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                if self.limit and number > self.limit:
+                    return
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise AtnatError(f"{self.what}: {self.path} line {number} is not valid UTF-8 ({err.reason}); "
+                                     "save it as UTF-8") from None
+                yield line[:-1].rstrip("\r") if line.endswith("\n") else line.rstrip("\r")
+
+
+def _file_digest(path: Path, limit: int | None) -> tuple[str, int]:
+    digest, lines, last = hashlib.sha256(), 0, b"\n"
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            count = block.count(b"\n")
+            if limit is not None and lines + count >= limit:
+                end = -1
+                for _ in range(limit - lines):
+                    end = block.index(b"\n", end + 1)
+                digest.update(block[: end + 1])
+                return digest.hexdigest(), limit
+            digest.update(block)
+            lines, last = lines + count, block[-1:]
+    return digest.hexdigest(), lines + (last != b"\n")  # a last line without a newline counts
+
+
+def tokenizer_digest(tokenizer) -> str:
+    state = tokenizer.to_state()
+    body = state["model_proto"] if state["kind"] == "sentencepiece" else json.dumps(state, sort_keys=True).encode()
+    return hashlib.sha256(body).hexdigest()
+
+
+class Arrays:
+    """A cache entry's arrays, mapped read-only: ids and lengths per side, offsets computed."""
+
+    def __init__(self, folder: Path, meta: dict):
+        self.folder, self.meta, self.n = folder, meta, int(meta["pairs"])
+        dtype = np.dtype(meta["dtype"])
+        for side in SIDES:
+            lengths = np.fromfile(folder / f"{side}.lengths", dtype=np.uint32).astype(np.int64)
+            offsets = np.zeros(self.n + 1, dtype=np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            ids = np.memmap(folder / f"{side}.ids", dtype=dtype, mode="r") if offsets[-1] else np.zeros(0, dtype)
+            setattr(self, f"{side}_lengths", lengths)
+            setattr(self, f"{side}_offsets", offsets)
+            setattr(self, f"{side}_ids", ids)
+
+
+def prepare(src: SideText, tgt: SideText, tokenizer, *, name: str, cache_dir: Path, threads: int = 1,
+            on_chunk: Callable[[int, int], None] | None = None) -> Arrays:
+    """The split's arrays from the cache, encoded into it first where absent (or damaged).
+    `on_chunk(done, total)` follows the encoding."""
+    (src_sha, n_src), (tgt_sha, n_tgt) = src.digest(), tgt.digest()
+    if n_src != n_tgt:
+        raise AtnatError(f"split {name!r}: {src.path or 'the sources'} has {n_src} lines but "
+                         f"{tgt.path or 'the targets'} has {n_tgt}; parallel files need equal line counts")
+    key = hashlib.sha256(json.dumps({"format": FORMAT, "src": src_sha, "tgt": tgt_sha,
+                                     "tokenizer": tokenizer_digest(tokenizer)}).encode()).hexdigest()[:24]
+    root = cache_dir / "prepared"
+    root.mkdir(parents=True, exist_ok=True)
+    folder = root / key
+    with FileLock(root / f"{key}.lock"):  # workers that start at once: one encodes, the others map it
+        arrays = _open(folder)
+        if arrays is None:
+            _encode(folder, src, tgt, tokenizer, n_src, name=name, threads=threads, on_chunk=on_chunk)
+            arrays = _open(folder)
+            if arrays is None:
+                raise AtnatError(f"split {name!r}: the prepared arrays written to {folder} do not verify")
+    return arrays
+
+
+def _open(folder: Path) -> Arrays | None:
+    """The verified entry, or None where there is none; a damaged one is set aside with a message."""
+    if not folder.exists():
+        return None
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("dtype") not in ("uint16", "uint32"):
+            raise ValueError("meta.json is not this version's")
+        files = meta["files"]
+        for file in (f"{side}.{part}" for side in SIDES for part in ("ids", "lengths")):
+            path = folder / file
+            if path.stat().st_size != int(files[file]["bytes"]):
+                raise ValueError(f"{file} has {path.stat().st_size} bytes, {files[file]['bytes']} were written")
+            if _sha256(path) != files[file]["sha256"]:
+                raise ValueError(f"{file} does not match the sha256 recorded when it was written")
+        arrays = Arrays(folder, meta)
+        itemsize = np.dtype(meta["dtype"]).itemsize
+        for side in SIDES:
+            if len(getattr(arrays, f"{side}_lengths")) != arrays.n or \
+                    getattr(arrays, f"{side}_offsets")[-1] * itemsize != int(files[f"{side}.ids"]["bytes"]):
+                raise ValueError(f"{side}: the lengths do not add up to the ids")
+        return arrays
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        aside = folder.with_name(f"{folder.name}.damaged-{time.time_ns()}")
+        os.replace(folder, aside)
+        print(f"atnat: the prepared split {folder} is damaged ({err}); set aside as {aside.name} and encoded again",
+              file=sys.stderr)
+        return None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _encode(folder: Path, src: SideText, tgt: SideText, tokenizer, total: int, *, name: str, threads: int,
+            on_chunk) -> None:
+    dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32)
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        outs = {f"{side}.{part}": open(tmp / f"{side}.{part}", "wb") for side in SIDES for part in ("ids", "lengths")}
+        done = 0
+        try:
+            for chunk_src, chunk_tgt in _chunks(src, tgt, name):
+                for side, lines in (("src", chunk_src), ("tgt", chunk_tgt)):
+                    encoded = encode_lines(tokenizer, lines, threads)
+                    lengths = np.fromiter(map(len, encoded), dtype=np.uint32, count=len(encoded))
+                    ids = np.fromiter((i for seq in encoded for i in seq), dtype=dtype, count=int(lengths.sum()))
+                    outs[f"{side}.ids"].write(ids.tobytes())
+                    outs[f"{side}.lengths"].write(lengths.tobytes())
+                done += len(chunk_src)
+                if on_chunk:
+                    on_chunk(done, total)
+        finally:
+            for f in outs.values():
+                f.close()
+        if done != total:
+            raise AtnatError(f"split {name!r}: read {done} pairs where {total} lines were counted; a file changed "
+                             "while it was read")
+        files = {file: {"bytes": (tmp / file).stat().st_size, "sha256": _sha256(tmp / file)} for file in outs}
+        meta = {"format": FORMAT, "pairs": done, "dtype": dtype.name, "split": name, "files": files,
+                "vocab_size": tokenizer.vocab_size}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        for file in tmp.iterdir():
+            with open(file, "rb") as f:
+                os.fsync(f.fileno())
+        if folder.exists():  # set aside by _open, or left by a kill between rename and lock release
+            shutil.rmtree(folder)
+        os.rename(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def encode_lines(tokenizer, lines: list[str], threads: int = 1) -> list[list[int]]:
+    batch = getattr(tokenizer, "encode_batch", None)
+    return batch(lines, threads) if batch else [tokenizer.encode(line) for line in lines]
+
+
+def _chunks(src: SideText, tgt: SideText, name: str) -> Iterator[tuple[list[str], list[str]]]:
+    a, b = iter(src), iter(tgt)
+    while True:
+        chunk_src = list(islice(a, CHUNK))
+        chunk_tgt = list(islice(b, len(chunk_src))) if chunk_src else []
+        if len(chunk_tgt) != len(chunk_src) or (not chunk_src and next(b, None) is not None):
+            raise AtnatError(f"split {name!r}: the source and target sides have different numbers of lines")
+        if not chunk_src:
+            return
+        yield chunk_src, chunk_tgt
+
+
+class _Side(Sequence):
+    """One side of a PreparedSplit as a sequence of id lists (what the probes and metrics read)."""
+
+    def __init__(self, split: "PreparedSplit", side: str):
+        self.split, self.side = split, side
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self.split.ids(self.side, i)
+
+
+class PreparedSplit:
+    """A split to train or decode on, over mapped arrays: index i is the i-th pair kept (its id in
+    `Batch.ids`), pairs longer than `max_len` dropped (`drop_long`, training) or cut to it."""
+
+    def __init__(self, arrays: Arrays, *, name: str, max_len: int | None = None, drop_long: bool = False):
+        from atnat.experiments.data.batching import say_once
+
+        self.arrays, self.name, self.max_len = arrays, name, max_len
+        src_len, tgt_len = arrays.src_lengths, arrays.tgt_lengths
+        self.index = None
+        if max_len is not None and drop_long:
+            long = (src_len > max_len) | (tgt_len > max_len)
+            self.index = np.flatnonzero(~long & (src_len > 0) & (tgt_len > 0))
+            say_once(f"split {name!r}: {int(long.sum())} of {arrays.n} pairs longer than max_len={max_len} tokens on "
+                     "a side were left out (train.max_len)", int(long.sum()))
+        elif max_len is not None:
+            long = int((src_len > max_len).sum())
+            say_once(f"split {name!r}: {long} of {arrays.n} sources longer than max_len={max_len} tokens were cut to "
+                     "it (train.max_len); their outputs see only the cut source", long)
+        if len(self) == 0:
+            raise AtnatError(f"split {name!r} has no usable sentence pairs: all {arrays.n} are empty on one side"
+                             + (f" or longer than max_len={max_len} tokens" if max_len else ""))
+        chosen = self.index if self.index is not None else slice(None)
+        cut = max_len if max_len is not None else np.iinfo(np.int64).max
+        self.src_lengths = np.minimum(src_len[chosen], cut)
+        self.tgt_lengths = np.minimum(tgt_len[chosen], cut)
+        self.src, self.tgt = _Side(self, "src"), _Side(self, "tgt")
+
+    def __len__(self) -> int:
+        return self.arrays.n if self.index is None else len(self.index)
+
+    def _rows(self, i):
+        return i if self.index is None else self.index[i]
+
+    def ids(self, side: str, i: int) -> list[int]:
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        row = int(self._rows(i % len(self)))
+        start = int(getattr(self.arrays, f"{side}_offsets")[row])
+        length = int(getattr(self, f"{side}_lengths")[i])
+        return getattr(self.arrays, f"{side}_ids")[start: start + length].astype(np.int64).tolist()
+
+    def __getitem__(self, i: int) -> tuple[int, list[int], list[int]]:
+        return i, self.ids("src", i), self.ids("tgt", i)
+
+    def __getitems__(self, indices: list[int]) -> Batch:
+        """A whole batch, padded from the mapped ids in a few array operations (the DataLoader calls this
+        instead of one __getitem__ per sentence; `collate` passes the Batch through)."""
+        chosen = np.asarray(indices, dtype=np.int64)
+        rows = self._rows(chosen)
+        src, src_lengths = self._pad("src", rows, self.src_lengths[chosen])
+        tgt, tgt_lengths = self._pad("tgt", rows, self.tgt_lengths[chosen])
+        return Batch(src, tgt, torch.from_numpy(np.maximum(src_lengths, 1)), torch.from_numpy(tgt_lengths),
+                     torch.from_numpy(chosen))
+
+    def _pad(self, side: str, rows: np.ndarray, lengths: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+        width = max(int(lengths.max()), 1)
+        starts = getattr(self.arrays, f"{side}_offsets")[rows]
+        columns = np.arange(width)
+        inside = columns[None, :] < lengths[:, None]
+        out = np.full((len(rows), width), SPECIAL.pad, dtype=np.int64)
+        out[inside] = getattr(self.arrays, f"{side}_ids")[(starts[:, None] + columns[None, :])[inside]]
+        return torch.from_numpy(out), lengths.astype(np.int64)
+
+
+def prepared_split(task, split: str, *, max_len: int | None, drop_long: bool = False,
+                   targets: Sequence[str] | None = None, threads: int = 1,
+                   on_chunk: Callable[[int, int], None] | None = None) -> PreparedSplit:
+    """Split `split` of a loaded task (TaskData), from the cache of prepared splits (encoded into it on first
+    use); `targets` replace its targets (a teacher's distilled outputs)."""
+    from atnat.experiments.data.tokenize import CACHE_DIR
+
+    src, tgt = task.side_texts(split)
+    if targets is not None:
+        tgt = SideText(lines=targets, what=f"{split} distilled targets")
+    arrays = prepare(src, tgt, task.tokenizer, name=split, cache_dir=CACHE_DIR, threads=threads, on_chunk=on_chunk)
+    return PreparedSplit(arrays, name=split, max_len=max_len, drop_long=drop_long)

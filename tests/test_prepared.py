@@ -1,0 +1,169 @@
+"""Prepared splits: encoded once into memory-mapped arrays, verified on open, the same tokens and batches as
+encoding in memory; the sentencepiece vocabulary learned from a seeded sample of a large training split."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from atnat.core.errors import AtnatError
+from atnat.experiments.data import prepared as prep
+from atnat.experiments.data.batching import TokenBudgetSampler, collate, encode_split
+from atnat.experiments.data.prepared import PreparedSplit, SideText, prepare
+from atnat.experiments.data.tasks import ParallelOptions, ParallelTask
+from atnat.experiments.data.tokenize import CACHE_DIR, SentencePieceTokenizer, SymbolTokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+WORDS = [f"w{i}" for i in range(50)]
+
+
+def corpus(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    rng = random.Random(seed)
+    src = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 30))) for _ in range(n)]
+    return src, [" ".join(reversed(s.split())) + (" w1" * rng.randint(0, 3)) for s in src]
+
+
+def reference_batches(sizes: list[int], max_tokens: int, rng: random.Random | None) -> list[list[int]]:
+    """The token-budget batching as it was written over Python lists, before the lengths arrays."""
+    noise = [rng.random() if rng else 0.0 for _ in sizes]
+    order = sorted(range(len(sizes)), key=lambda i: (sizes[i] + noise[i], i))
+    batches, cur, longest = [], [], 0
+    for i in order:
+        longest_new = max(longest, sizes[i])
+        if cur and longest_new * (len(cur) + 1) > max_tokens:
+            batches.append(cur)
+            cur, longest_new = [], sizes[i]
+        cur.append(i)
+        longest = longest_new
+    if cur:
+        batches.append(cur)
+    if rng:
+        rng.shuffle(batches)
+    return batches
+
+
+def test_a_prepared_split_holds_the_same_tokens_batches_and_padding_as_one_encoded_in_memory(tmp_path):
+    src, tgt = corpus(3000)
+    tok = SymbolTokenizer(WORDS)
+    arrays = prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path)
+    for max_len, drop in ((None, False), (12, True), (12, False)):
+        ours = PreparedSplit(arrays, name="train", max_len=max_len, drop_long=drop)
+        theirs = encode_split(tok, src, tgt, name="train", max_len=max_len, drop_long=drop)
+        assert len(ours) == len(theirs)
+        assert list(ours.src) == theirs.src and list(ours.tgt) == theirs.tgt
+        assert ours.src_lengths.tolist() == [len(s) for s in theirs.src]
+        for shuffle in (False, True):
+            sampler = TokenBudgetSampler(ours, 200, shuffle=shuffle, seed=3)
+            sampler.set_epoch(2)
+            sizes = [max(len(s), len(t) + 1) for s, t in zip(theirs.src, theirs.tgt)]
+            expected = reference_batches(sizes, 200, random.Random(5) if shuffle else None)
+            assert list(sampler) == expected and len(sampler) == len(expected)
+        for batch in expected[:20]:
+            a, b = ours.__getitems__(batch), collate([theirs[i] for i in batch])
+            for field in ("src", "tgt", "src_lengths", "tgt_lengths", "ids"):
+                assert torch.equal(getattr(a, field), getattr(b, field)), field
+
+
+def test_the_cache_is_encoded_once_verified_on_open_and_a_damaged_entry_encoded_again(tmp_path, monkeypatch, capsys):
+    src, tgt = corpus(500)
+    tok = SymbolTokenizer(WORDS)
+    calls = []
+    real = prep.encode_lines
+    monkeypatch.setattr(prep, "encode_lines", lambda *a: calls.append(1) or real(*a))
+    first = prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path)
+    encoded = len(calls)
+    assert encoded and first.meta["dtype"] == "uint16"
+    again = prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path)
+    assert len(calls) == encoded  # mapped, not encoded again
+    ids, before = first.folder / "tgt.ids", np.array(again.tgt_ids)
+    data = bytearray(ids.read_bytes())
+    data[7] ^= 1  # one bit flipped in place: same size, other contents
+    ids.write_bytes(bytes(data))
+    healed = prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path)
+    assert len(calls) == 2 * encoded
+    assert "is damaged (tgt.ids does not match the sha256 recorded when it was written)" in capsys.readouterr().err
+    assert np.array_equal(healed.tgt_ids, before)
+    (healed.folder / "meta.json").unlink()  # a partial entry (no record of what was written)
+    prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path)
+    assert len(calls) == 3 * encoded
+    changed = prepare(SideText(lines=src), SideText(lines=tgt[:-1] + ["w3"]), tok, name="train", cache_dir=tmp_path)
+    assert changed.folder != first.folder and changed.n == 500
+
+
+def test_files_are_streamed_like_read_lines_and_bad_files_named(tmp_path):
+    (tmp_path / "a.en").write_bytes(b"w1 w2\r\nw3\n\nw4 w5 w6")  # CRLF, an empty line, no final newline
+    (tmp_path / "a.de").write_bytes(b"w2 w1\nw3\nw9\nw6 w5 w4\n")
+    (tmp_path / "short.de").write_bytes(b"w2 w1\nw3\n")
+    (tmp_path / "bad.de").write_bytes(b"w2 w1\n\xff\nw9\nw6\n")
+    side = SideText(path=tmp_path / "a.en", what="train source")
+    assert list(side) == ["w1 w2", "w3", "", "w4 w5 w6"] and side.digest()[1] == 4
+    limited = SideText(path=tmp_path / "a.de", limit=2)
+    assert list(limited) == ["w2 w1", "w3"] and limited.digest()[1] == 2
+    assert limited.digest()[0] != SideText(path=tmp_path / "a.de").digest()[0]
+    tok = SymbolTokenizer(WORDS)
+    arrays = prepare(side, SideText(path=tmp_path / "a.de"), tok, name="train", cache_dir=tmp_path / "c")
+    assert list(PreparedSplit(arrays, name="train").tgt) == [tok.encode(t) for t in ["w2 w1", "w3", "w9", "w6 w5 w4"]]
+    with pytest.raises(AtnatError, match=r"a.en has 4 lines but .*short.de has 2"):
+        prepare(side, SideText(path=tmp_path / "short.de"), tok, name="train", cache_dir=tmp_path / "c")
+    with pytest.raises(AtnatError, match=r"bad.de line 2 is not valid UTF-8"):
+        prepare(side, SideText(path=tmp_path / "bad.de", what="train target"), tok, name="train",
+                cache_dir=tmp_path / "c")
+    with pytest.raises(AtnatError, match="missing.de does not exist"):
+        SideText(path=tmp_path / "missing.de", what="train target").digest()
+
+
+def test_the_vocabulary_of_a_large_split_is_learned_from_a_seeded_sample_and_found_again_without_reading_it(
+        tmp_path, monkeypatch, capsys):
+    src, tgt = corpus(4000, seed=1)
+    (tmp_path / "train.en").write_text("\n".join(src) + "\n")
+    (tmp_path / "train.de").write_text("\n".join(tgt) + "\n")
+    for split in ("val", "test2016"):
+        (tmp_path / f"{split}.en").write_text("w1 w2\n")
+        (tmp_path / f"{split}.de").write_text("w2 w1\n")
+    options = ParallelOptions(data_dir=str(tmp_path), vocab_size=60, tokenizer_sample=1000)
+    task = ParallelTask(options, cache_dir=tmp_path / "spm").load()
+    assert "seeded sample of 1,000 of the 4,000 training pairs (task.tokenizer_sample)" in capsys.readouterr().err
+    whole = ParallelTask(ParallelOptions(data_dir=str(tmp_path), vocab_size=60), cache_dir=tmp_path / "spm").load()
+    assert task.tokenizer.proto != whole.tokenizer.proto  # learned from other lines
+
+    def unread(self):
+        raise AssertionError("the training text was read")
+    monkeypatch.setattr(SideText, "__iter__", unread)
+    again = ParallelTask(options, cache_dir=tmp_path / "spm").load()  # the memo names the cached model
+    assert again.tokenizer.proto == task.tokenizer.proto
+    assert isinstance(again.tokenizer, SentencePieceTokenizer)
+
+
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason="../shared/data/multi30k is not beside this checkout")
+def test_multi30k_prepared_gives_the_tokens_of_encoding_line_by_line(tmp_path):
+    task = ParallelTask(ParallelOptions(data_dir=str(MULTI30K)), cache_dir=CACHE_DIR / "spm").load()  # cached model
+    src, tgt = task.splits["train"]
+    arrays = prepare(*task.side_texts("train"), task.tokenizer, name="train", cache_dir=tmp_path)
+    split = PreparedSplit(arrays, name="train", max_len=100, drop_long=True)
+    theirs = encode_split(task.tokenizer, src, tgt, name="train", max_len=100, drop_long=True)
+    assert list(split.src) == theirs.src and list(split.tgt) == theirs.tgt
+
+
+def test_atnat_data_prepare_encodes_a_grids_tasks_once_and_runs_then_map_them(tmp_path, monkeypatch):
+    from tests.test_grid import write_grid
+
+    from atnat.experiments.config.run import load_task
+    from atnat.experiments.data.prepare_command import configs_of, prepare_configs
+    from atnat.experiments.training.train import prepare_data
+
+    monkeypatch.setattr("atnat.experiments.data.tokenize.CACHE_DIR", tmp_path / "cache")
+    grid = write_grid(tmp_path)
+    lines = []
+    rows = prepare_configs(grid, threads=1, log=lines.append)
+    assert [r["split"] for r in rows] == ["train", "valid", "test"]  # one task, shared by every cell
+    assert any("train: " in line and "pairs encoded" in line for line in lines)
+    calls = []
+    monkeypatch.setattr(prep, "encode_lines", lambda *a: calls.append(1))
+    cfg = configs_of(grid)[0]
+    data = prepare_data(cfg, load_task(cfg))
+    assert not calls  # mapped from the cache, nothing encoded again
+    assert str(data.encoded["train"].arrays.folder) == rows[0]["folder"]
