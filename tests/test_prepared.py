@@ -149,11 +149,10 @@ def test_multi30k_prepared_gives_the_tokens_of_encoding_line_by_line(tmp_path):
 
 
 def test_atnat_data_prepare_encodes_a_grids_tasks_once_and_runs_then_map_them(tmp_path, monkeypatch):
-    from tests.test_grid import write_grid
-
     from atnat.experiments.config.run import load_task
-    from atnat.experiments.data.prepare_command import configs_of, prepare_configs
+    from atnat.experiments.running.data_prepare import configs_of, prepare_configs
     from atnat.experiments.training.train import prepare_data
+    from tests.test_grid import write_grid
 
     monkeypatch.setattr("atnat.experiments.data.tokenize.CACHE_DIR", tmp_path / "cache")
     grid = write_grid(tmp_path)

@@ -386,7 +386,7 @@ def cmd_bench(args) -> None:
 
 
 def cmd_data_prepare(args) -> None:
-    from atnat.experiments.data.prepare_command import prepare_configs  # lazy: start-up
+    from atnat.experiments.running.data_prepare import prepare_configs  # lazy: start-up
 
     rows = prepare_configs(Path(args.config), threads=args.threads, log=lambda line: print(line, file=sys.stderr))
     print(f"{len(rows)} splits prepared ({sum(r['pairs'] for r in rows):,} pairs); runs of {args.config} map them")

@@ -2,19 +2,15 @@
 from __future__ import annotations
 
 import random
-import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch.utils.data import Sampler
 
 from atnat.core.errors import AtnatError
+from atnat.experiments.data.prepared import PreparedSplit, say_once
 from atnat.experiments.data.tokenize import SPECIAL
-
-if TYPE_CHECKING:
-    from atnat.experiments.data.prepared import PreparedSplit
 from atnat.models.batch import Batch
 
 
@@ -63,14 +59,6 @@ def encode_split(tokenizer, sources: list[str], targets: list[str], *, name: str
     return EncodedSplit(src, tgt)
 
 
-_SAID: set[str] = set()
-
-
-def say_once(text: str, count: int) -> None:
-    """A note on stderr when `count` > 0, once per process (a split is encoded again by later phases)."""
-    if count and text not in _SAID:
-        _SAID.add(text)
-        print(f"atnat: {text}", file=sys.stderr)
 
 
 def check_budget(split: EncodedSplit | PreparedSplit, max_tokens: int, *, setting: str, name: str) -> None:

@@ -37,6 +37,16 @@ CHUNK = 50_000  # pairs encoded at a time: memory stays bounded whatever the cor
 SIDES = ("src", "tgt")
 
 
+_SAID: set[str] = set()
+
+
+def say_once(text: str, count: int) -> None:
+    """A note on stderr when `count` > 0, once per process (a split is encoded again by later phases)."""
+    if count and text not in _SAID:
+        _SAID.add(text)
+        print(f"atnat: {text}", file=sys.stderr)
+
+
 class SideText:
     """One side of a split: a UTF-8 text file (its first `limit` lines), or lines in memory."""
 
@@ -252,8 +262,6 @@ class PreparedSplit:
     `Batch.ids`), pairs longer than `max_len` dropped (`drop_long`, training) or cut to it."""
 
     def __init__(self, arrays: Arrays, *, name: str, max_len: int | None = None, drop_long: bool = False):
-        from atnat.experiments.data.batching import say_once
-
         self.arrays, self.name, self.max_len = arrays, name, max_len
         src_len, tgt_len = arrays.src_lengths, arrays.tgt_lengths
         self.index = None

@@ -289,6 +289,7 @@ class ParallelTask(Task):
         """Validation and test sentences read; the training split streamed from its files when encoded
         (and read whole only where a step needs its text, e.g. distillation)."""
         o = self.options
+        self.check_files()  # every file there and readable before any is read
         splits = {}
         for split in ("valid", "test"):
             splits[split] = self._read(split, o.max_eval)
