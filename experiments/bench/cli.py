@@ -34,6 +34,14 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
         p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
         p.add_argument("--tiny", action="store_true", help="tiny model, 1 repeat (tests)")
         p.add_argument("--warmup", type=int, help="untimed calls first (default 2; tiny 1)")
+    data = sub.add_parser("data", help=DATA_HELP, description=DATA_HELP[0].upper() + DATA_HELP[1:] + ".")
+    data.add_argument("--pairs", default="300000", help="comma-separated corpus sizes (default 300000)")
+    data.add_argument("--folder", default="bench-data", help="where the corpora, caches and runs go (default "
+                                                             "./bench-data; a corpus already there is kept)")
+    data.add_argument("--threads", type=int, default=2, help="encoding threads of the prepare phase (default 2)")
+    data.add_argument("--baseline-python", help="also run the train phase with this Python's atnat (an older "
+                                                "installation), on a cache of its own")
+    data.add_argument("--out", help="CSV to write")
     dec, tr, prof, cnt = (sub.choices[name] for name in ("decode", "train", "profile", "count"))
     cnt.add_argument("--systems", default="ours,ct2-f32", help="comma-separated rows as decode names them: ours, "
                      "ours-int8, ours-ENGINE, ours-int8-ENGINE, ct2-f32, ct2-int8 (default ours,ct2-f32)")
@@ -72,8 +80,21 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
                     int8_engine=None)
 
 
+DATA_HELP = ("what a corpus of N pairs costs: preparation time and memory, time to the first training step, "
+             "loader throughput (a synthetic corpus it writes)")
+
+
 def run(args: argparse.Namespace) -> None:
     """Run the parsed `atnat bench` command: print its table, write --out (and the sweep figure)."""
+    if args.what == "data":
+        from atnat.experiments.bench.data_bench import bench_data  # lazy: start-up
+
+        df = bench_data([int(p) for p in args.pairs.split(",") if p.strip()], Path(args.folder),
+                        baseline_python=args.baseline_python, threads=args.threads)
+        print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        if args.out:
+            write_csv(df, args.out)
+        return
     spec = make_spec(tiny=args.tiny, sweep=args.sweep, threads=args.threads, device=args.device,
                      warmup=args.warmup, repeats=args.repeats, hf=not args.no_hf, compile=args.compile,
                      ct2=not args.no_ct2, quantize=None if args.quantize == "none" else args.quantize,

@@ -95,6 +95,7 @@ class ProgressReporter(pl.Callback):
         self.run_dir, self.max_steps, self.max_time_s, self.every = Path(run_dir), max_steps, max_time_s, every
         self.stops_early = stops_early  # a plateau rule: the ETA to max_steps is a bound
         self.started, self.start_step = time.time(), 0
+        self._first_step_seen = False
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.started, self.start_step = time.time(), trainer.global_step
@@ -125,6 +126,9 @@ class ProgressReporter(pl.Callback):
         return max(self.max_time_s - max(before, 0.0), 0.0)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.is_global_zero and not self._first_step_seen:  # when the first step of this attempt ended
+            self._first_step_seen = True
+            write_progress(self.run_dir, first_step_at=time.time())
         if trainer.is_global_zero and trainer.global_step % self.every == 0:
             write_progress(self.run_dir, **self._state(trainer))
 
