@@ -392,6 +392,14 @@ def cmd_data_prepare(args) -> None:
     print(f"{len(rows)} splits prepared ({sum(r['pairs'] for r in rows):,} pairs); runs of {args.config} map them")
 
 
+def cmd_data_wmt14(args) -> None:
+    from atnat.experiments.data.wmt14 import download_wmt14  # lazy: start-up
+
+    files = download_wmt14(args.out_dir, base_url=args.base_url, sums_file=args.sha256,
+                           log=lambda line: print(line, file=sys.stderr))
+    print(f"{len(files)} WMT14 en-de files in {args.out_dir} (experiments/grids/wmt14-en-de.yaml reads them)")
+
+
 def cmd_data(args) -> None:
     from atnat.experiments.data.multi30k import download_multi30k  # lazy: start-up
 
@@ -599,6 +607,13 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("config", metavar="CONFIG", help="a run config or a grid file")
     d.add_argument("--threads", type=int, help="encoding threads (default: every core)")
     d.set_defaults(fn=cmd_data_prepare)
+    d = data.add_parser("wmt14-en-de", help="WMT14 English-German (4.5 M training pairs, newstest2013/2014) from the "
+                                            "Stanford NLP release, resumable, each file checked by its sha256")
+    d.add_argument("out_dir", metavar="DIR", help="folder to write the files to (whole files there are checked and kept)")
+    d.add_argument("--base-url", help="where the files are (default: $ATNAT_WMT14_URL, else the release)")
+    d.add_argument("--sha256", metavar="FILE", help="sha256sum-style sums to check the files against (default: "
+                                                    "DIR/SHA256SUMS, recorded by the first whole download)")
+    d.set_defaults(fn=cmd_data_wmt14)
     d = data.add_parser("multi30k", help="Multi30k (WMT16-17 multimodal task 1) from github.com/multi30k/dataset: "
                                          "{train,val,test2016,test2017}.{en,de,fr}, each checked by its sha256")
     d.add_argument("out_dir", metavar="DIR", help="folder to write the files to (files there that check are kept)")

@@ -1,0 +1,101 @@
+"""`atnat data wmt14-en-de DIR`: WMT14 English-German as most NMT and NAT papers train on it: the 4.5 M
+training pairs of the Stanford NLP group's release (Luong et al. 2015: Europarl v7, Common Crawl and News
+Commentary, Moses-tokenised), newstest2013 for validation and newstest2014 for testing.
+
+Files: `DIR/{train,newstest2013,newstest2014}.{en,de}`, as the release names them. Each is streamed into
+`NAME.part` and renamed into place once whole, so a stopped download resumes where it stopped (an HTTP
+range request; a server without ranges sends it again from the start). atnat does not pin the release's
+sha256 (it has not fetched it from a machine with network): the first whole download of each file is
+recorded in `DIR/SHA256SUMS`, every later run checks the files against it, and `--sha256 FILE` checks
+them against sums you trust instead. No distilled release is fetched: NAT papers' distilled WMT14 sets
+have no stable public address with published checksums; distil with the grid's teacher instead.
+"""
+from __future__ import annotations
+
+import http.client
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Callable
+
+from atnat.core.errors import AtnatError
+from atnat.experiments.files import sha256
+
+BASE_URL = "https://nlp.stanford.edu/projects/nmt/data/wmt14.en-de"
+URL_ENV = "ATNAT_WMT14_URL"  # another address of the same files (a mirror, a local copy)
+FILES = tuple(f"{split}.{lang}" for split in ("train", "newstest2013", "newstest2014") for lang in ("en", "de"))
+SUMS = "SHA256SUMS"
+BLOCK = 1 << 20
+
+
+def read_sums(path: Path) -> dict[str, str]:
+    """`sha256  name` lines (sha256sum's format) -> {name: sha256}; one error naming a bad line."""
+    sums = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 2 or len(parts[0]) != 64 or any(c not in "0123456789abcdef" for c in parts[0]):
+            raise AtnatError(f"{path} line {number}: expected '<sha256>  <file name>', got {line!r}")
+        sums[parts[1].lstrip("*")] = parts[0]
+    return sums
+
+
+def _stream(url: str, part: Path, timeout: float) -> None:
+    """Append the rest of `url` to `part` (a range request from its size; from the start where the
+    server ignores ranges)."""
+    have = part.stat().st_size if part.exists() else 0
+    request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310  (http(s) of a release)
+    except urllib.error.HTTPError as err:
+        if err.code == 416 and have:  # the range starts at the end: the part is whole
+            return
+        raise
+    with response:
+        mode = "ab" if have and response.status == 206 else "wb"
+        with open(part, mode) as f:
+            for block in iter(lambda: response.read(BLOCK), b""):
+                f.write(block)
+
+
+def download_wmt14(out_dir: str | Path, *, base_url: str | None = None, sums_file: str | Path | None = None,
+                   timeout: float = 60.0, log: Callable[[str], None] = print) -> list[Path]:
+    """Fetch every file of FILES into `out_dir` (resuming), check each against the trusted sums
+    (`sums_file`, else DIR/SHA256SUMS from an earlier run), record first downloads. -> the files."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise AtnatError(f"{out}: this is a file; give a folder for the WMT14 files")
+    out.mkdir(parents=True, exist_ok=True)
+    base = (base_url or os.environ.get(URL_ENV) or BASE_URL).rstrip("/")
+    recorded_path = out / SUMS
+    recorded = read_sums(recorded_path) if recorded_path.is_file() else {}
+    trusted = read_sums(Path(sums_file)) if sums_file else recorded
+    for name in FILES:
+        target, part = out / name, out / f"{name}.part"
+        if not target.is_file():
+            url = f"{base}/{name}"
+            log(f"{name}: downloading {url}" + (f" (resuming at {part.stat().st_size:,} bytes)" if part.exists() else ""))
+            try:
+                _stream(url, part, timeout)
+            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as err:
+                reason = getattr(err, "reason", None) or err
+                raise AtnatError(f"{name}: could not download {url} ({reason}); what was downloaded is kept: run the "
+                                 f"same command again to resume (another address: --base-url or ${URL_ENV})") from None
+            os.replace(part, target)
+        found = sha256(target)
+        expected = trusted.get(name)
+        if expected is not None and found != expected:
+            raise AtnatError(f"{target}: sha256 {found}, expected {expected} ("
+                             f"{sums_file or recorded_path}); move it aside and run the command again to fetch it anew")
+        if name not in recorded:
+            recorded[name] = found
+            text = "".join(f"{digest}  {file}\n" for file, digest in recorded.items())
+            tmp = recorded_path.with_suffix(".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, recorded_path)
+        log(f"{target}: {target.stat().st_size:,} bytes, sha256 {found[:16]}..."
+            + (" checks" if expected else f" recorded in {SUMS} (first download: not checked against a pinned sum)"))
+    return [out / name for name in FILES]
+

@@ -1,0 +1,98 @@
+"""`atnat data wmt14-en-de DIR`: served here from a local folder on the loopback address (small fake files
+under the release's names); a download resumes with a range request, first downloads are recorded in
+SHA256SUMS and checked on every later run."""
+import functools
+import hashlib
+import http.server
+import threading
+
+import pytest
+
+from atnat.core.errors import AtnatError
+from atnat.experiments.cli.commands import main
+from atnat.experiments.data.wmt14 import FILES, download_wmt14
+
+FAKE = {name: (f"{name} line {i} .\n" * 50).encode() for i, name in enumerate(FILES)}
+
+
+class Ranged(http.server.SimpleHTTPRequestHandler):
+    """Serves the fake files; honours `Range: bytes=N-` unless the server says it ignores ranges."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        name = self.path.rsplit("/", 1)[-1]
+        self.server.requested.append((name, self.headers.get("Range")))
+        body = FAKE.get(name)
+        if body is None:
+            self.send_error(404)
+            return
+        start = int(self.headers["Range"][6:-1]) if self.headers.get("Range") and self.server.ranges else 0
+        self.send_response(206 if start else 200)
+        self.send_header("Content-Length", str(len(body) - start))
+        self.end_headers()
+        self.wfile.write(body[start:])
+
+
+@pytest.fixture
+def server():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Ranged))
+    httpd.requested, httpd.ranges = [], True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd, f"http://127.0.0.1:{httpd.server_address[1]}/wmt14"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_first_download_is_recorded_and_checked_by_every_later_run(server, tmp_path):
+    httpd, url = server
+    lines = []
+    files = download_wmt14(tmp_path / "d", base_url=url, log=lines.append)
+    assert [f.read_bytes() for f in files] == [FAKE[name] for name in FILES]
+    sums = (tmp_path / "d" / "SHA256SUMS").read_text().splitlines()
+    assert sums == [f"{hashlib.sha256(FAKE[n]).hexdigest()}  {n}" for n in FILES]
+    assert sum("recorded in SHA256SUMS (first download: not checked against a pinned sum)" in x for x in lines) == 6
+    httpd.requested.clear()
+    lines.clear()
+    download_wmt14(tmp_path / "d", base_url=url, log=lines.append)
+    assert httpd.requested == [] and sum(line.endswith(" checks") for line in lines) == 6
+    (tmp_path / "d" / "newstest2014.de").write_bytes(b"changed\n")
+    with pytest.raises(AtnatError, match=r"newstest2014.de: sha256 .*, expected .*SHA256SUMS\); move it aside"):
+        download_wmt14(tmp_path / "d", base_url=url, log=lines.append)
+
+
+@pytest.mark.parametrize("ranges", [True, False])
+def test_a_stopped_download_resumes_from_its_part_file(server, tmp_path, ranges):
+    httpd, url = server
+    httpd.ranges = ranges
+    out = tmp_path / "d"
+    out.mkdir()
+    (out / "train.en.part").write_bytes(FAKE["train.en"][:100])  # a download that stopped at 100 bytes
+    download_wmt14(out, base_url=url, log=lambda _: None)
+    assert (out / "train.en").read_bytes() == FAKE["train.en"] and not (out / "train.en.part").exists()
+    assert ("train.en", "bytes=100-") in httpd.requested
+
+
+def test_sums_given_by_the_user_are_checked_and_a_failed_download_keeps_what_it_has(server, tmp_path):
+    httpd, url = server
+    trusted = tmp_path / "sums"
+    trusted.write_text("".join(f"{'0' * 64 if n == 'train.de' else hashlib.sha256(FAKE[n]).hexdigest()}  {n}\n"
+                               for n in FILES))
+    with pytest.raises(AtnatError, match=r"train.de: sha256 .*, expected 0{64}"):
+        download_wmt14(tmp_path / "d", base_url=url, sums_file=trusted, log=lambda _: None)
+    assert (tmp_path / "d" / "train.en").read_bytes() == FAKE["train.en"]  # the file before it is kept
+    with pytest.raises(AtnatError, match=r"train.en: could not download http://127.0.0.1:9/x/train.en .* run the same "
+                                         r"command again to resume"):
+        download_wmt14(tmp_path / "e", base_url="http://127.0.0.1:9/x", log=lambda _: None)
+    trusted.write_text("not a sum line\n")
+    with pytest.raises(AtnatError, match=r"sums line 1: expected '<sha256>  <file name>'"):
+        download_wmt14(tmp_path / "f", base_url=url, sums_file=trusted, log=lambda _: None)
+
+
+def test_cli_takes_the_address_from_the_environment(server, tmp_path, monkeypatch, capsys):
+    _, url = server
+    monkeypatch.setenv("ATNAT_WMT14_URL", url)
+    main(["data", "wmt14-en-de", str(tmp_path / "d")])
+    assert "6 WMT14 en-de files in" in capsys.readouterr().out
+    assert (tmp_path / "d" / "newstest2013.de").read_bytes() == FAKE["newstest2013.de"]
