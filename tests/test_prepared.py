@@ -27,14 +27,16 @@ def corpus(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
     return src, [" ".join(reversed(s.split())) + (" w1" * rng.randint(0, 3)) for s in src]
 
 
-def reference_batches(sizes: list[int], max_tokens: int, rng: random.Random | None) -> list[list[int]]:
+def reference_batches(sizes: list[int], max_tokens: int, rng: random.Random | None,
+                      max_sentences: int | None = None) -> list[list[int]]:
     """The token-budget batching as it was written over Python lists, before the lengths arrays."""
     noise = [rng.random() if rng else 0.0 for _ in sizes]
     order = sorted(range(len(sizes)), key=lambda i: (sizes[i] + noise[i], i))
     batches, cur, longest = [], [], 0
     for i in order:
         longest_new = max(longest, sizes[i])
-        if cur and longest_new * (len(cur) + 1) > max_tokens:
+        full = max_sentences is not None and len(cur) >= max_sentences
+        if cur and (longest_new * (len(cur) + 1) > max_tokens or full):
             batches.append(cur)
             cur, longest_new = [], sizes[i]
         cur.append(i)
@@ -56,11 +58,11 @@ def test_a_prepared_split_holds_the_same_tokens_batches_and_padding_as_one_encod
         assert len(ours) == len(theirs)
         assert list(ours.src) == theirs.src and list(ours.tgt) == theirs.tgt
         assert ours.src_lengths.tolist() == [len(s) for s in theirs.src]
-        for shuffle in (False, True):
-            sampler = TokenBudgetSampler(ours, 200, shuffle=shuffle, seed=3)
+        for shuffle, budget, most in ((False, 200, None), (True, 200, None), (True, 30, None), (True, 400, 7)):
+            sampler = TokenBudgetSampler(ours, budget, shuffle=shuffle, seed=3, max_sentences=most)
             sampler.set_epoch(2)
             sizes = [max(len(s), len(t) + 1) for s, t in zip(theirs.src, theirs.tgt)]
-            expected = reference_batches(sizes, 200, random.Random(5) if shuffle else None)
+            expected = reference_batches(sizes, budget, random.Random(5) if shuffle else None, most)
             assert list(sampler) == expected and len(sampler) == len(expected)
         for batch in expected[:20]:
             a, b = ours.__getitems__(batch), collate([theirs[i] for i in batch])
@@ -112,6 +114,10 @@ def test_files_are_streamed_like_read_lines_and_bad_files_named(tmp_path):
     with pytest.raises(AtnatError, match=r"bad.de line 2 is not valid UTF-8"):
         prepare(side, SideText(path=tmp_path / "bad.de", what="train target"), tok, name="train",
                 cache_dir=tmp_path / "c")
+    (tmp_path / "a.de").write_bytes(b"w2 w1\nw3\nw9\nw6 w5 w5\n")  # changed, same size: hashed again
+    assert SideText(path=tmp_path / "a.de").digest()[0] != SideText(path=tmp_path / "short.de").digest()[0]
+    changed = prepare(side, SideText(path=tmp_path / "a.de"), tok, name="train", cache_dir=tmp_path / "c")
+    assert list(PreparedSplit(changed, name="train").tgt)[3] == tok.encode("w6 w5 w5")
     with pytest.raises(AtnatError, match="missing.de does not exist"):
         SideText(path=tmp_path / "missing.de", what="train target").digest()
 

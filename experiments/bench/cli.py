@@ -41,7 +41,10 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
     data.add_argument("--threads", type=int, default=2, help="encoding threads of the prepare phase (default 2)")
     data.add_argument("--baseline-python", help="also run the train phase with this Python's atnat (an older "
                                                 "installation), on a cache of its own")
-    data.add_argument("--out", help="CSV to write")
+    data.add_argument("--baseline-max-pairs", type=int, default=1_000_000,
+                      help="run the baseline only on corpora up to this size (default 1000000: older code holds "
+                           "the whole corpus in memory)")
+    data.add_argument("--out", help="CSV to write (rewritten after each row)")
     dec, tr, prof, cnt = (sub.choices[name] for name in ("decode", "train", "profile", "count"))
     cnt.add_argument("--systems", default="ours,ct2-f32", help="comma-separated rows as decode names them: ours, "
                      "ours-int8, ours-ENGINE, ours-int8-ENGINE, ct2-f32, ct2-int8 (default ours,ct2-f32)")
@@ -90,10 +93,9 @@ def run(args: argparse.Namespace) -> None:
         from atnat.experiments.bench.data_bench import bench_data  # lazy: start-up
 
         df = bench_data([int(p) for p in args.pairs.split(",") if p.strip()], Path(args.folder),
-                        baseline_python=args.baseline_python, threads=args.threads)
+                        baseline_python=args.baseline_python, baseline_max_pairs=args.baseline_max_pairs,
+                        threads=args.threads, out=Path(args.out) if args.out else None)
         print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-        if args.out:
-            write_csv(df, args.out)
         return
     spec = make_spec(tiny=args.tiny, sweep=args.sweep, threads=args.threads, device=args.device,
                      warmup=args.warmup, repeats=args.repeats, hf=not args.no_hf, compile=args.compile,

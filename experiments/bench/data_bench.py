@@ -73,7 +73,7 @@ def run_config(corpus: Path, name: str = "data-bench") -> dict:
             "model": {"d_model": 32, "n_heads": 2, "ffn_dim": 64, "encoder_layers": 1, "decoder_layers": 1},
             "train": {"max_steps": 2, "max_tokens": 4096, "val_every_steps": 1000, "num_threads": 1,
                       "progress_bar": False},
-            "eval": {"strategies": ["greedy"], "max_tokens": 8000, "n_bootstrap": 10}}
+            "eval": {"strategies": ["greedy"], "max_tokens": 8000, "n_bootstrap": 10, "probe_sentences": 0}}
 
 
 _PREPARE = """
@@ -121,11 +121,15 @@ def _run(command: list[str], env: dict, log) -> tuple[dict, float, float]:
     return (json.loads(lines[-1]) if lines else {}), wall, peak
 
 
-def bench_data(pairs: list[int], folder: Path, *, baseline_python: str | None = None, threads: int = 2,
+def bench_data(pairs: list[int], folder: Path, *, baseline_python: str | None = None,
+               baseline_max_pairs: int = 1_000_000, threads: int = 2, out: Path | None = None,
                log=print) -> pd.DataFrame:
+    """Every phase for each corpus size; `out` is rewritten after each row, so a failed phase loses none of
+    the rows before it. The baseline runs only up to `baseline_max_pairs` (older code holds the whole
+    corpus in memory)."""
     import yaml
 
-    rows = []
+    rows = _Rows(out)
     for n in pairs:
         corpus = synthetic_corpus(folder / f"corpus-{n}", n, log=log)
         config = folder / f"data-bench-{n}.yaml"
@@ -140,7 +144,7 @@ def bench_data(pairs: list[int], folder: Path, *, baseline_python: str | None = 
                      "tokens": tokens, "threads": threads})
         log(f"{n:,} pairs: prepared in {wall:.1f} s, peak {peak:.0f} MB")
         for code, python in (("prepared", sys.executable), ("baseline", baseline_python)):
-            if python is None:
+            if python is None or (code == "baseline" and n > baseline_max_pairs):
                 continue
             run_env = env if code == "prepared" else {**env, "ATNAT_CACHE": str(folder / f"cache-{n}-baseline")}
             if code == "baseline":  # the older code trains its tokenizer on first use: once, untimed
@@ -162,4 +166,18 @@ def bench_data(pairs: list[int], folder: Path, *, baseline_python: str | None = 
                      "tokens": out["target_tokens"], "target_tokens_per_s": out["target_tokens_per_s"],
                      "build_batches_s": out["build_batches_s"], "threads": 1})
         log(f"{n:,} pairs: loader {out['target_tokens_per_s'] / 1e6:.2f} M target tokens/s")
-    return pd.DataFrame(rows)
+    return pd.DataFrame(list(rows))
+
+
+class _Rows(list):
+    """The bench's rows, written to `out` (CSV) after each one."""
+
+    def __init__(self, out: Path | None):
+        super().__init__()
+        self.out = out
+
+    def append(self, row: dict) -> None:
+        super().append(row)
+        if self.out is not None:
+            Path(self.out).parent.mkdir(parents=True, exist_ok=True)
+            pd.DataFrame(list(self)).to_csv(self.out, index=False)

@@ -103,36 +103,59 @@ class TokenBudgetSampler(Sampler[list[int]]):
         self.split, self.max_tokens, self.shuffle, self.seed = split, max_tokens, shuffle, seed
         self.max_sentences, self.distributed = max_sentences, distributed
         self._sizes: np.ndarray | None = None
-        self._made: tuple[int, list[list[int]]] | None = None
+        self._made: tuple[int, list[np.ndarray]] | None = None
         self.epoch = 0
         self.trained = 0  # batches of the current epoch already trained on
         self._skip: tuple[int, int] | None = None  # (epoch, batches) to skip after a resume
         self._batches = self._make(random.Random(seed)) if not shuffle else None
 
-    def _make(self, rng: random.Random) -> list[list[int]]:
+    def _make(self, rng: random.Random) -> list[np.ndarray]:
         """Sort by size (noise in [0, 1) orders equal sizes at random when shuffling; ties by index) and cut
-        the order greedily into batches; numpy sorts, so a corpus of millions takes seconds."""
+        the order greedily into batches: a batch takes the next sentence while its padded size (longest x
+        count) stays within max_tokens (and its count within max_sentences); one sentence always fits. In
+        numpy, so a corpus of millions takes seconds and little memory."""
         if self._sizes is None:  # from the lengths arrays: no Python object per sentence is read
             self._sizes = np.maximum(self.split.src_lengths, self.split.tgt_lengths + 1).astype(np.int64)
-        sizes = self._sizes
-        keys = sizes + np.array([rng.random() for _ in range(len(sizes))]) if self.shuffle else sizes
+        sizes, n = self._sizes, len(self._sizes)
+        keys = sizes + np.fromiter((rng.random() for _ in range(n)), dtype=np.float64, count=n) \
+            if self.shuffle else sizes
         order = np.argsort(keys, kind="stable")
-        batches, cur, longest = [], [], 0
-        for i, size in zip(order.tolist(), sizes[order].tolist()):
-            longest_new = max(longest, size)
-            full = self.max_sentences is not None and len(cur) >= self.max_sentences
-            if cur and (longest_new * (len(cur) + 1) > self.max_tokens or full):
-                batches.append(cur)
-                cur, longest_new = [], size
-            cur.append(i)
-            longest = longest_new
-        if cur:
-            batches.append(cur)
+        ordered = sizes[order]
+        cap = self.max_sentences or n
+        batches, start = [], 0
+        if n > 1 and bool((np.diff(ordered) < 0).any()):  # only where float noise tied two sizes
+            return self._cut_one_by_one(order, ordered, rng)
+        while start < n:  # the padded size of the first c sentences, ordered[start + c - 1] * c, grows with c
+            lo, hi = 1, min(cap, n - start)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if int(ordered[start + mid - 1]) * mid <= self.max_tokens:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            batches.append(order[start: start + lo])
+            start += lo
         if self.shuffle:
             rng.shuffle(batches)
         return batches
 
-    def _of_seed(self, seed: int) -> list[list[int]]:
+    def _cut_one_by_one(self, order: np.ndarray, ordered: np.ndarray, rng: random.Random) -> list[np.ndarray]:
+        batches, cur, longest = [], [], 0
+        for i, size in zip(order.tolist(), ordered.tolist()):
+            longest_new = max(longest, size)
+            full = self.max_sentences is not None and len(cur) >= self.max_sentences
+            if cur and (longest_new * (len(cur) + 1) > self.max_tokens or full):
+                batches.append(np.array(cur))
+                cur, longest_new = [], size
+            cur.append(i)
+            longest = longest_new
+        if cur:
+            batches.append(np.array(cur))
+        if self.shuffle:
+            rng.shuffle(batches)
+        return batches
+
+    def _of_seed(self, seed: int) -> list[np.ndarray]:
         """The batches of one shuffled epoch, the last ones made kept (the loader asks for its length too)."""
         if self._made is None or self._made[0] != seed:
             self._made = seed, self._make(random.Random(seed))
@@ -161,7 +184,7 @@ class TokenBudgetSampler(Sampler[list[int]]):
         if self._skip is not None and self._skip[0] == self.epoch:
             batches = batches[self._skip[1]:]
             self._skip = None
-        yield from batches
+        yield from (batch.tolist() for batch in batches)
 
     def __len__(self) -> int:
         n = len(self._batches if self._batches is not None else self._of_seed(self.seed + self.epoch))

@@ -29,7 +29,7 @@ from filelock import FileLock
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.data.tokenize import SPECIAL
-from atnat.experiments.files import check_readable
+from atnat.experiments.files import atomic_write_bytes, check_readable
 from atnat.models.batch import Batch
 
 FORMAT = 1
@@ -64,7 +64,7 @@ class SideText:
                 used = self.lines[: self.limit] if self.limit else self.lines
                 self._digest = hashlib.sha256("\n".join(used).encode("utf-8")).hexdigest(), len(used)
             else:
-                self._digest = _file_digest(check_readable(self.path, self.what), self.limit)
+                self._digest = _remembered_digest(check_readable(self.path, self.what), self.limit)
                 if self._digest[1] == 0:
                     raise AtnatError(f"{self.what}: {self.path} is empty")
         return self._digest
@@ -84,6 +84,32 @@ class SideText:
                     raise AtnatError(f"{self.what}: {self.path} line {number} is not valid UTF-8 ({err.reason}); "
                                      "save it as UTF-8") from None
                 yield line[:-1].rstrip("\r") if line.endswith("\n") else line.rstrip("\r")
+
+
+def _remembered_digest(path: Path, limit: int | None) -> tuple[str, int]:
+    """The file's digest, hashed once per version of the file: remembered in the cache under its path,
+    size, modification time and inode (as make and git tell a changed file), so that a multi-GB corpus is
+    not read whole by every process. What the digest keys (a prepared split) is itself verified on open."""
+    from atnat.experiments.data.tokenize import CACHE_DIR
+
+    stat = path.stat()
+    identity = {"path": str(path.resolve()), "limit": limit, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+                "inode": stat.st_ino}
+    memo = CACHE_DIR / "digests" / f"{hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]}.json"
+    try:
+        known = json.loads(memo.read_text(encoding="utf-8"))
+        if known["identity"] == identity and isinstance(known["lines"], int) and \
+                isinstance(known["sha256"], str) and len(known["sha256"]) == 64:
+            return known["sha256"], known["lines"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    digest, lines = _file_digest(path, limit)
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(memo, json.dumps({"identity": identity, "sha256": digest, "lines": lines}).encode())
+    except OSError:  # a read-only cache: hash again next time
+        pass
+    return digest, lines
 
 
 def _file_digest(path: Path, limit: int | None) -> tuple[str, int]:

@@ -231,7 +231,7 @@ class ParallelOptions:
     vocab_size: int = 8000  # joint sentencepiece vocabulary size
     max_train: int | None = None  # use only the first N training pairs (smoke runs)
     max_eval: int | None = None  # use only the first N valid/test pairs (smoke runs)
-    tokenizer_sample: int = 500_000  # training pairs sentencepiece learns from: a seeded sample where there are more
+    tokenizer_sample: int = 300_000  # training pairs sentencepiece learns from: a seeded sample where there are more
 
     def __post_init__(self) -> None:
         require_at_least(self.vocab_size, MIN_SENTENCEPIECE_VOCAB, "task", "vocab_size")
