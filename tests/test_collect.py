@@ -19,6 +19,7 @@ from atnat.experiments.provenance import code_version
 from tests.test_extra_tests import tiny_grid_dir
 
 
+@pytest.mark.slow
 def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, monkeypatch, capsys):
     _, spec = tiny_grid_dir(tmp_path, monkeypatch)
     spec["cells"]["nat"] = {"decoder": "nat", "eval": {"strategies": ["parallel"]}}

@@ -3,12 +3,14 @@ days), written beside the runner's folder without touching it, cells not finishe
 import json
 
 import pandas as pd
+import pytest
 import yaml
 
 from atnat.experiments.cli.commands import main
 from tests.test_extra_tests import tiny_grid_dir
 
 
+@pytest.mark.slow
 def test_an_interim_report_tabulates_the_finished_cells_only(tmp_path, monkeypatch, capsys):
     _, spec = tiny_grid_dir(tmp_path, monkeypatch)
     spec["cells"]["nat"] = {"decoder": "nat", "eval": {"strategies": ["parallel"]}}

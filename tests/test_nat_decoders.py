@@ -267,9 +267,9 @@ COPY_CASES = [  # (decoder, options, strategy, steps, EM bar)
     # nat, copy inputs: EM 1.00 / 1.00 after 80 steps, ~4 s
     pytest.param("nat", dict(inputs="copy"), Parallel(), 80, 0.95, id="nat-copy-inputs"),
     # cmlm + mask-predict (4 iterations): EM 1.00 / 1.00 after 250 steps, ~13 s
-    pytest.param("cmlm", {}, MaskPredict(iterations=4), 250, 0.9, id="cmlm-mask-predict"),
+    pytest.param("cmlm", {}, MaskPredict(iterations=4), 250, 0.9, id="cmlm-mask-predict", marks=pytest.mark.slow),
     # ctc, best path: EM 0.745 / 0.775 after 200 steps, ~15-21 s (1.00 after 400 steps)
-    pytest.param("ctc", {}, CTC(), 200, 0.55, id="ctc"),
+    pytest.param("ctc", {}, CTC(), 200, 0.55, id="ctc", marks=pytest.mark.slow),
     # nat, mask inputs: EM 1.00 / 1.00 after 250 steps, ~11-13 s
     pytest.param("nat", dict(inputs="mask"), Parallel(), 250, 0.9, id="nat-mask-inputs",
                  marks=pytest.mark.slow),

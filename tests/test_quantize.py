@@ -21,7 +21,7 @@ from tests.training import decode_split, exact_match, fit
 MODEL = dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)
 
 
-@pytest.mark.parametrize("decoder, strategy", [("at", Greedy()), ("nat", Parallel())])
+@pytest.mark.parametrize("decoder, strategy", [pytest.param("at", Greedy(), marks=pytest.mark.slow), ("nat", Parallel())])
 def test_int8_model_quantizes_every_linear_and_keeps_quality(decoder, strategy):
     module, task = fit(decoder, "reverse", steps=250, model=MODEL, vocab=8, min_len=2, max_len=6,
                        n_train=600, n_test=60)
