@@ -89,3 +89,33 @@ def test_a_teacher_evaluated_again_decodes_nothing_for_students_already_trained(
     assert main(["run", str(write_grid(tmp_path, again)), "--results", "res", "--stale", "rerun"]) == 0
     assert not list((runs / "at-s1").glob("distill/*/train.txt"))
     assert (runs / "at-s1" / "metrics.json").is_file() and (runs / "cmlm-kd-s1" / "metrics.json").is_file()
+
+
+def test_an_interrupted_distillation_resumes_at_the_chunk_it_stopped_in(tmp_path, monkeypatch):
+    from atnat.experiments.training import distill
+
+    monkeypatch.setattr(distill, "CHUNK", 3)
+    sources = [f"s{i}" for i in range(10)]
+    decoded, seen = [], []
+
+    def decode(part, follow, fail_at=None):
+        if fail_at is not None and part[0] == fail_at:
+            raise KeyboardInterrupt  # the run stopped here
+        decoded.append(part[0])
+        for n in range(1, len(part) + 1 if follow else 1):
+            follow(n)
+        return [s.upper() for s in part]
+
+    identity = {"checkpoint": "a", "options": {"name": "beam"}}
+    with pytest.raises(KeyboardInterrupt):
+        distill._in_chunks(tmp_path, identity, sources, lambda p, f: decode(p, f, fail_at="s6"), seen.append)
+    assert decoded == ["s0", "s3"]
+    decoded.clear()
+    seen.clear()
+    assert distill._in_chunks(tmp_path, identity, sources, decode, seen.append) == [s.upper() for s in sources]
+    assert decoded == ["s6", "s9"]  # the two finished chunks were taken as they were
+    assert seen[:2] == [3, 6] and seen[-1] == 10  # progress counts the whole split
+    decoded.clear()
+    (tmp_path / "chunks" / "000000000003.txt").write_text("S3\nS4\n")  # a chunk cut short: decoded again
+    distill._in_chunks(tmp_path, {**identity, "checkpoint": "b"}, sources, decode)  # other weights: all again
+    assert decoded == ["s0", "s3", "s6", "s9"]

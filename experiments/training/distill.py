@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 from filelock import FileLock
@@ -92,7 +93,9 @@ def _cached_or_decoded(teacher_path, cache: Path, described: tuple[str, dict], s
                 and meta.get("options") == options and meta.get("sources_sha256") == digest):
             return lines, meta
     module, tokenizer = load_module(teacher_path, map_location=device)
-    lines = distill_sources(module, tokenizer, sources, strategy_spec, max_tokens=max_tokens, on_batch=on_batch)
+    lines = _in_chunks(cache, {"checkpoint": stamp, "options": options}, sources,
+                       lambda part, follow: distill_sources(module, tokenizer, part, strategy_spec,
+                                                            max_tokens=max_tokens, on_batch=follow), on_batch)
     metric = bleu_metric(module.bleu_tokenize)
     meta = {"teacher": str(teacher_path), "checkpoint": stamp, "strategy": label,
             "options": options, "sources_sha256": digest, "lines": len(lines),
@@ -100,7 +103,39 @@ def _cached_or_decoded(teacher_path, cache: Path, described: tuple[str, dict], s
             "bleu_signature": str(metric.get_signature())}
     write_lines_atomic(text_path, lines)
     write_json_atomic(meta_path, meta)
+    shutil.rmtree(cache / "chunks", ignore_errors=True)
     return lines, meta
+
+
+CHUNK = 100_000  # sentences a chunk: what an interrupted distillation decodes again at most
+
+
+def _in_chunks(cache: Path, identity: dict, sources: list[str], decode, on_batch=None) -> list[str]:
+    """decode(sources[a:b], follow) chunk by chunk, each chunk's lines kept in `cache/chunks/` with what
+    made them (teacher weights, options, the chunk's sources); a rerun after an interruption takes the
+    chunks that check and decodes only the rest."""
+    folder = cache / "chunks"
+    folder.mkdir(exist_ok=True)
+    lines: list[str] = []
+    for start in range(0, len(sources), CHUNK):
+        part = sources[start: start + CHUNK]
+        key = {**identity, "start": start, "sources_sha256": _digest(part)}
+        text, meta = folder / f"{start:012d}.txt", folder / f"{start:012d}.json"
+        done = None
+        try:
+            if json.loads(meta.read_text(encoding="utf-8")) == key:
+                done = text.read_text(encoding="utf-8").split("\n")[:-1]
+        except (OSError, ValueError):
+            pass
+        if done is None or len(done) != len(part):
+            follow = (lambda n, start=start: on_batch(start + n)) if on_batch else None
+            done = decode(part, follow)
+            write_lines_atomic(text, done)
+            write_json_atomic(meta, key)
+        elif on_batch:
+            on_batch(start + len(part))
+        lines += done
+    return lines
 
 
 def _digest(lines: list[str]) -> str:
