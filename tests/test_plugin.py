@@ -128,6 +128,7 @@ def test_options_of_a_parallel_decoder_must_carry_the_length_options():
         type("BadNAT", (ParallelDecoder,), {"Options": Lacking, "loss": lambda self, b, m, step=0: {}})
 
 
+@pytest.mark.slow
 def test_readme_strategy_samples_and_plugs_into_configs(tmp_path, monkeypatch):
     from atnat.decoding.base import STRATEGIES
 
