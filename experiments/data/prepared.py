@@ -29,7 +29,7 @@ from filelock import FileLock
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.data.tokenize import SPECIAL
-from atnat.experiments.files import atomic_write_bytes, check_readable
+from atnat.experiments.files import atomic_write_bytes, check_readable, sha256
 from atnat.models.batch import Batch
 
 FORMAT = 1
@@ -186,7 +186,7 @@ def _open(folder: Path) -> Arrays | None:
             path = folder / file
             if path.stat().st_size != int(files[file]["bytes"]):
                 raise ValueError(f"{file} has {path.stat().st_size} bytes, {files[file]['bytes']} were written")
-            if _sha256(path) != files[file]["sha256"]:
+            if sha256(path) != files[file]["sha256"]:
                 raise ValueError(f"{file} does not match the sha256 recorded when it was written")
         arrays = Arrays(folder, meta)
         itemsize = np.dtype(meta["dtype"]).itemsize
@@ -201,14 +201,6 @@ def _open(folder: Path) -> Arrays | None:
         print(f"atnat: the prepared split {folder} is damaged ({err}); set aside as {aside.name} and encoded again",
               file=sys.stderr)
         return None
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _encode(folder: Path, src: SideText, tgt: SideText, tokenizer, total: int, *, name: str, threads: int,
@@ -237,7 +229,7 @@ def _encode(folder: Path, src: SideText, tgt: SideText, tokenizer, total: int, *
         if done != total:
             raise AtnatError(f"split {name!r}: read {done} pairs where {total} lines were counted; a file changed "
                              "while it was read")
-        files = {file: {"bytes": (tmp / file).stat().st_size, "sha256": _sha256(tmp / file)} for file in outs}
+        files = {file: {"bytes": (tmp / file).stat().st_size, "sha256": sha256(tmp / file)} for file in outs}
         meta = {"format": FORMAT, "pairs": done, "dtype": dtype.name, "split": name, "files": files,
                 "vocab_size": tokenizer.vocab_size}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
