@@ -11,6 +11,8 @@
 #       bash experiments/gpu_offline.sh start        # install, grid started in the background, then the GPU tier
 #       bash experiments/gpu_offline.sh wait [SEC]   # until the grid ends or SEC (default 500) pass; packs results
 #       bash experiments/gpu_offline.sh bench        # bench decode (sweep, CUDA graphs), bench train, auto's batch-1 latency
+#       bash experiments/gpu_offline.sh train-forms  # the training step's forms (eager, fused, compiled), bf16, at the
+#                                                    # GPU grid's size and Transformer-base's
 #   here again: tar xzf multi30k.tgz -C results/   (results/multi30k/ without checkpoints)
 #
 # The grid's results live in .offline-results/ on the machine (git-ignored, never copied back), so a later
@@ -100,6 +102,17 @@ wait_grid() {
   pack_results
 }
 
+train_forms() {  # which training step form is fastest on this GPU (models/step_forms.py), bf16, MFU by name
+  install || return 1
+  machine
+  ! grid_running || { echo "train-forms: the grid is still running; time nothing beside it" >&2; return 1; }
+  local size
+  for size in grid base; do
+    timeout 280 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,fused,compiled --size "$size" \
+      --steps 10 --out "$out/train_forms_${size}_gpu.csv" 2>&1 | tail -n 16
+  done
+}
+
 bench() {
   install || return 1
   machine
@@ -115,5 +128,6 @@ case "${1:-}" in
   start) start ;;
   wait) wait_grid "${2:-500}" ;;
   bench) bench ;;
+  train-forms) train_forms ;;
   *) sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 2 ;;
 esac

@@ -27,6 +27,7 @@ from atnat.models.encoder import EncoderOut, TransformerEncoder
 from atnat.models.layers import TokenEmbedding
 from atnat.models.losses import total_loss
 from atnat.models.sizes import MAX_VOCAB, ModelConfig
+from atnat.models.step_forms import STEP_FORMS, apply_to_optimizer, compiled, make_optimizer
 
 
 @dataclass(frozen=True)
@@ -99,14 +100,29 @@ class Seq2SeqModule(pl.LightningModule):
         # the training loss in the progress bar: Lightning reads progress-bar values on the host after
         # every step (a device sync per step), so only when a bar shows them (set by the trainer's owner)
         self.train_loss_in_progress_bar = False
+        self._step_form = "eager"  # train.step (models/step_forms.py), set by the trainer before fit
+
+    @property
+    def step_form(self) -> str:
+        return self._step_form
+
+    @step_form.setter
+    def step_form(self, form: str) -> None:
+        if form not in STEP_FORMS:
+            raise AtnatError(f"train.step: {form!r} is not one of {', '.join(STEP_FORMS)}")
+        self._step_form = form
 
     # ---- forward pieces ----------------------------------------------------------------------
     def encode(self, src: Tensor, src_lengths: Tensor | None = None) -> EncoderOut:
         return self.encoder(src, src.eq(self.special.pad))
 
     def loss_parts(self, batch: Batch) -> dict:
-        memory = self.encode(batch.src)
-        return self.decoder.loss(batch, memory, step=self.global_step)
+        if self._step_form == "compiled" and self.training:
+            return compiled(Seq2SeqModule._loss_parts)(self, batch, self.global_step)
+        return self._loss_parts(batch, self.global_step)
+
+    def _loss_parts(self, batch: Batch, step: int) -> dict:
+        return self.decoder.loss(batch, self.encode(batch.src), step=step)
 
     def _common_step(self, batch: Batch, stage: str) -> Tensor:
         parts = self.loss_parts(batch)
@@ -155,11 +171,14 @@ class Seq2SeqModule(pl.LightningModule):
     # ---- optimisation ------------------------------------------------------------------------
     def configure_optimizers(self):
         o = self.optim_cfg
-        opt_cls = torch.optim.AdamW if o.weight_decay > 0 else torch.optim.Adam
-        opt = opt_cls(self.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+        opt = make_optimizer(self.parameters(), o, self._step_form)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda step: lr_factor(step + 1, o.schedule, o.warmup_steps))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_train_start(self) -> None:
+        for optimizer in self.trainer.optimizers:  # a resumed optimizer state keeps the form that saved it
+            apply_to_optimizer(optimizer, self._step_form)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["atnat_tokenizer"] = self.tokenizer_state

@@ -12,8 +12,9 @@ from atnat.experiments.bench.decode_run import print_decode, run_decode
 from atnat.experiments.bench.plots import plot_sweep
 from atnat.experiments.bench.profile import run_profile
 from atnat.experiments.bench.spec import OUT_LEN, STRATEGIES, SWEEP_BATCHES, SWEEP_LENGTHS, check_spec, make_spec
-from atnat.experiments.bench.train_step import run_train
+from atnat.experiments.bench.train_step import SIZES, run_train
 from atnat.models.decoders.autoregressive import COMPILE_MODES
+from atnat.models.step_forms import STEP_FORMS
 
 COMMANDS = {
     "decode": "decoding speed of every strategy of ours beside the Hugging Face and CTranslate2 peers",
@@ -75,7 +76,14 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
                                       + " (e.g. static,aoti,aoti+autotune,packed+bf16; modelfiles/engines.py)")
     dec.add_argument("--int8-engine", help="with --quantize int8: engines for the int8 models (rows ours-int8-ENGINE)")
     tr.add_argument("--steps", type=int, default=5, help="timed training steps (default 5)")
-    tr.add_argument("--tokens", type=int, help="target tokens per batch (default 4096; tiny 256)")
+    tr.add_argument("--tokens", type=int, help="target tokens per batch (default by --size: bench 4096, grid 12000, "
+                                             "base 25000; tiny 256)")
+    tr.add_argument("--size", choices=list(SIZES), default="bench",
+                    help="model size: bench (D=256, 3+3), grid (the GPU grid's D=512, 5+5), base (Transformer-base, "
+                         "D=512, 6+6)")
+    tr.add_argument("--forms", default="eager", help="comma-separated step forms timed side by side: "
+                                                     + ", ".join(STEP_FORMS) + " (default eager)")
+    tr.add_argument("--decoders", default="at,nat,cmlm,ctc", help="comma-separated (default at,nat,cmlm,ctc)")
     tr.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: by GPU name)")
     tr.add_argument("--precision", help="comma-separated: fp32,bf16 (default: fp32, and bf16 where the device "
                                         "does it natively: a GPU, a CPU with avx512_bf16/AMX)")
@@ -119,9 +127,11 @@ def run(args: argparse.Namespace) -> None:
         df = run_decode(spec)
         print_decode(df)
     else:
-        df = run_train(spec, steps=args.steps, tokens=args.tokens or (256 if args.tiny else 4096),
-                       peak_tflops=args.peak_tflops,
-                       precisions=tuple(p.strip() for p in args.precision.split(",")) if args.precision else None)
+        split = lambda text: tuple(x.strip() for x in text.split(",") if x.strip())
+        df = run_train(spec, steps=args.steps, tokens=args.tokens or (256 if args.tiny else None),
+                       peak_tflops=args.peak_tflops, size=args.size, forms=split(args.forms),
+                       decoders=split(args.decoders),
+                       precisions=split(args.precision) if args.precision else None)
         print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if args.out:
         write_csv(df, args.out)

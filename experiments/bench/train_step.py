@@ -1,12 +1,15 @@
 """`atnat bench train`: training throughput (target tokens/s) of every decoder family on one
 token-budget batch: forward + backward + clip + Adam step, in fp32 and bf16 autocast (on a CPU with
-avx512_bf16/AMX, or a GPU), every system timed in turn (round robin, median per system); on CUDA
-MFU: the step's matrix-multiply FLOPs (encoder, decoder on its positions, CTC's slots, GLAT's extra
-pass: bench/flops.py) against the device's dense bf16 peak (by its exact model, or --peak-tflops)."""
+avx512_bf16/AMX, or a GPU), in each step form asked for (eager, fused, compiled: models/step_forms.py),
+at the bench's model size, the GPU grid's or Transformer-base's (--size); every system timed in turn
+(round robin, median per system); on CUDA MFU: the step's matrix-multiply FLOPs (encoder, decoder on
+its positions, CTC's slots, GLAT's extra pass: bench/flops.py) against the device's dense bf16 peak
+(by its exact model, or --peak-tflops)."""
 from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import replace
 
 import pandas as pd
 import torch
@@ -19,9 +22,16 @@ from atnat.experiments.config.precision import resolve_precision
 from atnat.experiments.evaluation.metrics.speed import _synchronize
 from atnat.models.batch import Batch
 from atnat.models.losses import total_loss
-from atnat.models.seq2seq import Seq2SeqModule
+from atnat.models.seq2seq import OptimConfig, Seq2SeqModule
+from atnat.models.step_forms import STEP_FORMS, make_optimizer
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}  # autocast dtype of each --precision value
+# --size: model dimensions and the default target tokens of a batch (vocabulary: the bench's)
+SIZES = {
+    "bench": (None, 4096),  # the bench's own model (bench/spec.py FULL: D=256, 3+3)
+    "grid": (dict(d_model=512, n_heads=8, ffn_dim=2048, encoder_layers=5, decoder_layers=5, pre_ln=True), 12000),
+    "base": (dict(d_model=512, n_heads=8, ffn_dim=2048, encoder_layers=6, decoder_layers=6), 25000),
+}  # grid: experiments/grids/multi30k.yaml's model and batch; base: Transformer-base (Vaswani et al. 2017)
 
 
 def default_precisions(device: str) -> tuple[str, ...]:
@@ -31,24 +41,31 @@ def default_precisions(device: str) -> tuple[str, ...]:
 
 
 class TrainSystem:
-    """One decoder in one precision: its own module and optimizer, and one timed step."""
+    """One decoder in one precision and step form: its own module and optimizer, and one timed step."""
 
-    def __init__(self, decoder: str, precision: str, spec: Spec, batch):
+    def __init__(self, decoder: str, precision: str, spec: Spec, batch, form: str = "eager"):
         torch.manual_seed(0)
-        self.decoder, self.precision, self.batch, self.device = decoder, precision, batch, spec.device
+        self.decoder, self.precision, self.batch, self.device, self.form = decoder, precision, batch, spec.device, form
         self.module = Seq2SeqModule(vocab_size=spec.vocab, decoder=decoder,
                                     model={**spec.model, "dropout": 0.1}).to(spec.device).train()
-        self.opt = torch.optim.Adam(self.module.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-9)
+        self.module.step_form = form
+        self.opt = make_optimizer(self.module.parameters(), OptimConfig(), form)
         self.times: list[float] = []
         self.losses: list[float] = []
+        self.steps = 0
 
     def step(self, timed: bool) -> None:
+        torch.manual_seed(self.steps)  # every system's step n draws the same dropout masks
+        self.steps += 1
+        self._step(timed)
+
+    def _step(self, timed: bool) -> None:
         dtype = PRECISIONS[self.precision]
         device_type = "cuda" if self.device == "cuda" else "cpu"
         _synchronize(torch.device(self.device))
         began = time.perf_counter()
         with torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None):
-            loss = total_loss(self.module.decoder.loss(self.batch, self.module.encode(self.batch.src)))
+            loss = total_loss(self.module.loss_parts(self.batch))
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.module.parameters(), 1.0)
@@ -56,26 +73,39 @@ class TrainSystem:
         _synchronize(torch.device(self.device))
         if timed:
             self.times.append(time.perf_counter() - began)
-            self.losses.append(float(loss))
+            self.losses.append(float(loss.detach()))
 
 
-def run_train(spec: Spec, *, steps: int, tokens: int, peak_tflops: float | None = None,
-              precisions: tuple[str, ...] | None = None, log=print) -> pd.DataFrame:
-    """Training throughput of the AT and every NAT decoder on one token-budget batch, in each of
-    `precisions` (default: fp32, and bf16 where the device does it natively), all systems stepped in
-    turn `steps` times after the warm-up; MFU against the dense bf16 peak (peak_tflops, else by CUDA
-    device name; NaN when unknown or on CPU)."""
+def sized(spec: Spec, size: str) -> Spec:
+    """The spec with the model of --size (the bench's own, or --tiny's, for "bench")."""
+    if size not in SIZES:
+        raise AtnatError(f"--size {size}: not one of {', '.join(SIZES)}")
+    model = SIZES[size][0]
+    return spec if model is None else replace(spec, model={**model, "dropout": 0.0})
+
+
+def run_train(spec: Spec, *, steps: int, tokens: int | None = None, peak_tflops: float | None = None,
+              precisions: tuple[str, ...] | None = None, forms: tuple[str, ...] = ("eager",),
+              size: str = "bench", decoders: tuple[str, ...] = ("at", "nat", "cmlm", "ctc"),
+              log=print) -> pd.DataFrame:
+    """Training throughput of the AT and every NAT decoder on one token-budget batch (`tokens`, default
+    by size), in each of `precisions` (default: fp32, and bf16 where the device does it natively) and
+    step `forms`, all systems stepped in turn `steps` times after the warm-up; MFU against the dense
+    bf16 peak (peak_tflops, else by CUDA device name; NaN when unknown or on CPU)."""
+    spec = sized(spec, size)
+    tokens = tokens or SIZES[size][1]
     start(spec)
     precisions = precisions or default_precisions(spec.device)
-    unknown = [p for p in precisions if p not in PRECISIONS]
-    if steps < 1 or tokens < OUT_LEN or unknown:
-        raise AtnatError(f"need --steps >= 1, --tokens >= {OUT_LEN} and --precision among {', '.join(PRECISIONS)}; "
-                         f"got {steps}, {tokens}, {', '.join(precisions)}")
+    unknown = [p for p in precisions if p not in PRECISIONS] + [f for f in forms if f not in STEP_FORMS]
+    if steps < 1 or tokens < OUT_LEN or unknown or not forms:
+        raise AtnatError(f"need --steps >= 1, --tokens >= {OUT_LEN}, --precision among {', '.join(PRECISIONS)} and "
+                         f"--forms among {', '.join(STEP_FORMS)}; got {steps}, {tokens}, {', '.join(precisions)}, "
+                         f"{', '.join(forms) or '(none)'}")
     b, gen = tokens // OUT_LEN, torch.Generator().manual_seed(1)
     src, tgt = (torch.randint(FIRST_ORDINARY, spec.vocab, (b, n), generator=gen) for n in (spec.src_len, OUT_LEN))
     batch = Batch(src, tgt, torch.full((b,), spec.src_len), torch.full((b,), OUT_LEN), torch.arange(b)).to(spec.device)
     peak = device_peak(spec.device, peak_tflops, log) * 1e12
-    systems = [TrainSystem(d, p, spec, batch) for d in ("at", "nat", "cmlm", "ctc") for p in precisions]
+    systems = [TrainSystem(d, p, spec, batch, f) for d in decoders for p in precisions for f in forms]
     for rnd in range(spec.warmup + steps):  # round robin: a slow moment of the machine hits every system
         for system in systems[rnd % len(systems):] + systems[: rnd % len(systems)]:
             system.step(timed=rnd >= spec.warmup)
@@ -84,14 +114,18 @@ def run_train(spec: Spec, *, steps: int, tokens: int, peak_tflops: float | None 
         median = statistics.median(s.times)
         params, tokens_ = sum(p.numel() for p in s.module.parameters()), int(batch.tgt_lengths.sum())
         flops = step_flops(s.module, spec, len(batch), batch.tgt.size(1))
-        rows.append(dict(decoder=s.decoder, precision=s.precision, batch=len(batch), src_len=spec.src_len,
+        rows.append(dict(decoder=s.decoder, precision=s.precision, form=s.form, size=size, batch=len(batch), src_len=spec.src_len,
                          tgt_len=batch.tgt.size(1), tgt_tokens=tokens_, median_s=median, tokens_per_s=tokens_ / median,
                          params=params, flops_per_step=flops, mfu=flops / median / peak, device=spec.device,
                          threads=spec.threads, steps=steps, last_loss=s.losses[-1]))
-        log(f"  {s.decoder:5s} {s.precision}  {median:.3f} s/step  {rows[-1]['tokens_per_s']:.0f} tgt tokens/s")
+        log(f"  {s.decoder:5s} {s.precision} {s.form:8s} {median:.3f} s/step  "
+            f"{rows[-1]['tokens_per_s']:.0f} tgt tokens/s")
     df = pd.DataFrame(rows)
-    fp32 = df[df.precision == "fp32"].set_index("decoder")["median_s"]
-    df["speedup_vs_fp32"] = [fp32.get(d, float("nan")) / m for d, m in zip(df.decoder, df.median_s)]
+    fp32 = df[df.precision == "fp32"].set_index(["decoder", "form"])["median_s"]
+    eager = df[df.form == "eager"].set_index(["decoder", "precision"])["median_s"]
+    df["speedup_vs_fp32"] = [fp32.get((d, f), float("nan")) / m for d, f, m in zip(df.decoder, df.form, df.median_s)]
+    df["speedup_vs_eager"] = [eager.get((d, p), float("nan")) / m
+                              for d, p, m in zip(df.decoder, df.precision, df.median_s)]
     return df
 
 

@@ -34,6 +34,7 @@ from atnat.experiments.files import path_part, read_utf8
 from atnat.models.decoders.base import DECODERS, LossConfig
 from atnat.models.seq2seq import OptimConfig, build_config
 from atnat.models.sizes import ModelConfig
+from atnat.models.step_forms import STEP_FORMS
 
 
 class ConfigError(AtnatError):
@@ -115,6 +116,8 @@ class TrainSettings:
     early_stop_min_delta: float = 0.0  # a validation gains only when it beats the best so far by more than this
     # (e.g. 0.3 BLEU with patience 3: stop once 3 validations in a row add no more than 0.3 to the best)
     num_threads: int | None = None  # torch CPU threads (None: torch's default)
+    step: str = "eager"  # how a training step runs: eager | fused (fused Adam) | compiled (torch.compile of the
+    # loss, fused Adam); equal up to float rounding, speed by device (models/step_forms.py, `atnat bench train`)
     progress_bar: bool = True  # Lightning's progress bar
     checkpoint_metric: str = "loss"  # selects checkpoints: "loss" (val/loss, lowest) or "bleu" (val/bleu,
     # highest; validation decodes greedily (AT) or in one pass (NAT))
@@ -146,6 +149,7 @@ class TrainSettings:
                 "train", "max_time_s", "a positive number of seconds or null", self.max_time_s)
         require_choice(self.checkpoint_metric, ("loss", "bleu"), "train", "checkpoint_metric")
         require_choice(self.precision, PRECISIONS, "train", "precision")
+        require_choice(self.step, STEP_FORMS, "train", "step")
         require_non_negative("train", early_stop_min_delta=self.early_stop_min_delta)
         require_choice(self.average, ("none", "best", "last"), "train", "average")
         require(isinstance(self.average_window, (int, float)) and 0 < self.average_window <= 1, "train",

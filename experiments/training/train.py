@@ -280,6 +280,7 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
                                max_sentences=t.max_sentences, distributed=True, pin_memory=pin)
     val_loader = make_loader(data.encoded["valid"], cfg.eval.max_tokens, shuffle=False, pin_memory=pin)
     module.train_loss_in_progress_bar = t.progress_bar  # else no per-step read of the loss on the host
+    module.step_form = t.step
     trainer = make_trainer(cfg, run_dir, train_loader.batch_sampler)
     if change and change.training:
         trainer.callbacks.append(OptimizerSettings())  # the new optim values replace the checkpoint's

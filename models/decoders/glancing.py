@@ -51,7 +51,8 @@ def random_positions(counts: Tensor, padding_mask: Tensor, generator: torch.Gene
 
     counts larger than a row's non-pad slots select all of them; padding is never selected.
     """
-    noise = torch.rand(padding_mask.shape, device=padding_mask.device, generator=generator)  # (B, T)
+    noise = torch.rand(padding_mask.shape, device=padding_mask.device, generator=generator) if generator is not None \
+        else torch.rand_like(padding_mask, dtype=torch.float)  # (B, T); the same draw (rand_like compiles)
     noise = noise.masked_fill(padding_mask, 2.0)  # pad sorts last
     rank = noise.argsort(1).argsort(1)  # (B, T) each slot's place in a random order
     return (rank < counts[:, None]) & ~padding_mask

@@ -1,0 +1,134 @@
+"""The training step's forms (train.step: eager, fused, compiled) give eager's losses and gradients over
+20 steps (dropout and GLAT's random glancing included), a run trains and resumes under any of them, a
+bad form is refused by name, and `atnat bench train` times them side by side."""
+import pytest
+import torch
+
+from atnat.core.errors import AtnatError
+from atnat.experiments.bench import train_step as bench_train
+from atnat.experiments.bench.spec import make_spec
+from atnat.experiments.config.run import ConfigError, run_config_from_dict
+from atnat.models.batch import Batch
+from atnat.models.losses import total_loss
+from atnat.models.seq2seq import Seq2SeqModule
+
+TINY = dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=1, decoder_layers=1, dropout=0.1)
+DECODERS = [("at", {}), ("nat", {"glat": True}), ("cmlm", {}), ("ctc", {"glat": True}), ("dag", {"glat": True})]
+
+
+def twenty_steps(decoder: str, options: dict, form: str, steps: int = 20):
+    """Each step's loss and gradients, and the final weights, of a tiny model trained `steps` Adam steps
+    on random batches whose shapes change from step to step."""
+    torch._dynamo.reset()  # every compiled case starts from nothing (the recompile limit is per function)
+    torch.manual_seed(0)
+    module = Seq2SeqModule(vocab_size=40, decoder=decoder, model=TINY, decoder_options=options,
+                           optim={"weight_decay": 0.01, "schedule": "constant", "lr": 1e-3}).train()
+    module.step_form = form
+    optimizer = module.configure_optimizers()["optimizer"]
+    gen = torch.Generator().manual_seed(3)
+    losses, grads = [], []
+    torch.manual_seed(1)
+    for _ in range(steps):
+        b, s, t = 4, *(int(n) for n in torch.randint(4, 9, (2,), generator=gen))
+        src, tgt = torch.randint(5, 40, (b, s), generator=gen), torch.randint(5, 40, (b, t), generator=gen)
+        loss = total_loss(module.loss_parts(Batch(src, tgt, torch.full((b,), s), torch.full((b,), t), torch.arange(b))))
+        optimizer.zero_grad()
+        loss.backward()
+        grads.append([p.grad.clone() for p in module.parameters() if p.grad is not None])
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, grads, [p.detach().clone() for p in module.parameters()]
+
+
+def assert_equal_to_eager(decoder: str, options: dict, form: str) -> None:
+    eager, other = twenty_steps(decoder, options, "eager"), twenty_steps(decoder, options, form)
+    assert other[0] == pytest.approx(eager[0], rel=1e-5, abs=1e-5)  # every step's loss
+    for step, (a, b) in enumerate(zip(eager[1], other[1])):
+        assert len(a) == len(b)
+        worst = max(float((x - y).abs().max()) for x, y in zip(a, b))
+        assert worst < 1e-4, f"{decoder} {form}: gradients differ by {worst:g} at step {step + 1}"
+    # the final weights, by norm against how far training moved them: Adam's normalised update turns the
+    # rounding of a near-zero gradient into a step of up to lr, so single weights may differ by that much
+    distance = lambda u, v: sum(float(((x - y) ** 2).sum()) for x, y in zip(u, v)) ** 0.5
+    moved = distance(eager[2], twenty_steps(decoder, options, "eager", 0)[2])
+    assert moved > 0.5 and distance(eager[2], other[2]) < 0.03 * moved
+
+
+@pytest.mark.parametrize("decoder,options", DECODERS, ids=[d for d, _ in DECODERS])
+def test_the_fused_optimizer_step_equals_eager_over_20_steps(decoder, options):
+    assert_equal_to_eager(decoder, options, "fused")
+
+
+def test_the_compiled_step_equals_eager_over_20_steps_for_the_at():
+    assert_equal_to_eager("at", {}, "compiled")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("decoder,options", DECODERS[1:], ids=[d for d, _ in DECODERS[1:]])
+def test_the_compiled_step_equals_eager_over_20_steps_for_every_nat(decoder, options):
+    # GLAT's random glancing positions compile too, drawing what eager mode draws
+    assert_equal_to_eager(decoder, options, "compiled")
+
+
+def test_a_form_is_refused_by_name_where_it_is_set():
+    with pytest.raises(ConfigError, match="train: step must be one of eager, fused, compiled, got .jit."):
+        run_config_from_dict({"name": "x", "task": {"name": "copy"}, "decoder": "at", "train": {"step": "jit"}}, "cfg")
+    module = Seq2SeqModule(vocab_size=40, decoder="at", model=TINY)
+    with pytest.raises(AtnatError, match="train.step: 'jit' is not one of eager, fused, compiled"):
+        module.step_form = "jit"
+
+
+def test_a_run_trains_under_fused_and_resumes_from_eager_into_fused(tmp_path, monkeypatch):
+    from atnat.experiments.config.settings import settings_change
+    from atnat.experiments.training import train as train_module
+    from atnat.models import step_forms
+    from tests.test_resume import RUN, Kill, run_training, weights
+
+    eager = weights(run_training(tmp_path, "eager", monkeypatch) / "checkpoints" / "last.ckpt")  # 28 steps
+    fused = weights(run_training(tmp_path, "fused", monkeypatch, step="fused") / "checkpoints" / "last.ckpt")
+    assert max(float((eager[k] - fused[k]).abs().max()) for k in eager) < 1e-4  # fused from the start
+
+    run = tmp_path / "mixed"  # eager until a kill at step 17, then resumed under fused
+    make = train_module.make_trainer
+
+    def killed(*args, **kwargs):
+        trainer = make(*args, **kwargs)
+        trainer.callbacks.insert(0, Kill(17))
+        return trainer
+
+    monkeypatch.setattr(train_module, "make_trainer", killed)
+    with pytest.raises(SystemError, match="killed"):
+        train_module.train(run_config_from_dict(RUN, "test"), run)
+    monkeypatch.setattr(train_module, "make_trainer", make)
+    cfg = run_config_from_dict({**RUN, "train": {**RUN["train"], "step": "fused"}}, "test")
+    assert not settings_change(run, cfg).training  # the form changes rounding, not what is trained
+    seen = []
+
+    def recording(optimizer, form):
+        seen.append([g["fused"] for g in optimizer.param_groups])  # as loaded from the eager checkpoint
+        step_forms.apply_to_optimizer(optimizer, form)
+        seen.append([g["fused"] for g in optimizer.param_groups])
+
+    monkeypatch.setattr("atnat.models.seq2seq.apply_to_optimizer", recording)
+    train_module.train(cfg, run)
+    assert seen == [[None], [True]]  # loaded as the eager run saved it, then fused
+    mixed = weights(run / "checkpoints" / "last.ckpt")
+    assert max(float((eager[k] - mixed[k]).abs().max()) for k in eager) < 1e-4
+
+
+def test_the_train_bench_times_the_forms_side_by_side_at_each_size():
+    spec = make_spec(tiny=True, threads=1, warmup=0)
+    df = bench_train.run_train(spec, steps=2, tokens=120, precisions=("fp32",), forms=("eager", "fused"),
+                               decoders=("at", "ctc"), log=lambda *_: None)
+    assert list(zip(df.decoder, df.form)) == [("at", "eager"), ("at", "fused"), ("ctc", "eager"), ("ctc", "fused")]
+    assert (df[df.form == "eager"].speedup_vs_eager == 1).all() and (df.speedup_vs_eager > 0).all()
+    assert set(df["size"]) == {"bench"}
+    eager, fused = (df[df.form == f].set_index("decoder").last_loss for f in ("eager", "fused"))
+    assert ((eager - fused).abs() < 1e-4).all()  # the same model and batch: the same losses
+    grid = bench_train.sized(spec, "grid").model
+    assert (grid["d_model"], grid["encoder_layers"], grid["decoder_layers"]) == (512, 5, 5)
+    assert bench_train.SIZES["base"][1] == 25000
+    with pytest.raises(AtnatError, match="--forms among eager, fused, compiled"):
+        bench_train.run_train(spec, steps=1, tokens=120, forms=("jit",), log=lambda *_: None)
+    with pytest.raises(AtnatError, match="--size huge"):
+        bench_train.run_train(spec, steps=1, size="huge", log=lambda *_: None)
