@@ -109,7 +109,7 @@ train_forms() {  # which training step form is fastest on this GPU (models/step_
   local size
   for size in grid base; do
     timeout 280 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,fused,compiled --size "$size" \
-      --steps 10 --out "$out/train_forms_${size}_gpu.csv" 2>&1 | tail -n 16
+      --peer --steps 10 --out "$out/train_forms_${size}_gpu.csv" 2>&1 | tail -n 16
   done
 }
 

@@ -132,3 +132,15 @@ def test_the_train_bench_times_the_forms_side_by_side_at_each_size():
         bench_train.run_train(spec, steps=1, tokens=120, forms=("jit",), log=lambda *_: None)
     with pytest.raises(AtnatError, match="--size huge"):
         bench_train.run_train(spec, steps=1, size="huge", log=lambda *_: None)
+
+
+def test_the_train_bench_trains_the_hugging_face_peer_on_the_same_batch():
+    pytest.importorskip("transformers")
+    spec = make_spec(tiny=True, threads=1, warmup=0)
+    df = bench_train.run_train(spec, steps=2, tokens=120, precisions=("fp32",), decoders=("at",), peer=True,
+                               log=lambda *_: None).set_index("decoder")
+    assert list(df.index) == ["at", "hf-marian"] and (df.tokens_per_s > 0).all()
+    assert df.flops_per_step["hf-marian"] == df.flops_per_step["at"]  # the same dimensions and batch
+    assert 0.5 * df.params["at"] < df.params["hf-marian"] < 2 * df.params["at"]
+    # both start near the loss of a uniform guess over the vocabulary, label smoothing included
+    assert abs(df.last_loss["hf-marian"] - df.last_loss["at"]) < 0.25 * df.last_loss["at"]

@@ -84,6 +84,8 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
     tr.add_argument("--forms", default="eager", help="comma-separated step forms timed side by side: "
                                                      + ", ".join(STEP_FORMS) + " (default eager)")
     tr.add_argument("--decoders", default="at,nat,cmlm,ctc", help="comma-separated (default at,nat,cmlm,ctc)")
+    tr.add_argument("--peer", action="store_true", help="add hf-marian rows: Hugging Face's MarianMTModel at the "
+                                                        "same size, trained on the same batch (needs transformers)")
     tr.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: by GPU name)")
     tr.add_argument("--precision", help="comma-separated: fp32,bf16 (default: fp32, and bf16 where the device "
                                         "does it natively: a GPU, a CPU with avx512_bf16/AMX)")
@@ -130,7 +132,7 @@ def run(args: argparse.Namespace) -> None:
         split = lambda text: tuple(x.strip() for x in text.split(",") if x.strip())
         df = run_train(spec, steps=args.steps, tokens=args.tokens or (256 if args.tiny else None),
                        peak_tflops=args.peak_tflops, size=args.size, forms=split(args.forms),
-                       decoders=split(args.decoders),
+                       decoders=split(args.decoders), peer=args.peer,
                        precisions=split(args.precision) if args.precision else None)
         print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if args.out:

@@ -34,8 +34,9 @@ def available() -> bool:
     return True
 
 
-def build_marian(model: dict, vocab_size: int, *, seed: int = 0):
-    """A random-init, eval-mode MarianMTModel with our dimensions (`model` is a ModelConfig dict)."""
+def build_marian(model: dict, vocab_size: int, *, seed: int = 0, dropout: float = 0.0):
+    """A random-init, eval-mode MarianMTModel with our dimensions (`model` is a ModelConfig dict) and
+    `dropout` where ours has it (after attention, after the FFN, on the embeddings)."""
     from transformers import MarianConfig, MarianMTModel
     from transformers.utils import logging as hf_logging
 
@@ -45,7 +46,7 @@ def build_marian(model: dict, vocab_size: int, *, seed: int = 0):
         encoder_layers=model["encoder_layers"], decoder_layers=model["decoder_layers"],
         encoder_attention_heads=model["n_heads"], decoder_attention_heads=model["n_heads"],
         encoder_ffn_dim=model["ffn_dim"], decoder_ffn_dim=model["ffn_dim"],
-        activation_function="relu", scale_embedding=True, dropout=0.0,
+        activation_function="relu", scale_embedding=True, dropout=dropout,
         max_position_embeddings=model.get("max_positions", 1024),
         pad_token_id=0, eos_token_id=2, bos_token_id=None, forced_eos_token_id=None,
         decoder_start_token_id=1)

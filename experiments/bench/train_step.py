@@ -59,13 +59,19 @@ class TrainSystem:
         self.steps += 1
         self._step(timed)
 
+    def loss(self):
+        return total_loss(self.module.loss_parts(self.batch))
+
+    def flops(self, spec: Spec) -> int:
+        return step_flops(self.module, spec, len(self.batch), self.batch.tgt.size(1))
+
     def _step(self, timed: bool) -> None:
         dtype = PRECISIONS[self.precision]
         device_type = "cuda" if self.device == "cuda" else "cpu"
         _synchronize(torch.device(self.device))
         began = time.perf_counter()
         with torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None):
-            loss = total_loss(self.module.loss_parts(self.batch))
+            loss = self.loss()
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.module.parameters(), 1.0)
@@ -74,6 +80,32 @@ class TrainSystem:
         if timed:
             self.times.append(time.perf_counter() - began)
             self.losses.append(float(loss.detach()))
+
+
+class PeerTrainSystem(TrainSystem):
+    """The peer: Hugging Face's MarianMTModel at our dimensions (bench/hf.py, dropout 0.1 as ours), one
+    step on the same batch as our AT's: teacher-forced on BOS + target, label-smoothed cross-entropy (0.1,
+    as ours) against target + EOS, gradient clipping and the same Adam."""
+
+    def __init__(self, precision: str, spec: Spec, batch):
+        from atnat.experiments.bench.hf import build_marian
+
+        self.decoder, self.precision, self.batch, self.device, self.form = "hf-marian", precision, batch, spec.device, "eager"
+        self.module = build_marian(spec.model, spec.vocab, dropout=0.1).to(spec.device).train()
+        self.opt = make_optimizer(self.module.parameters(), OptimConfig(), "eager")
+        eos, bos = torch.full_like(batch.tgt[:, :1], 2), torch.full_like(batch.tgt[:, :1], 1)  # hf.py's ids
+        self.inputs, self.labels = torch.cat([bos, batch.tgt], 1), torch.cat([batch.tgt, eos], 1)
+        self.times, self.losses, self.steps = [], [], 0
+
+    def loss(self):
+        logits = self.module(input_ids=self.batch.src, attention_mask=torch.ones_like(self.batch.src),
+                             decoder_input_ids=self.inputs).logits
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), self.labels.flatten(),
+                                                 label_smoothing=0.1)
+
+    def flops(self, spec: Spec) -> int:
+        return train_step_flops(spec.model, vocab=spec.vocab, decoder="at", batch=len(self.batch),
+                                src_len=spec.src_len, tgt_len=self.batch.tgt.size(1))
 
 
 def sized(spec: Spec, size: str) -> Spec:
@@ -87,7 +119,7 @@ def sized(spec: Spec, size: str) -> Spec:
 def run_train(spec: Spec, *, steps: int, tokens: int | None = None, peak_tflops: float | None = None,
               precisions: tuple[str, ...] | None = None, forms: tuple[str, ...] = ("eager",),
               size: str = "bench", decoders: tuple[str, ...] = ("at", "nat", "cmlm", "ctc"),
-              log=print) -> pd.DataFrame:
+              peer: bool = False, log=print) -> pd.DataFrame:
     """Training throughput of the AT and every NAT decoder on one token-budget batch (`tokens`, default
     by size), in each of `precisions` (default: fp32, and bf16 where the device does it natively) and
     step `forms`, all systems stepped in turn `steps` times after the warm-up; MFU against the dense
@@ -105,15 +137,23 @@ def run_train(spec: Spec, *, steps: int, tokens: int | None = None, peak_tflops:
     src, tgt = (torch.randint(FIRST_ORDINARY, spec.vocab, (b, n), generator=gen) for n in (spec.src_len, OUT_LEN))
     batch = Batch(src, tgt, torch.full((b,), spec.src_len), torch.full((b,), OUT_LEN), torch.arange(b)).to(spec.device)
     peak = device_peak(spec.device, peak_tflops, log) * 1e12
+    if peer:
+        from atnat.experiments.bench import hf
+
+        if not hf.available():
+            raise AtnatError(f"--peer trains Hugging Face's Marian: transformers is not importable ({hf.INSTALL_HINT})")
     systems = [TrainSystem(d, p, spec, batch, f) for d in decoders for p in precisions for f in forms]
+    if peer:
+        systems += [PeerTrainSystem(p, spec, batch) for p in precisions]
     for rnd in range(spec.warmup + steps):  # round robin: a slow moment of the machine hits every system
         for system in systems[rnd % len(systems):] + systems[: rnd % len(systems)]:
             system.step(timed=rnd >= spec.warmup)
     rows = []
     for s in systems:
         median = statistics.median(s.times)
-        params, tokens_ = sum(p.numel() for p in s.module.parameters()), int(batch.tgt_lengths.sum())
-        flops = step_flops(s.module, spec, len(batch), batch.tgt.size(1))
+        params = sum(p.numel() for p in s.module.parameters() if p.requires_grad)  # (Marian's positions: frozen)
+        tokens_ = int(batch.tgt_lengths.sum())
+        flops = s.flops(spec)
         rows.append(dict(decoder=s.decoder, precision=s.precision, form=s.form, size=size, batch=len(batch), src_len=spec.src_len,
                          tgt_len=batch.tgt.size(1), tgt_tokens=tokens_, median_s=median, tokens_per_s=tokens_ / median,
                          params=params, flops_per_step=flops, mfu=flops / median / peak, device=spec.device,
