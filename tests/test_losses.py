@@ -63,7 +63,7 @@ def test_input_noise_rate_and_untouched_specials():
 
 def test_the_smoothing_term_gives_the_mean_exactly_and_never_divides_over_the_vocabulary():
     """The smoothing's mean over V is written as sum / V: the same loss and gradient bit for bit, but its
-    backward divides (B, T) numbers instead of (B, T, V) ones (one pass over the logits fewer a step)."""
+    backward divides (B, T) numbers instead of (B, T, V) ones."""
     from torch.profiler import profile
 
     torch.manual_seed(0)
