@@ -36,8 +36,7 @@ def label_smoothed_nll(log_probs: Tensor, target: Tensor, *, smoothing: float, i
     keep = target.ne(ignore_index) if mask is None else mask & target.ne(ignore_index)  # (...)
     safe = target.masked_fill(~keep, 0)  # (...) any valid id where not counted
     nll = -log_probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)  # (...)
-    # the mean as sum / V: the same values, and its backward divides (...) numbers, not (..., V)
-    smooth = -log_probs.sum(-1) / log_probs.size(-1)  # (...)
+    smooth = -log_probs.mean(-1)  # (...)
     per_token = torch.where(keep, (1.0 - smoothing) * nll + smoothing * smooth, 0.0)  # (...)
     # a masked sum, not log_probs[keep]: boolean indexing sizes its output on the host (a device sync)
     return per_token.sum() / keep.sum().clamp(min=1)

@@ -27,7 +27,14 @@ from atnat.models.encoder import EncoderOut, TransformerEncoder
 from atnat.models.layers import TokenEmbedding
 from atnat.models.losses import total_loss
 from atnat.models.sizes import MAX_VOCAB, ModelConfig
-from atnat.models.step_forms import STEP_FORMS, apply_to_optimizer, compiled, make_optimizer
+from atnat.models.step_forms import (
+    STEP_FORMS,
+    apply_to_optimizer,
+    clip_gradients,
+    compiled,
+    make_optimizer,
+    uses_fused_optimizer,
+)
 
 
 @dataclass(frozen=True)
@@ -118,7 +125,7 @@ class Seq2SeqModule(pl.LightningModule):
 
     def loss_parts(self, batch: Batch) -> dict:
         if self._step_form == "compiled" and self.training:
-            return compiled(Seq2SeqModule._loss_parts)(self, batch, self.global_step)
+            return compiled(Seq2SeqModule._loss_parts, self.device.type == "cpu")(self, batch, self.global_step)
         return self._loss_parts(batch, self.global_step)
 
     def _loss_parts(self, batch: Batch, step: int) -> dict:
@@ -175,6 +182,12 @@ class Seq2SeqModule(pl.LightningModule):
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda step: lr_factor(step + 1, o.schedule, o.warmup_steps))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        if uses_fused_optimizer(self._step_form) and gradient_clip_val:  # Lightning's check refuses a fused one
+            clip_gradients(self.parameters(), float(gradient_clip_val))
+        else:
+            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def on_train_start(self) -> None:
         for optimizer in self.trainer.optimizers:  # a resumed optimizer state keeps the form that saved it

@@ -5,9 +5,13 @@ up to float rounding (tests/test_step_forms.py compares losses and gradients ove
   (one multi-tensor pass on a GPU).
 - "fused": the eager model, and Adam(W) as one fused kernel over every parameter.
 - "compiled": the loss (encoder and the decoder's `loss`) under `torch.compile`, and the fused
-  Adam(W). Dropout draws its masks with PyTorch's own generator (inductor's `fallback_random`), so a
-  seed gives the masks it gives in eager mode. The first steps compile (tens of seconds on a CPU);
-  each new batch shape may compile again until shapes are treated as dynamic.
+  Adam(W). On a CPU dropout draws its masks with PyTorch's own generator (inductor's
+  `fallback_random`), so a seed gives the masks it gives in eager mode; on a GPU inductor draws its
+  own inside its fused kernels (the same distribution, other draws). The first steps compile (a
+  minute or more on a CPU); a new batch shape compiles once more, then shapes are dynamic.
+
+Gradient clipping runs in the module (`clip_gradients`), and 16-mixed (fp16 with a loss scaler) is
+refused with a fused optimizer: the scaler would have to unscale before the clipping.
 
 Which form is fastest depends on the device: `atnat bench train --forms eager,fused,compiled`
 measures them side by side (results/bench/README.md has the figures).
@@ -35,20 +39,34 @@ def make_optimizer(params, optim_cfg, form: str = "eager") -> torch.optim.Optimi
 
 def apply_to_optimizer(optimizer: torch.optim.Optimizer, form: str) -> None:
     """Make an optimizer follow `form` after its state was loaded (a resumed run: a saved state keeps
-    the flags of the form that saved it)."""
+    the flags of the form that saved it, and its step counters where that form keeps them: on the
+    parameter's device for the fused kernel, on the CPU otherwise)."""
     fused = uses_fused_optimizer(form)
     for group in optimizer.param_groups:
-        if "fused" in group:
-            group["fused"] = fused or None
-            group["foreach"] = None if fused else group.get("foreach")
+        if "fused" not in group:
+            continue
+        group["fused"] = fused or None
+        group["foreach"] = None if fused else group.get("foreach")
+        for param in group["params"]:
+            state = optimizer.state.get(param)
+            if state and torch.is_tensor(state.get("step")) and not group.get("capturable"):
+                state["step"] = state["step"].to(param.device if fused else "cpu", torch.float32)
 
 
-_COMPILED: dict[Callable, Callable] = {}  # one compiled wrapper per function (dynamo guards on its arguments)
+def clip_gradients(parameters, max_norm: float) -> None:
+    """Clip by global norm directly: Lightning's mixed-precision plugin refuses to clip for an optimizer
+    that unscales by itself (a fused one), even in bf16, where nothing is scaled."""
+    torch.nn.utils.clip_grad_norm_(parameters, max_norm)
 
 
-def compiled(fn: Callable) -> Callable:
-    """`fn` under torch.compile, dropout masks drawn from PyTorch's generator as in eager mode. Kept
+_COMPILED: dict[tuple, Callable] = {}  # one compiled wrapper per function (dynamo guards on its arguments)
+
+
+def compiled(fn: Callable, eager_random: bool = True) -> Callable:
+    """`fn` under torch.compile; `eager_random`: random numbers (dropout) from PyTorch's generator, as in
+    eager mode (else inductor's own, fused into its kernels: the same distribution, other draws). Kept
     here, not on a module, so that a module stays copyable (EMA) and picklable."""
-    if fn not in _COMPILED:
-        _COMPILED[fn] = torch.compile(fn, options={"fallback_random": True})
-    return _COMPILED[fn]
+    key = (fn, eager_random)
+    if key not in _COMPILED:
+        _COMPILED[key] = torch.compile(fn, options={"fallback_random": True} if eager_random else None)
+    return _COMPILED[key]

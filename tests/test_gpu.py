@@ -266,3 +266,24 @@ def test_bench_decode_tiny_on_cuda_with_its_ctranslate2_rows(tmp_path):
         return
     assert "CTranslate2 rows skipped" not in done.stdout + done.stderr  # installed: its rows are there, on CUDA
     assert {"ct2-f32", "ct2-int8"} <= set(df.system) and df.ratio_vs_ct2[df.system == "ours"].notna().any()
+
+
+def test_an_eager_optimizer_state_resumed_under_fused_keeps_its_step_counters_on_the_gpu():
+    """The fused kernel reads each parameter's step counter on the device; a state saved by the eager form
+    keeps them on the CPU, so resuming moves them (and a fused state resumed as eager moves them back)."""
+    from atnat.models.seq2seq import OptimConfig
+    from atnat.models.step_forms import apply_to_optimizer, make_optimizer
+
+    model = torch.nn.Linear(8, 8).cuda()
+    eager = make_optimizer(model.parameters(), OptimConfig(), "eager")
+    model(torch.randn(4, 8, device="cuda")).sum().backward()
+    eager.step()
+    fused = make_optimizer(model.parameters(), OptimConfig(), "fused")
+    fused.load_state_dict(eager.state_dict())
+    apply_to_optimizer(fused, "fused")
+    assert all(s["step"].device.type == "cuda" for s in fused.state.values())
+    model(torch.randn(4, 8, device="cuda")).sum().backward()
+    fused.step()
+    assert all(float(s["step"]) == 2 for s in fused.state.values())
+    apply_to_optimizer(fused, "eager")
+    assert all(s["step"].device.type == "cpu" for s in fused.state.values())

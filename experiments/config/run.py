@@ -150,6 +150,9 @@ class TrainSettings:
         require_choice(self.checkpoint_metric, ("loss", "bleu"), "train", "checkpoint_metric")
         require_choice(self.precision, PRECISIONS, "train", "precision")
         require_choice(self.step, STEP_FORMS, "train", "step")
+        require(not (self.step != "eager" and self.precision == "16-mixed"), "train", "step",
+                "eager with precision 16-mixed (a fused optimizer unscales fp16 gradients itself, after the "
+                "clipping; bf16-mixed needs no scaler)", self.step)
         require_non_negative("train", early_stop_min_delta=self.early_stop_min_delta)
         require_choice(self.average, ("none", "best", "last"), "train", "average")
         require(isinstance(self.average_window, (int, float)) and 0 < self.average_window <= 1, "train",

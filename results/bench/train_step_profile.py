@@ -1,7 +1,7 @@
 """Where one eager training step's time goes on this CPU (the bench's model and batch, 1 thread, dropout
 0.1, fused Adam): self time per operator over two steps after two warm-up steps, by torch.profiler.
 
-    .venv/bin/python results/bench/train_step_profile.py results/bench/train_step_profile.csv [DECODER]
+    .venv/bin/python results/bench/train_step_profile.py results/bench/train_step_profile_COMMIT.csv [DECODER]
 """
 import sys
 
