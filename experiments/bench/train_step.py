@@ -143,8 +143,8 @@ def run_train(spec: Spec, *, steps: int, tokens: int | None = None, peak_tflops:
         if not hf.available():
             raise AtnatError(f"--peer trains Hugging Face's Marian: transformers is not importable ({hf.INSTALL_HINT})")
     systems = [TrainSystem(d, p, spec, batch, f) for d in decoders for p in precisions for f in forms]
-    if "compiled" in forms:  # every compiled system is an entry of one function's cache: room for each, and a
-        # system that would fall back to eager past the limit fails instead of timing eager as "compiled"
+    if "compiled" in forms:  # every compiled system is an entry of one function's cache: a limit that holds
+        # them all, and a system past it fails instead of timing eager as "compiled"
         torch._dynamo.config.recompile_limit = max(8, 2 * sum(s.form == "compiled" for s in systems))
         torch._dynamo.config.fail_on_recompile_limit_hit = True
     if peer:
