@@ -30,7 +30,6 @@ from atnat.models.sizes import MAX_VOCAB, ModelConfig
 from atnat.models.step_forms import (
     STEP_FORMS,
     apply_to_optimizer,
-    clip_gradients,
     compiled,
     make_optimizer,
     uses_fused_optimizer,
@@ -184,8 +183,10 @@ class Seq2SeqModule(pl.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
-        if uses_fused_optimizer(self._step_form) and gradient_clip_val:  # Lightning's check refuses a fused one
-            clip_gradients(self.parameters(), float(gradient_clip_val))
+        if uses_fused_optimizer(self._step_form) and gradient_clip_val:
+            # Lightning's mixed-precision plugin refuses to clip for an optimizer that unscales by itself (a
+            # fused one), even in bf16, where nothing is scaled (16-mixed with a fused form is refused)
+            torch.nn.utils.clip_grad_norm_(self.parameters(), float(gradient_clip_val))
         else:
             super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 

@@ -10,8 +10,8 @@ up to float rounding (tests/test_step_forms.py compares losses and gradients ove
   own inside its fused kernels (the same distribution, other draws). The first steps compile (a
   minute or more on a CPU); a new batch shape compiles once more, then shapes are dynamic.
 
-Gradient clipping runs in the module (`clip_gradients`), and 16-mixed (fp16 with a loss scaler) is
-refused with a fused optimizer: the scaler would have to unscale before the clipping.
+With a fused optimizer the module clips gradients itself (Seq2SeqModule.configure_gradient_clipping),
+and 16-mixed (fp16 with a loss scaler) is refused: the scaler would have to unscale before the clipping.
 
 Which form is fastest depends on the device: `atnat bench train --forms eager,fused,compiled`
 measures them side by side (results/bench/README.md has the figures).
@@ -51,12 +51,6 @@ def apply_to_optimizer(optimizer: torch.optim.Optimizer, form: str) -> None:
             state = optimizer.state.get(param)
             if state and torch.is_tensor(state.get("step")) and not group.get("capturable"):
                 state["step"] = state["step"].to(param.device if fused else "cpu", torch.float32)
-
-
-def clip_gradients(parameters, max_norm: float) -> None:
-    """Clip by global norm directly: Lightning's mixed-precision plugin refuses to clip for an optimizer
-    that unscales by itself (a fused one), even in bf16, where nothing is scaled."""
-    torch.nn.utils.clip_grad_norm_(parameters, max_norm)
 
 
 _COMPILED: dict[tuple, Callable] = {}  # one compiled wrapper per function (dynamo guards on its arguments)

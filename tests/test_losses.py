@@ -59,4 +59,3 @@ def test_input_noise_rate_and_untouched_specials():
     assert (noisy[:, 0] == 1).all() and (noisy[prev == 0] == 0).all()
     changed = (noisy != prev)[:, 1:16].float().mean()
     assert 0.4 < changed < 0.55  # 0.5 x (1 - 1/44) expected
-

@@ -113,7 +113,7 @@ def sized(spec: Spec, size: str) -> Spec:
     if size not in SIZES:
         raise AtnatError(f"--size {size}: not one of {', '.join(SIZES)}")
     model = SIZES[size][0]
-    return spec if model is None else replace(spec, model={**model, "dropout": 0.0})
+    return spec if model is None else replace(spec, model=dict(model))  # (each system sets its dropout)
 
 
 def run_train(spec: Spec, *, steps: int, tokens: int | None = None, peak_tflops: float | None = None,
