@@ -21,9 +21,11 @@ ENGINES = {
     "auto": "the fastest exact engine per shape: every linear layer packed for oneDNN, and where a command "
             "decodes single sentences (timing, evaluate, translate --batch-size 1) aoti+fused for the encoder "
             "and the NAT passes, aoti+cppgemm+fused for single-sentence AT steps (aoti+fused for an int8 model's, "
-            "its int8 layers on oneDNN's int8 GEMM; eager on a GPU)",
+            "its int8 layers on oneDNN's int8 GEMM); on a GPU, CUDA graphs of single-sentence decodes: the AT "
+            "step, the encoder and the NAT passes",
 }
 AUTO_STEP_ROWS = 1  # auto: decodes of at most this many sentences run the compiled AT step
+AUTO_GRAPH_ROWS = 16  # auto on a GPU: NAT passes of at most this many rows (a sentence's length candidates) replay graphs
 AUTO_STEP_ENGINE = "aoti+cppgemm+fused"  # auto's AT step: +autotune's kernels at single sentences, no benchmarking
 # (results/bench/step_variants.csv: as fast as +autotune, beam 5 faster; half the compile time)
 AUTO_INT8_STEP_ENGINE = "aoti+fused"  # auto's AT step of an int8 model

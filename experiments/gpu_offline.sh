@@ -13,6 +13,9 @@
 #       bash experiments/gpu_offline.sh bench        # bench decode (sweep, CUDA graphs), bench train, auto's batch-1 latency
 #       bash experiments/gpu_offline.sh train-forms  # the training step's forms (eager, fused, compiled), bf16, at the
 #                                                    # GPU grid's size and Transformer-base's
+#       bash experiments/gpu_offline.sh checks       # one call of ~8 minutes: the GPU tier's CUDA-graph and step-form
+#                                                    # tests, auto's graphed passes against eager (every family,
+#                                                    # batch 1), the decode bench's auto rows, the forms at base size
 #   here again: tar xzf multi30k.tgz -C results/   (results/multi30k/ without checkpoints)
 #
 # The grid's results live in .offline-results/ on the machine (git-ignored, never copied back), so a later
@@ -126,11 +129,25 @@ bench() {
   timeout 150 python3 results/bench/auto_gpu_latency.py "$out/auto_gpu_latency.csv" 50 4 2>&1 | tail -n 8
 }
 
+checks() {  # the newest GPU code's checks and measurements, most wanted first, in one call under 10 minutes
+  install || return 1
+  machine
+  ! grid_running || { echo "checks: the grid is still running; time nothing beside it" >&2; return 1; }
+  timeout 110 python3 -m pytest -m gpu -p no:cacheprovider -n 0 -q -rs tests/test_gpu.py \
+    -k "graph or step_counters" --junitxml="$out/gpu-checks.xml" 2>&1 | tee "$out/gpu-checks.log" | tail -n 15
+  timeout 130 python3 results/bench/auto_gpu_latency.py "$out/auto_gpu_latency.csv" 50 4 2>&1 | tail -n 14
+  timeout 100 "${atnat[@]}" bench decode --device cuda --engine auto --no-hf --no-ct2 \
+    --out "$out/decode_auto_gpu.csv" 2>&1 | tail -n 20
+  timeout 170 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,fused,compiled --size base \
+    --decoders at,cmlm --steps 10 --out "$out/train_forms_base_gpu.csv" 2>&1 | tail -n 8
+}
+
 case "${1:-}" in
   pack) pack ;;
   start) start ;;
   wait) wait_grid "${2:-500}" ;;
   bench) bench ;;
   train-forms) train_forms ;;
-  *) sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 2 ;;
+  checks) checks ;;
+  *) sed -n '2,23p' "${BASH_SOURCE[0]}"; exit 2 ;;
 esac

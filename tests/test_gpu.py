@@ -7,7 +7,7 @@ sentencepiece task, pre-LN layers, guided attention, scheduled sampling, GLAT, l
 mask-predict history and CTC beam, in `--workers 2` worker processes, with distillation, probes,
 timing and the report; `--devices` (cells pinned to a GPU, the timing phase on it); DDP on two GPUs;
 the CTranslate2 baseline of the timing phase; translate / distill / int8 on a GPU machine; CUDA
-graphs of the static AT step; the probes; `atnat bench decode` with its CTranslate2 rows.
+graphs of the static AT step and of every NAT pass; the probes; `atnat bench decode` with its CTranslate2 rows.
 """
 import copy
 import io
@@ -225,6 +225,36 @@ def test_the_auto_engine_graphs_single_sentence_at_steps_with_the_eager_tokens()
         batch = torch.cat([s[:, :3] for s in sources])
         lengths = batch.ne(0).sum(1)
         assert torch.equal(eager.decode(batch, lengths, strategy).tokens, graphed.decode(batch, lengths, strategy).tokens)
+
+
+def test_the_auto_engine_graphs_every_nat_pass_with_the_eager_tokens():
+    """auto on a GPU: the encoder and every NAT family's pass replay CUDA graphs (one per shape) at batch 1,
+    sentences of many lengths, each decoded twice (the second replays); eager's tokens, lengths and scores.
+    A batch decodes eager, the same too."""
+    from atnat.experiments.modelfiles.engines import apply_engine
+    from atnat.models.seq2seq import Seq2SeqModule
+    from tests.test_engines import NAT_CASES
+
+    g = torch.Generator().manual_seed(1)
+    sources = [torch.randint(6, 40, (1, n), generator=g).cuda() for n in (3, 9, 5, 14, 9, 7, 3)]
+    for decoder, options, strategies in NAT_CASES:
+        torch.manual_seed(3)
+        eager = Seq2SeqModule(vocab_size=40, decoder=decoder, model=dict(d_model=32, n_heads=4, ffn_dim=64,
+                              encoder_layers=2, decoder_layers=2, dropout=0.0),
+                              decoder_options=options or None).eval().cuda()
+        graphed = copy.deepcopy(eager)
+        assert apply_engine(graphed, "auto").label == "auto=cudagraphs"
+        for name, strategy in strategies.items():
+            for src in sources + sources:
+                lengths = src.ne(0).sum(1)
+                ref, out = eager.decode(src, lengths, strategy), graphed.decode(src, lengths, strategy)
+                assert torch.equal(ref.tokens, out.tokens), f"{decoder} {name}: tokens differ"
+                assert torch.equal(ref.lengths, out.lengths) and torch.equal(ref.scores, out.scores)
+            batch = torch.cat([s[:, :3] for s in sources])
+            lengths = batch.ne(0).sum(1)
+            assert torch.equal(eager.decode(batch, lengths, strategy).tokens, graphed.decode(batch, lengths, strategy).tokens)
+        encoder = vars(graphed.encoder)["forward"]
+        assert len(encoder.graphs) == 5 and encoder.replays == 2 * len(sources) * len(strategies)
 
 
 def test_probes_run_on_cuda():

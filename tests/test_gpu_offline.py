@@ -35,3 +35,20 @@ def test_an_unknown_step_prints_the_usage_and_fails(tmp_path):
     done = offline("train", env_extra={"OUT": str(tmp_path / "out")}, tmp_path=tmp_path)
     assert done.returncode == 2
     assert "gpu_offline.sh start" in done.stdout and "gpu_offline.sh wait" in done.stdout
+    assert "gpu_offline.sh checks" in done.stdout
+
+
+def test_the_checks_step_selects_the_gpu_tests_it_names():
+    """`checks` runs the GPU tier's graph and step-form tests by keyword: a renamed test must not drop out."""
+    import re
+    import sys
+
+    keyword = re.search(r'-k "([^"]+)"', SCRIPT.read_text().split("checks() {")[1]).group(1)
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "gpu",
+                           "-k", keyword, str(SCRIPT.parents[1] / "tests" / "test_gpu.py")],
+                          capture_output=True, text=True, timeout=120, cwd=SCRIPT.parents[1])
+    selected = {line.split("::")[-1] for line in done.stdout.splitlines() if "::" in line}
+    assert selected == {"test_cuda_graph_static_step_gives_the_eager_tokens",
+                        "test_the_auto_engine_graphs_single_sentence_at_steps_with_the_eager_tokens",
+                        "test_the_auto_engine_graphs_every_nat_pass_with_the_eager_tokens",
+                        "test_an_eager_optimizer_state_resumed_under_fused_keeps_its_step_counters_on_the_gpu"}

@@ -15,7 +15,9 @@ core/engine_names.py; exact engines decode the tokens eager decodes (tests/test_
             for oneDNN (packed+onednn), and where the command decodes single sentences (the timing
             phase, evaluate's latency, translate --batch-size 1) aoti+fused's packages for the
             encoder and the NAT passes, aoti+cppgemm+fused's for the AT step of single-sentence
-            decodes (an int8 model: its int8 layers traced as oneDNN int8 GEMMs; eager on a GPU)
+            decodes (an int8 model: its int8 layers traced as oneDNN int8 GEMMs). On a GPU, for
+            single-sentence decodes: CUDA graphs of the AT step, the encoder and every NAT pass
+            (cuda_graphs.py: eager's kernels, one graph per shape); batches run eager
 
 Options: +autotune (inductor, aoti: max-autotune, inductor's CPP GEMM templates compete with the
 library GEMMs), +cppgemm (inductor, aoti: the CPP GEMM template for every GEMM, nothing
@@ -34,6 +36,7 @@ import torch
 
 from atnat.core.compile_cache import private_compile_cache
 from atnat.core.engine_names import (
+    AUTO_GRAPH_ROWS,
     AUTO_INT8_STEP_ENGINE,
     AUTO_PASS_ENGINE,
     AUTO_STEP_ENGINE,
@@ -48,6 +51,7 @@ from atnat.core.engine_names import (
 )
 from atnat.core.errors import AtnatError
 from atnat.experiments.modelfiles.aoti import CompiledPass, CompiledStep, CompileRecord, PackageCache, weights_sha256
+from atnat.experiments.modelfiles.cuda_graphs import GraphedPass
 from atnat.experiments.modelfiles.packed import Bf16Linear, PackedLinear, replace_linears
 from atnat.experiments.modelfiles.quantize import compilable_int8, is_quantized
 from atnat.models.decoders.static_cache import static_step_problem
@@ -74,13 +78,13 @@ class EngineInfo:
     swapped: int = 0
     records: list[CompileRecord] = field(default_factory=list)
     fallback: str = ""  # the auto engine where it runs eager: why (a GPU)
-    cuda_graphs: bool = False  # the auto engine on a GPU: single-sentence AT steps replay CUDA graphs
+    cuda_graphs: bool = False  # the auto engine on a GPU: single-sentence decodes replay CUDA graphs
     eager_step: str = ""  # why the AT step stays the decoder's own (eager): the static step would not compute it
 
     @property
     def label(self) -> str:
         """The engine's name and options; `auto=eager` where auto ran eager (`fallback` says why),
-        `auto=cudagraphs` where it graphs the AT step on a GPU; `(AT step eager: why)` where the engine
+        `auto=cudagraphs` where it replays CUDA graphs on a GPU; `(AT step eager: why)` where the engine
         left the step as the decoder's own."""
         base = (f"{self.engine.label}=cudagraphs" if self.cuda_graphs else
                 f"{self.engine.label}=eager" if self.fallback else self.engine.label)
@@ -170,7 +174,8 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
     templates, fastest exact at batch 1). On a GPU: the static AT step under torch.compile's
     "reduce-overhead" (CUDA graphs; on an H100 at batch 1, eager's tokens at 3.7x its greedy speed
     at one shape, 1.96x over sentences of many lengths: results/bench/README.md) for decodes of at
-    most `step_rows` sentences, everything else eager (with `step_rows` 0, or for a NAT or int8
+    most `step_rows` sentences, and the encoder and a NAT decoder's passes replayed from CUDA graphs
+    of eager's kernels (_graph_passes), everything else eager (with `step_rows` 0, or for an int8
     model, all eager: `info.fallback` says why). An int8 model keeps FBGEMM's kernels eager, and its
     packages trace each int8 layer's arithmetic (CompilableInt8Linear: oneDNN's int8 GEMM, the same
     products), the AT step as AUTO_INT8_STEP_ENGINE. apply_engine checked the rest."""
@@ -178,9 +183,11 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
         decoder = module.decoder
         if "step" in decoder.capabilities:
             info.eager_step = static_step_problem(decoder) or ""
-        if (module.device.type == "cuda" and step_rows > 0 and "step" in decoder.capabilities
-                and not is_quantized(module) and not info.eager_step):
+        graphs = module.device.type == "cuda" and step_rows > 0 and not is_quantized(module)
+        if graphs and "step" in decoder.capabilities and not info.eager_step:
             decoder.use_static_cache(True, "reduce-overhead", max_rows=step_rows)
+        if graphs:
+            _graph_passes(module, step_rows)
             info.cuda_graphs = True
         else:
             info.fallback = f"eager: the model is on {module.device}"
@@ -201,6 +208,16 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
         _compile_passes(module, parse_engine(AUTO_PASS_ENGINE), info, cache)
     module.engine_info = info
     return info
+
+
+def _graph_passes(module, step_rows: int) -> None:
+    """The encoder and a NAT decoder's pass replayed from CUDA graphs (cuda_graphs.GraphedPass) for calls
+    of at most AUTO_GRAPH_ROWS rows: the single-sentence decodes `step_rows` allows, with their length
+    candidates."""
+    for part in (module.encoder, module.decoder):
+        kind = CompiledPass.kind_of(part)
+        if kind is not None:
+            GraphedPass(part, kind, max_rows=step_rows if kind == "encoder" else AUTO_GRAPH_ROWS).install()
 
 
 class FirstCallTimer:
