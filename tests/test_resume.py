@@ -2,6 +2,8 @@
 import csv
 import json
 import math
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -35,6 +37,24 @@ class Kill(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step >= self.at_step:
             raise SystemError("killed")
+
+
+class Term(pl.Callback):
+    """Sends this process SIGTERM at the end of step `at_step` (a scheduler preempting the run), or inside
+    the validation after it with `in_validation`."""
+
+    def __init__(self, at_step: int, in_validation: bool = False):
+        self.at_step, self.in_validation, self.sent = at_step, in_validation, False
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if not self.in_validation and trainer.global_step == self.at_step and not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        if self.in_validation and trainer.global_step == self.at_step and not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def weights(path: Path) -> dict:
@@ -71,6 +91,46 @@ def test_a_resumed_run_trains_exactly_like_an_uninterrupted_one(tmp_path, monkey
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
     assert torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 28
+
+
+def stop_with_sigterm(tmp_path, monkeypatch, name: str, term: Term, run: dict = RUN) -> Path:
+    """Train until `term` sends SIGTERM (the run stops as interrupted)."""
+    cfg = run_config_from_dict(run, "test")
+    make = train_module.make_trainer
+
+    def with_term(*args, **kwargs):
+        trainer = make(*args, **kwargs)
+        trainer.callbacks.insert(0, term)
+        return trainer
+
+    monkeypatch.setattr(train_module, "make_trainer", with_term)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / name)
+    monkeypatch.setattr(train_module, "make_trainer", make)
+    return tmp_path / name
+
+
+def test_a_run_stopped_by_sigterm_saves_the_step_it_reached_and_resumes_exactly(tmp_path, monkeypatch, capsys):
+    """Preemption (SIGTERM) at step 17, three steps after the validation checkpoint of step 14: last.ckpt
+    holds step 17, not 14, and the resumed run ends with the uninterrupted run's weights."""
+    run = stop_with_sigterm(tmp_path, monkeypatch, "stopped", Term(17))
+    last = run / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["global_step"] == 17 and verify_checksum(last)
+    assert "stopped (SIGTERM) at step 17" in capsys.readouterr().err
+    train(run_config_from_dict(RUN, "test"), run)
+    whole = run_training(tmp_path, "whole", monkeypatch)
+    a, b = weights(whole / "checkpoints" / "last.ckpt"), weights(last)
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
+    assert torch.load(last, weights_only=False)["global_step"] == 28
+
+
+def test_a_run_stopped_by_sigterm_inside_a_validation_keeps_its_last_checkpoint(tmp_path, monkeypatch):
+    several = {**RUN, "eval": {**RUN["eval"], "max_tokens": 12}}  # validation in several batches
+    run = stop_with_sigterm(tmp_path, monkeypatch, "stopped", Term(14, in_validation=True), several)
+    last = run / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["global_step"] == 7  # the validation of step 14 never ended
+    train(run_config_from_dict(several, "test"), run)
+    assert torch.load(last, weights_only=False)["global_step"] == 28
 
 
 def test_the_training_log_is_appended_across_a_resume(tmp_path, monkeypatch):

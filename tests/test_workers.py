@@ -314,3 +314,28 @@ def test_a_resumed_run_finishes_its_half_trained_cells_before_it_starts_new_ones
     with pytest.raises(Taken):
         main(["run", str(grid), "--results", "res", "--workers", "2"])
     assert order[-1] == ["at-s2", "at-s1"]  # the half-trained seed 2 before seed 1
+
+
+def test_a_stopped_grid_lets_its_workers_save_their_step_and_kills_those_that_do_not_end(tmp_path, monkeypatch):
+    """Ctrl-C on `atnat run`: every worker gets SIGTERM (a training worker ends its step and saves it,
+    tests/test_resume.py) and is waited for; one that has not ended after STOP_WAIT_S is killed."""
+    import signal
+    import subprocess
+    import time
+
+    from atnat.experiments.running.launchers.local import Running, stop_workers
+
+    saver = ("import signal, sys, time\n"
+             "def term(*a):\n    time.sleep(0.5); open(sys.argv[1], 'w').write('saved'); sys.exit(0)\n"
+             "signal.signal(signal.SIGTERM, term)\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    stubborn = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    jobs = []
+    for code, args in ((saver, [str(tmp_path / "saved")]), (stubborn, [])):
+        proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "ready"  # its handler is installed
+        jobs.append(Running(None, proc, [], open(tmp_path / f"log{len(jobs)}", "w"), time.time()))
+    monkeypatch.setattr(scheduler, "STOP_WAIT_S", 3)
+    began = time.time()
+    stop_workers(jobs)
+    assert (tmp_path / "saved").read_text() == "saved" and jobs[0].proc.returncode == 0
+    assert jobs[1].proc.returncode == -signal.SIGKILL and 3 <= time.time() - began < 30

@@ -3,6 +3,9 @@
 - `ResumeState` puts what a mid-epoch resume needs into each checkpoint besides Lightning's own
   state: the RNG states and how many batches of the current epoch were trained (the token-budget
   sampler then skips them), so a resumed run trains on exactly the batches an uninterrupted one would.
+- `SaveOnTerm` writes last.ckpt at the step a run has reached when it is told to stop (SIGTERM: a
+  scheduler's preemption or time limit, a stopped `atnat run`, whose workers get SIGTERM), so a resume
+  loses no training; a run stopped during validation keeps its previous last.ckpt.
 - `resume_point` picks the newest checkpoint of a run that loads and checks; one that does not is
   renamed `<name>.damaged-<time>` with a message naming it, and the run falls back to the next one
   or starts afresh.
@@ -56,6 +59,26 @@ class ResumeState(pl.Callback):
         if "cuda" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda"])
         self.sampler.load_state_dict(state["sampler"])
+
+
+class SaveOnTerm(pl.Callback):
+    """On SIGTERM, last.ckpt at the step reached. Lightning's own handler notes the signal and stops the
+    loop after the step in progress, through on_exception with its SIGTERMException; the state is then
+    whole (optimizer stepped, the batch counted, ResumeState's position moved on), as it is where the
+    validation checkpoints are written. Stopped inside a validation (the loop stops mid-evaluation),
+    nothing is written: the previous last.ckpt stands."""
+
+    def __init__(self, ckpt_dir: Path):
+        self.ckpt_dir = ckpt_dir
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+        if (isinstance(exception, SIGTERMException) and trainer.global_step > 0
+                and not (trainer.validating or trainer.sanity_checking)):
+            trainer.save_checkpoint(self.ckpt_dir / "last.ckpt")
+            print(f"atnat: stopped (SIGTERM) at step {trainer.global_step}; saved {self.ckpt_dir / 'last.ckpt'}",
+                  file=sys.stderr)
 
 
 def _python_rng_state() -> tuple:

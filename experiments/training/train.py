@@ -39,7 +39,7 @@ from atnat.experiments.provenance import stamp
 from atnat.experiments.training.divergence import DivergenceGuard
 from atnat.experiments.training.logs import make_loggers
 from atnat.experiments.training.progress import ProgressReporter
-from atnat.experiments.training.resume import ResumeState, resume_point
+from atnat.experiments.training.resume import ResumeState, SaveOnTerm, resume_point
 from atnat.models.decoders.base import LossConfig
 from atnat.models.seq2seq import Seq2SeqModule
 
@@ -150,7 +150,7 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
     monitor, mode = selection(t)
     ckpt_dir = run_dir / "checkpoints"
     several = t.keep > 1 or t.average == "best"
-    callbacks = [ResumeState(sampler),
+    callbacks = [ResumeState(sampler), SaveOnTerm(ckpt_dir),
                  ModelCheckpoint(dirpath=ckpt_dir, filename="top-{step}" if several else "best", monitor=monitor,
                                  mode=mode, save_last=True, save_top_k=t.keep if t.average != "last" else 1,
                                  enable_version_counter=False, auto_insert_metric_name=False)]

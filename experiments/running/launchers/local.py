@@ -145,13 +145,35 @@ def run_parallel(grid_path: Path, cells: list[Cell], lanes: list[Lane], *, resul
                     pending.remove(cell)
             time.sleep(0.2)
     finally:
-        for job in running:  # interrupted: stop the workers (their cells resume next time)
-            job.proc.terminate()
+        stop_workers(running)
+
+
+STOP_WAIT_S = 180  # how long a stopped grid waits for its workers to end the step they are in and save it
+
+
+def stop_workers(running: list[Running]) -> None:
+    """Interrupted: SIGTERM to every worker, which ends the training step it is in, saves it (last.ckpt) and
+    exits; its cell resumes from there next time. A worker still running after STOP_WAIT_S, or after a
+    second Ctrl-C, is killed (its cell then resumes from its previous checkpoint)."""
+    for job in running:
+        job.proc.terminate()
+    if any(job.proc.poll() is None for job in running):
+        print(f"atnat: stopping {len(running)} worker(s): each saves the step it is in "
+              f"(up to {STOP_WAIT_S} s; Ctrl-C again kills them now)", file=sys.stderr)
+    deadline = time.time() + STOP_WAIT_S
+    try:
         for job in running:
             try:
-                job.proc.wait(timeout=20)
+                job.proc.wait(timeout=max(0.0, deadline - time.time()))
             except subprocess.TimeoutExpired:
+                pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for job in running:
+            if job.proc.poll() is None:
                 job.proc.kill()
+                job.proc.wait()
             job.log.close()
 
 
