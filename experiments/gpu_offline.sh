@@ -4,8 +4,9 @@
 # experiments/grids/multi30k.yaml and the CUDA bench rows, in steps that each end well inside 10 minutes and
 # leave their results under $OUT.
 #
-#   here, with network, once:   bash experiments/gpu_offline.sh pack
-#       .whl/  wheels of what such a machine usually lacks (sacremoses, submitit, ctranslate2) for its Python
+#   here, with network, once:   bash experiments/gpu_offline.sh pack [--no-ct2]
+#       .whl/  wheels of what such a machine usually lacks (sacremoses, submitit, ctranslate2) for its Python;
+#              --no-ct2 leaves out CTranslate2's (41 MB; the grid then times no CTranslate2 baseline)
 #       .data/ a copy of the Multi30k files the grid reads (git-ignored; never committed)
 #   there (with .whl and .data copied beside the checkout; run the next step before the machine goes idle):
 #       bash experiments/gpu_offline.sh start        # install, grid started in the background, then the GPU tier
@@ -31,11 +32,12 @@ grid_log="$results/grid.log"
 wheels="sacremoses==0.2.0 submitit==1.5.4 ctranslate2==4.8.5"  # what such a machine lacked, at the versions CI installs
 
 pack() {
-  local py="${GPU_PYTHON_VERSION:-3.12}"
-  mkdir -p .whl .data
+  local py="${GPU_PYTHON_VERSION:-3.12}" want="$wheels"
+  [ "${1:-}" = "--no-ct2" ] && want="${wheels// ctranslate2==*/}"
+  rm -rf .whl && mkdir -p .whl .data
   python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$py" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 -d .whl $wheels || { echo "pack: pip download failed" >&2; return 1; }
+    --platform manylinux2014_x86_64 -d .whl $want || { echo "pack: pip download failed" >&2; return 1; }
   local data="${MULTI30K:-$root/../shared/data/multi30k}"
   [ -f "$data/train.en" ] || { echo "pack: no Multi30k in $data (atnat data multi30k DIR fetches it)" >&2; return 1; }
   rm -rf .data/multi30k && cp -r "$data" .data/multi30k
@@ -143,7 +145,7 @@ checks() {  # the newest GPU code's checks and measurements, most wanted first, 
 }
 
 case "${1:-}" in
-  pack) pack ;;
+  pack) pack "${2:-}" ;;
   start) start ;;
   wait) wait_grid "${2:-500}" ;;
   bench) bench ;;

@@ -52,3 +52,28 @@ def test_the_checks_step_selects_the_gpu_tests_it_names():
                         "test_the_auto_engine_graphs_single_sentence_at_steps_with_the_eager_tokens",
                         "test_the_auto_engine_graphs_every_nat_pass_with_the_eager_tokens",
                         "test_an_eager_optimizer_state_resumed_under_fused_keeps_its_step_counters_on_the_gpu"}
+
+
+def test_pack_without_ctranslate2_downloads_the_other_wheels_only(tmp_path):
+    """`pack --no-ct2` for a small copy: the wheels it asks pip for (a stand-in python3 records them)."""
+    import os
+    import shutil
+
+    root = tmp_path / "repo"
+    (root / "experiments").mkdir(parents=True)
+    shutil.copy(SCRIPT, root / "experiments" / "gpu_offline.sh")
+    data = tmp_path / "multi30k"
+    data.mkdir()
+    (data / "train.en").write_text("a\n")
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python3").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "asked"}\n')
+    os.chmod(stub / "python3", 0o755)
+    for extra, ct2 in (([], True), (["--no-ct2"], False)):
+        done = subprocess.run(["bash", str(root / "experiments" / "gpu_offline.sh"), "pack", *extra], capture_output=True,
+                              text=True, timeout=60, env={"PATH": f"{stub}:/usr/bin:/bin", "MULTI30K": str(data),
+                                                          "OUT": str(tmp_path / "out")})
+        assert done.returncode == 0, done.stderr
+        asked = (tmp_path / "asked").read_text().splitlines()[-1]
+        assert "sacremoses==" in asked and "submitit==" in asked and ("ctranslate2==" in asked) == ct2
+    assert (root / ".data" / "multi30k" / "train.en").read_text() == "a\n"
