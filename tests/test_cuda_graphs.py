@@ -12,6 +12,7 @@ import torch
 
 from atnat.core.engine_names import AUTO_GRAPH_ROWS
 from atnat.core.errors import AtnatError
+from atnat.experiments.modelfiles import cuda_graphs
 from atnat.experiments.modelfiles.aoti import CompiledPass
 from atnat.experiments.modelfiles.cuda_graphs import GraphedPass, Rerun
 from atnat.experiments.modelfiles.engines import apply_engine
@@ -108,7 +109,7 @@ def test_batches_grad_attention_maps_and_shapes_past_the_cap_run_eager():
     assert twin.decoder.recorded_attention is not None and passes["parallel"].replays == 0
     twin.decoder.record_attention = False
     with torch.inference_mode():
-        for n in (2, 3, 4, 5):  # shapes 4 and 5 are past the cap of 2 (3 x no-grad and inference)
+        for n in (2, 3, 4, 5):  # past the cap of 2 from shape 3 on (3 under no_grad was another graph)
             src = torch.full((1, n), 9)
             assert torch.equal(twin.encode(src).states, model.encode(src).states)
     assert len(encoder.graphs) == 2
@@ -132,3 +133,42 @@ def test_auto_on_a_gpu_graphs_every_nat_pass_and_says_so(monkeypatch):
         assert isinstance(nat_pass, GraphedPass) and nat_pass.max_rows == AUTO_GRAPH_ROWS
     batch = nat_model("nat")
     assert apply_engine(batch, "auto", step_rows=0).label == "auto=eager" and "forward" not in vars(batch.encoder)
+
+
+def test_auto_replays_single_sentence_decodes_only_and_a_batch_runs_eager(monkeypatch):
+    """A decode of more sentences than step_rows runs eager in every pass, the decoder's too (its rows,
+    a few sentences' length candidates, could be within AUTO_GRAPH_ROWS)."""
+    monkeypatch.setattr(cuda_graphs, "CudaGraph", Rerun)
+    monkeypatch.setattr(Seq2SeqModule, "device", property(lambda self: torch.device("cuda")))
+    model = nat_model("nat")
+    twin = copy.deepcopy(model)
+    apply_engine(twin, "auto")
+    encoder, decoder = vars(twin.encoder)["forward"], vars(twin.decoder)["forward_parallel"]
+    src, lengths = batches()["padded"]  # 6 sentences: 6 rows <= AUTO_GRAPH_ROWS in the decoder's pass
+    with torch.inference_mode():
+        assert torch.equal(twin.decode(src, lengths, STRATEGIES_NAT).tokens, model.decode(src, lengths, STRATEGIES_NAT).tokens)
+        assert not encoder.graphs and not decoder.graphs
+        one, n = batches()["b1"]
+        assert torch.equal(twin.decode(one, n, STRATEGIES_NAT).tokens, model.decode(one, n, STRATEGIES_NAT).tokens)
+    assert len(encoder.graphs) == len(decoder.graphs) == 1 and decoder.replays == 1
+
+
+def test_a_pass_that_cannot_be_captured_warns_once_and_runs_eager():
+    model = nat_model("ctc", upsample=2)
+    twin = copy.deepcopy(model)
+    attempts = []
+
+    class Refused(Rerun):
+        def __init__(self, run, tensors, pool=None):
+            attempts.append(tensors[0].shape)
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    GraphedPass(twin.decoder, "ctc", max_rows=16, graph=Refused).install()
+    with torch.inference_mode():
+        with pytest.warns(UserWarning, match=r"ctc pass of CTCDecoder cannot be replayed .* runs eager \(RuntimeError"):
+            for src, lengths in sources():
+                assert torch.equal(twin.decode(src, lengths, CTC_STRATEGY).tokens, model.decode(src, lengths, CTC_STRATEGY).tokens)
+    assert len(attempts) == 1  # not tried again
+
+
+CTC_STRATEGY = NAT_CASES[2][2]["ctc"]

@@ -231,6 +231,7 @@ def test_the_auto_engine_graphs_every_nat_pass_with_the_eager_tokens():
     """auto on a GPU: the encoder and every NAT family's pass replay CUDA graphs (one per shape) at batch 1,
     sentences of many lengths, each decoded twice (the second replays); eager's tokens, lengths and scores.
     A batch decodes eager, the same too."""
+    from atnat.experiments.modelfiles.cuda_graphs import GraphedPass
     from atnat.experiments.modelfiles.engines import apply_engine
     from atnat.models.seq2seq import Seq2SeqModule
     from tests.test_engines import NAT_CASES
@@ -252,9 +253,37 @@ def test_the_auto_engine_graphs_every_nat_pass_with_the_eager_tokens():
                 assert torch.equal(ref.lengths, out.lengths) and torch.equal(ref.scores, out.scores)
             batch = torch.cat([s[:, :3] for s in sources])
             lengths = batch.ne(0).sum(1)
+            passes = [p for p in (*vars(graphed.encoder).values(), *vars(graphed.decoder).values())
+                      if isinstance(p, GraphedPass)]
+            before = [len(p.graphs) for p in passes]
             assert torch.equal(eager.decode(batch, lengths, strategy).tokens, graphed.decode(batch, lengths, strategy).tokens)
+            assert [len(p.graphs) for p in passes] == before  # a batch: eager
         encoder = vars(graphed.encoder)["forward"]
         assert len(encoder.graphs) == 5 and encoder.replays == 2 * len(sources) * len(strategies)
+        assert len(passes) == 2 and all(p.replays > 0 and not p.broken for p in passes)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_graphed_passes_capture_on_the_models_own_gpu():
+    """A model on the second GPU (the timing phase decodes on the first of --devices without making it
+    current): its graphs are captured and replayed there, with eager's tokens."""
+    from atnat.decoding.mask_predict import MaskPredict
+    from atnat.experiments.modelfiles.engines import apply_engine
+    from atnat.models.seq2seq import Seq2SeqModule
+
+    torch.manual_seed(3)
+    eager = Seq2SeqModule(vocab_size=40, decoder="cmlm", model=dict(d_model=32, n_heads=4, ffn_dim=64, encoder_layers=2,
+                          decoder_layers=2, dropout=0.0)).eval().to("cuda:1")
+    graphed = copy.deepcopy(eager)
+    apply_engine(graphed, "auto")
+    assert torch.cuda.current_device() == 0
+    g = torch.Generator().manual_seed(1)
+    for n in (3, 9, 5, 9):
+        src = torch.randint(6, 40, (1, n), generator=g).to("cuda:1")
+        lengths = src.ne(0).sum(1)
+        strategy = MaskPredict(iterations=3, length_beam=2)
+        assert torch.equal(eager.decode(src, lengths, strategy).tokens, graphed.decode(src, lengths, strategy).tokens)
+    assert vars(graphed.decoder)["forward_parallel"].replays > 0
 
 
 def test_probes_run_on_cuda():

@@ -51,6 +51,7 @@ def test_the_checks_step_selects_the_gpu_tests_it_names():
     assert selected == {"test_cuda_graph_static_step_gives_the_eager_tokens",
                         "test_the_auto_engine_graphs_single_sentence_at_steps_with_the_eager_tokens",
                         "test_the_auto_engine_graphs_every_nat_pass_with_the_eager_tokens",
+                        "test_graphed_passes_capture_on_the_models_own_gpu",
                         "test_an_eager_optimizer_state_resumed_under_fused_keeps_its_step_counters_on_the_gpu"}
 
 

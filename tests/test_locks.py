@@ -137,6 +137,27 @@ def test_a_worker_ends_when_its_parent_is_killed(tmp_path, prctl):
             os.kill(child, signal.SIGKILL)
 
 
+@linux_only
+def test_a_worker_leaves_ctrl_c_to_its_runner_and_a_lone_cell_does_not():
+    """Ctrl-C reaches every process of the terminal's group: a runner's worker ignores it (the runner sends it
+    SIGTERM, on which it saves its step), while `atnat cell` run by hand stops on it as before."""
+    from atnat.experiments.running.launchers.local import PARENT_ENV
+
+    code = ("from atnat.experiments.running.launchers.local import die_with_parent\nimport time\n"
+            "die_with_parent(); print('ready', flush=True); time.sleep(600)")
+    for worker in (True, False):
+        env = dict(os.environ, **({PARENT_ENV: str(os.getpid())} if worker else {}))
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        try:
+            assert proc.stdout.readline() == b"ready\n"
+            proc.send_signal(signal.SIGINT)
+            ended = wait_until(lambda: proc.poll() is not None, 2)
+            assert ended != worker, "a worker must outlive Ctrl-C; a lone cell must not"
+        finally:
+            proc.kill()
+            proc.wait()
+
+
 def test_failed_cells_exit_1_after_the_table_and_report_are_written(tmp_path, monkeypatch, capsys):
     broken = {"decoder": {"name": "at"}, "train": {"max_len": 1}}  # drops every pair: fails at run time
     grid = write_grid(tmp_path, {**TINY, "cells": {"at": broken, "nat": {"decoder": {"name": "nat"},

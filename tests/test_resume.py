@@ -40,21 +40,30 @@ class Kill(pl.Callback):
 
 
 class Term(pl.Callback):
-    """Sends this process SIGTERM at the end of step `at_step` (a scheduler preempting the run), or inside
-    the validation after it with `in_validation`."""
+    """Sends this process SIGTERM once (a scheduler preempting the run): at the end of step `at_step`, or of
+    the first epoch's last batch (`at_step` None), or inside the validation after `at_step`."""
 
-    def __init__(self, at_step: int, in_validation: bool = False):
+    def __init__(self, at_step: int | None, in_validation: bool = False):
         self.at_step, self.in_validation, self.sent = at_step, in_validation, False
 
+    def send(self) -> None:
+        self.sent = True
+        os.kill(os.getpid(), signal.SIGTERM)
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if not self.in_validation and trainer.global_step == self.at_step and not self.sent:
-            self.sent = True
-            os.kill(os.getpid(), signal.SIGTERM)
+        last = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        if not (self.sent or self.in_validation) and (trainer.global_step == self.at_step
+                                                       or (self.at_step is None and last)):
+            self.send()
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
         if self.in_validation and trainer.global_step == self.at_step and not self.sent:
-            self.sent = True
-            os.kill(os.getpid(), signal.SIGTERM)
+            self.send()
+
+
+def validated_steps(run: Path) -> list[str]:
+    with open(run / "logs" / "metrics.csv", newline="") as f:
+        return [r["step"] for r in csv.DictReader(f) if r.get("val/loss")]
 
 
 def weights(path: Path) -> dict:
@@ -110,18 +119,25 @@ def stop_with_sigterm(tmp_path, monkeypatch, name: str, term: Term, run: dict = 
     return tmp_path / name
 
 
-def test_a_run_stopped_by_sigterm_saves_the_step_it_reached_and_resumes_exactly(tmp_path, monkeypatch, capsys):
-    """Preemption (SIGTERM) at step 17, three steps after the validation checkpoint of step 14: last.ckpt
-    holds step 17, not 14, and the resumed run ends with the uninterrupted run's weights."""
-    run = stop_with_sigterm(tmp_path, monkeypatch, "stopped", Term(17))
+@pytest.mark.parametrize("at_step,saved,val_every,steps", [(17, 17, 7, 28), (7, 7, 7, 28), (None, 14, 5, 30)],
+                         ids=["mid-epoch", "at-a-validation", "end-of-epoch"])
+def test_a_run_stopped_by_sigterm_saves_the_step_it_reached_and_resumes_exactly(tmp_path, monkeypatch, capsys,
+                                                                                at_step, saved, val_every, steps):
+    """Preemption (SIGTERM) after a step between validations (17: the validation checkpoint is at 14), at a
+    validation step (whose validation then runs on resume) and after the last batch of the first epoch
+    (14 batches): last.ckpt holds that step, and the resumed run ends with the uninterrupted run's weights
+    and validates at the same steps."""
+    run_dict = {**RUN, "train": {**RUN["train"], "val_every_steps": val_every, "max_steps": steps}}
+    run = stop_with_sigterm(tmp_path, monkeypatch, "stopped", Term(at_step), run_dict)
     last = run / "checkpoints" / "last.ckpt"
-    assert torch.load(last, weights_only=False)["global_step"] == 17 and verify_checksum(last)
-    assert "stopped (SIGTERM) at step 17" in capsys.readouterr().err
-    train(run_config_from_dict(RUN, "test"), run)
-    whole = run_training(tmp_path, "whole", monkeypatch)
+    assert torch.load(last, weights_only=False)["global_step"] == saved and verify_checksum(last)
+    assert f"stopping (SIGTERM) after step {saved}" in capsys.readouterr().err
+    train(run_config_from_dict(run_dict, "test"), run)
+    whole = run_training(tmp_path, "whole", monkeypatch, val_every_steps=val_every, max_steps=steps)
     a, b = weights(whole / "checkpoints" / "last.ckpt"), weights(last)
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
-    assert torch.load(last, weights_only=False)["global_step"] == 28
+    assert torch.load(last, weights_only=False)["global_step"] == steps  # the last step is a validation step
+    assert validated_steps(run) == validated_steps(whole)
 
 
 def test_a_run_stopped_by_sigterm_inside_a_validation_keeps_its_last_checkpoint(tmp_path, monkeypatch):

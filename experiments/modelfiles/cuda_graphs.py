@@ -5,17 +5,26 @@ At batch 1 a pass of a small model is a few dozen short kernels, and launching t
 running them; a replayed graph launches them all at once. One graph per shape (batch, lengths, dtype)
 runs the very kernels eager runs at that shape, so its outputs are eager's, bit for bit: no padding
 to length buckets (which would change the reductions, and with them the last bits). The first call
-at a shape runs the pass eagerly once (lazy initialisation) and captures it; later calls copy their
-inputs into the graph's buffers, replay, and return copies of its outputs (a later replay writes
-over the graph's own). Graphs share one memory pool, which is safe because every replay's outputs
-are copied before the next replay.
+at a shape runs the pass eagerly once on a side stream (lazy initialisation; any read of a value on
+the host fails there, before a capture) and captures it on that stream; later calls copy their inputs
+into the graph's buffers, replay, and return copies of its outputs (a later replay writes over the
+graph's own). Graphs share one memory pool per device, which is safe because every replay's outputs
+are copied before the next replay. Under autocast the casts are captured too (not cached: a cached
+cast would be freed when the caller's autocast block ends).
 
-Calls with more rows than `max_rows` (batches, where launches are amortised and shapes rarely
-repeat), calls with gradients on, calls that record attention maps, and calls after `max_graphs`
-shapes run the part's own method.
+What runs eager, the part's own method: calls with more rows than `max_rows`; a decoder pass whose
+decode began with an encoder call of more than the encoder's `max_rows` (a batch: launches are
+amortised and shapes rarely repeat); calls with gradients on; calls that record attention maps;
+calls after `max_graphs` shapes; every call after a pass failed to capture (with a warning naming why).
+
+A graph reads the weights where they were at capture: apply the engine to a model whose weights stay
+where they are (no `.to()`, `.half()` or reassigned parameters afterwards). The graphs' memory is
+allocated at each shape's first call; a timing's memory column, counted above what a warm-up left
+allocated, does not include it.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import torch
@@ -25,31 +34,53 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.modelfiles.aoti import TensorPass
 
 MAX_GRAPHS = 1024  # shapes per pass; the Multi30k test sets at batch 1 need a few hundred
+_STREAMS: dict[int, torch.cuda.Stream] = {}  # one side stream per device, for warm-ups and captures
+
+
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _STREAMS:
+        _STREAMS[index] = torch.cuda.Stream(device=index)
+    return _STREAMS[index]
 
 
 class CudaGraph:
-    """A callable captured once on static input buffers: copy in, replay, copy out."""
+    """A callable captured once on static input buffers, on their device: copy in, replay, copy out."""
 
     def __init__(self, run: Callable, tensors: tuple[Tensor, ...], pool):
+        self.device = tensors[0].device
         self.inputs = tuple(t.clone() for t in tensors)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # lazy initialisation (cuBLAS workspaces, kernels) outside the capture
-            run(*self.inputs)
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool):
-            self.outputs = run(*self.inputs)
+        autocast, dtype = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+
+        def call():
+            with torch.autocast("cuda", dtype=dtype, enabled=autocast, cache_enabled=False):
+                return run(*self.inputs)
+
+        with torch.cuda.device(self.device):
+            side = _side_stream(self.device)
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                mode = torch.cuda.get_sync_debug_mode()
+                torch.cuda.set_sync_debug_mode("error")  # a read on the host cannot be captured: fail here
+                try:
+                    call()
+                finally:
+                    torch.cuda.set_sync_debug_mode(mode)
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, pool=pool, stream=side):
+                self.outputs = call()
 
     @staticmethod
     def new_pool():
         return torch.cuda.graph_pool_handle()
 
     def __call__(self, tensors: tuple[Tensor, ...]):
-        for static, t in zip(self.inputs, tensors):
-            static.copy_(t)
-        self.graph.replay()
-        return _copy(self.outputs)
+        with torch.cuda.device(self.device):
+            for static, t in zip(self.inputs, tensors):
+                static.copy_(t)
+            self.graph.replay()
+            return _copy(self.outputs)
 
 
 class Rerun:
@@ -81,17 +112,28 @@ def _copy(out):
     return tuple(t.clone() for t in out) if isinstance(out, (tuple, list)) else out.clone()
 
 
+class Decode:
+    """One model's decode as its passes see it: whether it began with an encoder call that replayed a
+    graph (set by the encoder's GraphedPass, read by the decoder's)."""
+
+    single = False
+
+
 class GraphedPass:
     """A model part's pass (aoti.TensorPass's kinds: encoder, parallel, ctc, dag) replayed from one graph per
-    input shape; set on the part in place of that method (`install`), as aoti.CompiledPass is."""
+    input shape; set on the part in place of that method (`install`), as aoti.CompiledPass is. With a
+    `decode` shared by the model's passes, a decoder pass replays only within a decode whose encoder call
+    did."""
 
-    def __init__(self, part, kind: str, *, max_rows: int, max_graphs: int = MAX_GRAPHS, graph=None):
+    def __init__(self, part, kind: str, *, max_rows: int, max_graphs: int = MAX_GRAPHS, graph=None,
+                 decode: Decode | None = None):
         self.module = TensorPass(part, kind)
-        self.kind, self.max_rows, self.max_graphs = kind, max_rows, max_graphs
+        self.kind, self.max_rows, self.max_graphs, self.decode = kind, max_rows, max_graphs, decode
         self.make = graph or CudaGraph  # or Rerun (tests)
         self.graphs: dict[tuple, CudaGraph | Rerun] = {}
-        self.pool = None  # the graphs' memory pool, made at the first capture
+        self.pools: dict[torch.device, object] = {}  # the graphs' memory pool per device, made at its first capture
         self.replays = 0  # calls answered by a graph (captures included)
+        self.broken = ""  # why this pass could not be captured: it runs eager from then on
 
     def install(self) -> None:
         part = self.module.part
@@ -99,13 +141,31 @@ class GraphedPass:
 
     def key(self, tensors: tuple[Tensor, ...]) -> tuple | None:
         """The graph a call replays: its shapes, strides, dtypes and autocast state; None where it runs eager."""
-        if (tensors[0].size(0) > self.max_rows or torch.is_grad_enabled()
-                or getattr(self.module.part, "record_attention", False)):
+        single = tensors[0].size(0) <= self.max_rows and not torch.is_grad_enabled()
+        if self.decode is not None and self.kind == "encoder":
+            self.decode.single = single
+        elif self.decode is not None and not self.decode.single:
+            return None
+        if not single or self.broken or getattr(self.module.part, "record_attention", False):
             return None
         device = tensors[0].device.type
         autocast = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)) if device != "cpu" else ()
         return (tuple((tuple(t.shape), t.stride(), t.dtype, t.device) for t in tensors), autocast,
                 torch.is_inference_mode_enabled())
+
+    def capture(self, key: tuple, tensors: tuple[Tensor, ...]):
+        """A new graph for `key`, or None (eager) once the pass has failed to capture, saying why once."""
+        device = tensors[0].device
+        try:
+            if device not in self.pools:
+                self.pools[device] = self.make.new_pool()
+            graph = self.graphs[key] = self.make(self.module, tensors, self.pools[device])
+        except Exception as err:  # noqa: BLE001  (any failure: the pass stays eager, the decode goes on)
+            self.broken = f"{type(err).__name__}: {err}"
+            warnings.warn(f"the {self.kind} pass of {type(self.module.part).__qualname__} cannot be replayed from a "
+                          f"CUDA graph; it runs eager ({self.broken})", stacklevel=3)
+            return None
+        return graph
 
     def __call__(self, *args):
         part = self.module.part
@@ -116,9 +176,7 @@ class GraphedPass:
         key = self.key(tensors)
         graph = self.graphs.get(key) if key is not None else None
         if graph is None and key is not None and len(self.graphs) < self.max_graphs:
-            if self.pool is None:
-                self.pool = self.make.new_pool()
-            graph = self.graphs[key] = self.make(self.module, tensors, self.pool)
+            graph = self.capture(key, tensors)
         if graph is None:
             return self.module.method()(part, *args)
         out = graph(tensors)

@@ -51,7 +51,7 @@ from atnat.core.engine_names import (
 )
 from atnat.core.errors import AtnatError
 from atnat.experiments.modelfiles.aoti import CompiledPass, CompiledStep, CompileRecord, PackageCache, weights_sha256
-from atnat.experiments.modelfiles.cuda_graphs import GraphedPass
+from atnat.experiments.modelfiles.cuda_graphs import Decode, GraphedPass
 from atnat.experiments.modelfiles.packed import Bf16Linear, PackedLinear, replace_linears
 from atnat.experiments.modelfiles.quantize import compilable_int8, is_quantized
 from atnat.models.decoders.static_cache import static_step_problem
@@ -211,13 +211,15 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
 
 
 def _graph_passes(module, step_rows: int) -> None:
-    """The encoder and a NAT decoder's pass replayed from CUDA graphs (cuda_graphs.GraphedPass) for calls
-    of at most AUTO_GRAPH_ROWS rows: the single-sentence decodes `step_rows` allows, with their length
-    candidates."""
+    """The encoder and a NAT decoder's pass replayed from CUDA graphs (cuda_graphs.GraphedPass) in decodes of
+    at most `step_rows` sentences (the encoder's batch), the decoder's passes of at most AUTO_GRAPH_ROWS rows
+    (a sentence's length candidates)."""
+    decode = Decode()
     for part in (module.encoder, module.decoder):
         kind = CompiledPass.kind_of(part)
         if kind is not None:
-            GraphedPass(part, kind, max_rows=step_rows if kind == "encoder" else AUTO_GRAPH_ROWS).install()
+            GraphedPass(part, kind, max_rows=step_rows if kind == "encoder" else AUTO_GRAPH_ROWS,
+                        decode=decode).install()
 
 
 class FirstCallTimer:

@@ -5,7 +5,7 @@
   sampler then skips them), so a resumed run trains on exactly the batches an uninterrupted one would.
 - `SaveOnTerm` writes last.ckpt at the step a run has reached when it is told to stop (SIGTERM: a
   scheduler's preemption or time limit, a stopped `atnat run`, whose workers get SIGTERM), so a resume
-  loses no training; a run stopped during validation keeps its previous last.ckpt.
+  loses no training; a run stopped inside a validation keeps its previous last.ckpt.
 - `resume_point` picks the newest checkpoint of a run that loads and checks; one that does not is
   renamed `<name>.damaged-<time>` with a message naming it, and the run falls back to the next one
   or starts afresh.
@@ -38,6 +38,11 @@ class ResumeState(pl.Callback):
     def __init__(self, sampler):
         self.sampler = sampler
 
+    def on_train_start(self, trainer, pl_module) -> None:
+        # a run saved after the last batch of an epoch resumes into the next one without
+        # on_train_epoch_start (Lightning restarts there as mid-epoch): the sampler follows the trainer
+        self.sampler.set_epoch(trainer.current_epoch)
+
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self.sampler.set_epoch(trainer.current_epoch)  # the batches are drawn lazily, after this hook
         self.sampler.trained = 0
@@ -62,23 +67,27 @@ class ResumeState(pl.Callback):
 
 
 class SaveOnTerm(pl.Callback):
-    """On SIGTERM, last.ckpt at the step reached. Lightning's own handler notes the signal and stops the
-    loop after the step in progress, through on_exception with its SIGTERMException; the state is then
-    whole (optimizer stepped, the batch counted, ResumeState's position moved on), as it is where the
-    validation checkpoints are written. Stopped inside a validation (the loop stops mid-evaluation),
-    nothing is written: the previous last.ckpt stands."""
+    """On SIGTERM, last.ckpt at the step reached. Lightning's own handler only notes the signal; the step
+    in progress ends, and here, at its on_train_batch_end (where Lightning's step-interval checkpoints are
+    written, the optimizer stepped and ResumeState's position moved on), the step is saved once. Lightning
+    then stops the loop, inside the validation if one is due (so that validation is run again on resume).
+    A signal that arrives inside a validation is saved by nothing: the previous last.ckpt stands, and up to
+    val_every_steps steps are trained again. Several processes (DDP) agree on the decision first, so that
+    every rank reaches the checkpoint's collective together."""
 
     def __init__(self, ckpt_dir: Path):
-        self.ckpt_dir = ckpt_dir
+        self.ckpt_dir, self.saved = ckpt_dir, False
 
-    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        from pytorch_lightning.utilities.exceptions import SIGTERMException
-
-        if (isinstance(exception, SIGTERMException) and trainer.global_step > 0
-                and not (trainer.validating or trainer.sanity_checking)):
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        stop = trainer.received_sigterm
+        if trainer.world_size > 1:
+            stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
+        if stop and not self.saved:
+            self.saved = True
             trainer.save_checkpoint(self.ckpt_dir / "last.ckpt")
-            print(f"atnat: stopped (SIGTERM) at step {trainer.global_step}; saved {self.ckpt_dir / 'last.ckpt'}",
-                  file=sys.stderr)
+            if trainer.is_global_zero:
+                print(f"atnat: stopping (SIGTERM) after step {trainer.global_step}; saved {self.ckpt_dir / 'last.ckpt'}",
+                      file=sys.stderr)
 
 
 def _python_rng_state() -> tuple:

@@ -188,13 +188,18 @@ def start(grid_path: Path, cell: Cell, lanes: list[Lane], n_lanes: int, results_
 
 
 def die_with_parent() -> None:
-    """In a worker: end (SIGTERM, which Lightning turns into a clean stop) when the `atnat run` that
-    started it dies, so that a killed grid leaves no orphan training into a folder a re-run takes.
+    """In a worker: leave Ctrl-C to the runner, and end (SIGTERM, which Lightning turns into a clean stop
+    after the step it saves) when the `atnat run` that started it dies, so that a killed grid leaves no
+    orphan training into a folder a re-run takes.
     Linux: prctl(PR_SET_PDEATHSIG); everywhere: a thread that watches the parent pid, which also
     covers a parent that died before the prctl."""
     parent = int(os.environ.pop(PARENT_ENV, "0") or 0)  # popped: the worker's own children (DDP ranks) do not inherit it
     if not parent:
         return
+    # Ctrl-C in a terminal reaches every process of the grid: the runner answers it with SIGTERM to each
+    # worker, which ends its step and saves it (stop_workers); a worker that took the SIGINT itself would
+    # stop mid-step with nothing saved
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         import ctypes
 
