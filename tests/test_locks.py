@@ -143,17 +143,21 @@ def test_a_worker_leaves_ctrl_c_to_its_runner_and_a_lone_cell_does_not():
     SIGTERM, on which it saves its step), while `atnat cell` run by hand stops on it as before."""
     from atnat.experiments.running.launchers.local import PARENT_ENV
 
-    code = ("from atnat.experiments.running.launchers.local import die_with_parent\nimport time\n"
+    code = ("import signal, time\n"  # Ctrl-C's default, as in a terminal (a background job inherits it ignored)
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "from atnat.experiments.running.launchers.local import die_with_parent\n"
             "die_with_parent(); print('ready', flush=True); time.sleep(600)")
-    for worker in (True, False):
-        env = dict(os.environ, **({PARENT_ENV: str(os.getpid())} if worker else {}))
-        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-        try:
+    procs = {worker: subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                      env=dict(os.environ, **({PARENT_ENV: str(os.getpid())} if worker else {})))
+             for worker in (True, False)}  # started together: each spends seconds importing
+    try:
+        for proc in procs.values():
             assert proc.stdout.readline() == b"ready\n"
             proc.send_signal(signal.SIGINT)
-            ended = wait_until(lambda: proc.poll() is not None, 2)
-            assert ended != worker, "a worker must outlive Ctrl-C; a lone cell must not"
-        finally:
+        assert wait_until(lambda: procs[False].poll() is not None, 5), "a lone cell must stop on Ctrl-C"
+        assert procs[True].poll() is None, "a worker must outlive Ctrl-C"
+    finally:
+        for proc in procs.values():
             proc.kill()
             proc.wait()
 
