@@ -19,8 +19,8 @@ calls after `max_graphs` shapes; every call after a pass failed to capture (with
 
 A graph reads the weights where they were at capture: apply the engine to a model whose weights stay
 where they are (no `.to()`, `.half()` or reassigned parameters afterwards). The graphs' memory is
-allocated at each shape's first call; a timing's memory column, counted above what a warm-up left
-allocated, does not include it.
+allocated at each shape's first call and kept; the timing phase's memory column is a large-batch
+decode's (eager), counted above what was allocated before it.
 """
 from __future__ import annotations
 
