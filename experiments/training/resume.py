@@ -74,7 +74,7 @@ class SaveOnTerm(pl.Callback):
     A signal that arrives inside a validation is saved by nothing: the previous last.ckpt stands, and up to
     val_every_steps steps are trained again. Several processes (DDP) agree on the decision first, so that
     every rank reaches the checkpoint's collective together: one small collective a step, beside the one
-    Lightning makes every step for the same signal (not tested with several processes)."""
+    Lightning makes every step for the same signal (a stop itself is not tested with several processes)."""
 
     def __init__(self, ckpt_dir: Path):
         self.ckpt_dir, self.saved = ckpt_dir, False
