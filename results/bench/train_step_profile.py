@@ -1,8 +1,11 @@
 """Where one eager training step's time goes on this CPU (the bench's model and batch, 1 thread, dropout
 0.1, fused Adam): self time per operator over two steps after two warm-up steps, by torch.profiler.
 
-    .venv/bin/python results/bench/train_step_profile.py results/bench/train_step_profile_COMMIT.csv [DECODER]
+    .venv/bin/python results/bench/train_step_profile.py results/bench/train_step_profile_COMMIT.csv [DECODER [OPTIONS]]
+
+OPTIONS: the decoder's options as JSON, e.g. '{"upsample": 4}' for the families grid's DA-Transformer.
 """
+import json
 import sys
 
 import pandas as pd
@@ -17,12 +20,14 @@ from atnat.models.step_forms import make_optimizer
 
 torch.set_num_threads(1)
 spec, decoder = make_spec(), (sys.argv[2] if len(sys.argv) > 2 else "at")
+options = json.loads(sys.argv[3]) if len(sys.argv) > 3 else None
 b = 4096 // OUT_LEN
 gen = torch.Generator().manual_seed(1)
 src, tgt = (torch.randint(FIRST_ORDINARY, spec.vocab, (b, n), generator=gen) for n in (spec.src_len, OUT_LEN))
 batch = Batch(src, tgt, torch.full((b,), spec.src_len), torch.full((b,), OUT_LEN), torch.arange(b))
 torch.manual_seed(0)
-module = Seq2SeqModule(vocab_size=spec.vocab, decoder=decoder, model={**spec.model, "dropout": 0.1}).train()
+module = Seq2SeqModule(vocab_size=spec.vocab, decoder=decoder, model={**spec.model, "dropout": 0.1},
+                       decoder_options=options).train()
 optimizer = make_optimizer(module.parameters(), OptimConfig(), "fused")
 
 
