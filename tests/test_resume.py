@@ -2,7 +2,6 @@
 import csv
 import json
 import math
-import os
 import signal
 import time
 from pathlib import Path
@@ -48,7 +47,8 @@ class Term(pl.Callback):
 
     def send(self) -> None:
         self.sent = True
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)  # to this thread, handled before it returns (os.kill may reach
+        # another thread of a multi-threaded test process, and the main thread sees it steps later)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         last = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch

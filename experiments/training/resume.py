@@ -71,8 +71,9 @@ class SaveOnTerm(pl.Callback):
     in progress ends, and here, at its on_train_batch_end (where Lightning's step-interval checkpoints are
     written, the optimizer stepped and ResumeState's position moved on), the step is saved once. Lightning
     then stops the loop, inside the validation if one is due (so that validation is run again on resume).
-    A signal that arrives inside a validation is saved by nothing: the previous last.ckpt stands, and up to
-    val_every_steps steps are trained again. Several processes (DDP) agree on the decision first, so that
+    A signal that arrives inside a validation (or in the moment between a step's end and Lightning's look
+    at the flag) is saved by nothing: the previous last.ckpt stands, and up to val_every_steps steps are
+    trained again. Several processes (DDP) agree on the decision first, so that
     every rank reaches the checkpoint's collective together: one small collective a step, beside the one
     Lightning makes every step for the same signal (a stop itself is not tested with several processes)."""
 
