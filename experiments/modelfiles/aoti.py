@@ -161,6 +161,24 @@ class TensorPass(nn.Module):
         """The part's own (eager) method this pass runs, unbound."""
         return getattr(type(self.part), self.METHODS[self.kind])
 
+    def install(self, runner) -> None:
+        """Set `runner` on the part in place of this pass's method (an instance attribute: nn.Module.__call__
+        finds forward there)."""
+        object.__setattr__(self.part, self.METHODS[self.kind], runner)
+
+    def refuse_training(self, what: str) -> None:
+        if self.part.training:
+            raise AtnatError(f"the {what} {self.kind} pass is for inference; the model was put back in "
+                             "training mode (train a model without an engine)")
+
+    def outputs(self, out, args):
+        """What the part's own method returns, from this pass's tensors `out` for a call with `args`."""
+        if self.kind == "encoder":
+            from atnat.models.encoder import EncoderOut
+
+            return EncoderOut(out, args[1])
+        return tuple(out) if self.kind in ("ctc", "dag") else out
+
     def forward(self, *tensors: Tensor):
         from atnat.models.encoder import EncoderOut
 
@@ -241,9 +259,7 @@ class CompiledPass:
         return next((kind for kind in ("ctc", "dag", "parallel") if kind in caps), None)
 
     def install(self) -> None:
-        part = self.module.part
-        # an instance attribute: nn.Module.__call__ finds forward there
-        object.__setattr__(part, TensorPass.METHODS[self.kind], self)
+        self.module.install(self)
 
     def fits(self, sizes: dict[str, int]) -> bool:
         return all(low <= sizes[name] <= high for name, (low, high) in self.module.DIMS.items())
@@ -260,14 +276,7 @@ class CompiledPass:
 
     def __call__(self, *args):
         part = self.module.part
-        if part.training:
-            raise AtnatError(f"the compiled {self.kind} pass is for inference; the model was put back in "
-                             "training mode (train a model without an engine)")
+        self.module.refuse_training("compiled")
         if getattr(part, "record_attention", False) or not self.fits(self.module.sizes(*args)):
             return self.module.method()(part, *args)  # eager: attention maps recorded, or sizes outside the ranges
-        out = self.runner()(*self.module.tensors(*args))
-        if self.kind == "encoder":
-            from atnat.models.encoder import EncoderOut
-
-            return EncoderOut(out, args[1])
-        return tuple(out) if self.kind in ("ctc", "dag") else out
+        return self.module.outputs(self.runner()(*self.module.tensors(*args)), args)

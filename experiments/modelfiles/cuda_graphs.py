@@ -30,7 +30,6 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from atnat.core.errors import AtnatError
 from atnat.experiments.modelfiles.aoti import TensorPass
 
 MAX_GRAPHS = 1024  # shapes per pass; the Multi30k test sets at batch 1 need a few hundred
@@ -136,8 +135,7 @@ class GraphedPass:
         self.broken = ""  # why this pass could not be captured: it runs eager from then on
 
     def install(self) -> None:
-        part = self.module.part
-        object.__setattr__(part, TensorPass.METHODS[self.kind], self)  # nn.Module.__call__ finds forward here
+        self.module.install(self)
 
     def key(self, tensors: tuple[Tensor, ...]) -> tuple | None:
         """The graph a call replays: its shapes, strides, dtypes and autocast state; None where it runs eager."""
@@ -168,21 +166,13 @@ class GraphedPass:
         return graph
 
     def __call__(self, *args):
-        part = self.module.part
-        if part.training:
-            raise AtnatError(f"the graphed {self.kind} pass is for inference; the model was put back in "
-                             "training mode (train a model without an engine)")
+        self.module.refuse_training("graphed")
         tensors = self.module.tensors(*args)
         key = self.key(tensors)
         graph = self.graphs.get(key) if key is not None else None
         if graph is None and key is not None and len(self.graphs) < self.max_graphs:
             graph = self.capture(key, tensors)
         if graph is None:
-            return self.module.method()(part, *args)
-        out = graph(tensors)
+            return self.module.method()(self.module.part, *args)
         self.replays += 1
-        if self.kind == "encoder":
-            from atnat.models.encoder import EncoderOut
-
-            return EncoderOut(out, args[1])
-        return out
+        return self.module.outputs(graph(tensors), args)

@@ -73,9 +73,9 @@ class SaveOnTerm(pl.Callback):
     then stops the loop, inside the validation if one is due (so that validation is run again on resume).
     A signal that arrives inside a validation (or in the moment between a step's end and Lightning's look
     at the flag) is saved by nothing: the previous last.ckpt stands, and up to val_every_steps steps are
-    trained again. Several processes (DDP) agree on the decision first, so that
-    every rank reaches the checkpoint's collective together: one small collective a step, beside the one
-    Lightning makes every step for the same signal (a stop itself is not tested with several processes)."""
+    trained again. Several processes (DDP) agree on the decision first, so that every rank reaches the
+    checkpoint's collective together: one small collective a step, beside the one Lightning makes every
+    step for the same signal (a stop itself is not tested with several processes)."""
 
     def __init__(self, ckpt_dir: Path):
         self.ckpt_dir, self.saved = ckpt_dir, False
