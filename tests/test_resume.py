@@ -13,6 +13,7 @@ import torch
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import run_config_from_dict
 from atnat.experiments.modelfiles.checkpoints import verify_checksum
+from atnat.experiments.training import resume as resume_module
 from atnat.experiments.training import train as train_module
 from atnat.experiments.training.resume import resume_point
 from atnat.experiments.training.train import train
@@ -138,6 +139,83 @@ def test_a_run_stopped_by_sigterm_saves_the_step_it_reached_and_resumes_exactly(
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
     assert torch.load(last, weights_only=False)["global_step"] == steps  # the last step is a validation step
     assert validated_steps(run) == validated_steps(whole)
+
+
+class Clock:
+    """A wall clock that reads `per_step` seconds for every training step done (set at each step's end,
+    before SaveLast looks at it)."""
+
+    def __init__(self, per_step: float):
+        self.per_step, self.now = per_step, 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Tick(pl.Callback):
+    def __init__(self, clock: Clock):
+        self.clock = clock
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.clock.now = trainer.global_step * self.clock.per_step
+
+
+def test_a_run_killed_without_warning_resumes_from_its_timed_save_and_trains_exactly(tmp_path, monkeypatch):
+    """save_every_s: 300 with a step of 60 s and validations every 7 steps: last.ckpt at step 5 (300 s after
+    the start), at the validation of step 7, then at step 12 (300 s after it); a kill at step 13 (a lost
+    machine) resumes from step 12, not from the validation's step 7, and ends where the uninterrupted run does."""
+    clock = Clock(per_step=60.0)
+    monkeypatch.setattr(resume_module, "monotonic", clock)
+    make = train_module.make_trainer
+
+    def with_clock(*args, **kwargs):
+        trainer = make(*args, **kwargs)
+        trainer.callbacks.insert(0, Tick(clock))
+        return trainer
+
+    monkeypatch.setattr(train_module, "make_trainer", with_clock)
+    run_dict = {**RUN, "train": {**RUN["train"], "save_every_s": 300}}
+    make_killed = train_module.make_trainer
+
+    def with_kill(*args, **kwargs):
+        trainer = make_killed(*args, **kwargs)
+        trainer.callbacks.insert(0, Kill(13))
+        return trainer
+
+    monkeypatch.setattr(train_module, "make_trainer", with_kill)
+    with pytest.raises(SystemError, match="killed"):
+        train(run_config_from_dict(run_dict, "test"), tmp_path / "killed")
+    last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["global_step"] == 12 and verify_checksum(last)
+    monkeypatch.setattr(train_module, "make_trainer", with_clock)
+    train(run_config_from_dict(run_dict, "test"), tmp_path / "killed")
+    whole = run_training(tmp_path, "whole", monkeypatch, save_every_s=None)
+    a, b = weights(whole / "checkpoints" / "last.ckpt"), weights(last)
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
+    assert torch.load(last, weights_only=False)["global_step"] == 28
+    assert validated_steps(tmp_path / "killed") == validated_steps(whole)
+
+
+def test_save_every_s_is_checked_and_does_not_make_a_run_stale():
+    from atnat.experiments.config.settings import resolved, training_settings
+
+    for bad in (0, -5, True, float("inf"), "soon"):
+        with pytest.raises(AtnatError, match="save_every_s"):
+            run_config_from_dict({**RUN, "train": {**RUN["train"], "save_every_s": bad}}, "test")
+    a = training_settings(resolved(run_config_from_dict(RUN, "test")))
+    b = training_settings(resolved(run_config_from_dict({**RUN, "train": {**RUN["train"], "save_every_s": 60}}, "t")))
+    assert a == b
+
+
+def test_a_sigterm_save_holds_the_steps_ema_update_and_resumes_exactly(tmp_path, monkeypatch):
+    """With train.ema the averaged weights move at every step's end: the save made on SIGTERM comes after that
+    update, so the resumed run ends with the uninterrupted run's averaged weights."""
+    run_dict = {**RUN, "train": {**RUN["train"], "ema": 0.9}}
+    run = stop_with_sigterm(tmp_path, monkeypatch, "stopped", Term(17), run_dict)
+    train(run_config_from_dict(run_dict, "test"), run)
+    whole = run_training(tmp_path, "whole", monkeypatch, ema=0.9)
+    a, b = weights(whole / "checkpoints" / "last.ckpt"), weights(run / "checkpoints" / "last.ckpt")
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed EMA weights differ from the uninterrupted run"
 
 
 def test_a_run_stopped_by_sigterm_inside_a_validation_keeps_its_last_checkpoint(tmp_path, monkeypatch):

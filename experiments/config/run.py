@@ -107,6 +107,9 @@ class TrainSettings:
     max_sentences: int | None = None  # cap on sentences per batch
     max_len: int = 256  # training pairs longer than this (in tokens) are dropped
     val_every_steps: int = 500  # validation (and checkpoint) interval in optimizer steps
+    save_every_s: float | None = 600.0  # also write last.ckpt at the first step this many seconds after the
+    # last checkpoint, so a run killed without warning (a lost machine, SIGKILL) trains about this much again
+    # at most; null: last.ckpt only at validations and on SIGTERM (the weights are the same either way)
     accelerator: str = "auto"  # Lightning accelerator: auto | cpu | gpu
     devices: Any = 1  # devices for one run (>1 uses DDP)
     num_nodes: int = 1  # machines for one run (DDP across nodes; `--launcher slurm` asks SLURM for them)
@@ -147,6 +150,10 @@ class TrainSettings:
                 "guess, ln V) or null", self.divergence_factor)
         require(self.max_time_s is None or (isinstance(self.max_time_s, (int, float)) and self.max_time_s > 0),
                 "train", "max_time_s", "a positive number of seconds or null", self.max_time_s)
+        require(self.save_every_s is None or (isinstance(self.save_every_s, (int, float))
+                                              and not isinstance(self.save_every_s, bool)
+                                              and math.isfinite(self.save_every_s) and self.save_every_s > 0),
+                "train", "save_every_s", "a positive number of seconds or null", self.save_every_s)
         require_choice(self.checkpoint_metric, ("loss", "bleu"), "train", "checkpoint_metric")
         require_choice(self.precision, PRECISIONS, "train", "precision")
         require_choice(self.step, STEP_FORMS, "train", "step")

@@ -18,8 +18,8 @@ from atnat.models.seq2seq import OptimConfig
 from atnat.models.sizes import ModelConfig
 
 NOT_SETTINGS = ("name", "output_dir", "plugins")  # where a run lives and what is imported, not what it is
-TRAIN_DOES_NOT_CHANGE = ("progress_bar", "loggers", "num_threads", "step")  # train keys that change the weights
-# no more than float rounding does (threads and step forms: tests/test_step_forms.py)
+TRAIN_DOES_NOT_CHANGE = ("progress_bar", "loggers", "num_threads", "step", "save_every_s")  # train keys that change
+# the weights no more than float rounding does (threads and step forms: tests/test_step_forms.py; a resume is exact)
 
 
 def resolved(cfg: RunConfig) -> dict:

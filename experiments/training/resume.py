@@ -3,9 +3,11 @@
 - `ResumeState` puts what a mid-epoch resume needs into each checkpoint besides Lightning's own
   state: the RNG states and how many batches of the current epoch were trained (the token-budget
   sampler then skips them), so a resumed run trains on exactly the batches an uninterrupted one would.
-- `SaveOnTerm` writes last.ckpt at the step a run has reached when it is told to stop (SIGTERM: a
+- `SaveLast` writes last.ckpt at the step a run has reached when it is told to stop (SIGTERM: a
   scheduler's preemption or time limit, a stopped `atnat run`, whose workers get SIGTERM), so a resume
-  loses no training; a run stopped inside a validation keeps its previous last.ckpt.
+  loses no training (a run stopped inside a validation keeps its previous last.ckpt), and every
+  `train.save_every_s` seconds between validations, so a run killed without warning (a lost machine,
+  SIGKILL) trains again at most about that much.
 - `resume_point` picks the newest checkpoint of a run that loads and checks; one that does not is
   renamed `<name>.damaged-<time>` with a message naming it, and the run falls back to the next one
   or starts afresh.
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import Checkpoint
 
 from atnat.experiments.modelfiles.checkpoints import (
     CheckpointDamaged,
@@ -27,6 +30,8 @@ from atnat.experiments.modelfiles.checkpoints import (
     checkpoint_step,
     checksum_path,
 )
+
+monotonic = time.monotonic  # SaveLast's clock (a test sets its own)
 
 
 class ResumeState(pl.Callback):
@@ -66,27 +71,44 @@ class ResumeState(pl.Callback):
         self.sampler.load_state_dict(state["sampler"])
 
 
-class SaveOnTerm(pl.Callback):
-    """On SIGTERM, last.ckpt at the step reached. Lightning's own handler only notes the signal; the step
-    in progress ends, and here, at its on_train_batch_end (where Lightning's step-interval checkpoints are
-    written, the optimizer stepped and ResumeState's position moved on), the step is saved once. Lightning
-    then stops the loop, inside the validation if one is due (so that validation is run again on resume).
-    A signal that arrives inside a validation (or in the moment between a step's end and Lightning's look
-    at the flag) is saved by nothing: the previous last.ckpt stands, and up to val_every_steps steps are
-    trained again. Several processes (DDP) agree on the decision first, so that every rank reaches the
-    checkpoint's collective together: one small collective a step, beside the one Lightning makes every
-    step for the same signal (a stop itself is not tested with several processes)."""
+class SaveLast(Checkpoint):
+    """last.ckpt at the step reached, on SIGTERM and every `every_s` seconds (None: on SIGTERM only).
 
-    def __init__(self, ckpt_dir: Path):
-        self.ckpt_dir, self.saved = ckpt_dir, False
+    SIGTERM: Lightning's own handler only notes the signal; the step in progress ends, and here, at its
+    on_train_batch_end (where Lightning's step-interval checkpoints are written, the optimizer stepped and
+    ResumeState's position moved on), the step is saved once. Lightning then stops the loop, inside the
+    validation if one is due (so that validation is run again on resume). A signal that arrives inside a
+    validation (or in the moment between a step's end and Lightning's look at the flag) is saved by nothing:
+    the previous last.ckpt stands, and up to val_every_steps steps are trained again.
+
+    Time: at the end of the first step `every_s` seconds (`clock`'s) after the last checkpoint of any kind
+    (a validation's included), the same save; a resume from it is exact in the same way. Several processes
+    (DDP) agree on the decision first (any rank's reason saves), so that every rank reaches the
+    checkpoint's collective together: one small collective a step, beside the one Lightning makes every
+    step for the signal (a stop itself is not tested with several processes). A Checkpoint callback, so
+    Lightning runs it after the others (EMA's update of the step, the divergence guard's check)."""
+
+    def __init__(self, ckpt_dir: Path, every_s: float | None = None, clock=None):
+        self.ckpt_dir, self.every_s, self.clock = ckpt_dir, every_s, clock or monotonic
+        self.term_saved, self.since = False, None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.since = self.clock()
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        self.since = self.clock()  # any checkpoint (a validation's, or this callback's) restarts the count
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        stop = trainer.received_sigterm
+        term = trainer.received_sigterm and not self.term_saved
+        due = self.every_s is not None and self.since is not None and self.clock() - self.since >= self.every_s
+        save = term or due
         if trainer.world_size > 1:
-            stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
-        if stop and not self.saved:
-            self.saved = True
-            trainer.save_checkpoint(self.ckpt_dir / "last.ckpt")
+            save = trainer.strategy.reduce_boolean_decision(save, all=False)
+        if not save:
+            return
+        trainer.save_checkpoint(self.ckpt_dir / "last.ckpt")
+        if trainer.received_sigterm and not self.term_saved:
+            self.term_saved = True
             if trainer.is_global_zero:
                 print(f"atnat: stopping (SIGTERM) after step {trainer.global_step}; saved {self.ckpt_dir / 'last.ckpt'}",
                       file=sys.stderr)

@@ -39,7 +39,7 @@ from atnat.experiments.provenance import stamp
 from atnat.experiments.training.divergence import DivergenceGuard
 from atnat.experiments.training.logs import make_loggers
 from atnat.experiments.training.progress import ProgressReporter
-from atnat.experiments.training.resume import ResumeState, SaveOnTerm, resume_point
+from atnat.experiments.training.resume import ResumeState, SaveLast, resume_point
 from atnat.models.decoders.base import LossConfig
 from atnat.models.seq2seq import Seq2SeqModule
 
@@ -150,7 +150,7 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
     monitor, mode = selection(t)
     ckpt_dir = run_dir / "checkpoints"
     several = t.keep > 1 or t.average == "best"
-    callbacks = [ResumeState(sampler), SaveOnTerm(ckpt_dir),
+    callbacks = [ResumeState(sampler),
                  ModelCheckpoint(dirpath=ckpt_dir, filename="top-{step}" if several else "best", monitor=monitor,
                                  mode=mode, save_last=True, save_top_k=t.keep if t.average != "last" else 1,
                                  enable_version_counter=False, auto_insert_metric_name=False)]
@@ -172,6 +172,9 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
     # train_time_s counts every attempt of a resumed run; max_time_s, if set, caps that total
     callbacks.append(Timer(None if t.max_time_s is None else datetime.timedelta(seconds=t.max_time_s),
                            interval="step"))
+    # last: a Checkpoint, so Lightning runs it after every other callback's step end (EMA's update, the
+    # divergence guard), and after the selecting ModelCheckpoint, which stays trainer.checkpoint_callback
+    callbacks.append(SaveLast(ckpt_dir, t.save_every_s))
     return pl.Trainer(
         max_steps=t.max_steps, max_epochs=t.max_epochs, val_check_interval=t.val_every_steps,
         check_val_every_n_epoch=None, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
