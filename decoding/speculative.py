@@ -1,5 +1,8 @@
 """`speculative`: lossless speculative decoding with a NAT drafter (Xia et al. 2023; Leviathan et al.
-2023). The output is the AT's greedy output, token for token, reached in fewer sequential passes.
+2023). The output is the AT's greedy output, token for token, reached in fewer sequential passes. (The
+verifier's block pass sums the same products as greedy's steps in another order, so two tokens whose
+scores tie within float rounding could be chosen differently; evaluation counts the sentences whose
+output equals greedy's, `verifier_greedy_match`.)
 
 Each round, the drafter (a NAT that fills masked slots after given tokens) reads the accepted prefix
 followed by masks up to its predicted length and proposes the next `block` tokens (an EOS where the
@@ -37,6 +40,8 @@ def draft(model: Any, memory: Any, out: Tensor, accepted: Tensor, lengths: Tenso
     to each row's predicted length (at least accepted + block) -> the next `block` tokens (R, K), EOS
     from the predicted end on."""
     total = torch.where(lengths > accepted, lengths, accepted + block)  # (R,) slots of the drafter's sentence
+    if (room := getattr(getattr(model, "cfg", None), "max_positions", None)) is not None:  # no more slots than
+        total = total.clamp(max=room)  # its positions: past them it proposes EOS (the verifier still decides)
     W = int(total.max())
     slots = torch.arange(W, device=out.device)[None, :]  # (1, W)
     padding_mask = slots >= total[:, None]  # (R, W)

@@ -167,3 +167,26 @@ def test_the_block_verifier_equals_step_by_step_decoding():
         first = verifier.step_block(tokens[:, :2], torch.tensor([0, 0]))
         second = verifier.step_block(tokens[:, 2:], torch.tensor([2, 2]))
     torch.testing.assert_close(torch.cat([first, second], 1), torch.stack(steps, 1), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("block", [1, 4, 9])
+def test_outputs_that_run_to_the_positional_table_s_end_stay_exact(block):
+    """An AT that never ends (EOS out of reach) with a cap from its positions (max_positions 32: 31 tokens):
+    the verifier's last rounds and the drafter's slots reach past the table; kept tokens never do, so the
+    output is greedy's (a padded batch: one long source, one short)."""
+    torch.manual_seed(0)
+    model = dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=1, decoder_layers=1, dropout=0.0,
+                 max_positions=32)
+    at = Seq2SeqModule(vocab_size=20, decoder="at", model=model).eval()
+    drafter = Seq2SeqModule(vocab_size=20, decoder="cmlm", model=model).eval()
+    with torch.no_grad():
+        at.decoder.output.bias[SP.eos] = -1e4
+    src = torch.randint(6, 20, (2, 20))
+    src[1, 5:] = SP.pad
+    src_lengths = torch.tensor([20, 5])
+    with torch.inference_mode():
+        greedy = at.decode(src, src_lengths, Greedy())
+        spec = drafter.decode(src, src_lengths, Speculative(block=block),
+                              **needs_teacher(Speculative(block=block), at, src))
+    assert greedy.lengths[:, 0].tolist() == [31, 20]  # the long one runs to the table's end
+    assert spec.sequences(SP) == greedy.sequences(SP)

@@ -51,7 +51,10 @@ class BlockVerifier:
         pos = start[:, None] + torch.arange(J, device=tokens.device)  # (R, J)
         self._reserve(int(pos.max()) + 1)
         C = self.self_k.size(3)
-        x = dec.embed.dropout(dec.embed.tokens(tokens) * dec.embed.scale + dec.embed.positions[pos])  # (R, J, D)
+        # a row's last round may read past the positional table (its output capped by the table); those
+        # columns are never kept and no kept column attends to them: any position embeds them
+        table = dec.embed.positions[pos.clamp(max=dec.embed.positions.size(0) - 1)]
+        x = dec.embed.dropout(dec.embed.tokens(tokens) * dec.embed.scale + table)  # (R, J, D)
         seen = (torch.arange(C, device=tokens.device)[None, None, :] <= pos[:, :, None])[:, None]  # (R, 1, J, C)
         where = pos[:, None, :, None].expand(R, self.self_k.size(2), J, self.self_k.size(4))  # (R, H, J, Dh)
         for i, layer in enumerate(dec.layers):
