@@ -186,6 +186,27 @@ def test_loss_is_finite_and_counts_the_targets_that_do_not_fit():
     assert all(torch.isfinite(p.grad).all() for p in module.parameters() if p.grad is not None)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_model_cast_to_half_precision_trains_and_decodes_with_float32_links(dtype):
+    """precision bf16-true / 16-true (weights in half precision): the link scores are computed in float32
+    (as under autocast), close to the float32 model's; the loss is finite and back-propagates."""
+    torch.manual_seed(5)
+    module = Seq2SeqModule(vocab_size=V, decoder="dag", model=TINY_MODEL, decoder_options={"upsample": 2.0})
+    batch = batch_of([[A, B, C], [A, 0, 0]], [[A, B, C, 0], [A, B, 0, 0]])
+    with torch.no_grad():
+        ref = module.eval().decoder.forward_dag(module.encode(batch.src))[1]
+    half = module.to(dtype)
+    with torch.no_grad():
+        _, links, _ = half.decoder.forward_dag(half.encode(batch.src))
+    assert links.dtype == torch.float32
+    finite = ref.isfinite()
+    assert torch.equal(finite, links.isfinite()) and torch.allclose(links[finite], ref[finite], atol=0.1)
+    parts = half.train().decoder.loss(batch, half.encode(batch.src), step=0)
+    assert torch.isfinite(parts["tokens"].value)
+    parts["tokens"].value.backward()
+    assert half.decoder.link_query.weight.grad is not None
+
+
 def test_glancing_shows_reference_tokens_on_the_best_path_only():
     torch.manual_seed(6)
     module = Seq2SeqModule(vocab_size=V, decoder="dag", model=TINY_MODEL,

@@ -116,13 +116,13 @@ class DAGDecoder(Decoder):
         H = self.cfg.n_heads
         with torch.autocast(features.device.type, enabled=False):
             x = torch.cat([features.float(), self.embed.positions[:L].float().expand(B, L, D)], -1)  # (B, L, 2D)
-            q = self.link_query(x).view(B, L, H, D // H).transpose(1, 2)  # (B, H, L, D/H)
-            k = self.link_key(x).view(B, L, H, D // H).transpose(1, 2)
+            q = _fp32(self.link_query, x).view(B, L, H, D // H).transpose(1, 2)  # (B, H, L, D/H)
+            k = _fp32(self.link_key, x).view(B, L, H, D // H).transpose(1, 2)
             scores = q @ k.transpose(-1, -2) / math.sqrt(D // H)  # (B, H, L, L)
             later = torch.ones(L, L, dtype=torch.bool, device=x.device).triu(1)  # (L, L) j > i
             allowed = later[None] & ~padding_mask[:, None, :] & ~padding_mask[:, :, None]  # (B, L, L)
             heads = scores.masked_fill(~allowed[:, None], MASKED).log_softmax(-1)  # (B, H, L, L)
-            gates = self.link_gate(x).log_softmax(-1).transpose(1, 2)  # (B, H, L)
+            gates = _fp32(self.link_gate, x).log_softmax(-1).transpose(1, 2)  # (B, H, L)
             mixed = (heads + gates[..., None]).logsumexp(1)  # (B, L, L)
         return mixed.masked_fill(~allowed, float("-inf"))
 
@@ -188,3 +188,13 @@ def _scatter_rows(base: Tensor, index: Tensor, values: Tensor, keep: Tensor) -> 
     spill = torch.cat([base, base.new_zeros(B, 1)], 1)  # (B, L + 1): column L takes what is not kept
     spill = spill.scatter(1, index.masked_fill(~keep, L), values)
     return spill[:, :L]
+
+
+def _fp32(linear: nn.Module, x: Tensor) -> Tensor:
+    """A link layer on float32 features (x) in float32, whatever its weights' dtype (a model cast to
+    bfloat16 or float16 keeps its link scores in float32, as under autocast)."""
+    weight = getattr(linear, "weight", None)
+    if weight is None or weight.dtype == torch.float32:
+        return linear(x)  # float32 weights, or a replaced layer (an engine's) that takes float32 input
+    bias = None if linear.bias is None else linear.bias.float()
+    return F.linear(x, weight.float(), bias)
