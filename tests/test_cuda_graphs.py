@@ -172,3 +172,55 @@ def test_a_pass_that_cannot_be_captured_warns_once_and_runs_eager():
 
 
 CTC_STRATEGY = NAT_CASES[2][2]["ctc"]
+
+
+def test_new_shapes_run_eager_once_the_graphs_hold_max_bytes():
+    model = at_model()
+    twin = copy.deepcopy(model)
+    encoder = GraphedPass(twin.encoder, "encoder", max_rows=1, max_bytes=1, graph=Rerun)
+    encoder.install()
+    with torch.inference_mode():
+        for n in (3, 4, 5, 3):
+            src = torch.full((1, n), 9)
+            assert torch.equal(twin.encode(src).states, model.encode(src).states)
+    assert len(encoder.graphs) == 1 and encoder.replays == 2  # shape 3 captured and replayed; 4 and 5 eager
+    assert encoder.bytes == sum(t.nbytes for t in (*encoder.graphs[next(iter(encoder.graphs))].inputs,
+                                                   model.encode(torch.full((1, 3), 9)).states))
+
+
+def test_an_input_eager_refuses_raises_eagers_error_and_the_pass_stays_graphed():
+    """A source longer than the positions fails in the capture's warm-up and in eager alike: the caller gets
+    eager's error, nothing is marked broken, and the next sentence replays."""
+    model = at_model()
+    twin = copy.deepcopy(model)
+    encoder = GraphedPass(twin.encoder, "encoder", max_rows=1, graph=Rerun)
+    encoder.install()
+    too_long = torch.full((1, model.encoder.embed.max_positions + 1), 9)
+    with torch.inference_mode(), pytest.raises(ValueError, match="exceeds max_positions"):
+        twin.encode(too_long)
+    assert not encoder.broken
+    with torch.inference_mode():
+        twin.encode(torch.full((1, 3), 9))
+        twin.encode(torch.full((1, 3), 9))
+    assert len(encoder.graphs) == 1 and encoder.replays == 2
+
+
+def test_a_pass_that_fails_to_capture_later_frees_its_graphs():
+    model = at_model()
+    twin = copy.deepcopy(model)
+
+    class RefusesFive(Rerun):
+        def __init__(self, run, tensors, pool=None):
+            if tensors[0].size(1) == 5:
+                raise RuntimeError("operation not permitted when stream is capturing")
+            super().__init__(run, tensors, pool)
+
+    encoder = GraphedPass(twin.encoder, "encoder", max_rows=1, graph=RefusesFive)
+    encoder.install()
+    with torch.inference_mode():
+        twin.encode(torch.full((1, 3), 9))
+        assert len(encoder.graphs) == 1 and encoder.bytes > 0
+        with pytest.warns(UserWarning, match="cannot be replayed"):
+            assert torch.equal(twin.encode(torch.full((1, 5), 9)).states, model.encode(torch.full((1, 5), 9)).states)
+        twin.encode(torch.full((1, 3), 9))
+    assert encoder.broken and not encoder.graphs and encoder.bytes == 0 and encoder.replays == 1

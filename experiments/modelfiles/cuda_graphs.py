@@ -15,7 +15,10 @@ cast would be freed when the caller's autocast block ends).
 What runs eager, the part's own method: calls with more rows than `max_rows`; a decoder pass whose
 decode began with an encoder call of more than the encoder's `max_rows` (a batch: launches are
 amortised and shapes rarely repeat); calls with gradients on; calls that record attention maps;
-calls after `max_graphs` shapes; every call after a pass failed to capture (with a warning naming why).
+new shapes once the pass holds `max_graphs` graphs or `max_bytes` of their buffers (inputs and outputs); every
+call after the pass failed to capture (with a warning naming why; its graphs are freed). A call whose input is
+at fault (eager fails on it too, e.g. a source longer than the positions) raises eager's error and leaves the
+pass as it was.
 
 A graph reads the weights where they were at capture: apply the engine to a model whose weights stay
 where they are (no `.to()`, `.half()` or reassigned parameters afterwards). The graphs' memory is
@@ -33,6 +36,8 @@ from torch import Tensor
 from atnat.experiments.modelfiles.aoti import TensorPass
 
 MAX_GRAPHS = 1024  # shapes per pass; the Multi30k test sets at batch 1 need a few hundred
+MAX_BYTES = 2 << 30  # the graphs' input and output buffers per pass (a pass's output of 16 rows x 100 slots x a
+# 40k vocabulary in float32 is 256 MB; at Multi30k's sizes a graph holds a few MB)
 _STREAMS: dict[int, torch.cuda.Stream] = {}  # one side stream per device, for warm-ups and captures
 
 
@@ -124,13 +129,14 @@ class GraphedPass:
     `decode` shared by the model's passes, a decoder pass replays only within a decode whose encoder call
     did."""
 
-    def __init__(self, part, kind: str, *, max_rows: int, max_graphs: int = MAX_GRAPHS, graph=None,
-                 decode: Decode | None = None):
+    def __init__(self, part, kind: str, *, max_rows: int, max_graphs: int = MAX_GRAPHS, max_bytes: int = MAX_BYTES,
+                 graph=None, decode: Decode | None = None):
         self.module = TensorPass(part, kind)
-        self.kind, self.max_rows, self.max_graphs, self.decode = kind, max_rows, max_graphs, decode
+        self.kind, self.max_rows, self.max_graphs, self.max_bytes, self.decode = kind, max_rows, max_graphs, max_bytes, decode
         self.make = graph or CudaGraph  # or Rerun (tests)
         self.graphs: dict[tuple, CudaGraph | Rerun] = {}
         self.pools: dict[torch.device, object] = {}  # the graphs' memory pool per device, made at its first capture
+        self.bytes = 0  # the graphs' input and output buffers
         self.replays = 0  # calls answered by a graph (captures included)
         self.broken = ""  # why this pass could not be captured: it runs eager from then on
 
@@ -152,27 +158,39 @@ class GraphedPass:
                 torch.is_inference_mode_enabled())
 
     def capture(self, key: tuple, tensors: tuple[Tensor, ...]):
-        """A new graph for `key`, or None (eager) once the pass has failed to capture, saying why once."""
+        """-> (a new graph for `key`, None), or (None, the exception) where the capture failed."""
         device = tensors[0].device
         try:
             if device not in self.pools:
                 self.pools[device] = self.make.new_pool()
-            graph = self.graphs[key] = self.make(self.module, tensors, self.pools[device])
-        except Exception as err:  # noqa: BLE001  (any failure: the pass stays eager, the decode goes on)
-            self.broken = f"{type(err).__name__}: {err}"
-            warnings.warn(f"the {self.kind} pass of {type(self.module.part).__qualname__} cannot be replayed from a "
-                          f"CUDA graph; it runs eager ({self.broken})", stacklevel=3)
-            return None
-        return graph
+            graph = self.make(self.module, tensors, self.pools[device])
+        except Exception as err:  # noqa: BLE001  (the input's fault or the pass's: the eager call tells)
+            return None, err
+        self.graphs[key] = graph
+        self.bytes += sum(t.nbytes for t in graph.inputs + _flat(graph.outputs))
+        return graph, None
+
+    def give_up(self, err: Exception) -> None:
+        """The pass cannot be captured (eager ran where the capture failed): eager from now on, graphs freed."""
+        self.broken = f"{type(err).__name__}: {err}"
+        self.graphs.clear()
+        self.pools.clear()
+        self.bytes = 0
+        warnings.warn(f"the {self.kind} pass of {type(self.module.part).__qualname__} cannot be replayed from a "
+                      f"CUDA graph; it runs eager ({self.broken})", stacklevel=3)
 
     def __call__(self, *args):
         self.module.refuse_training("graphed")
         tensors = self.module.tensors(*args)
         key = self.key(tensors)
         graph = self.graphs.get(key) if key is not None else None
-        if graph is None and key is not None and len(self.graphs) < self.max_graphs:
-            graph = self.capture(key, tensors)
+        failed = None
+        if graph is None and key is not None and len(self.graphs) < self.max_graphs and self.bytes < self.max_bytes:
+            graph, failed = self.capture(key, tensors)
         if graph is None:
-            return self.module.method()(self.module.part, *args)
+            out = self.module.method()(self.module.part, *args)  # an input eager refuses raises here, as eager
+            if failed is not None:
+                self.give_up(failed)
+            return out
         self.replays += 1
         return self.module.outputs(graph(tensors), args)
