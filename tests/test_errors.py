@@ -107,8 +107,15 @@ def test_missing_and_empty_files(tmp_path):
     with pytest.raises(AtnatError, match=r"test source: .*test_src is empty"):
         task.load()
     task = ParallelTask(ParallelOptions(data_dir=str(tmp_path / "nowhere")), cache_dir=tmp_path)
-    with pytest.raises(AtnatError, match=r"train source: .*nowhere/train.en does not exist"):
+    with pytest.raises(AtnatError, match=r"train source: .*nowhere/train.en does not exist$"):
         task.load()
+
+
+def test_a_missing_data_set_that_atnat_can_fetch_says_how(tmp_path):
+    task = ParallelTask(ParallelOptions(data_dir="../elsewhere/multi30k", src="en", tgt="de"), cache_dir=tmp_path)
+    with pytest.raises(AtnatError, match=r"train.en does not exist; fetch the data set there first: "
+                                         r"atnat data multi30k \.\./elsewhere/multi30k$"):
+        task.check_files()
 
 
 def test_a_folder_a_fifo_and_a_device_are_named_for_what_they_are(tmp_path):

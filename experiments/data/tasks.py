@@ -251,6 +251,9 @@ def read_lines(path: Path, what: str) -> list[str]:
     return [line.rstrip("\r") for line in lines]
 
 
+FETCHABLE = {"multi30k": "multi30k", "wmt14-en-de": "wmt14-en-de"}  # a data_dir's folder name -> `atnat data`
+
+
 @register_task("parallel")
 class ParallelTask(Task):
     """Parallel text files (one sentence per line) with a joint sentencepiece vocabulary."""
@@ -272,7 +275,16 @@ class ParallelTask(Task):
     def check_files(self) -> None:
         for split in SPLITS:
             for side in ("src", "tgt"):
-                check_readable(self.path(split, side), f"task: {split} {'source' if side == 'src' else 'target'}")
+                path = self.path(split, side)
+                try:
+                    check_readable(path, f"task: {split} {'source' if side == 'src' else 'target'}")
+                except AtnatError as err:
+                    fetch = FETCHABLE.get(Path(self.options.data_dir).name) if not path.exists() else None
+                    if fetch is None:
+                        raise
+                    raise AtnatError(f"{err}; fetch the data set there first: atnat data {fetch} "
+                                     f"{self.options.data_dir}") from None
+
 
     def extra_split(self, name: str) -> tuple[list[str], list[str]]:
         """`{data_dir}/{name}.{src}` and `.{tgt}`, read and checked like the other splits."""
