@@ -102,7 +102,7 @@ def test_tensorboard_logger_writes_event_files_beside_the_csv_log(tmp_path, monk
 
 
 def test_the_evaluated_weights_have_their_own_validation_score(tmp_path, monkeypatch):
-    """Issue 24.6: the average of the last checkpoints is judged, so its validation score is recorded
+    """The average of the last checkpoints is judged, so its validation score is recorded
     beside the validation curve (it used to be never measured)."""
     import json
 

@@ -1,5 +1,5 @@
 """Nothing planted runs, nothing damaged is trusted, nothing changed is filed under the old name
-(issue 21.1, 21.2, 21.4): a checkpoint carrying a pickled callable runs nothing through any
+a checkpoint carrying a pickled callable runs nothing through any
 command; a checkpoint whose bytes changed since it was written is set aside (resume) or refused
 (translate); resuming under other settings is refused, or recorded and applied when asked for."""
 import json

@@ -1,5 +1,5 @@
 """atnat collect: a grid that runs for days loses its finished cells with the machine unless their
-results are copied out as they finish (issue 25's first run lost 16 cells' checkpoints that way).
+results are copied out as they finish (a long grid's first run lost 16 cells' checkpoints that way).
 Only results are copied: no checkpoint, no data, nothing a planted link points at; the record of
 the code that made them travels with them (train.json attempts, metrics.json written_by)."""
 import json
@@ -222,7 +222,7 @@ def test_time_partial_leaves_a_seed_whose_baseline_alone_has_finished(tmp_path, 
 def test_a_teacher_trained_again_with_other_weights_is_never_filed_beside_students_of_its_old_weights(
         tmp_path, monkeypatch, capsys):
     """The deep grid's teachers are trained again after each lost machine. On another CPU model bf16
-    training rounds differently (issue 25: an Intel AMX machine left the AMD runs' losses at step 49),
+    training rounds differently (the deep grid: an Intel AMX machine left the AMD runs' losses at step 49),
     so the teacher comes out with other weights: its copy must not replace the one the collected
     students learnt from, and a report from the copies must refuse a student beside another teacher."""
     _, spec = tiny_grid_dir(tmp_path, monkeypatch)

@@ -1,4 +1,4 @@
-"""Every config value is checked against its declared type when the config is read (issue 16.7):
+"""Every config value is checked against its declared type when the config is read:
 a wrong type fails before training with the file, the key path and the expected type, and the
 numbers PyYAML leaves as strings (`5e-4`, `1e-1`) are taken as the numbers users mean."""
 import dataclasses

@@ -1,4 +1,4 @@
-"""Every bad value is refused when the config is read, before anything trains (issue 21.5): one
+"""Every bad value is refused when the config is read, before anything trains: one
 message naming the file, the key, the value and what is allowed, and exit 2 - no traceback, no
 training started, no run folder left behind."""
 import pytest

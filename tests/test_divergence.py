@@ -1,5 +1,5 @@
 """A diverging run fails its cell with the step and the loss instead of being recorded "ok"
-(issue 16.8, 21.3): lr 1000 on a tiny copy task (also exploding from its first step, with no healthy
+lr 1000 on a tiny copy task (also exploding from its first step, with no healthy
 start to compare with), a loss forced to NaN, and bad factors refused when the config is read."""
 import json
 import math

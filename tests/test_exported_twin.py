@@ -1,4 +1,4 @@
-"""The CTranslate2 AT has a BLEU (issue 24.2): a grid with speed.ct2_baseline scores the plain AT's
+"""The CTranslate2 AT has a BLEU: a grid with speed.ct2_baseline scores the plain AT's
 CTranslate2 twin over the whole test split like any system; its greedy outputs equal ours, so its
 BLEU equals our greedy's, and it joins the table, the comparisons and the report."""
 import pandas as pd

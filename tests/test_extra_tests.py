@@ -1,4 +1,4 @@
-"""A second test set (issue 25: test2017 beside test2016): every strategy of a run scored on each
+"""A second test set (test2017 beside test2016): every strategy of a run scored on each
 split of eval.extra_tests, tabulated in extra_tests.csv and compared in the report, where the
 ranking is said to hold or the pairs that flip are named; a missing split is refused up front."""
 import shutil

@@ -1,4 +1,4 @@
-"""Each failure is one message naming what and where, and loses nothing (issue 21.6-21.9): a
+"""Each failure is one message naming what and where, and loses nothing: a
 damaged sentencepiece cache, a full disk, a file given as --results, Ctrl-C in every mode, a
 results record of the wrong shape, an export config with a bad value, a closed pipe, file modes."""
 import json

@@ -1,4 +1,4 @@
-"""Error propagation measured causally (issue 24.4): one error injected after the first decoder
+"""Error propagation measured causally: one error injected after the first decoder
 pass, and the drop it causes downstream - large for an AT whose next token follows its last one,
 exactly 0 for a one-pass NAT, which reads nothing back."""
 from types import SimpleNamespace

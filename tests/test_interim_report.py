@@ -1,4 +1,4 @@
-"""atnat report --interim: a report of a grid whose cells are not all done (issue 25's grid runs for
+"""atnat report --interim: a report of a grid whose cells are not all done (the deep grid ran for
 days), written beside the runner's folder without touching it, cells not finished named as such."""
 import json
 

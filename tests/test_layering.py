@@ -49,7 +49,7 @@ def test_the_check_sees_a_forbidden_import(tmp_path):
                                                 "decoding/bad.py:3 imports atnat.models"]
 
 
-# experiments/ in rooms (issue 22): a room may import rooms of a lower rank, and itself; rooms of one
+# experiments/ in rooms: a room may import rooms of a lower rank, and itself; rooms of one
 # rank are siblings that never import each other. experiments/__init__.py states the same order.
 ROOMS = {"files": 0, "console": 0, "provenance": 0, "locks": 1, "data": 1, "config": 2, "modelfiles": 2, "evaluation": 3,
          "training": 4, "reporting": 4, "bench": 4, "running": 5, "cli": 6}

@@ -1,4 +1,4 @@
-"""Smaller silent failures (issue 16.10): an empty teacher output, the steps trained, the
+"""Smaller silent failures: an empty teacher output, the steps trained, the
 distillation signature, a blank-only training file, and `atnat list | head -1`."""
 import json
 import os

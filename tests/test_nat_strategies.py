@@ -157,7 +157,7 @@ def test_mask_predict_early_stop_and_schedule_seen_by_model():
 
 
 def test_mask_predict_runs_its_whole_schedule_by_default():
-    """Issue 24.5: the adaptive early stop froze a sentence after a pass that changed nothing, though
+    """The adaptive early stop froze a sentence after a pass that changed nothing, though
     the next pass masks fewer slots and can change it; on the quickstart's fertility CMLMs 10
     iterations then scored below 4 (81.71 vs 83.21 BLEU, 3-seed means), and 87.91 without it. The paper's schedule
     (fairseq: --iter-decode-force-max-iter) is the default now; early_stop is opt-in and labelled."""

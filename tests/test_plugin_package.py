@@ -1,6 +1,6 @@
 """A package of plugins - built from the extension guides' code as written - installed into a
 temporary folder and used the way a user would, in new processes: `atnat run --workers 2` on
-README's grid and `atnat evaluate`, with no source file of atnat touched (issue 23)."""
+README's grid and `atnat evaluate`, with no source file of atnat touched."""
 import json
 import os
 import re

@@ -1,4 +1,4 @@
-"""The report's ranking (issue 25): each system against the next one down by a paired interval over
+"""The report's ranking: each system against the next one down by a paired interval over
 seeds and test sentences, and the pairs whose order differs between test sets, each called a real
 flip only when its intervals exclude 0 on both sides (experiments/reporting/ranking.py)."""
 import random

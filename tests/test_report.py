@@ -155,8 +155,8 @@ def test_summary_is_phrased_from_the_numbers(report):
     _, md, _ = report
     summary = summary_of(md)
     assert "the best AT system is `copy-at / beam5` (38.05 BLEU)" in summary
-    # the difference's interval [-5.1, 0.2] holds 0 and reaches beyond ±1: no claim either way (issue 24.2:
-    # it used to say "tied")
+    # the difference's interval [-5.1, 0.2] holds 0 and reaches beyond ±1: no claim either way (it used to
+    # say "tied")
     assert "the best NAT system is `copy-cmlm-kd / mask-predict-4` (35.50 BLEU), not resolved: -2.55 BLEU " \
            "[-5.10, +0.20] (paired 95%, one seed: the interval covers the choice of test sentences only, not training noise); " \
            "the interval holds 0 but is not inside ±1" in summary  # fmt: skip
@@ -447,7 +447,7 @@ def test_equivalent_only_when_the_whole_interval_is_inside_the_margin():
 
 
 def test_the_mixing_sentence_stays_short_with_many_systems():
-    """Issue 24.7: the quickstart's dialect summary listed the mixing of all 19 systems inline; now each
+    """The quickstart's dialect summary listed the mixing of all 19 systems inline; now each
     family's range with the systems at its ends, and the rest left to the overview's column."""
     from atnat.experiments.reporting.judging import _mixing
 

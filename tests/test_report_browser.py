@@ -219,7 +219,7 @@ def test_every_figure_decoded(dom):
 
 
 def test_the_first_screen_fits_a_1400_px_window_and_shows_every_column_on_request(dom):
-    """Issue 24.7: the overview's secondary columns are folded behind a button; the figure is wide."""
+    """The overview's secondary columns are folded behind a button; the figure is wide."""
     found = probe(dom)
     assert found["window_width"] == 1400
     assert found["overview_width"] <= 1400 - 32  # inside the page's margins

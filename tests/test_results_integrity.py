@@ -1,4 +1,4 @@
-"""A results.csv cut short is refused, never reported as if whole (issue 16.5): `atnat report` says
+"""A results.csv cut short is refused, never reported as if whole: `atnat report` says
 what happened and how to rebuild the table (`atnat run GRID` re-reads the run folders)."""
 import json
 

@@ -1,5 +1,5 @@
 """A grid whose settings changed since its cells ran names the stale cells and stops, until told
-to rerun or keep them (issue 21.4): neither their numbers nor their runs are silently kept or lost."""
+to rerun or keep them: neither their numbers nor their runs are silently kept or lost."""
 import json
 
 from atnat.experiments.cli.commands import main

@@ -183,7 +183,7 @@ def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_ar
 
 
 def test_a_new_student_is_timed_beside_its_baseline_and_students_timed_before_keep_their_rows(tmp_path, monkeypatch):
-    """Issue 25's deep grid times each student when it finishes (`atnat time --partial`, the grid paused
+    """The deep grid times each student when it finishes (`atnat time --partial`, the grid paused
     meanwhile). Timing the whole seed again at every new student cost the grid hours (a seed of 4
     students: 4+5+7+10 systems' timings instead of 10 and the baseline's each time): a student already
     timed with its present weights keeps its rows, and the new one is timed beside its baseline, which
@@ -241,7 +241,7 @@ def test_anew_times_a_seed_whole_in_one_session_even_where_its_cells_were_timed_
 
 
 def test_the_aa_control_times_the_baseline_twice_and_gives_every_ratio_its_noise_floor():
-    """Issue 24.3: the baseline's speed-up is 1 by construction; its twin, the same computation timed
+    """The baseline's speed-up is 1 by construction; its twin, the same computation timed
     as another system, measures how far apart two identical systems land - the noise floor."""
     import dataclasses
 

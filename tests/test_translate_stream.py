@@ -1,4 +1,4 @@
-"""`atnat translate` streams and survives long lines (issue 16.9): output is written window by
+"""`atnat translate` streams and survives long lines: output is written window by
 window, a line over the model's limit gets an empty line and one message (or is cut with
 `--long-lines truncate`), and every other line is translated."""
 import io
