@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# The GPU work on a GPU machine without network and without a copy of the data (torch installed; commands
-# that may be cut off after some minutes; the machine possibly taken back when idle): the GPU test tier,
-# experiments/grids/multi30k.yaml and the CUDA bench rows, in steps that each end well inside 10 minutes and
-# leave their results under $OUT.
+# The GPU work on a GPU machine without network and without a copy of the data (torch installed; jobs with a
+# time limit of some minutes, the machine possibly gone between jobs): the GPU test tier,
+# experiments/grids/multi30k.yaml and the CUDA bench rows, in short steps that each leave their results in
+# the folder $OUT names (default: .offline-out/ in the checkout).
 #
 #   here, with network, once:   bash experiments/gpu_offline.sh pack [--no-ct2]
 #       .whl/  wheels of what such a machine usually lacks (sacremoses, submitit, ctranslate2) for its Python;
 #              --no-ct2 leaves out CTranslate2's (41 MB; the grid then times no CTranslate2 baseline)
 #       .data/ a copy of the Multi30k files the grid reads (git-ignored; never committed)
-#   there (with .whl and .data copied beside the checkout; run the next step before the machine goes idle):
+#   there (with .whl and .data copied into the checkout; run the steps one after another on the same machine):
 #       bash experiments/gpu_offline.sh start        # install, grid started in the background, then the GPU tier
 #       bash experiments/gpu_offline.sh wait [SEC]   # until the grid ends or SEC (default 500) pass; packs results
 #       bash experiments/gpu_offline.sh bench        # bench decode (sweep, CUDA graphs), bench train, auto's batch-1 latency
@@ -20,7 +20,7 @@
 #   here again: tar xzf multi30k.tgz -C results/   (results/multi30k/ without checkpoints)
 #
 # The grid's results live in .offline-results/ on the machine (git-ignored, never copied back), so a later
-# step on the same machine finds them; every step copies what it has to $OUT, so a machine taken back
+# step on the same machine finds them; every step copies what it has to $OUT, so a machine lost
 # mid-grid loses only the checkpoints (a fresh machine starts the grid again).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -131,7 +131,7 @@ bench() {
   timeout 150 python3 results/bench/auto_gpu_latency.py "$out/auto_gpu_latency.csv" 50 4 2>&1 | tail -n 8
 }
 
-checks() {  # the newest GPU code's checks and measurements, most wanted first, in one call under 10 minutes
+checks() {  # the newest GPU code's checks and measurements, most wanted first, in one step of about 8 minutes
   install || return 1
   machine
   ! grid_running || { echo "checks: the grid is still running; time nothing beside it" >&2; return 1; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check of 2026-11-26 (results/bench/README.md, "GPU: one H200"): the GPU test tier on the current main, then auto's batch-1 latency on cuda.
-# Run on a device machine from the repository root with .whl carried (bash experiments/gpu_lease.sh pack makes it); writes under $OUT.
+# Run on a GPU machine without network from the repository root with .whl copied there (bash experiments/gpu_offline.sh pack makes it); writes under $OUT.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
