@@ -21,14 +21,14 @@ def test_a_new_module_in_a_builtin_package_is_imported_without_an_import_line(tm
     import toypkg  # noqa: F401,F811  (imported again: the copy's name is no identifier, so it is skipped)
 
 
-def test_importing_the_decoder_and_strategy_packages_imports_every_module_they_hold():
-    """The wiring itself, in a fresh interpreter: after `import atnat.decoding, atnat.models.decoders` every
-    module file of the two packages is loaded (its registrations made)."""
+def test_importing_the_decoder_strategy_and_metric_packages_imports_every_module_they_hold():
+    """The wiring itself, in a fresh interpreter: after importing the decoder, strategy and metric packages every
+    module file of the three is loaded (its registrations made)."""
     import subprocess
     import sys
 
-    code = ("import pkgutil, sys, atnat.decoding, atnat.models.decoders\n"
-            "for p in (atnat.decoding, atnat.models.decoders):\n"
+    code = ("import pkgutil, sys, atnat.decoding, atnat.models.decoders, atnat.experiments.evaluation.metrics as m\n"
+            "for p in (atnat.decoding, atnat.models.decoders, m):\n"
             "    names = [m.name for m in pkgutil.iter_modules(p.__path__) if not m.name.startswith('_')]\n"
             "    missing = [n for n in names if f'{p.__name__}.{n}' not in sys.modules]\n"
             "    assert names and not missing, (p.__name__, missing)\n")

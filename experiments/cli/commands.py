@@ -435,9 +435,9 @@ def add_engine_arg(p) -> None:
     from atnat.core.engine_names import DEFAULT_ENGINE, ENGINES, OPTIONS  # lazy: start-up
 
     p.add_argument("--engine", default=None, metavar="NAME[+OPTION...]",
-                   help=f"how the model decodes (default {DEFAULT_ENGINE}; eager with --compile; eager is the "
-                        f"reference): {', '.join(ENGINES)}; options {', '.join('+' + o for o in OPTIONS)} "
-                        "(+bf16 may change outputs; see README, Engines)")
+                   help=f"how the model decodes (default {DEFAULT_ENGINE}; eager is the reference): "
+                        f"{', '.join(ENGINES)}; options {', '.join('+' + o for o in OPTIONS)} (+bf16 may change "
+                        "outputs; see experiments/modelfiles/README.md)")
 
 
 def add_results_args(p, results_help: str, smoke_help: str) -> None:
@@ -472,7 +472,8 @@ def parser() -> argparse.ArgumentParser:
                    help="a line longer than the model's limit: error (empty output line, a message, exit 1) "
                         "or truncate (cut to the limit, with a warning)")
     p.add_argument("--compile", choices=COMPILE_MODES,
-                   help="AT only: fixed-shape step under torch.compile (pays at small batches; see results/bench)")
+                   help="AT only: fixed-shape step under torch.compile (pays at small batches; see results/bench); "
+                        "the engine is then eager (no other --engine with it)")
     p.add_argument("--quantize", choices=["none", "int8"], default="none",
                    help="int8: dynamic int8 linear layers (on the CPU, also where a GPU is visible; see modelfiles/quantize.py)")
     add_engine_arg(p)
@@ -514,7 +515,7 @@ def parser() -> argparse.ArgumentParser:
     add_strategy_args(p)
     p.set_defaults(fn=cmd_evaluate)
     p = sub.add_parser("run", parents=[common], help="run an experiment grid and write results/<grid>/")
-    p.add_argument("grid")
+    p.add_argument("grid", help="a grid file, e.g. experiments/grids/quickstart.yaml")
     add_results_args(p, "results go to DIR/<grid name>/ (default: results/)",
                      "tiny sizes: check a grid end to end in minutes")
     p.add_argument("--dry-run", action="store_true", help="list the cells and exit")
@@ -531,13 +532,13 @@ def parser() -> argparse.ArgumentParser:
     add_cluster_args(p)
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("cell", parents=[common], help="run one cell of a grid (what `run --workers` starts in each process)")
-    p.add_argument("grid")
+    p.add_argument("grid", help="a grid file, e.g. experiments/grids/quickstart.yaml")
     p.add_argument("cell", help="cell name (see `atnat run GRID --dry-run`)")
     add_results_args(p, "results go to DIR/<grid name>/ (default: results/)",
                      "the grid's smoke sizes")
     p.set_defaults(fn=cmd_cell)
     p = sub.add_parser("status", parents=[common], help="each cell's state (done, failed, queued, running), job id and last step")
-    p.add_argument("grid")
+    p.add_argument("grid", help="a grid file, e.g. experiments/grids/quickstart.yaml")
     add_results_args(p, "results are read from DIR/<grid name>/ (default: results/)",
                      "the grid's smoke run (DIR/<grid name>-smoke/)")
     p.add_argument("--collected", metavar="DEST", help="also the finished copies `atnat collect --to DEST` made: a cell "
@@ -545,14 +546,14 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_status)
     p = sub.add_parser("collect", parents=[common], help="copy the finished cells' results (no checkpoints, no data) "
                                                           "to a folder, e.g. the repository, while the grid runs")
-    p.add_argument("grid")
+    p.add_argument("grid", help="a grid file, e.g. experiments/grids/quickstart.yaml")
     p.add_argument("--to", required=True, metavar="DEST", help="each finished cell's results go to DEST/<cell>/")
     add_results_args(p, "results are read from DIR/<grid name>/ (default: results/)",
                      "the grid's smoke run (DIR/<grid name>-smoke/)")
     p.set_defaults(fn=cmd_collect)
     p = sub.add_parser("time", parents=[common], help="time now each task and seed of a grid whose cells have all "
                                                        "finished, while the rest still trains (pause it first)")
-    p.add_argument("grid")
+    p.add_argument("grid", help="a grid file, e.g. experiments/grids/quickstart.yaml")
     add_results_args(p, "the grid's --results folder (timing.csv goes to DIR/<grid name>/)",
                      "the grid's smoke run (DIR/<grid name>-smoke/)")
     p.add_argument("--devices", metavar="IDS", help="GPU ids; the first times (as in atnat run)")
@@ -593,14 +594,16 @@ def parser() -> argparse.ArgumentParser:
     add_results_args(p, "with --interim, --restat or --collected: the grid's --results folder",
                      "with --interim, --restat or --collected: the grid's --smoke run")
     p.set_defaults(fn=cmd_report)
-    p = sub.add_parser("bench", parents=[common], help="speed benchmarks: decode, train, profile (see `atnat bench -h`)",
+    p = sub.add_parser("bench", parents=[common],
+                       help="speed benchmarks: decode, train, profile, count, data (see `atnat bench -h`)",
                        description="Decoding and training speed of our AT and NAT models on random weights, "
                                    "beside Hugging Face and CTranslate2 peers (results/bench/README.md).")
     from atnat.experiments.bench.cli import add_commands  # lazy: start-up
 
     add_commands(p)
     p.set_defaults(fn=cmd_bench)
-    p = sub.add_parser("data", parents=[common], help="fetch a public data set (multi30k), or prepare a config's splits")
+    p = sub.add_parser("data", parents=[common],
+                       help="fetch a public data set (multi30k, wmt14-en-de), or prepare a config's splits")
     data = p.add_subparsers(dest="dataset", required=True)
     d = data.add_parser("prepare", help="encode every split of a run config's or a grid's tasks once into the cache "
                                         "of memory-mapped splits ($ATNAT_CACHE/prepared), which every run then maps")
@@ -621,7 +624,8 @@ def parser() -> argparse.ArgumentParser:
                                       "repository at the pinned commit)")
     d.add_argument("--langs", default="en,de,fr", help="comma-separated languages (default: en,de,fr)")
     d.set_defaults(fn=cmd_data)
-    p = sub.add_parser("list", parents=[common], help="registered decoders, strategies and tasks, with their options")
+    p = sub.add_parser("list", parents=[common],
+                       help="registered decoders, strategies, tasks, metrics and engines, with their options")
     p.add_argument("--markdown", action="store_true", help="the whole configuration reference as markdown (every "
                                                           "grid and run config key, the built-in options, the engines)")
     p.set_defaults(fn=cmd_list)

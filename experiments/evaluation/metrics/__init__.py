@@ -5,8 +5,11 @@
   prefix-corruption effect, BLEU by reference length.
 - nat: repetition rate, length accuracy, variant mixing (multi-modality).
 - speed: median timing with CUDA synchronisation, peak and current memory.
-"""
 
+The registered metrics (the columns of results.csv) are row.py's. Importing this package imports each of
+its modules, so a new metric is one new file here (register_metric), or a plugin.
+"""
+from atnat.core.registry import import_package_modules
 from atnat.experiments.evaluation.metrics.error_propagation import (
     ConditionalError,
     accuracy_by_position,
@@ -34,6 +37,8 @@ from atnat.experiments.evaluation.metrics.quality import (
     tokenized_bleu,
 )
 from atnat.experiments.evaluation.metrics.speed import Timing, current_rss_mb, measure, peak_memory_mb, reset_peak
+
+import_package_modules(__name__, __path__)
 
 __all__ = [
     "ConditionalError",
