@@ -67,3 +67,12 @@ def test_the_verdict_is_at_most_three_sentences_and_the_table_has_intervals_not_
     assert copy.loc["CMLM, distilled, mask-predict 4", "Verdict"] == "not resolved"
     assert table[table["Task"] == "dialect"].set_index("System").loc["NAT, on the references, one pass", "Verdict"] == "behind"
     assert after and "95%" in after[0].text
+
+
+def test_a_speed_from_fewer_seeds_than_the_bleu_says_so():
+    from atnat.experiments.reporting.aggregate import SEED_COUNT
+    from atnat.experiments.reporting.headline import _interval_text
+
+    r = pd.Series({"n_seeds": 3, "bleu": 35.9, "speedup_vs_at": 2.59, f"speedup_vs_at{SEED_COUNT}": 2})
+    assert _interval_text(r, "speedup_vs_at", suffix="×") == "2.59× (2 of 3 seeds)"
+    assert "of 3 seeds" not in _interval_text(r.drop(f"speedup_vs_at{SEED_COUNT}"), "speedup_vs_at", suffix="×")

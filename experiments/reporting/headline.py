@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_at_rows, is_engine_twin, reference_at_rows
-from atnat.experiments.reporting.aggregate import aggregate_seeds, interval
+from atnat.experiments.reporting.aggregate import aggregate_seeds, interval, seeds_of
 from atnat.experiments.reporting.blocks import Block
 from atnat.experiments.reporting.names import plain_names
 from atnat.experiments.reporting.ranking import within_margin
@@ -22,7 +22,8 @@ def _interval_text(row: pd.Series, col: str, digits: int = 2, suffix: str = "") 
         return "–"
     low, high = interval(row, col)
     inside = f" [{low:.{digits}f}, {high:.{digits}f}]" if pd.notna(low) and pd.notna(high) and low != high else ""
-    return f"{row[col]:.{digits}f}{suffix}{inside}"
+    k, n = seeds_of(row, col), int(row.get("n_seeds", 1) or 1)
+    return f"{row[col]:.{digits}f}{suffix}{inside}" + (f" ({k} of {n} seeds)" if k < n else "")
 
 
 def _word(diff: pd.Series | None, margin: float) -> str:
