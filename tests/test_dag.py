@@ -207,6 +207,25 @@ def test_a_model_cast_to_half_precision_trains_and_decodes_with_float32_links(dt
     assert half.decoder.link_query.weight.grad is not None
 
 
+def test_engines_that_replace_the_link_layers_still_run_them():
+    """int8 (its layers' weight is a method) and +bf16 layers are called as they are, not bypassed."""
+    from atnat.experiments.modelfiles.engines import apply_engine
+    from atnat.experiments.modelfiles.quantize import quantize_int8
+
+    torch.manual_seed(5)
+    src = torch.tensor([[A, B, C], [A, B, 0]])
+    for make in (lambda m: quantize_int8(m), lambda m: (apply_engine(m, "static+bf16"), m)[1]):
+        module = make(Seq2SeqModule(vocab_size=V, decoder="dag", model=TINY_MODEL,
+                                    decoder_options={"upsample": 2.0}).eval())
+        layer = module.decoder.link_query
+        assert type(layer) is not torch.nn.Linear
+        calls = []
+        layer.register_forward_hook(lambda *args: calls.append(1))
+        with torch.inference_mode():
+            _, links, _ = module.decoder.forward_dag(module.encode(src))
+        assert calls and links.dtype == torch.float32 and links.isfinite().any()
+
+
 def test_glancing_shows_reference_tokens_on_the_best_path_only():
     torch.manual_seed(6)
     module = Seq2SeqModule(vocab_size=V, decoder="dag", model=TINY_MODEL,

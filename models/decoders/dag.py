@@ -192,9 +192,9 @@ def _scatter_rows(base: Tensor, index: Tensor, values: Tensor, keep: Tensor) -> 
 
 def _fp32(linear: nn.Module, x: Tensor) -> Tensor:
     """A link layer on float32 features (x) in float32, whatever its weights' dtype (a model cast to
-    bfloat16 or float16 keeps its link scores in float32, as under autocast)."""
-    weight = getattr(linear, "weight", None)
-    if weight is None or weight.dtype == torch.float32:
-        return linear(x)  # float32 weights, or a replaced layer (an engine's) that takes float32 input
+    bfloat16 or float16 keeps its link scores in float32, as under autocast). A layer an engine replaced
+    (packed, bf16, int8) is called as it is: it takes float32 input and computes its own way."""
+    if type(linear) is not nn.Linear or linear.weight.dtype == torch.float32:
+        return linear(x)
     bias = None if linear.bias is None else linear.bias.float()
-    return F.linear(x, weight.float(), bias)
+    return F.linear(x, linear.weight.float(), bias)
