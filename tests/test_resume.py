@@ -120,19 +120,27 @@ def stop_with_sigterm(tmp_path, monkeypatch, name: str, term: Term, run: dict = 
     return tmp_path / name
 
 
-@pytest.mark.parametrize("at_step,saved,val_every,steps", [(17, 17, 7, 28), (7, 7, 7, 28), (None, 14, 5, 30)],
-                         ids=["mid-epoch", "at-a-validation", "end-of-epoch"])
+@pytest.mark.parametrize("at_step,saved,val_every,steps,val_tokens", [
+    (17, 17, 7, 28, None), (7, 7, 7, 28, None), (None, 14, 5, 30, None), (14, 7, 7, 28, 12)],
+    ids=["mid-epoch", "at-a-validation", "end-of-epoch", "at-a-long-validation"])
 def test_a_run_stopped_by_sigterm_saves_the_step_it_reached_and_resumes_exactly(tmp_path, monkeypatch, capsys,
-                                                                                at_step, saved, val_every, steps):
+                                                                                at_step, saved, val_every, steps,
+                                                                                val_tokens):
     """Preemption (SIGTERM) after a step between validations (17: the validation checkpoint is at 14), at a
-    validation step (whose validation then runs on resume) and after the last batch of the first epoch
-    (14 batches): last.ckpt holds that step, and the resumed run ends with the uninterrupted run's weights
+    validation step (one validation batch: it ends before Lightning looks, and writes the checkpoint), after
+    the last batch of the first epoch (14 batches), and at a validation step whose validation takes several
+    batches (Lightning stops inside it: nothing is saved at that step, whose checkpoint Lightning would resume
+    as validated; the checkpoint of step 7 stands): the resumed run ends with the uninterrupted run's weights
     and validates at the same steps."""
     run_dict = {**RUN, "train": {**RUN["train"], "val_every_steps": val_every, "max_steps": steps}}
+    if val_tokens:
+        run_dict["eval"] = {**RUN["eval"], "max_tokens": val_tokens}
     run = stop_with_sigterm(tmp_path, monkeypatch, "stopped", Term(at_step), run_dict)
     last = run / "checkpoints" / "last.ckpt"
     assert torch.load(last, weights_only=False)["global_step"] == saved and verify_checksum(last)
-    assert f"stopping (SIGTERM) after step {saved}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"stopping (SIGTERM) after step {at_step or saved}; " + (
+        "its validation is due" if at_step in (7, 14) else f"saved {last}") in err
     train(run_config_from_dict(run_dict, "test"), run)
     whole = run_training(tmp_path, "whole", monkeypatch, val_every_steps=val_every, max_steps=steps)
     a, b = weights(whole / "checkpoints" / "last.ckpt"), weights(last)
@@ -194,6 +202,44 @@ def test_a_run_killed_without_warning_resumes_from_its_timed_save_and_trains_exa
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
     assert torch.load(last, weights_only=False)["global_step"] == 28
     assert validated_steps(tmp_path / "killed") == validated_steps(whole)
+
+
+class KillInValidation(pl.Callback):
+    def __init__(self, at_step: int):
+        self.at_step = at_step
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        if trainer.global_step == self.at_step:
+            raise SystemError("killed")
+
+
+def test_a_timed_save_never_lands_on_a_step_whose_validation_is_due(tmp_path, monkeypatch):
+    """Due at step 14 (420 s after step 7's validation) when step 14 validates: a save there, then a kill inside
+    that validation, would resume with the validation of step 14 counted as done and never run; nothing is
+    saved there, the resume starts from step 7 and validates where the uninterrupted run does."""
+    clock = Clock(per_step=60.0)
+    monkeypatch.setattr(resume_module, "monotonic", clock)
+    make = train_module.make_trainer
+
+    def with_kill(*args, **kwargs):
+        trainer = make(*args, **kwargs)
+        trainer.callbacks.insert(0, KillInValidation(14))
+        trainer.callbacks.insert(0, Tick(clock))
+        return trainer
+
+    several = {**RUN, "train": {**RUN["train"], "save_every_s": 420}, "eval": {**RUN["eval"], "max_tokens": 12}}
+    monkeypatch.setattr(train_module, "make_trainer", with_kill)
+    with pytest.raises(SystemError, match="killed"):
+        train(run_config_from_dict(several, "test"), tmp_path / "killed")
+    last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["global_step"] == 7
+    monkeypatch.setattr(train_module, "make_trainer", make)
+    train(run_config_from_dict(several, "test"), tmp_path / "killed")
+    whole = tmp_path / "whole"
+    train(run_config_from_dict(several, "test"), whole)
+    assert validated_steps(tmp_path / "killed") == validated_steps(whole)
+    a, b = weights(whole / "checkpoints" / "last.ckpt"), weights(last)
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_save_every_s_is_checked_and_does_not_make_a_run_stale():

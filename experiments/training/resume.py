@@ -76,21 +76,24 @@ class SaveLast(Checkpoint):
 
     SIGTERM: Lightning's own handler only notes the signal; the step in progress ends, and here, at its
     on_train_batch_end (where Lightning's step-interval checkpoints are written, the optimizer stepped and
-    ResumeState's position moved on), the step is saved once. Lightning then stops the loop, inside the
-    validation if one is due (so that validation is run again on resume). A signal that arrives inside a
-    validation (or in the moment between a step's end and Lightning's look at the flag) is saved by nothing:
-    the previous last.ckpt stands, and up to val_every_steps steps are trained again.
+    ResumeState's position moved on), the step is saved once; Lightning then stops. Never at a step whose
+    validation is due: Lightning, resuming from a checkpoint written there, would count that validation as
+    done without running it (its checkpoint selection and early stopping would miss it). There the
+    validation starts instead, and Lightning stops inside it (its checkpoint written if it completes first);
+    a signal inside a validation is saved by nothing: the previous last.ckpt stands, and up to
+    val_every_steps steps are trained again.
 
     Time: at the end of the first step `every_s` seconds (`clock`'s) after the last checkpoint of any kind
-    (a validation's included), the same save; a resume from it is exact in the same way. Several processes
-    (DDP) agree on the decision first (any rank's reason saves), so that every rank reaches the
-    checkpoint's collective together: one small collective a step, beside the one Lightning makes every
-    step for the signal (a stop itself is not tested with several processes). A Checkpoint callback, so
-    Lightning runs it after the others (EMA's update of the step, the divergence guard's check)."""
+    (a validation's included), the same save, except at a step whose validation is due (its checkpoint
+    follows); a resume from it is exact in the same way. Several processes (DDP) agree on the decision first
+    (any rank's reason saves), so that every rank reaches the checkpoint's collective together: one small
+    collective a step, beside the one Lightning makes every step for the signal (a stop itself is not tested
+    with several processes). A Checkpoint callback, so Lightning runs it after the others (EMA's update of
+    the step, the divergence guard's check)."""
 
     def __init__(self, ckpt_dir: Path, every_s: float | None = None, clock=None):
         self.ckpt_dir, self.every_s, self.clock = ckpt_dir, every_s, clock or monotonic
-        self.term_saved, self.since = False, None
+        self.term_seen, self.since = False, None
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.since = self.clock()
@@ -99,19 +102,30 @@ class SaveLast(Checkpoint):
         self.since = self.clock()  # any checkpoint (a validation's, or this callback's) restarts the count
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        term = trainer.received_sigterm and not self.term_saved
+        term = trainer.received_sigterm and not self.term_seen
         due = self.every_s is not None and self.since is not None and self.clock() - self.since >= self.every_s
-        save = term or due
+        save = (term or due) and not validation_due(trainer)
         if trainer.world_size > 1:
             save = trainer.strategy.reduce_boolean_decision(save, all=False)
-        if not save:
-            return
-        trainer.save_checkpoint(self.ckpt_dir / "last.ckpt")
-        if trainer.received_sigterm and not self.term_saved:
-            self.term_saved = True
+        if save:
+            trainer.save_checkpoint(self.ckpt_dir / "last.ckpt")
+        if term:
+            self.term_seen = True
             if trainer.is_global_zero:
-                print(f"atnat: stopping (SIGTERM) after step {trainer.global_step}; saved {self.ckpt_dir / 'last.ckpt'}",
+                print(f"atnat: stopping (SIGTERM) after step {trainer.global_step}; " +
+                      (f"saved {self.ckpt_dir / 'last.ckpt'}" if save else
+                       "its validation is due: last.ckpt is that validation's if it ends first, else the one before"),
                       file=sys.stderr)
+
+
+def validation_due(trainer) -> bool:
+    """Whether Lightning validates after the step that just ended (its own test, asked at the same point)."""
+    loop = trainer.fit_loop.epoch_loop
+    try:
+        return bool(loop._should_check_val_fx(trainer.fit_loop._data_fetcher))
+    except AttributeError:  # another Lightning: validation every val_check_batch batches, counted over epochs
+        every = trainer.val_check_batch
+        return every not in (None, float("inf")) and (loop.total_batch_idx + 1) % int(every) == 0
 
 
 def _python_rng_state() -> tuple:
