@@ -2,9 +2,10 @@
 
 State: done / failed (metrics.json), queued / running (job.json, asked of submitit; or the cell's
 lock, held by whoever trains it; what a running cell does now from its progress.json), ended (a job
-that ended without a result: cancelled, timed out for good), interrupted (a checkpoint and no
-result), not started; with `--collected DEST`, collected: no run here, but a finished copy in DEST (`atnat collect`
-copied it before its machine was lost). Then, per task and seed, how many of its cells are done (collected
+that ended without a result: cancelled, timed out for good), interrupted (no result, and a checkpoint
+to resume from, or training logged and lost with no checkpoint: it starts again), not started; with
+`--collected DEST`, collected: no run here, but a finished copy in DEST (`atnat collect` copied it before
+its machine was lost). Then, per task and seed, how many of its cells are done (collected
 copies named) and whether it has been timed (`atnat time`, or the timing phase; a copy's own timing.csv
 for a collected cell). Under a cluster launcher, a last line gives the state of the timing phase's job
 (launchers/slurm.py).
@@ -83,6 +84,8 @@ def folder_state(run_dir: Path) -> dict:
         row["state"] = "running"
     elif saved_training(run_dir) and not job:
         row["state"] = "interrupted"
+    elif not job and row["last_step"] is not None:  # it trained, and stopped before its first checkpoint
+        row["state"], row["now"] = "interrupted", "no checkpoint: starts again at step 0"
     return row
 
 
