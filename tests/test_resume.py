@@ -125,7 +125,7 @@ def stop_with_sigterm(tmp_path, monkeypatch, name: str, term: Term, run: dict = 
 @pytest.mark.parametrize("at_step,saved,val_every,steps,val_tokens", [
     (17, 17, 7, 28, None), (7, 7, 7, 28, None), (None, 14, 5, 30, None), (14, 7, 7, 28, 12)],
     ids=["mid-epoch", "at-a-validation", "end-of-epoch", "at-a-long-validation"])
-def test_a_run_stopped_by_sigterm_saves_the_step_it_reached_and_resumes_exactly(tmp_path, monkeypatch, capsys,
+def test_a_run_stopped_by_sigterm_saves_the_step_it_reached_and_resumes_exactly(tmp_path, monkeypatch, capfd,
                                                                                 at_step, saved, val_every, steps,
                                                                                 val_tokens):
     """Preemption (SIGTERM) after a step between validations (17: the validation checkpoint is at 14), at a
@@ -140,7 +140,7 @@ def test_a_run_stopped_by_sigterm_saves_the_step_it_reached_and_resumes_exactly(
     run = stop_with_sigterm(tmp_path, monkeypatch, "stopped", Term(at_step), run_dict)
     last = run / "checkpoints" / "last.ckpt"
     assert torch.load(last, weights_only=False)["global_step"] == saved and verify_checksum(last)
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert f"stopping (SIGTERM) after step {at_step or saved}; " + (
         "its validation is due" if at_step in (7, 14) else f"saved {last}") in err
     train(run_config_from_dict(run_dict, "test"), run)
