@@ -29,16 +29,24 @@ class Ranged(http.server.SimpleHTTPRequestHandler):
             self.send_error(404)
             return
         start = int(self.headers["Range"][6:-1]) if self.headers.get("Range") and self.server.ranges else 0
+        if start >= len(body):
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{len(body)}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         self.send_response(206 if start else 200)
         self.send_header("Content-Length", str(len(body) - start))
+        if start:
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
         self.end_headers()
-        self.wfile.write(body[start:])
+        self.wfile.write(body[start:][: self.server.cut.pop(name, None)])  # `cut`: the connection ends early
 
 
 @pytest.fixture
 def server():
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Ranged))
-    httpd.requested, httpd.ranges = [], True
+    httpd.requested, httpd.ranges, httpd.cut = [], True, {}
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield httpd, f"http://127.0.0.1:{httpd.server_address[1]}/wmt14"
     httpd.shutdown()
@@ -96,3 +104,32 @@ def test_cli_takes_the_address_from_the_environment(server, tmp_path, monkeypatc
     main(["data", "wmt14-en-de", str(tmp_path / "d")])
     assert "6 WMT14 en-de files in" in capsys.readouterr().out
     assert (tmp_path / "d" / "newstest2013.de").read_bytes() == FAKE["newstest2013.de"]
+
+
+def test_a_connection_that_ends_early_is_an_error_and_the_next_run_resumes_it(server, tmp_path):
+    """The server declares the whole length and closes after 300 bytes: not renamed into place, not recorded as
+    the file's sum; the part is kept and the next run asks for the rest."""
+    httpd, url = server
+    httpd.cut["train.de"] = 300
+    out = tmp_path / "d"
+    with pytest.raises(AtnatError, match=r"train.de: could not download .*the connection ended at 300 of its "
+                                         rf"{len(FAKE['train.de']):,} bytes.*run the same command again to resume"):
+        download_wmt14(out, base_url=url, log=lambda _: None)
+    assert not (out / "train.de").exists() and (out / "train.de.part").stat().st_size == 300
+    assert "train.de" not in (out / "SHA256SUMS").read_text()
+    download_wmt14(out, base_url=url, log=lambda _: None)
+    assert (out / "train.de").read_bytes() == FAKE["train.de"] and ("train.de", "bytes=300-") in httpd.requested
+    assert f"{hashlib.sha256(FAKE['train.de']).hexdigest()}  train.de" in (out / "SHA256SUMS").read_text()
+
+
+def test_a_part_longer_than_the_file_is_fetched_again_and_a_whole_one_is_kept(server, tmp_path):
+    httpd, url = server
+    out = tmp_path / "d"
+    out.mkdir()
+    (out / "newstest2014.de.part").write_bytes(b"x" * (len(FAKE["newstest2014.de"]) + 500))  # not this file
+    (out / "newstest2014.en.part").write_bytes(FAKE["newstest2014.en"])  # whole, not yet renamed
+    download_wmt14(out, base_url=url, log=lambda _: None)
+    assert (out / "newstest2014.de").read_bytes() == FAKE["newstest2014.de"]
+    assert (out / "newstest2014.en").read_bytes() == FAKE["newstest2014.en"]
+    assert [r for r in httpd.requested if r[0] == "newstest2014.en"] == [
+        ("newstest2014.en", f"bytes={len(FAKE['newstest2014.en'])}-")]  # the 416 said it was whole

@@ -42,22 +42,46 @@ def read_sums(path: Path) -> dict[str, str]:
     return sums
 
 
-def _stream(url: str, part: Path, timeout: float) -> None:
+def _content_range(header: str | None) -> tuple[int | None, int | None]:
+    """`bytes 100-999/1000` -> (100, 1000); `bytes */1000` -> (None, 1000); the total None where it is `*`
+    or the header is missing or malformed."""
+    unit, _, spec = (header or "").partition(" ")
+    span, _, total = spec.partition("/")
+    start = span.split("-")[0]
+    return (int(start) if start.isdigit() else None), (int(total) if total.isdigit() else None)
+
+
+def _stream(url: str, part: Path, timeout: float, again: bool = True) -> None:
     """Append the rest of `url` to `part` (a range request from its size; from the start where the
-    server ignores ranges)."""
+    server ignores ranges); ValueError where the part does not end up as long as the server said the file is
+    (a connection closed early: the part is kept, a later run resumes it)."""
     have = part.stat().st_size if part.exists() else 0
     request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
     try:
         response = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310  (http(s) of a release)
     except urllib.error.HTTPError as err:
-        if err.code == 416 and have:  # the range starts at the end: the part is whole
-            return
+        if err.code == 416 and have:  # the range starts at or past the end
+            if _content_range(err.headers.get("Content-Range"))[1] == have:
+                return  # the part is whole
+            if again:  # longer than the file, or of unknown length: not this file's beginning; start over
+                part.unlink()
+                return _stream(url, part, timeout, again=False)
         raise
     with response:
-        mode = "ab" if have and response.status == 206 else "wb"
+        if have and response.status == 206:
+            start, total = _content_range(response.headers.get("Content-Range"))
+            if start != have:
+                raise ValueError(f"asked for the bytes from {have:,}, the server sent a range starting at {start}")
+            mode = "ab"
+        else:
+            length = response.headers.get("Content-Length")
+            total, mode = (int(length) if length and length.isdigit() else None), "wb"
         with open(part, mode) as f:
             for block in iter(lambda: response.read(BLOCK), b""):
                 f.write(block)
+    size = part.stat().st_size
+    if total is not None and size != total:
+        raise ValueError(f"the connection ended at {size:,} of its {total:,} bytes")
 
 
 def download_wmt14(out_dir: str | Path, *, base_url: str | None = None, sums_file: str | Path | None = None,
