@@ -172,3 +172,23 @@ def test_atnat_data_prepare_encodes_a_grids_tasks_once_and_runs_then_map_them(tm
     data = prepare_data(cfg, load_task(cfg))
     assert not calls  # mapped from the cache, nothing encoded again
     assert str(data.encoded["train"].arrays.folder) == rows[0]["folder"]
+
+
+def test_a_corpus_digest_is_remembered_and_an_unwritable_memo_costs_only_a_rehash(tmp_path, monkeypatch):
+    """The digest memo (under $ATNAT_CACHE/digests) is an optimisation: where it cannot be written (a full disk, a
+    read-only cache: atomic_write_bytes raises atnat's error naming it) the digest is still returned."""
+    from atnat.core.errors import AtnatError
+    from atnat.experiments.data import prepared
+
+    corpus = tmp_path / "train.en"
+    corpus.write_text("a b\nc d\n")
+    monkeypatch.setattr("atnat.experiments.data.tokenize.CACHE_DIR", tmp_path / "cache")
+    first = prepared._remembered_digest(corpus, None)
+    assert first[1] == 2 and list((tmp_path / "cache" / "digests").glob("*.json"))
+
+    def full(*args, **kwargs):
+        raise AtnatError("cannot write the memo: the disk is full")
+
+    monkeypatch.setattr(prepared, "atomic_write_bytes", full)
+    corpus.write_text("a b\nc d\ne f\n")  # a new version: not remembered yet, and cannot be
+    assert prepared._remembered_digest(corpus, None)[1] == 3

@@ -94,7 +94,7 @@ def _remembered_digest(path: Path, limit: int | None) -> tuple[str, int]:
 
     stat = path.stat()
     identity = {"path": str(path.resolve()), "limit": limit, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-                "inode": stat.st_ino}
+                "ctime_ns": stat.st_ctime_ns, "inode": stat.st_ino}  # ctime: no one sets it back (cp -p, touch -r)
     memo = CACHE_DIR / "digests" / f"{hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]}.json"
     try:
         known = json.loads(memo.read_text(encoding="utf-8"))
@@ -107,7 +107,7 @@ def _remembered_digest(path: Path, limit: int | None) -> tuple[str, int]:
     try:
         memo.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(memo, json.dumps({"identity": identity, "sha256": digest, "lines": lines}).encode())
-    except OSError:  # a read-only cache: hash again next time
+    except (OSError, AtnatError):  # a read-only or full cache (atomic_write_bytes names it): hash again next time
         pass
     return digest, lines
 
