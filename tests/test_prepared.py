@@ -192,3 +192,34 @@ def test_a_corpus_digest_is_remembered_and_an_unwritable_memo_costs_only_a_rehas
     monkeypatch.setattr(prepared, "atomic_write_bytes", full)
     corpus.write_text("a b\nc d\ne f\n")  # a new version: not remembered yet, and cannot be
     assert prepared._remembered_digest(corpus, None)[1] == 3
+
+
+def test_an_entry_the_machine_cannot_read_is_left_as_it_is_and_a_killed_encoders_folder_is_removed(tmp_path,
+                                                                                                   monkeypatch):
+    """An I/O error of the machine (EIO, too many open files, a memory limit on the maps) is not damage: one
+    error naming the entry, which stays (it is not encoded again into the same trouble); a temporary folder a
+    killed encoder left beside an entry is removed by the next encoding of that key."""
+    import errno
+
+    from atnat.core.errors import AtnatError
+
+    src, tgt = corpus(50)
+    tok = SymbolTokenizer(WORDS)
+    entry = prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path).folder
+    real = prep.sha256
+
+    def failing(path):
+        raise OSError(errno.EIO, "Input/output error", str(path))
+
+    monkeypatch.setattr(prep, "sha256", failing)
+    with pytest.raises(AtnatError, match=r"the prepared split .* cannot be read \(\[Errno 5\] Input/output error.*"
+                                         r"it is left as it is"):
+        prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path)
+    assert entry.is_dir() and not list(tmp_path.rglob("*.damaged-*"))
+    monkeypatch.setattr(prep, "sha256", real)
+    left = entry.with_name(f"{entry.name}.tmp-99999999")
+    left.mkdir()
+    (left / "src.ids").write_bytes(b"half")
+    (entry / "meta.json").unlink()  # the entry must be encoded again
+    prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path)
+    assert not left.exists() and (entry / "meta.json").is_file()

@@ -195,19 +195,24 @@ def _open(folder: Path) -> Arrays | None:
                     getattr(arrays, f"{side}_offsets")[-1] * itemsize != int(files[f"{side}.ids"]["bytes"]):
                 raise ValueError(f"{side}: the lengths do not add up to the ids")
         return arrays
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError, KeyError, TypeError) as err:
         aside = folder.with_name(f"{folder.name}.damaged-{time.time_ns()}")
         os.replace(folder, aside)
         print(f"atnat: the prepared split {folder} is damaged ({err}); set aside as {aside.name} and encoded again",
               file=sys.stderr)
         return None
+    except OSError as err:  # the machine's trouble, not the entry's (a failing disk, too many open files, a memory
+        # limit on the maps): the entry is left as it is, not encoded again into the same trouble
+        raise AtnatError(f"the prepared split {folder} cannot be read ({err}); it is left as it is: fix the cause "
+                         "and run again") from None
 
 
 def _encode(folder: Path, src: SideText, tgt: SideText, tokenizer, total: int, *, name: str, threads: int,
             on_chunk) -> None:
     dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32)
+    for left in folder.parent.glob(f"{folder.name}.tmp-*"):  # a killed encoder's (the key's lock is held here)
+        shutil.rmtree(left, ignore_errors=True)
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
         outs = {f"{side}.{part}": open(tmp / f"{side}.{part}", "wb") for side in SIDES for part in ("ids", "lengths")}
