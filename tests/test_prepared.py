@@ -223,3 +223,12 @@ def test_an_entry_the_machine_cannot_read_is_left_as_it_is_and_a_killed_encoders
     (entry / "meta.json").unlink()  # the entry must be encoded again
     prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path)
     assert not left.exists() and (entry / "meta.json").is_file()
+
+
+def test_lines_given_in_memory_are_told_apart_by_their_count(tmp_path):
+    """Two pairs, and one pair whose lines hold a newline each, are different splits: not one cache entry."""
+    tok = SymbolTokenizer(WORDS)
+    two = prepare(SideText(lines=["w1", "w2"]), SideText(lines=["w3", "w4"]), tok, name="a", cache_dir=tmp_path)
+    one = prepare(SideText(lines=["w1\nw2"]), SideText(lines=["w3\nw4"]), tok, name="b", cache_dir=tmp_path)
+    assert two.folder != one.folder and (two.n, one.n) == (2, 1)
+    assert SideText(lines=["a", "b", "c"], limit=2).digest() == SideText(lines=["a", "b"]).digest()

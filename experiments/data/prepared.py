@@ -62,7 +62,10 @@ class SideText:
         if self._digest is None:
             if self.path is None:
                 used = self.lines[: self.limit] if self.limit else self.lines
-                self._digest = hashlib.sha256("\n".join(used).encode("utf-8")).hexdigest(), len(used)
+                h = hashlib.sha256()
+                for line in used:  # line by line, each ended: no joined copy of millions of lines
+                    h.update(line.encode("utf-8") + b"\n")
+                self._digest = h.hexdigest(), len(used)
             else:
                 self._digest = _remembered_digest(check_readable(self.path, self.what), self.limit)
                 if self._digest[1] == 0:
@@ -158,7 +161,7 @@ def prepare(src: SideText, tgt: SideText, tokenizer, *, name: str, cache_dir: Pa
     if n_src != n_tgt:
         raise AtnatError(f"split {name!r}: {src.path or 'the sources'} has {n_src} lines but "
                          f"{tgt.path or 'the targets'} has {n_tgt}; parallel files need equal line counts")
-    key = hashlib.sha256(json.dumps({"format": FORMAT, "src": src_sha, "tgt": tgt_sha,
+    key = hashlib.sha256(json.dumps({"format": FORMAT, "src": src_sha, "tgt": tgt_sha, "pairs": n_src,
                                      "tokenizer": tokenizer_digest(tokenizer)}).encode()).hexdigest()[:24]
     root = cache_dir / "prepared"
     root.mkdir(parents=True, exist_ok=True)
