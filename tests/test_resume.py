@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import Checkpoint
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import run_config_from_dict
@@ -253,6 +254,53 @@ def test_save_every_s_is_checked_and_does_not_make_a_run_stale():
     a = training_settings(resolved(run_config_from_dict(RUN, "test")))
     b = training_settings(resolved(run_config_from_dict({**RUN, "train": {**RUN["train"], "save_every_s": 60}}, "t")))
     assert a == b
+
+
+class LateTerm(Checkpoint):
+    """SIGTERM noted after SaveLast looked at the step's end (a Checkpoint after it): at the end of step `at_step`,
+    or at the first epoch's end (`at_step` None)."""
+
+    def __init__(self, at_step: int | None):
+        self.at_step, self.sent = at_step, False
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.at_step is not None and trainer.global_step == self.at_step and not self.sent:
+            self.sent = True
+            trainer._signal_connector.received_sigterm = True
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if self.at_step is None and not self.sent:
+            self.sent = True
+            trainer._signal_connector.received_sigterm = True
+
+
+@pytest.mark.parametrize("at_step,saved", [(17, 17), (None, 10)], ids=["after-the-look", "at-an-epoch-end"])
+def test_a_sigterm_noted_after_the_steps_look_is_saved_as_lightning_stops(tmp_path, monkeypatch, capfd, at_step, saved):
+    """The moment between SaveLast's look at a step's end and Lightning's own: Lightning stops with SIGTERMException
+    between steps, SaveLast saves the step there. At an epoch's end (14 batches) nothing is saved (a checkpoint
+    taken there does not resume exactly): the validation checkpoint of step 10 stands. Either way the resume is
+    exact."""
+    run_dict = {**RUN, "train": {**RUN["train"], "val_every_steps": 5, "max_steps": 30}}
+    cfg = run_config_from_dict(run_dict, "test")
+    make = train_module.make_trainer
+
+    def with_late_term(*args, **kwargs):
+        trainer = make(*args, **kwargs)
+        trainer.callbacks.append(LateTerm(at_step))  # after SaveLast: checkpoint callbacks keep their order
+        return trainer
+
+    monkeypatch.setattr(train_module, "make_trainer", with_late_term)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "stopped")
+    monkeypatch.setattr(train_module, "make_trainer", make)
+    last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["global_step"] == saved
+    assert (f"stopping (SIGTERM) after step {saved}; saved {last}" in capfd.readouterr().err) == (at_step is not None)
+    train(cfg, tmp_path / "stopped")
+    whole = run_training(tmp_path, "whole", monkeypatch, val_every_steps=5, max_steps=30)
+    a, b = weights(whole / "checkpoints" / "last.ckpt"), weights(last)
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
+    assert validated_steps(tmp_path / "stopped") == validated_steps(whole)
 
 
 def test_a_sigterm_save_holds_the_steps_ema_update_and_resumes_exactly(tmp_path, monkeypatch):

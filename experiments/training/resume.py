@@ -23,6 +23,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Checkpoint
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from atnat.experiments.modelfiles.checkpoints import (
     CheckpointDamaged,
@@ -80,8 +81,9 @@ class SaveLast(Checkpoint):
     validation is due: Lightning, resuming from a checkpoint written there, would count that validation as
     done without running it (its checkpoint selection and early stopping would miss it). There the
     validation starts instead, and Lightning stops inside it (its checkpoint written if it completes first);
-    a signal inside a validation is saved by nothing: the previous last.ckpt stands, and up to
-    val_every_steps steps are trained again.
+    a signal inside a validation, or noted at an epoch's end after its last step's look, is saved by nothing:
+    the previous last.ckpt stands, and up to val_every_steps steps are trained again. One noted after this
+    callback's look within an epoch is saved as Lightning stops (on_exception).
 
     Time: at the end of the first step `every_s` seconds (`clock`'s) after the last checkpoint of any kind
     (a validation's included), the same save, except at a step whose validation is due (its checkpoint
@@ -115,6 +117,21 @@ class SaveLast(Checkpoint):
                 print(f"atnat: stopping (SIGTERM) after step {trainer.global_step}; " +
                       (f"saved {self.ckpt_dir / 'last.ckpt'}" if save else
                        "its validation is due: last.ckpt is that validation's if it ends first, else the one before"),
+                      file=sys.stderr)
+
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        """A signal that came after this step's look (in the moment between a step's end and Lightning's):
+        Lightning stops training with SIGTERMException between two steps of an epoch; the step reached is saved
+        here. Not inside a validation (its state is not a step's), not at an epoch's end (a checkpoint taken
+        there does not resume exactly: the previous last.ckpt stands), not where this callback saved already."""
+        epoch = trainer.fit_loop.epoch_progress.current
+        mid_epoch = epoch.processed < epoch.started
+        if isinstance(exception, SIGTERMException) and not self.term_seen and trainer.training and mid_epoch:
+            self.term_seen = True
+            trainer.save_checkpoint(self.ckpt_dir / "last.ckpt")
+            if trainer.is_global_zero:
+                print(f"atnat: stopping (SIGTERM) after step {trainer.global_step}; saved {self.ckpt_dir / 'last.ckpt'}",
                       file=sys.stderr)
 
 
