@@ -133,3 +133,16 @@ def test_a_part_longer_than_the_file_is_fetched_again_and_a_whole_one_is_kept(se
     assert (out / "newstest2014.en").read_bytes() == FAKE["newstest2014.en"]
     assert [r for r in httpd.requested if r[0] == "newstest2014.en"] == [
         ("newstest2014.en", f"bytes={len(FAKE['newstest2014.en'])}-")]  # the 416 said it was whole
+
+
+def test_a_file_that_passes_the_given_sums_replaces_a_wrong_first_record(server, tmp_path):
+    httpd, url = server
+    out = tmp_path / "d"
+    download_wmt14(out, base_url=url, log=lambda _: None)
+    recorded = (out / "SHA256SUMS").read_text()
+    (out / "SHA256SUMS").write_text(recorded.replace(hashlib.sha256(FAKE["train.de"]).hexdigest(), "1" * 64))
+    trusted = tmp_path / "sums"
+    trusted.write_text(recorded)
+    download_wmt14(out, base_url=url, sums_file=trusted, log=lambda _: None)
+    assert (out / "SHA256SUMS").read_text() == recorded
+    download_wmt14(out, base_url=url, log=lambda _: None)  # checked against the corrected record

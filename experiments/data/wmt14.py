@@ -113,8 +113,8 @@ def download_wmt14(out_dir: str | Path, *, base_url: str | None = None, sums_fil
         if expected is not None and found != expected:
             raise AtnatError(f"{target}: sha256 {found}, expected {expected} ("
                              f"{sums_file or recorded_path}); move it aside and run the command again to fetch it anew")
-        if name not in recorded:
-            recorded[name] = found
+        if recorded.get(name) != found and (name not in recorded or expected is not None):  # first download, or a
+            recorded[name] = found  # file that passed the sums you gave (a wrong first record is replaced)
             text = "".join(f"{digest}  {file}\n" for file, digest in recorded.items())
             tmp = recorded_path.with_suffix(".tmp")
             tmp.write_text(text, encoding="utf-8")
