@@ -40,8 +40,8 @@ def draft(model: Any, memory: Any, out: Tensor, accepted: Tensor, lengths: Tenso
     to each row's predicted length (at least accepted + block) -> the next `block` tokens (R, K), EOS
     from the predicted end on."""
     total = torch.where(lengths > accepted, lengths, accepted + block)  # (R,) slots of the drafter's sentence
-    if (room := getattr(getattr(model, "cfg", None), "max_positions", None)) is not None:  # no more slots than
-        total = total.clamp(max=room)  # its positions: past them it proposes EOS (the verifier still decides)
+    if (slots := getattr(getattr(model, "cfg", None), "max_positions", None)) is not None:  # no more slots than
+        total = total.clamp(max=slots)  # its positions: past them it proposes EOS (the verifier still decides)
     W = int(total.max())
     slots = torch.arange(W, device=out.device)[None, :]  # (1, W)
     padding_mask = slots >= total[:, None]  # (R, W)
@@ -90,9 +90,9 @@ class Speculative(Strategy):
         lengths = predicted_lengths(model, memory, 1)[:, 0]  # (B,) the drafter's sentence lengths
         out_tok = torch.full((B, T), special.pad, dtype=torch.long, device=dev)
         out_lp, out_len = torch.zeros(B, T, device=dev), torch.zeros(B, dtype=torch.long, device=dev)
-        room = T + self.block + 1  # a round may look past a row's maximum; those columns are never kept
-        tok = torch.full((B, room), special.pad, dtype=torch.long, device=dev)  # (R, room) live rows
-        lp = torch.zeros(B, room, device=dev)
+        width = T + self.block + 1  # a round may look past a row's maximum; those columns are never kept
+        tok = torch.full((B, width), special.pad, dtype=torch.long, device=dev)  # (R, width) live rows
+        lp = torch.zeros(B, width, device=dev)
         n = torch.zeros(B, dtype=torch.long, device=dev)  # (R,) tokens accepted so far
         last = torch.full((B,), special.bos, dtype=torch.long, device=dev)  # (R,) the newest, not yet read
         alive = torch.arange(B, device=dev)

@@ -1,6 +1,6 @@
 """The package layers stay apart: core/ imports no other layer; models/ and decoding/ import core/
 but never each other (nor experiments/); experiments/ is the only place that joins them. Inside
-experiments/, each room imports only rooms below it, and no module imports itself in a circle."""
+experiments/, each part imports only parts below it, and no module imports itself in a circle."""
 import ast
 from pathlib import Path
 
@@ -49,19 +49,19 @@ def test_the_check_sees_a_forbidden_import(tmp_path):
                                                 "decoding/bad.py:3 imports atnat.models"]
 
 
-# experiments/ in rooms: a room may import rooms of a lower rank, and itself; rooms of one
+# experiments/ in parts: a part may import parts of a lower rank, and itself; parts of one
 # rank are siblings that never import each other. experiments/__init__.py states the same order.
-ROOMS = {"files": 0, "console": 0, "provenance": 0, "locks": 1, "data": 1, "config": 2, "modelfiles": 2, "evaluation": 3,
+RANKS = {"files": 0, "console": 0, "provenance": 0, "locks": 1, "data": 1, "config": 2, "modelfiles": 2, "evaluation": 3,
          "training": 4, "reporting": 4, "bench": 4, "running": 5, "cli": 6}
 
 
-def room_of(module: str) -> str | None:
+def part_of(module: str) -> str | None:
     parts = module.split(".")
     return parts[2] if len(parts) > 2 and parts[:2] == ["atnat", "experiments"] else None
 
 
-def room_imports(root: Path = ROOT) -> list[tuple[str, str, str]]:
-    """(file:line, importing room, imported room) of every import between modules of experiments/."""
+def part_imports(root: Path = ROOT) -> list[tuple[str, str, str]]:
+    """(file:line, importing part, imported part) of every import between modules of experiments/."""
     base = root / "experiments"
     found = []
     for path in sorted(base.rglob("*.py")):
@@ -70,24 +70,24 @@ def room_imports(root: Path = ROOT) -> list[tuple[str, str, str]]:
         if own == "__init__":
             continue
         for line, module in imported_modules(path, root):
-            other = room_of(module)
+            other = part_of(module)
             if other is not None:
                 found.append((f"{path.relative_to(root)}:{line}", own, other))
     return found
 
 
 def upward(root: Path = ROOT) -> list[str]:
-    return [f"{where} ({own}, rank {ROOMS.get(own)}) imports {other} (rank {ROOMS.get(other)})"
-            for where, own, other in room_imports(root)
-            if other != own and (own not in ROOMS or other not in ROOMS or ROOMS[other] >= ROOMS[own])]
+    return [f"{where} ({own}, rank {RANKS.get(own)}) imports {other} (rank {RANKS.get(other)})"
+            for where, own, other in part_imports(root)
+            if other != own and (own not in RANKS or other not in RANKS or RANKS[other] >= RANKS[own])]
 
 
-def test_every_room_of_experiments_is_ranked_and_imports_only_lower_rooms():
-    rooms = {p.name if p.is_dir() else p.stem for p in (ROOT / "experiments").iterdir()
+def test_every_part_of_experiments_is_ranked_and_imports_only_lower_parts():
+    parts = {p.name if p.is_dir() else p.stem for p in (ROOT / "experiments").iterdir()
              if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem != "__init__")}
-    assert rooms == set(ROOMS), "a room without a rank (add it to ROOMS and experiments/__init__.py)"
+    assert parts == set(RANKS), "a part without a rank (add it to RANKS and experiments/__init__.py)"
     assert upward() == []
-    assert max(ROOMS.values()) + 1 <= 7  # levels of the room graph
+    assert max(RANKS.values()) + 1 <= 7  # levels of the part graph
 
 
 def module_graph(root: Path = ROOT) -> dict[str, set[str]]:
@@ -133,7 +133,7 @@ def test_experiments_has_no_import_circle():
     assert cycle(module_graph()) is None
 
 
-def test_the_room_check_sees_an_upward_import_and_the_cycle_check_a_circle(tmp_path):
+def test_the_part_check_sees_an_upward_import_and_the_cycle_check_a_circle(tmp_path):
     (tmp_path / "experiments" / "data").mkdir(parents=True)
     (tmp_path / "experiments" / "data" / "__init__.py").write_text("")
     (tmp_path / "experiments" / "data" / "bad.py").write_text("from atnat.experiments.running.cell import x\n")

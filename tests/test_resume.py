@@ -74,20 +74,28 @@ def weights(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
 
 
+def with_callbacks(monkeypatch, *first, last=()):
+    """make_trainer gives each trainer `first` before its own callbacks and `last` after them (after SaveLast:
+    checkpoint callbacks keep their order) -> the make_trainer it replaced, to put back."""
+    make = train_module.make_trainer
+
+    def made(*args, **kwargs):
+        trainer = make(*args, **kwargs)
+        trainer.callbacks[:0] = first
+        trainer.callbacks.extend(last)
+        return trainer
+
+    monkeypatch.setattr(train_module, "make_trainer", made)
+    return make
+
+
 def run_training(tmp_path: Path, name: str, monkeypatch, kill_at: int | None = None, optim: dict | None = None,
                  **train_opts) -> Path:
     cfg = run_config_from_dict({**RUN, "train": {**RUN["train"], **train_opts}, **({"optim": optim} if optim else {})},
                                "test")
     run_dir = tmp_path / name
     if kill_at is not None:
-        make = train_module.make_trainer
-
-        def with_kill(*args, **kwargs):
-            trainer = make(*args, **kwargs)
-            trainer.callbacks.insert(0, Kill(kill_at))
-            return trainer
-
-        monkeypatch.setattr(train_module, "make_trainer", with_kill)
+        make = with_callbacks(monkeypatch, Kill(kill_at))
         with pytest.raises(SystemError, match="killed"):
             train(cfg, run_dir)
         monkeypatch.setattr(train_module, "make_trainer", make)
@@ -109,14 +117,7 @@ def test_a_resumed_run_trains_exactly_like_an_uninterrupted_one(tmp_path, monkey
 def stop_with_sigterm(tmp_path, monkeypatch, name: str, term: Term, run: dict = RUN) -> Path:
     """Train until `term` sends SIGTERM (the run stops as interrupted)."""
     cfg = run_config_from_dict(run, "test")
-    make = train_module.make_trainer
-
-    def with_term(*args, **kwargs):
-        trainer = make(*args, **kwargs)
-        trainer.callbacks.insert(0, term)
-        return trainer
-
-    monkeypatch.setattr(train_module, "make_trainer", with_term)
+    make = with_callbacks(monkeypatch, term)
     with pytest.raises(KeyboardInterrupt):
         train(cfg, tmp_path / name)
     monkeypatch.setattr(train_module, "make_trainer", make)
@@ -177,28 +178,14 @@ def test_a_run_killed_without_warning_resumes_from_its_timed_save_and_trains_exa
     machine) resumes from step 12, not from the validation's step 7, and ends where the uninterrupted run does."""
     clock = Clock(per_step=60.0)
     monkeypatch.setattr(resume_module, "monotonic", clock)
-    make = train_module.make_trainer
-
-    def with_clock(*args, **kwargs):
-        trainer = make(*args, **kwargs)
-        trainer.callbacks.insert(0, Tick(clock))
-        return trainer
-
-    monkeypatch.setattr(train_module, "make_trainer", with_clock)
     run_dict = {**RUN, "train": {**RUN["train"], "save_every_s": 300}}
-    make_killed = train_module.make_trainer
-
-    def with_kill(*args, **kwargs):
-        trainer = make_killed(*args, **kwargs)
-        trainer.callbacks.insert(0, Kill(13))
-        return trainer
-
-    monkeypatch.setattr(train_module, "make_trainer", with_kill)
+    make = with_callbacks(monkeypatch, Kill(13), Tick(clock))
     with pytest.raises(SystemError, match="killed"):
         train(run_config_from_dict(run_dict, "test"), tmp_path / "killed")
     last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
     assert torch.load(last, weights_only=False)["global_step"] == 12 and verify_checksum(last)
-    monkeypatch.setattr(train_module, "make_trainer", with_clock)
+    monkeypatch.setattr(train_module, "make_trainer", make)
+    with_callbacks(monkeypatch, Tick(clock))
     train(run_config_from_dict(run_dict, "test"), tmp_path / "killed")
     whole = run_training(tmp_path, "whole", monkeypatch, save_every_s=None)
     a, b = weights(whole / "checkpoints" / "last.ckpt"), weights(last)
@@ -222,16 +209,8 @@ def test_a_timed_save_never_lands_on_a_step_whose_validation_is_due(tmp_path, mo
     saved there, the resume starts from step 7 and validates where the uninterrupted run does."""
     clock = Clock(per_step=60.0)
     monkeypatch.setattr(resume_module, "monotonic", clock)
-    make = train_module.make_trainer
-
-    def with_kill(*args, **kwargs):
-        trainer = make(*args, **kwargs)
-        trainer.callbacks.insert(0, KillInValidation(14))
-        trainer.callbacks.insert(0, Tick(clock))
-        return trainer
-
     several = {**RUN, "train": {**RUN["train"], "save_every_s": 420}, "eval": {**RUN["eval"], "max_tokens": 12}}
-    monkeypatch.setattr(train_module, "make_trainer", with_kill)
+    make = with_callbacks(monkeypatch, Tick(clock), KillInValidation(14))
     with pytest.raises(SystemError, match="killed"):
         train(run_config_from_dict(several, "test"), tmp_path / "killed")
     last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
@@ -282,14 +261,7 @@ def test_a_sigterm_noted_after_the_steps_look_is_saved_as_lightning_stops(tmp_pa
     exact."""
     run_dict = {**RUN, "train": {**RUN["train"], "val_every_steps": 5, "max_steps": 30}}
     cfg = run_config_from_dict(run_dict, "test")
-    make = train_module.make_trainer
-
-    def with_late_term(*args, **kwargs):
-        trainer = make(*args, **kwargs)
-        trainer.callbacks.append(LateTerm(at_step))  # after SaveLast: checkpoint callbacks keep their order
-        return trainer
-
-    monkeypatch.setattr(train_module, "make_trainer", with_late_term)
+    make = with_callbacks(monkeypatch, last=[LateTerm(at_step)])
     with pytest.raises(KeyboardInterrupt):
         train(cfg, tmp_path / "stopped")
     monkeypatch.setattr(train_module, "make_trainer", make)
@@ -419,17 +391,10 @@ class Slow(pl.Callback):
 def test_train_time_counts_every_attempt_of_a_resumed_run(tmp_path, monkeypatch):
     """train.json's train_time_s is the whole training time (kept in the checkpoint by Lightning's
     Timer), not only the last attempt's: the compute a grid took is summed from it."""
-    make = train_module.make_trainer
-
-    def slow_then_killed(*args, **kwargs):
-        trainer = make(*args, **kwargs)
-        trainer.callbacks[:0] = [Slow(14, 0.3), Kill(17)]  # 4.2 s before the checkpoint of step 14
-        return trainer
-
     from atnat.experiments import provenance
 
     cfg = run_config_from_dict(RUN, "test")
-    monkeypatch.setattr(train_module, "make_trainer", slow_then_killed)
+    make = with_callbacks(monkeypatch, Slow(14, 0.3), Kill(17))  # 4.2 s before the checkpoint of step 14
     monkeypatch.setattr(provenance, "code_version", lambda: {"git_commit": "aaaaaaa", "git_dirty": False})
     with pytest.raises(SystemError, match="killed"):
         train(cfg, tmp_path / "run")

@@ -89,21 +89,14 @@ def test_a_run_trains_under_fused_and_resumes_from_eager_into_fused(tmp_path, mo
     from atnat.experiments.config.settings import settings_change
     from atnat.experiments.training import train as train_module
     from atnat.models import step_forms
-    from tests.test_resume import RUN, Kill, run_training, weights
+    from tests.test_resume import RUN, Kill, run_training, weights, with_callbacks
 
     eager = weights(run_training(tmp_path, "eager", monkeypatch) / "checkpoints" / "last.ckpt")  # 28 steps
     fused = weights(run_training(tmp_path, "fused", monkeypatch, step="fused") / "checkpoints" / "last.ckpt")
     assert close(eager, fused)  # fused from the start
 
     run = tmp_path / "mixed"  # eager until a kill at step 17, then resumed under fused
-    make = train_module.make_trainer
-
-    def killed(*args, **kwargs):
-        trainer = make(*args, **kwargs)
-        trainer.callbacks.insert(0, Kill(17))
-        return trainer
-
-    monkeypatch.setattr(train_module, "make_trainer", killed)
+    make = with_callbacks(monkeypatch, Kill(17))
     with pytest.raises(SystemError, match="killed"):
         train_module.train(run_config_from_dict(RUN, "test"), run)
     monkeypatch.setattr(train_module, "make_trainer", make)

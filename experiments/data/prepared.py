@@ -5,8 +5,8 @@ An entry of the cache (`$ATNAT_CACHE/prepared/<key>/`, the key a sha256 of both 
 pairs and the tokenizer) holds, per side, the ids of all sentences back to back (`src.ids`, uint16 where the
 vocabulary allows, else uint32) and their lengths (`src.lengths`, uint32), and `meta.json` with the
 sha256 of each file. It is written into a temporary folder and renamed into place (a kill leaves no
-entry), and verified whenever it is opened: a damaged or partial entry is set aside and encoded again (an I/O error of
-the machine is one error, the entry left as it is).
+entry), and verified whenever it is opened: a damaged or partial entry is set aside and encoded again
+(an I/O error of the machine is one error, the entry left as it is).
 
 `PreparedSplit` is the view a run trains and decodes on: pairs longer than `train.max_len` dropped
 (training) or cut (evaluation), batches built from the lengths arrays, and `__getitems__` padding a

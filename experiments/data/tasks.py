@@ -285,7 +285,6 @@ class ParallelTask(Task):
                     raise AtnatError(f"{err}; fetch the data set there first: atnat data {fetch} "
                                      f"{self.options.data_dir}") from None
 
-
     def extra_split(self, name: str) -> tuple[list[str], list[str]]:
         """`{data_dir}/{name}.{src}` and `.{tgt}`, read and checked like the other splits."""
         o = self.options

@@ -45,7 +45,7 @@ def read_sums(path: Path) -> dict[str, str]:
 def _content_range(header: str | None) -> tuple[int | None, int | None]:
     """`bytes 100-999/1000` -> (100, 1000); `bytes */1000` -> (None, 1000); the total None where it is `*`
     or the header is missing or malformed."""
-    unit, _, spec = (header or "").partition(" ")
+    _, _, spec = (header or "").partition(" ")
     span, _, total = spec.partition("/")
     start = span.split("-")[0]
     return (int(start) if start.isdigit() else None), (int(total) if total.isdigit() else None)
@@ -113,8 +113,8 @@ def download_wmt14(out_dir: str | Path, *, base_url: str | None = None, sums_fil
         if expected is not None and found != expected:
             raise AtnatError(f"{target}: sha256 {found}, expected {expected} ("
                              f"{sums_file or recorded_path}); move it aside and run the command again to fetch it anew")
-        if recorded.get(name) != found and (name not in recorded or expected is not None):  # first download, or a
-            recorded[name] = found  # file that passed the sums you gave (a wrong first record is replaced)
+        if recorded.get(name) != found:  # a first download, or a file that passed the sums given with --sha256
+            recorded[name] = found  # (a wrong first record is replaced; without them a mismatch raised above)
             text = "".join(f"{digest}  {file}\n" for file, digest in recorded.items())
             tmp = recorded_path.with_suffix(".tmp")
             tmp.write_text(text, encoding="utf-8")

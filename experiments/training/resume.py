@@ -112,13 +112,13 @@ class SaveLast(Checkpoint):
         if save:
             trainer.save_checkpoint(self.ckpt_dir / "last.ckpt")
         if term:
-            self.term_seen = True
-            if trainer.is_global_zero:
-                print(f"atnat: stopping (SIGTERM) after step {trainer.global_step}; " +
-                      (f"saved {self.ckpt_dir / 'last.ckpt'}" if save else
-                       "its validation is due: last.ckpt is that validation's if it ends first, else the one before"),
-                      file=sys.stderr)
+            self.stopping(trainer, f"saved {self.ckpt_dir / 'last.ckpt'}" if save else
+                          "its validation is due: last.ckpt is that validation's if it ends first, else the one before")
 
+    def stopping(self, trainer, what: str) -> None:
+        self.term_seen = True
+        if trainer.is_global_zero:
+            print(f"atnat: stopping (SIGTERM) after step {trainer.global_step}; {what}", file=sys.stderr)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         """A signal that came after this step's look (in the moment between a step's end and Lightning's):
@@ -128,11 +128,8 @@ class SaveLast(Checkpoint):
         epoch = trainer.fit_loop.epoch_progress.current
         mid_epoch = epoch.processed < epoch.started
         if isinstance(exception, SIGTERMException) and not self.term_seen and trainer.training and mid_epoch:
-            self.term_seen = True
             trainer.save_checkpoint(self.ckpt_dir / "last.ckpt")
-            if trainer.is_global_zero:
-                print(f"atnat: stopping (SIGTERM) after step {trainer.global_step}; saved {self.ckpt_dir / 'last.ckpt'}",
-                      file=sys.stderr)
+            self.stopping(trainer, f"saved {self.ckpt_dir / 'last.ckpt'}")
 
 
 def validation_due(trainer) -> bool:
