@@ -55,12 +55,12 @@ def test_readme_decoder_registers_configures_trains_and_decodes(plugin):
                                 "decoder": {"name": "shallow-at", "temperature": 0.8},
                                 "eval": {"strategies": ["greedy", {"name": "beam", "beam_size": 3}]}}, "plugin.yaml")
     assert cfg.decoder_name == "shallow-at"
-    module, task = fit("shallow-at", "copy", steps=400, lr=2e-3, warmup=60, max_tokens=768,
+    module, task = fit("shallow-at", "copy", steps=300, lr=2e-3, warmup=60, max_tokens=768,
                        decoder_options={"temperature": 0.8}, vocab=8, min_len=3, max_len=6,
                        n_train=3000, n_test=100)
     assert isinstance(module.decoder, plugin.ShallowAT)
     hyps, refs, _ = decode_split(module, task, Greedy())
-    assert exact_match(hyps, refs) >= 0.9  # measured 1.0 after 400 steps
+    assert exact_match(hyps, refs) >= 0.9  # measured 0.98 after 300 steps (1.0 after 250 and 400; 0.79 after 200)
 
 
 def test_entry_point_plugins_are_loaded_on_first_unknown_lookup(tmp_path, monkeypatch):
@@ -106,10 +106,10 @@ def test_readme_nat_decoder_trains_with_the_parallel_decoder_parts_and_decodes(t
     plugin = load_example(tmp_path, monkeypatch, "my_plugin_half_mask", readme_examples("Adding a decoder")[1])
     try:
         assert DECODERS.get("half-mask") is plugin.HalfMaskNAT
-        module, task = fit("half-mask", "copy", steps=400, lr=2e-3, warmup=60, max_tokens=768, vocab=8,
+        module, task = fit("half-mask", "copy", steps=200, lr=2e-3, warmup=60, max_tokens=768, vocab=8,
                            min_len=3, max_len=6, n_train=3000, n_test=100)
         hyps, refs, _ = decode_split(module, task, MaskPredict(iterations=4))
-        assert exact_match(hyps, refs) >= 0.5  # measured: see the commit adding this test
+        assert exact_match(hyps, refs) >= 0.5  # measured 1.0 after 200 steps (0.94 after 150)
     finally:
         DECODERS.unregister("half-mask")
         sys.modules.pop("my_plugin_half_mask", None)
