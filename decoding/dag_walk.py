@@ -45,11 +45,17 @@ def walk(next_vertex: list[list[int]], last: list[int]) -> list[list[int]]:
 def read_paths(paths: list[list[int]], links: Tensor, scores: Tensor, tokens: Tensor, special: SpecialTokens,
                *, dedup: bool) -> Hypotheses:
     """Hypotheses (B, 1, T) from vertex paths (first and last vertex dropped): the middle vertices'
-    tokens (equal neighbours merged with `dedup`), their log-probs, and the path's total score."""
-    link_rows, score_rows, token_rows = links.tolist(), scores.tolist(), tokens.tolist()
+    tokens (equal neighbours merged with `dedup`), their log-probs, and the path's total score. The
+    links are read by one gather of each path's steps: the whole (B, L, L) table as Python lists took
+    most of a batch's walk."""
+    score_rows, token_rows = scores.tolist(), tokens.tolist()
+    index = lambda values: torch.tensor(values, dtype=torch.long, device=links.device)
+    rows = index([b for b, path in enumerate(paths) for _ in path[1:]])
+    steps = links[rows, index([i for path in paths for i in path[:-1]]), index([j for path in paths for j in path[1:]])]
+    link_sums = links.new_zeros(len(paths), dtype=torch.float64).index_add_(0, rows, steps.double()).tolist()
     out_tokens, out_scores, totals = [], [], []
     for b, path in enumerate(paths):
-        total = sum(link_rows[b][i][j] for i, j in zip(path, path[1:]))
+        total = link_sums[b]
         ids, lps = [], []
         for v in path[1:-1]:
             total += score_rows[b][v]

@@ -24,7 +24,8 @@ from atnat.models.seq2seq import Seq2SeqModule
 
 HF = bench_hf.available()
 CT2 = bench_ct2.available()
-PASSES = {"greedy": 30, "beam5": 30, "parallel": 1, "mask-predict-4": 4, "mask-predict-10": 10, "ctc": 1}
+PASSES = {"greedy": 30, "beam5": 30, "parallel": 1, "mask-predict-4": 4, "mask-predict-10": 10, "ctc": 1,
+          "dag-lookahead": 1, "dag-viterbi": 1}
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +60,7 @@ def test_every_system_does_the_same_work(tiny):
     assert (counted.passes == counted.strategy.map(PASSES)).all()  # HF: a hook; CTranslate2 greedy: its callback
     assert tiny.passes[tiny.system.str.startswith("ct2") & (tiny.strategy == "beam5")].isna().all()
     assert (tiny.slots[tiny.strategy == "ctc"] == 60).all()  # 3 x 20 upsampled slots
+    assert (tiny.slots[tiny.strategy.str.startswith("dag-")] == 82).all()  # 4 x 20 + 2 vertices, a path of 30 forced
     ctc = tiny[tiny.strategy == "ctc"]  # CTC emits fewer tokens than the nominal 30: counted as emitted
     assert (ctc.tokens_out < 30).all()
     assert_allclose(ctc.emitted_tokens_per_s, ctc.batch * ctc.tokens_out / ctc.median_s)
@@ -224,9 +226,29 @@ def test_forced_length_and_short_outputs_are_refused():
         bench.check_ours(hyps, "mask-predict-4", 18, module.special)
 
 
+@pytest.mark.parametrize("name", ["dag-lookahead", "dag-viterbi"])
+def test_a_forced_dag_path_emits_its_vertices_tokens_and_a_short_graph_is_refused(name):
+    from atnat.experiments.bench.systems import ForcedPath
+
+    module = bench.Models(bench.make_spec(tiny=True)).get("dag", 4)
+    _, strategy = bench.our_strategy(name, 17)
+    src = torch.randint(6, 64, (2, 20))
+    with torch.inference_mode():
+        hyps = bench.our_fn(module, strategy, src, 17)()
+        log_probs, _, _ = module.decoder.forward_dag(module.encode(src))
+    on = torch.linspace(0, 81, 19).round().long()[1:-1]  # the 17 middle vertices of 4 x 20 + 2
+    best = log_probs[:, :, module.special.first_ordinary:].argmax(-1) + module.special.first_ordinary
+    assert hyps.lengths.tolist() == [[17], [17]] and hyps.n_steps == 1
+    assert hyps.tokens[:, 0].tolist() == best[:, on].tolist()  # each path vertex's best ordinary token
+    with pytest.raises(AtnatError, match="at least 83 vertices; got 82"), torch.inference_mode():
+        ForcedPath(module.decoder, 81).forward_dag(module.encode(src))
+
+
 def test_bad_options_are_user_errors():
     with pytest.raises(AtnatError, match="repeats"):
         bench.run_decode(bench.make_spec(tiny=True, repeats=0))
+    with pytest.raises(AtnatError, match="--strategies greedy,beam: unknown beam; valid: greedy, beam5, "):
+        bench.main(["decode", "--tiny", "--strategies", "greedy,beam"])
     if not torch.cuda.is_available():
         with pytest.raises(AtnatError, match="cuda"):
             bench.main(["decode", "--tiny", "--device", "cuda"])
@@ -270,8 +292,9 @@ def test_cli_prints_table_writes_csv_and_sweep_png(tiny, tmp_path, monkeypatch, 
     assert seen[0].shapes == ((1, 10), (1, 30), (1, 50), (1, 100), (8, 30), (64, 30), (256, 30))
     assert seen[0].repeats == 2 and seen[0].threads == 1 and seen[0].model == bench.FULL
     assert seen[0].ct2 and seen[0].quantize is None
-    bench.main(["decode", "--tiny", "--no-ct2", "--quantize", "int8"])
-    assert not seen[1].ct2 and seen[1].quantize == "int8"
+    bench.main(["decode", "--tiny", "--no-ct2", "--quantize", "int8", "--strategies", "greedy, dag-viterbi"])
+    assert not seen[1].ct2 and seen[1].quantize == "int8" and seen[1].strategies == ("greedy", "dag-viterbi")
+    assert seen[0].strategies == bench.STRATEGIES  # all by default
     assert "speedup_vs_at_greedy" in capsys.readouterr().out
     assert list(pd.read_csv(csv).columns) == bench.COLUMNS
     assert (tmp_path / "sweep.png").stat().st_size > 1000
@@ -282,9 +305,8 @@ def test_cli_prints_table_writes_csv_and_sweep_png(tiny, tmp_path, monkeypatch, 
 def test_compiled_static_step_rows_sit_beside_the_eager_ones(monkeypatch):
     """--compile: the AT strategies again with the static-cache step under torch.compile, same
     weights, same outputs, with their own ratio to the HF peer (greedy only: one compilation)."""
-    monkeypatch.setattr(bench.systems, "STRATEGIES", ("greedy",))
     spec = bench.make_spec(tiny=True, threads=1, warmup=1, repeats=1, compile="default", hf=False, ct2=False,
-                           shapes=((2, 6),))
+                           shapes=((2, 6),), strategies=("greedy",))
     models = bench.Models(spec)
     df = bench.run_decode(spec, log=lambda *_: None, models=models)
     assert list(df.system) == ["ours", "ours-compiled"] and (df.passes == 6).all()
@@ -309,9 +331,9 @@ def test_profile_lists_where_a_strategy_spends_its_time(capsys):
 
 
 def engine_rows(monkeypatch, engines, int8_engines=()):
-    monkeypatch.setattr(bench.systems, "STRATEGIES", ("greedy", "beam5", "parallel"))
     spec = bench.make_spec(tiny=True, threads=1, warmup=0, repeats=1, hf=False, ct2=False, shapes=((2, 6),),
-                           quantize="int8" if int8_engines else None, engines=engines, int8_engines=int8_engines)
+                           quantize="int8" if int8_engines else None, engines=engines, int8_engines=int8_engines,
+                           strategies=("greedy", "beam5", "parallel"))
     models = bench.Models(spec)
     return bench.run_decode(spec, log=lambda *_: None, models=models), models
 

@@ -12,7 +12,7 @@ import torch
 
 from atnat.core.errors import AtnatError
 from atnat.core.special import SpecialTokens
-from atnat.decoding.dag_walk import DAGGreedy, DAGLookahead, DAGViterbi
+from atnat.decoding.dag_walk import DAGGreedy, DAGLookahead, DAGViterbi, read_paths
 from atnat.experiments.config.run import ConfigError, run_config_from_dict
 from atnat.models.batch import Batch
 from atnat.models.decoders.dag import graph_size
@@ -147,6 +147,18 @@ def test_equal_neighbours_merge_unless_dedup_is_off():
     model.log_probs[0, 2] = torch.tensor(vertex({A: .9, C: .1})).log()  # vertex 2 now repeats vertex 1's A
     assert decode(DAGGreedy(), model)[0] == [A]
     assert decode(DAGGreedy(dedup=False), model)[0] == [A, A]
+
+
+def test_a_paths_score_is_its_links_plus_its_tokens_and_rows_keep_their_own_paths():
+    torch.manual_seed(2)
+    B, L = 4, 9
+    links, scores, tokens = torch.randn(B, L, L), torch.randn(B, L), torch.randint(6, 40, (B, L))
+    paths = [[0, 8], [0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 3, 5], [0, 2, 4, 6]]  # rows end at their own last vertex
+    out = read_paths(paths, links, scores, tokens, SP, dedup=False)
+    for b, path in enumerate(paths):
+        total = sum(links[b, i, j].item() for i, j in zip(path, path[1:])) + sum(scores[b, v].item() for v in path[1:-1])
+        assert out.scores[b, 0].item() == pytest.approx(total, abs=1e-5)
+        assert out.tokens[b, 0, : out.lengths[b, 0]].tolist() == tokens[b, path[1:-1]].tolist()
 
 
 def test_a_padded_batch_decodes_each_graph_as_alone():

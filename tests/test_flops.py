@@ -22,6 +22,13 @@ def test_a_training_step_counted_by_hand():
     assert train_step_flops(TINY, vocab=10, decoder="at", batch=1, src_len=2, tgt_len=2) == 6432
     assert train_step_flops(TINY, vocab=10, decoder="ctc", batch=1, src_len=1, tgt_len=2, upsample=3) < 6432
     assert decoder_positions("ctc", 7, 5, upsample=3) == 15 and decoder_positions("cmlm", 7, 5) == 7
+    # DAG on its floor(lambda S) + 2 = 3 vertices (S = 1, lambda = 1) whatever the target: encoder 2*1*1*(64 + 64)
+    # + 4*1*1*4 = 272; decoder 2*1*3*(96 + 64) + 2*1*1*2*16 + 4*1*9*4 + 4*1*3*1*4 + 240 = 1456, links' query and
+    # key 2*(2*1*3*8*4) = 384 and their product 2*1*9*4 = 72 -> 1912; 3 x (272 + 1912) = 6552, glancing +1912
+    assert decoder_positions("dag", 40, 1, upsample=1.0) == 3 and decoder_positions("dag", 7, 5, upsample=8.0) == 42
+    assert train_step_flops(TINY, vocab=10, decoder="dag", batch=1, src_len=1, tgt_len=2, upsample=1.0) == 6552
+    assert train_step_flops(TINY, vocab=10, decoder="dag", batch=1, src_len=1, tgt_len=2, upsample=1.0,
+                            extra_passes=1) == 8464
     # the source side counts: 6 x params x target tokens ignores it
     longer = train_step_flops(TINY, vocab=10, decoder="nat", batch=1, src_len=20, tgt_len=3)
     assert longer > 6432 * 5

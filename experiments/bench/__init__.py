@@ -1,16 +1,17 @@
 """`atnat bench`: decoding and training speed of our AT and NAT models, side by side with a
 Hugging Face peer of identical dimensions (hf.py) and CTranslate2 running our own AT weights in
-float32 and int8 (ct2.py); `--quantize int8` adds our AT and NAT models with dynamic int8 linear
+float32 and int8 (ct2_peer.py); `--quantize int8` adds our AT and NAT models with dynamic int8 linear
 layers (`ours-int8`, modelfiles/quantize.py).
 
-decode (decode.py, systems.py): every system decodes the same random sources (B x S ids) with
+decode (decode_run.py, systems.py): every system decodes the same random sources (B x S ids) with
 random weights and emits exactly L tokens per sentence (AT: min = max length; NAT: the predicted
-length forced to L; spec.py), so throughputs compare equal work. A timed call is the whole decode,
+length forced to L; DAG: links that allow one path of L tokens, the pass over all lambda S + 2 vertices
+still run; CTC: what its slots give; spec.py, systems.py), so throughputs compare equal work. A timed call is the whole decode,
 encoder included. Warm-up, CUDA sync, median of repeats, decoder passes counted (design.md,
 "Measuring speed honestly"); per row also the peak memory of its timed calls, and the growth of
 memory in use over repeated calls (the leak check, OUT_memory.csv: delta_mb > 0 is a leak).
 `--sweep` adds a figure (plots.py).
-train (train.py): target tokens/s of forward + backward + clip + Adam step per decoder; on CUDA
+train (train_step.py): target tokens/s of forward + backward + clip + Adam step per decoder; on CUDA
 bf16 autocast and MFU (the step's FLOPs, encoder and CTC slots and GLAT's pass included: flops.py,
 against the card's exact bf16 peak).
 profile (profile.py): torch.profiler's top operators of one of our strategies.

@@ -64,6 +64,8 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
     prof.set_defaults(sweep=False, repeats=None, no_hf=True, no_ct2=True, quantize="none", int8_engine=None)
     dec.add_argument("--sweep", action="store_true", help=f"lengths {SWEEP_LENGTHS}, batches {SWEEP_BATCHES}")
     dec.add_argument("--repeats", type=int, help="timed calls per row (default 5; tiny 1)")
+    dec.add_argument("--strategies", help="comma-separated strategies of ours to time, each with its peers (default "
+                                          "all: " + ",".join(STRATEGIES) + ")")
     dec.add_argument("--no-hf", action="store_true", help="skip the Hugging Face peer")
     dec.add_argument("--no-ct2", action="store_true", help="skip the CTranslate2 rows (ct2-f32, ct2-int8)")
     dec.add_argument("--quantize", choices=["none", "int8"], default="none",
@@ -110,7 +112,8 @@ def run(args: argparse.Namespace) -> None:
     spec = make_spec(tiny=args.tiny, sweep=args.sweep, threads=args.threads, device=args.device,
                      warmup=args.warmup, repeats=args.repeats, hf=not args.no_hf, compile=args.compile,
                      ct2=not args.no_ct2, quantize=None if args.quantize == "none" else args.quantize,
-                     engines=_engines(args.engine), int8_engines=_engines(args.int8_engine))
+                     engines=_names(args.engine), int8_engines=_names(args.int8_engine),
+                     strategies=_names(args.strategies) if args.what == "decode" else None)
     check_spec(spec)
     print(f"atnat bench {args.what}: d_model {spec.model['d_model']}, vocab {spec.vocab}, "
           f"{spec.device}, {spec.threads} threads, torch {torch.__version__}")
@@ -141,7 +144,7 @@ def run(args: argparse.Namespace) -> None:
             print(f"wrote {plot_sweep(args.out)}")
 
 
-def _engines(text: str | None) -> tuple[str, ...] | None:
+def _names(text: str | None) -> tuple[str, ...] | None:
     return tuple(e.strip() for e in text.split(",") if e.strip()) if text else None
 
 

@@ -14,7 +14,9 @@ Le / Ld layers):
     step     = 3 (encoder + decoder)  +  extra_passes * decoder
 
 T is what the decoder runs on: the target length + 1 for AT (BOS y / y EOS), the target length for
-NAT and CMLM, k S slots for CTC (upsample k: its slots, not its targets, set the work); GLAT's
+NAT and CMLM, k S slots for CTC (upsample k: its slots, not its targets, set the work), the graph's
+floor(lambda S) + 2 vertices for the DAG decoder, which also scores links between every two vertices
+(query and key projections of [state; position], 2 (2 B T 2D D), and their product, 2 B T^2 D); GLAT's
 glancing pass, and scheduled sampling's first pass, are one extra decoder forward without backward
 (`extra_passes`). Left out: biases, layer norms, softmaxes, embedding look-ups, the length
 predictor (D (2 max_offset + 1) per sentence), CTC's loss and Viterbi alignment, the optimizer. A
@@ -25,6 +27,8 @@ and values) and CTC's slots: it undercounts every seq2seq step.
 from __future__ import annotations
 
 import re
+
+from atnat.models.decoders.dag import graph_size
 
 # dense (no sparsity) bf16 tensor-core peaks in TFLOPS, from NVIDIA's data sheets, by a pattern of the
 # name torch.cuda.get_device_name gives; the first match wins, so the specific forms come first
@@ -45,12 +49,14 @@ def peak_tflops(device_name: str) -> float | None:
     return next((value for pattern, value in PEAKS if re.search(pattern, device_name, re.IGNORECASE)), None)
 
 
-def decoder_positions(decoder: str, tgt_len: int, src_len: int, upsample: int = 3) -> int:
+def decoder_positions(decoder: str, tgt_len: int, src_len: int, upsample: float = 3) -> int:
     """T of the formula: the positions a decoder family runs its layers on for a target of tgt_len."""
     if decoder == "at":
         return tgt_len + 1
     if decoder == "ctc":
-        return upsample * src_len
+        return int(upsample * src_len)
+    if decoder == "dag":
+        return graph_size(src_len, upsample)
     return tgt_len
 
 
@@ -65,7 +71,7 @@ def forward_flops(*, d_model: int, ffn_dim: int, vocab: int, encoder_layers: int
 
 
 def train_step_flops(model: dict, *, vocab: int, decoder: str, batch: int, src_len: int, tgt_len: int,
-                     upsample: int = 3, extra_passes: int = 0) -> int:
+                     upsample: float = 3, extra_passes: int = 0) -> int:
     """FLOPs of one training step: 3 x (encoder + decoder) forward + `extra_passes` decoder forwards
     (GLAT, scheduled sampling); `model` holds ModelConfig fields (d_model, ffn_dim, encoder_layers,
     decoder_layers)."""
@@ -73,4 +79,7 @@ def train_step_flops(model: dict, *, vocab: int, decoder: str, batch: int, src_l
                                  encoder_layers=model["encoder_layers"], decoder_layers=model["decoder_layers"],
                                  batch=batch, src_len=src_len,
                                  dec_len=decoder_positions(decoder, tgt_len, src_len, upsample))
+    if decoder == "dag":  # the link scores: query and key projections, then their product
+        T, D = decoder_positions(decoder, tgt_len, src_len, upsample), model["d_model"]
+        dec += 2 * (2 * batch * T * 2 * D * D) + 2 * batch * T * T * D
     return 3 * (encoder + dec) + extra_passes * dec

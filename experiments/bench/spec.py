@@ -1,5 +1,6 @@
 """What a benchmark run measures: model sizes, shapes, settings (`Spec`), and our strategies
-pinned to emit exactly L tokens, so that every system of a comparison does equal work."""
+pinned to emit exactly L tokens, so that every system of a comparison does equal work (CTC emits
+what its slots give: its work is set by the source length)."""
 from __future__ import annotations
 
 import math
@@ -10,7 +11,7 @@ import torch
 from atnat.core.engine_names import parse_engine
 from atnat.core.errors import AtnatError
 from atnat.core.special import SpecialTokens
-from atnat.decoding import beam, greedy, mask_predict, parallel
+from atnat.decoding import beam, dag_walk, greedy, mask_predict, parallel
 from atnat.decoding import ctc_search as ctc
 
 FIRST_ORDINARY = SpecialTokens().first_ordinary  # random sources use ordinary tokens only
@@ -18,7 +19,8 @@ FULL = dict(d_model=256, n_heads=4, ffn_dim=1024, encoder_layers=3, decoder_laye
 TINY = dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=1, decoder_layers=1, dropout=0.0)
 SRC_LEN, OUT_LEN = 20, 30
 SWEEP_LENGTHS, SWEEP_BATCHES = (10, 30, 50, 100), (1, 8, 64, 256)
-STRATEGIES = ("greedy", "beam5", "parallel", "mask-predict-4", "mask-predict-10", "ctc")
+STRATEGIES = ("greedy", "beam5", "parallel", "mask-predict-4", "mask-predict-10", "ctc", "dag-lookahead", "dag-viterbi")
+DAG_UPSAMPLE = 4  # the DAG decoder's vertices per source token (lambda), the families grid's; more for long outputs
 HF_BEAMS = {"greedy": 1, "beam5": 5}  # our strategies that have a Hugging Face / CTranslate2 peer
 
 
@@ -40,6 +42,7 @@ class Spec:
     quantize: str | None = None  # "int8": add "ours-int8" rows (dynamic int8 linear layers, CPU)
     engines: tuple[str, ...] = ()  # decoding engines (modelfiles/engines.py): rows "ours-<engine>"
     int8_engines: tuple[str, ...] = ()  # engines of the int8 models (with quantize int8): "ours-int8-<engine>"
+    strategies: tuple[str, ...] = STRATEGIES  # our strategies to time (each with its peers)
 
 
 def make_spec(*, tiny=False, sweep=False, **kw) -> Spec:
@@ -58,6 +61,10 @@ def check_spec(spec: Spec) -> None:
         raise AtnatError(f"--device {spec.device}: not available (cpu, or cuda with a CUDA device)")
     if spec.quantize not in (None, "none", "int8") or (spec.quantize == "int8" and spec.device != "cpu"):
         raise AtnatError(f"--quantize {spec.quantize}: int8 rows run on the CPU only (PyTorch's dynamic int8 kernels)")
+    unknown = [name for name in spec.strategies if name not in STRATEGIES]
+    if unknown or not spec.strategies:
+        raise AtnatError(f"--strategies {','.join(spec.strategies) or '(none)'}: "
+                         f"{'unknown ' + ', '.join(unknown) if unknown else 'none given'}; valid: {', '.join(STRATEGIES)}")
     for engine in spec.engines + spec.int8_engines:
         parse_engine(engine)  # an unknown name or option: one message with the valid ones
     if spec.int8_engines and spec.quantize != "int8":
@@ -78,6 +85,12 @@ def ctc_upsample(out_len: int, src_len: int) -> int:
     return max(1, math.ceil(2 * out_len / src_len))
 
 
+def dag_upsample(out_len: int, src_len: int) -> int:
+    """Vertices per source token: DAG_UPSAMPLE, or more where the graph (lambda S + 2 vertices) would hold
+    fewer than 2 per output token."""
+    return max(DAG_UPSAMPLE, math.ceil(2 * out_len / src_len))
+
+
 def our_strategy(name: str, out_len: int):
     """-> (decoder family, strategy object) of a benchmark strategy name, pinned to out_len."""
     pinned = dict(min_len=out_len, max_len_a=0.0, max_len_b=out_len, max_len_cap=out_len)
@@ -89,4 +102,8 @@ def our_strategy(name: str, out_len: int):
         return "nat", parallel.Parallel()
     if name.startswith("mask-predict-"):  # early stop off: every iteration really runs
         return "cmlm", mask_predict.MaskPredict(iterations=int(name.rsplit("-", 1)[1]), early_stop=False)
+    if name == "dag-lookahead":  # dedup off: the forced path's tokens are all emitted (systems.ForcedPath)
+        return "dag", dag_walk.DAGLookahead(dedup=False)
+    if name == "dag-viterbi":
+        return "dag", dag_walk.DAGViterbi(dedup=False)
     return "ctc", ctc.CTC()

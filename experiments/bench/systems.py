@@ -18,10 +18,11 @@ from atnat.core.engine_names import parse_engine, touches
 from atnat.core.errors import AtnatError
 from atnat.experiments.bench import ct2_peer as ct2
 from atnat.experiments.bench import hf
-from atnat.experiments.bench.spec import HF_BEAMS, STRATEGIES, Spec, ctc_upsample, our_strategy
+from atnat.experiments.bench.spec import HF_BEAMS, Spec, ctc_upsample, dag_upsample, our_strategy
 from atnat.experiments.evaluation.metrics.speed import current_rss_mb, measure, peak_memory_mb, reset_peak
 from atnat.experiments.modelfiles.engines import apply_engine
 from atnat.experiments.modelfiles.quantize import quantize_int8
+from atnat.models.decoders.dag import graph_size
 from atnat.models.seq2seq import Seq2SeqModule
 
 
@@ -42,8 +43,31 @@ class ForcedLength:
         return getattr(self.model, name)
 
 
+class ForcedPath:
+    """A DAGModel whose links allow one path only: vertex 0, `length` middle vertices spread evenly over
+    the graph, the last vertex. Every DAG strategy then emits exactly `length` tokens (with dedup off);
+    the real pass still runs, so its cost, and the walk's over the whole graph, stay in the timing."""
+
+    def __init__(self, model, length: int):
+        self.model, self.length = model, length
+
+    def forward_dag(self, memory):
+        log_probs, links, padding_mask = self.model.forward_dag(memory)  # (B, L, V), (B, L, L), (B, L)
+        L = links.size(-1)
+        if L < self.length + 2 or bool(padding_mask.any()):
+            raise AtnatError(f"a forced DAG path of {self.length} tokens needs an unpadded graph of at least "
+                             f"{self.length + 2} vertices; got {L}")
+        on = torch.linspace(0, L - 1, self.length + 2, device=links.device).round().long()  # (length + 2,)
+        allowed = torch.zeros(L, L, dtype=torch.bool, device=links.device)
+        allowed[on[:-1], on[1:]] = True
+        return log_probs, links.masked_fill(~allowed, float("-inf")), padding_mask
+
+    def __getattr__(self, name):  # reorder_memory and the rest: the wrapped model's
+        return getattr(self.model, name)
+
+
 class Models(dict):
-    """Random-weight Seq2SeqModules of one size, built once per (decoder, CTC upsampling)."""
+    """Random-weight Seq2SeqModules of one size, built once per (decoder, CTC or DAG upsampling)."""
 
     def __init__(self, spec: Spec, cache=None):
         super().__init__()
@@ -70,7 +94,7 @@ class Models(dict):
             torch.manual_seed(0)
             self[key] = Seq2SeqModule(
                 vocab_size=self.spec.vocab, decoder=decoder, model=self.spec.model,
-                decoder_options={"upsample": upsample} if decoder == "ctc" else None).eval().to(self.spec.device)
+                decoder_options={"upsample": upsample} if decoder in ("ctc", "dag") else None).eval().to(self.spec.device)
             if compile_mode:
                 self[key].decoder.use_static_cache(True, compile_mode)
         return self[key]
@@ -78,11 +102,11 @@ class Models(dict):
 
 def our_fn(module, strategy, src, out_len: int):
     """-> a no-argument callable decoding src (B, S) from scratch (encoder included); NAT
-    strategies read a length forced to out_len."""
+    strategies read a length forced to out_len, DAG strategies a path of out_len tokens."""
     lengths = src.ne(module.special.pad).sum(1)
-    if strategy.requires != "parallel":
+    if strategy.requires not in ("parallel", "dag"):
         return lambda: module.decode(src, lengths, strategy)
-    model = ForcedLength(module.decoder, out_len)
+    model = (ForcedLength if strategy.requires == "parallel" else ForcedPath)(module.decoder, out_len)
     return lambda: strategy.search(model, module.encode(src), src_lengths=lengths, special=module.special)
 
 
@@ -115,7 +139,7 @@ def our_system(models: Models, name: str, src, out_len: int, spec: Spec, compile
     The checked first call also records its own time (`first_call_s`: an engine compiles or loads
     its packages there) and the engine's compile/load time (`compile_s`)."""
     decoder, strategy = our_strategy(name, out_len)
-    k = ctc_upsample(out_len, spec.src_len) if decoder == "ctc" else 0
+    k = {"ctc": ctc_upsample, "dag": dag_upsample}.get(decoder, lambda *_: 0)(out_len, spec.src_len)
     module = models.get(decoder, k, spec.compile if compiled else None, "int8" if int8 else None, engine=engine)
     fn = our_fn(module, strategy, src, out_len)
 
@@ -124,7 +148,8 @@ def our_system(models: Models, name: str, src, out_len: int, spec: Spec, compile
         hyps = fn()
         info = getattr(module, "engine_info", None)
         return dict(passes=hyps.n_steps, tokens_out=check_ours(hyps, name, out_len, module.special),
-                    slots=k * spec.src_len if k else out_len, first_call_s=time.perf_counter() - began,
+                    slots=graph_size(spec.src_len, k) if decoder == "dag" else k * spec.src_len if k else out_len,
+                    first_call_s=time.perf_counter() - began,
                     compile_s=info.compile_s if info is not None else float("nan"))
     system = "ours-compiled" if compiled else "ours-int8" if int8 else "ours"
     return System(f"{system}-{parse_engine(engine).label}" if engine else system, name, fn, first)
@@ -134,7 +159,7 @@ def shape_systems(models: Models, hf_model, src, out_len: int, spec: Spec, ct2_p
     """Every strategy of ours at one shape (and its int8 form with --quantize int8), each followed
     by its HF and CTranslate2 peers when it has them."""
     systems = []
-    for name in STRATEGIES:
+    for name in spec.strategies:
         systems.append(our_system(models, name, src, out_len, spec))
         if spec.compile and name in HF_BEAMS:  # the AT strategies, before/after side by side
             systems.append(our_system(models, name, src, out_len, spec, compiled=True))
