@@ -1,0 +1,120 @@
+"""The speed-up that lossless speculative decoding can reach at batch 1, whatever the drafter learns:
+the grid's model sizes (D = 256, 3+3 layers, 8,000-piece vocabulary) on random weights, the AT verifying
+for a CMLM drafter, timed end to end beside AT greedy (the same sources, interleaved, median of repeats).
+
+Two drafters bound every trained one: `oracle` proposes exactly the verifier's greedy tokens (every draft
+is kept: block + 1 tokens a round), `wrong` proposes tokens the verifier never picks (1 token a round, as
+greedy). Both run the real drafter pass first, so its cost stays in the timing; only its answer is
+replaced, and its predicted length is the output's (as a trained drafter's would be, about). The output
+equals greedy's in every row (checked).
+
+    python results/multi30k-families/speculative_bounds.py OUT.csv [ENGINE] [REPEATS]
+
+ENGINE: eager (default) or auto, applied to both models (modelfiles/engines.py).
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import pandas as pd
+import torch
+
+from atnat.decoding.greedy import Greedy
+from atnat.decoding.speculative import Speculative
+from atnat.experiments.bench.spec import FIRST_ORDINARY, FULL
+from atnat.experiments.evaluation.assemble import needs_teacher
+from atnat.experiments.modelfiles.engines import apply_engine
+from atnat.models.seq2seq import Seq2SeqModule
+
+VOCAB, SRC_LEN, OUT_LEN, SOURCES = 8000, 20, 30, 8
+
+
+class Drafter:
+    """The CMLM decoder, its pass run as is, its answer replaced by `target`'s tokens (oracle) or by a token
+    the verifier's output never has at that place (wrong)."""
+
+    def __init__(self, decoder, target: torch.Tensor, oracle: bool):
+        self.decoder, self.target, self.oracle = decoder, target, oracle  # target (R, T) the greedy output
+
+    def forward_parallel(self, tokens, memory, padding_mask):
+        real = self.decoder.forward_parallel(tokens, memory, padding_mask)  # (R, W, V): its cost is kept
+        R, W, V = real.shape
+        want = torch.full((R, W), FIRST_ORDINARY, dtype=torch.long)
+        n = min(W, self.target.size(1))
+        want[:, :n] = self.target[:, :n]
+        if not self.oracle:  # a token that differs from the verifier's at every place
+            want = torch.where(want == FIRST_ORDINARY, FIRST_ORDINARY + 1, FIRST_ORDINARY)
+        return torch.full_like(real, -30.0).scatter(-1, want[..., None], 0.0)
+
+    def predict_length(self, memory):  # the real predictor runs; its mass is put on the output's length
+        real = self.decoder.predict_length(memory)  # (R, Lmax + 1)
+        out = torch.full_like(real, float("-inf"))
+        out[:, self.target.size(1)] = 0.0
+        return out
+
+    def reorder_memory(self, memory, order):
+        self.target = self.target[order]
+        return self.decoder.reorder_memory(memory, order)
+
+    def __getattr__(self, name):  # cfg and the rest: the CMLM's
+        return getattr(self.decoder, name)
+
+
+def main(out: str, engine: str = "eager", repeats: int = 5) -> None:
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    at = Seq2SeqModule(vocab_size=VOCAB, decoder="at", model=FULL).eval()
+    cmlm = Seq2SeqModule(vocab_size=VOCAB, decoder="cmlm", model=FULL).eval()
+    if engine != "eager":
+        for module in (at, cmlm):
+            apply_engine(module, engine)
+    lengths = dict(max_len_a=0.0, max_len_b=OUT_LEN)
+    greedy = Greedy(**lengths)
+    gen = torch.Generator().manual_seed(1)
+    rows = []
+    with torch.inference_mode():
+        sources = [torch.randint(FIRST_ORDINARY, VOCAB, (1, SRC_LEN), generator=gen) for _ in range(SOURCES)]
+        expected = [at.decode(src, torch.tensor([SRC_LEN]), greedy) for src in sources]
+        systems = {"greedy": None}
+        for block in (4, 8):
+            for oracle in (True, False):
+                systems[f"speculative-k{block}-{'oracle' if oracle else 'wrong'}"] = (block, oracle)
+
+        def call(name, i):
+            src, lengths_ = sources[i], torch.tensor([SRC_LEN])
+            if systems[name] is None:
+                return at.decode(src, lengths_, greedy)
+            block, oracle = systems[name]
+            target = expected[i].tokens[:, 0]
+            drafter = Drafter(cmlm.decoder, target.clone(), oracle)
+            return Speculative(block=block, **lengths).search(drafter, cmlm.encode(src), src_lengths=lengths_,
+                                                             special=cmlm.special, **needs_teacher(Speculative(), at, src))
+
+        times = {name: [[] for _ in sources] for name in systems}
+        for name in systems:  # untimed first calls (an engine compiles there), outputs checked
+            for i in range(SOURCES):
+                hyps = call(name, i)
+                assert hyps.sequences(at.special) == expected[i].sequences(at.special), (name, i)
+                if systems[name] is not None:
+                    rows.append(dict(system=name, source=i, passes=hyps.n_steps, drafter=hyps.passes["drafter"],
+                                     tokens=int(hyps.lengths[0, 0]), kept_per_round=hyps.accepted[0] / hyps.passes["drafter"]))
+        for _ in range(repeats):  # interleaved: every system on every source, in turn
+            for i in range(SOURCES):
+                for name in systems:
+                    began = time.perf_counter()
+                    call(name, i)
+                    times[name][i].append(time.perf_counter() - began)
+    per_call = {name: sum(statistics.median(t) for t in times[name]) / SOURCES for name in systems}
+    counts = pd.DataFrame(rows).groupby("system")[["passes", "drafter", "tokens", "kept_per_round"]].mean()
+    table = pd.DataFrame([dict(system=name, engine=engine, threads=1, repeats=repeats, sources=SOURCES, torch=torch.__version__,
+                               median_s_per_sentence=per_call[name],
+                               speedup_vs_greedy=per_call["greedy"] / per_call[name]) for name in systems])
+    table = table.merge(counts, left_on="system", right_index=True, how="left")
+    table.to_csv(out, index=False)
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], *(sys.argv[2:3] or ["eager"]), *(int(x) for x in sys.argv[3:4]))
