@@ -14,9 +14,10 @@
 #       bash experiments/gpu_offline.sh bench        # bench decode (sweep, CUDA graphs), bench train, auto's batch-1 latency
 #       bash experiments/gpu_offline.sh train-forms  # the training step's forms (eager, fused, compiled), bf16, at the
 #                                                    # GPU grid's size and Transformer-base's
-#       bash experiments/gpu_offline.sh checks       # one call of ~8 minutes: the GPU tier's CUDA-graph and step-form
+#       bash experiments/gpu_offline.sh checks       # one call of ~9 minutes: the GPU tier's CUDA-graph and step-form
 #                                                    # tests, auto's graphed passes against eager (every family,
-#                                                    # batch 1), the decode bench's auto rows, the forms at base size
+#                                                    # batch 1), the decode bench's auto rows, the forms at base size,
+#                                                    # the bounds of speculative decoding at batch 1
 #   here again: tar xzf multi30k.tgz -C results/   (results/multi30k/ without checkpoints)
 #
 # The grid's results live in .offline-results/ on the machine (git-ignored, never copied back), so a later
@@ -131,7 +132,7 @@ bench() {
   timeout 150 python3 results/bench/auto_gpu_latency.py "$out/auto_gpu_latency.csv" 50 4 2>&1 | tail -n 8
 }
 
-checks() {  # the newest GPU code's checks and measurements, most wanted first, in one step of about 8 minutes
+checks() {  # the newest GPU code's checks and measurements, most wanted first, in one step of about 9 minutes (its time limits add up to 550 s)
   install || return 1
   machine
   ! grid_running || { echo "checks: the grid is still running; time nothing beside it" >&2; return 1; }
@@ -143,6 +144,8 @@ checks() {  # the newest GPU code's checks and measurements, most wanted first, 
     --out "$out/decode_auto_gpu.csv" 2>&1 | tail -n 20
   timeout 170 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,fused,compiled --size base \
     --decoders at,cmlm --steps 10 --out "$out/train_forms_base_gpu.csv" 2>&1 | tail -n 8
+  timeout 40 python3 results/multi30k-families/speculative_bounds.py "$out/speculative_bounds_gpu.csv" eager 3 cuda \
+    2>&1 | tail -n 6
 }
 
 case "${1:-}" in

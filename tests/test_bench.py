@@ -244,6 +244,40 @@ def test_a_forced_dag_path_emits_its_vertices_tokens_and_a_short_graph_is_refuse
         ForcedPath(module.decoder, 81).forward_dag(module.encode(src))
 
 
+def test_a_failing_system_keeps_its_error_and_the_others_are_still_measured(tmp_path, monkeypatch):
+    """A row that raises (in its first call, or in a later one) is written with its error and no time; the
+    other rows are measured and written, and the command then fails naming it."""
+    from atnat.experiments.bench.systems import ForcedPath
+
+    def broken(self, memory):
+        raise RuntimeError("no kernel for this graph\nsecond line")
+
+    calls = {"n": 0}
+    real = bench.systems.ForcedLength.predict_length
+
+    def fails_later(self, memory):  # the parallel NAT fails on its third call: after its checked first call
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise ValueError("lost the device")
+        return real(self, memory)
+
+    monkeypatch.setattr(ForcedPath, "forward_dag", broken)
+    monkeypatch.setattr(bench.systems.ForcedLength, "predict_length", fails_later)
+    csv = tmp_path / "d.csv"
+    with pytest.raises(AtnatError, match=r"3 of 6 rows failed \(column error of .*d.csv\): ours/parallel at batch "
+                                         r"1: ValueError: lost the device; ours/dag-lookahead at batch 1: RuntimeError: "
+                                         r"no kernel for this graph; ours/dag-lookahead at batch 64: RuntimeError"):
+        bench.main(["decode", "--tiny", "--no-hf", "--no-ct2", "--threads", "1", "--repeats", "2",
+                    "--strategies", "greedy,parallel,dag-lookahead", "--out", str(csv)])
+    df = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+    ok, bad = df[df.error.isna()], df[df.error.notna()]
+    assert list(zip(ok.strategy, ok.batch)) == [("greedy", 1), ("greedy", 64), ("parallel", 64)]
+    assert (ok.median_s > 0).all() and (ok.sents_per_s > 0).all()
+    assert list(zip(bad.strategy, bad.batch)) == [("parallel", 1), ("dag-lookahead", 1), ("dag-lookahead", 64)]
+    assert bad.median_s.isna().all() and bad.sents_per_s.isna().all()
+    assert set(bad.error[bad.strategy == "dag-lookahead"]) == {"RuntimeError: no kernel for this graph"}
+
+
 def test_bad_options_are_user_errors():
     with pytest.raises(AtnatError, match="repeats"):
         bench.run_decode(bench.make_spec(tiny=True, repeats=0))

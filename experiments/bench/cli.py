@@ -8,6 +8,7 @@ import pandas as pd
 import torch
 
 from atnat.core.engine_names import ENGINES, OPTIONS
+from atnat.core.errors import AtnatError
 from atnat.experiments.bench.decode_run import print_decode, run_decode
 from atnat.experiments.bench.plots import plot_sweep
 from atnat.experiments.bench.profile import run_profile
@@ -142,6 +143,11 @@ def run(args: argparse.Namespace) -> None:
         write_csv(df, args.out)
         if args.sweep:
             print(f"wrote {plot_sweep(args.out)}")
+    failed = df[df.error.astype(bool)] if "error" in df else df.iloc[:0]
+    if len(failed):  # the measured rows are printed and written first; the run still fails
+        raise AtnatError(f"{len(failed)} of {len(df)} rows failed (column error{' of ' + args.out if args.out else ''}): "
+                         + "; ".join(f"{r.system}/{r.strategy} at batch {r.batch}: {r.error}"
+                                     for r in failed.itertuples()))
 
 
 def _names(text: str | None) -> tuple[str, ...] | None:

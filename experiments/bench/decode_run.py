@@ -13,7 +13,7 @@ from atnat.experiments.bench.systems import Models, leak_check, shape_systems, t
 
 COLUMNS = ["system", "strategy", "batch", "src_len", "out_len", "median_s", "emitted_tokens_per_s",
            "sents_per_s", "ratio_vs_hf", "ratio_vs_ct2", "speedup_vs_at_greedy", "passes", "peak_mem_mb",
-           "device", "threads", "repeats", "min_s", "tokens_out", "slots", "first_call_s", "compile_s"]
+           "device", "threads", "repeats", "min_s", "tokens_out", "slots", "first_call_s", "compile_s", "error"]
 LEAK_BATCH, LEAK_STRATEGY = 64, "beam5"  # the shape whose memory growth over repeated calls we report
 
 
@@ -53,12 +53,12 @@ def run_decode(spec: Spec, log=print, models: Models | None = None) -> pd.DataFr
             systems = shape_systems(models, hf_model, src, out_len, spec, ct2_peer)
             for system, stats in zip(systems, time_round_robin(systems, spec)):
                 rows.append(dict(system=system.system, strategy=system.name, batch=batch, src_len=spec.src_len,
-                                 out_len=out_len, emitted_tokens_per_s=batch * stats["tokens_out"] / stats["median_s"],
+                                 out_len=out_len, emitted_tokens_per_s=batch * stats.get("tokens_out", float("nan")) / stats["median_s"],
                                  sents_per_s=batch / stats["median_s"], device=spec.device,
                                  threads=spec.threads, **stats))
                 log(f"  batch {batch:3d} len {out_len:3d} {system.system:9s} {system.name:16s} "
-                    f"{stats['median_s'] * 1e3:10.1f} ms")
-                if (batch, out_len, system.name) == (LEAK_BATCH, OUT_LEN, LEAK_STRATEGY):
+                    + (f"failed: {stats['error']}" if stats["error"] else f"{stats['median_s'] * 1e3:10.1f} ms"))
+                if (batch, out_len, system.name) == (LEAK_BATCH, OUT_LEN, LEAK_STRATEGY) and not stats["error"]:
                     memory.append(leak_check(system, batch, spec))
     df = add_ratios(pd.DataFrame(rows))
     df.attrs["memory"] = memory  # leak-check rows (none without a batch-64 shape)

@@ -221,18 +221,43 @@ def time_round_robin(systems: list[System], spec: Spec) -> list[dict]:
     call right after an untimed call of the same system: in a fixed round a system always follows
     the same other one, and one that shares its weights (ours and an engine of ours at batch 1)
     would run on caches warmed for it. -> per system: counts, median/min seconds, repeats, peak
-    memory of its timed calls."""
-    stats = [dict(s.first(), times=[], peak_mem_mb=0.0, repeats=spec.repeats) for s in systems]
+    memory of its timed calls. A system that raises is left out of the later rounds, its row keeps the
+    error (`error`; empty for the others) and no time: the other rows are still measured."""
+    stats = []
+    for s in systems:
+        try:
+            stats.append(dict(s.first(), times=[], peak_mem_mb=0.0, repeats=spec.repeats, error=""))
+        except Exception as e:  # noqa: BLE001  (one failing system must not lose the others' rows)
+            stats.append(dict(times=[], repeats=spec.repeats, error=failure(e)))
+    live = lambda: [(s, st) for s, st in zip(systems, stats) if not st["error"]]
     for _ in range(spec.warmup - 1):
-        for s in systems:
-            s.fn()
+        for s, st in live():
+            guarded(s.fn, st)
     for _ in range(spec.repeats):
-        for s, st in zip(systems, stats):
-            s.fn()  # untimed: the timed call runs on caches its own weights warmed
-            seconds, peak = timed_call(s.fn, spec)
-            st["times"].append(seconds)
-            st["peak_mem_mb"] = max(st["peak_mem_mb"], peak)
+        for s, st in live():
+            if guarded(s.fn, st)[0]:  # untimed: the timed call runs on caches its own weights warmed
+                ok, (seconds, peak) = guarded(lambda s=s: timed_call(s.fn, spec), st, (0.0, 0.0))
+                if ok:
+                    st["times"].append(seconds)
+                    st["peak_mem_mb"] = max(st["peak_mem_mb"], peak)
     for st in stats:
         times = st.pop("times")
-        st.update(median_s=statistics.median(times), min_s=min(times))
+        if st["error"]:
+            st.update(median_s=float("nan"), min_s=float("nan"), peak_mem_mb=float("nan"))
+        else:
+            st.update(median_s=statistics.median(times), min_s=min(times))
     return stats
+
+
+def failure(e: Exception) -> str:
+    """A failed system's error for its row: the exception's type and first line."""
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}".rstrip(": ")
+
+
+def guarded(fn, st: dict, failed=None) -> tuple[bool, object]:
+    """fn() -> (True, its result), or (False, `failed`) after writing its failure into the row's `error`."""
+    try:
+        return True, fn()
+    except Exception as e:  # noqa: BLE001
+        st["error"] = failure(e)
+        return False, failed

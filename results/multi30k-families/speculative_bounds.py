@@ -8,9 +8,10 @@ greedy). Both run the real drafter pass first, so its cost stays in the timing; 
 replaced, and its predicted length is the output's (as a trained drafter's would be, about). The output
 equals greedy's in every row (checked).
 
-    python results/multi30k-families/speculative_bounds.py OUT.csv [ENGINE] [REPEATS]
+    python results/multi30k-families/speculative_bounds.py OUT.csv [ENGINE] [REPEATS] [DEVICE]
 
-ENGINE: eager (default) or auto, applied to both models (modelfiles/engines.py).
+ENGINE: eager (default) or auto, applied to both models (modelfiles/engines.py); DEVICE: cpu (default, 1
+thread) or cuda.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class Drafter:
     def forward_parallel(self, tokens, memory, padding_mask):
         real = self.decoder.forward_parallel(tokens, memory, padding_mask)  # (R, W, V): its cost is kept
         R, W, V = real.shape
-        want = torch.full((R, W), FIRST_ORDINARY, dtype=torch.long)
+        want = torch.full((R, W), FIRST_ORDINARY, dtype=torch.long, device=real.device)
         n = min(W, self.target.size(1))
         want[:, :n] = self.target[:, :n]
         if not self.oracle:  # a token that differs from the verifier's at every place
@@ -62,11 +63,12 @@ class Drafter:
         return getattr(self.decoder, name)
 
 
-def main(out: str, engine: str = "eager", repeats: int = 5) -> None:
+def main(out: str, engine: str = "eager", repeats: int = 5, device: str = "cpu") -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    at = Seq2SeqModule(vocab_size=VOCAB, decoder="at", model=FULL).eval()
-    cmlm = Seq2SeqModule(vocab_size=VOCAB, decoder="cmlm", model=FULL).eval()
+    at = Seq2SeqModule(vocab_size=VOCAB, decoder="at", model=FULL).eval().to(device)
+    cmlm = Seq2SeqModule(vocab_size=VOCAB, decoder="cmlm", model=FULL).eval().to(device)
+    sync = torch.cuda.synchronize if device == "cuda" else lambda: None
     if engine != "eager":
         for module in (at, cmlm):
             apply_engine(module, engine)
@@ -75,15 +77,15 @@ def main(out: str, engine: str = "eager", repeats: int = 5) -> None:
     gen = torch.Generator().manual_seed(1)
     rows = []
     with torch.inference_mode():
-        sources = [torch.randint(FIRST_ORDINARY, VOCAB, (1, SRC_LEN), generator=gen) for _ in range(SOURCES)]
-        expected = [at.decode(src, torch.tensor([SRC_LEN]), greedy) for src in sources]
+        sources = [torch.randint(FIRST_ORDINARY, VOCAB, (1, SRC_LEN), generator=gen).to(device) for _ in range(SOURCES)]
+        expected = [at.decode(src, torch.tensor([SRC_LEN], device=device), greedy) for src in sources]
         systems = {"greedy": None}
         for block in (4, 8):
             for oracle in (True, False):
                 systems[f"speculative-k{block}-{'oracle' if oracle else 'wrong'}"] = (block, oracle)
 
         def call(name, i):
-            src, lengths_ = sources[i], torch.tensor([SRC_LEN])
+            src, lengths_ = sources[i], torch.tensor([SRC_LEN], device=device)
             if systems[name] is None:
                 return at.decode(src, lengths_, greedy)
             block, oracle = systems[name]
@@ -103,12 +105,15 @@ def main(out: str, engine: str = "eager", repeats: int = 5) -> None:
         for _ in range(repeats):  # interleaved: every system on every source, in turn
             for i in range(SOURCES):
                 for name in systems:
+                    sync()
                     began = time.perf_counter()
                     call(name, i)
+                    sync()
                     times[name][i].append(time.perf_counter() - began)
     per_call = {name: sum(statistics.median(t) for t in times[name]) / SOURCES for name in systems}
     counts = pd.DataFrame(rows).groupby("system")[["passes", "drafter", "tokens", "kept_per_round"]].mean()
-    table = pd.DataFrame([dict(system=name, engine=engine, threads=1, repeats=repeats, sources=SOURCES, torch=torch.__version__,
+    table = pd.DataFrame([dict(system=name, engine=engine, device=device, threads=1, repeats=repeats, sources=SOURCES,
+                               torch=torch.__version__,
                                median_s_per_sentence=per_call[name],
                                speedup_vs_greedy=per_call["greedy"] / per_call[name]) for name in systems])
     table = table.merge(counts, left_on="system", right_index=True, how="left")
@@ -117,4 +122,4 @@ def main(out: str, engine: str = "eager", repeats: int = 5) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], *(sys.argv[2:3] or ["eager"]), *(int(x) for x in sys.argv[3:4]))
+    main(sys.argv[1], *(sys.argv[2:3] or ["eager"]), *(int(x) for x in sys.argv[3:4] or [5]), *sys.argv[4:5])
