@@ -52,8 +52,9 @@ def run_decode(spec: Spec, log=print, models: Models | None = None) -> pd.DataFr
             src = torch.randint(FIRST_ORDINARY, spec.vocab, (batch, spec.src_len), generator=gen).to(spec.device)
             systems = shape_systems(models, hf_model, src, out_len, spec, ct2_peer)
             for system, stats in zip(systems, time_round_robin(systems, spec)):
+                emitted = batch * stats.get("tokens_out", float("nan"))  # a system failed in its first call: NaN
                 rows.append(dict(system=system.system, strategy=system.name, batch=batch, src_len=spec.src_len,
-                                 out_len=out_len, emitted_tokens_per_s=batch * stats.get("tokens_out", float("nan")) / stats["median_s"],
+                                 out_len=out_len, emitted_tokens_per_s=emitted / stats["median_s"],
                                  sents_per_s=batch / stats["median_s"], device=spec.device,
                                  threads=spec.threads, **stats))
                 log(f"  batch {batch:3d} len {out_len:3d} {system.system:9s} {system.name:16s} "
