@@ -127,7 +127,8 @@ bench() {
   machine
   ! grid_running || { echo "bench: the grid is still running; time nothing beside it" >&2; return 1; }
   # CTranslate2's rows are skipped, with the reason, where it cannot decode on the GPU
-  timeout 280 "${atnat[@]}" bench decode --device cuda --compile reduce-overhead --sweep --out "$out/sweep_gpu.csv" 2>&1 | tail -n 30
+  timeout 280 "${atnat[@]}" bench decode --device cuda --compile reduce-overhead --sweep \
+    --strategies greedy,beam5,parallel,mask-predict-4,mask-predict-10,ctc --out "$out/sweep_gpu.csv" 2>&1 | tail -n 30
   timeout 200 "${atnat[@]}" bench train --device cuda --out "$out/train_gpu.csv" 2>&1 | tail -n 20
   timeout 150 python3 results/bench/auto_gpu_latency.py "$out/auto_gpu_latency.csv" 50 4 2>&1 | tail -n 8
 }
@@ -140,7 +141,7 @@ checks() {  # the newest GPU code's checks and measurements, most wanted first, 
     -k "graph or step_counters" --junitxml="$out/gpu-checks.xml" 2>&1 | tee "$out/gpu-checks.log" | tail -n 15
   timeout 130 python3 results/bench/auto_gpu_latency.py "$out/auto_gpu_latency.csv" 50 4 2>&1 | tail -n 14
   timeout 100 "${atnat[@]}" bench decode --device cuda --engine auto --no-hf --no-ct2 \
-    --strategies greedy,beam5,parallel,mask-predict-4,mask-predict-10,ctc,dag-lookahead \
+    --strategies greedy,beam5,parallel,mask-predict-4,mask-predict-10,ctc \
     --out "$out/decode_auto_gpu.csv" 2>&1 | tail -n 20
   timeout 170 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,fused,compiled --size base \
     --decoders at,cmlm --steps 10 --out "$out/train_forms_base_gpu.csv" 2>&1 | tail -n 8
