@@ -71,16 +71,17 @@ def never_emitted(special: SpecialTokens, *, allow_eos: bool = False, allow_blan
     return ids + ([] if allow_eos else [special.eos]) + ([] if allow_blank else [special.blank])
 
 
-def argmax_ordinary(log_probs: Tensor, banned: list[int], keep: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """(..., T, V) -> best scores and tokens (..., T) among the ids not in `banned`. Only the rows
-    whose plain arg-max is banned (and `keep` True) are searched again, on a masked copy (one sync)."""
-    scores, tokens = log_probs.max(dim=-1)  # (..., T)
-    ban = torch.tensor(banned, device=tokens.device)
-    bad = torch.isin(tokens, ban) if keep is None else torch.isin(tokens, ban) & keep
-    if bool(bad.any()):
-        redo = log_probs[bad].index_fill(-1, ban, float("-inf")).max(dim=-1)  # (n_bad,) each
-        scores, tokens = scores.clone(), tokens.clone()
-        scores[bad], tokens[bad] = redo.values, redo.indices
+def argmax_ordinary(log_probs: Tensor, banned: list[int]) -> tuple[Tensor, Tensor]:
+    """(..., T, V) -> best scores and tokens (..., T) among the ids not in `banned` (special ids, all
+    small). One max over the ids above the highest banned one (a view: nothing copied), then each
+    allowed id below it in turn (a tie goes to the lower id, as in a max over every id). A model whose
+    arg-max is often a banned id (random weights, an EOS at every graph's last vertex) costs no more."""
+    first = max(banned) + 1 if banned else 0
+    scores, tokens = log_probs[..., first:].max(dim=-1)  # (..., T)
+    tokens = tokens + first
+    for i in sorted(set(range(first)) - set(banned), reverse=True):
+        better = log_probs[..., i] >= scores
+        scores, tokens = torch.where(better, log_probs[..., i], scores), tokens.masked_fill(better, i)
     return scores, tokens
 
 
@@ -88,7 +89,7 @@ def best_tokens(log_probs: Tensor, padding_mask: Tensor, special: SpecialTokens,
                 allow_eos: bool = False) -> tuple[Tensor, Tensor]:
     """log_probs (C, T, V) -> argmax tokens (C, T) (pad at padding) and their log-probs (0 at pad);
     never a special symbol (eos only with `allow_eos`: fixed-length decoding ends at it)."""
-    scores, tokens = argmax_ordinary(log_probs, never_emitted(special, allow_eos=allow_eos), ~padding_mask)
+    scores, tokens = argmax_ordinary(log_probs, never_emitted(special, allow_eos=allow_eos))
     return tokens.masked_fill(padding_mask, special.pad), scores.masked_fill(padding_mask, 0.0)
 
 

@@ -54,7 +54,7 @@ def ctc_collapse(ids: Tensor, padding_mask: Tensor, blank: int,
 def best_path(log_probs: Tensor, padding_mask: Tensor, special: SpecialTokens) -> Hypotheses:
     """log_probs (B, T', V) -> Hypotheses (B, 1, T); score = log-prob of the best path (over
     blank and ordinary tokens: a slot never emits pad, bos, eos or mask)."""
-    slot_scores, ids = argmax_ordinary(log_probs, never_emitted(special, allow_blank=True), ~padding_mask)  # (B, T')
+    slot_scores, ids = argmax_ordinary(log_probs, never_emitted(special, allow_blank=True))  # (B, T')
     slot_scores = slot_scores.masked_fill(padding_mask, 0.0)
     keep = kept_slots(ids, padding_mask, special.blank)  # (B, T')
     tokens, lengths = compact(ids, keep, special.pad)  # (B, T)

@@ -26,9 +26,9 @@ from atnat.decoding.base import Hypotheses, Strategy, register_strategy
 from atnat.decoding.candidates import argmax_ordinary, never_emitted
 
 
-def vertex_tokens(log_probs: Tensor, padding_mask: Tensor, special: SpecialTokens) -> tuple[Tensor, Tensor]:
+def vertex_tokens(log_probs: Tensor, special: SpecialTokens) -> tuple[Tensor, Tensor]:
     """(B, L, V) -> each vertex's best ordinary token's log-prob (B, L) and id (B, L)."""
-    return argmax_ordinary(log_probs, never_emitted(special), ~padding_mask)
+    return argmax_ordinary(log_probs, never_emitted(special))
 
 
 def walk(next_vertex: list[list[int]], last: list[int]) -> list[list[int]]:
@@ -95,7 +95,7 @@ class DAGWalk(Strategy):
     def search(self, model: Any, memory: Any, *, src_lengths: Tensor, special: SpecialTokens) -> Hypotheses:
         """-> Hypotheses (B, 1, T); n_steps = 1."""
         log_probs, links, padding_mask = model.forward_dag(memory)  # (B, L, V), (B, L, L), (B, L)
-        scores, tokens = vertex_tokens(log_probs, padding_mask, special)  # (B, L) each
+        scores, tokens = vertex_tokens(log_probs, special)  # (B, L) each
         ends = (~padding_mask).sum(1) - 1  # (B,) each row's last vertex
         ahead = scores.float().masked_fill(padding_mask, 0.0)  # (B, L) what reaching a vertex emits
         ahead = ahead.scatter(1, ends[:, None], log_probs[:, :, special.eos].float().gather(1, ends[:, None]))

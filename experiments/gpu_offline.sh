@@ -142,7 +142,7 @@ checks() {  # the newest GPU code's checks and measurements, most wanted first, 
   timeout 130 python3 results/bench/auto_gpu_latency.py "$out/auto_gpu_latency.csv" 50 4 2>&1 | tail -n 14
   timeout 100 "${atnat[@]}" bench decode --device cuda --engine auto --no-hf --no-ct2 \
     --strategies greedy,beam5,parallel,mask-predict-4,mask-predict-10,ctc \
-    --out "$out/decode_auto_gpu.csv" 2>&1 | tail -n 20
+    --out "$out/decode_auto_gpu.csv" 2>&1 | tail -n 20  # the six it was sized for; the DAG's rows: not timed here yet
   timeout 170 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,fused,compiled --size base \
     --decoders at,cmlm --steps 10 --out "$out/train_forms_base_gpu.csv" 2>&1 | tail -n 8
   timeout 40 python3 results/multi30k-families/speculative_bounds.py "$out/speculative_bounds_gpu.csv" eager 3 cuda \

@@ -242,6 +242,10 @@ def test_a_forced_dag_path_emits_its_vertices_tokens_and_a_short_graph_is_refuse
     assert hyps.tokens[:, 0].tolist() == best[:, on].tolist()  # each path vertex's best ordinary token
     with pytest.raises(AtnatError, match="at least 83 vertices; got 82"), torch.inference_mode():
         ForcedPath(module.decoder, 81).forward_dag(module.encode(src))
+    padded = src.clone()
+    padded[1, 15:] = module.special.pad
+    with pytest.raises(AtnatError, match="graphs of one size: sources without padding"), torch.inference_mode():
+        ForcedPath(module.decoder, 17).forward_dag(module.encode(padded))
 
 
 def test_a_failing_system_keeps_its_error_and_the_others_are_still_measured(tmp_path, monkeypatch):
@@ -283,6 +287,8 @@ def test_bad_options_are_user_errors():
         bench.run_decode(bench.make_spec(tiny=True, repeats=0))
     with pytest.raises(AtnatError, match="--strategies greedy,beam: unknown beam; valid: greedy, beam5, "):
         bench.main(["decode", "--tiny", "--strategies", "greedy,beam"])
+    with pytest.raises(AtnatError, match="--strategies greedy,ctc,greedy: given twice: greedy; valid: "):
+        bench.main(["decode", "--tiny", "--strategies", "greedy,ctc,greedy"])
     if not torch.cuda.is_available():
         with pytest.raises(AtnatError, match="cuda"):
             bench.main(["decode", "--tiny", "--device", "cuda"])

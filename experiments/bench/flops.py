@@ -19,10 +19,12 @@ floor(lambda S) + 2 vertices for the DAG decoder, which also scores links betwee
 (query and key projections of [state; position], 2 (2 B T 2D D), and their product, 2 B T^2 D); GLAT's
 glancing pass, and scheduled sampling's first pass, are one extra decoder forward without backward
 (`extra_passes`). Left out: biases, layer norms, softmaxes, embedding look-ups, the length
-predictor (D (2 max_offset + 1) per sentence), CTC's loss and Viterbi alignment, the optimizer. A
-causal self-attention is counted whole (what SDPA's math kernel computes). `6 x parameters x target
-tokens`, the rule this replaces, ignores the source side (the encoder, and cross-attention's keys
-and values) and CTC's slots: it undercounts every seq2seq step.
+predictor (D (2 max_offset + 1) per sentence), CTC's loss and Viterbi alignment, the DAG's link gate
+(2D -> H per vertex) and its path dynamic programmes, the optimizer. (The DAG's link scores run in
+float32, yet MFU divides them by the bf16 peak like the rest.) A causal self-attention is counted
+whole (what SDPA's math kernel computes). `6 x parameters x target tokens`, the rule this replaces,
+ignores the source side (the encoder, and cross-attention's keys and values) and CTC's slots: it
+undercounts every seq2seq step.
 """
 from __future__ import annotations
 

@@ -62,9 +62,11 @@ def check_spec(spec: Spec) -> None:
     if spec.quantize not in (None, "none", "int8") or (spec.quantize == "int8" and spec.device != "cpu"):
         raise AtnatError(f"--quantize {spec.quantize}: int8 rows run on the CPU only (PyTorch's dynamic int8 kernels)")
     unknown = [name for name in spec.strategies if name not in STRATEGIES]
-    if unknown or not spec.strategies:
-        raise AtnatError(f"--strategies {','.join(spec.strategies) or '(none)'}: "
-                         f"{'unknown ' + ', '.join(unknown) if unknown else 'none given'}; valid: {', '.join(STRATEGIES)}")
+    twice = sorted({name for name in spec.strategies if spec.strategies.count(name) > 1})
+    if unknown or twice or not spec.strategies:
+        why = ("unknown " + ", ".join(unknown) if unknown else "given twice: " + ", ".join(twice) if twice
+               else "none given")
+        raise AtnatError(f"--strategies {','.join(spec.strategies) or '(none)'}: {why}; valid: {', '.join(STRATEGIES)}")
     for engine in spec.engines + spec.int8_engines:
         parse_engine(engine)  # an unknown name or option: one message with the valid ones
     if spec.int8_engines and spec.quantize != "int8":

@@ -54,8 +54,10 @@ class ForcedPath:
     def forward_dag(self, memory):
         log_probs, links, padding_mask = self.model.forward_dag(memory)  # (B, L, V), (B, L, L), (B, L)
         L = links.size(-1)
-        if L < self.length + 2 or bool(padding_mask.any()):
-            raise AtnatError(f"a forced DAG path of {self.length} tokens needs an unpadded graph of at least "
+        if bool(padding_mask.any()):
+            raise AtnatError("a forced DAG path needs graphs of one size: sources without padding")
+        if L < self.length + 2:
+            raise AtnatError(f"a forced DAG path of {self.length} tokens needs a graph of at least "
                              f"{self.length + 2} vertices; got {L}")
         on = torch.linspace(0, L - 1, self.length + 2, device=links.device).round().long()  # (length + 2,)
         allowed = torch.zeros(L, L, dtype=torch.bool, device=links.device)
