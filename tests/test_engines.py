@@ -440,3 +440,23 @@ def test_autos_step_decodes_the_bench_models_tokens():
                 ref, out = model.decode(src, lengths, strategy), engined.decode(src, lengths, strategy)
                 assert torch.equal(out.tokens, ref.tokens), name
                 torch.testing.assert_close(out.scores, ref.scores, atol=1e-4, rtol=1e-4)
+
+
+def test_a_packed_layer_takes_the_plain_product_below_its_row_threshold(monkeypatch):
+    """Few rows run F.linear on the layer's own weight (faster there: results/bench/packed_small_rows.csv),
+    many rows the packed kernel; both give the product."""
+    import torch.nn.functional as F
+
+    from atnat.experiments.modelfiles.packed import PLAIN_ROWS
+
+    torch.manual_seed(0)
+    w, b = torch.randn(24, 16), torch.randn(24)
+    layer = PackedLinear(w, b, backend="onednn")
+    calls, real = [], torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(a[0].shape) or real(*a))
+    with torch.inference_mode():
+        one = torch.randn(1, PLAIN_ROWS - 1, 16)  # 15 rows: plain
+        many = torch.randn(2, PLAIN_ROWS - 1, 16)  # 30 rows: packed
+        assert torch.equal(layer(one), F.linear(one, w, b))
+        torch.testing.assert_close(layer(many), F.linear(many, w, b), atol=1e-5, rtol=1e-5)
+    assert calls == [torch.Size([2 * (PLAIN_ROWS - 1), 16])]  # the 30-row call only

@@ -22,6 +22,12 @@ from atnat.models.layers import MultiHeadAttention, OutputProjection
 BACKENDS = ("mkl", "onednn")
 
 
+# below this many rows (an AT step of a few sentences, a speculative block) a float32 product on the packed
+# weight is slower than the plain one: 1.0-2.7x the time at 1 to 8 rows for every layer shape of the bench's
+# model, 1 thread (results/bench/packed_small_rows.csv, made by results/bench/packed_small_rows.py)
+PLAIN_ROWS = 16
+
+
 class PackedLinear(nn.Module):
     """y = x W^T + b on a weight packed once for the CPU kernels: `backend` "mkl" (float32 only)
     or "onednn" (float32 or bfloat16: `dtype`; a bfloat16 product returns float32)."""
@@ -55,6 +61,8 @@ class PackedLinear(nn.Module):
             # weight freezing packs its own way; the packed handle is not a tensor a graph can hold
             return F.linear(x, self.weight, self.bias)
         flat = x.reshape(-1, self.in_features)  # (N, in)
+        if flat.size(0) < PLAIN_ROWS and self.dtype == torch.float32:  # few rows: the plain product is faster
+            return F.linear(x, self.weight, self.bias)
         if self.backend == "mkl":
             out = torch.ops.mkl._mkl_linear(flat, self.packed, self.weight, self.bias, 1)
         else:
