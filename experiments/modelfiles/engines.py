@@ -167,18 +167,19 @@ def _compile_passes(module, engine: Engine, info: EngineInfo, cache: PackageCach
 
 def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows: int) -> EngineInfo:
     """The auto engine: per shape, the exact engine the bench found fastest (results/bench/README.md):
-    every linear layer on oneDNN's packed weights (packed+onednn: fastest exact AT step at batch
-    64; below packed.PLAIN_ROWS rows the plain product, faster there), and with `step_rows` > 0
-    compiled packages (traced from the plain products: PackedLinear under export): the encoder and a
-    NAT decoder's pass at every batch size (AUTO_PASS_ENGINE), the AT step on decodes of at most
-    `step_rows` sentences (AUTO_STEP_ENGINE: inductor's CPP GEMM templates, fastest exact at batch 1).
-    On a GPU: the static AT step under torch.compile's "reduce-overhead" (CUDA graphs; on an H100 at batch 1, eager's tokens at 3.7x its greedy speed
-    at one shape, 1.96x over sentences of many lengths: results/bench/README.md) for decodes of at
-    most `step_rows` sentences, and the encoder and a NAT decoder's passes replayed from CUDA graphs
-    of eager's kernels (_graph_passes), everything else eager (with `step_rows` 0, or for an int8
-    model, all eager: `info.fallback` says why). An int8 model keeps FBGEMM's kernels eager, and its
-    packages trace each int8 layer's arithmetic (CompilableInt8Linear: oneDNN's int8 GEMM, the same
-    products), the AT step as AUTO_INT8_STEP_ENGINE. apply_engine checked the rest."""
+    every linear layer on oneDNN's packed weights (packed+onednn: fastest exact AT step at batch 64;
+    below packed.PLAIN_ROWS rows the plain product, faster there), and with `step_rows` > 0 compiled
+    packages (traced from the plain products: PackedLinear under export): the encoder and a NAT
+    decoder's pass at every batch size (AUTO_PASS_ENGINE), the AT step on decodes of at most `step_rows`
+    sentences (AUTO_STEP_ENGINE: inductor's CPP GEMM templates, fastest exact at batch 1). On a GPU: the
+    static AT step under torch.compile's "reduce-overhead" (CUDA graphs; on an H100 at batch 1, eager's
+    tokens at 3.7x its greedy speed at one shape, 1.96x over sentences of many lengths:
+    results/bench/README.md) for decodes of at most `step_rows` sentences, and the encoder and a NAT
+    decoder's passes replayed from CUDA graphs of eager's kernels (_graph_passes), everything else eager
+    (with `step_rows` 0, or for an int8 model, all eager: `info.fallback` says why). An int8 model keeps
+    FBGEMM's kernels eager, and its packages trace each int8 layer's arithmetic (CompilableInt8Linear:
+    oneDNN's int8 GEMM, the same products), the AT step as AUTO_INT8_STEP_ENGINE. apply_engine checked
+    the rest."""
     if module.device.type != "cpu":
         decoder = module.decoder
         if "step" in decoder.capabilities:
