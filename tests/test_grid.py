@@ -241,3 +241,17 @@ def test_a_grid_report_without_figures_says_how_to_draw_them(tmp_path, monkeypat
     for bad, message in (({"figures": "maybe"}, "report.figures"), ({"figure": False}, "figure")):
         with pytest.raises(ConfigError, match=message):
             load_grid(write_grid(tmp_path, {**TINY, "report": bad}, name="bad.yaml"))
+
+
+def test_a_grid_whose_cell_shows_lightnings_progress_bar_finishes_with_its_report(tmp_path, monkeypatch):
+    """Lightning's rich progress bar, for a cell trained inside `atnat run`, cleared the live display of rich's
+    shared console, on which the grid's own progress bar then failed as it stopped (IndexError): no timing
+    phase, no report, exit 1."""
+    from atnat.experiments.cli.commands import main
+
+    data = {**TINY, "base": {**TINY["base"], "train": {**TINY["base"]["train"], "progress_bar": True, "max_steps": 2}},
+            "cells": {"at": {"decoder": {"name": "at"}, "eval": {"strategies": ["greedy"]}}}}
+    grid = write_grid(tmp_path, data)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(grid), "--results", "res"]) == 0
+    assert (tmp_path / "res" / "tiny" / "report.md").exists()

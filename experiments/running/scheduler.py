@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from rich.console import Console
 from rich.progress import Progress
 
 from atnat.core.errors import AtnatError
@@ -120,7 +121,9 @@ def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, de
     parallel = len(lanes) > 1 or any(c.config.train.devices not in (1, "1") for c in cells)  # DDP: own process
     started = time.time()
 
-    with Progress(transient=False) as progress:
+    # a console of its own: Lightning's rich progress bar (a cell trained in this process) clears the live
+    # display of rich's shared console as it starts, and a progress bar on that console then fails as it stops
+    with Progress(transient=False, console=Console()) as progress:
         bar = progress.add_task(f"grid {grid.name}", total=len(cells))
         if parallel:
             _run_in_workers(grid, cells, lanes, progress, bar, results_root=results_root, smoke=smoke)
