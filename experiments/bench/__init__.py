@@ -5,13 +5,13 @@ layers (`ours-int8`, modelfiles/quantize.py).
 
 decode (decode_run.py, systems.py): every system decodes the same random sources (B x S ids) with
 random weights and emits exactly L tokens per sentence (AT: min = max length; NAT: the predicted
-length forced to L; DAG: links that allow one path of L tokens, the pass over all lambda S + 2 vertices
-still run; CTC: what its slots give; spec.py, systems.py), so throughputs compare equal work. A timed call is the whole decode,
-encoder included. Warm-up, CUDA sync, median of repeats, decoder passes counted (design.md,
-"Measuring speed honestly"); per row also the peak memory of its timed calls, and the growth of
-memory in use over repeated calls (the leak check, OUT_memory.csv: delta_mb > 0 is a leak). A system
-that raises keeps its error in its row (column `error`, no time); the others are still measured and
-written, and the command then fails, naming it.
+length forced to L; DAG: links that allow one path of L tokens, the pass over all lambda S + 2
+vertices still run; CTC: what its slots give; spec.py, systems.py), so throughputs compare equal
+work. A timed call is the whole decode, encoder included. Warm-up, CUDA sync, median of repeats,
+decoder passes counted (design.md, "Measuring speed honestly"); per row also the peak memory of its
+timed calls, and the growth of memory in use over repeated calls (the leak check, OUT_memory.csv:
+delta_mb > 0 is a leak). A system that raises keeps its error in its row (column `error`, no time);
+the others are still measured and written, and the command then fails, naming it.
 `--sweep` adds a figure (plots.py).
 train (train_step.py): target tokens/s of forward + backward + clip + Adam step per decoder; on CUDA
 bf16 autocast and MFU (the step's FLOPs, encoder and CTC slots and GLAT's pass included: flops.py,

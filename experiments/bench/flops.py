@@ -77,11 +77,10 @@ def train_step_flops(model: dict, *, vocab: int, decoder: str, batch: int, src_l
     """FLOPs of one training step: 3 x (encoder + decoder) forward + `extra_passes` decoder forwards
     (GLAT, scheduled sampling); `model` holds ModelConfig fields (d_model, ffn_dim, encoder_layers,
     decoder_layers)."""
-    encoder, dec = forward_flops(d_model=model["d_model"], ffn_dim=model["ffn_dim"], vocab=vocab,
+    T, D = decoder_positions(decoder, tgt_len, src_len, upsample), model["d_model"]
+    encoder, dec = forward_flops(d_model=D, ffn_dim=model["ffn_dim"], vocab=vocab,
                                  encoder_layers=model["encoder_layers"], decoder_layers=model["decoder_layers"],
-                                 batch=batch, src_len=src_len,
-                                 dec_len=decoder_positions(decoder, tgt_len, src_len, upsample))
+                                 batch=batch, src_len=src_len, dec_len=T)
     if decoder == "dag":  # the link scores: query and key projections, then their product
-        T, D = decoder_positions(decoder, tgt_len, src_len, upsample), model["d_model"]
         dec += 2 * (2 * batch * T * 2 * D * D) + 2 * batch * T * T * D
     return 3 * (encoder + dec) + extra_passes * dec

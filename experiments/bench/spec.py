@@ -90,7 +90,7 @@ def ctc_upsample(out_len: int, src_len: int) -> int:
 def dag_upsample(out_len: int, src_len: int) -> int:
     """Vertices per source token: DAG_UPSAMPLE, or more where the graph (lambda S + 2 vertices) would hold
     fewer than 2 per output token."""
-    return max(DAG_UPSAMPLE, math.ceil(2 * out_len / src_len))
+    return max(DAG_UPSAMPLE, ctc_upsample(out_len, src_len))
 
 
 def our_strategy(name: str, out_len: int):

@@ -227,10 +227,8 @@ def time_round_robin(systems: list[System], spec: Spec) -> list[dict]:
     error (`error`; empty for the others) and no time: the other rows are still measured."""
     stats = []
     for s in systems:
-        try:
-            stats.append(dict(s.first(), times=[], peak_mem_mb=0.0, repeats=spec.repeats, error=""))
-        except Exception as e:  # noqa: BLE001  (one failing system must not lose the others' rows)
-            stats.append(dict(times=[], repeats=spec.repeats, error=failure(e)))
+        st = dict(times=[], peak_mem_mb=0.0, repeats=spec.repeats, error="")
+        stats.append({**guarded(s.first, st, {})[1], **st})
     live = lambda: [(s, st) for s, st in zip(systems, stats) if not st["error"]]
     for _ in range(spec.warmup - 1):
         for s, st in live():
@@ -251,15 +249,12 @@ def time_round_robin(systems: list[System], spec: Spec) -> list[dict]:
     return stats
 
 
-def failure(e: Exception) -> str:
-    """A failed system's error for its row: the exception's type and first line."""
-    return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}".rstrip(": ")
-
-
 def guarded(fn, st: dict, failed=None) -> tuple[bool, object]:
-    """fn() -> (True, its result), or (False, `failed`) after writing its failure into the row's `error`."""
+    """fn() -> (True, its result), or (False, `failed`) after writing the exception's type and first line
+    into the row's `error` (one failing system must not lose the others' rows)."""
     try:
         return True, fn()
     except Exception as e:  # noqa: BLE001
-        st["error"] = failure(e)
+        first = (str(e).strip().splitlines() or [""])[0]
+        st["error"] = f"{type(e).__name__}: {first}" if first else type(e).__name__
         return False, failed

@@ -25,6 +25,7 @@ import torch
 from atnat.decoding.greedy import Greedy
 from atnat.decoding.speculative import Speculative
 from atnat.experiments.bench.spec import FIRST_ORDINARY, FULL
+from atnat.experiments.bench.systems import ForcedLength
 from atnat.experiments.evaluation.assemble import needs_teacher
 from atnat.experiments.modelfiles.engines import apply_engine
 from atnat.models.seq2seq import Seq2SeqModule
@@ -32,15 +33,17 @@ from atnat.models.seq2seq import Seq2SeqModule
 VOCAB, SRC_LEN, OUT_LEN, SOURCES = 8000, 20, 30, 8
 
 
-class Drafter:
+class Drafter(ForcedLength):
     """The CMLM decoder, its pass run as is, its answer replaced by `target`'s tokens (oracle) or by a token
-    the verifier's output never has at that place (wrong)."""
+    the verifier's output never has at that place (wrong); its predicted length is the output's (the bench's
+    ForcedLength: the real predictor still runs)."""
 
     def __init__(self, decoder, target: torch.Tensor, oracle: bool):
-        self.decoder, self.target, self.oracle = decoder, target, oracle  # target (R, T) the greedy output
+        super().__init__(decoder, target.size(1))
+        self.target, self.oracle = target, oracle  # target (R, T) the greedy output
 
     def forward_parallel(self, tokens, memory, padding_mask):
-        real = self.decoder.forward_parallel(tokens, memory, padding_mask)  # (R, W, V): its cost is kept
+        real = self.model.forward_parallel(tokens, memory, padding_mask)  # (R, W, V): its cost is kept
         R, W, V = real.shape
         want = torch.full((R, W), FIRST_ORDINARY, dtype=torch.long, device=real.device)
         n = min(W, self.target.size(1))
@@ -49,18 +52,9 @@ class Drafter:
             want = torch.where(want == FIRST_ORDINARY, FIRST_ORDINARY + 1, FIRST_ORDINARY)
         return torch.full_like(real, -30.0).scatter(-1, want[..., None], 0.0)
 
-    def predict_length(self, memory):  # the real predictor runs; its mass is put on the output's length
-        real = self.decoder.predict_length(memory)  # (R, Lmax + 1)
-        out = torch.full_like(real, float("-inf"))
-        out[:, self.target.size(1)] = 0.0
-        return out
-
     def reorder_memory(self, memory, order):
         self.target = self.target[order]
-        return self.decoder.reorder_memory(memory, order)
-
-    def __getattr__(self, name):  # cfg and the rest: the CMLM's
-        return getattr(self.decoder, name)
+        return self.model.reorder_memory(memory, order)
 
 
 def main(out: str, engine: str = "eager", repeats: int = 5, device: str = "cpu") -> None:
