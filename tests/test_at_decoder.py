@@ -109,8 +109,8 @@ def test_score_sequences_matches_step_decoding():
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["copy", "reverse"])
 def test_at_learns_task_to_99_percent_exact_match(task):
-    # measured: 1.0 exact match on both tasks after 600 steps (about 30-35 s each on 2 cores: the slow tier)
-    module, data = fit("at", task, steps=600, lr=2e-3, warmup=60, max_tokens=768,
+    # 600 steps gave 1.0 run alone and 0.98 (copy, greedy) in a two-worker run of the slow tier: 900 for a margin
+    module, data = fit("at", task, steps=900, lr=2e-3, warmup=60, max_tokens=768,
                        vocab=10, min_len=3, max_len=8, n_train=4000, n_test=200)
     hyps, refs, _ = decode_split(module, data, Greedy())
     assert exact_match(hyps, refs) >= 0.99

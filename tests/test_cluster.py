@@ -159,16 +159,16 @@ def test_teacher_and_student_through_the_cluster_code_path_on_submitits_local_ex
 
 @pytest.mark.slow
 def test_a_preempted_job_requeues_and_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
-    cell = {"decoder": {"name": "at"}, "train": {"max_steps": 60, "val_every_steps": 10}}
+    # long enough that the signal lands mid-run on a fast machine too (60 steps once ended first)
+    cell = {"decoder": {"name": "at"}, "train": {"max_steps": 400, "val_every_steps": 10}}
     grid = write_grid(tmp_path, {**TINY, "cells": {"at": cell}})
     run = tmp_path / "res" / "tiny" / "runs" / "at-s1"
     import threading
 
     def preempt_once():  # submitit's pre-emption signal to the job's process, once a checkpoint exists
         deadline = time.time() + 240
-        while time.time() < deadline and not (run / "checkpoints" / "last.ckpt").exists():
-            time.sleep(0.1)
-        time.sleep(1)  # the checkpoint is fully written
+        while time.time() < deadline and not (run / "checkpoints" / "last.ckpt.sha256").exists():
+            time.sleep(0.05)  # the checksum is written after the checkpoint is renamed into place
         os.kill(json.loads((run / "cell.lock.json").read_text())["pid"], signal.SIGUSR2)
 
     monkeypatch.chdir(tmp_path)
@@ -180,9 +180,10 @@ def test_a_preempted_job_requeues_and_resumes_from_its_last_checkpoint(tmp_path,
     log = Path(job["stderr"]).read_text() + Path(job["stdout"]).read_text()
     assert "this job is preempted" in log and f"Requeued job {job['job_id']}" in log
     assert log.count("Starting with JobEnvironment") == 2  # the same job ran twice
-    assert json.loads((run / "train.json").read_text())["global_step"] == 60
-    steps = pd.read_csv(run / "logs" / "metrics.csv")["step"]  # the second attempt's log
-    assert steps.min() > 10  # it went on from a checkpoint (every 10 steps), not from step 0
+    assert json.loads((run / "train.json").read_text())["global_step"] == 400
+    log = pd.read_csv(run / "logs" / "metrics.csv")  # both attempts' rows, the attempt in a column
+    assert set(log["attempt"]) == {1, 2}
+    assert log.loc[log["attempt"] == 2, "step"].min() > 10  # it went on from a checkpoint, not from step 0
     assert (pd.read_csv(tmp_path / "res" / "tiny" / "results.csv").status == "ok").all()
 
 

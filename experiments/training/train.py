@@ -15,6 +15,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, Timer
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.devices import helper_rank, leave_process_group, machine_record, trains_on_gpu
@@ -311,13 +312,16 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
 
 def fit(trainer: pl.Trainer, module, train_loader, val_loader, resume: Path | None) -> None:
     """trainer.fit, with Ctrl-C kept a KeyboardInterrupt: Lightning turns it into a silent exit 1
-    (and ignores SIGINT from then on); atnat's command line reports it as 130 with the resume hint."""
+    (and ignores SIGINT from then on); atnat's command line reports it as 130 with the resume hint.
+    SIGTERM (Lightning's SIGTERMException) likewise. Any other exit passes as it is: a cluster job's
+    pre-emption handler (submitit) requeues the job, then exits from inside training, and its job
+    runner must see that exit."""
     handler = signal.getsignal(signal.SIGINT)
     try:
         trainer.fit(module, train_loader, val_loader, ckpt_path=str(resume) if resume else None)
-    except SystemExit:
-        if not trainer.interrupted:
-            raise
+    except SystemExit as stop:
+        if not (isinstance(stop, SIGTERMException) or isinstance(stop.__context__, KeyboardInterrupt)):
+            raise  # not Lightning's own: its exit after Ctrl-C has the KeyboardInterrupt as context
         raise KeyboardInterrupt from None
     finally:
         if handler is not None and threading.current_thread() is threading.main_thread():
