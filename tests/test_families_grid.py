@@ -1,0 +1,47 @@
+"""The families grid (DA-Transformer, speculative decoding, the deep-shallow AT) and every other grid file
+shipped in experiments/grids: valid as written, so that none stops only after hours of training."""
+from pathlib import Path
+
+import pytest
+
+from atnat.experiments.config.run import ConfigError
+from atnat.experiments.running.grid import load_grid, run_order
+
+ROOT = Path(__file__).resolve().parent.parent
+GRIDS = sorted((ROOT / "experiments" / "grids").glob("*.yaml"))
+FAMILIES = ROOT / "experiments" / "grids" / "multi30k-families.yaml"
+
+
+@pytest.mark.parametrize("path", GRIDS, ids=[p.stem for p in GRIDS])
+def test_every_shipped_grid_loads_as_written_and_at_smoke_size(path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # data_dir entries are relative to the repo root
+    for smoke in (False, True):
+        try:
+            grid = load_grid(path, smoke=smoke)
+        except ConfigError as error:  # a data set fetched on request (WMT14: 4.5 M pairs) is not here
+            if "does not exist; fetch the data set there first" in str(error):
+                pytest.skip(str(error))
+            raise
+        assert grid.cells and [c.name for c in run_order(grid)]
+
+
+def test_the_families_grid_pairs_each_student_with_its_seeds_teacher_and_times_against_both_ats():
+    grid = load_grid(FAMILIES)
+    by = grid.by_name()
+    assert len(by) == 18 and {c.seed for c in grid.cells} == {1, 2, 3}
+    order = [c.name for c in run_order(grid)]
+    for cell in grid.cells:
+        if cell.variant in ("at", "at-deep"):
+            assert cell.teacher is None and cell.config.decoder == {"name": "at"}
+        else:
+            assert cell.teacher == f"en-de-at-s{cell.seed}" and order.index(cell.teacher) < order.index(cell.name)
+            assert cell.config.train.init_from == "teacher"
+    deep = by["en-de-at-deep-s1"].config.model
+    assert (deep["encoder_layers"], deep["decoder_layers"]) == (5, 1)  # the 3+3 AT's depth, moved to the encoder
+    assert grid.baseline == "at" and grid.speed["reference_at"] == "at-deep"
+    assert by["en-de-dat-s1"].config.distill.targets is False  # DA-Transformer on the references
+    assert by["en-de-dat-kd-s1"].config.decoder == {"name": "dag", "upsample": 4}
+    strategies = by["en-de-cmlm-kd-s1"].config.eval.strategies
+    for block in (4, 8):  # the CMLM drafts, its teacher verifies
+        assert {"name": "speculative", "block": block} in strategies
+    assert {g["system"] for g in grid.goals} >= {"en-de-dat-kd / dag-lookahead", "en-de-cmlm-kd / speculative-k4"}
