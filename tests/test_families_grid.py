@@ -2,8 +2,10 @@
 shipped in experiments/grids: valid as written, so that none stops only after hours of training."""
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from atnat.experiments.cli.commands import main
 from atnat.experiments.config.run import ConfigError
 from atnat.experiments.running.grid import load_grid, run_order
 
@@ -45,3 +47,21 @@ def test_the_families_grid_pairs_each_student_with_its_seeds_teacher_and_times_a
     for block in (4, 8):  # the CMLM drafts, its teacher verifies
         assert {"name": "speculative", "block": block} in strategies
     assert {g["system"] for g in grid.goals} >= {"en-de-dat-kd / dag-lookahead", "en-de-cmlm-kd / speculative-k4"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (ROOT.parent / "shared" / "data" / "multi30k").is_dir(),
+                    reason="../shared/data/multi30k is not beside this checkout")
+def test_the_families_grids_first_seed_runs_end_to_end_at_smoke_size(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the grid's data_dir is relative to the repo root
+    assert main(["run", str(FAMILIES), "--smoke", "--only", "*-s1", "--results", str(tmp_path)]) == 0
+    out = tmp_path / "multi30k-families-smoke"
+    table = pd.read_csv(out / "results.csv")
+    df = table[table.status != "not run"]  # the other seeds' cells are listed as not run
+    assert (df.status == "ok").all() and set(df.cell) == {c.name for c in load_grid(FAMILIES).cells if c.seed == 1}
+    speculative = df[df.strategy.str.startswith("speculative")]
+    assert len(speculative) == 2 and (speculative.verifier_greedy_match == 1.0).all()  # lossless: the AT's greedy
+    assert df.latency_ms_b1.notna().all()  # every system timed, the deep-shallow AT's greedy as a second reference
+    report = (out / "report.md").read_text()
+    assert report.startswith("# Grid report") and report.index("## Verdict") < report.index("## Goals")
+    assert "vs en-de-at-deep greedy" in report and report.count("| met |") + report.count("| missed |") == 5

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, Timer
-from pytorch_lightning.utilities.exceptions import SIGTERMException
+from pytorch_lightning.utilities import exceptions as pl_exceptions
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.devices import helper_rank, leave_process_group, machine_record, trains_on_gpu
@@ -320,7 +320,8 @@ def fit(trainer: pl.Trainer, module, train_loader, val_loader, resume: Path | No
     try:
         trainer.fit(module, train_loader, val_loader, ckpt_path=str(resume) if resume else None)
     except SystemExit as stop:
-        if not (isinstance(stop, SIGTERMException) or isinstance(stop.__context__, KeyboardInterrupt)):
+        sigterm = getattr(pl_exceptions, "SIGTERMException", ())  # what Lightning raises on SIGTERM (older releases: none)
+        if not (isinstance(stop, sigterm) or isinstance(stop.__context__, KeyboardInterrupt)):
             raise  # not Lightning's own: its exit after Ctrl-C has the KeyboardInterrupt as context
         raise KeyboardInterrupt from None
     finally:
