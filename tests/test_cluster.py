@@ -159,7 +159,7 @@ def test_teacher_and_student_through_the_cluster_code_path_on_submitits_local_ex
 
 @pytest.mark.slow
 def test_a_preempted_job_requeues_and_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
-    # long enough that the signal lands mid-run on a fast machine too (60 steps once ended first)
+    # long enough that the signal lands mid-run on a fast machine too
     cell = {"decoder": {"name": "at"}, "train": {"max_steps": 400, "val_every_steps": 10}}
     grid = write_grid(tmp_path, {**TINY, "cells": {"at": cell}})
     run = tmp_path / "res" / "tiny" / "runs" / "at-s1"
@@ -223,3 +223,40 @@ def test_status_states_from_the_run_folder(tmp_path, monkeypatch):
     failed = cell_state(folder("f", **{"metrics.json": json.dumps({"status": "failed", "error": "boom"})}))
     assert failed["state"] == "failed" and failed["error"] == "boom"
     assert cell_state(tmp_path / "nothing")["state"] == "not started"
+
+
+class _Stops:
+    """A trainer whose fit ends the way `exit` says, as Lightning's interrupted fit would."""
+
+    interrupted = True
+
+    def __init__(self, exit):
+        self.exit = exit
+
+    def fit(self, *args, **kwargs):
+        self.exit()
+
+
+def _after_ctrl_c():
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        raise SystemExit(1) from None  # Lightning's exit after Ctrl-C: the KeyboardInterrupt is its context
+
+
+def test_a_cluster_jobs_own_exit_from_inside_training_passes_through_and_lightnings_is_a_ctrl_c():
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    from atnat.experiments.training.train import fit
+
+    def requeued():  # submitit's pre-emption handler: the job is requeued, then it exits
+        raise SystemExit(-1)
+
+    try:  # caught here whatever it is: a KeyboardInterrupt escaping would stop pytest itself
+        fit(_Stops(requeued), None, None, None, None)
+    except BaseException as error:
+        stop = error
+    assert type(stop) is SystemExit and stop.code == -1  # submitit's job runner sees its own exit, not a Ctrl-C
+    for lightnings in (_after_ctrl_c, lambda: (_ for _ in ()).throw(SIGTERMException(1))):
+        with pytest.raises(KeyboardInterrupt):
+            fit(_Stops(lightnings), None, None, None, None)
