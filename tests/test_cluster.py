@@ -257,6 +257,9 @@ def test_a_cluster_jobs_own_exit_from_inside_training_passes_through_and_lightni
     except BaseException as error:
         stop = error
     assert type(stop) is SystemExit and stop.code == -1  # submitit's job runner sees its own exit, not a Ctrl-C
-    for lightnings in (_after_ctrl_c, lambda: (_ for _ in ()).throw(SIGTERMException(1))):
+    def on_sigterm():
+        raise SIGTERMException(1)
+
+    for lightnings in (_after_ctrl_c, on_sigterm):
         with pytest.raises(KeyboardInterrupt):
             fit(_Stops(lightnings), None, None, None, None)
