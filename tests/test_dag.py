@@ -74,6 +74,44 @@ def test_likelihood_and_gradients_equal_the_sum_over_every_path():
         assert torch.isfinite(got).all()
 
 
+@pytest.mark.parametrize("gap", [100.0, 1000.0])  # below float32's range; below float64's too
+def test_likelihood_is_exact_when_the_only_way_to_the_end_is_far_below_the_best_vertex(gap):
+    """Vertex 1 takes nearly all of the first link's mass, but only vertex 2 links to the last vertex,
+    and vertex 1's link to it is e^-gap: the target's paths lie gap nats below the step's best."""
+    match, links, sizes = random_graph([4, 5], M=3, seed=4)
+    with torch.no_grad():
+        links[:, 0, 1], links[:, 0, 2], links[:, 1, 3] = 0.0, -gap, -gap
+        links[1, 1, 4] = links[1, 2, 4] = -gap
+    targets = torch.tensor([3, 3])
+    ll = dag_log_likelihood(match, links, sizes, targets)
+    md, ld = match.detach().double().requires_grad_(), links.detach().double().requires_grad_()
+    expected = torch.stack([brute(md[b], ld[b], int(sizes[b]), 3)[0] for b in range(2)])
+    torch.testing.assert_close(ll.double(), expected, atol=1e-4, rtol=1e-6)
+    grads = torch.autograd.grad(ll.sum(), [match, links])
+    for got, ref in zip(grads, torch.autograd.grad(expected.sum(), [md, ld])):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got.double(), ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [30.0, 400.0])
+def test_likelihood_is_exact_on_peaked_random_graphs(scale):
+    """Logits scaled up as a trained model's: most vertices are far below their step's best."""
+    g = torch.Generator().manual_seed(5)
+    sizes, M = torch.tensor([7, 6, 5]), 4
+    ok = allowed(7, sizes)
+    match = (torch.randn(3, M, 7, generator=g) * scale).log_softmax(-1).requires_grad_()
+    links = (torch.randn(3, 7, 7, generator=g) * scale).masked_fill(~ok, -1e9).log_softmax(-1).masked_fill(~ok, -math.inf)
+    links.requires_grad_()
+    targets = torch.tensor([4, 3, 4])
+    ll = dag_log_likelihood(match, links, sizes, targets)
+    md, ld = match.detach().double().requires_grad_(), links.detach().double().requires_grad_()
+    expected = torch.stack([brute(md[b], ld[b], int(sizes[b]), int(targets[b]))[0] for b in range(3)])
+    torch.testing.assert_close(ll.double(), expected, atol=1e-3, rtol=1e-6)
+    grads = torch.autograd.grad(ll.sum(), [match, links])
+    for got, ref in zip(grads, torch.autograd.grad(expected.sum(), [md, ld])):
+        torch.testing.assert_close(got.double(), ref, atol=1e-5, rtol=1e-5)
+
+
 def test_best_alignment_is_the_best_path_by_enumeration():
     match, links, sizes = random_graph([7, 6, 4], M=4, seed=2)
     targets = torch.tensor([4, 3, 4])

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-TINY = torch.finfo(torch.float32).tiny  # the floor of a sum of probabilities before its log
+SURE = {torch.float32: 1e-30, torch.float64: 1e-290}  # a sum of probabilities at least this is exact to rounding
+FAR = -1e30  # a finite log-probability that no path's score comes near
 
 
 def _first_vertex(match_0: Tensor) -> Tensor:
@@ -21,28 +22,69 @@ def _first_vertex(match_0: Tensor) -> Tensor:
     return match_0.masked_fill(~first, float("-inf"))
 
 
+def _on_a_completing_path(m: int, L: int, graph_lengths: Tensor, target_lengths: Tensor) -> Tensor:
+    """(B, L) True at the vertices that the m-th target token can sit on in a path that ends at the last
+    vertex: m <= j and j - m <= L_b - M_b (enough vertices left for the remaining tokens)."""
+    j = torch.arange(L, device=graph_lengths.device)[None, :]  # (1, L)
+    return (j >= m) & (j - m <= (graph_lengths - target_lengths)[:, None]) & (m < target_lengths)[:, None]
+
+
+def _scaled_forward(match: Tensor, links: Tensor, graph_lengths: Tensor, target_lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """The forward algorithm with scaled probabilities, in match's dtype. -> the likelihood (B,) before
+    the fit mask, and the rows (B,) where a vertex of a completing path fell below SURE of its step's
+    best: there terms may have underflowed, or the floor at the dtype's tiny (which keeps gradients
+    finite) lifted a value, so the row's answer is not exact."""
+    B, M, L = match.shape
+    trans = links.exp()  # (B, L, L) transition probabilities, 0 where not allowed
+    alpha = _first_vertex(match[:, 0])  # (B, L)
+    last_vertex = (graph_lengths - 1).clamp(min=0)[:, None]  # (B, 1)
+    answer = alpha.gather(1, last_vertex).squeeze(1).masked_fill(target_lengths != 1, 0.0)  # (B,)
+    doubtful = torch.zeros(B, dtype=torch.bool, device=match.device)
+    for m in range(1, M):
+        shift = alpha.amax(-1, keepdim=True).detach()  # (B, 1)
+        prob = (alpha - shift).exp()  # (B, L)
+        mixed = torch.bmm(prob.unsqueeze(1), trans).squeeze(1)  # (B, L) sum over predecessors
+        low = (mixed < SURE[match.dtype]) & _on_a_completing_path(m, L, graph_lengths, target_lengths)
+        doubtful |= low.any(-1)
+        alpha = mixed.clamp(min=torch.finfo(match.dtype).tiny).log() + shift + match[:, m]  # (B, L)
+        here = target_lengths == m + 1  # (B,) rows whose last token is m
+        answer = torch.where(here, alpha.gather(1, last_vertex).squeeze(1), answer)
+    return answer, doubtful
+
+
+def _log_space_forward(match: Tensor, links: Tensor, graph_lengths: Tensor, target_lengths: Tensor) -> Tensor:
+    """The same recursion with a logsumexp over predecessors: exact at any range, O(B M L^2) memory.
+    Links that may not be taken are FAR rather than -inf, so that no gradient is inf - inf."""
+    B, M, L = match.shape
+    alpha = _first_vertex(match[:, 0]).clamp(min=FAR)  # (B, L)
+    links = links.clamp(min=FAR)
+    last_vertex = (graph_lengths - 1).clamp(min=0)[:, None]
+    answer = alpha.gather(1, last_vertex).squeeze(1).masked_fill(target_lengths != 1, 0.0)
+    for m in range(1, M):
+        alpha = torch.logsumexp(alpha[:, :, None] + links, dim=1) + match[:, m]  # (B, L) over predecessors i
+        answer = torch.where(target_lengths == m + 1, alpha.gather(1, last_vertex).squeeze(1), answer)
+    return answer
+
+
 def dag_log_likelihood(match: Tensor, links: Tensor, graph_lengths: Tensor, target_lengths: Tensor) -> Tensor:
     """log P(y | x) summed over every path that emits y: (B,), -inf where the target does not fit.
 
     The forward algorithm over target positions, alpha_m(j) = log sum_i exp(alpha_{m-1}(i) + links(i, j))
-    + match(m, j), in float32 and outside autocast. Each step is one batched product with exp(links)
-    after shifting alpha by its row maximum, so memory is O(B M L) rather than O(B M L^2); a sum of
-    probabilities is floored at TINY before its log (an unreachable vertex keeps ~e^-87 of its row's
-    best instead of -inf, which keeps gradients finite and changes no reachable value measurably)."""
+    + match(m, j), outside autocast. Each step is one batched product with exp(links) after shifting
+    alpha by its row maximum, so memory is O(B M L) rather than O(B M L^2). Float32 holds about e^-69
+    of a step's best exactly; a row with a vertex of a completing path below that is computed again in
+    float64 (e^-667), and if still below, in log space (any range): every row's answer is exact to
+    rounding. Vertices off every completing path may be floored; they cannot change the answer."""
     with torch.autocast(match.device.type, enabled=False):
         match, links = match.float(), links.float()
-        B, M, L = match.shape
-        trans = links.exp()  # (B, L, L) transition probabilities, 0 where not allowed
-        alpha = _first_vertex(match[:, 0])  # (B, L)
-        last_vertex = (graph_lengths - 1).clamp(min=0)[:, None]  # (B, 1)
-        answer = alpha.gather(1, last_vertex).squeeze(1).masked_fill(target_lengths != 1, 0.0)  # (B,)
-        for m in range(1, M):
-            shift = alpha.amax(-1, keepdim=True).detach()  # (B, 1)
-            prob = (alpha - shift).exp()  # (B, L)
-            mixed = torch.bmm(prob.unsqueeze(1), trans).squeeze(1)  # (B, L) sum over predecessors
-            alpha = mixed.clamp(min=TINY).log() + shift + match[:, m]  # (B, L)
-            here = target_lengths == m + 1  # (B,) rows whose last token is m
-            answer = torch.where(here, alpha.gather(1, last_vertex).squeeze(1), answer)
+        answer, doubtful = _scaled_forward(match, links, graph_lengths, target_lengths)
+        if doubtful.any():  # one host synchronisation per call
+            rows = doubtful.nonzero().squeeze(1)
+            part = (match[rows].double(), links[rows].double(), graph_lengths[rows], target_lengths[rows])
+            again, still = _scaled_forward(*part)
+            if still.any():
+                again = torch.where(still, _log_space_forward(*part), again)
+            answer = answer.index_put((rows,), again.float())
         fits = (target_lengths <= graph_lengths) & (target_lengths >= 1)
         return answer.masked_fill(~fits, float("-inf"))
 
