@@ -93,6 +93,26 @@ def test_likelihood_is_exact_when_the_only_way_to_the_end_is_far_below_the_best_
         torch.testing.assert_close(got.double(), ref, atol=1e-5, rtol=1e-5)
 
 
+def test_an_unreachable_vertex_carries_no_mass_into_the_answer():
+    """Vertex 0 links almost surely to the last vertex, so after it the only vertex with any mass is one
+    that no path of 4 tokens can use; the paths that can (y2 on vertices 1 to 3) lie 100 nats lower, no
+    log-prob below -60. A floored value at that vertex must not reach the answer."""
+    L, M = 5, 4
+    ok = torch.ones(L, L, dtype=torch.bool).triu(1)
+    raw = torch.zeros(L, L)
+    raw[0, 1] = raw[0, 2] = raw[0, 3] = -60.0
+    links = raw.masked_fill(~ok, -1e9).log_softmax(-1).masked_fill(~ok, -math.inf)[None].requires_grad_()
+    match = torch.zeros(1, M, L)
+    match[0, 2, 2:] = -40.0  # y2 certain only at vertex 1
+    match.requires_grad_()
+    ll = dag_log_likelihood(match, links, torch.tensor([L]), torch.tensor([M]))
+    md, ld = match.detach().double().requires_grad_(), links.detach().double().requires_grad_()
+    expected = brute(md[0], ld[0], L, M)[0]
+    assert ll.item() == pytest.approx(expected.item(), abs=1e-4)
+    for got, ref in zip(torch.autograd.grad(ll.sum(), [match, links]), torch.autograd.grad(expected, [md, ld])):
+        torch.testing.assert_close(got.double(), ref, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("scale", [30.0, 400.0])
 def test_likelihood_is_exact_on_peaked_random_graphs(scale):
     """Logits scaled up as a trained model's: most vertices are far below their step's best."""

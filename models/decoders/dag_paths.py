@@ -30,22 +30,26 @@ def _on_a_completing_path(m: int, L: int, graph_lengths: Tensor, target_lengths:
 
 
 def _scaled_forward(match: Tensor, links: Tensor, graph_lengths: Tensor, target_lengths: Tensor) -> tuple[Tensor, Tensor]:
-    """The forward algorithm with scaled probabilities, in match's dtype. -> the likelihood (B,) before
-    the fit mask, and the rows (B,) where a vertex of a completing path fell below SURE of its step's
-    best: there terms may have underflowed, or the floor at the dtype's tiny (which keeps gradients
-    finite) lifted a value, so the row's answer is not exact."""
+    """The forward algorithm with scaled probabilities, in match's dtype, over the vertices of completing
+    paths only (the others cannot reach the answer). -> the likelihood (B,) before the fit mask, and the
+    rows (B,) where such a vertex fell below SURE of its step's best: there terms may have underflowed,
+    or the floor at the dtype's tiny (which keeps gradients finite) lifted a value, so the row's answer
+    is not exact."""
     B, M, L = match.shape
     trans = links.exp()  # (B, L, L) transition probabilities, 0 where not allowed
     alpha = _first_vertex(match[:, 0])  # (B, L)
     last_vertex = (graph_lengths - 1).clamp(min=0)[:, None]  # (B, 1)
     answer = alpha.gather(1, last_vertex).squeeze(1).masked_fill(target_lengths != 1, 0.0)  # (B,)
     doubtful = torch.zeros(B, dtype=torch.bool, device=match.device)
+    held = _on_a_completing_path(0, L, graph_lengths, target_lengths)  # (B, L) vertices that may hold token 0
     for m in range(1, M):
-        shift = alpha.amax(-1, keepdim=True).detach()  # (B, 1)
+        # only those carry mass on: a floored value elsewhere (an unreachable vertex) would leak into the answer
+        alpha = alpha.masked_fill(~held, float("-inf"))
+        shift = alpha.amax(-1, keepdim=True).detach().clamp(min=torch.finfo(match.dtype).min)  # (B, 1); none held: 0s
         prob = (alpha - shift).exp()  # (B, L)
         mixed = torch.bmm(prob.unsqueeze(1), trans).squeeze(1)  # (B, L) sum over predecessors
-        low = (mixed < SURE[match.dtype]) & _on_a_completing_path(m, L, graph_lengths, target_lengths)
-        doubtful |= low.any(-1)
+        held = _on_a_completing_path(m, L, graph_lengths, target_lengths)
+        doubtful |= ((mixed < SURE[match.dtype]) & held).any(-1)
         alpha = mixed.clamp(min=torch.finfo(match.dtype).tiny).log() + shift + match[:, m]  # (B, L)
         here = target_lengths == m + 1  # (B,) rows whose last token is m
         answer = torch.where(here, alpha.gather(1, last_vertex).squeeze(1), answer)
@@ -74,7 +78,7 @@ def dag_log_likelihood(match: Tensor, links: Tensor, graph_lengths: Tensor, targ
     alpha by its row maximum, so memory is O(B M L) rather than O(B M L^2). Float32 holds about e^-69
     of a step's best exactly; a row with a vertex of a completing path below that is computed again in
     float64 (e^-667), and if still below, in log space (any range): every row's answer is exact to
-    rounding. Vertices off every completing path may be floored; they cannot change the answer."""
+    rounding."""
     with torch.autocast(match.device.type, enabled=False):
         match, links = match.float(), links.float()
         answer, doubtful = _scaled_forward(match, links, graph_lengths, target_lengths)
