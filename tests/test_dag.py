@@ -143,10 +143,12 @@ def test_best_alignment_is_the_best_path_by_enumeration():
         assert (path[b, targets[b]:] == -1).all()
 
 
-def test_a_target_longer_than_its_graph_has_no_path():
-    match, links, sizes = random_graph([3], M=5, seed=3)
-    path, score = dag_best_alignment(match.detach(), links.detach(), sizes, torch.tensor([5]))
+@pytest.mark.parametrize("size,tokens", [(3, 5), (3, 1)])  # longer than the graph; one token, first != last vertex
+def test_a_target_that_no_path_emits_has_no_path(size, tokens):
+    match, links, sizes = random_graph([size], M=tokens, seed=3)
+    path, score = dag_best_alignment(match.detach(), links.detach(), sizes, torch.tensor([tokens]))
     assert score.item() == -math.inf and (path == -1).all()
+    assert dag_log_likelihood(match, links, sizes, torch.tensor([tokens])).item() == -math.inf
 
 
 # ---------------------------------------------------------------- decoding a hand-written graph
