@@ -48,6 +48,17 @@ def is_at_rows(df: pd.DataFrame) -> pd.Series:
     return df["decoder"].map(autoregressive).astype(bool)
 
 
+def is_speculative_rows(df: pd.DataFrame) -> pd.Series:
+    """Per row: a speculative strategy (a NAT drafts, the AT verifies). Its output is meant to be the
+    AT's greedy output at another speed, so it is neither a NAT system nor the AT reference."""
+    return df.get("strategy_name", pd.Series("", index=df.index)).astype(str) == "speculative"
+
+
+def is_nat_rows(df: pd.DataFrame) -> pd.Series:
+    """Per row: a non-autoregressive system (its own output, not the AT's: no speculative strategy)."""
+    return ~is_at_rows(df) & ~is_speculative_rows(df)
+
+
 ENGINE_TWIN = "-ct2"  # strategy suffix of a plain AT's CTranslate2 twin (evaluation/exported.py)
 
 

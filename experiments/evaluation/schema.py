@@ -163,7 +163,8 @@ SPEED = (
        "lower", "auto", header="Memory MiB", secondary=True),
     _c("timed_equals_evaluated", "number", "the share of the batch-1 timed sentences whose output equals the "
                                            "hypothesis evaluated for them (1: the timed computation is the scored "
-                                           "one)", "higher", ".3f"),
+                                           "one)", "higher", ".3f", header="Timed = scored %", scale=100.0,
+       secondary=True),
     _c("timing_spread", "number", "median over calls of (max - min) / median of their repeated timings"),
     _c("timing_session", "label", "when the timing phase that timed this row ran (UTC): a row's speed-ups were "
                                   "measured beside its task and seed's baseline in that session; rows of different "

@@ -7,11 +7,14 @@ one seed: its bootstrap interval), never a standard deviation.
 """
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
-from atnat.experiments.evaluation.baseline import is_at_rows, is_engine_twin, reference_at_rows
-from atnat.experiments.reporting.aggregate import aggregate_seeds, interval, seeds_of
+from atnat.experiments.evaluation.baseline import is_engine_twin, is_nat_rows, reference_at_rows
+from atnat.experiments.reporting.aggregate import aggregate_seeds, interval, seeds_of, significant
 from atnat.experiments.reporting.blocks import Block
+from atnat.experiments.reporting.judging import REACH_NAMED, tested_against, within_reach
 from atnat.experiments.reporting.names import plain_names
 from atnat.experiments.reporting.ranking import within_margin
 from atnat.experiments.reporting.results import GridResults, ok_rows
@@ -26,16 +29,25 @@ def _interval_text(row: pd.Series, col: str, digits: int = 2, suffix: str = "") 
     return f"{row[col]:.{digits}f}{suffix}{inside}" + (f" ({k} of {n} seeds)" if k < n else "")
 
 
-def _word(diff: pd.Series | None, margin: float) -> str:
-    """ahead / behind (the paired interval excludes 0), equivalent (inside ±margin), not resolved."""
+def _word(diff: pd.Series | None, margin: float, agrees: bool = True) -> str:
+    """ahead / behind (the paired interval excludes 0, and the paired test agrees where it was run against
+    the same system: `agrees`, as the summary's rule), equivalent (inside ±margin), not resolved."""
     if diff is None or pd.isna(diff["diff_ci_low"]):
         return "–"
     low, high = diff["diff_ci_low"], diff["diff_ci_high"]
-    if low > 0:
+    if low > 0 and agrees:
         return "ahead"
-    if high < 0:
+    if high < 0 and agrees:
         return "behind"
     return "equivalent" if within_margin(low, high, margin) else "not resolved"
+
+
+def _agrees(r: pd.Series, reference: pd.Series | None, part: pd.DataFrame) -> bool:
+    """Does r's paired test (if it was run against the reference itself) agree in every seed?"""
+    if reference is None:
+        return True
+    family_of = dict(zip(part["cell"], part["family"].fillna(part["cell"]))) if "family" in part else {}
+    return significant(r) if tested_against(r, reference, family_of) else True
 
 
 def _task(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series | None]:
@@ -75,7 +87,7 @@ def headline_table(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.Da
         found = comparisons[comparisons["system"] == r["system"]] if len(comparisons) else comparisons
         diff = found.iloc[0] if len(found) else None
         is_ref = reference is not None and r["system"] == reference["system"]
-        word = "reference" if is_ref else _word(diff, g.equivalence_margin)
+        word = "reference" if is_ref else _word(diff, g.equivalence_margin, _agrees(r, reference, part))
         words.append(word)
         rows.append({"System": names[r["system"]], "Seeds": str(int(r["n_seeds"])),
                      "BLEU [95%]": _interval_text(r, "bleu"),
@@ -91,18 +103,23 @@ def headline_table(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.Da
 
 def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
     """At most three sentences: the best NAT against the AT reference (its paired difference and verdict,
-    its batch-1 speed-up over AT greedy); the fastest system the AT reference does not beat beyond noise;
-    the best NAT over the reference AT of speed.reference_at (a deep-encoder/shallow-decoder AT), if timed."""
+    its batch-1 speed-up over AT greedy, and the NATs within reach of it: the best of noisy means is not a
+    winner by itself); the fastest system the AT reference does not beat beyond noise (and those whose
+    speed interval reaches its own); the best NAT against the greedy of speed.reference_at's AT (a
+    deep-encoder/shallow-decoder AT), if timed."""
     agg, comparisons, reference = _task(g, task, part)
     if reference is None:
         return f"{task}: no finished AT system to compare with."
     names = plain_names(agg)
     ref_name = names[reference["system"]]
-    nats = agg[~is_at_rows(agg) & agg["bleu"].notna() & (agg.get("strategy_name") != "speculative")]
+    nats = agg[is_nat_rows(agg) & agg["bleu"].notna()]
 
     def diff_of(system: str) -> pd.Series | None:
         found = comparisons[comparisons["system"] == system] if len(comparisons) else comparisons
         return found.iloc[0] if len(found) else None
+
+    def word(r: pd.Series) -> str:
+        return _word(diff_of(r["system"]), g.equivalence_margin, _agrees(r, reference, part))
 
     seeds = int(reference["n_seeds"])
     sentences = [f"{task} ({seeds} seed{'s' if seeds != 1 else ''}{'; speed at ' + threads if threads else ''}):"]
@@ -110,23 +127,58 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
         best = nats.loc[nats["bleu"].idxmax()]
         diff = diff_of(best["system"])
         gap = "" if diff is None else (f", {diff['bleu_diff']:+.2f} [{diff['diff_ci_low']:+.2f}, {diff['diff_ci_high']:+.2f}]"
-                                       f" against {ref_name} ({reference['bleu']:.2f}): {_word(diff, g.equivalence_margin)}")
+                                       f" against {ref_name} ({reference['bleu']:.2f}): {word(best)}")
         speed = "" if pd.isna(best.get("speedup_vs_at")) else \
             f", at {_interval_text(best, 'speedup_vs_at', suffix='×')} AT greedy's batch-1 speed"
-        sentences.append(f"the best NAT is {names[best['system']]} at {best['bleu']:.2f} BLEU{gap}{speed}.")
-    level = [(r, diff_of(r["system"])) for _, r in agg.iterrows() if r["system"] != reference["system"]]
-    level = [r for r, d in level if d is not None and _word(d, g.equivalence_margin) != "behind"
-             and pd.notna(r.get("speedup_vs_at")) and not is_engine_twin(pd.DataFrame([r])).iloc[0]]
+        near = [names[r["system"]] for r, _ in within_reach(nats, best, g.ranking)]
+        reach = (f"; {_listing(near)} {'is' if len(near) == 1 else 'are'} within reach of it"
+                 + ("" if len(near) <= 2 else " (the summary lists them)" if len(near) <= REACH_NAMED else
+                    " (the summary lists the closest)")) if near else ""
+        sentences.append(f"the best NAT by mean BLEU is {names[best['system']]} at {best['bleu']:.2f} BLEU{gap}{speed}{reach}.")
+    level = [r for _, r in agg.iterrows() if r["system"] != reference["system"] and diff_of(r["system"]) is not None
+             and word(r) != "behind" and pd.notna(r.get("speedup_vs_at")) and not is_engine_twin(pd.DataFrame([r])).iloc[0]]
     if level:
         fast = max(level, key=lambda r: r["speedup_vs_at"])
+        low = interval(fast, "speedup_vs_at")[0]
+        rivals = [names[r["system"]] for r in level if r["system"] != fast["system"]
+                  and pd.notna(interval(r, "speedup_vs_at")[1]) and interval(r, "speedup_vs_at")[1] >= low]
+        overlap = "" if not rivals else (f" (on the mean: the speed interval of {_listing(rivals)} reaches its own)"
+                                         if len(rivals) == 1 else
+                                         f" (on the mean: the speed intervals of {_listing(rivals)} reach its own)")
         sentences.append(f"The fastest system not behind it beyond noise is {names[fast['system']]}, at "
-                         f"{_interval_text(fast, 'speedup_vs_at', suffix='×')} AT greedy's batch-1 speed.")
+                         f"{_interval_text(fast, 'speedup_vs_at', suffix='×')} AT greedy's batch-1 speed{overlap}.")
     if len(nats) and "speedup_vs_ref_at" in agg and pd.notna(best.get("speedup_vs_ref_at")):
-        base = str(best.get("ref_at_baseline", "")).split(" / ")
-        sentences.append(f"Against the {base[0].rsplit('-s', 1)[0]} AT's greedy it runs at "
+        cell = str(best.get("ref_at_baseline", "")).split(" / ")[0]
+        ref_at = names.get(f"{re.sub(r'-s[0-9]+$', '', cell)} / greedy", f"{re.sub(r'-s[0-9]+$', '', cell)} AT greedy")
+        sentences.append(f"Against {ref_at}, {names[best['system']]} runs at "
                          f"{_interval_text(best, 'speedup_vs_ref_at', suffix='×')} at batch 1.")
     return " ".join(sentences[:1] + [sentences[1][0].upper() + sentences[1][1:]] + sentences[2:4]) \
         if len(sentences) > 1 else sentences[0]
+
+
+def cautions(ok: pd.DataFrame) -> list[str]:
+    """Sentences for the first screen where a run did not do what its numbers assume: a speculative system
+    whose output differs from its AT verifier's greedy output, a system whose timed computation did not
+    reproduce the hypotheses scored for it. Per task, seed by seed (a mean would hide one bad seed)."""
+    out = []
+    for col, what in (("verifier_greedy_match", "is not lossless: its output differs from its AT verifier's greedy "
+                                                "output in some test sentences"),
+                      ("timed_equals_evaluated", "was timed on a computation that did not reproduce the hypotheses "
+                                                 "scored for it in every timed sentence, so its speed is not that of its "
+                                                 "BLEU")):
+        if col not in ok:
+            continue
+        bad = ok[pd.to_numeric(ok[col], errors="coerce") < 1.0]
+        for (task, family, strategy), rows in bad.groupby(["task", "family", "strategy"], sort=False):
+            shares = ", ".join((f"seed {int(r['seed'])}: " if pd.notna(r.get("seed")) else "") + f"{100 * float(r[col]):.1f}%"
+                               for _, r in rows.iterrows())
+            out.append(f"Caution ({task}): `{family} / {strategy}` {what} ({col} {shares}).")
+    return out
+
+
+def _listing(names: list[str]) -> str:
+    """'A', 'A and B', or for more (names hold commas) '5 others'."""
+    return names[0] if len(names) == 1 else " and ".join(names) if len(names) == 2 else f"{len(names)} others"
 
 
 def headline_blocks(g: GridResults, threads: str) -> tuple[list[Block], list[Block]]:
@@ -138,6 +190,7 @@ def headline_blocks(g: GridResults, threads: str) -> tuple[list[Block], list[Blo
         return [Block("heading", "Verdict", 2), Block("para", "No cell has finished: nothing to compare yet.")], []
     tasks = list(ok.groupby("task", sort=False))
     blocks = [Block("heading", "Verdict", 2), *[Block("para", verdict(g, task, part, threads)) for task, part in tasks]]
+    blocks += [Block("para", text) for text in cautions(ok)]
     tables = [headline_table(g, task, part)[0].assign(Task=task) for task, part in tasks]
     table = pd.concat(tables, ignore_index=True).fillna("–")
     order = (["Task"] if len(tasks) > 1 else []) + [c for c in tables[0].columns if c != "Task"]
@@ -145,7 +198,8 @@ def headline_blocks(g: GridResults, threads: str) -> tuple[list[Block], list[Blo
     note = Block("note", "Headline table: intervals are 95%: Student's t over the seeds with the test-sentence variance "
                          "added (one seed: the test sentences resampled only). Δ BLEU is paired with the AT "
                          "reference, sentence by sentence and seed by seed; the verdict says ahead or behind "
-                         f"when its interval excludes 0, equivalent inside ±{g.equivalence_margin:g} BLEU, not "
+                         "when its interval excludes 0 and the paired test agrees, equivalent inside "
+                         f"±{g.equivalence_margin:g} BLEU, not "
                          "resolved otherwise. Speed-ups are paired ratios of the same sentences' times, widened to "
                          "the A/A noise floor. Every system, every strategy: the overview below.")
     return blocks, [note]

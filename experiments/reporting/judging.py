@@ -11,8 +11,9 @@ import re
 
 import pandas as pd
 
-from atnat.experiments.evaluation.baseline import is_at_rows, reference_at_rows
+from atnat.experiments.evaluation.baseline import is_at_rows, is_nat_rows, reference_at_rows
 from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, interval, robust_front, seeds_of, significant
+from atnat.experiments.reporting.names import lossy_mark
 from atnat.experiments.reporting.ranking import MAIN, paired, within_margin
 from atnat.experiments.reporting.results import GridResults, ok_rows
 
@@ -63,9 +64,7 @@ def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin
     if n < max(nat["n_seeds"], at["n_seeds"]):  # the means above hold other seeds than the difference
         over += f"; paired on the {n} seed{'s' if n != 1 else ''} both have"
     interval = f"{d:+.2f} BLEU [{low:+.2f}, {high:+.2f}] ({over})"
-    base_cell, _, base_strategy = str(nat.get("p_baseline", "")).partition(" / ")
-    tested = (base_strategy == at["strategy"]  # the p-values are against this very system (family and strategy)
-              and (family_of or {}).get(base_cell, base_cell) == at["family"])
+    tested = tested_against(nat, at, family_of)
     agrees = significant(nat) if tested else True
     if (low > 0 or high < 0) and agrees:
         test = ""
@@ -79,6 +78,13 @@ def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin
     why = ("the paired test is missing for a seed" if untested else "the paired test does not agree in every seed") \
         if (low > 0 or high < 0) else f"the interval holds 0 but is not inside ±{margin:g}"
     return f"not resolved: {interval}; {why}"
+
+
+def tested_against(nat: pd.Series, at: pd.Series, family_of: dict[str, str] | None = None) -> bool:
+    """Are nat's paired-test p-values (bleu_p_holm, against p_baseline) against this very system (family
+    and strategy)? Then a claim of ahead or behind also needs the test to agree (aggregate.significant)."""
+    base_cell, _, base_strategy = str(nat.get("p_baseline", "")).partition(" / ")
+    return base_strategy == at["strategy"] and (family_of or {}).get(base_cell, base_cell) == at["family"]
 
 
 def _mixing(agg: pd.DataFrame) -> str:
@@ -156,9 +162,9 @@ def _task_summary(task: str, part: pd.DataFrame, comparisons: pd.DataFrame | Non
     beaten in both BLEU and speed-up."""
     agg = aggregate_seeds(part)
     mixing = _mixing(agg)
-    at_rows = is_at_rows(agg)
+    nat_rows = is_nat_rows(agg)  # a speculative strategy is the AT's output at another speed: not a NAT system
     reference = reference_at_rows(agg, baseline)  # our AT (never its engine twin), the declared baseline's
-    at, nat = _best(agg[reference]), _best(agg[~at_rows])
+    at, nat = _best(agg[reference]), _best(agg[nat_rows])
     declared = baseline and "variant" in agg and (agg.loc[reference, "variant"].astype(str) == baseline).all()
     what = f"the AT baseline (`baseline: {baseline}`)" if declared else "the best AT system"
     rest = f"{what} is {_name(at)}" if at is not None else "there is no AT baseline"
@@ -174,12 +180,12 @@ def _task_summary(task: str, part: pd.DataFrame, comparisons: pd.DataFrame | Non
         if pd.notna(nat.get("timing_threads")) else timing
     speed = _speed(nat, threads)
     text += f". It runs {speed}" if speed else ""
-    text += _within_reach(agg[~at_rows], nat, ranking)
+    text += _within_reach(agg[nat_rows], nat, ranking)
     front = robust_front(agg, "speedup_vs_at", "bleu")
     if not front.empty:  # NAT systems first, fastest first: the ones a reader is looking for
-        front = front.assign(_at=is_at_rows(front)).sort_values(["_at", "speedup_vs_at"], ascending=[True, False],
+        front = front.assign(_at=~is_nat_rows(front)).sort_values(["_at", "speedup_vs_at"], ascending=[True, False],
                                                                  kind="stable")
-    listed = [f"`{r['family']} / {r['strategy']}`" for _, r in front.iterrows()]
+    listed = [f"`{r['family']} / {r['strategy']}`{lossy_mark(r)}" for _, r in front.iterrows()]
     if len(listed) > FRONT_NAMED:  # a few names; the figure rings them all
         listed = listed[:FRONT_NAMED] + [f"{len(listed) - FRONT_NAMED} more (ringed in the figure)"]
     return text + (". Not clearly beaten in both BLEU and batch-1 speed-up over AT greedy (NAT first, fastest "
@@ -214,6 +220,21 @@ def _speed(nat: pd.Series, threads: str) -> str:
     return text + f" ({seeds}{', ' + threads if threads else ''}; 95% intervals, at least the A/A noise floor)"
 
 
+def within_reach(nats: pd.DataFrame, best: pd.Series, ranking: pd.DataFrame | None = None) -> list[tuple]:
+    """The other systems of `nats` not clearly below `best` in BLEU, best first, each with its paired
+    interval against it (ranking.csv) or None where the pair was not compared (their own 95% intervals
+    overlap then): [(row, pair)]. The one rule of "within reach" (see _within_reach)."""
+    near = []
+    for _, r in nats.dropna(subset=["bleu"]).sort_values("bleu", ascending=False, kind="stable").iterrows():
+        if r["family"] == best["family"] and r["strategy"] == best["strategy"]:
+            continue
+        pair = paired(ranking, f"{r['family']} / {r['strategy']}", f"{best['family']} / {best['strategy']}")
+        if (pair is not None and pair["high"] < 0) or (pair is None and beyond_spread(r, best, "bleu")):
+            continue
+        near.append((r, pair))
+    return near
+
+
 def _within_reach(nats: pd.DataFrame, best: pd.Series, ranking: pd.DataFrame | None = None) -> str:
     """The other NAT systems not clearly below the best one - the best of several noisy means may be
     ahead by luck - each with its difference and batch-1 speed. Clearly below: the paired 95% interval
@@ -221,19 +242,12 @@ def _within_reach(nats: pd.DataFrame, best: pd.Series, ranking: pd.DataFrame | N
     relation, where the pair was not compared, their own 95% intervals are disjoint (a conservative test,
     said so). Two intervals against the same AT are no test of the pair: each carries the AT's noise."""
     near = []
-    for _, r in nats.dropna(subset=["bleu"]).sort_values("bleu", ascending=False, kind="stable").iterrows():
-        if r["family"] == best["family"] and r["strategy"] == best["strategy"]:
-            continue
-        pair = paired(ranking, f"{r['family']} / {r['strategy']}", f"{best['family']} / {best['strategy']}")
+    for r, pair in within_reach(nats, best, ranking):
         if pair is not None:
-            if pair["high"] < 0:
-                continue
             n = pair["n_seeds"]
             diff, low, high = (v + 0.0 for v in (pair["diff"], pair["low"], pair["high"]))  # no "-0.00"
             what = (f"{r['bleu']:.2f} BLEU, {diff:+.2f} [{low:+.2f}, {high:+.2f}] against the "
                     f"best NAT, paired on {n} seed{'s' if n != 1 else ''}")
-        elif beyond_spread(r, best, "bleu"):
-            continue
         else:
             what = f"{r['bleu']:.2f} BLEU: not paired with the best NAT; its 95% interval overlaps the best one's"
         k, n = seeds_of(r, "speedup_vs_at"), int(r["n_seeds"])

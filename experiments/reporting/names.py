@@ -51,6 +51,16 @@ def strategy_name(row: pd.Series) -> str:
     return label
 
 
+def lossy_mark(row: pd.Series) -> str:
+    """' (not lossless: ...)' after a speculative system whose output was not its AT verifier's greedy
+    output in every test sentence (verifier_greedy_match below 1; with several seeds, their mean); ''
+    for every other system."""
+    match = row.get("verifier_greedy_match")
+    if match is None or pd.isna(match) or float(match) >= 1.0:
+        return ""
+    return f" (not lossless: its output equals AT greedy's in {100 * float(match):.1f}% of test sentences)"
+
+
 def system_name(row: pd.Series, split_shown: bool = False) -> str:
     """A system in plain words: the decoder (its glancing, its layer split where `split_shown`), how it was
     trained (distilled / on the references, for a NAT), and how it decodes."""
@@ -68,7 +78,7 @@ def system_name(row: pd.Series, split_shown: bool = False) -> str:
     if bool(is_at_rows(pd.DataFrame([row])).iloc[0]):
         return f"{name}{split} {strategy}"
     if str(row.get("strategy_name")) == "speculative":
-        return f"{name} drafts, AT verifies: {strategy}"
+        return f"{name} drafts, AT verifies: {strategy}{lossy_mark(row)}"
     trained = "distilled" if bool(row.get("distilled")) else "on the references"
     return f"{name}, {trained}, {strategy}"
 

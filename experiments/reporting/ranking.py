@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from atnat.experiments.evaluation.baseline import is_at_rows
+from atnat.experiments.evaluation.baseline import is_nat_rows
 from atnat.experiments.evaluation.evaluate import read_references
 from atnat.experiments.evaluation.metrics.quality import bleu_difference, relevel
 
@@ -139,7 +139,7 @@ def rank_systems(df: pd.DataFrame, extra: pd.DataFrame | None, runs: Path, *, ma
                         if other != name and place[a] > place[b] and "flip" not in wanted[name].get((a, b), []):
                             wanted[name].setdefault((a, b), []).append("flip")
         known = "autoregressive" in part or "decoder" in part  # a table that says which systems are AT
-        nat = set(part.loc[~is_at_rows(part).to_numpy(), "system"]) if known else set()
+        nat = set(part.loc[is_nat_rows(part).to_numpy(), "system"]) if known else set()
         best = next((s for s in means[MAIN].sort_values(ascending=False, kind="stable").index if s in nat), None)
         if best in files[MAIN]:  # the summary's best NAT (by mean, hypotheses or not): only it, never a runner-up
             for other in (s for s in order[MAIN] if s in nat and s != best):  # clearly below it, or within reach

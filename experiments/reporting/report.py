@@ -60,7 +60,7 @@ def _spread(r: pd.Series, col: str, digits: int, scale: float = 1.0) -> str:
 OVERVIEW_ORDER = ("mixing_rate", "bleu", "bleu_tok", "chrf", "exact_match", "latency_ms_b1", "speedup_vs_at",
                   "speedup_vs_ref_at", "speedup_vs_ct2", "throughput_sents_s", "throughput_speedup_vs_at",
                   "throughput_speedup_vs_ref_at", "decoder_passes", "verifier_passes", "acceptance_length",
-                  "verifier_greedy_match",
+                  "verifier_greedy_match", "timed_equals_evaluated",
                   "decode_memory_mb", "repetition_rate", "length_exact", "error_propagation", "bleu_p_holm")
 # which way is better for a results.csv column: an overview column with a direction has its best value
 # per task marked (bold) and its first sort click puts the best first
