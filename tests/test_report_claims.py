@@ -160,3 +160,10 @@ def test_a_goal_judged_on_fewer_timed_seeds_says_how_many(tmp_path):
     g = folder(tmp_path, frame)
     row = goal_row(g, "speculative")
     assert row["Interval"] == "95% (one seed, 1 of 3)"
+
+
+def test_the_verdict_says_when_the_best_nat_has_fewer_seeds_than_the_reference(tmp_path):
+    frame = table()
+    frame = frame[~((frame["variant"] == "dat-kd") & (frame["seed"] == 3))]  # its third seed failed
+    text = verdict(folder(tmp_path, frame), "en-de", ok_rows(frame), "1 CPU thread")
+    assert "joint Viterbi at 36.40 BLEU (2 of 3 seeds)," in text

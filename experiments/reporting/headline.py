@@ -134,7 +134,9 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
         reach = (f"; {_listing(near)} {'is' if len(near) == 1 else 'are'} within reach of it"
                  + ("" if len(near) <= 2 else " (the summary lists them)" if len(near) <= REACH_NAMED else
                     " (the summary lists the closest)")) if near else ""
-        sentences.append(f"the best NAT by mean BLEU is {names[best['system']]} at {best['bleu']:.2f} BLEU{gap}{speed}{reach}.")
+        fewer = f" ({int(best['n_seeds'])} of {seeds} seeds)" if int(best["n_seeds"]) < seeds else ""  # a seed failed
+        sentences.append(f"the best NAT by mean BLEU is {names[best['system']]} at {best['bleu']:.2f} BLEU{fewer}{gap}"
+                         f"{speed}{reach}.")
     level = [r for _, r in agg.iterrows() if r["system"] != reference["system"] and diff_of(r["system"]) is not None
              and word(r) != "behind" and pd.notna(r.get("speedup_vs_at")) and not is_engine_twin(pd.DataFrame([r])).iloc[0]]
     if level:
