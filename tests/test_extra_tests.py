@@ -63,3 +63,22 @@ def test_a_second_test_split_is_scored_tabulated_and_ranked(tmp_path, monkeypatc
     # the grid's goal pair (main test set) and its compare pair (both test sets) reach ranking.csv and the report
     assert ranking.relation.str.contains("goal").sum() == 1 and ranking.relation.str.contains("compare").sum() == 2
     assert "## Comparisons the grid asks for" in report and "| paired 95% (1 seed) |" in report
+
+
+def test_an_extra_test_name_that_would_write_outside_the_run_folder_is_refused(tmp_path):
+    """Its name names the run's files (references@NAME.txt, hyps/LABEL@NAME.txt): a path is refused up front,
+    even where files of that name exist."""
+    import pytest
+
+    from atnat.experiments.config.run import ConfigError, run_config_from_dict
+
+    data = tmp_path / "a" / "data"
+    data.mkdir(parents=True)
+    parallel_files(data)
+    (tmp_path / "leak").mkdir()
+    for side in ("xx", "yy"):
+        shutil.copy(data / f"valid.{side}", tmp_path / "leak" / f"t.{side}")
+    spec = grid(data, ["../../leak/t"])["base"]
+    with pytest.raises(ConfigError, match=r"eval.extra_tests: a name: '../../leak/t' cannot name a folder or file: it "
+                                          "holds a path separator"):
+        run_config_from_dict({**spec, "name": "r", "decoder": "at"}, "r")

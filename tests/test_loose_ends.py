@@ -125,3 +125,36 @@ def test_a_cache_stamped_by_size_and_time_before_checksums_is_reused_for_the_sam
     weights = run / "checkpoints" / "best.ckpt"
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # rewritten since
     assert distill.distilled_targets(run, src, src, {"name": "greedy"})[0] == ["decoded", "again", "!"]
+
+
+def test_a_teacher_checkpoint_outside_a_run_keeps_its_cache_in_the_atnat_cache(teacher, tmp_path, monkeypatch):
+    """Two checkpoint files side by side in a data folder: each gets its own cache, in the atnat cache,
+    and nothing is written beside them."""
+    monkeypatch.setattr(distill, "CACHE_DIR", tmp_path / "cache")
+    teacher(["x", "y"])
+    folder = tmp_path / "data" / "teachers"
+    folder.mkdir(parents=True)
+    (folder / "a.ckpt").write_bytes(b"A")
+    (folder / "b.ckpt").write_bytes(b"BB")
+    decoded = []
+    monkeypatch.setattr(distill, "distill_sources", lambda module, tok, sources, spec, **_: decoded.append(1) or ["x", "y"])
+    for weights in ("a", "b", "a", "b"):
+        distill.distilled_targets(folder / f"{weights}.ckpt", ["s", "t"], ["x", "y"], {"name": "greedy"})
+    assert len(decoded) == 2  # each teacher once
+    assert sorted(p.name for p in (tmp_path / "data").rglob("*")) == ["a.ckpt", "b.ckpt", "teachers"]
+    caches = {distill.cache_dir(folder / f"{w}.ckpt", {"name": "greedy"}) for w in "ab"}
+    assert len(caches) == 2 and all(tmp_path / "cache" in c.parents for c in caches)
+    run = teacher(["x", "y"])  # a checkpoint inside a run: the run's folder, as before
+    assert distill.teacher_dir(run / "checkpoints" / "best.ckpt") == run == distill.teacher_dir(run)
+
+
+@pytest.mark.parametrize("damage", [("meta.json", b'{"checkpoint": '), ("meta.json", b"\xff\xfe"), ("train.txt", b"\xff\n\xff\n")])
+def test_a_damaged_distillation_cache_is_decoded_again_and_named(teacher, capsys, damage):
+    run = teacher(["x", "y"])
+    distill.distilled_targets(run, ["s", "t"], ["x", "y"], {"name": "greedy"})
+    cache = distill.cache_dir(run, {"name": "greedy"})
+    (cache / damage[0]).write_bytes(damage[1])
+    teacher(["again", "!"])
+    assert distill.distilled_targets(run, ["s", "t"], ["x", "y"], {"name": "greedy"})[0] == ["again", "!"]
+    assert f"the distillation cache {cache} is damaged" in capsys.readouterr().err
+    assert distill.distilled_targets(run, ["s", "t"], ["x", "y"], {"name": "greedy"})[0] == ["again", "!"]  # written anew

@@ -2,6 +2,7 @@
 encoding in memory; the sentencepiece vocabulary learned from a seeded sample of a large training split."""
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -94,6 +95,19 @@ def test_the_cache_is_encoded_once_verified_on_open_and_a_damaged_entry_encoded_
     assert len(calls) == 3 * encoded
     changed = prepare(SideText(lines=src), SideText(lines=tgt[:-1] + ["w3"]), tok, name="train", cache_dir=tmp_path)
     assert changed.folder != first.folder and changed.n == 500
+
+
+@pytest.mark.parametrize("pairs", [-1, 10**12, 499, "500", True])
+def test_an_entry_whose_meta_miscounts_its_pairs_is_set_aside_and_encoded_again(tmp_path, capsys, pairs):
+    src, tgt = corpus(500)
+    tok = SymbolTokenizer(WORDS)
+    entry = prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path)
+    before = np.array(entry.src_ids)
+    meta = json.loads((entry.folder / "meta.json").read_text())
+    (entry.folder / "meta.json").write_text(json.dumps({**meta, "pairs": pairs}))
+    healed = prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path)
+    assert "does not match its lengths files" in capsys.readouterr().err
+    assert healed.n == 500 and np.array_equal(healed.src_ids, before)
 
 
 def test_files_are_streamed_like_read_lines_and_bad_files_named(tmp_path):

@@ -36,7 +36,8 @@ class Ranged(http.server.SimpleHTTPRequestHandler):
             self.end_headers()
             return
         self.send_response(206 if start else 200)
-        self.send_header("Content-Length", str(len(body) - start))
+        if start or self.server.lengths:  # `lengths` False: a 200 without its length, ended by closing
+            self.send_header("Content-Length", str(len(body) - start))
         if start:
             self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
         self.end_headers()
@@ -46,7 +47,7 @@ class Ranged(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture
 def server():
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Ranged))
-    httpd.requested, httpd.ranges, httpd.cut = [], True, {}
+    httpd.requested, httpd.ranges, httpd.cut, httpd.lengths = [], True, {}, True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield httpd, f"http://127.0.0.1:{httpd.server_address[1]}/wmt14"
     httpd.shutdown()
@@ -146,3 +147,22 @@ def test_a_file_that_passes_the_given_sums_replaces_a_wrong_first_record(server,
     download_wmt14(out, base_url=url, sums_file=trusted, log=lambda _: None)
     assert (out / "SHA256SUMS").read_text() == recorded
     download_wmt14(out, base_url=url, log=lambda _: None)  # checked against the corrected record
+
+
+@pytest.mark.parametrize("ranges", [True, False])
+def test_a_download_of_unsaid_length_is_checked_for_its_end_before_it_is_kept(server, tmp_path, ranges):
+    """The server sends no length and closes after 300 bytes: a server that answers a range request for
+    the rest completes the file; one that ignores ranges cannot tell a cut file from a whole one, so the
+    download is an error and nothing is recorded."""
+    httpd, url = server
+    httpd.lengths, httpd.ranges, httpd.cut["train.de"] = False, ranges, 300
+    out = tmp_path / "d"
+    if ranges:
+        download_wmt14(out, base_url=url, log=lambda _: None)
+        assert (out / "train.de").read_bytes() == FAKE["train.de"] and ("train.de", "bytes=300-") in httpd.requested
+        assert (out / "train.en").read_bytes() == FAKE["train.en"]  # whole at once: the probe finds its end
+        return
+    with pytest.raises(AtnatError, match="train.en: could not download .*the server gave no length and ignores range "
+                                         "requests"):
+        download_wmt14(out, base_url=url, log=lambda _: None)
+    assert not (out / "train.en").exists() and not (out / "SHA256SUMS").exists()

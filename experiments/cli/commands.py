@@ -205,13 +205,15 @@ def cmd_distill(args) -> None:
             run_config_from_dict,  # lazy: start-up
         )
         from atnat.experiments.modelfiles.export import is_export_dir  # lazy: start-up
-        from atnat.experiments.training.distill import teacher_dir  # lazy: start-up
+        from atnat.experiments.training.distill import teacher_run_dir  # lazy: start-up
 
-        cfg_path = teacher_dir(args.teacher) / "config.json"
         if is_export_dir(Path(args.teacher)):
             raise AtnatError(f"{args.teacher} is an export directory (no training data): give --input SOURCE_FILE")
-        if not cfg_path.is_file():
-            raise AtnatError(f"{cfg_path} not found: give --input SOURCE_FILE or a teacher run directory")
+        run = teacher_run_dir(args.teacher)
+        cfg_path = None if run is None else run / "config.json"
+        if cfg_path is None or not cfg_path.is_file():
+            raise AtnatError(f"{args.teacher} is not a run directory or a checkpoint in one (no config.json beside "
+                             "its checkpoints/): give --input SOURCE_FILE or a teacher run directory")
         cfg = run_config_from_dict(json.loads(cfg_path.read_text()), str(cfg_path))
         src, tgt = load_task(cfg).splits["train"]
         lines, meta = distilled_targets(args.teacher, src, tgt, spec, device=device)

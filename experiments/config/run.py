@@ -290,6 +290,7 @@ def validate(cfg: RunConfig, where: str) -> RunConfig:
         raise ConfigError(f"{where}: {err}") from None
     for name in cfg.eval.extra_tests:  # read now, not after hours of training
         try:
+            path_part(name, "a name")  # it names the run's files references@NAME.txt and hyps/LABEL@NAME.txt
             task_cls(make(task_cls.Options, task_opts, f"{where}: task ({task_name})"), cache_dir=CACHE_DIR).extra_split(name)
         except AtnatError as err:
             raise ConfigError(f"{where}: eval.extra_tests: {err}") from None

@@ -192,6 +192,10 @@ def _open(folder: Path) -> Arrays | None:
                 raise ValueError(f"{file} has {path.stat().st_size} bytes, {files[file]['bytes']} were written")
             if sha256(path) != files[file]["sha256"]:
                 raise ValueError(f"{file} does not match the sha256 recorded when it was written")
+        pairs = meta.get("pairs")
+        if isinstance(pairs, bool) or not isinstance(pairs, int) or pairs < 0 or \
+                any(int(files[f"{side}.lengths"]["bytes"]) != 4 * pairs for side in SIDES):
+            raise ValueError(f"meta.json's pairs ({pairs!r}) does not match its lengths files")
         arrays = Arrays(folder, meta)
         itemsize = np.dtype(meta["dtype"]).itemsize
         for side in SIDES:

@@ -51,10 +51,12 @@ def _content_range(header: str | None) -> tuple[int | None, int | None]:
     return (int(start) if start.isdigit() else None), (int(total) if total.isdigit() else None)
 
 
-def _stream(url: str, part: Path, timeout: float, again: bool = True) -> None:
+def _stream(url: str, part: Path, timeout: float, again: bool = True, probe: bool = False) -> int | None:
     """Append the rest of `url` to `part` (a range request from its size; from the start where the
     server ignores ranges); ValueError where the part does not end up as long as the server said the file is
-    (a connection closed early: the part is kept, a later run resumes it)."""
+    (a connection closed early: the part is kept, a later run resumes it). -> the file's size where the
+    server said it, else None. With `probe` (after a download of unsaid size) only a server that answers
+    the range request can go on; ValueError where it ignores it (it cannot tell a whole file from a cut one)."""
     have = part.stat().st_size if part.exists() else 0
     request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
     try:
@@ -62,8 +64,8 @@ def _stream(url: str, part: Path, timeout: float, again: bool = True) -> None:
     except urllib.error.HTTPError as err:
         if err.code == 416 and have:  # the range starts at or past the end
             if _content_range(err.headers.get("Content-Range"))[1] == have:
-                return  # the part is whole
-            if again:  # longer than the file, or of unknown length: not this file's beginning; start over
+                return have  # the part is whole
+            if again and not probe:  # longer than the file, or of unknown length: not this file's beginning; start over
                 part.unlink()
                 return _stream(url, part, timeout, again=False)
         raise
@@ -73,6 +75,9 @@ def _stream(url: str, part: Path, timeout: float, again: bool = True) -> None:
             if start != have:
                 raise ValueError(f"asked for the bytes from {have:,}, the server sent a range starting at {start}")
             mode = "ab"
+        elif probe:
+            raise ValueError("the server gave no length and ignores range requests, so a download cut short cannot be "
+                             "told from a whole one; give the release's sums (--sha256) or another address")
         else:
             length = response.headers.get("Content-Length")
             total, mode = (int(length) if length and length.isdigit() else None), "wb"
@@ -82,6 +87,7 @@ def _stream(url: str, part: Path, timeout: float, again: bool = True) -> None:
     size = part.stat().st_size
     if total is not None and size != total:
         raise ValueError(f"the connection ended at {size:,} of its {total:,} bytes")
+    return total
 
 
 def download_wmt14(out_dir: str | Path, *, base_url: str | None = None, sums_file: str | Path | None = None,
@@ -102,7 +108,8 @@ def download_wmt14(out_dir: str | Path, *, base_url: str | None = None, sums_fil
             url = f"{base}/{name}"
             log(f"{name}: downloading {url}" + (f" (resuming at {part.stat().st_size:,} bytes)" if part.exists() else ""))
             try:
-                _stream(url, part, timeout)
+                if _stream(url, part, timeout) is None and name not in trusted:  # no length, no sum: ask for the rest
+                    _stream(url, part, timeout, probe=True)
             except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as err:
                 reason = getattr(err, "reason", None) or err
                 raise AtnatError(f"{name}: could not download {url} ({reason}); what was downloaded is kept: run the "

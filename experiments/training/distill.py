@@ -1,11 +1,13 @@
 """Sequence-level knowledge distillation (Kim & Rush 2016): an AT teacher re-writes the training
-targets; students train on its outputs. Results are cached in the teacher's run directory."""
+targets; students train on its outputs. Results are cached in the teacher's run directory (a teacher
+outside a run: in the atnat cache)."""
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
 import shutil
+import sys
 from pathlib import Path
 
 from filelock import FileLock
@@ -13,6 +15,7 @@ from filelock import FileLock
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import build_strategy
 from atnat.experiments.data.batching import encode_split
+from atnat.experiments.data.tokenize import CACHE_DIR
 from atnat.experiments.evaluation.decode import decode_split
 from atnat.experiments.evaluation.metrics.quality import bleu_metric
 from atnat.experiments.files import write_json_atomic, write_lines_atomic
@@ -32,9 +35,23 @@ def distill_sources(teacher, tokenizer, sources: list[str], strategy_spec, *, ma
     return lines
 
 
-def teacher_dir(teacher: str | Path) -> Path:
+def teacher_run_dir(teacher: str | Path) -> Path | None:
+    """The run directory of a teacher given as a run directory (it has checkpoints/) or as a checkpoint
+    file in its checkpoints/ folder; None for any other file or an export directory."""
     path = Path(teacher)
-    return path.parent.parent if path.is_file() else path
+    run = path if path.is_dir() else path.parent.parent if path.parent.name == "checkpoints" else None
+    return run if run is not None and (run / "checkpoints").is_dir() else None
+
+
+def teacher_dir(teacher: str | Path) -> Path:
+    """Where a teacher's distillation caches live: its run directory; for a checkpoint file outside a run
+    or an export directory, a folder of the atnat cache named by its resolved path, never the folder
+    around it (a data or model folder, which two teachers would share)."""
+    run = teacher_run_dir(teacher)
+    if run is not None:
+        return run
+    path = Path(teacher).resolve()
+    return CACHE_DIR / "teachers" / f"{path.name}-{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
 
 
 def all_options(strategy_spec) -> tuple[str, dict]:
@@ -87,11 +104,15 @@ def _cached_or_decoded(teacher_path, cache: Path, described: tuple[str, dict], s
     text_path, meta_path = cache / "train.txt", cache / "meta.json"
     stamp, (label, options), digest = checkpoint_stamp(teacher_path), described, _digest(sources)
     if text_path.exists() and meta_path.exists():  # reuse only for the same teacher weights
-        lines = text_path.read_text(encoding="utf-8").split("\n")[:-1]
-        meta = json.loads(meta_path.read_text())
-        if (len(lines) == len(sources) and meta.get("checkpoint") in checkpoint_stamps(teacher_path)
-                and meta.get("options") == options and meta.get("sources_sha256") == digest):
-            return lines, meta
+        try:
+            lines = text_path.read_text(encoding="utf-8").split("\n")[:-1]
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            if (isinstance(meta, dict) and len(lines) == len(sources)
+                    and meta.get("checkpoint") in checkpoint_stamps(teacher_path)
+                    and meta.get("options") == options and meta.get("sources_sha256") == digest):
+                return lines, meta
+        except ValueError as err:  # not UTF-8, not JSON: decoded again, and written over
+            print(f"atnat: the distillation cache {cache} is damaged ({err}); the teacher decodes again", file=sys.stderr)
     module, tokenizer = load_module(teacher_path, map_location=device)
     lines = _in_chunks(cache, {"checkpoint": stamp, "options": options}, sources,
                        lambda part, follow: distill_sources(module, tokenizer, part, strategy_spec,
