@@ -13,7 +13,7 @@ import yaml
 
 from atnat.experiments.cli.commands import main
 from atnat.experiments.config.devices import device_name
-from atnat.experiments.modelfiles.checkpoints import checksum_path
+from atnat.experiments.modelfiles.checkpoints import checksum_path, write_checksum
 from atnat.experiments.modelfiles.loading import evaluation_checkpoint
 from atnat.experiments.provenance import code_version
 from tests.test_extra_tests import tiny_grid_dir
@@ -246,16 +246,18 @@ def test_a_teacher_trained_again_with_other_weights_is_never_filed_beside_studen
     metrics = json.loads((run / "at-s1" / "metrics.json").read_text())
     metrics["rows"][0]["bleu"] = 12.5
     (run / "at-s1" / "metrics.json").write_text(json.dumps(metrics))
-    checksum_path(evaluation_checkpoint(run / "at-s1")).write_text("1" * 64 + "\n")
+    weights = evaluation_checkpoint(run / "at-s1")  # trained again: other bytes, and their checksum beside them
+    weights.write_bytes(weights.read_bytes() + b"\0")
+    write_checksum(weights)
+    new = "sha256-" + checksum_path(weights).read_text().split()[0]
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 1
     out = capsys.readouterr().out
-    assert f"not updated: at-s1: its weights are now sha256-{'1' * 64}, but the collected nat-s1 learnt from other " \
+    assert f"not updated: at-s1: its weights are now {new}, but the collected nat-s1 learnt from other " \
            f"weights of it ({stamp}" in out
     assert {p.name: p.read_bytes() for p in (kept / "at-s1").rglob("*") if p.is_file()} == before
 
     # the run's student is trained again from the new teacher too: in one pass, the teacher's copy is kept
     # back (the collected student learnt from the old one), so the new student is not filed beside it either
-    new = f"sha256-{'1' * 64}"
     for name, keys in (("distill.json", ("checkpoint",)), ("train.json", ("initialised_from", "checkpoint"))):
         record = json.loads((run / "nat-s1" / name).read_text())
         (record if len(keys) == 1 else record[keys[0]])[keys[-1]] = new

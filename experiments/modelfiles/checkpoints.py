@@ -130,23 +130,34 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 def checkpoint_step(path: Path) -> int:
-    """The global step stored in a checkpoint (read checked and tensors-only: CheckpointDamaged or
-    CheckpointRefused when it cannot be trusted)."""
-    step = read_checkpoint(path).get("global_step", 0)
-    if not isinstance(step, int):
+    """The global step stored in a training checkpoint (read checked and tensors-only: CheckpointDamaged
+    or CheckpointRefused when it cannot be trusted, or holds no weights)."""
+    checkpoint = read_checkpoint(path)
+    step = checkpoint.get("global_step", 0)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise CheckpointDamaged(f"checkpoint {path}: global_step is {step!r}, not a step number")
+    if not isinstance(checkpoint.get("state_dict"), dict):
+        raise CheckpointDamaged(f"checkpoint {path}: it holds no state_dict (no weights): not a training checkpoint")
     return step
 
 
-def average_state_dicts(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+def average_state_dicts(states: list[dict[str, torch.Tensor]], names: list[str] | None = None) -> dict[str, torch.Tensor]:
     """Element-wise mean of floating-point tensors (accumulated in float64, so averaging N copies of
-    one model gives it back exactly); other tensors are taken from the last state."""
+    one model gives it back exactly); other tensors are taken from the last state. Every state must hold
+    the same tensors, of the same shapes and dtypes (`names`: the checkpoints', for the error)."""
     if not states:
         raise AtnatError("checkpoint averaging needs at least one checkpoint")
+    names = names or [f"checkpoint {i}" for i in range(len(states))]
     keys = list(states[-1])
-    for i, s in enumerate(states):
+    for name, s in zip(names, states):
         if list(s) != keys:
-            raise AtnatError(f"checkpoint averaging: checkpoint {i} has different parameters than the others")
+            raise AtnatError(f"checkpoint averaging: {name} has different parameters than the others")
+        for key in keys:
+            mine, last = s[key], states[-1][key]
+            if not isinstance(mine, torch.Tensor) or mine.shape != last.shape or mine.dtype != last.dtype:
+                what = f"{tuple(mine.shape)} {mine.dtype}" if isinstance(mine, torch.Tensor) else type(mine).__name__
+                raise AtnatError(f"checkpoint averaging: {name}: {key} is {what}, {names[-1]} holds "
+                                 f"{tuple(last.shape)} {last.dtype}: not checkpoints of one model")
     out = {}
     for key in keys:
         last = states[-1][key]
@@ -164,7 +175,10 @@ def average_checkpoints(paths: list[Path], out: Path, note: dict) -> None:
     """Write `out`: the checkpoint paths[-1] with its weights replaced by the mean over `paths`, and
     `note` (what was averaged) under "atnat_selection"."""
     ckpts = [read_checkpoint(p) for p in paths]
+    for path, ckpt in zip(paths, ckpts):
+        if not isinstance(ckpt.get("state_dict"), dict):
+            raise CheckpointDamaged(f"checkpoint {path}: it holds no state_dict (no weights) to average")
     merged = dict(ckpts[-1])
-    merged["state_dict"] = average_state_dicts([c["state_dict"] for c in ckpts])
+    merged["state_dict"] = average_state_dicts([c["state_dict"] for c in ckpts], [f"checkpoint {p}" for p in paths])
     merged["atnat_selection"] = note
     save_checkpoint_file(merged, out)

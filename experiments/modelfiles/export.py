@@ -23,7 +23,7 @@ from typing import Iterator
 import torch
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.files import FILE_MODE, atomic_write_bytes, sha256
+from atnat.experiments.files import FILE_MODE, atomic_write_bytes, path_part, sha256
 from atnat.experiments.modelfiles.checkpoints import read_checkpoint
 from atnat.models.seq2seq import Seq2SeqModule
 
@@ -162,7 +162,7 @@ def read_config(directory: Path) -> dict:
 
 def _checked_file(directory: Path, entry: dict, what: str) -> Path:
     """The file an export config names, after checking its recorded sha256."""
-    path = directory / entry["file"]
+    path = directory / path_part(entry["file"], f"{directory / CONFIG}: the {what} file")  # inside the export
     if not path.is_file():
         raise AtnatError(f"{path} is missing ({what} of the export in {directory})")
     if sha256(path) != entry["sha256"]:
@@ -181,7 +181,7 @@ def load_export(directory: str | Path, map_location: str = "cpu") -> Seq2SeqModu
     config = read_config(directory)
     try:
         weights = _checked_file(directory, config["weights"], "weights")
-        tok_path = _checked_file(directory, config["tokenizer"], "tokenizer")
+        tok_path, tok_kind = _checked_file(directory, config["tokenizer"], "tokenizer"), str(config["tokenizer"]["kind"])
         missing_plugins(str(config["hyper_parameters"]["decoder"]), config.get("plugins"), str(directory / CONFIG))
         check_against_weights(config, weights, directory / CONFIG)  # before any tensor is allocated
         module = Seq2SeqModule(**config["hyper_parameters"])
@@ -191,7 +191,7 @@ def load_export(directory: str | Path, map_location: str = "cpu") -> Seq2SeqModu
         load_model(module, str(weights), strict=True)
     except (SafetensorError, RuntimeError, OSError, ValueError) as err:
         raise AtnatError(f"{weights}: cannot load the weights ({err})") from err
-    module.tokenizer_state = tokenizer_state_from_file(tok_path, config["tokenizer"]["kind"])
+    module.tokenizer_state = tokenizer_state_from_file(tok_path, tok_kind)
     module.bleu_tokenize = config.get("bleu_tokenize", "13a")
     module.plugins = [str(p) for p in config.get("plugins") or []]
     return module.to(map_location)
@@ -222,6 +222,7 @@ def check_against_weights(config: dict, weights: Path, where: Path) -> None:
         with safe_open(str(weights), "pt") as f:
             recorded = (f.metadata() or {}).get("hyper_parameters_sha256")
             shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            dtypes = {k: str(f.get_slice(k).get_dtype()) for k in f.keys()}
     except (SafetensorError, OSError, ValueError) as err:
         raise AtnatError(f"{weights}: not a readable safetensors file ({err})") from err
     try:
@@ -238,6 +239,9 @@ def check_against_weights(config: dict, weights: Path, where: Path) -> None:
             want = tuple(expected[name].shape) if name in expected else "no such tensor"
             raise AtnatError(f"{where}: hyper_parameters describe another model than the weights: {name} is {shape} "
                              f"in {weights.name}, {want} in the model they describe")
+        if (dtypes[name] in FLOAT_DTYPES) != expected[name].is_floating_point():  # loading would cast it silently
+            raise AtnatError(f"{weights}: {name} is stored as {dtypes[name]}, the model holds it as "
+                             f"{expected[name].dtype}: not this model's weights")
     groups: dict[int, list[str]] = {}
     for name, tensor in expected.items():
         groups.setdefault(id(tensor), []).append(name)
@@ -245,6 +249,9 @@ def check_against_weights(config: dict, weights: Path, where: Path) -> None:
     if missing:
         raise AtnatError(f"{where}: the weights in {weights.name} lack {', '.join(missing[:3])} of the model the "
                          "hyper_parameters describe")
+
+
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # safetensors' names of the floating dtypes
 
 
 def tokenizer_state_from_file(path: Path, kind: str) -> dict:
@@ -266,7 +273,7 @@ def read_run_checkpoint(path: Path, map_location: str = "cpu") -> dict:
     """A checkpoint written by atnat train, read checked and tensors-only (modelfiles/checkpoints.py);
     one that lacks the model's weights or hyper-parameters is one AtnatError naming it."""
     checkpoint = read_checkpoint(path, map_location)
-    if "state_dict" not in checkpoint or "hyper_parameters" not in checkpoint:
+    if not isinstance(checkpoint.get("state_dict"), dict) or not isinstance(checkpoint.get("hyper_parameters"), dict):
         raise AtnatError(f"checkpoint {path} has no state_dict and hyper_parameters: not written by atnat train")
     return checkpoint
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from atnat.core.errors import AtnatError
 from atnat.experiments.data.tokenize import tokenizer_from_state
 from atnat.experiments.files import check_readable
-from atnat.experiments.modelfiles.checkpoints import checksum_path
+from atnat.experiments.modelfiles.checkpoints import checksum_path, verify_checksum
 from atnat.experiments.modelfiles.export import is_export_dir, load_export, module_from_checkpoint, read_config
 from atnat.models.seq2seq import Seq2SeqModule
 
@@ -40,7 +40,13 @@ def load_module(checkpoint: str | Path, map_location: str = "cpu") -> tuple[Seq2
     module.eval()
     if module.tokenizer_state is None:
         raise AtnatError(f"checkpoint {path} carries no tokenizer (not written by atnat train?)")
-    tokenizer = tokenizer_from_state(module.tokenizer_state)
+    try:
+        tokenizer = tokenizer_from_state(module.tokenizer_state)
+    except (TypeError, KeyError, ValueError, RuntimeError) as err:  # a state not written by atnat (sentencepiece: RuntimeError)
+        raise AtnatError(f"{path}: its tokenizer cannot be read ({type(err).__name__}: {err})") from None
+    if tokenizer.vocab_size != module.hparams.get("vocab_size", tokenizer.vocab_size):
+        raise AtnatError(f"{path}: its tokenizer has {tokenizer.vocab_size} symbols, its model "
+                         f"{module.hparams['vocab_size']}: not the tokenizer of these weights")
     module.detokenize = tokenizer.decode
     return module, tokenizer
 
@@ -50,10 +56,14 @@ def checkpoint_stamp(teacher: str | Path) -> str:
     directory's); size and mtime for a checkpoint written before checksums."""
     path = Path(teacher)
     if is_export_dir(path):
-        return "sha256-" + str(read_config(path).get("weights", {}).get("sha256", ""))
+        weights = read_config(path).get("weights")
+        if not isinstance(weights, dict) or not isinstance(weights.get("sha256"), str):
+            raise AtnatError(f"{path / 'config.json'}: its weights entry records no sha256: not an atnat export config")
+        return "sha256-" + weights["sha256"]
     path = evaluation_checkpoint(path) if path.is_dir() else path
     if checksum_path(path).is_file():
-        return "sha256-" + checksum_path(path).read_text().split()[0]
+        verify_checksum(path)  # CheckpointDamaged: a record that is not one, or weights changed since it was written
+        return "sha256-" + checksum_path(path).read_text(encoding="ascii").split()[0]
     return _size_and_time(path)
 
 

@@ -40,7 +40,7 @@ import pandas as pd
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import extra_test_split, load_task
 from atnat.experiments.evaluation.evaluate import sample_rows, write_references
-from atnat.experiments.files import atomic_write_bytes, read_utf8, write_csv, write_json_atomic, write_text_atomic
+from atnat.experiments.files import atomic_write_bytes, path_part, read_utf8, write_csv, write_json_atomic, write_text_atomic
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, checkpoint_stamps, evaluation_checkpoint
 from atnat.experiments.running.cell import cell_status
 from atnat.experiments.running.grid import load_grid_into
@@ -132,6 +132,7 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
             copy = target / rel
             if copy.is_file() and not copy.is_symlink() and copy.read_bytes() == data:
                 continue
+            no_link_on_the_way(target, copy)
             copy.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(copy, data)
             written += 1
@@ -332,6 +333,15 @@ def stage_collected(grid, source: Path, runs: Path) -> list[str]:
     return staged
 
 
+def no_link_on_the_way(root: Path, path: Path) -> None:
+    """Refuse to write `path` where a folder between `root` and it is a symbolic link: the copy would land
+    wherever the link points, outside the collected folder."""
+    for folder in reversed(path.relative_to(root).parents):
+        if folder != Path(".") and (root / folder).is_symlink():
+            raise AtnatError(f"{root / folder} is a symbolic link: collect writes only inside {root}; replace the "
+                             "link by a folder (or remove it) and collect again")
+
+
 def stage_samples(target: Path, cfg, task, copy: Path) -> None:
     """target/samples.csv again, as the cell wrote it (collect leaves it with the data set's text): for each
     strategy the cell scored (its collected metrics.json), its first hypotheses (its collected hyps/) beside
@@ -345,6 +355,7 @@ def stage_samples(target: Path, cfg, task, copy: Path) -> None:
         raise AtnatError(f"{copy / 'metrics.json'}: not a cell's scores (no rows with a strategy: {err})") from None
     rows = []
     for label in dict.fromkeys(map(str, scored)):
+        path_part(label, f"{copy / 'metrics.json'}: a scored strategy's label")  # it names a file of hyps/
         path, shown = target / "hyps" / f"{label}.txt", copy / "hyps" / f"{label}.txt"
         if not path.is_file():
             raise AtnatError(f"{shown}: missing; {copy / 'metrics.json'} scored the strategy {label!r}")

@@ -27,7 +27,7 @@ from atnat.experiments.data.batching import check_budget, make_loader
 from atnat.experiments.data.prepared import PreparedSplit, prepared_split
 from atnat.experiments.data.tasks import TaskData
 from atnat.experiments.evaluation.assemble import validation_search
-from atnat.experiments.files import write_json_atomic
+from atnat.experiments.files import path_part, write_json_atomic
 from atnat.experiments.modelfiles.checkpoints import (
     AtomicCheckpointIO,
     average_checkpoints,
@@ -122,8 +122,8 @@ def finished_training(run_dir: Path, cfg: RunConfig) -> Path | None:
     if not record.is_file():
         return None
     try:
-        chosen = run_dir / "checkpoints" / json.loads(record.read_text())["evaluated_checkpoint"]
-    except (OSError, ValueError, KeyError, TypeError):
+        chosen = run_dir / "checkpoints" / path_part(json.loads(record.read_text())["evaluated_checkpoint"], str(record))
+    except (OSError, ValueError, KeyError, TypeError, AtnatError):  # not this run's record: not finished
         return None
     return chosen if chosen.is_file() and not settings_change(run_dir, cfg).training else None
 
