@@ -2,7 +2,8 @@
 2023). The output is the AT's greedy output, token for token, reached in fewer sequential passes. (The
 verifier's block pass sums the same products as greedy's steps in another order, so two tokens whose
 scores tie within float rounding could be chosen differently; evaluation counts the sentences whose
-output equals greedy's, `verifier_greedy_match`.)
+output equals greedy's, `verifier_greedy_match`. An AT whose block pass would compute something else than
+its own step - a plugin's parts or step, int8 layers - is refused as a verifier: block_verify_problem.)
 
 Each round, the drafter (a NAT that fills masked slots after given tokens) reads the accepted prefix
 followed by masks up to its predicted length and proposes the next `block` tokens (an EOS where the

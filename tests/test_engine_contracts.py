@@ -133,3 +133,27 @@ def test_the_timing_phase_checks_its_tokens_against_the_evaluated_hypotheses():
     wrong = System("other", "greedy", model, greedy, sources, expected=own[:2] + ["x", "y"])
     table = time_systems([right, wrong], speed, {}).set_index("cell")
     assert table.loc["at"].timed_equals_evaluated == 1.0 and table.loc["other"].timed_equals_evaluated == 0.5
+
+
+@pytest.mark.parametrize("kind", ["embedding", "attention", "layer", "step"])
+def test_speculative_decoding_refuses_a_verifier_its_block_pass_would_not_reproduce(kind):
+    """The block pass is written against atnat's own parts, as the static step is: with a plugin's part or
+    step it would verify with other arithmetic than the AT's greedy, and the output would not be lossless."""
+    from atnat.experiments.evaluation.assemble import teacher_verifier
+
+    model = plugin_model(kind)
+    with pytest.raises(AtnatError, match="speculative decoding cannot verify with this AT teacher in one block pass"):
+        teacher_verifier(model, torch.tensor([[7, 8, 9]]))
+
+
+def test_speculative_decoding_verifies_with_the_packed_engine_but_not_with_int8():
+    from atnat.experiments.evaluation.assemble import teacher_verifier
+    from atnat.experiments.modelfiles.quantize import quantize_int8
+
+    model = eos_prone_model()
+    assert "verifier" in teacher_verifier(model, torch.tensor([[7, 8, 9]]))
+    engined = copy.deepcopy(model)
+    apply_engine(engined, "auto", step_rows=1)
+    assert "verifier" in teacher_verifier(engined, torch.tensor([[7, 8, 9]]))  # its packed float layers: exact
+    with pytest.raises(AtnatError, match="is int8 with activations scaled per call"):
+        teacher_verifier(quantize_int8(model), torch.tensor([[7, 8, 9]]))

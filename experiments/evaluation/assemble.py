@@ -11,7 +11,7 @@ import torch
 from atnat.core.errors import AtnatError
 from atnat.decoding.base import Strategy
 from atnat.experiments.config.run import build_strategy
-from atnat.models.decoders.block_verifier import BlockVerifier
+from atnat.models.decoders.block_verifier import BlockVerifier, block_verify_problem
 from atnat.models.seq2seq import Seq2SeqModule
 
 
@@ -47,6 +47,11 @@ def teacher_verifier(teacher: Seq2SeqModule, src: torch.Tensor) -> dict:
     if "step" not in teacher.decoder.capabilities:
         raise AtnatError(f"a verifier must be an AT (capability 'step'); the teacher's decoder is "
                          f"{teacher.decoder.registered_name!r}")
+    problem = block_verify_problem(teacher.decoder)
+    if problem:  # its output would not be the AT's greedy output: refused rather than reported as lossless
+        raise AtnatError(f"speculative decoding cannot verify with this AT teacher in one block pass: {problem}; "
+                         "decode it with greedy instead (or declare block_verify_exact = True on its decoder if "
+                         "the block pass is exact for it)")
     return {"verifier": lambda: BlockVerifier(teacher.decoder, teacher.encode(src))}
 
 

@@ -88,6 +88,8 @@ class CompilableInt8Linear(nn.Module):
     times the int8 weight dequantized per output channel (a per-tensor scale repeated), plus the
     bias; inductor's freezing turns that pattern into oneDNN's int8 GEMM (qlinear)."""
 
+    scales_activations_per_call = True  # one row's outputs depend on the other rows of the call
+
     def __init__(self, layer: nn.Module):
         super().__init__()
         weight = layer.weight()  # quantized (out, in)

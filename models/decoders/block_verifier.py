@@ -16,6 +16,30 @@ from torch import Tensor
 from atnat.models.encoder import EncoderOut
 
 
+def block_verify_problem(decoder) -> str | None:
+    """Why BlockVerifier would not compute what the decoder's own `step` computes after each prefix, or
+    None. It is written against atnat's own parts (as the static step is: static_cache.foreign_part), so a
+    decoder with its own `step`, or a plugin's embedding, layer or attention, would be verified by other
+    arithmetic; and int8 layers that scale their activations per call would make a kept position depend on
+    the rejected draft tokens of its block. A decoder that knows the block pass is exact for it declares
+    `block_verify_exact = True`."""
+    from atnat.models.decoders.autoregressive import AutoregressiveDecoder
+    from atnat.models.decoders.static_cache import foreign_part
+
+    cls = type(decoder)
+    if getattr(cls, "block_verify_exact", False):
+        return None
+    if not isinstance(decoder, AutoregressiveDecoder) or cls.step is not AutoregressiveDecoder.step:
+        return f"{cls.__module__}.{cls.__qualname__} has its own step"
+    foreign = foreign_part(decoder)
+    if foreign:
+        return foreign
+    per_call = next((name for name, m in decoder.named_modules() if type(m).__module__.startswith(
+        "torch.ao.nn.quantized.dynamic") or getattr(type(m), "scales_activations_per_call", False)), None)
+    return None if per_call is None else (f"{per_call or 'the decoder'} is int8 with activations scaled per call (a "
+                                          "block's kept positions would depend on its rejected tokens)")
+
+
 class BlockVerifier:
     """The BlockVerifier protocol of decoding/base.py for a decoder of the `at` family (its layers,
     embedding and output projection): the cross-attention keys and values of the memory are computed

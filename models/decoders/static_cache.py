@@ -135,12 +135,19 @@ def static_step_problem(decoder) -> str | None:
     unless it declares that the static step is exact for it (`static_step_exact = True` on the decoder or on
     the module's class, as an engine's packed replacements do) or writes its own `_static_step`."""
     from atnat.models.decoders.autoregressive import AutoregressiveDecoder
-    from atnat.models.decoders.base import DecoderLayer
-    from atnat.models.layers import MultiHeadAttention, TokenEmbedding
 
     cls = type(decoder)
     if getattr(cls, "static_step_exact", False) or cls._static_step is not AutoregressiveDecoder._static_step:
         return None
+    return foreign_part(decoder)
+
+
+def foreign_part(decoder) -> str | None:
+    """The first of an AT decoder's embedding, layers and attentions that is not atnat's own class (nor
+    declares `static_step_exact`, i.e. that its forward is atnat's), named with its class; or None."""
+    from atnat.models.decoders.base import DecoderLayer
+    from atnat.models.layers import MultiHeadAttention, TokenEmbedding
+
     parts = [("embed", decoder.embed, TokenEmbedding)]
     for i, layer in enumerate(decoder.layers):
         parts += [(f"layers.{i}", layer, DecoderLayer), (f"layers.{i}.self_attn", layer.self_attn, MultiHeadAttention),
