@@ -146,3 +146,29 @@ def test_a_run_record_that_names_a_checkpoint_outside_its_run_is_not_a_finished_
     (tmp_path / "r" / "train.json").write_text(json.dumps({"evaluated_checkpoint": str(tmp_path / "planted" / "x.ckpt")}))
     monkeypatch.setattr(train, "settings_change", lambda run_dir, cfg: types.SimpleNamespace(training=[]))
     assert train.finished_training(tmp_path / "r", None) is None
+
+
+@pytest.mark.parametrize("record", ['{"global_step": 1', "[1]", '{"global_step": NaN}', '{"global_step": "10"}'])
+def test_a_damaged_run_record_is_named_by_status_and_progress_is_shown_only_as_numbers(tmp_path, record):
+    from atnat.experiments.running.status import last_step
+    from atnat.experiments.training.progress import describe, read_progress
+
+    (tmp_path / "train.json").write_text(record)
+    with pytest.raises(AtnatError, match=f"{tmp_path / 'train.json'}: not a finished run's record"):
+        last_step(tmp_path)
+    for progress in ("[1, 2]", '{"phase": "training", "step": 7, "loss": "x", "eta_s": Infinity}'):
+        (tmp_path / "progress.json").write_text(progress)
+        assert describe(read_progress(tmp_path)) in ("starting", "training step 7/?, ETA ?")
+
+
+@pytest.mark.parametrize("environment,said", [(b'{"a": "\xff"}', "environment.json line 1 is not valid UTF-8"),
+                                              (b'{"equivalence_margin": [1]}', "equivalence_margin is \\[1\\]"),
+                                              (b'{"equivalence_margin": NaN}', "equivalence_margin is nan")])
+def test_a_damaged_results_environment_is_named(tmp_path, environment, said):
+    from atnat.experiments.reporting.results import load_results
+    from tests import fixtures_results as fx
+
+    root = fx.build_results(tmp_path)
+    (root / "environment.json").write_bytes(environment)
+    with pytest.raises(AtnatError, match=said):
+        load_results(root).equivalence_margin

@@ -12,7 +12,7 @@ import pandas as pd
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.evaluation.columns import columns
-from atnat.experiments.files import sha256
+from atnat.experiments.files import read_utf8, sha256
 from atnat.experiments.reporting import figures
 from atnat.experiments.reporting.goals import parse_goals
 from atnat.experiments.reporting.integrity import check_row_count, check_tables
@@ -51,7 +51,10 @@ class GridResults:
     @property
     def equivalence_margin(self) -> float:
         """±BLEU inside which a difference's whole interval makes two systems "equivalent" (grid key)."""
-        return float((self.environment or {}).get("equivalence_margin", DEFAULT_MARGIN))
+        margin = (self.environment or {}).get("equivalence_margin", DEFAULT_MARGIN)
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < float("inf"):
+            raise AtnatError(f"environment.json of {self.root}: equivalence_margin is {margin!r}, not a number of BLEU")
+        return float(margin)
 
     @property
     def baseline(self) -> str | None:
@@ -117,7 +120,7 @@ def _read_json(path: Path):
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_utf8(path, ""))
     except json.JSONDecodeError as e:
         raise AtnatError(f"{path}: not valid JSON ({e})") from None
 
@@ -184,7 +187,7 @@ def notes_of_this_run(root: Path, environment: dict | None) -> tuple[str, str]:
     path = root / "notes.md"
     if not path.is_file():
         return "", ""
-    text = path.read_text(encoding="utf-8").strip()
+    text = read_utf8(path, "").strip()
     first, _, rest = text.partition("\n")
     found = NOTES_STAMP.fullmatch(first.strip())
     mine = run_identity(root, environment)

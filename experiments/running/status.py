@@ -33,7 +33,14 @@ def last_step(run_dir: Path) -> int | None:
     """The last training step the run logged (logs/metrics.csv), or its final step (train.json)."""
     info = run_dir / "train.json"
     if info.exists():
-        return int(json.loads(info.read_text()).get("global_step", 0))
+        try:
+            step = json.loads(info.read_text(encoding="utf-8")).get("global_step", 0)
+            if isinstance(step, bool) or not isinstance(step, int):
+                raise ValueError(f"global_step is {step!r}")
+        except (ValueError, AttributeError) as err:  # not JSON, not an object, not a step
+            raise AtnatError(f"{info}: not a finished run's record ({err}); move it aside to see the cell as "
+                             "unfinished") from None
+        return step
     log = run_dir / "logs" / "metrics.csv"
     if not log.exists():
         return None

@@ -45,10 +45,20 @@ def counting_phase(run_dir: Path, what: str, total: int, every_s: float = 5.0):
 
 
 def read_progress(run_dir: Path) -> dict | None:
+    """The run's progress.json, its numbers kept only where they are finite numbers (it is read while the
+    run writes it, and shown, never trusted); None where it cannot be read as an object."""
     try:
-        return json.loads((Path(run_dir) / FILE).read_text())
+        state = json.loads((Path(run_dir) / FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    if not isinstance(state, dict):
+        return None
+    number = lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+    return {k: v for k, v in state.items() if k not in NUMBERS or number(v)} | \
+        ({} if isinstance(state.get("phase", "training"), str) else {"phase": "training"})
+
+
+NUMBERS = ("step", "max_steps", "loss", "val_loss", "val_bleu", "eta_s", "elapsed_s", "updated", "first_step_at")
 
 
 def eta_seconds(step: int, max_steps: int, elapsed: float, max_time: float | None, start_step: int = 0) -> float:
