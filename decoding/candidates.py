@@ -149,6 +149,10 @@ def decode_lengths(model: Any, memory: Any, lengths: Tensor, special: SpecialTok
 
 
 def predicted_lengths(model: Any, memory: Any, l: int) -> Tensor:
-    """l length candidates per sentence around the model's predicted length: (B, l) (see top_lengths)."""
+    """l length candidates per sentence around the model's predicted length: (B, l) (see top_lengths),
+    none beyond the longest the predictor gives this sentence (a finite log-prob): the table's width
+    follows the batch's longest source, and a sentence's candidates must not depend on its batch."""
     length_log_probs = model.predict_length(memory)  # (B, Lmax+1)
-    return top_lengths(length_log_probs, l, length_log_probs.size(1) - 1)
+    lengths = torch.arange(length_log_probs.size(1), device=length_log_probs.device)  # (Lmax+1,)
+    longest = torch.where(torch.isfinite(length_log_probs), lengths, 0).amax(dim=1)  # (B,)
+    return top_lengths(length_log_probs, l, longest.clamp(min=1))

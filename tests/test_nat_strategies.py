@@ -360,3 +360,24 @@ def test_ctc_never_emits_special_symbols_but_blank():
         tokens, _, _ = best(CTC(beam_size=beam).search(FakeCTC(rows), ids(0), src_lengths=torch.tensor([2]),
                                                        special=SPECIAL))
         assert tokens == [A, B, C], beam
+
+
+def test_length_candidates_of_a_sentence_do_not_depend_on_its_batch():
+    """The predictor's table is as wide as the batch's longest source allows; a short sentence's lengths past
+    its own longest (log-prob -inf) must not become candidates because a longer source shares its batch."""
+    from atnat.decoding.candidates import predicted_lengths
+
+    inf = float("-inf")
+    short = torch.tensor([inf, -3.0, -2.0, -1.0, -0.5, -0.1])  # lengths 1..5, the most likely its longest
+    table = torch.stack([torch.cat([short, torch.full((4,), inf)]), torch.linspace(-9, -1, 10)])  # (2, 10)
+
+    class Predictor:
+        def __init__(self, rows):
+            self.rows = rows
+
+        def predict_length(self, memory):
+            return self.rows
+
+    in_batch = predicted_lengths(Predictor(table), None, 3)
+    alone = predicted_lengths(Predictor(short[None]), None, 3)
+    assert in_batch[0].tolist() == alone[0].tolist() == [5, 4, 3]
