@@ -79,7 +79,7 @@ class MaskPredict(Strategy):
     iterations: int = 10  # T: decoder passes at most, the first one included
     length_beam: int = 1  # predicted lengths tried per sentence (argmax, -1, +1, ...)
     early_stop: bool = False  # freeze a candidate after a pass that changed none of its tokens (fairseq's
-    # adaptive stop; off: every candidate runs all `iterations`, which scored higher on Multi30k)
+    # adaptive stop; off: every candidate runs all `iterations`, the paper's procedure)
     record_history: bool = field(default=False, metadata={"in_label": False})  # keep the winner's tokens
     # after every pass, each (B, T) (what is recorded, not how it decodes: not in the label)
 

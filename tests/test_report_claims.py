@@ -149,7 +149,7 @@ def test_the_verdict_says_which_nats_and_speeds_are_within_reach_of_the_best_and
     frame.loc[frame["variant"] == "dat", ["speedup_vs_at", "speedup_ci_low", "speedup_ci_high"]] = [5.9, 5.6, 6.2]
     level = comparisons({**DIFFS, "en-de-ctc-glat-kd / ctc": -0.2, "en-de-dat / dag-lookahead": -0.3})
     text = verdict(folder(tmp_path / "b", frame, level), "en-de", ok_rows(frame), "1 CPU thread")
-    assert "The fastest system not behind it beyond noise is CTC+GLAT, distilled, one pass, at" in text
+    assert "The fastest system not behind AT 3+3 beam 5 beyond noise is CTC+GLAT, distilled, one pass, at" in text
     assert "(on the mean: the speed interval of DA-Transformer, on the references, lookahead reaches its own)." in text
 
 

@@ -343,7 +343,7 @@ def test_checkpoints_are_written_through_a_temporary_file(tmp_path, monkeypatch)
 
 @pytest.mark.slow
 def test_a_cell_killed_mid_training_resumes_to_the_same_metrics(tmp_path):
-    """The issue's scenario through the CLI: kill -9 after the first last.ckpt, run again."""
+    """The scenario through the CLI: kill -9 after the first last.ckpt, run again."""
     import json
     import signal
     import time

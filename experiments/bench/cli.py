@@ -31,7 +31,7 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
     sub = bench.add_subparsers(dest="what", required=True)
     for name, text in COMMANDS.items():
         p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
-        p.add_argument("--out", help="CSV to write (a --sweep also writes a PNG next to it)")
+        p.add_argument("--out", help="CSV to write" + (" (with --sweep also a PNG next to it)" if name == "decode" else ""))
         p.add_argument("--threads", type=int, help="torch threads for every system (default 2)")
         p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
         p.add_argument("--tiny", action="store_true", help="tiny model, 1 repeat (tests)")

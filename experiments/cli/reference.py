@@ -62,8 +62,9 @@ def reference_markdown() -> str:
     out += _registry("Strategies", "In a config: `eval: {strategies: [NAME, {name: NAME, OPTION: VALUE}]}`.",
                      STRATEGIES, lambda c: c)
     out += _registry("Tasks", "In a config: `task: {name: NAME, OPTION: VALUE}`.", TASKS, lambda c: c.Options)
-    out += ["## Engines", "", f"`--engine NAME[+OPTION...]` of translate, evaluate and bench; `speed: {{engine: NAME}}` "
-                              f"of a grid's timing phase. Default: `{DEFAULT_ENGINE}`.", "", "| engine | what it does |",
+    out += ["## Engines", "", f"`--engine NAME[+OPTION...]` of translate and evaluate, and `speed: {{engine: NAME}}` "
+                              f"of a grid's timing phase (default: `{DEFAULT_ENGINE}`); of `bench decode` and `bench "
+                              "profile` (rows beside eager's).", "", "| engine | what it does |",
             "|---|---|"]
     out += [f"| `{name}` | {_cell(what)} |" for name, what in ENGINES.items()]
     out += [f"| `+{opt}` | {_cell(what)} (with {', '.join(engines)}) |" for opt, (engines, what) in OPTIONS.items()]

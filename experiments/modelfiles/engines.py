@@ -172,8 +172,7 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
     packages (traced from the plain products: PackedLinear under export): the encoder and a NAT
     decoder's pass at every batch size (AUTO_PASS_ENGINE), the AT step on decodes of at most `step_rows`
     sentences (AUTO_STEP_ENGINE: inductor's CPP GEMM templates, fastest exact at batch 1). On a GPU: the
-    static AT step under torch.compile's "reduce-overhead" (CUDA graphs; on an H100 at batch 1, eager's
-    tokens at 3.7x its greedy speed at one shape, 1.96x over sentences of many lengths:
+    static AT step under torch.compile's "reduce-overhead" (CUDA graphs: eager's tokens, measured in
     results/bench/README.md) for decodes of at most `step_rows` sentences, and the encoder and a NAT
     decoder's passes replayed from CUDA graphs of eager's kernels (_graph_passes), everything else eager
     (with `step_rows` 0, or for an int8 model, all eager: `info.fallback` says why). An int8 model keeps

@@ -147,7 +147,7 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
         overlap = "" if not rivals else (f" (on the mean: the speed interval of {_listing(rivals)} reaches its own)"
                                          if len(rivals) == 1 else
                                          f" (on the mean: the speed intervals of {_listing(rivals)} reach its own)")
-        sentences.append(f"The fastest system not behind it beyond noise is {names[fast['system']]}, at "
+        sentences.append(f"The fastest system not behind {ref_name} beyond noise is {names[fast['system']]}, at "
                          f"{_interval_text(fast, 'speedup_vs_at', suffix='×')} AT greedy's batch-1 speed{overlap}.")
     if len(nats) and "speedup_vs_ref_at" in agg and pd.notna(best.get("speedup_vs_ref_at")):
         cell = str(best.get("ref_at_baseline", "")).split(" / ")[0]

@@ -166,7 +166,7 @@ def teacher_stamps(folder: Path) -> set[str]:
     """The teacher weights a student's run or copy records having learnt from: the distilled targets'
     teacher (distill.json) and the weights it started from (train.json initialised_from, when those
     were its teacher's). Files that are links or unreadable record nothing; copies made before these
-    records existed (an undistilled student trained before 2026-11-26) record nothing and go unchecked."""
+    records existed (an undistilled student of an older atnat) record nothing and go unchecked."""
     def read(name: str) -> dict:
         path = folder / name
         if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_BYTES:
