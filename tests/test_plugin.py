@@ -20,7 +20,8 @@ from tests.training import decode_split, exact_match, fit
 ROOT = Path(__file__).resolve().parent.parent
 GUIDES = {"Adding a decoder": ROOT / "models" / "decoders" / "README.md",
           "Adding a strategy": ROOT / "decoding" / "README.md",
-          "Adding a metric": ROOT / "experiments" / "evaluation" / "metrics" / "README.md"}
+          "Adding a metric": ROOT / "experiments" / "evaluation" / "metrics" / "README.md",
+          "Adding a task": ROOT / "experiments" / "data" / "README.md"}
 
 
 def readme_examples(section: str) -> list[str]:
@@ -194,3 +195,22 @@ def test_a_module_named_plugin_is_recorded_with_the_checkpoint_and_the_export(pl
                                          r"plugin module\(s\) my_plugin_shallow: load them with --plugins "
                                          r"my_plugin_shallow"):
         load_module(out)
+
+
+def test_readme_task_registers_generates_its_pairs_and_configures(tmp_path, monkeypatch):
+    from atnat.experiments.data.tasks import TASKS
+
+    (code,) = readme_examples("Adding a task")
+    TASKS.unregister("rotate") if "rotate" in TASKS.names() else None
+    try:
+        module = load_example(tmp_path, monkeypatch, "my_rotate_task", code)
+        task = TASKS.get("rotate")(module.Rotate.Options(vocab=8, n_train=50, n_valid=5, n_test=5), cache_dir=tmp_path)
+        data = task.load()
+        for source, target in zip(*data.splits["train"]):
+            words = source.split()
+            assert target.split() == words[1:] + words[:1]
+        run_config_from_dict({"name": "r", "task": {"name": "rotate", "vocab": 8, "n_train": 3000},
+                              "decoder": "at"}, "rotate.yaml")
+    finally:
+        TASKS.unregister("rotate")
+        sys.modules.pop("my_rotate_task", None)
