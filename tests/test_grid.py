@@ -255,3 +255,14 @@ def test_a_grid_whose_cell_shows_lightnings_progress_bar_finishes_with_its_repor
     monkeypatch.chdir(tmp_path)
     assert main(["run", str(grid), "--results", "res"]) == 0
     assert (tmp_path / "res" / "tiny" / "report.md").exists()
+
+
+def test_two_cells_that_would_share_a_run_folder_are_refused(tmp_path):
+    """Names are joined with '-': an axis label 'x-at' with cell 'at' and label 'x' with cell 'at-at' both make
+    'x-at-at-s1'; the second would be skipped as done and shown with the first one's numbers."""
+    at = {"decoder": {"name": "at"}}
+    data = {**TINY, "axes": {"model.d_model": {"x-at": 16, "x": 32}}, "cells": {"at": at, "at-at": at}}
+    with pytest.raises(ConfigError, match="two cells are both named 'x-at-at-s1'"):
+        load_grid(write_grid(tmp_path, data))
+    with pytest.raises(ConfigError, match="the same seed twice in seeds"):
+        load_grid(write_grid(tmp_path, {**TINY, "cells": {"at": at}, "seeds": [1, 1]}))

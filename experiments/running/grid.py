@@ -203,6 +203,14 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
                     continue
                 cells.append(make_cell(name, base, combo, variant, dict(settings or {}), seed, labels,
                                        smoke_cfg, f"{where}: cells.{variant}", plugins))
+    named: dict[str, Cell] = {}
+    for cell in cells:  # a name is a run folder: two cells sharing one would report one's numbers for both
+        other = named.setdefault(cell.name, cell)
+        if other is not cell:
+            what = "the same seed twice in seeds" if other.labels == cell.labels else \
+                f"{other.labels} and {cell.labels} (axis labels and cell names joined by '-' coincide)"
+            raise ConfigError(f"{where}: two cells are both named {cell.name!r} (one run folder for both): {what}; "
+                              "rename an axis label or a cell")
     speed = checked(SpeedSettings, speed, f"{where}: speed")  # the runner builds SpeedSettings(**speed)
     make(SpeedSettings, speed, f"{where}: speed")
     parse_goals(data.get("goals"), where)  # refused now, not after hours of training
