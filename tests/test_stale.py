@@ -48,6 +48,9 @@ def test_a_changed_eval_setting_is_kept_on_request_or_evaluated_again_without_tr
     labels = {r["strategy"] for r in json.loads((out / "runs" / "at-s1" / "metrics.json").read_text())["rows"]}
     assert labels == {"greedy", "beam3"}
     assert "Kept on the user's word" not in (out / "report.md").read_text()
+    capsys.readouterr()
+    assert main(["run", str(grid), "--results", "res"]) == 0  # evaluated under the new settings: not stale now
+    assert "evaluate again" not in capsys.readouterr().err
 
 
 def test_only_matches_cell_names_exactly_or_by_glob(tmp_path, monkeypatch, capsys):

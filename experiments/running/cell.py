@@ -20,6 +20,7 @@ import torch
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.devices import helper_rank, inference_device, require_gpu
 from atnat.experiments.config.run import RunConfig, build_strategy, load_task
+from atnat.experiments.config.settings import resolved
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.baseline import autoregressive, plain_at_config
 from atnat.experiments.evaluation.evaluate import EvalResult, evaluate, validation_bleu
@@ -84,6 +85,8 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
     if speed is not None:
         time_own_strategies(cfg, run_dir, module, teacher, speed, result)
     save_cell_outputs(run_dir, result)
+    if done is not None:  # evaluated again under new eval settings (training's are unchanged): they are the run's now
+        write_json_atomic(run_dir / "config.json", resolved(cfg))
     return result
 
 
