@@ -1,7 +1,10 @@
 """Cells in parallel worker processes, DDP training of one cell (CPU, 2 processes), bf16 training."""
 import json
+import os
 import re
 import sys
+import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -339,3 +342,29 @@ def test_a_stopped_grid_lets_its_workers_save_their_step_and_kills_those_that_do
     stop_workers(jobs)
     assert (tmp_path / "saved").read_text() == "saved" and jobs[0].proc.returncode == 0
     assert jobs[1].proc.returncode == -signal.SIGKILL and 3 <= time.time() - began < 8
+
+
+def test_a_worker_killed_after_an_earlier_failure_is_recorded_with_its_own_end(tmp_path, monkeypatch):
+    """The cell failed once (its record says why); its retry is killed with SIGKILL and records nothing: the
+    earlier failure must not stand for this one."""
+    import signal
+    import sys
+    import types
+
+    import atnat.experiments.running.launchers.local as local
+    from atnat.experiments.reporting.records import write_record
+    from atnat.experiments.running.cell import cell_status
+
+    run = tmp_path / "runs" / "at-s1"
+    run.mkdir(parents=True)
+    write_record(run, "failed", [], "out of memory (the earlier attempt)")
+    old = time.time() - 60
+    os.utime(run / "metrics.json", (old, old))
+    cell = types.SimpleNamespace(name="at-s1", teacher=None,
+                                 config=types.SimpleNamespace(output_dir=str(run), train=types.SimpleNamespace(devices=1)))
+    monkeypatch.setattr(local, "cell_command", lambda *a: [sys.executable, "-c",
+                                                          f"import os; os.kill(os.getpid(), {int(signal.SIGKILL)})"])
+    marked = []
+    local.run_parallel(Path("g.yaml"), [cell], [local.Lane(None)], results_root=tmp_path, smoke=False,
+                       status=lambda c: cell_status(Path(c.config.output_dir)), mark_failed=lambda c, m: marked.append(m))
+    assert marked == [f"worker exited with code -{int(signal.SIGKILL)}; see {run / 'worker.log'}"]

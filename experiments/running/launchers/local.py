@@ -127,6 +127,9 @@ def run_parallel(grid_path: Path, cells: list[Cell], lanes: list[Lane], *, resul
                 job.log.close()
                 free += job.lanes
                 state[job.cell.name] = status(job.cell)
+                record = Path(job.cell.config.output_dir) / "metrics.json"
+                if state[job.cell.name] == "failed" and record.stat().st_mtime < job.started:  # an earlier attempt's
+                    state[job.cell.name] = None  # failure, not this worker's: it died without recording one
                 if state[job.cell.name] not in ("ok", "failed"):
                     log = Path(job.cell.config.output_dir) / "worker.log"
                     mark_failed(job.cell, f"worker exited with code {job.proc.returncode}; see {log}")
