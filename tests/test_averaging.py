@@ -120,3 +120,32 @@ def test_the_evaluated_weights_have_their_own_validation_score(tmp_path, monkeyp
     assert table.val_bleu_evaluated.notna().all() and (table.val_bleu_evaluated >= 0).all()
     rows = json.loads((tmp_path / "res" / "tiny" / "runs" / "at-s1" / "metrics.json").read_text())["rows"]
     assert rows[0]["val_bleu_evaluated"] == table.val_bleu_evaluated.iloc[0]
+
+
+def test_averaging_falls_back_to_the_final_weights_never_to_an_early_checkpoint(tmp_path):
+    """average: best whose best checkpoints all precede the averaging window (the metric peaked early, here
+    inside the warm-up): the final weights are evaluated alone; and an average left from an earlier setting
+    is removed when the run evaluates without one (evaluation would prefer it)."""
+    import types
+
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from atnat.experiments.modelfiles.checkpoints import checkpoint_step
+    from atnat.experiments.training.train import select_weights
+    from tests.test_files_read_back import checkpoint
+
+    ckpts = tmp_path / "run" / "checkpoints"
+    for step in (2, 4):
+        checkpoint(ckpts / f"top-{step}.ckpt", step=step)
+    selector = ModelCheckpoint(monitor="val/loss", mode="min")
+    selector.best_k_models = {str(ckpts / "top-2.ckpt"): torch.tensor(1.0), str(ckpts / "top-4.ckpt"): torch.tensor(2.0)}
+    trainer = types.SimpleNamespace(callbacks=[selector], global_step=12,
+                                    save_checkpoint=lambda path: checkpoint(path, step=12))
+    settings = types.SimpleNamespace(average="best", average_window=0.5, checkpoint_metric="loss")
+    chosen, steps = select_weights(trainer, settings, ckpts, warmup=8)
+    assert (chosen.name, steps, checkpoint_step(chosen)) == ("averaged.ckpt", [12], 12)
+    selector.best_model_path = ""
+    chosen, steps = select_weights(trainer, types.SimpleNamespace(average="none"), ckpts)
+    assert (chosen.name, steps) == ("best.ckpt", []) and not (ckpts / "averaged.ckpt").exists()
+    checkpoint(ckpts / "best.ckpt")
+    assert evaluation_checkpoint(ckpts.parent) == ckpts / "best.ckpt"

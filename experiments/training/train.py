@@ -32,6 +32,7 @@ from atnat.experiments.modelfiles.checkpoints import (
     AtomicCheckpointIO,
     average_checkpoints,
     checkpoint_step,
+    checksum_path,
     read_checkpoint,
     save_checkpoint_file,
 )
@@ -337,10 +338,13 @@ def averaging_start(last_step: int, window: float, warmup: int) -> int:
 
 def select_weights(trainer: pl.Trainer, t, ckpt_dir: Path, warmup: int = 0) -> tuple[Path, list[int]]:
     """The checkpoint evaluation uses: best.ckpt, or averaged.ckpt (train.average) written here, and the steps
-    it averages ([] for best.ckpt). Candidates from before averaging_start are left out (the last one stays)."""
+    it averages ([] for best.ckpt). Candidates from before averaging_start are left out; where none is left, the
+    final weights are evaluated alone, never a checkpoint from early training."""
     best = ckpt_dir / "best.ckpt"
     selector = next(c for c in trainer.callbacks if isinstance(c, ModelCheckpoint))
     if t.average == "none":
+        for stale in (ckpt_dir / "averaged.ckpt", checksum_path(ckpt_dir / "averaged.ckpt")):
+            stale.unlink(missing_ok=True)  # an earlier average (train.average changed): evaluation would prefer it
         if selector.best_model_path and Path(selector.best_model_path) not in (best,) \
                 and Path(selector.best_model_path).is_file():  # keep > 1: copy the best
             save_checkpoint_file(read_checkpoint(Path(selector.best_model_path)), best)
@@ -358,8 +362,11 @@ def select_weights(trainer: pl.Trainer, t, ckpt_dir: Path, warmup: int = 0) -> t
         return best, []
     step_of = {p: checkpoint_step(p) for p in paths}
     start = averaging_start(max(trainer.global_step, max(step_of.values())), t.average_window, warmup)
-    kept = [p for p in paths if step_of[p] >= start] or [max(paths, key=step_of.get)]
+    kept = [p for p in paths if step_of[p] >= start]
     out = ckpt_dir / "averaged.ckpt"
+    if not kept:  # every candidate is older than the window (the metric peaked early): the final weights alone
+        trainer.save_checkpoint(out)  # (last.ckpt is not they: Lightning renews it only with a new top-k one)
+        return out, [trainer.global_step]
     average_checkpoints(kept, out, {"average": t.average, "metric": t.checkpoint_metric,
                                     "checkpoints": [p.name for p in kept], "steps": sorted(step_of[p] for p in kept),
                                     "left_out_before_step": start,
