@@ -1,6 +1,7 @@
 """A grid whose settings changed since its cells ran names the stale cells and stops, until told
 to rerun or keep them: neither their numbers nor their runs are silently kept or lost."""
 import json
+from pathlib import Path
 
 from atnat.experiments.cli.commands import main
 from tests.test_grid import TINY, write_grid
@@ -63,3 +64,36 @@ def test_only_matches_cell_names_exactly_or_by_glob(tmp_path, monkeypatch, capsy
     assert "at-s1" in listed and "cmlm-kd-s1" not in listed
     assert main(["run", str(grid), "--results", "res", "--only", "*-s1", "--dry-run"]) == 0
     assert "cmlm-kd-s1" in capsys.readouterr().out
+
+
+def test_stale_rerun_moves_no_folder_of_a_cell_another_process_trains(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    import pytest as _pytest
+
+    from atnat.core.errors import AtnatError
+    from atnat.experiments.config.settings import resolved
+    from atnat.experiments.locks import cell_lock
+    from atnat.experiments.running.grid import load_grid_into
+    from atnat.experiments.running.stale import handle_stale
+
+    monkeypatch.chdir(tmp_path)
+    grid, _ = load_grid_into(write_grid(tmp_path), tmp_path / "res", False)
+    cell = grid.by_name()["at-s1"]
+    run = Path(cell.config.output_dir)
+    run.mkdir(parents=True)
+    recorded = resolved(cell.config)
+    recorded["optim"]["lr"] = 0.123  # trained under other settings: stale, to train again
+    (run / "config.json").write_text(json.dumps(recorded))
+    holder = subprocess.Popen([sys.executable, "-c", "import time; from pathlib import Path; from atnat.experiments.locks "
+                               f"import held\nwith held(Path({str(cell_lock(run))!r}), 'cell at-s1'):\n    print('held', "
+                               "flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with _pytest.raises(AtnatError, match="--stale rerun: cell at-s1 is in use by .*nothing was moved"):
+            handle_stale(grid, [cell], "rerun")
+        assert run.is_dir() and not list(run.parent.glob("at-s1.stale-*"))
+    finally:
+        holder.kill()
+        holder.wait()

@@ -19,6 +19,7 @@ from pathlib import Path
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import build_strategy
 from atnat.experiments.config.settings import SettingsChange, settings_change
+from atnat.experiments.locks import cell_lock, describe_holder, holder_alive, is_held
 from atnat.experiments.reporting.records import read_metrics
 
 STALE_CHOICES = ("rerun", "keep")
@@ -100,6 +101,11 @@ def handle_stale(grid, cells, policy: str | None) -> list[Stale]:
     if policy == "rerun":
         by_name = grid.by_name()
         stamp = time.strftime("%Y%m%d-%H%M%S")
+        for s in stale:  # all checked before any is moved: a cell in use elsewhere would train on in the old folder
+            lock = cell_lock(Path(by_name[s.cell].config.output_dir))
+            if is_held(lock) or holder_alive(lock):
+                raise AtnatError(f"--stale rerun: cell {s.cell} is in use by {describe_holder(lock)}; nothing was "
+                                 f"moved: wait for it to end or stop it (lock file {lock})")
         for s in stale:
             run_dir = Path(by_name[s.cell].config.output_dir)
             if s.retrain:
