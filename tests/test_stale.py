@@ -97,3 +97,30 @@ def test_stale_rerun_moves_no_folder_of_a_cell_another_process_trains(tmp_path, 
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_student_of_a_teacher_trained_again_alone_is_stale(tmp_path, monkeypatch):
+    """The teacher was trained again on its own (`--only 'at-*'`, or a lost machine): its settings are the
+    grid's, but its weights are not those its finished student learnt from; the whole grid names the student."""
+    import yaml
+
+    from atnat.experiments.cli.commands import main
+    from atnat.experiments.modelfiles.checkpoints import write_checksum
+    from atnat.experiments.modelfiles.loading import evaluation_checkpoint
+    from atnat.experiments.running.grid import load_grid_into
+    from atnat.experiments.running.stale import find_stale
+    from tests.test_extra_tests import tiny_grid_dir
+
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    spec["cells"]["nat"] = {"decoder": {"name": "nat"}, "teacher": "at", "distill": {"strategy": {"name": "greedy"}},
+                            "eval": {"strategies": ["parallel"]}}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    for cell in ("at-s1", "nat-s1"):
+        assert main(["cell", "g.yaml", cell, "--results", "res"]) == 0
+    grid, _ = load_grid_into(tmp_path / "g.yaml", tmp_path / "res", False)
+    assert find_stale(grid, grid.cells) == []
+    weights = evaluation_checkpoint(Path(grid.by_name()["at-s1"].config.output_dir))
+    weights.write_bytes(weights.read_bytes() + b"\0")  # trained again: other weights, and their checksum
+    write_checksum(weights)
+    (stale,) = find_stale(grid, grid.cells)
+    assert stale.cell == "nat-s1" and stale.retrain and "has other weights now" in stale.reason

@@ -20,7 +20,9 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import build_strategy
 from atnat.experiments.config.settings import SettingsChange, settings_change
 from atnat.experiments.locks import cell_lock, describe_holder, holder_alive, is_held
+from atnat.experiments.modelfiles.loading import checkpoint_stamps, evaluation_checkpoint
 from atnat.experiments.reporting.records import read_metrics
+from atnat.experiments.running.collect import teacher_stamps
 
 STALE_CHOICES = ("rerun", "keep")
 
@@ -52,6 +54,15 @@ def find_stale(grid, cells) -> list[Stale]:
             found[cell.name] = Stale(cell.name, change, False, f"its systems are named {renamed} now (this atnat's "
                                                                "labels): its results are filed under the old names")
     by_name = grid.by_name()
+    for cell in cells:  # a finished student whose teacher has other weights now than those it learnt from
+        teacher = by_name.get(cell.teacher or "")
+        if cell.name in found or teacher is None or cell.teacher in found:
+            continue
+        learnt = teacher_stamps(Path(cell.config.output_dir))
+        teacher_dir = Path(teacher.config.output_dir)
+        if learnt and evaluation_checkpoint(teacher_dir).is_file() and not learnt & checkpoint_stamps(teacher_dir):
+            found[cell.name] = Stale(cell.name, SettingsChange([], []), True,
+                                     f"its teacher {teacher.name} has other weights now than those it learnt from")
     changed = True
     while changed:  # students of retrained teachers, transitively
         changed = False
