@@ -414,3 +414,33 @@ def test_time_only_times_the_seeds_of_the_cells_named_each_whole(tmp_path, monke
     assert asked[-1] == ["at-s1", "at-s2", "nat-s1", "nat-s2"]
     assert main(["time", "g.yaml", "--results", "res", "--only", "cmlm-s2"]) == 2
     assert "--only 'cmlm-s2' matches no cell" in capsys.readouterr().err and len(asked) == 2
+
+
+def test_a_collect_cut_short_leaves_a_copy_that_is_not_read_as_whole(tmp_path, monkeypatch, capsys):
+    """A machine lost mid-collect (the case collect exists for) leaves a cell's copy half old, half new: it
+    is marked while written, a report from the copies refuses it, and the next collect makes it whole."""
+    from atnat.experiments.running import collect as collect_module
+
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["cell", "g.yaml", "at-s1", "--results", "res"]) == 0
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
+    assert not (tmp_path / "kept" / "at-s1" / collect_module.UNDER_WAY).exists()
+    metrics = tmp_path / "res" / "two-tests" / "runs" / "at-s1" / "metrics.json"
+    metrics.write_text(metrics.read_text().replace('"rows"', '"rows" ', 1))  # new results to copy
+    real = collect_module.atomic_write_bytes
+
+    def lost_after_metrics(path, data):
+        real(path, data)
+        if Path(path).name == "metrics.json":
+            raise KeyboardInterrupt  # the machine goes away here
+
+    monkeypatch.setattr(collect_module, "atomic_write_bytes", lost_after_metrics)
+    with pytest.raises(KeyboardInterrupt):
+        collect_module.collect("g.yaml", results_root=tmp_path / "res", dest=tmp_path / "kept")
+    monkeypatch.setattr(collect_module, "atomic_write_bytes", real)
+    capsys.readouterr()
+    assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 2
+    assert "its collect was cut short" in capsys.readouterr().err
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
+    assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 0

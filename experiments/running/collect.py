@@ -63,6 +63,9 @@ class Collected:
     kept_back: list[str] = field(default_factory=list)  # cells whose copy was left as it was, with the reason
 
 
+UNDER_WAY = ".collecting"  # in a cell's copy while collect writes it: a copy cut short is never read as whole
+
+
 def kept(rel: str) -> bool:
     return any(fnmatch.fnmatchcase(rel, pattern) and rel.count("/") == pattern.count("/") for pattern in KEPT)
 
@@ -127,6 +130,11 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
         filed[cell.name] = stamps or recorded_weights(target)
         files = result_files(run_dir, done.skipped)
         written = 0
+        if target.is_symlink():
+            raise AtnatError(f"{target} is a symbolic link: collect writes only inside {dest}; replace the link by a "
+                             "folder (or remove it) and collect again")
+        target.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(target / UNDER_WAY, b"a collect of this cell began and has not ended\n")
         for rel, src in files.items():
             data = src.read_bytes()
             copy = target / rel
@@ -155,6 +163,7 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
             path.unlink()
         if gone or timing_removed:
             done.removed[cell.name] = len(gone) + timing_removed
+        (target / UNDER_WAY).unlink()  # the copy is whole again
         if written:
             done.copied[cell.name] = written
         elif not gone and not timing_removed:
@@ -309,6 +318,9 @@ def stage_collected(grid, source: Path, runs: Path) -> list[str]:
     for cell in grid.cells:
         copy = source / cell.name
         if copy.is_symlink() or not (copy / "metrics.json").is_file():
+            continue
+        if (copy / UNDER_WAY).exists():
+            skipped.append(f"{copy}: its collect was cut short (old and new files mixed): collect again")
             continue
         files = result_files(copy, skipped)
         if "metrics.json" not in files:
