@@ -149,3 +149,9 @@ def test_averaging_falls_back_to_the_final_weights_never_to_an_early_checkpoint(
     assert (chosen.name, steps) == ("best.ckpt", []) and not (ckpts / "averaged.ckpt").exists()
     checkpoint(ckpts / "best.ckpt")
     assert evaluation_checkpoint(ckpts.parent) == ckpts / "best.ckpt"
+
+
+def test_a_constant_learning_rate_has_no_warm_up_to_leave_out_of_an_average(tmp_path, monkeypatch):
+    run = run_training(tmp_path, "constant", monkeypatch, keep=4, average="last",  # checkpoints at 7, 14, 21, 28
+                       optim={"schedule": "constant"})  # warmup_steps keeps its default, 400: no meaning here
+    assert json.loads((run / "train.json").read_text())["averaged_steps"] == [14, 21, 28]

@@ -263,3 +263,18 @@ def test_a_cluster_jobs_own_exit_from_inside_training_passes_through_and_lightni
     for lightnings in (_after_ctrl_c, on_sigterm):
         with pytest.raises(KeyboardInterrupt):
             fit(_Stops(lightnings), None, None, None, None)
+
+
+def test_a_cell_whose_job_ended_is_not_running_because_its_killed_holder_left_a_file(tmp_path, monkeypatch):
+    """A job killed on a compute node (NODE_FAIL, kill -9) leaves its cell lock's holder file naming that host;
+    `atnat status` must say the job ended, not that the cell runs."""
+    import atnat.experiments.running.status as status
+    from atnat.experiments.locks import cell_lock, holder_file
+
+    run = tmp_path / "runs" / "at-s1"
+    run.mkdir(parents=True)
+    cell_lock(run).touch()
+    holder_file(cell_lock(run)).write_text(json.dumps({"host": "gpu-node-17", "pid": 4242}))
+    (run / "job.json").write_text(json.dumps({"launcher": "slurm", "executor": "slurm", "job_id": "4242"}))
+    monkeypatch.setattr(status, "job_state", lambda job, handle=None: "NODE_FAIL")
+    assert status.folder_state(run)["state"] == "ended (node_fail)"

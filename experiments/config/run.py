@@ -136,7 +136,7 @@ class TrainSettings:
     init_from: str | None = None  # start from another run's weights wherever names and shapes match
     # (encoder, embeddings, decoder layers, output projection): "teacher" (distill.teacher) or a run/checkpoint path
     divergence_factor: float | None = 10.0  # fail the run when the training loss exceeds this multiple of
-    # the first steps' highest loss (null: only a NaN/inf loss fails it); see training/divergence.py
+    # ln V, a uniform guess's loss (null: only a NaN/inf loss fails it); see training/divergence.py
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_epochs", "max_tokens", "max_len", "val_every_steps"):

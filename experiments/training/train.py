@@ -300,7 +300,8 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
     leave_process_group()  # the last collective is behind: rank 0 evaluates alone
     if not trainer.is_global_zero:
         return None
-    chosen, averaged_steps = select_weights(trainer, t, run_dir / "checkpoints", module.optim_cfg.warmup_steps)
+    warmup = module.optim_cfg.warmup_steps if module.optim_cfg.schedule == "inverse_sqrt" else 0  # a constant lr has none
+    chosen, averaged_steps = select_weights(trainer, t, run_dir / "checkpoints", warmup)
     info = {"world_size": trainer.world_size, "accelerator": type(trainer.accelerator).__name__,
             "precision": str(trainer.precision), "precision_asked": t.precision, "global_step": trainer.global_step,
             "evaluated_checkpoint": chosen.name, "averaged_steps": averaged_steps, "train_time_s": timer.time_elapsed("train"),
