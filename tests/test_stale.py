@@ -124,3 +124,12 @@ def test_a_student_of_a_teacher_trained_again_alone_is_stale(tmp_path, monkeypat
     write_checksum(weights)
     (stale,) = find_stale(grid, grid.cells)
     assert stale.cell == "nat-s1" and stale.retrain and "has other weights now" in stale.reason
+
+
+def test_a_long_setting_that_changed_shows_where_it_changed():
+    from atnat.experiments.config.settings import SettingsChange
+
+    greedy = {"name": "greedy", "max_len_a": 2.0, "max_len_b": 10, "min_len": 0, "no_repeat_ngram": 0}
+    change = SettingsChange([], [("eval.strategies", [greedy], [greedy, {"name": "beam", "beam_size": 3}])])
+    before, after = change.describe().split(" -> ")
+    assert "beam" in after and "beam" not in before and before != after

@@ -85,13 +85,20 @@ class SettingsChange:
 
     def describe(self, limit: int = 6) -> str:
         changes = self.training + self.evaluation
-        text = "; ".join(f"{k}: {_short(a)} -> {_short(b)}" for k, a, b in changes[:limit])
+        text = "; ".join("{}: {} -> {}".format(k, *_pair(a, b)) for k, a, b in changes[:limit])
         return text + (f"; and {len(changes) - limit} more" if len(changes) > limit else "")
 
 
-def _short(value: Any) -> str:
-    text = json_text(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def _pair(a: Any, b: Any, width: int = 60) -> tuple[str, str]:
+    """Two values as text, each cut to about `width` characters around where they first differ (a long
+    list that only gained an item must show that item, not the same first 60 characters twice)."""
+    x, y = json_text(a), json_text(b)
+    if len(x) <= width and len(y) <= width:
+        return x, y
+    first = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+    start = max(0, first - width // 3)
+    cut = lambda t: ("..." if start else "") + t[start:start + width - 3] + ("..." if len(t) > start + width - 3 else "")
+    return cut(x), cut(y)
 
 
 def recorded_settings(run_dir: Path) -> dict | None:
