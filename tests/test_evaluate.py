@@ -91,3 +91,16 @@ def test_translate_and_evaluate_default_to_the_models_own_strategy(tmp_path, mon
                  "--engine", "eager", "--strategy", "greedy"]) == 2
     err = capsys.readouterr().err
     assert "--strategy: strategy 'greedy' cannot drive decoder 'ctc'" in err and "usable: ctc" in err
+
+
+def test_an_output_that_is_an_input_file_is_refused_before_anything_is_written(tmp_path, capsys):
+    from atnat.experiments.cli.commands import main
+
+    src = tmp_path / "s.txt"
+    src.write_text("a b\n")
+    assert main(["evaluate", "--checkpoint", str(tmp_path / "none"), "--src", str(src), "--ref", str(src),
+                 "--hyps", str(src)]) == 2
+    assert "--hyps " + str(src) + " is the file given to --src" in capsys.readouterr().err and src.read_text() == "a b\n"
+    assert main(["distill", "--teacher", str(tmp_path / "none"), "--input", str(src), "--output", str(src)]) == 2
+    assert "--output " + str(src) + " is the file given to --input" in capsys.readouterr().err
+    assert src.read_text() == "a b\n"

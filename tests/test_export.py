@@ -166,7 +166,7 @@ def test_cli_export_then_translate_and_errors(run, tmp_path, monkeypatch, capsys
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.txt").write_text("mine")
     assert main(["export", str(run), str(tmp_path / "busy")]) == 2
-    assert "holds no atnat export" in capsys.readouterr().err
+    assert "holds other things than an export (notes.txt)" in capsys.readouterr().err
 
 
 def rewrite_config(out, change):
@@ -255,5 +255,5 @@ def test_a_killed_export_leaves_nothing_that_blocks_the_next_and_exports_are_byt
     assert sorted(p.name for p in legacy.iterdir()) == ["config.json", "model.safetensors", "sentencepiece.model"]
     (tmp_path / "foreign").mkdir()
     (tmp_path / "foreign" / "notes.txt").write_text("mine")
-    with pytest.raises(AtnatError, match="holds no atnat export"):
+    with pytest.raises(AtnatError, match="holds other things than an export"):
         export_safetensors(module, tmp_path / "foreign")

@@ -172,3 +172,23 @@ def test_a_damaged_results_environment_is_named(tmp_path, environment, said):
     (root / "environment.json").write_bytes(environment)
     with pytest.raises(AtnatError, match=said):
         load_results(root).equivalence_margin
+
+
+def test_an_export_never_replaces_a_folder_that_holds_more_than_an_export(tmp_path, capsys):
+    """A run folder (checkpoints, logs) or a project with its own config.json would be deleted by the rename
+    that puts an export in place; only a folder of an export's own files is replaced."""
+    from atnat.experiments.cli.commands import main
+
+    out = export(tmp_path)  # a new folder: written
+    ckpt = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    assert main(["export", str(ckpt), str(out)]) == 0  # an export's own folder: replaced
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "config.json").write_text("{}")
+    (project / "src" / "main.py").write_text("print(1)\n")
+    capsys.readouterr()
+    for target in (project, tmp_path / "run"):
+        before = sorted(str(p) for p in target.rglob("*"))
+        assert main(["export", str(ckpt), str(target)]) == 2
+        assert "holds other things than an export" in capsys.readouterr().err
+        assert sorted(str(p) for p in target.rglob("*")) == before

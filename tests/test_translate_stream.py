@@ -114,3 +114,16 @@ def test_each_decoder_states_its_real_source_limit(decoder, options, spec):
         assert hyps.lengths.max() <= 40
     with pytest.raises(ValueError, match="exceeds max_positions=40"):
         module.decode(torch.randint(6, 20, (2, limit + 1)), torch.tensor([limit + 1] * 2), strategy)
+
+
+@pytest.mark.parametrize("size", ["0", "-1", "x"])
+def test_a_batch_size_that_is_not_positive_is_refused(ctc_ckpt, monkeypatch, capsys, size):
+    with pytest.raises(SystemExit) as stop:
+        translate_cli(monkeypatch, capsys, io.StringIO("a b\n"), "--checkpoint", str(ctc_ckpt), "--batch-size", size)
+    assert stop.value.code == 2 and "--batch-size: expected a positive integer" in capsys.readouterr().err
+
+
+def test_input_that_is_not_utf8_is_named_by_its_line(ctc_ckpt, monkeypatch, capsys):
+    stdin = io.TextIOWrapper(io.BytesIO(b"a b\n\xff\xfe c\n"), encoding="utf-8", errors="surrogateescape")
+    code, out, err = translate_cli(monkeypatch, capsys, stdin, "--checkpoint", str(ctc_ckpt), "--batch-size", "1")
+    assert code == 2 and "stdin line 2 is not valid UTF-8" in err

@@ -91,13 +91,48 @@ def cmd_translate(args) -> int:
     if args.compile:
         module.decoder.use_static_cache(True, args.compile)
     use_engine(module, engine, single_sentences=args.batch_size == 1)
-    report = translate_stream(module, tokenizer, strategy, sys.stdin, sys.stdout, sys.stderr,
+    lines = utf8_lines(getattr(sys.stdin, "buffer", sys.stdin), "stdin")  # bytes, decoded strictly: a bad line is named
+    report = translate_stream(module, tokenizer, strategy, lines, sys.stdout, sys.stderr,
                               batch_size=args.batch_size, long_lines=args.long_lines, teacher=teacher)
     if report.refused:
         print(f"atnat translate: {report.refused} of {report.lines} lines were too long for the model and left "
               "empty", file=sys.stderr)
         return 1
     return 0
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (argparse names the flag and exits 2 otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def utf8_lines(stream, name: str):
+    """The lines of a byte stream as text; one AtnatError naming the line that is not UTF-8 (the lines before
+    it are translated and written already)."""
+    for number, raw in enumerate(stream, 1):
+        if isinstance(raw, str):  # a text stream (already decoded)
+            yield raw
+            continue
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise AtnatError(f"{name} line {number} is not valid UTF-8 ({err.reason} at byte {err.start}); "
+                             "give UTF-8 text") from None
+
+
+def refuse_overwriting_inputs(outputs: dict[str, str | None], inputs: dict[str, str | None]) -> None:
+    """An output path that is one of the inputs would replace it: one error naming both flags."""
+    for out_flag, out in outputs.items():
+        for in_flag, given in inputs.items():
+            if out and given and Path(out).exists() and Path(given).exists() and Path(out).samefile(given):
+                raise AtnatError(f"{out_flag} {out} is the file given to {in_flag}: writing it would replace it; "
+                                 "give another path")
 
 
 def checked_engine(args):
@@ -185,7 +220,8 @@ def cmd_distill(args) -> None:
     from atnat.experiments.data.tasks import read_lines  # lazy: start-up
     from atnat.experiments.training.distill import distill_sources, distilled_targets  # lazy: start-up
 
-    args.strategy = args.strategy or "greedy"  # a teacher is an AT
+    refuse_overwriting_inputs({"--output": args.output}, {"--input": args.input})
+    args.strategy = args.strategy or "beam"  # a teacher is an AT: beam 5, as the grids distil
     if args.strategy == "beam" and args.beam is None:
         args.beam = 5
     spec = {"name": args.strategy, **strategy_options(args)}
@@ -232,6 +268,8 @@ def cmd_evaluate(args) -> None:
     from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
     from atnat.experiments.modelfiles.quantize import maybe_quantize  # lazy: start-up
 
+    refuse_overwriting_inputs({"--hyps": args.hyps, "--json": args.json},
+                              {"--src": args.src, **{f"--ref {r}": r for r in args.ref}})
     engine = checked_engine(args)
     if args.threads < 1:
         raise AtnatError(f"--threads {args.threads}: expected a positive number of CPU threads")
@@ -422,12 +460,11 @@ def cmd_list(args) -> None:
     print_catalog()
 
 
-def add_strategy_args(p) -> None:
+def add_strategy_args(p, default: str = "the model's own (greedy for an AT, parallel for a NAT, ctc, dag-lookahead)"
+                      ) -> None:
     p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto",
                    help="where to decode (auto: the GPU when one is visible)")
-    p.add_argument("--strategy", default=None, help="registered strategy name (see `atnat list`); default: the "
-                                                    "model's own (greedy for an AT, parallel for a NAT, ctc, "
-                                                    "dag-lookahead)")
+    p.add_argument("--strategy", default=None, help=f"registered strategy name (see `atnat list`); default: {default}")
     p.add_argument("--beam", type=int, help="beam size (beam, ctc) or length beam (NAT strategies)")
     p.add_argument("--iterations", type=int, help="mask-predict iterations")
     p.add_argument("--option", action="append", metavar="NAME=VALUE", help="any other strategy option")
@@ -469,7 +506,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("translate", parents=[common], help="translate stdin to stdout with a trained checkpoint")
     p.add_argument("--checkpoint", required=True, help="checkpoint file or run directory")
     p.add_argument("--teacher", help="AT teacher checkpoint: re-ranks npd's candidates, verifies speculative's drafts")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=positive_int, default=64, help="sentences decoded at once (default 64)")
     p.add_argument("--long-lines", choices=["error", "truncate"], default="error",
                    help="a line longer than the model's limit: error (empty output line, a message, exit 1) "
                         "or truncate (cut to the limit, with a warning)")
@@ -492,8 +529,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--teacher", required=True, help="teacher checkpoint file or run directory")
     p.add_argument("--input", help="source file (default: the teacher run's training sources)")
     p.add_argument("--output", required=True)
-    add_strategy_args(p)
-    p.set_defaults(fn=cmd_distill, strategy="beam")
+    add_strategy_args(p, default="beam (size 5, as the grids distil)")
+    p.set_defaults(fn=cmd_distill)
     p = sub.add_parser("evaluate", parents=[common], help="score a trained model on any source/reference files (BLEU, chrF, "
                                         "tokenised BLEU, speed)")
     p.add_argument("--checkpoint", required=True, help="checkpoint file, run directory or export directory")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,22 +40,32 @@ def is_export_dir(path: Path) -> bool:
     return path.is_dir() and (path / CONFIG).is_file() and (path / WEIGHTS).is_file()
 
 
-def _export_leftovers(out: Path) -> bool:
+def _export_file(name: str, marker: str) -> bool:
+    """Whether an export with this `marker` (ours: config.json; CTranslate2's: model.bin) writes a file of
+    this name, or its temporary file."""
+    name = name.removesuffix(".tmp")
+    ours = {WEIGHTS, CONFIG, *TOKENIZER_FILES.values()}
+    ct2 = marker != CONFIG and (name in (marker, CONFIG) or re.fullmatch(r"\w*vocabulary\w*\.(json|txt)", name))
+    return name in ours or bool(ct2) or (name.startswith(".") and name.endswith(".tmp"))
+
+
+def _export_leftovers(out: Path, marker: str = CONFIG) -> bool:
     """Whether every entry of `out` is a file an export writes (or its temporary file): an export, or
     one an older atnat left half-written when it was killed."""
-    names = {WEIGHTS, CONFIG, *TOKENIZER_FILES.values()}
-    return all(p.is_file() and (p.name in names or p.name.removesuffix(".tmp") in names
-                                or (p.name.startswith(".") and p.name.endswith(".tmp"))) for p in out.iterdir())
+    return all(p.is_file() and not p.is_symlink() and _export_file(p.name, marker) for p in out.iterdir())
 
 
 def check_target(out: Path, marker: str = CONFIG) -> None:
-    """An export may go to `out`: a new or empty directory, or one holding an export (its `marker` file;
-    replaced whole)."""
+    """An export may go to `out`: a new or empty directory, or one holding only an export's files (then
+    replaced whole). Anything else in it - a run folder, a project with its own config.json - is refused:
+    replacing it would delete it."""
     if out.exists() and not out.is_dir():
         raise AtnatError(f"export target {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (out / marker).is_file() and not _export_leftovers(out):
-        raise AtnatError(f"export target {out} is a non-empty directory that holds no atnat export; "
-                         "give a new or empty directory")
+    if out.is_dir() and any(out.iterdir()) and not _export_leftovers(out, marker):
+        others = sorted(p.name for p in out.iterdir() if not (p.is_file() and _export_file(p.name, marker)))
+        raise AtnatError(f"export target {out} holds other things than an export ({', '.join(others[:4])}"
+                         f"{', ...' if len(others) > 4 else ''}), which replacing it would delete; give a new or "
+                         "empty directory")
 
 
 @contextmanager
