@@ -142,3 +142,10 @@ def test_the_engine_flag_defaults_to_auto_and_to_eager_beside_compile():
     assert checked_engine(SimpleNamespace(engine="eager", compile="default")).label == "eager"
     with pytest.raises(AtnatError, match="--compile and --engine packed: give one"):
         checked_engine(SimpleNamespace(engine="packed", compile="default"))
+
+
+def test_a_folder_given_as_a_grid_is_named_as_a_folder(tmp_path, capsys):
+    from atnat.experiments.cli.commands import main
+
+    assert main(["run", str(tmp_path)]) == 2
+    assert f"{tmp_path} is a folder; give a YAML file" in capsys.readouterr().err

@@ -540,7 +540,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--also", action="append", metavar="NAME[:OPT=V,...]", help="another strategy to score, e.g. beam:beam_size=5")
     p.add_argument("--lang", help="target language of the tokenised BLEU (default: the run's)")
     p.add_argument("--compound-split", action="store_true", help="tokenised BLEU splits hyphenated compounds (##AT##)")
-    p.add_argument("--n-bootstrap", type=int, default=1000, help="resamples of the BLEU confidence interval")
+    p.add_argument("--n-bootstrap", type=positive_int, default=1000, help="resamples of the BLEU confidence interval")
     p.add_argument("--no-speed", action="store_true", help="skip the timing")
     p.add_argument("--latency-sentences", type=int, default=100, help="sentences timed one at a time")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats of every call")

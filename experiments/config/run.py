@@ -395,6 +395,8 @@ def run_config_from_dict(data: Any, where: str) -> RunConfig:
 
 def load_yaml(path: str | Path) -> Any:
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder; give a YAML file (a grid file, or a run's config)")
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:
