@@ -149,3 +149,14 @@ def test_a_folder_given_as_a_grid_is_named_as_a_folder(tmp_path, capsys):
 
     assert main(["run", str(tmp_path)]) == 2
     assert f"{tmp_path} is a folder; give a YAML file" in capsys.readouterr().err
+
+
+def test_a_file_given_as_the_run_folder_is_named(tmp_path, capsys):
+    from atnat.experiments.cli.commands import main
+
+    config = tmp_path / "run.yaml"
+    config.write_text("name: r\ntask: {name: copy, n_train: 20, n_valid: 4, n_test: 4}\ndecoder: at\n")
+    (tmp_path / "in.txt").write_text("x\n")
+    assert main(["train", str(config), "--output-dir", str(tmp_path / "in.txt")]) == 2
+    assert "in.txt is a file; give a folder for the run" in capsys.readouterr().err
+    assert (tmp_path / "in.txt").read_text() == "x\n"

@@ -39,6 +39,8 @@ def cmd_train(args) -> None:
         overrides = deep_update(overrides, parse_override(item))
     cfg = load_run_config(args.config, overrides)
     run_dir = Path(args.output_dir or cfg.output_dir or Path("runs") / path_part(cfg.name, f"{args.config}: name"))
+    if run_dir.exists() and not run_dir.is_dir():
+        raise AtnatError(f"--output-dir {run_dir} is a file; give a folder for the run (new, or a run to resume)")
     lock = nullcontext() if helper_rank() else held(cell_lock(run_dir), f"run folder {run_dir}")
     with lock:  # a second train into the same folder is refused (DDP's helper ranks run under rank 0's lock)
         try:

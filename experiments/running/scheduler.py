@@ -23,7 +23,7 @@ from rich.progress import Progress
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.devices import require_gpu
 from atnat.experiments.config.plugins import installed_plugins
-from atnat.experiments.files import write_json_atomic
+from atnat.experiments.files import atomic_write_bytes, write_json_atomic
 from atnat.experiments.locks import LockHeld, folder_lock, held
 from atnat.experiments.modelfiles.checkpoints import checkpoint_step
 from atnat.experiments.provenance import tracked_files
@@ -210,7 +210,7 @@ def _interim(grid, path, runs: Path, interim: Path, source: str | None, final: b
     for name in ("timing.csv", "timing.json"):
         timed, copy = runs.parent / name, interim / name
         if timed.is_file():
-            copy.write_bytes(timed.read_bytes())
+            atomic_write_bytes(copy, timed.read_bytes())
         else:
             copy.unlink(missing_ok=True)  # an earlier interim's, no longer current
     table = _tabulate(grid, path, interim, runs=runs)
