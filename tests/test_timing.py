@@ -2,7 +2,9 @@
 import json
 import mmap
 import time
+import types
 from functools import partial
+from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -126,7 +128,8 @@ def fake_timed_cells(tmp_path, monkeypatch, names):
 
     cells = [SimpleNamespace(name=n, variant=n.rsplit("-", 1)[0], labels={"task": "t"},
                              config=SimpleNamespace(output_dir=str(tmp_path / n), task_name="t",
-                                                    eval=SimpleNamespace(strategies=["greedy"])))
+                                                    decoder_name=n.split("-")[0], decoder={"name": n.split("-")[0]},
+                                                    distill=None, loss=None, eval=SimpleNamespace(strategies=["greedy"])))
              for n in names]
     for c in cells:
         (tmp_path / c.name).mkdir()
@@ -395,3 +398,63 @@ def test_each_task_and_seed_is_timed_as_its_own_group_and_an_unchanged_group_is_
                          keep_others=True)  # other settings: a partial timing refuses rather than wipe
     assert len(pd.read_csv(tmp_path / "timing.csv")) == 4 and len(timed) == 3
     assert sorted(timing.time_grid(s2, tmp_path, fast, "cpu", "at").cell) == ["at-s2", "nat-s2"]  # the others dropped
+
+
+class _Sleeper:
+    """A stand-in model whose decode sleeps in proportion to its batch (no weights, no engine)."""
+
+    def __init__(self, name):
+        self.name, self.device = name, torch.device("cpu")
+
+    def decode(self, src, lengths, strategy, **kw):
+        import time as clock
+
+        clock.sleep((0.002 if self.name.startswith("at") else 0.0005) * src.size(0))
+        return types.SimpleNamespace(n_steps=1)
+
+
+def _stand_in_grid(tmp_path, monkeypatch, *names):
+    import hashlib
+
+    from atnat.experiments.evaluation import timing
+
+    class Tok:
+        def encode(self, line):
+            return [5, 6, 7]
+
+    sources = [f"s{i}" for i in range(8)]
+    monkeypatch.setattr(timing, "load_module", lambda path, map_location=None: (_Sleeper(Path(path).parent.name), Tok()))
+    monkeypatch.setattr(timing, "evaluation_checkpoint", lambda run: run / "best.ckpt")
+    monkeypatch.setattr(timing, "load_task", lambda cfg: types.SimpleNamespace(splits={"test": (sources, sources)}))
+    monkeypatch.setattr(timing, "checkpoint_stamp", lambda run: hashlib.md5((run / "best.ckpt").read_bytes()).hexdigest())
+    monkeypatch.setattr(timing, "apply_engine", lambda module, engine: None)
+    cells = {}
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "best.ckpt").write_text("w")
+        cfg = types.SimpleNamespace(output_dir=str(tmp_path / name), task_name="t", decoder_name="at",
+                                    decoder={"name": "at"}, loss=None, distill=None, train=types.SimpleNamespace(max_len=10),
+                                    eval=types.SimpleNamespace(split="test", strategies=["greedy"]))
+        cells[name] = types.SimpleNamespace(name=name, variant=name.rsplit("-s", 1)[0], seed=1, labels={"task": "t"},
+                                            config=cfg)
+    speed = SpeedSettings(latency_sentences=4, throughput_sentences=8, throughput_batch=4, repeats=1, warmup=0,
+                          bootstrap=50, engine="eager", reference_at="at-deep", aa_control=True)
+    return timing, cells, speed
+
+
+def test_a_student_timed_in_a_later_session_gets_its_speed_over_the_reference_at(tmp_path, monkeypatch):
+    timing, c, speed = _stand_in_grid(tmp_path, monkeypatch, "at-s1", "at-deep-s1", "nat-s1", "cmlm-s1")
+    timing.time_grid([c["at-s1"], c["at-deep-s1"], c["nat-s1"]], tmp_path, speed, "cpu", "at", keep_others=True)
+    later = timing.time_grid(list(c.values()), tmp_path, speed, "cpu", "at", keep_others=True).set_index("cell")
+    assert later.loc["cmlm-s1", "ref_at_baseline"] == "at-deep-s1 / greedy"
+    assert later.loc["cmlm-s1", "speedup_vs_ref_at"] > 0
+    assert later.loc["cmlm-s1", "timing_session"] == later.loc["at-deep-s1", "timing_session"]  # side by side
+
+
+def test_a_group_whose_baseline_lost_its_checkpoint_keeps_its_speed_ups(tmp_path, monkeypatch):
+    timing, c, speed = _stand_in_grid(tmp_path, monkeypatch, "at-s1", "nat-s1", "cmlm-s1")
+    first = timing.time_grid([c["at-s1"], c["nat-s1"]], tmp_path, speed, "cpu", "at", keep_others=True)
+    before = first.set_index(["cell", "strategy"]).loc[("nat-s1", "greedy"), "speedup_vs_at"]
+    (tmp_path / "at-s1" / "best.ckpt").unlink()
+    after = timing.time_grid(list(c.values()), tmp_path, speed, "cpu", "at", keep_others=True)
+    assert after.set_index(["cell", "strategy"]).loc[("nat-s1", "greedy"), "speedup_vs_at"] == before

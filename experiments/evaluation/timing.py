@@ -398,7 +398,7 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
     A group whose systems, weights and settings are unchanged keeps its timing (a resumed grid whose
     cells were all done does not time again, and a group timed before the grid finished, by `atnat
     time`, is not timed again). A group with new or changed cells times those beside its baseline
-    cell, which is timed again with them; its other cells keep their rows (a student timed by `atnat
+    cell (and speed.reference_at's), which are timed again with them; its other cells keep their rows (a student timed by `atnat
     time --partial` when it finished is not timed again each time another student of its seed
     finishes). Every ratio is still measured within one session: a kept row's speed-ups were measured
     beside the baseline as it was timed then. A group whose baseline changed (or that has none) is
@@ -408,7 +408,7 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
     dropped. `anew`: every group of `cells` is timed again as a whole, in one session, whatever was timed
     before (the last timing of a grid whose students were timed one by one: the same weights timed in
     two sessions moved a ratio by more than its interval within either, results/multi30k-deep/session_drift.csv);
-    cells whose checkpoints are gone still keep their rows."""
+    cells whose checkpoints are gone still keep their rows, and so does a group whose baseline's are."""
     path, settings_path = out / "timing.csv", out / "timing.json"
     settings = {"speed": speed.record(), "device": device, "device_name": device_name(device),
                 **({"baseline": baseline} if baseline else {})}  # another GPU (or CPU) model times anew
@@ -431,15 +431,23 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
     if keep_others and old is not None:
         kept_cells |= set(old.cell) - {c.name for c in cells}
     todo = []  # decided before any model is loaded: a resumed, finished grid loads nothing
-    for group in groups.values():
+    no_baseline = {timing_group(c) for c in cells if c.name in gone and is_baseline_cell(c, baseline)}
+    for key, group in groups.items():
+        if key in no_baseline:  # nothing to time beside: its cells keep what they had (their ratios stand)
+            kept_cells |= {c.name for c in group}
+            print(f"atnat: the baseline of {key[0]} seed {key[1]} has no checkpoint left: its cells keep their "
+                  "earlier timings, and none is timed anew", file=sys.stderr)
+            continue
         held = [] if anew else _timed_as_they_are(group, old, speed, baseline)
         if len(held) == len(group):
             kept_cells |= {c.name for c in group}
             continue
         bases = [c for c in group if is_baseline_cell(c, baseline)] if held else []
         if bases and all(c in held for c in bases):  # the new cells beside the baseline, timed again
-            kept_cells |= {c.name for c in held if c not in bases}
-            todo += [c for c in group if c in bases or c not in held]
+            again = bases + [c for c in group if speed.reference_at and c.variant == speed.reference_at
+                             and c not in bases]  # and beside the reference AT: its ratios too within the session
+            kept_cells |= {c.name for c in held if c not in again}
+            todo += [c for c in group if c in again or c not in held]
         else:
             todo += group
     kept = old[old.cell.isin(kept_cells)] if old is not None else None
