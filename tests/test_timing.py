@@ -458,3 +458,21 @@ def test_a_group_whose_baseline_lost_its_checkpoint_keeps_its_speed_ups(tmp_path
     (tmp_path / "at-s1" / "best.ckpt").unlink()
     after = timing.time_grid(list(c.values()), tmp_path, speed, "cpu", "at", keep_others=True)
     assert after.set_index(["cell", "strategy"]).loc[("nat-s1", "greedy"), "speedup_vs_at"] == before
+
+
+def test_a_speed_timed_on_other_weights_than_the_cells_now_is_not_reported(tmp_path):
+    """A cell trained again after its timing: its old speed must not stand beside its new BLEU."""
+    from atnat.experiments.modelfiles.checkpoints import write_checksum
+    from atnat.experiments.modelfiles.loading import checkpoint_stamp
+    from atnat.experiments.reporting.table import add_timing
+
+    for cell in ("a-s1", "b-s1"):
+        weights = tmp_path / cell / "checkpoints" / "best.ckpt"
+        weights.parent.mkdir(parents=True)
+        weights.write_bytes(cell.encode())
+        write_checksum(weights)
+    results = pd.DataFrame({"cell": ["a-s1", "b-s1"], "strategy": ["greedy", "greedy"], "bleu": [30.0, 31.0]})
+    timing = pd.DataFrame({"cell": ["a-s1", "b-s1"], "strategy": ["greedy", "greedy"], "speedup_vs_at": [1.0, 3.0],
+                           "fingerprint": [checkpoint_stamp(tmp_path / "a-s1"), "sha256-" + "0" * 64]})
+    merged = add_timing(results, timing, tmp_path).set_index("cell")
+    assert merged.loc["a-s1", "speedup_vs_at"] == 1.0 and pd.isna(merged.loc["b-s1", "speedup_vs_at"])

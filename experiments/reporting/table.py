@@ -15,6 +15,7 @@ from atnat.experiments.evaluation.exported import exported_rows
 from atnat.experiments.evaluation.metrics import holm, paired_significance
 from atnat.experiments.evaluation.metrics.quality import bleu_difference
 from atnat.experiments.files import write_csv
+from atnat.experiments.modelfiles.loading import checkpoint_stamps, evaluation_checkpoint
 from atnat.experiments.provenance import label
 from atnat.experiments.reporting.ranking import MAIN, rank_systems, references_of
 from atnat.experiments.reporting.records import read_metrics, whole_train_time
@@ -104,14 +105,25 @@ def compare_systems(df: pd.DataFrame, runs: Path, *, n: int = 1000, test_sets: t
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 
+def _same_weights(run_dir: Path, fingerprint: str) -> bool:
+    """Was a timing row measured on the weights the cell is evaluated with now? (True where they cannot be
+    checked: no evaluated checkpoint here, or a row from before fingerprints.)"""
+    if not fingerprint or fingerprint == "nan" or not evaluation_checkpoint(run_dir).is_file():
+        return True
+    return fingerprint in checkpoint_stamps(run_dir)
+
+
 def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None, runs: Path | None = None) -> pd.DataFrame:
-    """The timing phase's columns (timing.csv) joined on (cell, strategy); systems timed but not
+    """The timing phase's columns (timing.csv) joined on (cell, strategy), a row timed on other weights than
+    the cell's now left out (its cell shows no speed until timed again); systems timed but not
     evaluated (a plain AT's CTranslate2 twin, `<strategy>-ct2`) become rows of their cell with
     speed columns only; the A/A control's rows stay in timing.csv (their noise floor is a column)."""
     if timing is None or timing.empty:
         return df
     if "control" in timing:  # the A/A control's twin is a measurement of noise, not a system
         timing = timing[timing["control"].fillna("").astype(str) == ""]
+    if runs is not None and "fingerprint" in timing:  # a speed timed on other weights than the cell's now: dropped
+        timing = timing[[_same_weights(runs / str(cell), str(mark)) for cell, mark in zip(timing.cell, timing.fingerprint)]]
     keep = timing[["cell", "strategy", *[c for c in TIMING if c in timing]]]
     merged = df.drop(columns=[c for c in TIMING if c in df]).merge(keep, on=["cell", "strategy"], how="left")
     known = set(zip(df.cell, df.strategy))
