@@ -105,12 +105,14 @@ def compare_systems(df: pd.DataFrame, runs: Path, *, n: int = 1000, test_sets: t
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 
-def _same_weights(run_dir: Path, fingerprint: str) -> bool:
-    """Was a timing row measured on the weights the cell is evaluated with now? (True where they cannot be
-    checked: no evaluated checkpoint here, or a row from before fingerprints.)"""
-    if not fingerprint or fingerprint == "nan" or not evaluation_checkpoint(run_dir).is_file():
-        return True
-    return fingerprint in checkpoint_stamps(run_dir)
+def _same_weights(runs: Path, cells: pd.Series, fingerprints: pd.Series) -> list[bool]:
+    """Per timing row: was it measured on the weights its cell is evaluated with now? (True where that
+    cannot be checked: no evaluated checkpoint here, or a row from before fingerprints.) One checksum per cell."""
+    stamps: dict[str, set[str] | None] = {}
+    for cell in set(cells.astype(str)):
+        stamps[cell] = checkpoint_stamps(runs / cell) if evaluation_checkpoint(runs / cell).is_file() else None
+    return [not mark or mark == "nan" or stamps[cell] is None or mark in stamps[cell]
+            for cell, mark in zip(cells.astype(str), fingerprints.astype(str))]
 
 
 def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None, runs: Path | None = None) -> pd.DataFrame:
@@ -123,7 +125,7 @@ def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None, runs: Path | None 
     if "control" in timing:  # the A/A control's twin is a measurement of noise, not a system
         timing = timing[timing["control"].fillna("").astype(str) == ""]
     if runs is not None and "fingerprint" in timing:  # a speed timed on other weights than the cell's now: dropped
-        timing = timing[[_same_weights(runs / str(cell), str(mark)) for cell, mark in zip(timing.cell, timing.fingerprint)]]
+        timing = timing[_same_weights(runs, timing.cell, timing.fingerprint)]
     keep = timing[["cell", "strategy", *[c for c in TIMING if c in timing]]]
     merged = df.drop(columns=[c for c in TIMING if c in df]).merge(keep, on=["cell", "strategy"], how="left")
     known = set(zip(df.cell, df.strategy))

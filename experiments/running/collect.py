@@ -130,9 +130,7 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
         filed[cell.name] = stamps or recorded_weights(target)
         files = result_files(run_dir, done.skipped)
         written = 0
-        if target.is_symlink():
-            raise AtnatError(f"{target} is a symbolic link: collect writes only inside {dest}; replace the link by a "
-                             "folder (or remove it) and collect again")
+        no_link_on_the_way(dest, target / UNDER_WAY)
         target.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(target / UNDER_WAY, b"a collect of this cell began and has not ended\n")
         for rel, src in files.items():

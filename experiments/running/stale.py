@@ -54,13 +54,18 @@ def find_stale(grid, cells) -> list[Stale]:
             found[cell.name] = Stale(cell.name, change, False, f"its systems are named {renamed} now (this atnat's "
                                                                "labels): its results are filed under the old names")
     by_name = grid.by_name()
+    weights: dict[str, set[str]] = {}  # a teacher's stamps, one checksum each
     for cell in cells:  # a finished student whose teacher has other weights now than those it learnt from
         teacher = by_name.get(cell.teacher or "")
         if cell.name in found or teacher is None or cell.teacher in found:
             continue
         learnt = teacher_stamps(Path(cell.config.output_dir))
         teacher_dir = Path(teacher.config.output_dir)
-        if learnt and evaluation_checkpoint(teacher_dir).is_file() and not learnt & checkpoint_stamps(teacher_dir):
+        if not learnt or not evaluation_checkpoint(teacher_dir).is_file():
+            continue
+        if teacher.name not in weights:
+            weights[teacher.name] = checkpoint_stamps(teacher_dir)
+        if not learnt & weights[teacher.name]:
             found[cell.name] = Stale(cell.name, SettingsChange([], []), True,
                                      f"its teacher {teacher.name} has other weights now than those it learnt from")
     changed = True

@@ -87,7 +87,7 @@ def folder_state(run_dir: Path) -> dict:
             row["state"] = "running" if held or state.startswith("RUNNING") else "queued"
             return row
         row["state"] = f"ended ({state.lower()})"
-        held = held and is_active(state)  # a holder file the ended job left (a kill leaves it) holds nothing
+        held = False  # the job ended: a holder file it left (a kill leaves one) holds nothing
     if held:
         row["state"] = "running"
     elif saved_training(run_dir) and not job:

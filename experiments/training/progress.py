@@ -54,8 +54,10 @@ def read_progress(run_dir: Path) -> dict | None:
     if not isinstance(state, dict):
         return None
     number = lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-    return {k: v for k, v in state.items() if k not in NUMBERS or number(v)} | \
-        ({} if isinstance(state.get("phase", "training"), str) else {"phase": "training"})
+    state = {k: v for k, v in state.items() if k not in NUMBERS or number(v)}
+    if not isinstance(state.get("phase", "training"), str):
+        state["phase"] = "training"
+    return state
 
 
 NUMBERS = ("step", "max_steps", "loss", "val_loss", "val_bleu", "eta_s", "elapsed_s", "updated", "first_step_at")
