@@ -155,3 +155,28 @@ def test_a_constant_learning_rate_has_no_warm_up_to_leave_out_of_an_average(tmp_
     run = run_training(tmp_path, "constant", monkeypatch, keep=4, average="last",  # checkpoints at 7, 14, 21, 28
                        optim={"schedule": "constant"})  # warmup_steps keeps its default, 400: no meaning here
     assert json.loads((run / "train.json").read_text())["averaged_steps"] == [14, 21, 28]
+
+
+def test_the_steps_after_the_last_validation_are_validated_and_can_be_evaluated(tmp_path, monkeypatch):
+    """max_steps 25 with a validation every 7 steps: the final weights (step 25) are validated and
+    saved too; before, steps 22-25 were trained and never seen by selection or averaging."""
+    run = run_training(tmp_path, "tail", monkeypatch, max_steps=25, keep=4, average="last", optim={"warmup_steps": 5})
+    steps = sorted(int(p.stem.split("-")[1]) for p in (run / "checkpoints").glob("step-*.ckpt"))
+    assert steps == [7, 14, 21, 25]
+    assert json.loads((run / "train.json").read_text())["averaged_steps"] == [14, 21, 25]
+    best = run_training(tmp_path, "tail-best", monkeypatch, max_steps=25)
+    logged = (best / "logs" / "metrics.csv").read_text().splitlines()
+    header = logged[0].split(",")
+    validated = {int(row.split(",")[header.index("step")]) for row in logged[1:]
+                 if row.split(",")[header.index("val/loss")]}
+    assert validated == {6, 13, 20, 24}  # Lightning logs the step before the increment: steps 7, 14, 21, 25
+
+
+def test_a_run_ended_by_max_epochs_validates_its_final_weights(tmp_path, monkeypatch):
+    run = run_training(tmp_path, "epochs", monkeypatch, max_steps=1000, max_epochs=2, val_every_steps=5, keep=4, average="last",
+                       optim={"warmup_steps": 5})
+    final = json.loads((run / "train.json").read_text())["global_step"]
+    assert final % 5 != 0  # else this test shows nothing
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == final
+    steps = sorted(int(p.stem.split("-")[1]) for p in (run / "checkpoints").glob("step-*.ckpt"))
+    assert steps[-1] == final

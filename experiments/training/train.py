@@ -145,6 +145,20 @@ def ddp_strategy(cfg: RunConfig) -> str:
     return "ddp_find_unused_parameters_true" if several and zero_length else "auto"
 
 
+class ValidateAtTheEnd(pl.Callback):
+    """A validation at the last step of training (max_steps, or the last batch of max_epochs) when it is no
+    multiple of val_every_steps: Lightning ends such a run without validating, so the final weights were
+    never saved for selection or averaging. Asking it to stop there makes it validate first."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        loop = trainer.fit_loop
+        last_step = trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps
+        last_epoch = (trainer.max_epochs not in (None, -1) and loop.epoch_loop.batch_progress.is_last_batch
+                      and trainer.current_epoch + 1 >= trainer.max_epochs)
+        if last_step or last_epoch:
+            trainer.should_stop = True
+
+
 def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
     """The Lightning Trainer of a run: checkpoint selection and averaging, EMA, exact resume
     (`sampler`: the training loader's TokenBudgetSampler), atomic checkpoint files, logs."""
@@ -168,6 +182,7 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
 
         callbacks.append(EMAWeightAveraging(decay=t.ema))
     callbacks.append(DivergenceGuard(t.divergence_factor))  # a NaN/exploding loss fails the run
+    callbacks.append(ValidateAtTheEnd())
     callbacks.append(ProgressReporter(run_dir, t.max_steps, t.max_time_s,
                                        stops_early=t.early_stop_patience is not None))  # progress.json, a line per validation
     # training wall time kept in the checkpoints (Lightning's Timer restores it on resume): train.json's
