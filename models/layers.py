@@ -18,12 +18,18 @@ class OutputProjection(nn.Linear):
     """The vocabulary projection: nn.Linear (same parameters, state dict and training path) that, at
     inference on CPU, multiplies by a cached (in, out) copy of its weight: for the few rows of step-wise
     decoding that layout is faster with the CPU BLAS (measured: results/bench/ab_output_projection.py).
-    The copy is rebuilt when the weight changes (optimizer step, load_state_dict, `.to()`, a new
-    parameter, `.data` assignment), so it never serves stale weights."""
+    The copy is dropped whenever the module switches between training and evaluation (a fused optimizer
+    step edits the weight without a trace the copy could check), and rebuilt when the weight changes in
+    evaluation (load_state_dict, in-place edits, `.to()`, a new parameter, `.data` assignment), so it never
+    serves stale weights to a training loop's validation or to decoding."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._cache: tuple | None = None  # (weight ref, data_ptr, version, (in, out) copy)
+
+    def train(self, mode: bool = True):
+        self._cache = None
+        return super().train(mode)
 
     def forward(self, x: Tensor) -> Tensor:
         w = self.weight

@@ -52,3 +52,20 @@ def test_output_projection_inference_path_matches_linear_and_follows_weight_chan
     out = proj.train()(x)  # training: the plain differentiable path
     out.sum().backward()
     assert proj.weight.grad is not None
+
+
+def test_output_projection_cache_follows_a_fused_optimizer_step():
+    """A fused AdamW (train.step: fused, compiled) updates the weight in place without bumping its version
+    counter: the validation after such steps multiplied by the weights of the validation before."""
+    torch.manual_seed(0)
+    proj = OutputProjection(8, 50)
+    x = torch.randn(4, 3, 8)
+    opt = torch.optim.AdamW(proj.parameters(), lr=0.1, fused=True)
+    for _ in range(2):  # validation, training steps, validation: what a training loop does
+        with torch.inference_mode():
+            torch.testing.assert_close(proj.eval()(x), F.linear(x, proj.weight, proj.bias))
+        proj.train()
+        for _ in range(3):
+            opt.zero_grad()
+            proj(x).square().mean().backward()
+            opt.step()
