@@ -211,6 +211,9 @@ def test_refusals_name_the_way_out():
     fixed = module("nat", length="fixed")
     with pytest.raises(AtnatError, match="length: fixed"):
         fixed.decode(torch.tensor([[6, 7]]), torch.tensor([2]), Parallel())
+    for name in ("nat", "cmlm"):  # a length predictor's decoder never learned to end with END tokens
+        with pytest.raises(AtnatError, match="never learned to emit END"):
+            module(name).decode(torch.tensor([[6, 7]]), torch.tensor([2]), Parallel(length="fixed"))
     for name, bad in (("nat", dict(inputs="copies")), ("nat", dict(length="oracle")),
                       ("nat", dict(glat_ratio_start=1.5)), ("ctc", dict(upsample=0))):
         with pytest.raises(AtnatError, match=next(iter(bad))):

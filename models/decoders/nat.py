@@ -71,6 +71,14 @@ class ParallelDecoder(Decoder):
     Options: ClassVar[type] = LengthOptions
     input_mode: ClassVar[str] = "mask"  # "mask" or "copy": what a slot holding `mask` reads
 
+    @classmethod
+    def strategy_problem(cls, options, strategy) -> str | None:
+        if getattr(strategy, "length", "predicted") == "fixed":
+            return (f"strategy parallel with length: fixed needs a nat trained with length: fixed (a "
+                    f"{cls.registered_name or cls.__name__} has a length predictor and never learned to emit END); "
+                    "use length: predicted")
+        return None
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if not (isinstance(cls.Options, type) and issubclass(cls.Options, LengthOptions)):
@@ -173,10 +181,8 @@ class NATDecoder(ParallelDecoder):
             if (strategy.fixed_len_a, strategy.fixed_len_b) != (options.fixed_len_a, options.fixed_len_b):
                 return (f"strategy parallel uses fixed_len_a/b = {strategy.fixed_len_a}/{strategy.fixed_len_b} but the "
                         f"decoder was trained with {options.fixed_len_a}/{options.fixed_len_b}; set them equal")
-        elif fixed:
-            return ("strategy parallel with length: fixed needs a nat trained with length: fixed (this one has a "
-                    "length predictor and never learned to emit END); use length: predicted")
-        return None
+            return None
+        return super().strategy_problem(options, strategy)
 
     @classmethod
     def validation_strategy(cls, options) -> dict:
