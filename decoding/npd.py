@@ -30,18 +30,22 @@ Scorer = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
 def sample_tokens(log_probs: Tensor, padding_mask: Tensor, n: int, *, temperature: float,
-                  generator: torch.Generator, special: SpecialTokens) -> tuple[Tensor, Tensor]:
-    """Draw n outputs per row from log_probs (C, T, V) / temperature, slots independent.
+                  seeds: list[int], special: SpecialTokens) -> tuple[Tensor, Tensor]:
+    """Draw n outputs per row from log_probs (C, T, V) / temperature, slots independent. Row c draws from its
+    own generator seeded seeds[c], over its own slots only: what it draws does not depend on the other rows
+    or the padded width (a sentence's samples are the same alone and in any batch).
 
     -> tokens (C, n, T) (pad at padding) and their log-probs under log_probs (C, n, T), 0 at pad.
     """
     C, T, V = log_probs.shape
     safe = log_probs.masked_fill(padding_mask[..., None], 0.0)  # (C, T, V) pad rows harmless
     banned = torch.tensor(never_emitted(special), device=log_probs.device)
-    allowed = (safe / temperature).index_fill(-1, banned, float("-inf"))  # never a special symbol
-    probs = allowed.softmax(dim=-1).reshape(C * T, V)  # (C*T, V)
-    ids = torch.multinomial(probs, n, replacement=True, generator=generator)  # (C*T, n)
-    ids = ids.reshape(C, T, n)  # (C, T, n)
+    probs = (safe / temperature).index_fill(-1, banned, float("-inf")).softmax(dim=-1)  # (C, T, V) never a special
+    ids = torch.full((C, T, n), special.pad, dtype=torch.long, device=log_probs.device)  # (C, T, n)
+    for c in range(C):
+        slots = ~padding_mask[c]  # (T,)
+        generator = torch.Generator(device=log_probs.device).manual_seed(seeds[c])
+        ids[c, slots] = torch.multinomial(probs[c, slots], n, replacement=True, generator=generator)
     scores = safe.gather(2, ids).transpose(1, 2)  # (C, n, T)
     pad = padding_mask[:, None, :]  # (C, 1, T)
     return ids.transpose(1, 2).masked_fill(pad, special.pad), scores.masked_fill(pad, 0.0)
@@ -87,10 +91,11 @@ class NoisyParallel(Strategy):
         tokens, positional = best_tokens(log_probs, padding_mask, special)  # (B*l, T)
         m = 1 + self.samples_per_length
         if m > 1:
-            generator = torch.Generator(device=log_probs.device).manual_seed(self.seed)
+            # the j-th length of every sentence draws from the generator seeded (seed, j)
+            seeds = [(self.seed + (c % self.length_beam) * 0x9E3779B97F4A7C15) % 2**63 for c in range(tokens.size(0))]
             drawn, drawn_scores = sample_tokens(
                 log_probs, padding_mask, m - 1, temperature=self.temperature,
-                generator=generator, special=special)  # (B*l, m-1, T)
+                seeds=seeds, special=special)  # (B*l, m-1, T)
             tokens = torch.cat([tokens[:, None], drawn], 1).flatten(0, 1)  # (B*l*m, T)
             positional = torch.cat([positional[:, None], drawn_scores], 1).flatten(0, 1)
             padding_mask = padding_mask.repeat_interleave(m, dim=0)  # (B*l*m, T)

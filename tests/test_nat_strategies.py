@@ -381,3 +381,25 @@ def test_length_candidates_of_a_sentence_do_not_depend_on_its_batch():
     in_batch = predicted_lengths(Predictor(table), None, 3)
     alone = predicted_lengths(Predictor(short[None]), None, 3)
     assert in_batch[0].tolist() == alone[0].tolist() == [5, 4, 3]
+
+
+def test_npd_samples_of_a_sentence_do_not_depend_on_its_batch():
+    """One draw over the whole batch's table made a sentence's samples (and so the teacher's pick) depend on
+    its neighbours and its padded width; each candidate row now draws from its own generator."""
+    from atnat.models.seq2seq import Seq2SeqModule
+
+    torch.manual_seed(0)
+    model = Seq2SeqModule(vocab_size=16, decoder="cmlm", model=dict(
+        d_model=32, n_heads=4, ffn_dim=64, encoder_layers=2, decoder_layers=2, dropout=0.0)).eval()
+    strategy = NoisyParallel(length_beam=2, samples_per_length=8, seed=3)
+
+    def candidates(src, row):
+        hyp = model.decode(src, (src != 0).sum(1), strategy,
+                           scorer=lambda t, m, i: t.masked_fill(m, 0).sum(1).float())  # a score of the candidate alone
+        return sorted(tuple(hyp.tokens[row, n, :hyp.lengths[row, n]].tolist()) for n in range(hyp.tokens.size(1)))
+
+    x, other = torch.tensor([[6, 7, 8, 9]]), torch.tensor([[10, 11, 12, 13, 14, 6, 7]])
+    padded = torch.cat([other, torch.nn.functional.pad(x, (0, 3))])
+    alone = candidates(x, 0)
+    assert candidates(padded, 1) == alone and candidates(padded.flip(0), 0) == alone
+    assert len(set(alone)) > 2  # samples were drawn
