@@ -74,7 +74,9 @@ def guided_attention_weights(src_lengths: Tensor, tgt_lengths: Tensor, s_max: in
 
 
 def guided_attention_loss(attn: Tensor, src_lengths: Tensor, tgt_lengths: Tensor, sigma: float) -> Tensor:
-    """attn (B, H, T, S) cross-attention weights -> mean penalty per valid (t, s) cell of the prior."""
+    """attn (B, H, T, S) cross-attention weights -> the prior-weighted attention mass per target position:
+    each (sentence, head)'s sum over its valid (t, s) cells divided by its target length T, then the mean over
+    sentences and heads (0 on the diagonal, below 1 everywhere)."""
     b, _, t_max, s_max = attn.shape
     w = guided_attention_weights(src_lengths, tgt_lengths, s_max, t_max, sigma)  # (B, T, S)
     penalty = (attn * w.unsqueeze(1)).sum((-1, -2))  # (B, H)

@@ -322,3 +322,15 @@ def test_fixed_length_nat_learns_copy_and_decodes_with_parallel_fixed():
     em, _ = learn("nat", "copy", Parallel(length="fixed", **fixed), steps=300,
                   options=dict(length="fixed", **fixed))
     assert em >= 0.6
+
+
+@pytest.mark.parametrize("loss, message", [
+    ({"guided_attention_layers": [3]}, r"loss: guided_attention_layers names layer 3 but the decoder has 2 layers \(0 to 1, or -2 to -1\)"),
+    ({"guided_attention_heads": [0, 4]}, r"loss: guided_attention_heads names head 4 but the model has 4 heads"),
+])
+def test_guided_attention_layers_and_heads_that_do_not_exist_are_refused(loss, message):
+    """A layer past the last wrapped round silently (layer 3 of a 3-layer decoder guided layer 0), and a head
+    past the last failed inside the first training step."""
+    with pytest.raises(AtnatError, match=message):
+        Seq2SeqModule(vocab_size=V, decoder="nat", model={**TINY_MODEL, "decoder_layers": 2, "n_heads": 4},
+                      loss={"guided_attention_weight": 0.1, **loss})

@@ -31,7 +31,7 @@ from atnat.experiments.config.precision import PRECISIONS
 from atnat.experiments.data.tasks import TASKS, TaskData
 from atnat.experiments.data.tokenize import CACHE_DIR
 from atnat.experiments.files import path_part, read_utf8
-from atnat.models.decoders.base import DECODERS, LossConfig
+from atnat.models.decoders.base import DECODERS, LossConfig, guided_attention_problem
 from atnat.models.seq2seq import OptimConfig, build_config
 from atnat.models.sizes import ModelConfig
 from atnat.models.step_forms import STEP_FORMS
@@ -258,8 +258,11 @@ def validate(cfg: RunConfig, where: str) -> RunConfig:
     dec_options = make(dec_cls.Options, dec_opts, f"{where}: decoder ({dec_name})")
     sections = {key: checked(cls, getattr(cfg, key), f"{where}: {key}")
                 for key, cls in (("model", ModelConfig), ("loss", LossConfig), ("optim", OptimConfig))}
-    for key, cls in (("model", ModelConfig), ("loss", LossConfig), ("optim", OptimConfig)):
-        make(cls, sections[key], f"{where}: {key}")
+    built = {key: make(cls, sections[key], f"{where}: {key}")
+             for key, cls in (("model", ModelConfig), ("loss", LossConfig), ("optim", OptimConfig))}
+    problem = guided_attention_problem(built["loss"], built["model"])
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
     if cfg.train.init_from == "teacher" and cfg.distill is None:
         raise ConfigError(f"{where}: train.init_from: teacher needs a teacher (distill.teacher, or a grid cell's "
                           "teacher key)")

@@ -25,6 +25,17 @@ from atnat.models.losses import Loss, guided_attention_loss
 from atnat.models.sizes import ModelConfig
 
 
+def guided_attention_problem(loss_cfg: "LossConfig", cfg: ModelConfig) -> str | None:
+    """Why the guided layers or heads do not exist in a model of `cfg` (None when they do)."""
+    for what, chosen, n, owner in (("layer", loss_cfg.guided_attention_layers, cfg.decoder_layers, "the decoder"),
+                                   ("head", loss_cfg.guided_attention_heads or (), cfg.n_heads, "the model")):
+        for i in chosen:
+            if not -n <= i < n:
+                return (f"loss: guided_attention_{what}s names {what} {i} but {owner} has {n} {what}{'s' * (n != 1)} "
+                        f"(0 to {n - 1}, or -{n} to -1)")
+    return None
+
+
 @dataclass(frozen=True)
 class NoOptions:
     """A decoder without options of its own."""
@@ -88,6 +99,9 @@ class Decoder(nn.Module, ABC):
         self.embed = embed
         self.vocab_size = vocab_size
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        problem = guided_attention_problem(loss_cfg, cfg)
+        if problem:
+            raise AtnatError(problem)
         self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_ln else nn.Identity()
         self.output = OutputProjection(cfg.d_model, vocab_size)
         self.record_attention = False  # probes set this to keep the last layer's cross-attention
