@@ -45,6 +45,14 @@ class OutputProjection(nn.Linear):
         return out.view(*x.shape[:-1], out.size(-1))  # (..., V)
 
 
+def masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
+    """Attention weights over the last axis where `mask` is True; a query whose keys are all masked (an empty
+    source) gets all-zero weights, as SDPA's attention gives it a zero context, never NaN."""
+    if mask is None:
+        return scores.softmax(-1)
+    return scores.masked_fill(~mask, float("-inf")).softmax(-1).masked_fill(~mask.any(-1, keepdim=True), 0.0)
+
+
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention over H heads (Vaswani et al. 2017, section 3.2.2).
 
@@ -105,9 +113,7 @@ class MultiHeadAttention(nn.Module):
                 t, s = scores.shape[-2:]
                 causal = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)
                 mask = causal if mask is None else mask & causal
-            if mask is not None:
-                scores = scores.masked_fill(~mask, float("-inf"))
-            weights = scores.softmax(-1)
+            weights = masked_softmax(scores, mask)
             ctx = F.dropout(weights, p, self.training) @ v  # (B, H, T, Dh)
         b, _, t, _ = ctx.shape
         out = ctx.transpose(1, 2).reshape(b, t, self.h * self.dh)  # (B, T, D)
@@ -119,9 +125,7 @@ class MultiHeadAttention(nn.Module):
         loops over the cache with no GEMM call per head (eager, it is slower than SDPA).
         q (B, H, T, Dh), k/v (B, H, S, Dh), mask broadcastable to (B, H, T, S) -> (B, T, D)."""
         scores = (q.unsqueeze(-2) * k.unsqueeze(-3)).sum(-1) * self.dh**-0.5  # (B, H, T, S)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = scores.softmax(-1)  # (B, H, T, S)
+        weights = masked_softmax(scores, mask)  # (B, H, T, S)
         ctx = (weights.unsqueeze(-1) * v.unsqueeze(-3)).sum(-2)  # (B, H, T, Dh)
         b, _, t, _ = ctx.shape
         return self.out_proj(ctx.transpose(1, 2).reshape(b, t, self.h * self.dh))  # (B, T, D)

@@ -69,3 +69,19 @@ def test_output_projection_cache_follows_a_fused_optimizer_step():
             opt.zero_grad()
             proj(x).square().mean().backward()
             opt.step()
+
+
+def test_attention_over_keys_that_are_all_masked_reads_nothing_on_every_path():
+    from atnat.models.layers import MultiHeadAttention
+
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 4).eval()
+    q, k, v = torch.randn(2, 4, 3, 4), torch.randn(2, 4, 5, 4), torch.randn(2, 4, 5, 4)
+    mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    mask[1] = False  # the second sentence's source is empty
+    sdpa, _ = attn.attend(q, k, v, mask=mask)
+    explicit, weights = attn.attend(q, k, v, mask=mask, need_weights=True)
+    fused = attn.attend_fused(q, k, v, mask)
+    for out in (explicit, fused):
+        torch.testing.assert_close(out, sdpa)
+    assert torch.equal(weights[1], torch.zeros_like(weights[1])) and torch.isfinite(weights).all()

@@ -218,3 +218,22 @@ def test_static_reorders_equal_the_plain_ones():
             a, plain = dec.step(tok, plain)
             b, static = dec.step(tok, static)
             torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=["greedy", "beam5"])
+def test_an_empty_source_decodes_like_eager_with_the_fused_attention(strategy):
+    """An empty line is a source of padding only: the fused attention's softmax over keys that are all
+    masked gave NaN (eager's SDPA gives a zero context), so `auto` translated it differently from eager."""
+    from atnat.experiments.modelfiles.engines import apply_engine
+
+    eager = eos_prone_model()
+    fused = eos_prone_model()
+    apply_engine(fused, "static+fused")
+    src, lengths = padded_batch()
+    src[2] = 0
+    lengths = src.ne(0).sum(1)
+    with torch.inference_mode():
+        for x, n, row in ((src[2:3, :1], lengths[2:3], 0), (src, lengths, 2)):  # alone and in a batch
+            a, b = eager.decode(x, n, strategy), fused.decode(x, n, strategy)
+            assert torch.equal(a.tokens, b.tokens) and torch.isfinite(b.scores[row]).all()
+            torch.testing.assert_close(a.scores, b.scores)
