@@ -180,3 +180,17 @@ def test_trained_quickstart_at_greedy_and_beam_nbest_equal_ours():
         assert [[ids for ids, _ in s] for s in theirs] == [[ids for ids, _ in s] for s in ours], strategy
         for t, o in zip(theirs, ours):
             assert [s for _, s in t] == pytest.approx([s for _, s in o], abs=1e-4)
+
+
+@pytest.mark.parametrize("strategy", [Greedy(max_len_a=2.0, max_len_b=10),
+                                      Beam(beam_size=3, length_norm="length", stopping="fairseq", max_len_a=2.0,
+                                           max_len_b=10)], ids=["greedy", "beam"])
+def test_ctranslate2_keeps_to_the_models_own_output_cap(strategy):
+    """Our search never emits more tokens than the model has positions; CTranslate2 was given a*S+b alone,
+    so sources whose budget passed that cap crashed it (or, at the default sizes, decoded longer than ours)."""
+    module, tokenizer = random_module(max_positions=12)
+    gen = torch.Generator().manual_seed(2)
+    sources = [torch.randint(6, 40, (n,), generator=gen).tolist() for n in (4, 9, 11)]
+    decoder = ct2.ct2_decoder((module, tokenizer), strategy)
+    assert max(decoder.budgets(sources)) <= module.decoder.max_output_length
+    assert decoder(sources) == [best[0][0] for best in our_nbest(module, sources, strategy)]

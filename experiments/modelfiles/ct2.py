@@ -31,9 +31,10 @@ from typing import Any, Callable
 import torch
 
 from atnat.core.errors import AtnatError
-from atnat.decoding.base import STRATEGIES, max_lengths
+from atnat.decoding.base import STRATEGIES
 from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
+from atnat.decoding.lengths import step_budget
 from atnat.decoding.processors import forbidden_ids
 from atnat.experiments.modelfiles.export import staged, tokenizer_file
 from atnat.experiments.modelfiles.loading import load_module
@@ -286,6 +287,7 @@ class CT2Decoder:
     options: dict
     exact: bool = True
     model_dir: Path | None = None
+    max_output_length: int | None = None  # the model's own cap (its positions), as our search keeps to it
     _keep: Any = field(default=None, repr=False)  # a TemporaryDirectory kept alive with the model
     _index: dict = field(default_factory=dict, repr=False)
 
@@ -294,8 +296,7 @@ class CT2Decoder:
         self.options = dict(self.options, suppress_sequences=_suppressed(self.tokens, self.special) or None)
 
     def budgets(self, sources: list[list[int]]) -> list[int]:
-        return max_lengths(torch.tensor([len(s) for s in sources]), self.strategy.max_len_a,
-                           self.strategy.max_len_b, self.strategy.max_len_cap).tolist()
+        return step_budget(self.strategy, torch.tensor([len(s) for s in sources]), self.max_output_length)[0].tolist()
 
     def _translate(self, sources: list[list[int]], max_len: int, **extra) -> list:
         src = [[self.tokens[i] for i in s] for s in sources]
@@ -365,7 +366,8 @@ def ct2_decoder(model, strategy, *, compute_type: str = "float32", device: str =
     export_ctranslate2(module, tokenizer, model_dir)
     translator = load_translator(model_dir, compute_type=compute_type, device=device, threads=threads)
     return CT2Decoder(translator, vocabulary(tokenizer, module.decoder.vocab_size), strategy, module.special,
-                      options, exact=exact, model_dir=Path(model_dir), _keep=keep)
+                      options, exact=exact, model_dir=Path(model_dir),
+                      max_output_length=module.decoder.max_output_length, _keep=keep)
 
 
 def step_counter() -> tuple[list[int], Callable]:
