@@ -345,8 +345,10 @@ def test_engine_names_and_the_default():
 def test_an_engine_is_applied_once_and_in_eval_mode_only():
     model = at_model()
     apply_engine(model, "static")
-    with pytest.raises(AtnatError, match="already decodes with static"):
-        apply_engine(model, "packed")
+    for other in ("packed", "eager", "static"):  # eager too: it labelled the model eager and kept the static step
+        with pytest.raises(AtnatError, match="already decodes with static"):
+            apply_engine(model, other)
+    assert model.engine_info.label == "static" and model.decoder.static_cache
     with pytest.raises(AtnatError, match="inference only"):
         apply_engine(at_model().train(), "packed")
 

@@ -109,11 +109,12 @@ def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | N
     whose decodes are batches, where a compile for a one-sentence remainder would not pay)."""
     engine = parse_engine(engine)
     info = EngineInfo(engine)
+    if getattr(module, "engine_info", None) is not None and not module.engine_info.engine.is_eager:
+        raise AtnatError(f"engine {engine.label}: the model already decodes with {module.engine_info.label}; "
+                         "load it again to decode with another engine")
     if engine.is_eager:
         module.engine_info = info
         return info
-    if getattr(module, "engine_info", None) is not None and not module.engine_info.engine.is_eager:
-        raise AtnatError(f"engine {engine.label}: the model already decodes with {module.engine_info.label}")
     if module.training:
         raise AtnatError(f"engine {engine.label}: for inference only; the model is in training mode")
     if engine.name == "auto":
