@@ -261,7 +261,14 @@ def test_int8_models_take_the_static_and_packed_engines():
     keeps finished rows in its batch where eager drops them; so int8 is not exact by construction,
     with or without an engine). packed leaves the int8 layers as they are (no float linear map left)."""
     model = quantize_int8(at_model())
-    assert_same_tokens(model, "static", STRATEGIES, scores=False)
+    static = apply_engine(copy.deepcopy(model), "static")
+    assert not static.exact and "int8" in static.inexact_reason  # tokens may differ on batches (found by a search)
+    src, lengths = batches()["b1"]
+    with torch.inference_mode():  # one sentence: no finished row in the step's batch, the int8 model's tokens
+        engined = copy.deepcopy(model)
+        apply_engine(engined, "static")
+        for strategy in STRATEGIES.values():
+            assert torch.equal(engined.decode(src, lengths, strategy).tokens, model.decode(src, lengths, strategy).tokens)
     assert assert_same_tokens(model, "packed", {"greedy": STRATEGIES["greedy"]}).swapped == 0
 
 
@@ -312,9 +319,9 @@ def test_compiled_int8_engines_decode_the_int8_tokens_on_onednns_int8_gemm(monke
 
     monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", keep_source)
     model = quantize_int8(at_model())
-    info = assert_same_tokens(model, engine, {"greedy": STRATEGIES["greedy"]}, scores=False)
     engined = copy.deepcopy(model)
-    apply_engine(engined, engine)
+    info = apply_engine(engined, engine)
+    assert info.exact == (engine == "auto")  # auto compiles the step for one sentence only
     src, lengths = batches()["b1"]
     with torch.inference_mode():
         for strategy in STRATEGIES.values():

@@ -159,8 +159,7 @@ def use_engine(module, engine, single_sentences: bool) -> None:
 
     info = apply_engine(module, engine, step_rows=AUTO_STEP_ROWS if single_sentences else 0)
     if not info.exact:
-        print(f"atnat: engine {info.label}: bfloat16 products, outputs may differ from eager float32's",
-              file=sys.stderr)
+        print(f"atnat: engine {info.label}: {info.inexact_reason}", file=sys.stderr)
     if info.eager_step:
         print(f"atnat: engine {info.engine.label}: the AT step stays the model's own, eager ({info.eager_step})",
               file=sys.stderr)

@@ -1,6 +1,7 @@
 """Decoding engines: how a trained model's hot path runs, chosen by name (`--engine` of translate,
 evaluate and bench; `speed: {engine: ...}` of a grid's timing phase). The names and options are
-core/engine_names.py; exact engines decode the tokens eager decodes (tests/test_engines.py).
+core/engine_names.py; exact engines decode the tokens eager decodes (tests/test_engines.py); where a model
+keeps an engine from it (an int8 model's static step on batches), EngineInfo.exact is False and says why.
 
 - eager     the modules as trained; the AT step grows its KV cache (the reference)
 - static    the AT step on a fixed-shape KV cache (models/decoders/static_cache.py), eager
@@ -80,6 +81,7 @@ class EngineInfo:
     fallback: str = ""  # the auto engine where it runs eager: why (a GPU)
     cuda_graphs: bool = False  # the auto engine on a GPU: single-sentence decodes replay CUDA graphs
     eager_step: str = ""  # why the AT step stays the decoder's own (eager): the static step would not compute it
+    inexact: str = ""  # why this model's tokens may differ from eager's under an exact engine ("": they may not)
 
     @property
     def label(self) -> str:
@@ -92,12 +94,22 @@ class EngineInfo:
 
     @property
     def exact(self) -> bool:
-        return self.engine.exact
+        return self.engine.exact and not self.inexact
+
+    @property
+    def inexact_reason(self) -> str:
+        """Why outputs may differ from eager's ("" where they may not)."""
+        return self.inexact or ("" if self.engine.exact else "bfloat16 products, outputs may differ from eager float32's")
 
     @property
     def compile_s(self) -> float:
         """Seconds spent compiling so far; NaN when the engine compiles nothing."""
         return sum(r.seconds for r in self.records) if self.records else float("nan")
+
+
+INT8_STEP_INEXACT = ("int8 model: dynamic int8 scales each step's activations by the range of the whole batch, and "
+                     "the static step keeps finished sentences in it where eager drops them: on batches of several "
+                     "sentences tokens may differ from eager's")
 
 
 def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | None = None,
@@ -143,6 +155,8 @@ def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | N
         info.swapped = replace_linears(module, make)
     elif engine.has("bf16"):
         info.swapped = replace_linears(module, Bf16Linear)
+    if steps and int8:
+        info.inexact = INT8_STEP_INEXACT
     if steps:
         decoder.use_static_cache(True, step=_step(decoder, engine, info, cache), always_mask=engine.name != "static",
                                  attention="fused" if engine.has("fused") else "sdpa")
@@ -206,6 +220,8 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
         if "step" in decoder.capabilities and not info.eager_step:  # CPP GEMM templates: ~1.1x CTranslate2's time
             step = _step(decoder, parse_engine(AUTO_INT8_STEP_ENGINE if int8 else AUTO_STEP_ENGINE), info, cache)
             decoder.use_static_cache(True, step=step, always_mask=True, attention="fused", max_rows=step_rows)
+            if int8 and step_rows > 1:  # one sentence: no finished row stays in the step's batch
+                info.inexact = INT8_STEP_INEXACT
         _compile_passes(module, parse_engine(AUTO_PASS_ENGINE), info, cache)
     module.engine_info = info
     return info
