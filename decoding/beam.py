@@ -5,7 +5,8 @@ is kept and counted in `lengths`; a beam reaching the maximum is finished withou
 an extra pass. |Y| below is the hypothesis length with EOS (when present).
 
 Per step, the top 2K candidates over (K*V) are ranked; EOS candidates ranked among the top K join
-the sentence's finished list (fairseq's rule: with K = 1 this is exactly greedy), and the best K
+the sentence's finished list (fairseq's rule: with K = 1 and length_norm "none", or stopping "fairseq",
+this is exactly greedy; a length-normalised K = 1 search may go on past EOS and pick longer), and the best K
 non-EOS candidates continue. The finished list keeps the K best by normalised score, so a finished
 hypothesis is only ever displaced by a better one. Ranking score: "none" raw log-prob, "length"
 log-prob / |Y|, "gnmt" log-prob / ((5 + |Y|) / 6) ** alpha.

@@ -7,7 +7,8 @@ A sentence with source length S may emit up to floor(a * S + b) content tokens (
 - EOS is forbidden while fewer than `min_len` content tokens were emitted.
 So with min_len == max_len == L every output has exactly L tokens and the search runs L steps.
 pad, bos, mask and blank are never emitted. Scores are the model's log-probs after the processors
-(masked entries -inf, no renormalisation).
+(masked entries -inf, no renormalisation). A row whose processors rule out every token (min_len with
+no-repeat n-grams) ends with the tokens it has and score -inf.
 
 Finished rows leave the batch: when some rows finish, the state is shrunk with one
 `model.reorder_state(state, kept_rows)` call, so later steps only pay for live rows (a model may
@@ -57,10 +58,12 @@ class Greedy(LengthLimits, Strategy):
             n_steps += 1
             scores = apply_processors_(procs, tok[:, :t], logp.clone(), t)  # (Bc, V) our copy
             best, prev = scores.max(dim=-1)  # (Bc,)
+            stuck = best == float("-inf")  # no token allowed (min_len with no-repeat n-grams): the row ends here
+            prev = prev.masked_fill(stuck, special.pad)
             tok[:, t] = prev
-            lp[:, t] = best
+            lp[:, t] = best.masked_fill(stuck, 0.0)  # a slot past the row's end, as padding
             cum = cum + best
-            done = prev == special.eos
+            done = (prev == special.eos) | stuck
             if t + 1 in last_steps:
                 done = done | (max_len <= t + 1)
             n_done = int(done.sum())  # the one sync per step
@@ -69,7 +72,7 @@ class Greedy(LengthLimits, Strategy):
             rows = done.nonzero().squeeze(1)  # (n_done,)
             ids = alive[rows]
             out_tok[ids], out_lp[ids], out_score[ids] = tok[rows], lp[rows], cum[rows]
-            out_len[ids] = t + 1
+            out_len[ids] = t + 1 - stuck[rows].long()
             if n_done == done.numel():
                 break
             keep = (~done).nonzero().squeeze(1)  # (Bc',)

@@ -139,3 +139,13 @@ def test_custom_special_ids():
 def test_bad_options(field, value):
     with pytest.raises(AtnatError, match=field):
         Greedy(**{field: value})
+
+
+def test_a_row_with_no_allowed_token_ends_without_emitting_pad():
+    """min_len and no-repeat n-grams can rule out every token: the arg-max of an all -inf row was token 0
+    (pad), emitted and counted as content. The row ends there instead, score -inf, its companions untouched."""
+    table = {(): {A: 0.6, EOS: 0.4}, (A,): {A: 0.5, EOS: 0.5}}  # after A: A repeats, EOS is too early
+    hyp = run(Greedy(min_len=2, no_repeat_ngram=1), TableModel([table, TABLE]), [5, 5], sentences=[0, 1])
+    assert hyp.sequences(SPECIAL)[0] == [A] and hyp.lengths[0].tolist() == [1]
+    assert hyp.scores[0, 0].item() == float("-inf") and not (hyp.tokens[0, 0, :1] == PAD).any()
+    assert hyp.sequences(SPECIAL)[1] == [A, B] and hyp.lengths[1].tolist() == [3]  # the other sentence
