@@ -146,6 +146,13 @@ def test_bleu_difference_pools_sentences_and_seeds_and_pairs_by_seed():
     assert better.low > 0 and better.low < better.diff < better.high and "2 seeds: t at 1 df" in better.method
     one = bleu_difference([noisy(0.2, 1)], [noisy(0.2, 2)], refs, tokenize="none", n=200)
     assert one.low < one.diff < one.high and "one seed" in one.method
+    from atnat.experiments.reporting.ranking import verdict
+
+    for seeds in ([1], [1, 2]):  # one resample (eval.n_bootstrap: 1) is no interval, and so no verdict
+        d = bleu_difference([noisy(0.1, s) for s in seeds], [noisy(0.3, s + 10) for s in seeds], refs,
+                            tokenize="none", n=1)
+        assert d.diff > 0 and math.isnan(d.low) and math.isnan(d.high) and "no interval" in d.method
+        assert verdict(d.low, d.high, 1.0) == "not resolved"
 
 
 def test_two_or_three_seeds_give_a_t_interval_not_the_seed_range():

@@ -295,6 +295,10 @@ def test_a_resolved_difference_smaller_than_the_margin_is_shown_as_small():
     large = small.copy()
     large[["bleu_diff", "diff_ci_low", "diff_ci_high"]] = 1.6, 1.2, 2.0
     assert _verdict(nat, at, large, 1.0).startswith("1.60 BLEU ahead of it: ")
+    none = small.copy()
+    none[["diff_ci_low", "diff_ci_high"]] = float("nan"), float("nan")  # eval.n_bootstrap: 1
+    assert _verdict(nat, at, none, 1.0) == ("not resolved: +0.30 BLEU, with no interval (fewer than 2 "
+                                            "test-sentence resamples: eval.n_bootstrap)")
 
 
 def test_a_difference_paired_on_fewer_seeds_shows_the_means_it_is_of():

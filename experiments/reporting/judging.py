@@ -63,6 +63,8 @@ def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin
         "paired 95%, one seed: the interval covers the choice of test sentences only, not training noise"
     if n < max(nat["n_seeds"], at["n_seeds"]):  # the means above hold other seeds than the difference
         over += f"; paired on the {n} seed{'s' if n != 1 else ''} both have"
+    if pd.isna(low) or pd.isna(high):
+        return f"not resolved: {d:+.2f} BLEU, with no interval (fewer than 2 test-sentence resamples: eval.n_bootstrap)"
     interval = f"{d:+.2f} BLEU [{low:+.2f}, {high:+.2f}] ({over})"
     tested = tested_against(nat, at, family_of)
     agrees = significant(nat) if tested else True

@@ -291,7 +291,8 @@ def bleu_difference(a: Sequence[Sequence[str]], b: Sequence[Sequence[str]], refs
     """Mean over seeds of BLEU(a_s) - BLEU(b_s), pairing seed s of a with seed s of b (a[s], b[s]: the
     outputs of seed s on the same test sentences, `refs` their reference streams), with the 95%
     interval of `seed_interval`: the test sentences resampled `n` times (the same sentences for every
-    seed and both systems; corpus BLEU recomputed from summed statistics), and the seeds' own spread."""
+    seed and both systems; corpus BLEU recomputed from summed statistics), and the seeds' own spread.
+    With n < 2 there is no interval (NaN)."""
     if len(a) != len(b) or not a:
         raise AtnatError(f"bleu_difference: {len(a)} and {len(b)} seeds; pair the same seeds of both systems")
     streams = reference_streams(refs)
@@ -305,6 +306,10 @@ def bleu_difference(a: Sequence[Sequence[str]], b: Sequence[Sequence[str]], refs
         return bleu._compute_score_from_stats(stats.sum(axis=0).tolist()).score
 
     per_seed = [score(sa) - score(sb) for sa, sb in zip(stats_a, stats_b)]
+    seed_se = float(np.std(per_seed, ddof=1)) / len(a) ** 0.5 if len(a) > 1 else float("nan")
+    if n < 2:  # one resample is no interval (as corpus_quality's): NaN, so no verdict rests on it
+        return Difference(float(np.mean(per_seed)), float("nan"), float("nan"), len(a),
+                          f"no interval: {n} test-sentence resample (eval.n_bootstrap < 2)", seed_se)
     rng = np.random.default_rng(seed)
     n_sents = len(streams[0])
     draws = []
@@ -312,5 +317,4 @@ def bleu_difference(a: Sequence[Sequence[str]], b: Sequence[Sequence[str]], refs
         rows = rng.integers(0, n_sents, size=n_sents)
         draws.append(np.mean([score(sa[rows]) - score(sb[rows]) for sa, sb in zip(stats_a, stats_b)]))
     low, high, method = seed_interval(per_seed, draws)
-    seed_se = float(np.std(per_seed, ddof=1)) / len(a) ** 0.5 if len(a) > 1 else float("nan")
     return Difference(float(np.mean(per_seed)), low, high, len(a), method, seed_se, float(np.std(draws, ddof=1)))
