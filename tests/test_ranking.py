@@ -340,3 +340,38 @@ def test_a_system_without_a_score_on_another_test_set_is_named_under_its_table()
     *_, frame_block, text = _other_tests(g)
     assert "a / greedy-ct2" in list(frame_block.frame["System"])
     assert "No score on t2 for `a / greedy-ct2`: left out of its order." in text.text
+
+
+def test_a_ctranslate2_twin_is_not_a_test_of_the_holm_family(tmp_path):
+    """A twin runs another system's weights and search (its output was byte for byte that system's): counted
+    as a test of its own, it raised every Holm p of its task and seed, so the timing phase (which adds the
+    twins) could turn a system's 'behind' into 'not resolved'."""
+    import random
+
+    import pandas as pd
+
+    from atnat.experiments.evaluation.baseline import ENGINE_TWIN
+    from atnat.experiments.reporting.table import add_significance
+
+    rng = random.Random(0)
+    words = "a b c d e f g h".split()
+    refs = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(120)]
+
+    def noisy(p):
+        return [" ".join(w if rng.random() > p else "z" for w in line.split()) for line in refs]
+
+    outputs = {("at", "beam5"): noisy(0.1), ("at", "greedy"): noisy(0.13), ("nat", "parallel"): noisy(0.3)}
+    outputs[("at", "greedy" + ENGINE_TWIN)] = outputs[("at", "greedy")]
+    for (cell, strategy), lines in outputs.items():
+        (tmp_path / cell / "hyps").mkdir(parents=True, exist_ok=True)
+        (tmp_path / cell / "hyps" / f"{strategy}.txt").write_text("".join(f"{x}\n" for x in lines))
+    (tmp_path / "at" / "references.txt").write_text("".join(f"{x}\n" for x in refs))
+    df = pd.DataFrame([{"cell": c, "strategy": s, "task": "t", "seed": 1, "status": "ok", "decoder": c,
+                        "variant": c, "bleu_tokenize": "13a"} for c, s in outputs])
+    with_twin = add_significance(df, tmp_path, n=200, baseline="at")
+    without = add_significance(df[~df.strategy.str.endswith(ENGINE_TWIN)].reset_index(drop=True), tmp_path, n=200,
+                               baseline="at")
+    twin = with_twin.strategy.str.endswith(ENGINE_TWIN)
+    assert with_twin[twin].bleu_p_holm.isna().all() and with_twin[twin].p_baseline.eq("").all()
+    assert with_twin[~twin].bleu_p_holm.fillna(-1).tolist() == without.bleu_p_holm.fillna(-1).tolist()
+    assert without.bleu_p_holm.notna().sum() == 2  # greedy and parallel against beam 5

@@ -9,7 +9,7 @@ import pandas as pd
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.evaluation import columns as schema
-from atnat.experiments.evaluation.baseline import baseline_cells, reference_at_rows
+from atnat.experiments.evaluation.baseline import baseline_cells, is_engine_twin, reference_at_rows
 from atnat.experiments.evaluation.evaluate import read_references
 from atnat.experiments.evaluation.exported import exported_rows
 from atnat.experiments.evaluation.metrics import holm, paired_significance
@@ -30,7 +30,8 @@ def add_significance(df: pd.DataFrame, runs: Path, *, method: str = "bs", n: int
     """p-value of each system's BLEU difference to the task's AT baseline (the plain AT cell of the
     same seed, its beam strategy if it has one, else its first), paired on the same test sentences;
     `bleu_p_holm`: Holm-corrected over the systems compared within that task and seed; `p_baseline`
-    names the baseline."""
+    names the baseline. A CTranslate2 twin is no system of its own (the same weights and search, run by
+    another engine): it is left out of the family, so the timing phase cannot change how many tests are corrected for."""
     df = df.copy()
     for col in ("bleu_p_vs_at", "bleu_p_holm"):
         df[col] = float("nan")
@@ -45,7 +46,8 @@ def add_significance(df: pd.DataFrame, runs: Path, *, method: str = "bs", n: int
             continue
         tokenize = str(base_rows.bleu_tokenize.iloc[0]) if "bleu_tokenize" in base_rows and \
             base_rows.bleu_tokenize.notna().any() else "13a"
-        systems = {i: h for i, r in rows.iterrows() if not (r.cell == base and r.strategy == ref_strategy)
+        twins = is_engine_twin(rows)  # another system's weights and search run elsewhere: no test of their own
+        systems = {i: h for i, r in rows[~twins].iterrows() if not (r.cell == base and r.strategy == ref_strategy)
                    and (h := read_hyps(runs / r.cell / "hyps" / f"{r.strategy}.txt")) is not None
                    and len(h) == len(refs[0])}
         if not systems:
@@ -55,7 +57,7 @@ def add_significance(df: pd.DataFrame, runs: Path, *, method: str = "bs", n: int
         adjusted = holm(pvals)
         for k, p in pvals.items():
             df.loc[int(k), ["bleu_p_vs_at", "bleu_p_holm"]] = p, adjusted[k]
-        df.loc[rows.index, "p_baseline"] = f"{base} / {ref_strategy}"
+        df.loc[rows[~twins].index, "p_baseline"] = f"{base} / {ref_strategy}"
     return df
 
 
