@@ -26,8 +26,7 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-out="${OUT:-$root/.offline-out}"
-mkdir -p "$out"
+out="${OUT:-$root/.offline-out}"  # made by the step that writes into it
 results="${OFFLINE_RESULTS:-$root/.offline-results}"
 grid_log="$results/grid.log"
 wheels="sacremoses==0.2.0 submitit==1.5.4 ctranslate2==4.8.5"  # what such a machine lacked, at the versions CI installs
@@ -73,10 +72,20 @@ lanes="${OFFLINE_DEVICES:-0,0,0}"  # the grid's lanes: three cells at once on GP
 
 grid_running() { pgrep -f "atnat.experiments.cli run experiments/grids/multi30k.yaml" >/dev/null; }
 
-pack_results() {  # results/multi30k/ without checkpoints or distilled targets, plus the grid's log
+failures=()
+note() {  # note STATUS WHAT: a step that failed is said at once and fails the whole call at its end
+  [ "$1" = 0 ] || { failures+=("$2 (exit $1)"); echo "FAILED: $2 (exit $1)"; }
+}
+finish() {
+  [ ${#failures[@]} = 0 ] && return 0
+  printf 'failed: %s\n' "${failures[@]}" | tee "$out/failed.txt"
+  return 1
+}
+
+pack_results() {  # results/multi30k/ without checkpoints or distilled targets (runs/*/distill/), plus the grid's log
   [ -d "$results/multi30k" ] || return 0
   tar czf "$out/multi30k.tgz" -C "$results" --exclude='*.ckpt' --exclude='*.safetensors' --exclude='*.pt' \
-    --exclude='checkpoints' --exclude='distilled*' multi30k
+    --exclude='checkpoints' --exclude='distill' --exclude='distilled*' multi30k
   cp "$grid_log" "$out/grid.log" 2>/dev/null || true
   ls -la "$out"
 }
@@ -96,8 +105,9 @@ start() {
   # the tier beside the grid: its tiny models load the GPU little; --timeout keeps the call inside its limit
   timeout "${TIER_TIMEOUT:-400}" python3 -m pytest -m gpu -p no:cacheprovider -n 4 -q -rs --junitxml="$out/gpu-tier.xml" 2>&1 \
     | tee "$out/gpu-tier.log" | tail -n 40
-  echo "tier exit: ${PIPESTATUS[0]}"
+  note "${PIPESTATUS[0]}" "the GPU tier"
   wait_grid "${START_WAIT:-0}"
+  finish
 }
 
 wait_grid() {
@@ -117,9 +127,12 @@ train_forms() {  # which training step form is fastest on this GPU (models/step_
   for size in grid base; do  # eager and fused (and the peer) first, compiled apart: a timeout loses one file only
     timeout 120 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,fused "${peer[@]}" \
       --size "$size" --steps 10 --out "$out/train_forms_${size}_gpu.csv" 2>&1 | tail -n 12
+    note "${PIPESTATUS[0]}" "bench train, eager and fused, $size size"
     timeout 170 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,compiled --size "$size" \
       --steps 10 --out "$out/train_compiled_${size}_gpu.csv" 2>&1 | tail -n 6
+    note "${PIPESTATUS[0]}" "bench train, compiled, $size size"
   done
+  finish
 }
 
 bench() {
@@ -129,8 +142,12 @@ bench() {
   # CTranslate2's rows are skipped, with the reason, where it cannot decode on the GPU
   timeout 280 "${atnat[@]}" bench decode --device cuda --compile reduce-overhead --sweep \
     --strategies greedy,beam5,parallel,mask-predict-4,mask-predict-10,ctc --out "$out/sweep_gpu.csv" 2>&1 | tail -n 30
+  note "${PIPESTATUS[0]}" "bench decode sweep"
   timeout 200 "${atnat[@]}" bench train --device cuda --out "$out/train_gpu.csv" 2>&1 | tail -n 20
+  note "${PIPESTATUS[0]}" "bench train"
   timeout 150 python3 results/bench/auto_gpu_latency.py "$out/auto_gpu_latency.csv" 50 4 2>&1 | tail -n 8
+  note "${PIPESTATUS[0]}" "auto's batch-1 latency"
+  finish
 }
 
 checks() {  # the newest GPU code's checks and measurements, most wanted first, in one step of about 9 minutes (its time limits add up to 550 s)
@@ -139,16 +156,25 @@ checks() {  # the newest GPU code's checks and measurements, most wanted first, 
   ! grid_running || { echo "checks: the grid is still running; time nothing beside it" >&2; return 1; }
   timeout 110 python3 -m pytest -m gpu -p no:cacheprovider -n 0 -q -rs tests/test_gpu.py \
     -k "graph or step_counters" --junitxml="$out/gpu-checks.xml" 2>&1 | tee "$out/gpu-checks.log" | tail -n 15
+  note "${PIPESTATUS[0]}" "the GPU tier's graph and step-counter tests"
   timeout 130 python3 results/bench/auto_gpu_latency.py "$out/auto_gpu_latency.csv" 50 4 2>&1 | tail -n 14
+  note "${PIPESTATUS[0]}" "auto's batch-1 latency"
   timeout 100 "${atnat[@]}" bench decode --device cuda --engine auto --no-hf --no-ct2 \
     --strategies greedy,beam5,parallel,mask-predict-4,mask-predict-10,ctc \
     --out "$out/decode_auto_gpu.csv" 2>&1 | tail -n 20  # the six it was sized for; the DAG's rows: not timed here yet
+  note "${PIPESTATUS[0]}" "bench decode, auto"
   timeout 170 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,fused,compiled --size base \
     --decoders at,cmlm --steps 10 --out "$out/train_forms_base_gpu.csv" 2>&1 | tail -n 8
+  note "${PIPESTATUS[0]}" "bench train forms, base size"
   timeout 40 python3 results/multi30k-families/speculative_bounds.py "$out/speculative_bounds_gpu.csv" eager 3 cuda \
     2>&1 | tail -n 6
+  note "${PIPESTATUS[0]}" "speculative bounds"
+  finish
 }
 
+case "${1:-}" in
+  start | wait | bench | train-forms | checks) mkdir -p "$out" ;;
+esac
 case "${1:-}" in
   pack) pack "${2:-}" ;;
   start) start ;;
@@ -156,5 +182,5 @@ case "${1:-}" in
   bench) bench ;;
   train-forms) train_forms ;;
   checks) checks ;;
-  *) sed -n '2,23p' "${BASH_SOURCE[0]}"; exit 2 ;;
+  *) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; exit 2 ;;  # the header above
 esac

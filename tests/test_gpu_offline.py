@@ -19,6 +19,8 @@ def test_wait_brings_back_the_results_without_checkpoints(tmp_path):
     (cell / "checkpoints" / "last.ckpt").write_bytes(b"x" * 100)
     (cell / "averaged.safetensors").write_bytes(b"x" * 100)
     (cell / "metrics.json").write_text("{}")
+    (cell / "distill" / "beam5-1a2b").mkdir(parents=True)  # a teacher's distilled targets
+    (cell / "distill" / "beam5-1a2b" / "train.txt").write_text("targets\n")
     (results / "multi30k" / "report.md").write_text("# report\n")
     (results / "grid.log").write_text("grid done\n")
     done = offline("wait", "0", env_extra={"OFFLINE_RESULTS": str(results), "OUT": str(out)}, tmp_path=tmp_path)
@@ -27,7 +29,7 @@ def test_wait_brings_back_the_results_without_checkpoints(tmp_path):
     with tarfile.open(out / "multi30k.tgz") as tar:
         names = tar.getnames()
     assert "multi30k/report.md" in names and "multi30k/runs/at-s1/metrics.json" in names
-    assert not [n for n in names if n.endswith((".ckpt", ".safetensors")) or "checkpoints" in n]
+    assert not [n for n in names if n.endswith((".ckpt", ".safetensors")) or "checkpoints" in n or "distill" in n]
     assert (out / "grid.log").read_text() == "grid done\n"
 
 
@@ -35,7 +37,8 @@ def test_an_unknown_step_prints_the_usage_and_fails(tmp_path):
     done = offline("train", env_extra={"OUT": str(tmp_path / "out")}, tmp_path=tmp_path)
     assert done.returncode == 2
     assert "gpu_offline.sh start" in done.stdout and "gpu_offline.sh wait" in done.stdout
-    assert "gpu_offline.sh checks" in done.stdout
+    assert "gpu_offline.sh checks" in done.stdout and "a fresh machine starts the grid again" in done.stdout  # all of it
+    assert not (tmp_path / "out").exists()  # usage writes nothing
 
 
 def test_the_checks_step_selects_the_gpu_tests_it_names():
@@ -80,3 +83,21 @@ def test_pack_without_ctranslate2_downloads_the_other_wheels_only(tmp_path):
         asked = (tmp_path / "asked").read_text().splitlines()[-1]
         assert "sacremoses==" in asked and "submitit==" in asked and ("ctranslate2==" in asked) == ct2
     assert (root / ".data" / "multi30k" / "train.en").read_text() == "a\n"
+
+
+def test_a_step_that_fails_fails_the_call_and_says_which(tmp_path):
+    """Each measurement's status was lost in its pipe (| tail): `bench` with every command failing exited 0."""
+    import os
+
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python3").write_text("#!/bin/sh\nexit 3\n")  # every python3 command fails
+    os.chmod(stub / "python3", 0o755)
+    results, out = tmp_path / "res", tmp_path / "out"
+    results.mkdir()
+    (results / ".installed").write_text("")
+    done = offline("bench", env_extra={"PATH": f"{stub}:/usr/bin:/bin", "OFFLINE_RESULTS": str(results),
+                                       "OUT": str(out)}, tmp_path=tmp_path)
+    assert done.returncode == 1, done.stdout
+    failed = (out / "failed.txt").read_text()
+    assert "bench decode sweep (exit 3)" in failed and "bench train (exit 3)" in failed and "latency" in failed
