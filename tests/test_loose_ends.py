@@ -23,6 +23,7 @@ def teacher(tmp_path, monkeypatch):
     run = tmp_path / "teacher"
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "best.ckpt").write_bytes(b"weights")
+    (run / "config.json").write_text("{}")
 
     def with_outputs(outputs):
         monkeypatch.setattr(distill, "distill_sources", lambda module, tok, sources, spec, **_: list(outputs))
@@ -146,6 +147,26 @@ def test_a_teacher_checkpoint_outside_a_run_keeps_its_cache_in_the_atnat_cache(t
     assert len(caches) == 2 and all(tmp_path / "cache" in c.parents for c in caches)
     run = teacher(["x", "y"])  # a checkpoint inside a run: the run's folder, as before
     assert distill.teacher_dir(run / "checkpoints" / "best.ckpt") == run == distill.teacher_dir(run)
+
+
+def test_checkpoints_in_a_folder_named_checkpoints_or_of_one_run_keep_caches_of_their_own(teacher, tmp_path, monkeypatch):
+    """models/checkpoints/{a,b}.ckpt (no run) shared one cache beside them, and a run and its last.ckpt shared the
+    run's: used in turns, each teacher threw the other's targets away and decoded again."""
+    monkeypatch.setattr(distill, "CACHE_DIR", tmp_path / "cache")
+    run = teacher(["x", "y"])
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"other weights")
+    loose = tmp_path / "models" / "checkpoints"
+    loose.mkdir(parents=True)
+    (loose / "a.ckpt").write_bytes(b"A")
+    (loose / "b.ckpt").write_bytes(b"BB")
+    decoded = []
+    monkeypatch.setattr(distill, "distill_sources", lambda module, tok, sources, spec, **_: decoded.append(1) or ["x", "y"])
+    for pair in ((loose / "a.ckpt", loose / "b.ckpt"), (run, run / "checkpoints" / "last.ckpt")):
+        decoded.clear()
+        for weights in pair * 2:
+            distill.distilled_targets(weights, ["s", "t"], ["x", "y"], {"name": "greedy"})
+        assert len(decoded) == 2  # each teacher once
+    assert not (tmp_path / "models" / "distill").exists()  # nothing written beside the loose checkpoints
 
 
 @pytest.mark.parametrize("damage", [("meta.json", b'{"checkpoint": '), ("meta.json", b"\xff\xfe"), ("train.txt", b"\xff\n\xff\n")])

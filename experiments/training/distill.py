@@ -4,6 +4,7 @@ outside a run: in the atnat cache)."""
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import json
 import shutil
@@ -36,11 +37,12 @@ def distill_sources(teacher, tokenizer, sources: list[str], strategy_spec, *, ma
 
 
 def teacher_run_dir(teacher: str | Path) -> Path | None:
-    """The run directory of a teacher given as a run directory (it has checkpoints/) or as a checkpoint
-    file in its checkpoints/ folder; None for any other file or an export directory."""
+    """The run directory of a teacher given as a run directory (it has checkpoints/ and config.json) or as a
+    checkpoint file in its checkpoints/ folder; None for any other file or folder (a folder that happens to
+    be named checkpoints/ is no run) or an export directory."""
     path = Path(teacher)
     run = path if path.is_dir() else path.parent.parent if path.parent.name == "checkpoints" else None
-    return run if run is not None and (run / "checkpoints").is_dir() else None
+    return run if run is not None and (run / "checkpoints").is_dir() and (run / "config.json").is_file() else None
 
 
 def teacher_dir(teacher: str | Path) -> Path:
@@ -62,7 +64,9 @@ def all_options(strategy_spec) -> tuple[str, dict]:
 
 def cache_dir(teacher_path: str | Path, strategy_spec) -> Path:
     """`<teacher run>/distill/<label>-<hash of every option>`: the label (beam5) is readable, the hash
-    keeps apart two strategies that differ in an option the label does not show (alpha, length limits)."""
+    keeps apart two strategies that differ in an option the label does not show (alpha, length limits).
+    A teacher given as one checkpoint of a run (run/checkpoints/last.ckpt) adds `@<its name>`: the run's
+    own weights and each of its checkpoints keep caches of their own."""
     return _cache_dir(teacher_path, *all_options(strategy_spec))
 
 
@@ -70,10 +74,12 @@ def _cache_dir(teacher_path: str | Path, label: str, options: dict) -> Path:
     """The hash alone identifies a cache: a folder written under an older label of the same options
     (labels grow as strategies gain shown options: beam5 -> beam5-alpha=0.6) is the one reused."""
     digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
+    if not Path(teacher_path).is_dir() and teacher_run_dir(teacher_path) is not None:
+        digest += "@" + Path(teacher_path).stem  # one checkpoint of a run: its own cache beside the run's
     root = teacher_dir(teacher_path) / "distill"
     named = root / f"{label}-{digest}"
     if not (named / "train.txt").is_file() and root.is_dir():
-        earlier = sorted(p for p in root.glob(f"*-{digest}") if (p / "train.txt").is_file())
+        earlier = sorted(p for p in root.glob(f"*-{glob.escape(digest)}") if (p / "train.txt").is_file())
         if earlier:
             return earlier[0]
     return named
