@@ -13,7 +13,7 @@ from atnat.experiments.bench.decode_run import print_decode, run_decode
 from atnat.experiments.bench.plots import plot_sweep
 from atnat.experiments.bench.profile import run_profile
 from atnat.experiments.bench.spec import OUT_LEN, STRATEGIES, SWEEP_BATCHES, SWEEP_LENGTHS, check_spec, make_spec
-from atnat.experiments.bench.train_step import SIZES, run_train
+from atnat.experiments.bench.train_step import SIZES, run_train, sized
 from atnat.models.decoders.autoregressive import COMPILE_MODES
 from atnat.models.step_forms import STEP_FORMS
 
@@ -48,8 +48,9 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
                            "the whole corpus in memory)")
     data.add_argument("--out", help="CSV to write (rewritten after each row)")
     dec, tr, prof, cnt = (sub.choices[name] for name in ("decode", "train", "profile", "count"))
-    cnt.add_argument("--systems", default="ours,ct2-f32", help="comma-separated rows as decode names them: ours, "
-                     "ours-int8, ours-ENGINE, ours-int8-ENGINE, ct2-f32, ct2-int8 (default ours,ct2-f32)")
+    cnt.add_argument("--systems", default="ours", help="comma-separated rows as decode names them: ours, "
+                     "ours-int8, ours-ENGINE, ours-int8-ENGINE (default ours); ct2-f32 and ct2-int8 give a row "
+                     "saying why they cannot be counted, and the command fails")
     cnt.add_argument("--strategies", default="greedy", help="comma-separated (default greedy)")
     cnt.add_argument("--batches", default="1", help="comma-separated batch sizes (default 1)")
     cnt.add_argument("--calls", type=int, default=2, help="decode calls counted per system (default 2)")
@@ -116,8 +117,10 @@ def run(args: argparse.Namespace) -> None:
                      engines=_names(args.engine), int8_engines=_names(args.int8_engine),
                      strategies=_names(args.strategies) if args.what == "decode" else None)
     check_spec(spec)
-    print(f"atnat bench {args.what}: d_model {spec.model['d_model']}, vocab {spec.vocab}, "
-          f"{spec.device}, {spec.threads} threads, torch {torch.__version__}")
+    shown = sized(spec, args.size) if args.what == "train" else spec  # the model the rows are of
+    threads = 1 if args.what == "count" else spec.threads  # count's processes run on one thread
+    print(f"atnat bench {args.what}: d_model {shown.model['d_model']}, vocab {shown.vocab}, "
+          f"{spec.device}, {threads} thread{'s' * (threads != 1)}, torch {torch.__version__}")
     if args.what == "count":
         from atnat.experiments.bench.count import count  # lazy: needs valgrind
 
@@ -143,7 +146,7 @@ def run(args: argparse.Namespace) -> None:
         write_csv(df, args.out)
         if args.sweep:
             print(f"wrote {plot_sweep(args.out)}")
-    failed = df[df.error.astype(bool)] if "error" in df else df.iloc[:0]
+    failed = df[df.error.fillna("").astype(str).str.len() > 0] if "error" in df else df.iloc[:0]
     if len(failed):  # the measured rows are printed and written first; the run still fails
         raise AtnatError(f"{len(failed)} of {len(df)} rows failed (column error{' of ' + args.out if args.out else ''}): "
                          + "; ".join(f"{r.system}/{r.strategy} at batch {r.batch}: {r.error}"

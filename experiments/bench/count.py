@@ -94,7 +94,7 @@ def count(systems: list[str], strategies: list[str], batches: list[int], *, call
                     rows.append(dict(system=system, strategy=strategy, batch=batch, out_len=out_len, calls=calls,
                                      instructions_per_call=total / calls, passes=passes,
                                      instructions_per_pass=total / calls / passes if passes == passes else float("nan"),
-                                     **{f"{k}_share": v for k, v in shares.items()}))
+                                     **{f"{k}_share": v for k, v in shares.items()}, error=""))
                     log(f"  {system:22s} {strategy:8s} batch {batch:3d}: {total / calls / 1e6:9.1f} M instructions "
                         f"per call (matmul {shares['matmul']:.0%}, python {shares['python']:.0%})")
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -119,8 +119,9 @@ def measured_dump(out: Path) -> Path:
 
 
 def breakdown(dump: Path) -> tuple[int, dict[str, float]]:
-    """Total instructions of a dump and the share of each kind of code (self cost per function)."""
-    text = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", str(dump)],
+    """Total instructions of a dump and the share of each kind of code (self cost per function; --auto=no:
+    no annotated source after the function list, whose lines would read as more functions)."""
+    text = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", "--auto=no", str(dump)],
                           capture_output=True, text=True).stdout
     total = int(re.search(r"^\s*([\d,]+) \S*\s*PROGRAM TOTALS", text, re.M).group(1).replace(",", ""))
     by_kind = dict.fromkeys([k for k, _ in KINDS] + ["other"], 0)
