@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from atnat.core.options import require, require_choice
+from atnat.core.options import require, require_choice, require_non_negative
 from atnat.core.special import NEG_INF, SpecialTokens
 from atnat.decoding.base import Hypotheses, StepModel, Strategy, register_strategy
 from atnat.decoding.lengths import LengthLimits, step_budget
@@ -85,6 +85,7 @@ class Beam(LengthLimits, Strategy):
         owner = f"strategy {self.registered_name!r}"
         require_choice(self.length_norm, LENGTH_NORMS, owner, "length_norm")
         require_choice(self.stopping, STOPPING, owner, "stopping")
+        require_non_negative(owner, alpha=self.alpha)  # a negative one shrinks lp with length: "exact"'s bound fails
         require(isinstance(self.beam_size, int) and self.beam_size >= 1, owner, "beam_size", "an integer >= 1",
                 self.beam_size)
         require(isinstance(self.n_best, int) and 1 <= self.n_best <= self.beam_size, owner, "n_best",

@@ -74,6 +74,9 @@ def test_registered_and_validated():
         Beam(beam_size=0)
     with pytest.raises(AtnatError, match="stopping.*heuristic, exact, fairseq"):
         Beam(stopping="never")
+    for alpha in (-0.5, float("nan")):
+        with pytest.raises(AtnatError, match="alpha must be a finite number >= 0"):
+            Beam(alpha=alpha)
 
 
 def test_beam_finds_what_greedy_misses():
