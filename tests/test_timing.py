@@ -476,3 +476,25 @@ def test_a_speed_timed_on_other_weights_than_the_cells_now_is_not_reported(tmp_p
                            "fingerprint": [checkpoint_stamp(tmp_path / "a-s1"), "sha256-" + "0" * 64]})
     merged = add_timing(results, timing, tmp_path).set_index("cell")
     assert merged.loc["a-s1", "speedup_vs_at"] == 1.0 and pd.isna(merged.loc["b-s1", "speedup_vs_at"])
+
+
+def test_time_systems_itself_times_at_the_speed_settings_threads():
+    """The grid's timing phase set speed.threads around time_systems, but a single run's evaluation (atnat
+    train with speed:) timed at the training's thread count and recorded that instead."""
+    seen = []
+
+    class Counting(FakeModule):
+        def decode(self, src, lengths, strategy, **kwargs):
+            seen.append(torch.get_num_threads())
+            return super().decode(src, lengths, strategy, **kwargs)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        search = SimpleNamespace(registered_name="greedy", needs_scorer=False, needs_verifier=False, uses_teacher=False)
+        table = time_systems([System("a", "greedy", Counting("a", 0.0, []), search, SOURCES, None)],
+                             FAST.__class__(**{**FAST.__dict__, "threads": 1}), {})
+        assert set(seen) == {1} and (table.timing_threads == 1).all()
+        assert torch.get_num_threads() == 2  # given back
+    finally:
+        torch.set_num_threads(before)

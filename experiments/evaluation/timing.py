@@ -172,9 +172,20 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
     (cell, strategy) of its AT greedy baseline; `references` names further systems every speed is also
     a ratio to: {name: {cell: (cell, strategy)}}, each giving the columns speedup_vs_<name>,
     throughput_speedup_vs_<name> (with their intervals) and <name>_baseline (REFERENCES).
-    -> one row per system, COLUMNS."""
+    -> one row per system, COLUMNS. Timed at speed.threads CPU threads (the caller's count given back after)."""
     if not systems:
         return pd.DataFrame(columns=COLUMNS)
+    threads = torch.get_num_threads()
+    if speed.threads:
+        torch.set_num_threads(speed.threads)
+    try:
+        return _time_systems(systems, speed, baselines, references)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[str, tuple[str, str]],
+                  references: dict[str, dict[str, tuple[str, str]]] | None) -> pd.DataFrame:
     device = next(s.module.device for s in systems if not isinstance(s, ExportedSystem))
     n = min(len(s.sources) for s in systems)
     n1, nt = min(speed.latency_sentences, n), min(speed.throughput_sentences, n)
@@ -456,17 +467,11 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
     frames = [kept] if kept is not None and len(kept) else []
     if todo:
         systems, baselines, references = grid_systems(todo, device, speed, baseline)
-        threads = torch.get_num_threads()
-        if speed.threads:
-            torch.set_num_threads(speed.threads)
-        try:
-            for (task, _), group in timing_groups(todo).items():
-                names = {c.name for c in group}
-                session = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-                frames.append(time_systems([s for s in systems if s.cell in names], speed, baselines, references)
-                              .assign(task=task, timing_session=session))
-        finally:
-            torch.set_num_threads(threads)
+        for (task, _), group in timing_groups(todo).items():
+            names = {c.name for c in group}
+            session = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+            frames.append(time_systems([s for s in systems if s.cell in names], speed, baselines, references)
+                          .assign(task=task, timing_session=session))
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
     write_csv(table, path)
     write_json_atomic(settings_path, settings)
