@@ -116,6 +116,10 @@ def test_an_interrupted_distillation_resumes_at_the_chunk_it_stopped_in(tmp_path
     assert decoded == ["s6", "s9"]  # the two finished chunks were taken as they were
     assert seen[:2] == [3, 6] and seen[-1] == 10  # progress counts the whole split
     decoded.clear()
+    (tmp_path / "chunks" / "000000000003.txt").write_text("S3\nS4\nX5\n")  # edited, same length: decoded again
+    assert distill._in_chunks(tmp_path, identity, sources, decode) == [s.upper() for s in sources]
+    assert decoded == ["s3"]
+    decoded.clear()
     (tmp_path / "chunks" / "000000000003.txt").write_text("S3\nS4\n")  # a chunk cut short: decoded again
     distill._in_chunks(tmp_path, {**identity, "checkpoint": "b"}, sources, decode)  # other weights: all again
     assert decoded == ["s0", "s3", "s6", "s9"]

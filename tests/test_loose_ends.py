@@ -169,7 +169,8 @@ def test_checkpoints_in_a_folder_named_checkpoints_or_of_one_run_keep_caches_of_
     assert not (tmp_path / "models" / "distill").exists()  # nothing written beside the loose checkpoints
 
 
-@pytest.mark.parametrize("damage", [("meta.json", b'{"checkpoint": '), ("meta.json", b"\xff\xfe"), ("train.txt", b"\xff\n\xff\n")])
+@pytest.mark.parametrize("damage", [("meta.json", b'{"checkpoint": '), ("meta.json", b"\xff\xfe"), ("train.txt", b"\xff\n\xff\n"),
+                                    ("train.txt", b"x\nz\n"), ("meta.json", b'{"checkpoint": ["a list"]}')])
 def test_a_damaged_distillation_cache_is_decoded_again_and_named(teacher, capsys, damage):
     run = teacher(["x", "y"])
     distill.distilled_targets(run, ["s", "t"], ["x", "y"], {"name": "greedy"})

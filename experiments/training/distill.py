@@ -113,8 +113,11 @@ def _cached_or_decoded(teacher_path, cache: Path, described: tuple[str, dict], s
         try:
             lines = text_path.read_text(encoding="utf-8").split("\n")[:-1]
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
-            if (isinstance(meta, dict) and len(lines) == len(sources)
-                    and meta.get("checkpoint") in checkpoint_stamps(teacher_path)
+            if not isinstance(meta, dict) or not isinstance(meta.get("checkpoint"), str):
+                raise ValueError("meta.json is no record of a distillation")
+            if meta.get("targets_sha256", _digest(lines)) != _digest(lines):  # (a cache written before the sum: none)
+                raise ValueError("train.txt does not match its checksum")
+            if (len(lines) == len(sources) and meta["checkpoint"] in checkpoint_stamps(teacher_path)
                     and meta.get("options") == options and meta.get("sources_sha256") == digest):
                 return lines, meta
         except ValueError as err:  # not UTF-8, not JSON: decoded again, and written over
@@ -125,7 +128,7 @@ def _cached_or_decoded(teacher_path, cache: Path, described: tuple[str, dict], s
                                                             max_tokens=max_tokens, on_batch=follow), on_batch)
     metric = bleu_metric(module.bleu_tokenize)
     meta = {"teacher": str(teacher_path), "checkpoint": stamp, "strategy": label,
-            "options": options, "sources_sha256": digest, "lines": len(lines),
+            "options": options, "sources_sha256": digest, "lines": len(lines), "targets_sha256": _digest(lines),
             "bleu_vs_references": metric.corpus_score(lines, [references]).score,
             "bleu_signature": str(metric.get_signature())}
     write_lines_atomic(text_path, lines)
@@ -150,15 +153,18 @@ def _in_chunks(cache: Path, identity: dict, sources: list[str], decode, on_batch
         text, meta = folder / f"{start:012d}.txt", folder / f"{start:012d}.json"
         done = None
         try:
-            if json.loads(meta.read_text(encoding="utf-8")) == key:
+            recorded = json.loads(meta.read_text(encoding="utf-8"))
+            if isinstance(recorded, dict) and {k: v for k, v in recorded.items() if k != "targets_sha256"} == key:
                 done = text.read_text(encoding="utf-8").split("\n")[:-1]
+                if recorded.get("targets_sha256") != _digest(done):  # cut short or edited since
+                    done = None
         except (OSError, ValueError):
             pass
         if done is None or len(done) != len(part):
             follow = (lambda n, start=start: on_batch(start + n)) if on_batch else None
             done = decode(part, follow)
             write_lines_atomic(text, done)
-            write_json_atomic(meta, key)
+            write_json_atomic(meta, {**key, "targets_sha256": _digest(done)})
         elif on_batch:
             on_batch(start + len(part))
         lines += done
