@@ -31,6 +31,10 @@ class OutputProjection(nn.Linear):
         self._cache = None
         return super().train(mode)
 
+    def _load_from_state_dict(self, *args, **kwargs):
+        self._cache = None  # inference tensors (a model built under inference_mode) have no version to compare
+        return super()._load_from_state_dict(*args, **kwargs)
+
     def forward(self, x: Tensor) -> Tensor:
         w = self.weight
         if (self.training or torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != w.dtype

@@ -49,6 +49,8 @@ def test_output_projection_inference_path_matches_linear_and_follows_weight_chan
     with torch.inference_mode():
         fresh = OutputProjection(8, 50).eval()  # parameters are inference tensors here
         torch.testing.assert_close(fresh(x), F.linear(x, fresh.weight, fresh.bias))
+        fresh.load_state_dict({"weight": torch.ones(50, 8), "bias": torch.zeros(50)})  # in place, no version
+        torch.testing.assert_close(fresh(x), F.linear(x, fresh.weight, fresh.bias))
     out = proj.train()(x)  # training: the plain differentiable path
     out.sum().backward()
     assert proj.weight.grad is not None
