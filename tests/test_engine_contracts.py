@@ -61,6 +61,13 @@ class BiasedStep(AutoregressiveDecoder):
         return logits * 1.0, attns
 
 
+class ScaledCross(AutoregressiveDecoder):
+    """A plugin AT with its own cross-attention in the step (the fixed-shape step never calls _cross)."""
+
+    def _cross(self, layer, h, state, i):
+        return super()._cross(layer, h * 1.3, state, i)
+
+
 def plugin_model(kind: str):
     model = eos_prone_model()
     dec = model.decoder
@@ -74,6 +81,8 @@ def plugin_model(kind: str):
             layer.self_attn.__class__ = WarmAttention
     elif kind == "layer":
         dec.layers[1].__class__ = GatedLayer
+    elif kind == "cross":
+        dec.__class__ = ScaledCross
     else:
         dec.__class__ = BiasedStep
     return model.eval()
@@ -83,6 +92,7 @@ def plugin_model(kind: str):
     ("embedding", "embed is tests.test_engine_contracts.NormedEmbedding, not atnat's TokenEmbedding"),
     ("attention", "layers.0.self_attn is tests.test_engine_contracts.WarmAttention, not atnat's MultiHeadAttention"),
     ("layer", "layers.1 is tests.test_engine_contracts.GatedLayer, not atnat's DecoderLayer"),
+    ("cross", "tests.test_engine_contracts.ScaledCross overrides _cross, which the fixed-shape step does not call"),
     ("step", None),
 ])
 def test_a_plugin_at_decodes_the_tokens_of_eager_under_the_default_engine(monkeypatch, kind, reason):

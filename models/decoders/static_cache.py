@@ -139,7 +139,14 @@ def static_step_problem(decoder) -> str | None:
     cls = type(decoder)
     if getattr(cls, "static_step_exact", False) or cls._static_step is not AutoregressiveDecoder._static_step:
         return None
+    for name in EAGER_STEP_PARTS:  # what the decoder's own step calls and the fixed-shape step does not
+        if getattr(cls, name) is not getattr(AutoregressiveDecoder, name):
+            return (f"{cls.__module__}.{cls.__qualname__} overrides {name}, which the fixed-shape step does not "
+                    "call")
     return foreign_part(decoder)
+
+
+EAGER_STEP_PARTS = ("_cross", "_window_mask", "_grow")
 
 
 def foreign_part(decoder) -> str | None:
