@@ -237,3 +237,29 @@ def test_an_empty_source_decodes_like_eager_with_the_fused_attention(strategy):
             a, b = eager.decode(x, n, strategy), fused.decode(x, n, strategy)
             assert torch.equal(a.tokens, b.tokens) and torch.isfinite(b.scores[row]).all()
             torch.testing.assert_close(a.scores, b.scores)
+
+
+def test_a_compiled_step_hands_shapes_past_its_package_to_the_decoders_own_static_step(monkeypatch):
+    """The package is exported for sources and caches of up to StaticStep.DIMS positions; a longer one (a
+    plugin's model with more positions) failed in the package instead of stepping on."""
+    from atnat.experiments.modelfiles.aoti import CompiledStep
+    from atnat.models.decoders.static_cache import StaticStep
+
+    monkeypatch.setattr(StaticStep, "DIMS", {"M": (1, 65536), "S": (1, 5), "C": (1, 4096)})
+    asked = []
+
+    class Packages:
+        def get_or_compile(self, what, fields, build, configs):
+            asked.append(what)
+            return (lambda *args: "package"), None
+
+    decoder = eos_prone_model().decoder
+    calls = []
+    monkeypatch.setattr(type(decoder), "_static_step", lambda self, *args: calls.append(args[4].size(3)) or "own")
+    step = CompiledStep(decoder, Packages(), fields={}, configs={})
+    cache = lambda n, t: torch.zeros(2, n, 4, t, 8)  # (L, rows, H, positions, Dh)
+    for source, expected in ((5, "package"), (6, "own")):
+        out = step(torch.full((1,), 4), torch.zeros((), dtype=torch.long), cache(1, 16), cache(1, 16),
+                   cache(1, source), cache(1, source), torch.ones(1, 1, 1, source, dtype=torch.bool), 1)
+        assert out == expected
+    assert calls == [6] and asked == ["at step, group 1"]
