@@ -479,3 +479,14 @@ def test_bench_count_fails_only_for_rows_that_failed(monkeypatch, capsys):
     assert main(["bench", "count", "--tiny", "--systems", "ours,ct2-f32", "--calls", "1"]) == 2
     err = capsys.readouterr().err
     assert "1 of 2 rows failed" in err and "ours/greedy" not in err
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["count", "--device", "cuda"], "--device"), (["count", "--warmup", "3"], "--warmup"),
+    (["count", "--threads", "2"], "--threads"), (["profile", "--warmup", "3"], "--warmup"),
+    (["profile", "--engine", "eager,auto"], "--engine with more than one engine")])
+def test_bench_options_a_command_would_ignore_are_refused(argv, flag, capsys):
+    from atnat.experiments.cli.commands import main
+
+    assert main(["bench", *argv, "--tiny"]) == 2
+    assert f"atnat bench {argv[0]}: {flag} would be ignored" in capsys.readouterr().err

@@ -111,6 +111,14 @@ def run(args: argparse.Namespace) -> None:
                         threads=args.threads, out=Path(args.out) if args.out else None)
         print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         return
+    ignored = {"count": [("--device", args.device != "cpu"), ("--warmup", args.warmup is not None),
+                         ("--threads", args.threads not in (None, 1))],
+               "profile": [("--warmup", args.warmup is not None),
+                           ("--engine with more than one engine", len(_names(getattr(args, "engine", None)) or ()) > 1)]}
+    given = [flag for flag, set_ in ignored.get(args.what, []) if set_]
+    if given:
+        raise AtnatError(f"atnat bench {args.what}: {', '.join(given)} would be ignored (count: one CPU thread and its own "
+                         "checked and warm call per system; profile: one engine, one checked call before the profiled ones)")
     spec = make_spec(tiny=args.tiny, sweep=args.sweep, threads=args.threads, device=args.device,
                      warmup=args.warmup, repeats=args.repeats, hf=not args.no_hf, compile=args.compile,
                      ct2=not args.no_ct2, quantize=None if args.quantize == "none" else args.quantize,
