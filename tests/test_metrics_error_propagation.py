@@ -125,6 +125,14 @@ def test_bleu_by_length_explicit_edges():
     assert df["bleu"].iloc[1] < 100.0
 
 
+def test_bleu_by_length_scores_against_every_reference_stream():
+    """The run's BLEU uses every reference stream; its length curve used the first only."""
+    refs = ["a b c", "a b c d e", " ".join("x" * 12), " ".join("y" * 25)]
+    hyps = ["c b a", "e d c b a", " ".join("z" * 12), " ".join("q" * 25)]
+    df = bleu_by_length(hyps, [refs, hyps], bucket_edges=[5, 10, 20])  # the second stream is the output itself
+    assert df["bucket"].tolist() == ["1-5", "11-20", "21+"] and df["bleu"].tolist() == pytest.approx([100.0] * 3)
+
+
 def test_bleu_by_length_default_quartile_edges():
     refs = [" ".join(["w"] * n) for n in range(1, 9)]  # lengths 1..8 -> edges 3, 5, 7, 8
     df = bleu_by_length(refs, refs)

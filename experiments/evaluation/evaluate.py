@@ -91,7 +91,7 @@ def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Pat
         rows.append(row)
         first = first if first is not None else decoded.hyps
         write_text_atomic(run_dir / "hyps" / f"{label}.txt", "\n".join(hyp_txt) + "\n")
-        curves["bleu_by_length"].append(bleu_by_length(hyp_txt, refs_txt[0], tokenize=task.bleu_tokenize)
+        curves["bleu_by_length"].append(bleu_by_length(hyp_txt, refs_txt, tokenize=task.bleu_tokenize)
                                         .assign(strategy=label))
         if decoded.history:
             curves["iterations"].append(iteration_bleu(decoded.history, refs_txt, task).assign(strategy=label))

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.evaluation.metrics.quality import bleu_metric, check_parallel
+from atnat.experiments.evaluation.metrics.quality import bleu_metric, check_parallel, reference_streams
 
 Tokens = Sequence[Hashable]
 
@@ -211,20 +211,23 @@ def _default_edges(lengths: np.ndarray) -> list[int]:
 
 def bleu_by_length(
     hyps: list[str],
-    refs: list[str],
+    refs: list[str] | list[list[str]],
     *,
     bucket_edges: list[int] | None = None,
     tokenize: str = "13a",
 ) -> pd.DataFrame:
-    """Corpus BLEU per reference-length bucket (length = whitespace tokens of the reference).
+    """Corpus BLEU per reference-length bucket (length = whitespace tokens of the reference; with several
+    reference streams, of the first, and BLEU against all of them, as the run's BLEU).
 
     ``bucket_edges`` are inclusive upper bounds, e.g. [10, 20] gives "1-10", "11-20", "21+"
     (a length-0 reference joins the first bucket). Default: the reference-length quartiles,
     rounded up and deduplicated, ending at the maximum length. Empty buckets are left out.
     Columns: bucket, n, bleu.
     """
-    check_parallel(hyps, refs)
-    lengths = np.array([len(r.split()) for r in refs])
+    streams = reference_streams(refs)
+    for stream in streams:
+        check_parallel(hyps, stream)
+    lengths = np.array([len(r.split()) for r in streams[0]])
     edges = _default_edges(lengths) if bucket_edges is None else list(bucket_edges)
     if not edges or any(b <= a for a, b in zip(edges, edges[1:])) or edges[0] < 1:
         raise AtnatError(f"bucket_edges must be positive and strictly increasing, got {bucket_edges}")
@@ -236,6 +239,6 @@ def bleu_by_length(
         idx = np.flatnonzero(bucket_of == b)
         if len(idx) == 0:
             continue
-        score = metric.corpus_score([hyps[i] for i in idx], [[refs[i] for i in idx]])
+        score = metric.corpus_score([hyps[i] for i in idx], [[stream[i] for i in idx] for stream in streams])
         rows.append({"bucket": label, "n": len(idx), "bleu": float(score.score)})
     return pd.DataFrame(rows, columns=["bucket", "n", "bleu"])
