@@ -133,3 +133,26 @@ def test_a_long_setting_that_changed_shows_where_it_changed():
     change = SettingsChange([], [("eval.strategies", [greedy], [greedy, {"name": "beam", "beam_size": 3}])])
     before, after = change.describe().split(" -> ")
     assert "beam" in after and "beam" not in before and before != after
+
+
+def test_a_recorded_config_never_imports_the_plugins_it_names(tmp_path, monkeypatch):
+    """The stale check read each run's config.json through the config reader, which imported its `plugins:`
+    list: a results folder could run code (and pass the module on to every worker through ATNAT_PLUGINS)."""
+    import os
+    import sys
+
+    from atnat.experiments.config.plugins import ENV
+    from atnat.experiments.config.run import run_config_from_dict
+    from atnat.experiments.config.settings import settings_change
+    from tests.test_resume import RUN
+
+    marker = tmp_path / "ran"
+    (tmp_path / "planted_module.py").write_text(f"open({str(marker)!r}, 'w').write('imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(ENV, "")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({**RUN, "plugins": ["planted_module"]}))
+    change = settings_change(run, run_config_from_dict(RUN, "test"))
+    assert not marker.exists() and "planted_module" not in sys.modules and not os.environ[ENV]
+    assert change.training and "planted_module" in change.training[0][1]  # the record is named, not trusted

@@ -251,7 +251,7 @@ def cmd_distill(args) -> None:
         if cfg_path is None or not cfg_path.is_file():
             raise AtnatError(f"{args.teacher} is not a run directory or a checkpoint in one (no config.json beside "
                              "its checkpoints/): give --input SOURCE_FILE or a teacher run directory")
-        cfg = run_config_from_dict(json.loads(cfg_path.read_text()), str(cfg_path))
+        cfg = run_config_from_dict(json.loads(cfg_path.read_text()), str(cfg_path), recorded=True)
         src, tgt = load_task(cfg).splits["train"]
         lines, meta = distilled_targets(args.teacher, src, tgt, spec, device=device)
     write_lines_atomic(Path(args.output), lines)

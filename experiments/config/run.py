@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -366,12 +367,21 @@ def load_task(cfg: RunConfig) -> TaskData:
     return task_cls(make(task_cls.Options, opts, f"task ({name})"), cache_dir=CACHE_DIR / "spm").load()
 
 
-def run_config_from_dict(data: Any, where: str) -> RunConfig:
+def run_config_from_dict(data: Any, where: str, *, recorded: bool = False) -> RunConfig:
+    """A run's config from its parsed YAML or JSON. `recorded`: a record read back from a results folder
+    (a run's config.json), whose `plugins:` are never imported (nothing read back runs code): the names
+    must be among the plugins this process already loaded from the user's own config or --plugins."""
     data = dict(check_keys(RunConfig, data, where))
     plugins = data.get("plugins") or ()
     if not isinstance(plugins, (list, tuple)) or not all(isinstance(p, str) for p in plugins):
         raise ConfigError(f"{where}: plugins: expected a list of module names, got {plugins!r}")
-    load_plugins(plugins, f"{where}: plugins")  # before any name is looked up
+    if recorded:
+        missing = [p for p in plugins if p not in sys.modules]
+        if missing:
+            raise ConfigError(f"{where}: the run was made with plugins {', '.join(missing)}, which a record read back "
+                              "does not import; name them in your config's plugins: or with --plugins")
+    else:
+        load_plugins(plugins, f"{where}: plugins")  # before any name is looked up
     for key in ("name", "task", "decoder"):
         if key not in data:
             raise ConfigError(f"{where}: missing required key {key!r}")

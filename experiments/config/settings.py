@@ -110,7 +110,7 @@ def recorded_settings(run_dir: Path) -> dict | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return resolved(run_config_from_dict(data, str(path)))
+        return resolved(run_config_from_dict(data, str(path), recorded=True))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ConfigError(f"{path}: the run's recorded settings are unreadable ({err}); move the run folder "
                           "aside to train it afresh") from None
