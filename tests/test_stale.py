@@ -156,3 +156,22 @@ def test_a_recorded_config_never_imports_the_plugins_it_names(tmp_path, monkeypa
     change = settings_change(run, run_config_from_dict(RUN, "test"))
     assert not marker.exists() and "planted_module" not in sys.modules and not os.environ[ENV]
     assert change.training and "planted_module" in change.training[0][1]  # the record is named, not trusted
+
+
+def test_a_teacher_changed_between_two_runs_checkpoints_of_one_name_is_a_training_change(tmp_path):
+    """Only the file name was compared: runs/teacher-A/checkpoints/best.ckpt and runs/teacher-B/checkpoints/
+    best.ckpt were the same teacher, so a student resumed (or was reused) under another teacher."""
+    from atnat.experiments.config.run import run_config_from_dict
+    from atnat.experiments.config.settings import resolved, settings_change
+    from tests.test_resume import RUN
+
+    def student(teacher):
+        return run_config_from_dict({**RUN, "decoder": {"name": "cmlm"}, "distill": {"teacher": teacher},
+                                     "eval": {"strategies": [{"name": "mask-predict", "iterations": 2}]}}, "test")
+
+    run = tmp_path / "student"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(resolved(student("runs/teacher-A/checkpoints/best.ckpt"))))
+    change = settings_change(run, student("runs/teacher-B/checkpoints/best.ckpt"))
+    assert [key for key, *_ in change.training] == ["distill.teacher"]
+    assert not settings_change(run, student("/moved/runs/teacher-A/checkpoints/best.ckpt"))  # a moved folder

@@ -54,8 +54,19 @@ def training_settings(settings: dict) -> dict:
     out = {k: v for k, v in settings.items() if k not in NOT_SETTINGS + ("eval",)}
     out["train"] = {k: v for k, v in (settings.get("train") or {}).items() if k not in TRAIN_DOES_NOT_CHANGE}
     if out.get("distill"):  # the teacher is known by its run's name: a results folder may move
-        out["distill"] = {**out["distill"], "teacher": Path(str(out["distill"]["teacher"])).name}
+        out["distill"] = {**out["distill"], "teacher": teacher_name(out["distill"]["teacher"])}
     return out
+
+
+def teacher_name(teacher: Any) -> str:
+    """A teacher as far as a moved results folder keeps it: a run folder by its name, a checkpoint in a run by
+    <run>/checkpoints/<file>, any other file by <folder>/<file> (two runs' best.ckpt are two teachers)."""
+    path = Path(str(teacher))
+    if path.parent.name == "checkpoints":
+        return "/".join(path.parts[-3:])
+    if path.suffix in (".ckpt", ".pt", ".safetensors") or path.is_file():
+        return "/".join(path.parts[-2:])
+    return path.name
 
 
 def settings_hash(settings: dict) -> str:
