@@ -124,12 +124,12 @@ def stop_with_sigterm(tmp_path, monkeypatch, name: str, term: Term, run: dict = 
     return tmp_path / name
 
 
-@pytest.mark.parametrize("at_step,saved,val_every,steps,val_tokens", [
-    (17, 17, 7, 28, None), (7, 7, 7, 28, None), (None, 14, 5, 30, None), (14, 7, 7, 28, 12)],
+@pytest.mark.parametrize("at_step,saved,val_every,steps,n_valid", [
+    (17, 17, 7, 28, None), (7, 7, 7, 28, None), (None, 14, 5, 30, None), (14, 7, 7, 28, 48)],
     ids=["mid-epoch", "at-a-validation", "end-of-epoch", "at-a-long-validation"])
 def test_a_run_stopped_by_sigterm_saves_the_step_it_reached_and_resumes_exactly(tmp_path, monkeypatch, capfd,
                                                                                 at_step, saved, val_every, steps,
-                                                                                val_tokens):
+                                                                                n_valid):
     """Preemption (SIGTERM) after a step between validations (17: the validation checkpoint is at 14), at a
     validation step (one validation batch: it ends before Lightning looks, and writes the checkpoint), after
     the last batch of the first epoch (14 batches), and at a validation step whose validation takes several
@@ -137,8 +137,8 @@ def test_a_run_stopped_by_sigterm_saves_the_step_it_reached_and_resumes_exactly(
     as validated; the checkpoint of step 7 stands): the resumed run ends with the uninterrupted run's weights
     and validates at the same steps."""
     run_dict = {**RUN, "train": {**RUN["train"], "val_every_steps": val_every, "max_steps": steps}}
-    if val_tokens:
-        run_dict["eval"] = {**RUN["eval"], "max_tokens": val_tokens}
+    if n_valid:  # validation in several batches (of train.max_tokens): more validation sentences
+        run_dict["task"] = {**RUN["task"], "n_valid": n_valid}
     run = stop_with_sigterm(tmp_path, monkeypatch, "stopped", Term(at_step), run_dict)
     last = run / "checkpoints" / "last.ckpt"
     assert torch.load(last, weights_only=False)["global_step"] == saved and verify_checksum(last)
@@ -287,7 +287,7 @@ def test_a_sigterm_save_holds_the_steps_ema_update_and_resumes_exactly(tmp_path,
 
 
 def test_a_run_stopped_by_sigterm_inside_a_validation_keeps_its_last_checkpoint(tmp_path, monkeypatch):
-    several = {**RUN, "eval": {**RUN["eval"], "max_tokens": 12}}  # validation in several batches
+    several = {**RUN, "task": {**RUN["task"], "n_valid": 48}}  # validation in several batches
     run = stop_with_sigterm(tmp_path, monkeypatch, "stopped", Term(14, in_validation=True), several)
     last = run / "checkpoints" / "last.ckpt"
     assert torch.load(last, weights_only=False)["global_step"] == 7  # the validation of step 14 never ended
@@ -451,3 +451,18 @@ def test_a_real_sigterm_to_atnat_train_saves_the_step_it_reached(tmp_path):
     step = int(said[0].split("after step ")[1].split(";")[0])
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
     assert step >= 20 and torch.load(last, weights_only=False)["global_step"] == step and verify_checksum(last)
+
+
+def test_the_validation_loss_does_not_depend_on_eval_max_tokens(tmp_path):
+    """eval.max_tokens is an evaluation setting (changing it keeps the weights), but validation batched by it, and
+    the validation loss (a mean of batch means) picks checkpoints: 6000 and 40 gave 3.474 and 3.508."""
+    import pandas as pd
+
+    losses = []
+    for budget in (6000, 40):
+        cfg = run_config_from_dict({**RUN, "train": {**RUN["train"], "max_steps": 7}, "eval": {**RUN["eval"],
+                                                                                              "max_tokens": budget}}, "test")
+        train(cfg, tmp_path / str(budget))
+        log = pd.read_csv(tmp_path / str(budget) / "logs" / "metrics.csv")
+        losses.append(log["val/loss"].dropna().tolist())
+    assert losses[0] == losses[1] and len(losses[0]) == 1

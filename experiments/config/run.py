@@ -104,7 +104,7 @@ class TrainSettings:
     max_steps: int = 2000  # optimizer steps
     max_epochs: int = 10000  # upper bound on epochs (max_steps usually ends training first)
     max_time_s: float | None = None  # wall-clock training budget in seconds (resumed runs count the time spent)
-    max_tokens: int = 4096  # token budget of a training batch (padded source or target tokens)
+    max_tokens: int = 4096  # token budget of a training (and validation) batch (padded source or target tokens)
     max_sentences: int | None = None  # cap on sentences per batch
     max_len: int = 256  # training pairs longer than this (in tokens) are dropped
     val_every_steps: int = 500  # validation (and checkpoint) interval in optimizer steps
@@ -183,7 +183,7 @@ class EvalSettings:
 
     split: str = "test"  # split decoded and scored
     strategies: tuple = ({"name": "greedy"},)  # strategies, each {name: ..., options...}
-    max_tokens: int = 6000  # token budget of an evaluation batch
+    max_tokens: int = 6000  # token budget of a test-decoding batch (validation in training batches by train.max_tokens)
     n_bootstrap: int = 1000  # resamples for BLEU confidence intervals and the paired significance tests
     significance: str = "bs"  # paired test against the AT baseline: "bs" bootstrap resampling (Koehn 2004)
     # or "ar" approximate randomisation (Riezler & Maxwell 2005); Holm-corrected per task

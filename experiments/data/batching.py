@@ -61,10 +61,15 @@ def encode_split(tokenizer, sources: list[str], targets: list[str], *, name: str
 
 
 
+def longest_pair(split: EncodedSplit | PreparedSplit) -> int:
+    """Tokens of the split's longest pair in a batch (the longer side; the target with its end symbol)."""
+    return int(np.maximum(split.src_lengths, split.tgt_lengths + 1).max())
+
+
 def check_budget(split: EncodedSplit | PreparedSplit, max_tokens: int, *, setting: str, name: str) -> None:
     """A batch must hold at least one sentence: `max_tokens` (named `setting` in the config) is
     refused when the longest pair of split `name` does not fit into it."""
-    longest = int(np.maximum(split.src_lengths, split.tgt_lengths + 1).max())
+    longest = longest_pair(split)
     if max_tokens < longest:
         raise AtnatError(f"{setting}: {max_tokens} is smaller than the longest sentence pair of the {name} split "
                          f"({longest} tokens with its end symbol): a batch must hold at least one sentence; "

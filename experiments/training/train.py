@@ -23,7 +23,7 @@ from atnat.experiments.config.plugins import named_plugins
 from atnat.experiments.config.precision import resolve_precision
 from atnat.experiments.config.run import RunConfig, load_task, named
 from atnat.experiments.config.settings import resolved, settings_change
-from atnat.experiments.data.batching import check_budget, make_loader
+from atnat.experiments.data.batching import check_budget, longest_pair, make_loader
 from atnat.experiments.data.prepared import PreparedSplit, prepared_split
 from atnat.experiments.data.tasks import TaskData
 from atnat.experiments.evaluation.assemble import validation_search
@@ -298,7 +298,11 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
     pin = trains_on_gpu(t.accelerator)
     train_loader = make_loader(data.encoded["train"], t.max_tokens, shuffle=True, seed=cfg.seed,
                                max_sentences=t.max_sentences, distributed=True, pin_memory=pin)
-    val_loader = make_loader(data.encoded["valid"], cfg.eval.max_tokens, shuffle=False, pin_memory=pin)
+    # validation batches by the training budget, not eval.max_tokens (an evaluation setting, free to change
+    # without training again): the validation loss is a mean of batch means, so it depends on the batching,
+    # and it selects checkpoints and stops training early
+    val_loader = make_loader(data.encoded["valid"], max(t.max_tokens, longest_pair(data.encoded["valid"])),
+                             shuffle=False, pin_memory=pin)
     module.train_loss_in_progress_bar = t.progress_bar  # else no per-step read of the loss on the host
     module.step_form = t.step
     trainer = make_trainer(cfg, run_dir, train_loader.batch_sampler)
