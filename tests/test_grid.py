@@ -188,7 +188,12 @@ def test_translate_and_distill_cli_on_a_trained_run(tmp_path, monkeypatch, capsy
     from atnat.experiments.training.distill import cache_dir
 
     cached = cache_dir(run, {"name": "greedy"}) / "train.txt"
-    cached.write_text("stale\nstale\n")
+    cached.write_text("stale\nstale\n")  # other targets with their checksum: what a reuse would return
+    recorded = json.loads((cached.parent / "meta.json").read_text())
+    import hashlib
+
+    recorded["targets_sha256"] = hashlib.sha256("stale\nstale".encode()).hexdigest()
+    (cached.parent / "meta.json").write_text(json.dumps(recorded))
     assert distilled_targets(run, src, src, {"name": "greedy"})[0] == ["stale", "stale"]
     ckpt = run / "checkpoints" / "best.ckpt"  # other weights (the stamp is their sha256, not the file's date)
     from atnat.experiments.modelfiles.checkpoints import read_checkpoint, save_checkpoint_file
@@ -266,3 +271,46 @@ def test_two_cells_that_would_share_a_run_folder_are_refused(tmp_path):
         load_grid(write_grid(tmp_path, data))
     with pytest.raises(ConfigError, match="the same seed twice in seeds"):
         load_grid(write_grid(tmp_path, {**TINY, "cells": {"at": at}, "seeds": [1, 1]}))
+
+
+def _with(**changes):
+    data = {**TINY, "cells": {k: dict(v) for k, v in TINY["cells"].items()}}
+    for key, value in changes.items():
+        if key.startswith("cell_"):
+            data["cells"]["at"].update(value)
+        else:
+            data[key] = value
+    return data
+
+
+@pytest.mark.parametrize("data, message", [
+    (_with(exclude=[{"cell": "cmlm-kd", "sed": 2}]), r"exclude\[0\] names 'sed', which is no axis, 'cell' or 'seed'"),
+    (_with(exclude=["cmlm-kd"]), r"exclude\[0\] must be a mapping"),
+    (_with(seeds=[]), "seeds must be a non-empty list of integers"),
+    (_with(seeds=3), "seeds must be a non-empty list of integers"),
+    (_with(axes={"train.max_steps": [3, 4]}, cell_at={"train": {"max_steps": 20}}),
+     "cells.at sets train.max_steps, which axes.train.max_steps varies"),
+    (_with(base={**TINY["base"], "seed": 7}), r"base.seed: a grid sets each cell's seed from seeds:"),
+    (_with(cell_at={"name": "myat"}), "cells.at.name: a grid names each cell"),
+    (_with(smoke={"output_dir": "/tmp/shared"}), "smoke.output_dir: a grid writes every cell under its results folder"),
+    (_with(axes={"output_dir": ["a", "b"]}), "axes.output_dir: a grid sets each cell's output_dir itself"),
+    ({**TINY, "cells": {**TINY["cells"], "cmlm-kd": {**TINY["cells"]["cmlm-kd"], "distill": {
+        "strategy": {"name": "greedy"}, "teacher": "/elsewhere/run"}}}}, "teacher: and distill.teacher both name a teacher"),
+])
+def test_grid_settings_that_would_be_ignored_or_overridden_are_refused(tmp_path, data, message):
+    """Each was accepted: a misspelt exclude rule excluded nothing, a cell's value replaced every axis value (two
+    runs labelled differently, trained alike), seed:/name:/output_dir were silently replaced or bypassed the
+    results folder, an explicit distill.teacher was swapped for teacher:'s run; a non-list exclude or seeds
+    crashed with a traceback."""
+    with pytest.raises(ConfigError, match=message):
+        load_grid(write_grid(tmp_path, data))
+
+
+def test_a_key_given_twice_in_a_grid_file_is_refused(tmp_path):
+    """Plain YAML keeps the last of two equal keys: a second `train:` under base silently reset the first's
+    settings to their defaults."""
+    text = write_grid(tmp_path).read_text().replace("  train:", "  train:\n    max_steps: 3\n  train:", 1)
+    assert text.count("  train:") == 2
+    (tmp_path / "twice.yaml").write_text(text)
+    with pytest.raises(ConfigError, match="the key 'train' is given twice"):
+        load_grid(tmp_path / "twice.yaml")

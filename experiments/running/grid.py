@@ -163,6 +163,32 @@ def excluded(labels: dict[str, str], rules: list[dict]) -> bool:
     return any(all(str(labels.get(k)) == str(v) for k, v in rule.items()) for rule in rules or [])
 
 
+def check_exclude(rules: Any, keys: list[str], where: str) -> list[dict]:
+    """exclude: a list of mappings whose keys are axes, `cell` or `seed` (a misspelt key matched nothing, so
+    the rule excluded nothing, without a word)."""
+    if rules is None:
+        return []
+    if not isinstance(rules, list):
+        raise ConfigError(f"{where}: exclude must be a list of mappings such as {{cell: NAME, seed: 2}}, got {rules!r}")
+    for i, rule in enumerate(rules):
+        if not isinstance(rule, dict) or not rule:
+            raise ConfigError(f"{where}: exclude[{i}] must be a mapping such as {{cell: NAME, seed: 2}}, got {rule!r}")
+        unknown = [k for k in rule if k not in keys]
+        if unknown:
+            raise ConfigError(f"{where}: exclude[{i}] names {unknown[0]!r}, which is no axis, 'cell' or 'seed' "
+                              f"(valid: {', '.join(keys)})")
+    return rules
+
+
+def check_seeds(seeds: Any, where: str) -> list[int]:
+    if seeds is None:
+        return [1]
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                            for s in seeds):
+        raise ConfigError(f"{where}: seeds must be a non-empty list of integers >= 0, e.g. [1, 2, 3]; got {seeds!r}")
+    return seeds
+
+
 def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None = None) -> Grid:
     """Read, expand and validate a grid; `results_dir` is where teacher runs will live."""
     path = Path(path)
@@ -181,13 +207,34 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
     variants = data.get("cells") or {"default": {}}
     if not isinstance(variants, dict):
         raise ConfigError(f"{where}: cells must map a cell name to its settings")
+    axes = data.get("axes") or {}
+    sections = [("base", data.get("base") or {}), ("smoke", data.get("smoke") or {})]
     for variant, settings in variants.items():
         checked_part(variant, f"{where}: cells")
-        for part, section in (("base", data.get("base") or {}), (f"cells.{variant}", settings or {})):
-            if isinstance(section, dict) and "output_dir" in section:
-                raise ConfigError(f"{where}: {part}.output_dir: a grid writes every cell under its results folder "
-                                  "(--results DIR); set that instead")
-    seeds = data.get("seeds") or [1]
+        sections.append((f"cells.{variant}", settings or {}))
+        if isinstance(settings, dict) and settings.get("teacher") is not None \
+                and isinstance(settings.get("distill"), dict) and "teacher" in settings["distill"]:
+            raise ConfigError(f"{where}: cells.{variant}: teacher: and distill.teacher both name a teacher; keep one "
+                              "(teacher: CELL pairs each seed with that cell's run)")
+    for part, section in sections:
+        if not isinstance(section, dict):
+            continue
+        for key, why in (("output_dir", "a grid writes every cell under its results folder (--results DIR); set that "
+                                        "instead"),
+                         ("name", "a grid names each cell (axis labels, cell name, seed)"),
+                         ("seed", "a grid sets each cell's seed from seeds:")):
+            if key in section:
+                raise ConfigError(f"{where}: {part}.{key}: {why}")
+    for key in axes:
+        if key.split(".")[0] in ("output_dir", "name", "seed"):
+            raise ConfigError(f"{where}: axes.{key}: a grid sets each cell's {key.split('.')[0]} itself (seeds:, "
+                              "--results, the cell names)")
+        for variant, settings in variants.items():
+            if isinstance(settings, dict) and has_dotted(settings, key):
+                raise ConfigError(f"{where}: cells.{variant} sets {key}, which axes.{key} varies: the cell's value "
+                                  "would replace every axis value; remove one")
+    seeds = check_seeds(data.get("seeds"), where)
+    check_exclude(data.get("exclude"), [*axes, "cell", "seed"], where)
     base = data.get("base") or {}
     smoke_cfg = dict(data.get("smoke") or {}) if smoke else None
     speed = dict(data.get("speed") or {})
@@ -195,7 +242,7 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
         speed.update(smoke_cfg.pop("speed") or {})
     runs_dir = (results_dir or Path("results") / name) / "runs"
     cells = []
-    for combo in expand_axes(data.get("axes") or {}, data.get("zip"), where):
+    for combo in expand_axes(axes, data.get("zip"), where):
         for variant, settings in variants.items():
             for seed in seeds:
                 labels = {k: lab for k, (lab, _) in combo.items()} | {"cell": variant, "seed": str(seed)}
@@ -307,6 +354,16 @@ def check_goal_systems(grid: Grid, goals: list, where: str) -> None:
         for name in (*goal.systems, *([goal.of] if goal.of else [])):
             if name not in known:
                 raise ConfigError(f"{where}: goals[{i}]: no system {name!r} in this grid (systems: {', '.join(known)})")
+
+
+def has_dotted(settings: dict, key: str) -> bool:
+    """Whether a nested settings mapping sets the dotted key (train.max_steps)."""
+    node: Any = settings
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def make_cell(grid_name, base, combo, variant, settings, seed, labels, smoke, where, plugins=()) -> Cell:
