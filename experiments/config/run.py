@@ -29,7 +29,7 @@ from atnat.core.options import (
 from atnat.decoding.base import STRATEGIES, compatibility_problem
 from atnat.experiments.config.plugins import load_plugins
 from atnat.experiments.config.precision import PRECISIONS
-from atnat.experiments.data.tasks import TASKS, TaskData
+from atnat.experiments.data.tasks import SPLITS, TASKS, TaskData
 from atnat.experiments.data.tokenize import CACHE_DIR
 from atnat.experiments.files import path_part, read_utf8
 from atnat.models.decoders.base import DECODERS, LossConfig, guided_attention_problem
@@ -97,6 +97,23 @@ def named(section: Any, where: str) -> tuple[str, dict]:
 LOGGERS = ("csv", "tensorboard")
 
 
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu", "hpu")  # Lightning's
+
+
+def _devices_ok(devices: Any) -> bool:
+    """Lightning's `devices`: an int >= 1 or -1, "auto", a list of indices, or a string of them ("0,1", "-1")."""
+    if isinstance(devices, bool):
+        return False
+    if isinstance(devices, int):
+        return devices >= 1 or devices == -1
+    if isinstance(devices, (list, tuple)):
+        return bool(devices) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices)
+    if isinstance(devices, str):
+        parts = [p.strip() for p in devices.strip().strip(",").split(",")]
+        return devices.strip() == "auto" or (bool(parts) and all(p.lstrip("-").isdigit() for p in parts))
+    return False
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     """How long and on what to train."""
@@ -156,6 +173,9 @@ class TrainSettings:
                                               and math.isfinite(self.save_every_s) and self.save_every_s > 0),
                 "train", "save_every_s", "a positive number of seconds or null", self.save_every_s)
         require_choice(self.checkpoint_metric, ("loss", "bleu"), "train", "checkpoint_metric")
+        require_choice(self.accelerator, ACCELERATORS, "train", "accelerator")
+        require(_devices_ok(self.devices), "train", "devices", "an integer >= 1 (or -1: all), 'auto', a list of "
+                "device indices or a string of them ('0,1')", self.devices)
         require_choice(self.precision, PRECISIONS, "train", "precision")
         require_choice(self.step, STEP_FORMS, "train", "step")
         require(not (self.step != "eager" and self.precision == "16-mixed"), "train", "step",
@@ -253,6 +273,11 @@ def validate(cfg: RunConfig, where: str) -> RunConfig:
     task_cls = _lookup(TASKS, task_name, f"{where}: task.name")
     task_opts = checked(task_cls.Options, task_opts, f"{where}: task ({task_name})")
     make(task_cls.Options, task_opts, f"{where}: task ({task_name})")
+    splits = getattr(task_cls, "splits", SPLITS)
+    if cfg.eval.split not in splits:
+        raise ConfigError(f"{where}: eval.split must be one of {', '.join(splits)} (task {task_name}), got "
+                          f"{cfg.eval.split!r}" + (" (further test sets: eval.extra_tests)" if cfg.eval.split != "valid"
+                                                   else ""))
     dec_name, dec_opts = named(cfg.decoder, f"{where}: decoder")
     dec_cls = _lookup(DECODERS, dec_name, f"{where}: decoder.name")
     dec_opts = checked(dec_cls.Options, dec_opts, f"{where}: decoder ({dec_name})")

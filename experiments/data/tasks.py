@@ -77,6 +77,7 @@ class TaskData:
 class Task(ABC):
     Options: ClassVar[type]
     registered_name: ClassVar[str] = ""
+    splits: ClassVar[tuple[str, ...]] = SPLITS  # the splits load() gives (eval.split is one of them)
 
     def __init__(self, options, *, cache_dir: Path):
         self.options, self.cache_dir = options, cache_dir
