@@ -175,3 +175,26 @@ def test_a_teacher_changed_between_two_runs_checkpoints_of_one_name_is_a_trainin
     change = settings_change(run, student("runs/teacher-B/checkpoints/best.ckpt"))
     assert [key for key, *_ in change.training] == ["distill.teacher"]
     assert not settings_change(run, student("/moved/runs/teacher-A/checkpoints/best.ckpt"))  # a moved folder
+
+
+def test_test_only_settings_re_evaluate_instead_of_training_again(tmp_path):
+    """task.n_test (its own generator) and a targets: false student's distill.strategy (unused) retrained the
+    cell and every student."""
+    from atnat.experiments.config.run import run_config_from_dict
+    from atnat.experiments.config.settings import resolved, settings_change
+    from tests.test_resume import RUN
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(resolved(run_config_from_dict(RUN, "test"))))
+    change = settings_change(run, run_config_from_dict({**RUN, "task": {**RUN["task"], "n_test": 20}}, "test"))
+    assert not change.training and [k for k, *_ in change.evaluation] == ["task.n_test"]
+    assert settings_change(run, run_config_from_dict({**RUN, "task": {**RUN["task"], "n_valid": 20}}, "test")).training
+    control = {**RUN, "decoder": {"name": "cmlm"}, "eval": {"strategies": [{"name": "mask-predict", "iterations": 2}]},
+               "distill": {"teacher": "runs/at", "targets": False}}
+    (run / "config.json").write_text(json.dumps(resolved(run_config_from_dict(control, "test"))))
+    other = {**control, "distill": {**control["distill"], "strategy": {"name": "greedy"}}}
+    assert not settings_change(run, run_config_from_dict(other, "test"))
+    used = {**other, "distill": {**other["distill"], "targets": True}}
+    keys = [k for k, *_ in settings_change(run, run_config_from_dict(used, "test")).training]
+    assert keys == ["distill.strategy", "distill.targets"]  # with targets, the strategy counts

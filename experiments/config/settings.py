@@ -53,9 +53,29 @@ def training_settings(settings: dict) -> dict:
     run's name and folder, and the train keys that change only speed or logging)."""
     out = {k: v for k, v in settings.items() if k not in NOT_SETTINGS + ("eval",)}
     out["train"] = {k: v for k, v in (settings.get("train") or {}).items() if k not in TRAIN_DOES_NOT_CHANGE}
+    if isinstance(settings.get("task"), dict):
+        only = test_only_keys(settings["task"])
+        out["task"] = {k: v for k, v in settings["task"].items() if k not in only}
     if out.get("distill"):  # the teacher is known by its run's name: a results folder may move
         out["distill"] = {**out["distill"], "teacher": teacher_name(out["distill"]["teacher"])}
+        if out["distill"].get("targets") is False:  # no distilled targets: the teacher's decoding is unused
+            out["distill"].pop("strategy", None)
     return out
+
+
+def evaluation_settings(settings: dict) -> dict:
+    """The part of resolved settings only the scores depend on: eval, and the task's test-only keys."""
+    task = settings.get("task") if isinstance(settings.get("task"), dict) else {}
+    only = test_only_keys(task)
+    return {"eval": settings.get("eval"), **({"task": {k: task[k] for k in only if k in task}} if only else {})}
+
+
+def test_only_keys(task: dict) -> tuple[str, ...]:
+    """The task options that choose only the test split (Task.test_only), not the training or validation data."""
+    try:
+        return tuple(getattr(TASKS.get(str(task.get("name"))), "test_only", ()))
+    except Exception:  # noqa: BLE001 - an unknown task keeps every key a training setting
+        return ()
 
 
 def teacher_name(teacher: Any) -> str:
@@ -137,4 +157,4 @@ def settings_change(run_dir: Path, cfg: RunConfig) -> SettingsChange:
         return SettingsChange([], [])
     new = resolved(cfg)
     return SettingsChange(differences(training_settings(old), training_settings(new)),
-                          differences(old.get("eval"), new.get("eval"), "eval"))
+                          differences(evaluation_settings(old), evaluation_settings(new)))

@@ -78,6 +78,8 @@ class Task(ABC):
     Options: ClassVar[type]
     registered_name: ClassVar[str] = ""
     splits: ClassVar[tuple[str, ...]] = SPLITS  # the splits load() gives (eval.split is one of them)
+    test_only: ClassVar[tuple[str, ...]] = ()  # options that choose only the test split: changing one re-evaluates
+    # a finished run instead of training it again
 
     def __init__(self, options, *, cache_dir: Path):
         self.options, self.cache_dir = options, cache_dir
@@ -124,6 +126,7 @@ class SyntheticTask(Task):
     """Source: random symbol strings; target: a deterministic (or, for dialect, M-modal) function."""
 
     Options = SyntheticOptions
+    test_only = ("n_test",)  # each split has its own generator: the test split's size changes no other
 
     def symbols(self) -> list[str]:
         return [f"w{i}" for i in range(self.options.vocab)]
@@ -260,6 +263,7 @@ class ParallelTask(Task):
     """Parallel text files (one sentence per line) with a joint sentencepiece vocabulary."""
 
     Options = ParallelOptions
+    test_only = ("test",)  # the tokenizer learns from the training split only
     FILE_KEYS = tuple(f"{s}_{side}" for s in SPLITS for side in ("src", "tgt"))
 
     def path(self, split: str, side: str) -> Path:
