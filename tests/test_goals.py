@@ -47,6 +47,8 @@ def test_each_goal_is_met_missed_or_not_measured_from_the_numbers():
     ({"system": "copy-at / greedy", "within": 3}, r"goals\[0\]: `within` needs `of:"),
     ({"system": "copy-at / greedy", "at_least": "30"}, r"goals\[0\]\.at_least: expected a number, got '30'"),
     ({"system": "copy-at / greedy", "at_least": 3, "beyond": 1}, r"goals\[0\]: unknown key 'beyond'"),
+    ({"system": "copy-at / greedy", "at_least": 3, "metric": "bleuu"},
+     r"goals\[0\]\.metric: 'bleuu' is no numeric column of results.csv"),
 ])
 def test_a_malformed_goal_is_refused_when_the_grid_is_read(tmp_path, goal, message):
     grid = {"name": "g", "base": {"task": {"name": "copy"}, "decoder": {"name": "at"}}, "goals": [goal]}

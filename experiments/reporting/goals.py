@@ -75,9 +75,21 @@ def parse_goals(raw, where: str) -> list[Goal]:
                 raise ConfigError(f"{at}.{key}: expected a number, got {item[key]!r}")
         if ("within" in bounds) != isinstance(item.get("of"), str):
             raise ConfigError(f"{at}: `within` needs `of: <family> / <strategy>` (and `of` needs `within`)")
-        goals.append(Goal(tuple(systems), str(item.get("metric", "bleu")), item.get("at_least"),
+        metric = str(item.get("metric", "bleu"))
+        known = numeric_columns()
+        if metric not in known:
+            raise ConfigError(f"{at}.metric: {metric!r} is no numeric column of results.csv (e.g. "
+                              f"{', '.join(known[:8])}; experiments/evaluation/schema.py lists them all)")
+        goals.append(Goal(tuple(systems), metric, item.get("at_least"),
                           item.get("at_most"), item.get("within"), item.get("of"), str(item.get("goal", ""))))
     return goals
+
+
+def numeric_columns() -> list[str]:
+    """The results.csv columns a goal may judge (registered metrics' included)."""
+    from atnat.experiments.evaluation.columns import columns  # lazy: the metric registry
+
+    return [c.name for c in columns() if c.kind == "number"]
 
 
 def goal_pairs(goals: list[Goal]) -> list[tuple[str, str]]:
