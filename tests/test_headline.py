@@ -47,6 +47,16 @@ def test_layer_splits_are_shown_where_the_task_has_several_and_twin_names_are_to
     assert plain_names(agg) == {"a": "AT 3+3 greedy (en-de-at)", "b": "AT 5+1 greedy", "c": "AT 3+3 greedy (at-fp32)"}
 
 
+def test_a_twins_empty_layer_split_shows_no_split_and_names_stay_unique():
+    """A CTranslate2 twin records no layer split: it counted as a second split, so every AT was named with its
+    split (and the twin with two spaces); four cells of one variant kept four equal names."""
+    agg = pd.DataFrame([row(system="a"), row(system="b", strategy="greedy-ct2", layers="")])
+    assert plain_names(agg) == {"a": "AT greedy", "b": "CTranslate2 AT greedy"}
+    same = pd.DataFrame([row(system=f"{f} / greedy", family=f, variant="default") for f in ("x", "y")])
+    names = plain_names(same)
+    assert names == {"x / greedy": "AT greedy (x)", "y / greedy": "AT greedy (y)"}
+
+
 def test_the_verdict_is_at_most_three_sentences_and_the_table_has_intervals_not_sd(tmp_path):
     g = load_results(fx.build_results(tmp_path))
     first, after = headline_blocks(g, "1 CPU thread")

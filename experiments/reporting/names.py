@@ -67,7 +67,7 @@ def system_name(row: pd.Series, split_shown: bool = False) -> str:
     decoder = str(row["decoder"])
     options = str(row.get("options") or "")
     strategy = strategy_name(row)
-    split = f" {row['layers']}" if split_shown and pd.notna(row.get("layers")) else ""
+    split = f" {row['layers']}" if split_shown and pd.notna(row.get("layers")) and str(row["layers"]) else ""
     if is_engine_twin(pd.DataFrame([row])).iloc[0]:
         plain = strategy.removesuffix("-ct2")
         beam = re.match(r"beam(\d+)", plain)
@@ -86,7 +86,9 @@ def system_name(row: pd.Series, split_shown: bool = False) -> str:
 def plain_names(agg: pd.DataFrame) -> dict[str, str]:
     """`family / strategy` -> its plain name within one task: layer splits shown where the task's ATs differ
     in them; a name two systems would share followed by the cell it comes from, e.g. "(at-fp32)"."""
-    splits = agg["layers"].dropna().nunique() > 1 if "layers" in agg else False
+    ours = agg[~is_engine_twin(agg)] if len(agg) else agg  # a twin's layers are its system's (often not recorded)
+    layers = ours["layers"].dropna().astype(str) if "layers" in ours else pd.Series(dtype=str)
+    splits = layers[layers != ""].nunique() > 1
     first = {r["system"]: system_name(r, splits) for _, r in agg.iterrows()}
     taken = pd.Series(list(first.values())).value_counts()
     out = {}
@@ -96,4 +98,8 @@ def plain_names(agg: pd.DataFrame) -> dict[str, str]:
             variant = r.get("variant") if isinstance(r.get("variant"), str) and r.get("variant") else r["family"]
             name += f" ({variant})"
         out[r["system"]] = name
+    clash = pd.Series(list(out.values())).value_counts()
+    for _, r in agg.iterrows():  # the cells share a variant (e.g. no cells: key): their families tell them apart
+        if clash[out[r["system"]]] > 1:
+            out[r["system"]] = f"{first[r['system']]} ({r['family']})"
     return out
