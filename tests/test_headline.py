@@ -87,3 +87,53 @@ def test_a_speed_from_fewer_seeds_than_the_bleu_says_so():
     r = pd.Series({"n_seeds": 3, "bleu": 35.9, "speedup_vs_at": 2.59, f"speedup_vs_at{SEED_COUNT}": 2})
     assert _interval_text(r, "speedup_vs_at", suffix="×") == "2.59× (2 of 3 seeds)"
     assert "of 3 seeds" not in _interval_text(r.drop(f"speedup_vs_at{SEED_COUNT}"), "speedup_vs_at", suffix="×")
+
+
+def _first_screen(root):
+    first, _ = headline_blocks(load_results(root), "1 CPU thread")
+    (table,) = [b.frame for b in first if b.kind == "table"]
+    return [b.text for b in first if b.kind == "para"], table
+
+
+def test_the_headline_keeps_every_tasks_columns_and_judges_without_comparisons(tmp_path):
+    """The table took its columns from the first task only (a task without speed hid every task's speed), and
+    without comparisons.csv the verdict compared nothing while the summary said 'behind, beyond both intervals'."""
+    root = fx.build_results(tmp_path, omit=["comparisons.csv"])
+    frame = pd.read_csv(root / "results.csv")
+    speed = [c for c in frame.columns if c.startswith(("speedup", "throughput_speedup"))]
+    frame.loc[frame.task == "copy", speed] = float("nan")
+    frame.to_csv(root / "results.csv", index=False)
+    verdicts, table = _first_screen(root)
+    assert "× AT greedy, batch 1" in table.columns
+    assert table.set_index("System").loc["NAT, on the references, one pass", "Verdict"] == "behind"
+    assert "-10.53 against AT greedy (52.40): behind, beyond both systems' 95% intervals" in verdicts[1]
+    assert "-2.55 against AT beam 5 (38.05): not resolved (their intervals overlap" in verdicts[0]
+
+
+def test_a_numeric_task_name_keeps_its_comparisons_and_bounds_never_round_onto_zero(tmp_path):
+    root = fx.build_results(tmp_path)
+    for name in ("results.csv", "comparisons.csv"):
+        frame = pd.read_csv(root / name)
+        frame["task"] = frame["task"].replace({"copy": "2016"})
+        if name == "comparisons.csv":
+            frame.loc[frame.task == "dialect", "diff_ci_high"] = -0.004
+        frame.to_csv(root / name, index=False)
+    verdicts, table = _first_screen(root)
+    rows = table.set_index(["Task", "System"])
+    assert rows.loc[("2016", "CMLM, distilled, mask-predict 4"), "Δ BLEU vs AT reference [95%]"] == "-2.55 [-5.10, +0.20]"
+    assert rows.loc[("dialect", "NAT, on the references, one pass"), "Δ BLEU vs AT reference [95%]"] == \
+        "-10.53 [-13.00, -0.004]"
+    assert "against AT beam 5" in verdicts[0]
+
+
+def test_a_verdict_says_when_its_difference_pairs_fewer_seeds_and_a_task_without_nat_says_so(tmp_path):
+    root = fx.build_results(tmp_path)
+    frame = pd.read_csv(root / "results.csv")
+    pd.concat([frame, frame.assign(seed=2), frame.assign(seed=3)]).to_csv(root / "results.csv", index=False)
+    fx.comparisons(n_seeds=2).to_csv(root / "comparisons.csv", index=False)
+    verdicts, _ = _first_screen(root)
+    assert "(paired on the 2 seeds both have) against AT beam 5" in verdicts[0]
+    frame[(frame.decoder == "at") & (frame.strategy != "greedy")].to_csv(root / "results.csv", index=False)
+    verdicts, _ = _first_screen(root)
+    assert verdicts[0].startswith("copy (1 seed; speed at 1 CPU thread): No NAT system has finished; the AT reference "
+                                  "is AT beam 5 at 38.05 [36.70, 39.40] BLEU.")

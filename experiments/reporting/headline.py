@@ -12,7 +12,7 @@ import re
 import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_engine_twin, is_nat_rows, reference_at_rows
-from atnat.experiments.reporting.aggregate import aggregate_seeds, interval, seeds_of, significant
+from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, interval, seeds_of, significant
 from atnat.experiments.reporting.blocks import Block
 from atnat.experiments.reporting.judging import REACH_NAMED, tested_against, within_reach
 from atnat.experiments.reporting.names import plain_names
@@ -29,10 +29,31 @@ def _interval_text(row: pd.Series, col: str, digits: int = 2, suffix: str = "") 
     return f"{row[col]:.{digits}f}{suffix}{inside}" + (f" ({k} of {n} seeds)" if k < n else "")
 
 
-def _word(diff: pd.Series | None, margin: float, agrees: bool = True) -> str:
+def _signed(x: float, margin: float) -> str:
+    """x to 2 decimals, or 3 where 2 would put it on 0 or on ±margin while it is not there: a shown interval
+    must not seem to touch the line its verdict word says it stays off (or crosses)."""
+    text = f"{x:+.2f}"
+    return f"{x:+.3f}" if round(x, 2) in (0.0, margin, -margin) and x not in (0.0, margin, -margin) else text
+
+
+def _diff_text(diff: pd.Series, margin: float) -> str:
+    """A paired difference with its interval, e.g. -1.67 [-2.30, -1.04]."""
+    return (f"{diff['bleu_diff']:+.2f} [{_signed(diff['diff_ci_low'], margin)}, "
+            f"{_signed(diff['diff_ci_high'], margin)}]")
+
+
+def _word(diff: pd.Series | None, margin: float, agrees: bool = True, r: pd.Series | None = None,
+          reference: pd.Series | None = None) -> str:
     """ahead / behind (the paired interval excludes 0, and the paired test agrees where it was run against
-    the same system: `agrees`, as the summary's rule), equivalent (inside ±margin), not resolved."""
+    the same system: `agrees`, as the summary's rule), equivalent (inside ±margin), not resolved. Without a
+    paired interval (the hypotheses are not in the results folder): ahead / behind where the two systems'
+    own intervals do not overlap (`r`, `reference`: the conservative rule the summary uses), else not resolved."""
     if diff is None or pd.isna(diff["diff_ci_low"]):
+        if diff is None and r is not None and reference is not None and r["system"] != reference["system"] \
+                and not any(pd.isna(v) for v in (*interval(r, "bleu"), *interval(reference, "bleu"))):
+            if beyond_spread(r, reference, "bleu"):
+                return "ahead" if r["bleu"] > reference["bleu"] else "behind"
+            return "not resolved"
         return "–"
     low, high = diff["diff_ci_low"], diff["diff_ci_high"]
     if low > 0 and agrees:
@@ -59,7 +80,8 @@ def _task(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.DataFrame, 
     reference = refs.loc[refs["bleu"].idxmax()] if len(refs) else None
     comparisons = g.comparisons if g.comparisons is not None else pd.DataFrame()
     if len(comparisons):
-        comparisons = comparisons[(comparisons["task"] == task) & (comparisons.get("test_set", "main") == "main")]
+        comparisons = comparisons[(comparisons["task"].astype(str) == str(task))
+                                  & (comparisons.get("test_set", "main") == "main")]
     return agg, comparisons, reference
 
 
@@ -76,6 +98,10 @@ def headline_rows(agg: pd.DataFrame, reference: pd.Series | None) -> pd.DataFram
     return best.loc[[i for i in best.index if i in keep]]
 
 
+HEADLINE_COLUMNS = ("System", "Seeds", "BLEU [95%]", "Δ BLEU vs AT reference [95%]", "Verdict", "× AT greedy, batch 1",
+                    "× AT greedy, throughput", "× AT beam, batch 1")  # in this order; a column no task has is left out
+
+
 def headline_table(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """One row per headline system (headline_rows): its BLEU, its paired difference to the AT reference,
     the verdict word, its speed-ups over AT greedy (batch 1, throughput) and over AT beam at batch 1, each
@@ -87,12 +113,11 @@ def headline_table(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.Da
         found = comparisons[comparisons["system"] == r["system"]] if len(comparisons) else comparisons
         diff = found.iloc[0] if len(found) else None
         is_ref = reference is not None and r["system"] == reference["system"]
-        word = "reference" if is_ref else _word(diff, g.equivalence_margin, _agrees(r, reference, part))
+        word = "reference" if is_ref else _word(diff, g.equivalence_margin, _agrees(r, reference, part), r, reference)
         words.append(word)
         rows.append({"System": names[r["system"]], "Seeds": str(int(r["n_seeds"])),
                      "BLEU [95%]": _interval_text(r, "bleu"),
-                     "Δ BLEU vs AT reference [95%]": "–" if diff is None else
-                     f"{diff['bleu_diff']:+.2f} [{diff['diff_ci_low']:+.2f}, {diff['diff_ci_high']:+.2f}]",
+                     "Δ BLEU vs AT reference [95%]": "–" if diff is None else _diff_text(diff, g.equivalence_margin),
                      "Verdict": word,
                      "× AT greedy, batch 1": _interval_text(r, "speedup_vs_at", suffix="×"),
                      "× AT greedy, throughput": _interval_text(r, "throughput_speedup_vs_at", suffix="×"),
@@ -119,15 +144,26 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
         return found.iloc[0] if len(found) else None
 
     def word(r: pd.Series) -> str:
-        return _word(diff_of(r["system"]), g.equivalence_margin, _agrees(r, reference, part))
+        return _word(diff_of(r["system"]), g.equivalence_margin, _agrees(r, reference, part), r, reference)
 
     seeds = int(reference["n_seeds"])
     sentences = [f"{task} ({seeds} seed{'s' if seeds != 1 else ''}{'; speed at ' + threads if threads else ''}):"]
     if len(nats):
         best = nats.loc[nats["bleu"].idxmax()]
         diff = diff_of(best["system"])
-        gap = "" if diff is None else (f", {diff['bleu_diff']:+.2f} [{diff['diff_ci_low']:+.2f}, {diff['diff_ci_high']:+.2f}]"
-                                       f" against {ref_name} ({reference['bleu']:.2f}): {word(best)}")
+        if diff is not None:
+            paired = int(diff.get("n_seeds", seeds) or seeds)
+            fewer_paired = (f" (paired on the {paired} seed{'s' if paired != 1 else ''} both have)"
+                            if paired < max(int(best["n_seeds"]), seeds) else "")
+            gap = (f", {_diff_text(diff, g.equivalence_margin)}{fewer_paired} against {ref_name} "
+                   f"({reference['bleu']:.2f}): {word(best)}")
+        elif best["system"] != reference["system"]:  # no paired interval: the two systems' own intervals
+            apart = word(best)
+            gap = (f", {best['bleu'] - reference['bleu']:+.2f} against {ref_name} ({reference['bleu']:.2f}): " +
+                   (f"{apart}, beyond both systems' 95% intervals" if apart in ("ahead", "behind") else
+                    "not resolved (their intervals overlap, and the results folder holds no paired interval)"))
+        else:
+            gap = ""
         speed = "" if pd.isna(best.get("speedup_vs_at")) else \
             f", at {_interval_text(best, 'speedup_vs_at', suffix='×')} AT greedy's batch-1 speed"
         near = [names[r["system"]] for r, _ in within_reach(nats, best, g.ranking)]
@@ -137,8 +173,8 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
         fewer = f" ({int(best['n_seeds'])} of {seeds} seeds)" if int(best["n_seeds"]) < seeds else ""  # a seed failed
         sentences.append(f"the best NAT by mean BLEU is {names[best['system']]} at {best['bleu']:.2f} BLEU{fewer}{gap}"
                          f"{speed}{reach}.")
-    level = [r for _, r in agg.iterrows() if r["system"] != reference["system"] and diff_of(r["system"]) is not None
-             and word(r) != "behind" and pd.notna(r.get("speedup_vs_at")) and not is_engine_twin(pd.DataFrame([r])).iloc[0]]
+    level = [r for _, r in agg.iterrows() if r["system"] != reference["system"] and word(r) not in ("behind", "–")
+             and pd.notna(r.get("speedup_vs_at")) and not is_engine_twin(pd.DataFrame([r])).iloc[0]]
     if level:
         fast = max(level, key=lambda r: r["speedup_vs_at"])
         low = interval(fast, "speedup_vs_at")[0]
@@ -154,8 +190,10 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
         ref_at = names.get(f"{re.sub(r'-s[0-9]+$', '', cell)} / greedy", f"{re.sub(r'-s[0-9]+$', '', cell)} AT greedy")
         sentences.append(f"Against {ref_at}, {names[best['system']]} runs at "
                          f"{_interval_text(best, 'speedup_vs_ref_at', suffix='×')} at batch 1.")
-    return " ".join(sentences[:1] + [sentences[1][0].upper() + sentences[1][1:]] + sentences[2:4]) \
-        if len(sentences) > 1 else sentences[0]
+    if len(sentences) == 1:  # no NAT, and no other system to name
+        sentences.append(f"no NAT system has finished; the AT reference is {ref_name} at "
+                         f"{_interval_text(reference, 'bleu')} BLEU.")
+    return " ".join(sentences[:1] + [sentences[1][0].upper() + sentences[1][1:]] + sentences[2:4])
 
 
 def cautions(ok: pd.DataFrame) -> list[str]:
@@ -195,7 +233,7 @@ def headline_blocks(g: GridResults, threads: str) -> tuple[list[Block], list[Blo
     blocks += [Block("para", text) for text in cautions(ok)]
     tables = [headline_table(g, task, part)[0].assign(Task=task) for task, part in tasks]
     table = pd.concat(tables, ignore_index=True).fillna("–")
-    order = (["Task"] if len(tasks) > 1 else []) + [c for c in tables[0].columns if c != "Task"]
+    order = (["Task"] if len(tasks) > 1 else []) + [c for c in HEADLINE_COLUMNS if any(c in t for t in tables)]
     blocks.append(Block("table", frame=table[[c for c in order if c in table]]))
     note = Block("note", "Headline table: intervals are 95%: Student's t over the seeds with the test-sentence variance "
                          "added (one seed: the test sentences resampled only). Δ BLEU is paired with the AT "
