@@ -740,3 +740,16 @@ def test_a_grid_file_changed_since_the_run_is_not_offered_as_the_way_to_reproduc
     assert "To reproduce" not in md
     assert f"Made by: `{fx.COMMAND}`. `experiments/grids/tinygrid.yaml` has changed since this run" in md
     assert "`grid-as-run.yaml` holds the settings behind them" in md
+
+
+def test_a_one_seed_speed_interval_is_the_same_in_the_overview_as_in_the_headline(tmp_path):
+    """The headline widened a one-seed speed interval to the A/A noise floor, the overview printed the recorded
+    one: one quantity with two intervals in one report (en-fr CTC+GLAT throughput 1.37 [1.20, 1.46] vs [1.28, 1.46])."""
+    root = fx.build_results(tmp_path)
+    frame = pd.read_csv(root / "results.csv")
+    frame["speed_noise_low"], frame["speed_noise_high"] = 0.5, 1.02  # a wide A/A floor
+    frame.to_csv(root / "results.csv", index=False)
+    md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
+    cmlm = row_of(tables_under(md, "Task `copy`")[0], "copy-cmlm-kd-s1", "mask-predict-4")
+    assert cmlm[SPEED] == "3.86 [1.93, 4.25]"  # 3.86 x 0.5 below, the recorded 4.25 above
+    assert "3.86× [1.93, 4.25]" in md.split("## ")[1]  # the verdict's

@@ -20,7 +20,14 @@ from atnat.experiments.evaluation.schema import MISSING, Column
 from atnat.experiments.files import write_text_atomic
 from atnat.experiments.provenance import label
 from atnat.experiments.reporting import figures, ranking
-from atnat.experiments.reporting.aggregate import INTERVALS, LATENCY_FLOOR, THROUGHPUT_FLOOR, aggregate_seeds, seeds_of
+from atnat.experiments.reporting.aggregate import (
+    INTERVALS,
+    LATENCY_FLOOR,
+    THROUGHPUT_FLOOR,
+    aggregate_seeds,
+    interval,
+    seeds_of,
+)
 from atnat.experiments.reporting.blocks import Block
 from atnat.experiments.reporting.figures import system_label
 from atnat.experiments.reporting.goals import check_goals
@@ -48,9 +55,9 @@ def _spread(r: pd.Series, col: str, digits: int, scale: float = 1.0) -> str:
     fewer = f" ({k} of {n} seeds)" if k < n else ""
     if k > 1:
         return f"{scale * r[col]:.{digits}f} ± {scale * r[f'{col}_sd']:.{digits}f}{fewer}"
-    low, high = INTERVALS.get(col, (None, None))
-    ci = low and pd.notna(r.get(low)) and pd.notna(r.get(high))
-    return (f"{scale * r[col]:.{digits}f}" + (f" [{scale * r[low]:.{digits}f}, {scale * r[high]:.{digits}f}]" if ci else "")
+    low, high = interval(r, col) if INTERVALS.get(col) else (float("nan"), float("nan"))  # the headline's (speed:
+    ci = pd.notna(low) and pd.notna(high) and low != high  # widened to the A/A noise floor)
+    return (f"{scale * r[col]:.{digits}f}" + (f" [{scale * low:.{digits}f}, {scale * high:.{digits}f}]" if ci else "")
             + fewer)
 
 
