@@ -61,9 +61,10 @@ def test_the_report_states_the_goals_and_the_authors_notes(tmp_path):
     root = fx.build_results(tmp_path)
     (root / "goals.json").write_text(json.dumps(GOALS))
     env = json.loads((root / "environment.json").read_text()) if (root / "environment.json").exists() else {}
-    (root / "notes.md").write_text(notes_stamp(root, env) + "\n"
-                                   "CMLM missed its goal:\nit trained for\n400 steps only.\n\nSecond paragraph.\n")
-    md = write_report(root)[0].read_text(encoding="utf-8")
+    (root / "notes.md").write_text("\ufeff" + notes_stamp(root, env) + "\n"  # an editor's byte-order mark: still
+                                   "CMLM missed its goal:\n- it trained for\n- **400 steps** only.\n\nSecond paragraph.\n")
+    md_path, html_path = write_report(root)
+    md, html = md_path.read_text(encoding="utf-8"), html_path.read_text(encoding="utf-8")
     section = md.split("## Goals")[1].split("\n## ")[0]
     assert "3 of 5 goals set in the grid file met" in section
     line = next(row for row in section.splitlines() if "copy-cmlm-kd / mask-predict-4" in row)
@@ -72,7 +73,8 @@ def test_the_report_states_the_goals_and_the_authors_notes(tmp_path):
     assert "| met on the mean, not beyond noise |" in at and "| no |" in at  # not a bare "met" (the deep grid's goal 1)
     assert "| not measured |" in section
     assert "## Notes (written by the authors, not generated)" in md
-    assert "CMLM missed its goal: it trained for 400 steps only." in md and "Second paragraph." in md
+    assert "CMLM missed its goal:\n- it trained for\n- **400 steps** only." in md and "Second paragraph." in md  # a list
+    assert "<p>CMLM missed its goal:<br>- it trained for<br>- <strong>400 steps</strong> only.</p>" in html
     (root / "goals.json").write_text(json.dumps([{"system": "copy-at / beam5"}]))
     with pytest.raises(ConfigError, match=r"goals.json: goals\[0\]: give exactly one of"):
         write_report(root)
@@ -88,7 +90,7 @@ def test_notes_written_for_another_run_are_left_out_and_say_how_to_attach(tmp_pa
         (root / "notes.md").write_text(first + "\nThe run took 13 min 23 s.\n")
         md = write_report(root)[0].read_text(encoding="utf-8")
         assert "13 min 23 s" not in md and "left out, since they quote that run's numbers" in md
-        assert notes_stamp(root, env) in md  # the line that would attach them to this run
+        assert f"`{notes_stamp(root, env)}`" in md  # the line that would attach them, shown (not an HTML comment)
     env["started"] = "2026-01-02 03:04:05"
     (root / "environment.json").write_text(json.dumps(env))
     (root / "notes.md").write_text("<!-- notes for the run: started 2026-01-02 03:04:05 -->\nThe run took 13 min 23 s.\n")

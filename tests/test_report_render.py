@@ -168,3 +168,15 @@ def test_numbers_right_aligned_by_their_text_when_a_table_has_no_values():
     page = html_table(Block("table", frame=frame))
     assert re.findall(r"<th(\s[^>]*)?>", page) == [' class="num"', "", ' class="num"']
     assert report_html.NOWRAP_CHARS >= len("copy-cmlm-kd-s1")
+
+
+def test_names_and_messages_in_report_md_are_text_not_html(tmp_path):
+    """Table cells were escaped, paragraphs and notes were not: a task named with a tag became live HTML in a
+    markdown viewer (report.html was escaped)."""
+    from atnat.experiments.reporting.blocks import Block
+    from atnat.experiments.reporting.markdown import render_markdown
+
+    md = render_markdown([Block("heading", "Task <b>x</b>", 2), Block("para", "dialect<img src=x onerror=alert(1)> and `<kept>`"),
+                          Block("note", "a <script>")])
+    assert "\\<b>" in md and "dialect\\<img src=x" in md and "`<kept>`" in md and "a \\<script>" in md
+    assert "<img" not in md.replace("\\<img", "")

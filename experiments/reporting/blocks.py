@@ -18,7 +18,8 @@ DIRECTIONS = ("", "higher", "lower")  # a table column's better direction; "" = 
 
 @dataclass(frozen=True)
 class Block:
-    """One piece of the document: kind is heading|para|note|table|figure|toc (where the HTML page lists its
+    """One piece of the document: kind is heading|para|note|authored (the authors' own markdown, notes.md)|table|
+    figure|toc (where the HTML page lists its
     sections; markdown has none)."""
 
     kind: str  # which renderer applies

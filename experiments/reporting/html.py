@@ -130,6 +130,10 @@ def _html_block(b: Block, root: Path, anchor: str | None) -> str:
         return f"<figure>{img}<figcaption>{alt}</figcaption></figure>"
     if b.kind == "note":
         return f'<p class="note">Note: {_inline_html(b.text)}</p>'
+    if b.kind == "authored":  # the authors' markdown: paragraphs, their lines, **bold** and `code` kept
+        paragraphs = [p for p in re.split(r"\n\s*\n", b.text) if p.strip()]
+        return "".join("<p>" + "<br>".join(re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", _inline_html(line))
+                                           for line in p.strip().splitlines()) + "</p>" for p in paragraphs)
     return f"<p>{_inline_html(b.text)}</p>"
 
 

@@ -26,14 +26,23 @@ def markdown_table(frame: pd.DataFrame, bold: set[tuple[int, int]] = frozenset()
     return "\n".join(lines)
 
 
+def _md_text(text: str) -> str:
+    """Text outside `code` spans with '<tag'-like text escaped, so that a name or a message is never HTML in a
+    markdown viewer (a code span shows its text as it is)."""
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(p if p.startswith("`") else re.sub(r"<(?=[A-Za-z/!?])", r"\\<", p) for p in parts)
+
+
 def _md_block(b: Block) -> str:
     if b.kind == "heading":
-        return "#" * b.level + " " + b.text
+        return "#" * b.level + " " + _md_text(b.text)
     if b.kind == "table":
         return markdown_table(b.frame, best_cells(b))
     if b.kind == "figure":
         return f"![{b.text}]({b.path.as_posix()})\n\n*{b.text}*"
-    return f"> Note: {b.text}" if b.kind == "note" else b.text
+    if b.kind == "authored":  # the authors' own markdown (notes.md), lines and lists kept
+        return _md_text(b.text)
+    return f"> Note: {_md_text(b.text)}" if b.kind == "note" else _md_text(b.text)
 
 
 def render_markdown(blocks: list[Block]) -> str:

@@ -278,8 +278,7 @@ def _notes(g: GridResults) -> list[Block]:
     """The authors' notes (notes.md) under a heading that says they are written by hand; or why they were
     left out (written for another run)."""
     if g.notes:
-        return [Block("heading", "Notes (written by the authors, not generated)", 2),
-                *[Block("para", " ".join(p.split())) for p in g.notes.split("\n\n") if p.strip()]]
+        return [Block("heading", "Notes (written by the authors, not generated)", 2), Block("authored", g.notes.strip())]
     if g.notes_left_out:
         return [Block("heading", "Notes (written by the authors, not generated)", 2), Block("note", g.notes_left_out)]
     return []

@@ -187,7 +187,7 @@ def notes_of_this_run(root: Path, environment: dict | None) -> tuple[str, str]:
     path = root / "notes.md"
     if not path.is_file():
         return "", ""
-    text = read_utf8(path, "").strip()
+    text = read_utf8(path, "").lstrip("\ufeff").strip()  # (an editor's byte-order mark is no text)
     first, _, rest = text.partition("\n")
     found = NOTES_STAMP.fullmatch(first.strip())
     mine = run_identity(root, environment)
@@ -196,4 +196,4 @@ def notes_of_this_run(root: Path, environment: dict | None) -> tuple[str, str]:
     whose = f"the run {found.group(1)}" if found else "no run (their first line names none)"
     return "", (f"The hand-written notes in notes.md were written for {whose}, not for this one ({mine}): left out, "
                 f"since they quote that run's numbers. To attach notes to this run, begin notes.md with the line "
-                f"{notes_stamp(root, environment)}")
+                f"`{notes_stamp(root, environment)}`")
