@@ -81,3 +81,11 @@ def test_atnat_run_records_the_row_count_and_rebuilds_a_cut_table_without_traini
     assert main(["run", str(grid), "--results", "res"]) == 0  # the rebuild the message names
     table = pd.read_csv(out / "results.csv")
     assert len(table) == 24 and (table.status == "ok").all()
+
+
+def test_an_authors_own_csv_in_the_folder_does_not_block_the_report(tmp_path):
+    """Every *.csv of the folder was checked: a hand-made analysis without a final newline (the deep grid keeps
+    several beside its tables) stopped the report as 'cut short'."""
+    root = fx.build_results(tmp_path)
+    (root / "my_side_analysis.csv").write_text("step,loss\n1,2.0\n2,1.5")
+    load_results(root)
