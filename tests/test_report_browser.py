@@ -63,13 +63,18 @@ PROBE = """<script>(function () {
     var made = document.createElement("div");  // the sort keys themselves, on a table made here
     made.innerHTML = "<table><thead><tr><th>v</th><th>t</th></tr></thead><tbody>" +
       "<tr><td data-v='10'>x</td><td>2.5</td></tr><tr><td data-v='9'>z</td><td>10.25</td></tr>" +
-      "<tr><td data-v='100'>y</td><td>\u2013</td></tr><tr><td data-v=''>w</td><td>10.3</td></tr></tbody></table>";
+      "<tr><td data-v='100'>y</td><td>\u2013</td></tr><tr><td data-v=''>w</td><td>10.3</td></tr></tbody></table>" +
+      "<table><thead><tr><th>d</th></tr></thead><tbody><tr><td>-1.08 [-2.13, -0.02]</td></tr><tr><td>+0.34 [-0.5, +1.2]</td></tr>" +
+      "<tr><td>-11.56 [-13.0, -10.1]</td></tr><tr><td>2.59\u00d7 [1.93, 3.48]</td></tr><tr><td>AT 3+3</td></tr></tbody></table>";
     var keys = made.firstChild, cells = function (j) {
       return Array.prototype.map.call(keys.tBodies[0].rows, function (r) { return r.cells[j].textContent; }); };
     window.atnatReport.sortTable(keys, 0, false);
     out.by_data_v = cells(0);
     window.atnatReport.sortTable(keys, 1, true);
     out.by_number_text = cells(1);
+    var signed = made.children[1];
+    window.atnatReport.sortTable(signed, 0, false);
+    out.by_signed_text = Array.prototype.map.call(signed.tBodies[0].rows, function (r) { return r.cells[0].textContent; });
     env.tHead.rows[0].cells[0].click();
     out.environment = Array.prototype.map.call(env.tBodies[0].rows, function (r) {
       return r.cells[0].textContent; });
@@ -199,6 +204,9 @@ def test_sort_keys_are_the_numbers_behind_the_cells(dom):
     result = probe(dom)
     assert result["by_data_v"] == ["z", "x", "y", "w"]  # data-v 9 < 10 < 100, then the empty one
     assert result["by_number_text"] == ["10.3", "10.25", "2.5", "–"]  # as numbers, not digit runs
+    # a value with its interval sorts by its leading signed number (text collation ignored the sign)
+    assert result["by_signed_text"] == ["-11.56 [-13.0, -10.1]", "-1.08 [-2.13, -0.02]", "+0.34 [-0.5, +1.2]",
+                                        "2.59× [1.93, 3.48]", "AT 3+3"]
 
 
 def test_sorted_order_is_what_the_page_shows(dom):

@@ -1,18 +1,23 @@
 // atnat grid report: inlined into report.html; no external resources.
 // Sorts any table.sortable by a header click (or Enter / Space on a focused header): numbers by
-// the data-v value behind a cell (else its text), text with numeric-aware collation, missing
+// the data-v value behind a cell (else its text, or the signed number leading a value with its unit or
+// interval), text with numeric-aware collation, missing
 // values ("", "–") last in both directions. The first sort of a column with data-better puts its
 // best value first. Opens a folded <details> when the address names it or something inside it.
 // Folds an overview's secondary columns behind a button.
 (function () {
   "use strict";
   var NUMBER = /^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$/i;
+  // a value followed by its unit or interval ("-1.08 [-2.13, -0.02]", "2.59\u00d7 [1.93, 3.48]"): its number
+  var LEADING = /^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?(?=\u00d7|%|\s*[\[(])/i;
   var MISSING = { "": true, "\u2013": true, "\u2014": true, "-": true };
 
   function key(cell) {
     var raw = (cell.hasAttribute("data-v") ? cell.getAttribute("data-v") : cell.textContent).trim();
     if (MISSING[raw]) return { missing: true };
-    return NUMBER.test(raw) ? { num: parseFloat(raw) } : { text: raw };
+    if (NUMBER.test(raw)) return { num: parseFloat(raw) };
+    var lead = raw.match(LEADING);
+    return lead ? { num: parseFloat(lead[0]) } : { text: raw };
   }
 
   function compare(a, b) {
