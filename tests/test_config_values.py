@@ -68,3 +68,14 @@ def test_a_section_is_named_once_in_the_message(tmp_path, capsys):
     path.write_text(yaml.safe_dump({**RUN, "train": {**RUN["train"], "keep": 0}}))
     assert main(["train", str(path)]) == 2
     assert capsys.readouterr().err.strip() == f"atnat: error: {path}: train: keep must be an integer >= 1, got 0"
+
+
+def test_an_override_adds_to_a_section_written_as_a_bare_name(tmp_path):
+    """`decoder: ctc` with --set decoder.upsample=3 replaced the whole section by {upsample: 3}: refused as
+    having no name."""
+    from atnat.experiments.config.run import load_run_config, parse_override
+
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({**RUN, "decoder": "ctc", "eval": {"strategies": ["ctc"]}}))
+    cfg = load_run_config(path, parse_override("decoder.upsample=3"))
+    assert cfg.decoder == {"name": "ctc", "upsample": 3}

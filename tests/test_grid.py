@@ -314,3 +314,10 @@ def test_a_key_given_twice_in_a_grid_file_is_refused(tmp_path):
     (tmp_path / "twice.yaml").write_text(text)
     with pytest.raises(ConfigError, match="the key 'train' is given twice"):
         load_grid(tmp_path / "twice.yaml")
+
+
+def test_an_equivalence_margin_written_5e_1_is_a_number(tmp_path):
+    """YAML reads 5e-1 (no dot) as a string: refused here while every other number field takes it."""
+    path = write_grid(tmp_path)
+    path.write_text(path.read_text() + "equivalence_margin: 5e-1\n")
+    assert load_grid(path).equivalence_margin == 0.5

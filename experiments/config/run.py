@@ -465,6 +465,9 @@ class UniqueKeyLoader(yaml.SafeLoader):
 def load_run_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
     data = load_yaml(path)
     if isinstance(data, dict):
+        for key in ("task", "decoder"):  # `decoder: ctc` is `decoder: {name: ctc}`: an override adds to it
+            if isinstance(data.get(key), str) and isinstance((overrides or {}).get(key), dict):
+                data = {**data, key: {"name": data[key]}}
         data = deep_update(data, overrides or {})
     return run_config_from_dict(data, str(path))
 

@@ -265,6 +265,11 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
     if baseline is not None and baseline not in variants:
         raise ConfigError(f"{where}: baseline: {baseline!r} is not a cell of this grid (cells: {', '.join(variants)})")
     margin = data.get("equivalence_margin", 1.0)
+    if isinstance(margin, str):  # YAML reads 5e-1 (no dot) as text; every number field takes it
+        try:
+            margin = float(margin)
+        except ValueError:
+            pass
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0:
         raise ConfigError(f"{where}: equivalence_margin must be a positive number of BLEU points, got {margin!r}")
     grid = Grid(name, path, cells, speed=speed, description=data.get("description", ""),
