@@ -154,7 +154,7 @@ def test_a_worker_leaves_ctrl_c_to_its_runner_and_a_lone_cell_does_not():
         for proc in procs.values():
             assert proc.stdout.readline() == b"ready\n"
             proc.send_signal(signal.SIGINT)
-        assert wait_until(lambda: procs[False].poll() is not None, 5), "a lone cell must stop on Ctrl-C"
+        assert wait_until(lambda: procs[False].poll() is not None, 15), "a lone cell must stop on Ctrl-C"  # (a loaded machine)
         assert procs[True].poll() is None, "a worker must outlive Ctrl-C"
     finally:
         for proc in procs.values():

@@ -136,8 +136,9 @@ class CompiledStep:
 
     def __call__(self, tokens: Tensor, pos: Tensor, self_k: Tensor, self_v: Tensor, cross_k: Tensor,
                  cross_v: Tensor, memory_mask: Tensor | None, group: int) -> Tensor:
-        sizes = {"M": cross_k.size(1), "S": cross_k.size(3), "C": self_k.size(3)}
-        if not all(low <= sizes[n] <= high for n, (low, high) in StaticStep.DIMS.items()):  # past the package's
+        sizes = {"M": cross_k.size(1), "S": cross_k.size(3), "C": self_k.size(3)} \
+            if isinstance(cross_k, Tensor) and isinstance(self_k, Tensor) else {}
+        if sizes and not all(low <= sizes[n] <= high for n, (low, high) in StaticStep.DIMS.items()):  # past its range
             return self.decoder._static_step(tokens, pos, self_k, self_v, cross_k, cross_v, memory_mask, group)
         return self.runner(group)(tokens, pos, self_k, self_v, cross_k, cross_v, memory_mask)
 
