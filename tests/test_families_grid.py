@@ -40,6 +40,11 @@ def test_the_families_grid_pairs_each_student_with_its_seeds_teacher_and_times_a
             assert cell.config.train.init_from == "teacher"
     deep = by["en-de-at-deep-s1"].config.model
     assert (deep["encoder_layers"], deep["decoder_layers"]) == (5, 1)  # the 3+3 AT's depth, moved to the encoder
+    smoke = load_grid(FAMILIES, smoke=True).by_name()  # the smoke run's deep-shallow AT was a copy of the 3+3 one
+    assert [(smoke[c].config.model["encoder_layers"], smoke[c].config.model["decoder_layers"])
+            for c in ("en-de-at-s1", "en-de-at-deep-s1")] == [(3, 3), (5, 1)]
+    assert smoke["en-de-at-s1"].config.model["d_model"] == 64
+    assert load_grid(FAMILIES, smoke=True).speed["throughput_batch"] < 60  # throughput timed in several batches
     assert grid.baseline == "at" and grid.speed["reference_at"] == "at-deep"
     assert by["en-de-dat-s1"].config.distill.targets is False  # DA-Transformer on the references
     assert by["en-de-dat-kd-s1"].config.decoder == {"name": "dag", "upsample": 4}
