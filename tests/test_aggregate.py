@@ -198,3 +198,18 @@ def test_a_task_never_timed_gets_no_speed_note_claiming_a_timing():
     assert speed_note(part, timing) == "No system of this task was timed."
     timed = part.assign(speedup_vs_at=[1.0], latency_ms_b1=[20.0])
     assert speed_note(timed, timing).startswith("Speed: timing phase after training")
+
+
+def test_a_speculative_systems_acceptance_length_is_pooled_over_seeds():
+    """The mean of the seeds' ratios (2.47) beside their mean verifier passes (33.5) implied 83 tokens a sentence
+    where every seed emitted 54.5; pooled, tokens over passes: 163.7 / 100.5 = 1.63."""
+    import pandas as pd
+
+    from atnat.experiments.reporting.aggregate import aggregate_seeds
+
+    rows = pd.DataFrame([{"task": "t", "family": "f", "cell": f"f-s{s}", "strategy": "speculative-k4", "seed": s,
+                          "verifier_passes": v, "acceptance_length": 54.5 / v, "bleu": 30.0}
+                         for s, v in ((1, 54.5), (2, 34.7), (3, 11.3))])
+    out = aggregate_seeds(rows).iloc[0]
+    assert out["acceptance_length"] == pytest.approx(3 * 54.5 / (54.5 + 34.7 + 11.3))
+    assert out["acceptance_length"] * out["verifier_passes"] == pytest.approx(54.5)

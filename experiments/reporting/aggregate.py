@@ -45,7 +45,9 @@ def aggregate_seeds(ok: pd.DataFrame) -> pd.DataFrame:
     column's mean, and `<col>_sd`, `<col>_min`, `<col>_max`, `<col>_seed_count` (seeds with a value) over seeds, `n_seeds`, and
     `bleu_p_holm_max` (the least significant seed; NaN when a seed has no test); label columns from the
     first seed. The A/A noise floors (LATENCY_FLOOR, THROUGHPUT_FLOOR) are the union over seeds (least
-    low, greatest high), not a mean: the widest any seed measured, as the report's speed note states it."""
+    low, greatest high), not a mean: the widest any seed measured, as the report's speed note states it. A
+    speculative system's acceptance length is its seeds' tokens over their verifier passes, pooled (a mean
+    of the seeds' ratios would not agree with the mean passes beside it)."""
     df = ok.assign(family=ok["family"].fillna(ok["cell"]) if "family" in ok else ok["cell"]).copy()
     numeric = [c for c in df.columns if c not in KEYS and pd.api.types.is_numeric_dtype(df[c])
                and not pd.api.types.is_bool_dtype(df[c])]
@@ -60,6 +62,11 @@ def aggregate_seeds(ok: pd.DataFrame) -> pd.DataFrame:
     for low, high in (LATENCY_FLOOR, THROUGHPUT_FLOOR):
         if low in numeric and high in numeric:
             out[low], out[high] = groups[low].min(), groups[high].max()
+    if "acceptance_length" in numeric and "verifier_passes" in numeric:  # tokens over verifier passes, pooled
+        both = df["acceptance_length"].notna() & df["verifier_passes"].notna()  # (a seed's tokens: its ratio x passes)
+        tokens = (df["acceptance_length"] * df["verifier_passes"]).where(both).groupby([df[k] for k in KEYS], sort=False)
+        passes = df["verifier_passes"].where(both).groupby([df[k] for k in KEYS], sort=False)
+        out["acceptance_length"] = (tokens.sum(min_count=1) / passes.sum(min_count=1)).reindex(out.index)
     if "bleu_p_holm" in df:  # the least significant seed; a seed without a test leaves no claim for all
         out["bleu_p_holm_max"] = groups["bleu_p_holm"].agg(lambda p: p.max() if p.notna().all() else float("nan"))
     return out.reset_index().copy()
