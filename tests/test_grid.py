@@ -236,6 +236,7 @@ def test_a_grid_report_without_figures_says_how_to_draw_them(tmp_path, monkeypat
     assert main(["run", str(grid), "--results", "res"]) == 0
     out = tmp_path / "res" / "tiny"
     md = (out / "report.md").read_text(encoding="utf-8")
+    assert (out / "grid-as-run.yaml").read_text() == grid.read_text()  # the file as run (the report compares it)
     assert "Figures not drawn (the grid's `report: {figures: false}`, or `--no-figures`): `atnat report" in md
     assert not list(out.glob("figures/*.png")) and ".png" not in md
     assert main(["report", str(out)]) == 0

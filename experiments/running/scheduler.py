@@ -285,6 +285,8 @@ def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_b
     env["plugins"] = installed_plugins()  # every plugin this process saw, with its distribution's version
     env["results_rows"] = len(table)  # the report refuses a results.csv with fewer (a cut-short file)
     write_json_atomic(out / "environment.json", env)
+    # the grid file as run: the report tells a reader when the file has changed since (its settings differ)
+    atomic_write_bytes(out / "grid-as-run.yaml", Path(grid.path).read_bytes())
     if grid.goals:
         write_json_atomic(out / "goals.json", grid.goals)
     elif (out / "goals.json").exists():  # the grid no longer sets goals: the report must not show old ones
