@@ -153,9 +153,10 @@ def fake_timed_cells(tmp_path, monkeypatch, names):
     return cells, timed, built
 
 
-def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_are_named(tmp_path, monkeypatch):
+def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_are_named(tmp_path, monkeypatch, capsys):
     """A resumed grid reuses its timing; other speed settings time everything anew; a cell whose
-    checkpoints are gone keeps its earlier row, stamped with that earlier session."""
+    checkpoints are gone keeps its earlier row, stamped with that earlier session. Each session says when it
+    starts (a grid's timing phase printed nothing for hours)."""
     from atnat.experiments.evaluation import timing
 
     cells, timed, built = fake_timed_cells(tmp_path, monkeypatch, ("at-s1", "nat-s1"))
@@ -163,6 +164,7 @@ def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_ar
     fast = eager(repeats=1)
     first = timing.time_grid(cells, tmp_path, fast, "cpu")
     assert timed == [["at-s1", "nat-s1"]] and first["timing_session"].notna().all()
+    assert "atnat: timing 1 of 1 (" in capsys.readouterr().err
     timing.time_grid(cells, tmp_path, fast, "cpu")
     assert len(timed) == 1 and len(built) == 1  # same systems, weights and settings: kept, nothing loaded
     timing.time_grid(cells, tmp_path, eager(repeats=2), "cpu")

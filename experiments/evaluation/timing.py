@@ -467,11 +467,15 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
     frames = [kept] if kept is not None and len(kept) else []
     if todo:
         systems, baselines, references = grid_systems(todo, device, speed, baseline)
-        for (task, _), group in timing_groups(todo).items():
+        groups = timing_groups(todo)
+        for i, ((task, seed), group) in enumerate(groups.items(), 1):
             names = {c.name for c in group}
             session = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-            frames.append(time_systems([s for s in systems if s.cell in names], speed, baselines, references)
-                          .assign(task=task, timing_session=session))
+            timed = [s for s in systems if s.cell in names]
+            print(f"atnat: timing {i} of {len(groups)} ({task}, seed {seed}): {len(timed)} systems side by side, "
+                  f"{speed.latency_sentences} sentences one at a time and {speed.throughput_sentences} in batches, "
+                  f"{speed.repeats} repeats; started {session}", file=sys.stderr, flush=True)
+            frames.append(time_systems(timed, speed, baselines, references).assign(task=task, timing_session=session))
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
     write_csv(table, path)
     write_json_atomic(settings_path, settings)
