@@ -137,3 +137,13 @@ def test_a_verdict_says_when_its_difference_pairs_fewer_seeds_and_a_task_without
     verdicts, _ = _first_screen(root)
     assert verdicts[0].startswith("copy (1 seed; speed at 1 CPU thread): No NAT system has finished; the AT reference "
                                   "is AT beam 5 at 38.05 [36.70, 39.40] BLEU.")
+
+
+def test_a_verdict_names_the_systems_it_counts():
+    """'the speed intervals of 6 others reach its own' said how many, never which."""
+    from atnat.experiments.reporting.headline import _listing
+
+    names = ["CMLM, distilled, mask-predict 4", "CTC+GLAT, distilled, one pass", "AT greedy", "NAT, one pass", "X"]
+    assert _listing(names[:1]) == names[0] and _listing(names[:2]) == f"{names[0]} and {names[1]}"
+    assert _listing(names[:3]) == "; ".join(names[:3])
+    assert _listing(names) == "; ".join(names[:3]) + " and 2 more"

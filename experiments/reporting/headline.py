@@ -216,9 +216,13 @@ def cautions(ok: pd.DataFrame) -> list[str]:
     return out
 
 
-def _listing(names: list[str]) -> str:
-    """'A', 'A and B', or for more (names hold commas) '5 others'."""
-    return names[0] if len(names) == 1 else " and ".join(names) if len(names) == 2 else f"{len(names)} others"
+def _listing(names: list[str], shown: int = 3) -> str:
+    """'A', 'A and B', 'A; B; C' (names hold commas), or the first `shown` and how many more: a reader is told
+    which systems, not only how many."""
+    if len(names) <= 2:
+        return " and ".join(names)
+    more = len(names) - shown
+    return "; ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def headline_blocks(g: GridResults, threads: str) -> tuple[list[Block], list[Block]]:
