@@ -147,3 +147,13 @@ def test_a_verdict_names_the_systems_it_counts():
     assert _listing(names[:1]) == names[0] and _listing(names[:2]) == f"{names[0]} and {names[1]}"
     assert _listing(names[:3]) == "; ".join(names[:3])
     assert _listing(names) == "; ".join(names[:3]) + " and 2 more"
+
+
+def test_a_headline_ahead_inside_the_margin_says_so_as_the_ranking_does(tmp_path):
+    root = fx.build_results(tmp_path)
+    frame = fx.comparisons()
+    frame.loc[0, ["system", "bleu_diff", "diff_ci_low", "diff_ci_high"]] = "copy-ctc / ctc", 0.13, 0.11, 0.15
+    frame.to_csv(root / "comparisons.csv", index=False)  # (ctc's paired test agrees: Holm p 0.002)
+    _, table = _first_screen(root)
+    row = table.set_index(["Task", "System"]).loc[("copy", "CTC, on the references, one pass")]
+    assert row["Verdict"] == "ahead, by less than ±1"

@@ -16,7 +16,7 @@ from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread
 from atnat.experiments.reporting.blocks import Block
 from atnat.experiments.reporting.judging import REACH_NAMED, tested_against, within_reach
 from atnat.experiments.reporting.names import plain_names
-from atnat.experiments.reporting.ranking import within_margin
+from atnat.experiments.reporting.ranking import shown, within_margin
 from atnat.experiments.reporting.results import GridResults, ok_rows
 
 
@@ -118,7 +118,8 @@ def headline_table(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.Da
         rows.append({"System": names[r["system"]], "Seeds": str(int(r["n_seeds"])),
                      "BLEU [95%]": _interval_text(r, "bleu"),
                      "Δ BLEU vs AT reference [95%]": "–" if diff is None else _diff_text(diff, g.equivalence_margin),
-                     "Verdict": word,
+                     "Verdict": word if diff is None else shown(word, diff["diff_ci_low"], diff["diff_ci_high"],
+                                                                g.equivalence_margin),
                      "× AT greedy, batch 1": _interval_text(r, "speedup_vs_at", suffix="×"),
                      "× AT greedy, throughput": _interval_text(r, "throughput_speedup_vs_at", suffix="×"),
                      "× AT beam, batch 1": _interval_text(r, "speedup_vs_at_beam", suffix="×")})
