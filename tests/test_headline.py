@@ -157,3 +157,24 @@ def test_a_headline_ahead_inside_the_margin_says_so_as_the_ranking_does(tmp_path
     _, table = _first_screen(root)
     row = table.set_index(["Task", "System"]).loc[("copy", "CTC, on the references, one pass")]
     assert row["Verdict"] == "ahead, by less than ±1"
+
+
+def test_the_first_screen_shows_speculative_passes_apart_and_the_speed_up_over_the_reference_at(tmp_path):
+    """Speculative decoding's drafter and verifier passes, tokens per verifier pass and exactness were only in
+    the overview's folded columns, and the speed-up over the deep-shallow AT only in the verdict's last sentence."""
+    root = fx.build_results(tmp_path)
+    frame = pd.read_csv(root / "results.csv")
+    spec = frame[(frame.cell == "copy-cmlm-kd-s1") & (frame.strategy == "mask-predict-4")].assign(
+        strategy="speculative-k4", strategy_name="speculative", bleu=37.12, decoder_passes=20.0, verifier_passes=8.0,
+        acceptance_length=3.4, verifier_greedy_match=1.0, speedup_vs_at=1.5)
+    frame = pd.concat([frame, spec], ignore_index=True)
+    frame["speedup_vs_ref_at"] = frame["speedup_vs_at"] * 0.5
+    frame.to_csv(root / "results.csv", index=False)
+    verdicts, table = _first_screen(root)
+    assert "× reference AT greedy, batch 1" in table.columns
+    assert table.set_index(["Task", "System"]).loc[("copy", "CTC, on the references, one pass"),
+                                                   "× reference AT greedy, batch 1"].startswith("3.25×")
+    (line,) = [v for v in verdicts if v.startswith("Speculative decoding")]
+    assert line.startswith("Speculative decoding (copy, batch 1): CMLM drafts, AT verifies: speculative, block 4 takes "
+                           "12.0 drafter and 8.0 verifier passes a sentence, keeping 3.40 tokens per verifier pass; "
+                           "its output is AT greedy's in 100.0% of the test sentences; it runs at 1.50×")

@@ -99,7 +99,8 @@ def headline_rows(agg: pd.DataFrame, reference: pd.Series | None) -> pd.DataFram
 
 
 HEADLINE_COLUMNS = ("System", "Seeds", "BLEU [95%]", "Δ BLEU vs AT reference [95%]", "Verdict", "× AT greedy, batch 1",
-                    "× AT greedy, throughput", "× AT beam, batch 1")  # in this order; a column no task has is left out
+                    "× AT greedy, throughput", "× AT beam, batch 1", "× reference AT greedy, batch 1")  # in this order;
+# a column no task has is left out. The reference AT: speed.reference_at's (a deep-encoder/shallow-decoder AT)
 
 
 def headline_table(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -122,7 +123,9 @@ def headline_table(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.Da
                                                                 g.equivalence_margin),
                      "× AT greedy, batch 1": _interval_text(r, "speedup_vs_at", suffix="×"),
                      "× AT greedy, throughput": _interval_text(r, "throughput_speedup_vs_at", suffix="×"),
-                     "× AT beam, batch 1": _interval_text(r, "speedup_vs_at_beam", suffix="×")})
+                     "× AT beam, batch 1": _interval_text(r, "speedup_vs_at_beam", suffix="×"),
+                     "× reference AT greedy, batch 1": _interval_text(r, "speedup_vs_ref_at", suffix="×")
+                     if "speedup_vs_ref_at" in r else "–"})
     table = pd.DataFrame(rows)
     return table.loc[:, [c for c in table.columns if not (table[c] == "–").all()]], words
 
@@ -197,6 +200,28 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
     return " ".join(sentences[:1] + [sentences[1][0].upper() + sentences[1][1:]] + sentences[2:4])
 
 
+def speculation(g: GridResults, task: str, part: pd.DataFrame) -> list[str]:
+    """A sentence for each speculative system of a task: its passes a sentence at batch 1, the drafter's and the
+    verifier's apart, the tokens kept per verifier pass, how often its output was AT greedy's, and its speed."""
+    agg, _, _ = _task(g, task, part)
+    if "strategy_name" not in agg:
+        return []
+    names = plain_names(agg)
+    out = []
+    for _, r in agg[agg["strategy_name"].astype(str) == "speculative"].iterrows():
+        passes, verifier = r.get("decoder_passes"), r.get("verifier_passes")
+        if pd.isna(passes) or pd.isna(verifier):
+            continue
+        match = r.get("verifier_greedy_match")
+        same = "" if match is None or pd.isna(match) else \
+            f"; its output is AT greedy's in {100 * float(match):.1f}% of the test sentences"
+        out.append(f"Speculative decoding ({task}, batch 1): {names[r['system']]} takes {passes - verifier:.1f} drafter and "
+                   f"{verifier:.1f} verifier passes a sentence, keeping {r.get('acceptance_length', float('nan')):.2f} "
+                   f"tokens per verifier pass{same}; it runs at {_interval_text(r, 'speedup_vs_at', suffix='×')} AT "
+                   "greedy's batch-1 speed.")
+    return out
+
+
 def cautions(ok: pd.DataFrame) -> list[str]:
     """Sentences for the first screen where a run did not do what its numbers assume: a speculative system
     whose output differs from its AT verifier's greedy output, a system whose timed computation did not
@@ -236,6 +261,7 @@ def headline_blocks(g: GridResults, threads: str) -> tuple[list[Block], list[Blo
     tasks = list(ok.groupby("task", sort=False))
     blocks = [Block("heading", "Verdict", 2), *[Block("para", verdict(g, task, part, threads)) for task, part in tasks]]
     blocks += [Block("para", text) for text in cautions(ok)]
+    blocks += [Block("para", text) for task, part in tasks for text in speculation(g, task, part)]
     tables = [headline_table(g, task, part)[0].assign(Task=task) for task, part in tasks]
     table = pd.concat(tables, ignore_index=True).fillna("–")
     order = (["Task"] if len(tasks) > 1 else []) + [c for c in HEADLINE_COLUMNS if any(c in t for t in tables)]
@@ -246,5 +272,7 @@ def headline_blocks(g: GridResults, threads: str) -> tuple[list[Block], list[Blo
                          "when its interval excludes 0 and the paired test agrees, equivalent inside "
                          f"±{g.equivalence_margin:g} BLEU, not "
                          "resolved otherwise. Speed-ups are paired ratios of the same sentences' times, widened to "
-                         "the A/A noise floor. Every system, every strategy: the overview below.")
+                         "the A/A noise floor; × reference AT greedy is over the greedy search of the grid's "
+                         "speed.reference_at (the AT the verdict names last). Every system, every strategy: the "
+                         "overview below.")
     return blocks, [note]
