@@ -35,6 +35,9 @@ def row(**kw) -> pd.Series:
     ({"decoder": "cmlm", "distilled": True, "strategy": "speculative-k4", "strategy_name": "speculative"},
      "CMLM drafts, AT verifies: speculative, block 4"),
     ({"strategy": "greedy-ct2", "strategy_name": "greedy"}, "CTranslate2 AT greedy"),
+    ({"strategy": "beam5-alpha=0.6-ct2", "strategy_name": "beam"},  # GNMT's penalty has no CTranslate2 twin
+     "CTranslate2 AT beam 5 (its nearest search: |Y|^alpha length penalty)"),
+    ({"strategy": "beam5-length_norm=length-stopping=fairseq-ct2", "strategy_name": "beam"}, "CTranslate2 AT beam 5"),
     ({"decoder": "half-mask", "strategy": "my-search-x", "strategy_name": "my-search"}, "half-mask, on the references, my-search-x"),
 ])
 def test_systems_are_named_as_a_paper_names_them(fields, name):

@@ -71,7 +71,11 @@ def system_name(row: pd.Series, split_shown: bool = False) -> str:
     if is_engine_twin(pd.DataFrame([row])).iloc[0]:
         plain = strategy.removesuffix("-ct2")
         beam = re.match(r"beam(\d+)", plain)
-        return f"CTranslate2 AT{split} {f'beam {beam.group(1)}' if beam else plain}"
+        label = str(row["strategy"])
+        nearest = re.match(r"beam\d+", label) is not None and not ("length_norm=length" in label
+                                                                  and "stopping=fairseq" in label)  # its own penalty
+        return (f"CTranslate2 AT{split} {f'beam {beam.group(1)}' if beam else plain}"
+                + (" (its nearest search: |Y|^alpha length penalty)" if nearest else ""))
     name = DECODER_NAMES.get(decoder, decoder)
     if decoder in GLANCING and "glat=True" in options:
         name += "+GLAT"
