@@ -105,8 +105,9 @@ def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Pat
 
 def verifier_agreement(strategy, decoded, split, teacher: Seq2SeqModule | None, max_tokens: int) -> dict:
     """For a strategy whose AT verifier decides every token (speculative): the share of sentences whose
-    output equals the verifier's own greedy output under the same length rules (lossless: 1.0), its
-    passes split into the drafter's and the verifier's, and tokens kept per verifier pass. {} otherwise."""
+    output equals the verifier's own greedy output under the same length rules (lossless: 1.0); {} otherwise.
+    Its passes (drafter and verifier apart) and tokens kept per verifier pass are measured at batch 1 by the
+    timing phase (evaluation/timing.py)."""
     if not strategy.needs_verifier or teacher is None:
         return {}
     greedy = STRATEGIES.get("greedy")(max_len_a=strategy.max_len_a, max_len_b=strategy.max_len_b,
