@@ -18,11 +18,12 @@
 #                                                    # tests, auto's graphed passes against eager (every family,
 #                                                    # batch 1), the decode bench's auto rows, the forms at base size,
 #                                                    # the bounds of speculative decoding at batch 1
-#   here again: tar xzf multi30k.tgz -C results/   (results/multi30k/ without checkpoints)
+#   here again: tar xzf multi30k.tgz -C results/   (results/multi30k/ without checkpoints or distilled targets)
 #
 # The grid's results live in .offline-results/ on the machine (git-ignored, never copied back), so a later
 # step on the same machine finds them; every step copies what it has to $OUT, so a machine lost
-# mid-grid loses only the checkpoints (a fresh machine starts the grid again).
+# mid-grid loses only the checkpoints (a fresh machine starts the grid again). A step whose command fails
+# makes the call exit 1 and is listed in $OUT/failed.txt.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

@@ -32,10 +32,13 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
     for name, text in COMMANDS.items():
         p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
         p.add_argument("--out", help="CSV to write" + (" (with --sweep also a PNG next to it)" if name == "decode" else ""))
-        p.add_argument("--threads", type=int, help="torch threads for every system (default 2)")
-        p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+        count, profile = name == "count", name == "profile"
+        p.add_argument("--threads", type=int, help="count: 1 only (each system's process runs one thread)" if count
+                       else "torch threads for every system (default 2)")
+        p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="count: cpu only" if count else None)
         p.add_argument("--tiny", action="store_true", help="tiny model, 1 repeat (tests)")
-        p.add_argument("--warmup", type=int, help="untimed calls first (default 2; tiny 1)")
+        p.add_argument("--warmup", type=int, help="refused: each system runs one checked call first" if count or profile
+                       else "untimed calls first (default 2; tiny 1)")
     data = sub.add_parser("data", help=DATA_HELP, description=DATA_HELP[0].upper() + DATA_HELP[1:] + ".")
     data.add_argument("--pairs", default="300000", help="comma-separated corpus sizes (default 300000)")
     data.add_argument("--folder", default="bench-data", help="where the corpora, caches and runs go (default "

@@ -563,8 +563,9 @@ def parser() -> argparse.ArgumentParser:
                    help="run only this cell: an exact name or a glob, e.g. '*-at-s1' (repeatable)")
     p.add_argument("--stale", choices=["rerun", "keep"],
                    help="cells run with other settings than the grid gives now: rerun (train again, or only "
-                        "evaluate again when just eval changed; old folders kept) or keep (numbers kept, the "
-                        "report names them); without it such cells stop the run before anything starts")
+                        "evaluate again when just eval, a task's test-split options or an unused distill.strategy "
+                        "changed; old folders kept) or keep (numbers kept, the report names them); without it such "
+                        "cells stop the run before anything starts")
     p.add_argument("--workers", type=int, help="cells run at once, one process each (GPUs 0..N-1 when present)")
     p.add_argument("--devices", help="comma-separated GPU ids: one worker process per GPU, e.g. 0,1,2,3")
     from atnat.experiments.running.launchers.slurm import add_cluster_args  # lazy: start-up

@@ -233,7 +233,7 @@ class DistillSettings:
 class RunConfig:
     """One training run: a task, a decoder, sizes, and how to train and evaluate."""
 
-    name: str  # the run's name (atnat train: its folder runs/<name> unless output_dir or --output-dir says)
+    name: str  # the run's name (atnat train: its folder runs/<name> unless output_dir or --output-dir says; refused in a grid)
     task: dict | str  # {name: ..., **options}, or a bare task name
     decoder: dict | str  # {name: ..., **options}, or a bare decoder name
     model: dict = field(default_factory=dict)  # sizes (the model: section)
@@ -242,7 +242,7 @@ class RunConfig:
     train: TrainSettings = TrainSettings()  # how training goes (the train: section)
     eval: EvalSettings = EvalSettings()  # what is decoded and scored after training (the eval: section)
     distill: DistillSettings | None = None  # a student's teacher and how it distils (the distill: section)
-    seed: int = 1  # the training seed (0 .. 2^32-1); a grid sets it per cell from seeds:
+    seed: int = 1  # the training seed (0 .. 2^32-1); a grid sets it per cell from seeds: (refused in a grid)
     output_dir: str = ""  # atnat train's run folder (refused in a grid: cells go under --results)
     plugins: tuple[str, ...] = ()  # modules to import first (they register decoders, strategies, metrics,
     # tasks); installed packages' entry points need no mention (experiments/config/plugins.py)

@@ -50,7 +50,8 @@ def _plain(value: Any) -> Any:
 
 def training_settings(settings: dict) -> dict:
     """The part of resolved settings the trained weights depend on (everything but eval, the
-    run's name and folder, and the train keys that change only speed or logging)."""
+    run's name and folder, the train keys that change only speed or logging, the task's test-only keys,
+    and distill.strategy when targets is false)."""
     out = {k: v for k, v in settings.items() if k not in NOT_SETTINGS + ("eval",)}
     out["train"] = {k: v for k, v in (settings.get("train") or {}).items() if k not in TRAIN_DOES_NOT_CHANGE}
     if isinstance(settings.get("task"), dict):

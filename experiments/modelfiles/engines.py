@@ -115,8 +115,9 @@ INT8_STEP_INEXACT = ("int8 model: dynamic int8 scales each step's activations by
 def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | None = None,
                  step_rows: int = AUTO_STEP_ROWS) -> EngineInfo:
     """Make `module` (a Seq2SeqModule in eval mode) decode with `engine`, in place; -> EngineInfo
-    (also kept as module.engine_info). Refused (one error) on a module in training mode, and for
-    every engine but eager and static on a device other than the CPU. `step_rows` (auto only):
+    (also kept as module.engine_info). Refused (one error) on a module in training mode, on a model that
+    already decodes with another engine (eager too: load it again), and for every engine but eager and
+    static on a device other than the CPU. `step_rows` (auto only):
     decodes of at most this many sentences run the compiled AT step; 0 compiles nothing (a caller
     whose decodes are batches, where a compile for a one-sentence remainder would not pay)."""
     engine = parse_engine(engine)

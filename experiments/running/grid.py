@@ -46,8 +46,10 @@ GRID_KEYS = {  # every key of a grid file, with what it means (the reference in 
     "description": "one line saying what the grid compares (shown in the report)",
     "base": "the run config every cell starts from (sections task, decoder, model, loss, optim, train, eval, distill)",
     "cells": "cell name -> the settings that differ from base (a partial run config), plus `teacher: CELL` for a "
-             "student distilled from that cell (same axes and seed)",
-    "axes": "dotted key -> values (a list, or label -> value): every cell runs once per combination",
+             "student distilled from that cell (same axes and seed; not beside distill.teacher); no name:, seed: "
+             "or output_dir (the grid sets them), nor a key an axis varies",
+    "axes": "dotted key -> values (a list, or label -> value): every cell runs once per combination (not name, "
+            "seed or output_dir)",
     "zip": "lists of axes that advance together instead of crossing",
     "exclude": "label mappings ({task: en-fr, cell: at-fp32, seed: 2}): combinations left out",
     "seeds": "the training seeds every cell runs with (default [1])",

@@ -4,7 +4,8 @@ neither silently kept nor silently discarded.
 A cell's run folder records every setting it was trained and evaluated with (config.json, written
 by training/train.py). When the grid file has changed since, the cell is stale:
 - its training settings changed (or its teacher's did): its weights are not what the grid asks for;
-- only its eval settings changed: its weights stand, its scores do not.
+- only its eval settings changed (or a task's test-only option, or a distill.strategy a targets: false
+  student does not use): its weights stand, its scores do not.
 `atnat run` lists the stale cells and stops (exit 2) unless told what to do: `--stale rerun` trains
 the first kind again (the old folder is kept as `runs/<cell>.stale-<time>`) and evaluates the second
 again from its checkpoint; `--stale keep` keeps their numbers, and the report names them.

@@ -89,8 +89,9 @@ def distilled_targets(teacher_path: str | Path, sources: list[str], references: 
                       *, max_tokens: int = 8000, device: str = "cpu", on_batch=None) -> tuple[list[str], dict]:
     """Distilled training targets, cached as `train.txt` in `cache_dir(teacher, strategy)` with a
     `meta.json` recording the teacher, the strategy and its options, the line count and BLEU against
-    the references. Reused only for the same teacher weights, options and sources. `on_batch(sentences
-    done)` follows a decode."""
+    the references. Reused only for the same teacher weights, options and sources, and only while
+    train.txt matches its recorded sha256 (`targets_sha256`); a damaged cache is decoded again.
+    `on_batch(sentences done)` follows a decode."""
     label, options = all_options(strategy_spec)
     cache = _cache_dir(teacher_path, label, options)
     cache.mkdir(parents=True, exist_ok=True)

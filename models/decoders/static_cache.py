@@ -133,7 +133,8 @@ def static_step_problem(decoder) -> str | None:
     MultiHeadAttention.attend), a layer's sublayers (not DecoderLayer.forward). A decoder whose embedding,
     attention or layers are other classes - a plugin's, with their own forward - keeps its eager step,
     unless it declares that the static step is exact for it (`static_step_exact = True` on the decoder or on
-    the module's class, as an engine's packed replacements do) or writes its own `_static_step`."""
+    the module's class, as an engine's packed replacements do) or writes its own `_static_step`. So does one
+    that overrides a method only its eager step calls (EAGER_STEP_PARTS)."""
     from atnat.models.decoders.autoregressive import AutoregressiveDecoder
 
     cls = type(decoder)
