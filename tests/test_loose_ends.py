@@ -128,17 +128,24 @@ def test_a_cache_stamped_by_size_and_time_before_checksums_is_reused_for_the_sam
     assert distill.distilled_targets(run, src, src, {"name": "greedy"})[0] == ["decoded", "again", "!"]
 
 
-def test_a_teacher_checkpoint_outside_a_run_keeps_its_cache_in_the_atnat_cache(teacher, tmp_path, monkeypatch):
-    """Two checkpoint files side by side in a data folder: each gets its own cache, in the atnat cache,
-    and nothing is written beside them."""
+def loose_teachers(folder, tmp_path, monkeypatch) -> list:
+    """Two checkpoint files a.ckpt and b.ckpt in `folder`, the atnat cache under tmp_path, and decoding counted:
+    -> the list that gets an entry per decode."""
     monkeypatch.setattr(distill, "CACHE_DIR", tmp_path / "cache")
-    teacher(["x", "y"])
-    folder = tmp_path / "data" / "teachers"
     folder.mkdir(parents=True)
     (folder / "a.ckpt").write_bytes(b"A")
     (folder / "b.ckpt").write_bytes(b"BB")
     decoded = []
     monkeypatch.setattr(distill, "distill_sources", lambda module, tok, sources, spec, **_: decoded.append(1) or ["x", "y"])
+    return decoded
+
+
+def test_a_teacher_checkpoint_outside_a_run_keeps_its_cache_in_the_atnat_cache(teacher, tmp_path, monkeypatch):
+    """Two checkpoint files side by side in a data folder: each gets its own cache, in the atnat cache,
+    and nothing is written beside them."""
+    teacher(["x", "y"])
+    folder = tmp_path / "data" / "teachers"
+    decoded = loose_teachers(folder, tmp_path, monkeypatch)
     for weights in ("a", "b", "a", "b"):
         distill.distilled_targets(folder / f"{weights}.ckpt", ["s", "t"], ["x", "y"], {"name": "greedy"})
     assert len(decoded) == 2  # each teacher once
@@ -152,15 +159,10 @@ def test_a_teacher_checkpoint_outside_a_run_keeps_its_cache_in_the_atnat_cache(t
 def test_checkpoints_in_a_folder_named_checkpoints_or_of_one_run_keep_caches_of_their_own(teacher, tmp_path, monkeypatch):
     """models/checkpoints/{a,b}.ckpt (no run) shared one cache beside them, and a run and its last.ckpt shared the
     run's: used in turns, each teacher threw the other's targets away and decoded again."""
-    monkeypatch.setattr(distill, "CACHE_DIR", tmp_path / "cache")
     run = teacher(["x", "y"])
     (run / "checkpoints" / "last.ckpt").write_bytes(b"other weights")
     loose = tmp_path / "models" / "checkpoints"
-    loose.mkdir(parents=True)
-    (loose / "a.ckpt").write_bytes(b"A")
-    (loose / "b.ckpt").write_bytes(b"BB")
-    decoded = []
-    monkeypatch.setattr(distill, "distill_sources", lambda module, tok, sources, spec, **_: decoded.append(1) or ["x", "y"])
+    decoded = loose_teachers(loose, tmp_path, monkeypatch)
     for pair in ((loose / "a.ckpt", loose / "b.ckpt"), (run, run / "checkpoints" / "last.ckpt")):
         decoded.clear()
         for weights in pair * 2:

@@ -165,11 +165,11 @@ def excluded(labels: dict[str, str], rules: list[dict]) -> bool:
     return any(all(str(labels.get(k)) == str(v) for k, v in rule.items()) for rule in rules or [])
 
 
-def check_exclude(rules: Any, keys: list[str], where: str) -> list[dict]:
+def check_exclude(rules: Any, keys: list[str], where: str) -> None:
     """exclude: a list of mappings whose keys are axes, `cell` or `seed` (a misspelt key matched nothing, so
     the rule excluded nothing, without a word)."""
     if rules is None:
-        return []
+        return
     if not isinstance(rules, list):
         raise ConfigError(f"{where}: exclude must be a list of mappings such as {{cell: NAME, seed: 2}}, got {rules!r}")
     for i, rule in enumerate(rules):
@@ -179,7 +179,6 @@ def check_exclude(rules: Any, keys: list[str], where: str) -> list[dict]:
         if unknown:
             raise ConfigError(f"{where}: exclude[{i}] names {unknown[0]!r}, which is no axis, 'cell' or 'seed' "
                               f"(valid: {', '.join(keys)})")
-    return rules
 
 
 def check_seeds(seeds: Any, where: str) -> list[int]:

@@ -116,7 +116,8 @@ def _cached_or_decoded(teacher_path, cache: Path, described: tuple[str, dict], s
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
             if not isinstance(meta, dict) or not isinstance(meta.get("checkpoint"), str):
                 raise ValueError("meta.json is no record of a distillation")
-            if meta.get("targets_sha256", _digest(lines)) != _digest(lines):  # (a cache written before the sum: none)
+            recorded = meta.get("targets_sha256")  # (none in a cache written before the sum)
+            if recorded is not None and recorded != _digest(lines):
                 raise ValueError("train.txt does not match its checksum")
             if (len(lines) == len(sources) and meta["checkpoint"] in checkpoint_stamps(teacher_path)
                     and meta.get("options") == options and meta.get("sources_sha256") == digest):
