@@ -181,6 +181,8 @@ def test_the_timing_phase_times_the_ctranslate2_twin_on_the_gpu(tmp_path):
     assert timing.loc[["greedy", "beam2"], "speedup_vs_ct2"].notna().all()
     assert timing.loc[["greedy-ct2", "beam2-ct2"], "decode_memory_mb"].isna().all()  # outside torch: not measured
     assert timing.loc[["greedy", "beam2"], "decode_memory_mb"].gt(0).all()
+    assert timing.loc[["greedy", "beam2"], "decode_memory_basis"].eq("cuda-allocator").all()
+    assert timing.loc[["greedy-ct2", "beam2-ct2"], "decode_memory_basis"].isna().all()  # read back as empty
 
 
 def test_cuda_graph_static_step_gives_the_eager_tokens():

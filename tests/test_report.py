@@ -120,6 +120,19 @@ def test_overview_numbers_read_back(report):
     assert row_of(copy, "copy-ctc-s1", "ctc")["Length exact / ±1 %"] == "–"
 
 
+def test_cpu_memory_read_as_resident_growth_is_not_shown(tmp_path):
+    """A CPU memory figure without its basis is resident-size growth, ~0 for a repeated decode: no number
+    (and no bold "best") in the overview, and a note saying why; with its basis the figure is shown."""
+    write_report(fx.build_results(tmp_path / "new"))
+    md = (tmp_path / "new" / fx.GRID / "report.md").read_text()
+    assert row_of(tables_under(md, "Task `copy`")[0], "copy-at-s1", "greedy")["Memory MiB"] == "120.0"
+    assert "Memory is not shown" not in md
+    write_report(fx.build_results(tmp_path / "old", drop_columns=["decode_memory_basis"]))
+    md = (tmp_path / "old" / fx.GRID / "report.md").read_text()
+    assert all("Memory MiB" not in r for r in tables_under(md, "Task `copy`")[0])  # an all-empty column is left out
+    assert md.count("Memory is not shown: this table's CPU memory was read as the growth") == 2  # under each task
+
+
 def test_every_finished_row_appears_once_with_its_bleu_and_speedup(report):
     _, md, _ = report
     for r in fx.ROWS:

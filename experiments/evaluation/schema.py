@@ -158,9 +158,12 @@ SPEED = (
     _c("acceptance_length", "number", "tokens a speculative search keeps per verifier pass, at batch 1 (drafted "
                                       "tokens the AT agreed with, plus its own next token)", "higher", ".2f",
        header="Tokens per verifier pass", secondary=True),
-    _c("decode_memory_mb", "number", "peak memory of a large-batch decode above the process's resident size "
-                                     "(not measured, empty, for a CTranslate2 twin on a GPU: outside torch's allocator)",
+    _c("decode_memory_mb", "number", "peak memory of a large-batch decode above what the process held before it "
+                                     "(CPU: peak resident size, freed memory given back to the system first; GPU: "
+                                     "torch's allocator, so not measured, empty, for a CTranslate2 twin)",
        "lower", "auto", header="Memory MiB", secondary=True),
+    _c("decode_memory_basis", "label", "how decode_memory_mb was read: cuda-allocator or cpu-resident (see "
+                                       "decode_memory_mb); empty where it was not measured"),
     _c("timed_equals_evaluated", "number", "the share of the batch-1 timed sentences whose output equals the "
                                            "hypothesis evaluated for them (1: the timed computation is the scored "
                                            "one)", "higher", ".3f", header="Timed = scored %", scale=100.0,

@@ -16,7 +16,9 @@ ratio is the noise floor of the task's speed ratios, one for batch-1 latency and
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import functools
 import json
 import statistics
 import sys
@@ -90,7 +92,9 @@ _NO_STEPS = _NoSteps()
 
 
 class PeakMemory:
-    """Peak memory of one call above what was resident before it (MiB)."""
+    """Peak memory of one call above what was resident before it (MiB). On the CPU the call's peak
+    resident size, after the C allocator has given back the memory earlier calls freed: otherwise it
+    serves the call from pages it kept, the resident size does not grow, and a repeated call reads ~0."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -101,6 +105,7 @@ class PeakMemory:
             reset_peak(self.device)
             return torch.cuda.memory_allocated(self.device) / 2**20
         if self.hwm is not None:
+            _release_freed_memory()
             Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
         return current_rss_mb()
 
@@ -115,14 +120,31 @@ class PeakMemory:
         return float("nan")
 
 
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim  # glibc's; absent from other C libraries
+    except (AttributeError, OSError):
+        return None
+
+
+def _release_freed_memory() -> None:
+    """Give the memory the C allocator holds free back to the system (glibc: every arena, every
+    whole free page), so that the next call's allocations show in the resident size."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
 def _rotated(items: list, k: int) -> list:
     k %= len(items)
     return items[k:] + items[:k]
 
 
 def _interleaved(calls: list[list], speed: SpeedSettings, device: torch.device, memory: PeakMemory | None = None):
-    """calls[s][j]: system s's j-th call. -> times[s][j] (median over repeats), mem[s] (max MiB),
-    spread[s] (median over calls of (max - min) / median over repeats)."""
+    """calls[s][j]: system s's j-th call. -> times[s][j] (median over repeats), mem[s] (max MiB, each call
+    run once more after the timed ones: measuring makes a call pay for fresh pages), spread[s] (median over
+    calls of (max - min) / median over repeats)."""
     n_sys, n_calls = len(calls), len(calls[0])
     for _ in range(speed.warmup):
         for s in range(n_sys):
@@ -134,14 +156,17 @@ def _interleaved(calls: list[list], speed: SpeedSettings, device: torch.device, 
         for j in range(n_calls):
             for s in _rotated(list(range(n_sys)), r * n_calls + j):
                 calls[s][j]()  # untimed: the timed call then runs on caches its own weights warmed
-                before = memory.start() if memory else 0.0
                 _synchronize(device)
                 start = time.perf_counter()
                 calls[s][j]()
                 _synchronize(device)
                 raw[s, r, j] = time.perf_counter() - start
-                if memory:
-                    mem[s] = max(mem[s], memory.stop(before))
+    for s in range(n_sys if memory else 0):
+        for j in range(n_calls):
+            before = memory.start()
+            calls[s][j]()
+            _synchronize(device)
+            mem[s] = max(mem[s], memory.stop(before))
     med = np.median(raw, axis=1)  # (S, J)
     spread = np.median((raw.max(axis=1) - raw.min(axis=1)) / np.maximum(med, 1e-12), axis=1)  # (S,)
     return med, mem, spread
@@ -212,6 +237,7 @@ def _time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[s
                "latency_ms_b1_ci_low": 1000 * low, "latency_ms_b1_ci_high": 1000 * high,
                "throughput_sents_s": nt / float(thr[k].sum()), "decoder_passes": passes[k],
                "decode_memory_mb": float(mem[k]) if memory_measured(s, device) else float("nan"),
+               "decode_memory_basis": memory_basis(s, device),
                "timing_spread": float(spread[k]), "fingerprint": s.fingerprint,
                "timing_threads": threads, "timing_engine": engine_of(s),
                "control": "A/A" if s.strategy.endswith(AA_SUFFIX) else "", **_speculation(outputs[k]),
@@ -281,6 +307,15 @@ def memory_measured(system: System, device: torch.device) -> bool:
     """CTranslate2 allocates GPU memory outside torch's allocator, which PeakMemory reads on CUDA:
     its twin's GPU memory is not measured (NaN, not ~0 MB). On the CPU the process's peak RSS sees both."""
     return not (isinstance(system, ExportedSystem) and device.type == "cuda")
+
+
+def memory_basis(system: System, device: torch.device) -> str:
+    """How a system's decode_memory_mb is read (PeakMemory), "" where it is not."""
+    if not memory_measured(system, device):
+        return ""
+    if device.type == "cuda":
+        return "cuda-allocator"
+    return "cpu-resident" if Path("/proc/self/clear_refs").exists() else ""
 
 
 def _teacher_pass(system: System) -> int:

@@ -35,7 +35,7 @@ from atnat.experiments.reporting.headline import headline_blocks
 from atnat.experiments.reporting.html import render_html
 from atnat.experiments.reporting.judging import _threads_of, summary
 from atnat.experiments.reporting.markdown import render_markdown
-from atnat.experiments.reporting.results import GridResults, load_results, ok_rows
+from atnat.experiments.reporting.results import RESIDENT_GROWTH, GridResults, load_results, ok_rows
 
 DASH = MISSING  # shown for a value that does not apply (NaN in the table); numbers are formatted once
 N_SAMPLES = 3  # sample indices shown per task
@@ -383,6 +383,11 @@ def _overview(g: GridResults) -> list[Block]:
         speed = speed_note(part, (g.environment or {}).get("timing", ""))
         if speed:
             blocks.append(Block("note", speed))
+        if part["decode_memory_basis"].eq(RESIDENT_GROWTH).any():
+            blocks.append(Block("note", "Memory is not shown: this table's CPU memory was read as the growth of the "
+                                        "process's resident size over a decode, which stays near 0 when the allocator "
+                                        "serves the decode from memory an earlier call freed. Timing again (`atnat time "
+                                        "--anew`) measures it, with that memory given back to the system first."))
         never = [c for c in part["cell"].astype(str).unique() if c in untimed]
         if never:
             blocks.append(Block("note", f"Never timed, as the grid asks (`untimed:`): {', '.join(f'`{c}`' for c in never)}; "
