@@ -2,7 +2,8 @@
 
 The lock is filelock's OS lock (flock on Linux and macOS), which the kernel drops when its process
 dies, so the lock of a killed runner never blocks the next one. Beside each lock a small JSON file
-names its holder (pid, host, start time, command), so that a refusal can say who holds it.
+names its holder (pid, host, start time, command), so that a refusal can say who holds it. A lock in a
+user's own folder (beside an export) is removed with its release, holder file and all.
 """
 from __future__ import annotations
 
@@ -13,9 +14,14 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from filelock import FileLock, Timeout
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: there a removable lock is filelock's, kept on disk
+    fcntl = None
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.files import write_json_atomic
@@ -53,21 +59,56 @@ def describe_holder(lock_path: Path) -> str:
 
 
 @contextmanager
-def held(lock_path: Path, what: str) -> Iterator[None]:
-    """Hold `lock_path` for the block, or raise LockHeld at once naming `what` and its holder."""
+def held(lock_path: Path, what: str, *, remove: bool = False) -> Iterator[None]:
+    """Hold `lock_path` for the block, or raise LockHeld at once naming `what` and its holder. `remove`: the
+    lock file goes with the lock, for a lock in a user's folder (beside an export), which keeps nothing of it."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(lock_path))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
+    release = _take_removable(lock_path) if remove and fcntl is not None else _take(lock_path)
+    if release is None:
         raise LockHeld(f"{what} is in use by {describe_holder(lock_path)}; wait for it to end or stop it "
-                       f"(lock file {lock_path})") from None
+                       f"(lock file {lock_path})")
     try:
         write_json_atomic(holder_file(lock_path), identity())
         yield
     finally:
         holder_file(lock_path).unlink(missing_ok=True)
-        lock.release()
+        release()
+
+
+def _take(lock_path: Path) -> Callable[[], None] | None:
+    lock = FileLock(str(lock_path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return None
+    return lock.release
+
+
+def _take_removable(lock_path: Path) -> Callable[[], None] | None:
+    """flock on the file at lock_path, removed again on release (before the unlock). A file its holder
+    removed between our open and our lock is no lock any more: the file now at the path is taken instead."""
+    for _ in range(100):
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            now = os.stat(lock_path)
+            mine = os.fstat(fd)
+            same = (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
+        except FileNotFoundError:
+            same = False
+        if same:
+            def release(fd: int = fd) -> None:
+                try:
+                    lock_path.unlink(missing_ok=True)
+                finally:
+                    os.close(fd)  # closing the file drops its flock
+            return release
+        os.close(fd)
+    return None
 
 
 def folder_lock(out: Path) -> Path:

@@ -248,6 +248,7 @@ def test_a_killed_export_leaves_nothing_that_blocks_the_next_and_exports_are_byt
     monkeypatch.undo()
     export_safetensors(module, first)
     assert not list(tmp_path.glob(".a.staged-*")) and load_module(first)[0] is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # nothing hidden beside the exports
     legacy = tmp_path / "legacy"  # an older atnat's half-written export in place
     legacy.mkdir()
     (legacy / "model.safetensors.tmp").write_bytes(b"half")

@@ -111,6 +111,51 @@ def test_a_lock_names_its_holder_and_dies_with_it(tmp_path):
     assert not (tmp_path / "runner.lock.json").exists() and not is_held(lock)
 
 
+def test_a_removable_lock_is_exclusive_leaves_no_file_and_takes_the_file_that_replaced_a_removed_one(
+        tmp_path, monkeypatch):
+    """A lock in a user's folder (beside an export) goes with its release. A process that opened the file
+    just before its holder removed it, and locks it just after, holds a lock nobody else sees: it must take
+    the file now at the path instead."""
+    import fcntl
+
+    from atnat.experiments import locks
+
+    lock = tmp_path / ".model.export.lock"
+    proc = hold_in_subprocess(lock)
+    try:
+        with pytest.raises(locks.LockHeld, match="in use by pid"):
+            with locks.held(lock, "export target model", remove=True):
+                pass
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    with locks.held(lock, "export target model", remove=True):  # a killed holder's file is taken, then removed
+        assert lock.exists()
+    assert list(tmp_path.iterdir()) == []
+    real = fcntl.flock
+    raced = []
+
+    def flock_after_the_holder_left(fd, op):  # the holder removes the file between our open and our lock
+        if not raced:
+            raced.append(fd)
+            lock.unlink()
+            lock.write_text("")  # the next export's file
+            taker = os.open(lock, os.O_RDWR)
+            real(taker, fcntl.LOCK_EX)  # ... which holds it now
+            raced.append(taker)
+        return real(fd, op)
+
+    monkeypatch.setattr(locks.fcntl, "flock", flock_after_the_holder_left)
+    with pytest.raises(locks.LockHeld):  # the old file's lock is no lock: the new file's holder wins
+        with locks.held(lock, "export target model", remove=True):
+            pass
+    os.close(raced[1])
+    monkeypatch.undo()
+    with locks.held(lock, "export target model", remove=True):
+        pass
+    assert list(tmp_path.iterdir()) == []
+
+
 @linux_only
 @pytest.mark.parametrize("prctl", [True, False])
 @pytest.mark.slow

@@ -71,13 +71,13 @@ def check_target(out: Path, marker: str = CONFIG) -> None:
 @contextmanager
 def staged(out: Path, marker: str = CONFIG) -> Iterator[Path]:
     """Write an export into a fresh hidden sibling of `out`, then put it in place of `out` in two renames,
-    under a lock beside `out` (a second export to the same target is refused while this one runs). A
-    killed export leaves only a hidden sibling, which the next export to the target removes."""
+    under a lock beside `out` (a second export to the same target is refused while this one runs; its file
+    goes with it). A killed export leaves hidden siblings, which the next export to the target removes."""
     from atnat.experiments.locks import held  # lazy: start-up
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with held(out.parent / f".{out.name}.export.lock", f"export target {out}"):
+    with held(out.parent / f".{out.name}.export.lock", f"export target {out}", remove=True):
         check_target(out, marker)
         for stale in out.parent.glob(f".{out.name}.staged-*"):  # a killed export's (we hold the lock)
             shutil.rmtree(stale, ignore_errors=True)
