@@ -84,9 +84,21 @@ def test_a_corrupted_file_is_refused_by_name_and_nothing_is_written_for_it(serve
     (release / "val.en.gz").write_bytes(b"not gzip")
     with pytest.raises(AtnatError, match=r"val\.en: .*val\.en\.gz is not a whole gzip file"):
         download_multi30k(out, base_url=url, checksums=TABLE, log=lambda line: None)
+    packed = bytearray(gzip.compress(b"A cat .\n"))
+    packed[10] ^= 0xFF  # a damaged deflate block: zlib's error, neither OSError nor EOFError
+    (release / "val.en.gz").write_bytes(bytes(packed))
+    with pytest.raises(AtnatError, match=r"val\.en: .*val\.en\.gz is not a whole gzip file"):
+        download_multi30k(out, base_url=url, checksums=TABLE, log=lambda line: None)
     (out / "train.en").write_text("edited by hand\n")
     with pytest.raises(AtnatError, match=r"data/train\.en exists but is not the release's file"):
         download_multi30k(out, base_url=url, checksums=TABLE, log=lambda line: None)
+
+
+def test_a_language_multi30k_lacks_is_refused(server, tmp_path):
+    _, _, url = server
+    with pytest.raises(AtnatError, match=r"--langs en,dee: Multi30k has no dee \(valid: en, de, fr\)"):
+        download_multi30k(tmp_path / "data", base_url=url, checksums=TABLE, langs=("en", "dee"), log=lambda line: None)
+    assert not (tmp_path / "data").exists()
 
 
 def test_network_failure_names_the_file(tmp_path):

@@ -246,3 +246,86 @@ def test_lines_given_in_memory_are_told_apart_by_their_count(tmp_path):
     one = prepare(SideText(lines=["w1\nw2"]), SideText(lines=["w3\nw4"]), tok, name="b", cache_dir=tmp_path)
     assert two.folder != one.folder and (two.n, one.n) == (2, 1)
     assert SideText(lines=["a", "b", "c"], limit=2).digest() == SideText(lines=["a", "b"]).digest()
+
+
+def test_a_file_rewritten_between_its_digest_and_its_encoding_stores_nothing(tmp_path):
+    """The entry's key is the digest taken when the task was loaded; hours may pass before the split is
+    encoded (a tokenizer trained, a teacher distilled). A file rewritten meanwhile with as many lines would
+    have stored the new text's ids under the old text's key, served later for the old text."""
+    src, tgt = corpus(300)
+    (tmp_path / "train.en").write_text("\n".join(src) + "\n")
+    (tmp_path / "train.de").write_text("\n".join(tgt) + "\n")
+    sides = SideText(path=tmp_path / "train.en"), SideText(path=tmp_path / "train.de")
+    for side in sides:
+        side.digest()  # as ParallelTask.load() takes it
+    (tmp_path / "train.de").write_text("\n".join(["w7 w8"] * 300) + "\n")  # the same number of lines
+    with pytest.raises(AtnatError, match=r"split 'train': .*train.de changed after it was first read"):
+        prepare(*sides, SymbolTokenizer(WORDS), name="train", cache_dir=tmp_path / "cache")
+    assert not [p for p in (tmp_path / "cache" / "prepared").iterdir() if not p.name.endswith(".lock")]
+    limited = SideText(path=tmp_path / "train.en", limit=100), SideText(path=tmp_path / "train.de", limit=100)
+    arrays = prepare(*limited, SymbolTokenizer(WORDS), name="train", cache_dir=tmp_path / "cache")  # unchanged: kept
+    assert arrays.n == 100 and limited[1].read_digest == limited[1].digest()
+
+
+def test_a_training_limit_does_not_hide_parallel_files_of_unequal_lengths(tmp_path):
+    src, tgt = corpus(7)
+    (tmp_path / "train.en").write_text("\n".join(src[:5]) + "\n")
+    (tmp_path / "train.de").write_text("\n".join(tgt) + "\n")
+    for split in ("val", "test2016"):
+        (tmp_path / f"{split}.en").write_text("w1 w2\n")
+        (tmp_path / f"{split}.de").write_text("w2 w1\n")
+    options = ParallelOptions(data_dir=str(tmp_path), vocab_size=60, max_train=3)
+    with pytest.raises(AtnatError, match=r"train: .*train.en has 5 lines but .*train.de has 7; parallel files need "
+                                         "equal line counts"):
+        ParallelTask(options, cache_dir=tmp_path / "spm").load()
+
+
+@pytest.mark.parametrize("damage", ["infinity", "deep"])
+def test_a_meta_json_python_cannot_turn_into_numbers_is_set_aside(tmp_path, capsys, damage):
+    src, tgt = corpus(200)
+    tok = SymbolTokenizer(WORDS)
+    entry = prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path)
+    meta = (entry.folder / "meta.json").read_text()
+    broken = (meta.replace('"bytes": ', '"bytes": Infinity, "was": ', 1) if damage == "infinity"
+              else "[" * 100_000 + "]" * 100_000)
+    (entry.folder / "meta.json").write_text(broken)
+    healed = prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path)
+    assert "is damaged" in capsys.readouterr().err and healed.n == 200
+
+
+def test_pairs_empty_on_a_side_are_counted_when_left_out(tmp_path, capsys):
+    src, tgt = ["w1 w2", "", "w3", "w4 w5 w6 w7 w8"], ["w2 w1", "w9", "", "w1"]
+    arrays = prepare(SideText(lines=src), SideText(lines=tgt), SymbolTokenizer(WORDS), name="t", cache_dir=tmp_path)
+    assert len(PreparedSplit(arrays, name="t", max_len=4, drop_long=True)) == 1
+    err = capsys.readouterr().err
+    assert "1 of 4 pairs longer than max_len=4" in err and "2 of 4 pairs empty on a side were left out" in err
+    assert len(encode_split(SymbolTokenizer(WORDS), src, tgt, name="u", max_len=4, drop_long=True)) == 1
+    assert "2 of 4 pairs empty on a side were left out" in capsys.readouterr().err
+
+
+def test_a_split_whose_read_failed_is_read_again_when_asked_again():
+    from atnat.experiments.data.tasks import LazySplits
+
+    attempts = []
+
+    def read():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise AtnatError("train.en: a read error")
+        return ["a"], ["b"]
+    splits = LazySplits({}, {"train": read})
+    with pytest.raises(AtnatError, match="a read error"):
+        splits["train"]
+    assert list(splits) == ["train"] and splits["train"] == (["a"], ["b"])
+
+
+def test_an_empty_cache_variable_is_no_folder(tmp_path):
+    """ATNAT_CACHE set from an unset variable is "": the cache went into the current folder (a data folder)."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from atnat.experiments.data.tokenize import CACHE_DIR; print(CACHE_DIR)"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ATNAT_CACHE": ""}, cwd=tmp_path,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(out) == Path.home() / ".cache" / "atnat"

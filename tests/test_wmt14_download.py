@@ -166,3 +166,33 @@ def test_a_download_of_unsaid_length_is_checked_for_its_end_before_it_is_kept(se
                                          "requests"):
         download_wmt14(out, base_url=url, log=lambda _: None)
     assert not (out / "train.en").exists() and not (out / "SHA256SUMS").exists()
+
+
+def test_given_sums_name_files_with_their_folders_and_must_list_every_file(server, tmp_path):
+    """`sha256sum wmt/*` writes wmt/train.en: the file is train.en. A sums file that lists no sum for a
+    file checked nothing for it (it was recorded as a first download and the command succeeded)."""
+    httpd, url = server
+    trusted = tmp_path / "sums"
+    trusted.write_text("".join(f"{'0' * 64 if n == 'train.de' else hashlib.sha256(FAKE[n]).hexdigest()}  wmt/{n}\n"
+                               for n in FILES))
+    with pytest.raises(AtnatError, match=r"train.de: sha256 .*, expected 0{64}"):
+        download_wmt14(tmp_path / "d", base_url=url, sums_file=trusted, log=lambda _: None)
+    trusted.write_text(f"{hashlib.sha256(FAKE['train.en']).hexdigest()}  train.en\n")
+    with pytest.raises(AtnatError, match=r"sums gives no sum for train.de, newstest2013.en, .*must list every file"):
+        download_wmt14(tmp_path / "e", base_url=url, sums_file=trusted, log=lambda _: None)
+    assert not (tmp_path / "e").exists() or not list((tmp_path / "e").iterdir())  # refused before any download
+    trusted.write_bytes(b"\xff\xfe sums\n")
+    with pytest.raises(AtnatError, match=r"sums: not a text file of sums \(byte 0 is no UTF-8\)"):
+        download_wmt14(tmp_path / "f", base_url=url, sums_file=trusted, log=lambda _: None)
+
+
+def test_a_cut_download_of_unsaid_length_with_given_sums_resumes(server, tmp_path):
+    """With sums given, a download of unsaid length that closed early fails its sum: it asks for the rest
+    (it was renamed into place, failed, and the bytes downloaded were lost)."""
+    httpd, url = server
+    httpd.lengths, httpd.cut["train.de"] = False, 300
+    trusted = tmp_path / "sums"
+    trusted.write_text("".join(f"{hashlib.sha256(FAKE[n]).hexdigest()}  {n}\n" for n in FILES))
+    download_wmt14(tmp_path / "d", base_url=url, sums_file=trusted, log=lambda _: None)
+    assert (tmp_path / "d" / "train.de").read_bytes() == FAKE["train.de"] and ("train.de", "bytes=300-") in httpd.requested
+    assert not [r for r in httpd.requested if r[0] == "train.en" and r[1]]  # a whole one meets its sum: no probe

@@ -655,8 +655,9 @@ def parser() -> argparse.ArgumentParser:
                                             "Stanford NLP release, resumable, each file checked by its sha256")
     d.add_argument("out_dir", metavar="DIR", help="folder to write the files to (whole files there are checked and kept)")
     d.add_argument("--base-url", help="where the files are (default: $ATNAT_WMT14_URL, else the release)")
-    d.add_argument("--sha256", metavar="FILE", help="sha256sum-style sums to check the files against (default: "
-                                                    "DIR/SHA256SUMS, recorded by the first whole download)")
+    d.add_argument("--sha256", metavar="FILE", help="sha256sum-style sums to check the files against, one for each "
+                                                    "of the six files (default: DIR/SHA256SUMS, recorded by the first "
+                                                    "whole download)")
     d.set_defaults(fn=cmd_data_wmt14)
     d = data.add_parser("multi30k", help="Multi30k (WMT16-17 multimodal task 1) from github.com/multi30k/dataset: "
                                          "{train,val,test2016,test2017}.{en,de,fr}, each checked by its sha256")

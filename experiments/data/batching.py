@@ -47,6 +47,8 @@ def encode_split(tokenizer, sources: list[str], targets: list[str], *, name: str
             long = sum(1 for s, t in zip(src, tgt) if len(s) > max_len or len(t) > max_len)
             say_once(f"split {name!r}: {long} of {len(src)} pairs longer than max_len={max_len} tokens on a side "
                       "were left out (train.max_len)", long)
+            empty = len(src) - long - len(keep)
+            say_once(f"split {name!r}: {empty} of {len(src)} pairs empty on a side were left out", empty)
             src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
         else:
             long = sum(1 for s in src if len(s) > max_len)

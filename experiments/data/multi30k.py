@@ -18,6 +18,7 @@ import http.client
 import os
 import urllib.error
 import urllib.request
+import zlib
 from pathlib import Path
 from typing import Callable
 
@@ -65,6 +66,9 @@ def download_multi30k(out_dir: str | Path, *, base_url: str | None = None, check
     -> the files, in `checksums` order."""
     out = Path(out_dir)
     base = (base_url or os.environ.get(URL_ENV) or BASE_URL).rstrip("/")
+    unknown = [lang for lang in langs if lang not in LANGS]
+    if unknown:
+        raise AtnatError(f"--langs {','.join(langs)}: Multi30k has no {', '.join(unknown)} (valid: {', '.join(LANGS)})")
     wanted = [name for name in checksums if name.rsplit(".", 1)[1] in langs]
     if not wanted:
         raise AtnatError(f"--langs {','.join(langs)}: no Multi30k file in these languages (valid: {', '.join(LANGS)})")
@@ -88,7 +92,7 @@ def download_multi30k(out_dir: str | Path, *, base_url: str | None = None, check
                              f"run the same command again to resume (another address: --base-url or ${URL_ENV})") from None
         try:
             data = gzip.decompress(packed)
-        except (OSError, EOFError) as err:
+        except (OSError, EOFError, zlib.error) as err:
             raise AtnatError(f"{name}: {url} is not a whole gzip file ({err}); nothing was written for it") from None
         found = hashlib.sha256(data).hexdigest()
         if found != expected:

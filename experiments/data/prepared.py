@@ -57,6 +57,7 @@ class SideText:
             raise ValueError("SideText needs a path or lines")
         self.path, self.lines, self.limit, self.what = (Path(path) if path is not None else None), lines, limit, what
         self._digest: tuple[str, int] | None = None
+        self.read_digest: tuple[str, int] | None = None  # (sha256, lines) of what the last whole pass read
 
     def digest(self) -> tuple[str, int]:
         """(sha256 of the text used, its number of lines); a file is hashed up to its `limit`-th line."""
@@ -78,16 +79,21 @@ class SideText:
         if self.path is None:
             yield from (self.lines[: self.limit] if self.limit else self.lines)
             return
+        read = hashlib.sha256()  # the bytes as read, to tell whether they are those digest() hashed
+        self.read_digest, number = None, 0
         with open(self.path, "rb") as f:
             for number, raw in enumerate(f, 1):
                 if self.limit and number > self.limit:
+                    self.read_digest = read.hexdigest(), number - 1
                     return
+                read.update(raw)
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as err:
                     raise AtnatError(f"{self.what}: {self.path} line {number} is not valid UTF-8 ({err.reason}); "
                                      "save it as UTF-8") from None
                 yield line[:-1].rstrip("\r") if line.endswith("\n") else line.rstrip("\r")
+        self.read_digest = read.hexdigest(), number
 
 
 def _remembered_digest(path: Path, limit: int | None) -> tuple[str, int]:
@@ -203,7 +209,8 @@ def _open(folder: Path) -> Arrays | None:
                     getattr(arrays, f"{side}_offsets")[-1] * itemsize != int(files[f"{side}.ids"]["bytes"]):
                 raise ValueError(f"{side}: the lengths do not add up to the ids")
         return arrays
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError, KeyError, TypeError) as err:
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError, KeyError, TypeError,
+            OverflowError, RecursionError) as err:  # (meta.json's "bytes": Infinity; a JSON nested too deep)
         aside = folder.with_name(f"{folder.name}.damaged-{time.time_ns()}")
         os.replace(folder, aside)
         print(f"atnat: the prepared split {folder} is damaged ({err}); set aside as {aside.name} and encoded again",
@@ -242,6 +249,10 @@ def _encode(folder: Path, src: SideText, tgt: SideText, tokenizer, total: int, *
         if done != total:
             raise AtnatError(f"split {name!r}: read {done} pairs where {total} lines were counted; a file changed "
                              "while it was read")
+        for side in (src, tgt):  # the entry is stored under the digests of the text: it must hold that text's ids
+            if side.path is not None and side.read_digest != side.digest():
+                raise AtnatError(f"split {name!r}: {side.path} changed after it was first read (its sha256 now "
+                                 f"differs); nothing was stored for it: run again")
         files = {file: {"bytes": (tmp / file).stat().st_size, "sha256": sha256(tmp / file)} for file in outs}
         meta = {"format": FORMAT, "pairs": done, "dtype": dtype.name, "split": name, "files": files,
                 "vocab_size": tokenizer.vocab_size}
@@ -298,9 +309,12 @@ class PreparedSplit:
         self.index = None
         if max_len is not None and drop_long:
             long = (src_len > max_len) | (tgt_len > max_len)
-            self.index = np.flatnonzero(~long & (src_len > 0) & (tgt_len > 0))
+            empty = ~long & ((src_len == 0) | (tgt_len == 0))
+            self.index = np.flatnonzero(~long & ~empty)
             say_once(f"split {name!r}: {int(long.sum())} of {arrays.n} pairs longer than max_len={max_len} tokens on "
                      "a side were left out (train.max_len)", int(long.sum()))
+            say_once(f"split {name!r}: {int(empty.sum())} of {arrays.n} pairs empty on a side were left out",
+                     int(empty.sum()))
         elif max_len is not None:
             long = int((src_len > max_len).sum())
             say_once(f"split {name!r}: {long} of {arrays.n} sources longer than max_len={max_len} tokens were cut to "

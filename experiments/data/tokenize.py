@@ -21,7 +21,8 @@ from atnat.experiments.files import atomic_write_bytes
 SPECIAL_SYMBOLS = ("<pad>", "<s>", "</s>", "<unk>", "<mask>", "<blank>")
 MIN_SENTENCEPIECE_VOCAB = len(SPECIAL_SYMBOLS) + 2  # the special symbols and at least two pieces
 SPECIAL = SpecialTokens()
-CACHE_DIR = Path(os.environ.get("ATNAT_CACHE", Path.home() / ".cache" / "atnat"))  # sentencepiece models
+CACHE_DIR = Path(os.environ.get("ATNAT_CACHE") or Path.home() / ".cache" / "atnat")  # sentencepiece models (an
+# empty $ATNAT_CACHE, e.g. set from an unset variable, is no folder: not the current one)
 
 
 class SymbolTokenizer:

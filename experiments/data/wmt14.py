@@ -30,15 +30,20 @@ BLOCK = 1 << 20
 
 
 def read_sums(path: Path) -> dict[str, str]:
-    """`sha256  name` lines (sha256sum's format) -> {name: sha256}; one error naming a bad line."""
+    """`sha256  name` lines (sha256sum's format) -> {file name: sha256}, each name without its folder (the
+    sums of `sha256sum wmt/*` name wmt/train.en); one error naming a bad line."""
     sums = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise AtnatError(f"{path}: not a text file of sums (byte {err.start} is no UTF-8)") from None
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         parts = line.split()
         if len(parts) != 2 or len(parts[0]) != 64 or any(c not in "0123456789abcdef" for c in parts[0]):
             raise AtnatError(f"{path} line {number}: expected '<sha256>  <file name>', got {line!r}")
-        sums[parts[1].lstrip("*")] = parts[0]
+        sums[Path(parts[1].lstrip("*")).name] = parts[0]
     return sums
 
 
@@ -77,7 +82,7 @@ def _stream(url: str, part: Path, timeout: float, again: bool = True, probe: boo
             mode = "ab"
         elif probe:
             raise ValueError("the server gave no length and ignores range requests, so a download cut short cannot be "
-                             "told from a whole one; give the release's sums (--sha256) or another address")
+                             "told from a whole one, nor resumed; give the release's sums (--sha256) or another address")
         else:
             length = response.headers.get("Content-Length")
             total, mode = (int(length) if length and length.isdigit() else None), "wb"
@@ -102,14 +107,18 @@ def download_wmt14(out_dir: str | Path, *, base_url: str | None = None, sums_fil
     recorded_path = out / SUMS
     recorded = read_sums(recorded_path) if recorded_path.is_file() else {}
     trusted = read_sums(Path(sums_file)) if sums_file else recorded
+    unlisted = [name for name in FILES if sums_file and name not in trusted]
+    if unlisted:  # a file it does not list would be recorded unchecked, the command saying all is well
+        raise AtnatError(f"{sums_file} gives no sum for {', '.join(unlisted)}: --sha256 must list every file "
+                         f"({', '.join(FILES)})")
     for name in FILES:
         target, part = out / name, out / f"{name}.part"
         if not target.is_file():
             url = f"{base}/{name}"
             log(f"{name}: downloading {url}" + (f" (resuming at {part.stat().st_size:,} bytes)" if part.exists() else ""))
             try:
-                if _stream(url, part, timeout) is None and name not in trusted:  # no length, no sum: ask for the rest
-                    _stream(url, part, timeout, probe=True)
+                if _stream(url, part, timeout) is None and not (name in trusted and sha256(part) == trusted[name]):
+                    _stream(url, part, timeout, probe=True)  # no length, and no sum it meets: ask for the rest
             except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as err:
                 reason = getattr(err, "reason", None) or err
                 raise AtnatError(f"{name}: could not download {url} ({reason}); what was downloaded is kept: run the "
