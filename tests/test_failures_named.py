@@ -42,6 +42,18 @@ def test_a_damaged_sentencepiece_cache_is_named_set_aside_and_rebuilt(tmp_path, 
     assert list(tmp_path.glob("spm-*.model.damaged-*"))
 
 
+def test_a_cached_sentencepiece_model_without_its_recorded_sha256_is_not_trusted(tmp_path, capsys):
+    """A whole model of other text in its place, its .sha256 gone: loaded as if it were this text's."""
+    first = SentencePieceTokenizer.train(TEXT, vocab_size=30, cache_dir=tmp_path / "a")
+    other = SentencePieceTokenizer.train([t.upper() for t in TEXT], vocab_size=30, cache_dir=tmp_path / "b")
+    (cached,) = (tmp_path / "a").glob("spm-*.model")
+    cached.write_bytes(other.proto)
+    cached.with_name(cached.name + ".sha256").unlink()
+    again = SentencePieceTokenizer.train(TEXT, vocab_size=30, cache_dir=tmp_path / "a")
+    assert "no sha256 recorded" in capsys.readouterr().err
+    assert again.proto == first.proto
+
+
 def test_a_full_disk_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
     target = tmp_path / "results.csv"
     target.write_text("old\n")

@@ -87,13 +87,15 @@ class SentencePieceTokenizer:
     @classmethod
     def _cached(cls, path: Path) -> "SentencePieceTokenizer | None":
         """The cached model at `path`, or None when there is none; a damaged one (empty, truncated,
-        not matching its recorded sha256) is set aside with a message naming it, and trained again."""
+        without or not matching its recorded sha256) is set aside with a message naming it, and trained again."""
         if not path.exists():
             return None
         recorded = path.with_name(path.name + ".sha256")
         try:
             data = path.read_bytes()
-            if recorded.is_file() and recorded.read_text().split()[0] != hashlib.sha256(data).hexdigest():
+            if not recorded.is_file():  # (killed between the two writes, or replaced by hand)
+                raise ValueError(f"no sha256 recorded for it in {recorded.name}")
+            if recorded.read_text().split()[0] != hashlib.sha256(data).hexdigest():
                 raise ValueError("it does not match the sha256 recorded when it was written")
             return cls(data)
         except Exception as err:  # noqa: BLE001 - sentencepiece raises RuntimeError/OSError on a bad proto
