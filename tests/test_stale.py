@@ -198,3 +198,60 @@ def test_test_only_settings_re_evaluate_instead_of_training_again(tmp_path):
     used = {**other, "distill": {**other["distill"], "targets": True}}
     keys = [k for k, *_ in settings_change(run, run_config_from_dict(used, "test")).training]
     assert keys == ["distill.strategy", "distill.targets"]  # with targets, the strategy counts
+
+
+def test_only_checks_the_whole_grid_for_stale_cells_and_the_report_names_those_it_does_not_run(
+        tmp_path, monkeypatch, capsys):
+    """--only once limited the check to the cells it chose: a student whose teacher outside the choice
+    changed, or any stale cell not chosen, was tabulated as current (exit 0)."""
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path)
+    assert main(["run", str(grid), "--results", "res"]) == 0
+    write_grid(tmp_path, edited(at={"train": {**TINY["base"]["train"], "max_steps": 12}}))
+    capsys.readouterr()
+    assert main(["run", str(grid), "--results", "res", "--only", "cmlm-kd-s1"]) == 2
+    assert "cmlm-kd-s1 (train again): its teacher at-s1 is trained again" in capsys.readouterr().err
+    write_grid(tmp_path, edited(**{"cmlm-kd": {"eval": {"strategies": [{"name": "mask-predict", "iterations": 3}]}}}))
+    assert main(["run", str(grid), "--results", "res", "--only", "at-s1"]) == 0
+    assert "outside --only were run with other settings" in capsys.readouterr().err
+    report = (tmp_path / "res" / "tiny" / "report.md").read_text()
+    assert "Run with other settings than the grid file gives now" in report and "`cmlm-kd-s1` (eval.strategies" in report
+
+
+def test_a_grid_file_edited_while_it_runs_is_kept_as_it_was_read_and_cells_run_by_the_edit_are_named(
+        tmp_path, monkeypatch, capsys):
+    """Workers read the grid file again: one edited mid-run trains or evaluates later cells by the edit,
+    while the run's tables stood for the file as it started, and grid-as-run.yaml kept the edited file."""
+    from atnat.experiments.running.launchers import local
+
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path)
+    original = grid.read_bytes()
+    real = local.start
+
+    def start(grid_path, cell, *args):
+        if cell.name == "cmlm-kd-s1":  # the teacher has finished: the file is edited before its student starts
+            write_grid(tmp_path, edited(**{"cmlm-kd": {"eval": {"strategies": [{"name": "mask-predict",
+                                                                                 "iterations": 3}]}}}))
+        return real(grid_path, cell, *args)
+    monkeypatch.setattr(local, "start", start)
+    assert main(["run", str(grid), "--results", "res", "--workers", "2"]) == 2
+    assert "cmlm-kd-s1 (evaluate again): eval.strategies" in capsys.readouterr().err
+    out = tmp_path / "res" / "tiny"
+    assert (out / "grid-as-run.yaml").read_bytes() == original
+    assert "`cmlm-kd-s1` (eval.strategies" in (out / "report.md").read_text()
+
+
+def test_a_student_whose_teacher_has_not_finished_is_not_run(tmp_path, monkeypatch, capsys):
+    """A teacher stopped half way has a best checkpoint: the student distilled from it and was reported ok,
+    as if taught by the finished teacher."""
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path)
+    assert main(["run", str(grid), "--results", "res", "--only", "at-s1"]) == 0
+    runs = tmp_path / "res" / "tiny" / "runs"
+    (runs / "at-s1" / "metrics.json").unlink()  # stopped before its evaluation
+    capsys.readouterr()
+    assert main(["run", str(grid), "--results", "res", "--only", "cmlm-kd-s1"]) == 1
+    assert "its teacher cell at-s1 has not finished" in capsys.readouterr().err
+    assert not (runs / "cmlm-kd-s1" / "checkpoints").exists()
+    assert main(["run", str(grid), "--results", "res"]) == 0  # the whole grid: teacher, then student

@@ -328,7 +328,8 @@ def cmd_export(args) -> None:
 
 
 def cmd_run(args) -> int:
-    """Exit 1 when a cell of this run failed (after the table and report are written)."""
+    """Exit 1 when a cell of this run failed, 2 when one ran with other settings than the grid file gave as
+    the run started (after the table and report are written)."""
     from atnat.experiments.running.scheduler import run_grid  # lazy: start-up
 
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
@@ -341,7 +342,7 @@ def cmd_run(args) -> int:
         cluster = settings_from_args(args)
     done = run_grid(args.grid, results_root=Path(args.results), dry_run=args.dry_run, only=args.only,
                     smoke=args.smoke, workers=args.workers, devices=devices, cluster=cluster, stale=args.stale)
-    return 1 if done.failed else 0
+    return 1 if done.failed else 2 if done.stale else 0
 
 
 def cmd_cell(args) -> int:

@@ -122,7 +122,7 @@ def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None, runs: Path | None 
     the cell's now left out (its cell shows no speed until timed again); systems timed but not
     evaluated (a plain AT's CTranslate2 twin, `<strategy>-ct2`) become rows of their cell with
     speed columns only; the A/A control's rows stay in timing.csv (their noise floor is a column)."""
-    if timing is None or timing.empty:
+    if timing is None or timing.empty or "strategy" not in df:  # (no cell has results: nothing to time)
         return df
     if "control" in timing:  # the A/A control's twin is a measurement of noise, not a system
         timing = timing[timing["control"].fillna("").astype(str) == ""]

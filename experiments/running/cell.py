@@ -174,6 +174,7 @@ def run_one(cell: Cell, run_dir: Path, students: list[Cell] = ()) -> None:
             distil_for_students(cell, list(students))
             return
         try:
+            unfinished_teacher(cell)
             run_cell(cell.config, run_dir, speed=None)
             distil_for_students(cell, list(students))
         except KeyboardInterrupt:
@@ -183,6 +184,18 @@ def run_one(cell: Cell, run_dir: Path, students: list[Cell] = ()) -> None:
                 raise
             message = str(err) if isinstance(err, AtnatError) else f"{type(err).__name__}: {err}"
             record_failure(cell, run_dir, message, traceback.format_exc())
+
+
+def unfinished_teacher(cell: Cell) -> None:
+    """AtnatError when the cell's teacher cell has not finished: its best checkpoint so far (a run stopped
+    half way) would be distilled from, and the student reported as if taught by the finished teacher."""
+    if cell.teacher is None or cell.config.distill is None:
+        return
+    status = cell_status(Path(cell.config.distill.teacher))
+    if status != "ok":
+        raise AtnatError(f"its teacher cell {cell.teacher} has not finished ({status or 'no result yet'} in "
+                         f"{cell.config.distill.teacher}): run the teacher first (`atnat run` runs teachers before "
+                         "their students; with --only, select the teacher too)")
 
 
 def record_failure_unless_held(cell: Cell, message: str) -> None:

@@ -96,6 +96,8 @@ class Grid:
     report: ReportSettings = field(default_factory=ReportSettings)  # `report:` what the run's report draws
     untimed: list = field(default_factory=list)  # `untimed:` cell names (of `cells`) the timing phase leaves out:
     # controls whose BLEU is the question, not their speed (`atnat run`, `atnat time` and `atnat status` skip them)
+    source: bytes = b""  # the grid file's bytes as read: a run keeps them as grid-as-run.yaml (the file may be
+    # edited while the run goes on)
 
     def by_name(self) -> dict[str, Cell]:
         return {c.name: c for c in self.cells}
@@ -193,6 +195,7 @@ def check_seeds(seeds: Any, where: str) -> list[int]:
 def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None = None) -> Grid:
     """Read, expand and validate a grid; `results_dir` is where teacher runs will live."""
     path = Path(path)
+    source = path.read_bytes() if path.is_file() else b""
     data = load_yaml(path)
     where = str(path)
     if not isinstance(data, dict):
@@ -276,7 +279,7 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
     grid = Grid(name, path, cells, speed=speed, description=data.get("description", ""),
                 goals=list(data.get("goals") or []), baseline=baseline, equivalence_margin=float(margin),
                 compare=parse_compare(data.get("compare"), where),
-                report=make(ReportSettings, data.get("report") or {}, f"{where}: report"))
+                report=make(ReportSettings, data.get("report") or {}, f"{where}: report"), source=source)
     resolve_teachers(grid, runs_dir, where)
     grid.untimed = parse_untimed(data.get("untimed"), variants, grid.cells, baseline, where)  # needs their configs
     check_reference_at(grid, variants, where)

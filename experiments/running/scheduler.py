@@ -50,6 +50,8 @@ class GridRun:
 
     out: Path
     failed: list[str] = field(default_factory=list)  # cells whose metrics.json is not "ok"
+    stale: list[str] = field(default_factory=list)  # cells of this run that ran with other settings than the grid
+    # gives (its file edited while it ran): the report names them
     pending: list[str] = field(default_factory=list)  # cells whose cluster job is queued or running (and
     # "timing phase" while the timing phase's cluster job is)
 
@@ -66,12 +68,17 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
     settings than the grid gives now are handled by `stale` (running/stale.py)."""
     grid, out = load_grid_into(path, results_root, smoke)
     cells = select_cells(run_order(grid), only, path)
+    chosen = {c.name for c in cells}
+    found = find_stale(grid, grid.cells)  # over the whole grid: a chosen student's teacher may be outside `only`
+    outside = {s.cell: s.reason for s in found if s.cell not in chosen}  # not run here; the report names them
+    found = [s for s in found if s.cell in chosen]
     if dry_run:
         print(pd.DataFrame([describe(c) | {"strategies": len(c.config.eval.strategies)} for c in cells])
               .to_string(index=False))
-        found = find_stale(grid, cells)
         if found:
             print(f"stale (run with other settings than these):\n{describe_stale(found)}")
+        if outside:
+            print("stale, outside --only (not run; the report names them): " + ", ".join(outside))
         return GridRun(out)
     if cluster is None:  # a cluster's jobs check their own node (running/cell.py); here: before anything runs
         for cell in cells:
@@ -83,11 +90,15 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
         print(f"atnat: {out} holds {tracked} committed files; this run rewrites its tables and report there "
               f"(`git checkout -- {out}` restores them; --results DIR writes elsewhere)", file=sys.stderr)
     with held(folder_lock(out), f"results folder {out}"):
-        kept = handle_stale(grid, cells, stale)
+        kept = handle_stale(grid, cells, stale, found)
+        if outside:
+            print(f"atnat: {len(outside)} cell(s) outside --only were run with other settings than the grid gives "
+                  f"now; not run here, the report names them: {', '.join(outside)}", file=sys.stderr)
         try:
-            pending = _run_cells(grid, cells, path, out, results_root=results_root, smoke=smoke, workers=workers,
-                                 devices=devices, cluster=cluster,
-                                 kept_stale={s.cell: s.reason for s in kept} if stale == "keep" else {})
+            pending, late = _run_cells(grid, cells, path, out, results_root=results_root, smoke=smoke, workers=workers,
+                                       devices=devices, cluster=cluster,
+                                       kept_stale={s.cell: s.reason for s in kept} if stale == "keep" else {},
+                                       outside=outside)
         except KeyboardInterrupt:
             print(f"atnat: {where_cells_resume(cells)}", file=sys.stderr)
             raise
@@ -95,12 +106,16 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
     if failed:
         print(f"failed: {len(failed)} of {len(cells)} cells: {', '.join(failed)} "
               f"(errors in {out / 'results.csv'} and each run's error.log)", file=sys.stderr)
-    return GridRun(out, failed, pending)
+    if late:
+        print(f"atnat: {len(late)} cell(s) ran with other settings than the grid file gave when this run started (it "
+              f"was edited meanwhile); the report names them:\n{describe_stale(late)}", file=sys.stderr)
+    return GridRun(out, failed=failed, pending=pending, stale=[s.cell for s in late])
 
 
 def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, devices, cluster,
-               kept_stale: dict[str, str]) -> list[str]:
-    """Run (or submit) the cells, then write the table and report; returns the cells still pending."""
+               kept_stale: dict[str, str], outside: dict[str, str]) -> tuple[list[str], list]:
+    """Run (or submit) the cells, then write the table and report; returns the cells still pending and those
+    that ran with other settings than `grid` (Stale: workers read the grid file again, which may have changed)."""
     if cluster is not None:
         from atnat.experiments.running.launchers.slurm import run_on_cluster, time_on_cluster  # submitit: only here
 
@@ -108,10 +123,13 @@ def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, de
         pending = run_on_cluster(grid, cells, cluster, results_root=results_root, smoke=smoke)
         timing = time_on_cluster(grid, out, pending, cluster, results_root=results_root, smoke=smoke)
         if pending or timing.pending:
-            return pending + (["timing phase"] if timing.pending else [])
+            return pending + (["timing phase"] if timing.pending else []), []
+        late = _late_stale(grid, kept_stale, outside)
         write_outputs(grid, out, path, started, {"parallel_cells": len(cells), "lanes": cluster.executor,
-                                                 "stale_cells_kept": kept_stale}, timed_by_job=timing.job_id)
-        return []
+                                                 "stale_cells_kept": kept_stale,
+                                                 "stale_cells_interim": outside | {s.cell: s.reason for s in late}},
+                      timed_by_job=timing.job_id)
+        return [], late
 
     multi_node = [c.name for c in cells if c.config.train.num_nodes > 1]
     if multi_node:
@@ -138,10 +156,18 @@ def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, de
                         progress.console.print(f"cell {cell.name} skipped: {err}")
                 progress.advance(bar)
     timing_phase(grid, out, timing_device(grid, devices))
+    late = _late_stale(grid, kept_stale, outside)
     write_outputs(grid, out, path, started, {"parallel_cells": len(lanes) if parallel else 1,
                                              "lanes": ", ".join(lane.gpu or "cpu" for lane in lanes),
-                                             "stale_cells_kept": kept_stale})
-    return []
+                                             "stale_cells_kept": kept_stale,
+                                             "stale_cells_interim": outside | {s.cell: s.reason for s in late}})
+    return [], late
+
+
+def _late_stale(grid, kept: dict[str, str], outside: dict[str, str]) -> list:
+    """The cells that ran with other settings than `grid` (as read when the run started), found once they
+    have run: a worker reads the grid file again, and the file may have been edited meanwhile."""
+    return [s for s in find_stale(grid, grid.cells) if s.cell not in kept and s.cell not in outside]
 
 
 def _tabulate(grid, path, out: Path, runs: Path | None = None) -> pd.DataFrame:
@@ -286,7 +312,7 @@ def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_b
     env["results_rows"] = len(table)  # the report refuses a results.csv with fewer (a cut-short file)
     write_json_atomic(out / "environment.json", env)
     # the grid file as run: the report tells a reader when the file has changed since (its settings differ)
-    atomic_write_bytes(out / "grid-as-run.yaml", Path(grid.path).read_bytes())
+    atomic_write_bytes(out / "grid-as-run.yaml", grid.source or Path(grid.path).read_bytes())
     if grid.goals:
         write_json_atomic(out / "goals.json", grid.goals)
     elif (out / "goals.json").exists():  # the grid no longer sets goals: the report must not show old ones

@@ -102,10 +102,11 @@ def describe_stale(stale: list[Stale]) -> str:
     return "\n".join(lines)
 
 
-def handle_stale(grid, cells, policy: str | None) -> list[Stale]:
-    """Apply `policy` to the stale cells (see the module docstring); StaleCells when there are some
-    and no policy was given. Returns the stale cells (for environment.json and the report)."""
-    stale = find_stale(grid, cells)
+def handle_stale(grid, cells, policy: str | None, found: list[Stale] | None = None) -> list[Stale]:
+    """Apply `policy` to the stale cells (see the module docstring; `found`: those among `cells`, found already);
+    StaleCells when there are some and no policy was given. Returns the stale cells (for environment.json and
+    the report)."""
+    stale = find_stale(grid, cells) if found is None else found
     if not stale:
         return []
     if policy is None:
