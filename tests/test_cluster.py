@@ -222,6 +222,11 @@ def test_status_states_from_the_run_folder(tmp_path, monkeypatch):
     assert lost["state"] == "interrupted" and lost["now"] == "no checkpoint: starts again at step 0" and lost["last_step"] == 99
     failed = cell_state(folder("f", **{"metrics.json": json.dumps({"status": "failed", "error": "boom"})}))
     assert failed["state"] == "failed" and failed["error"] == "boom"
+    retried = cell_state(folder("f2", **{"metrics.json": json.dumps({"status": "failed", "error": "boom"}),
+                                         "cell.lock.json": me, "progress.json": progress}))  # a live process retries
+    assert retried["state"] == "running" and retried["now"] == "training step 99/400, loss 1.5, ETA 10 min"
+    assert cell_state(folder("f3", **{"metrics.json": json.dumps({"status": "failed", "error": "boom"}),
+                                      "cell.lock.json": gone}))["state"] == "failed"
     assert cell_state(tmp_path / "nothing")["state"] == "not started"
 
 

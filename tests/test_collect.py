@@ -439,8 +439,24 @@ def test_a_collect_cut_short_leaves_a_copy_that_is_not_read_as_whole(tmp_path, m
     with pytest.raises(KeyboardInterrupt):
         collect_module.collect("g.yaml", results_root=tmp_path / "res", dest=tmp_path / "kept")
     monkeypatch.setattr(collect_module, "atomic_write_bytes", real)
+    run = tmp_path / "res" / "two-tests" / "runs" / "at-s1"
+    run.rename(tmp_path / "elsewhere")  # and the machine with it
     capsys.readouterr()
+    assert main(["status", "g.yaml", "--results", "res", "--collected", "kept"]) == 0
+    assert "collected" not in capsys.readouterr().out.split("at-s1")[1].splitlines()[0]  # a cut copy counts for nothing
+    (tmp_path / "elsewhere").rename(run)
     assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 2
     assert "its collect was cut short" in capsys.readouterr().err
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
     assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 0
+
+
+def test_collect_refuses_a_destination_inside_the_results_folder(tmp_path, monkeypatch, capsys):
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["cell", "g.yaml", "at-s1", "--results", "res"]) == 0
+    before = sorted(p.name for p in (tmp_path / "res" / "two-tests" / "runs" / "at-s1").iterdir())
+    capsys.readouterr()
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "res/two-tests/runs"]) == 2
+    assert "is inside the results folder" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "res" / "two-tests" / "runs" / "at-s1").iterdir()) == before

@@ -95,6 +95,8 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
                          f"--results {results_root}")
     if dest.exists() and not dest.is_dir():
         raise AtnatError(f"atnat collect: --to {dest} is a file; give a folder")
+    if dest.resolve().is_relative_to(out.resolve()):  # its copies would land in run folders, or be tabulated as runs
+        raise AtnatError(f"atnat collect: --to {dest} is inside the results folder {out}; give a folder outside it")
     done = Collected()
     timing = read_grid_timing(out, done.skipped)  # once for every cell
     learnt = students_learnt_from(grid, dest)

@@ -23,6 +23,7 @@ from atnat.experiments.evaluation.timing import timing_groups
 from atnat.experiments.locks import cell_lock, holder_alive
 from atnat.experiments.reporting.records import read_metrics
 from atnat.experiments.running.cell import cell_status
+from atnat.experiments.running.collect import UNDER_WAY
 from atnat.experiments.running.grid import load_grid_into
 from atnat.experiments.running.launchers.jobs import is_active, job_state, read_job
 from atnat.experiments.running.timing_phase import TIMING_DIR
@@ -74,12 +75,12 @@ def folder_state(run_dir: Path) -> dict:
     row = {"state": "not started", "job": job.get("job_id", ""), "launcher": job.get("launcher", ""),
            "last_step": last_step(run_dir), "error": "", "now": ""}
     status = cell_status(run_dir)
-    if status in ("ok", "failed"):
+    held = holder_alive(cell_lock(run_dir))
+    if status == "ok" or (status == "failed" and not held):  # (a failed cell that a live process holds: retried)
         row["state"] = "done" if status == "ok" else "failed"
         if status == "failed":
             row["error"] = str(read_metrics(run_dir).get("error", ""))[:80]
         return row
-    held = holder_alive(cell_lock(run_dir))
     if job:
         state = job_state(job)
         row["job_state"] = state
@@ -103,7 +104,7 @@ def status_rows(grid, collected: Path | None = None) -> list[dict]:
     if collected is not None:  # a cell with no run here but a finished copy there: collected (a live run wins)
         for row in rows:
             copy = collected / row["cell"]
-            if row["state"] == "not started" and cell_status(copy) == "ok":
+            if row["state"] == "not started" and cell_status(copy) == "ok" and not (copy / UNDER_WAY).exists():
                 row |= {"state": "collected", "last_step": last_step(copy)}
     return rows
 
