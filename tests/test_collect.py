@@ -5,6 +5,7 @@ the code that made them travels with them (train.json attempts, metrics.json wri
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -460,3 +461,33 @@ def test_collect_refuses_a_destination_inside_the_results_folder(tmp_path, monke
     assert main(["collect", "g.yaml", "--results", "res", "--to", "res/two-tests/runs"]) == 2
     assert "is inside the results folder" in capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "res" / "two-tests" / "runs" / "at-s1").iterdir()) == before
+
+
+def test_a_timing_stopped_after_a_group_keeps_the_groups_it_timed(tmp_path, monkeypatch, capsys):
+    """`atnat time --anew` over two seeds, stopped while it times the second: the first seed's new timing
+    was lost (timing.csv was written once, at the end), and with it an hour of a quiet machine."""
+    from atnat.experiments.evaluation import timing as timing_module
+    from tests.test_grid import TINY
+
+    monkeypatch.chdir(tmp_path)
+    spec = {**TINY, "cells": {"at": TINY["cells"]["at"]}, "seeds": [1, 2]}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", "g.yaml", "--results", "res"]) == 0
+    path = tmp_path / "res" / "tiny" / "timing.csv"
+    before = pd.read_csv(path)
+    real, calls = timing_module.time_systems, []
+
+    def stopped_in_the_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        time.sleep(1.1)  # a session of its own (sessions are named to the second)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(timing_module, "time_systems", stopped_in_the_second)
+    assert main(["time", "g.yaml", "--results", "res", "--anew"]) == 130  # Ctrl-C
+    after = pd.read_csv(path)
+    assert sorted(after.cell.unique()) == ["at-s1", "at-s2"]
+    sessions = {cell: set(rows.timing_session) for cell, rows in after.groupby("cell")}
+    old = {cell: set(rows.timing_session) for cell, rows in before.groupby("cell")}
+    assert sessions["at-s1"] != old["at-s1"]  # the group timed before the stop is kept
+    assert sessions["at-s2"] == old["at-s2"]  # not timed again yet: its earlier rows stand

@@ -503,6 +503,7 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
     if todo:
         systems, baselines, references = grid_systems(todo, device, speed, baseline)
         groups = timing_groups(todo)
+        waiting = old[old.cell.isin({c.name for c in todo})] if old is not None else None  # their earlier rows
         for i, ((task, seed), group) in enumerate(groups.items(), 1):
             names = {c.name for c in group}
             session = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -511,6 +512,12 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
                   f"{speed.latency_sentences} sentences one at a time and {speed.throughput_sentences} in batches, "
                   f"{speed.repeats} repeats; started {session}", file=sys.stderr, flush=True)
             frames.append(time_systems(timed, speed, baselines, references).assign(task=task, timing_session=session))
+            if i < len(groups):  # written after each group: a timing stopped later keeps the groups it timed
+                if waiting is not None:
+                    waiting = waiting[~waiting.cell.isin(names)]
+                write_csv(pd.concat(frames + ([waiting] if waiting is not None and len(waiting) else []),
+                                    ignore_index=True), path)
+                write_json_atomic(settings_path, settings)
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
     write_csv(table, path)
     write_json_atomic(settings_path, settings)
