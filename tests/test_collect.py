@@ -270,12 +270,19 @@ def test_a_teacher_trained_again_with_other_weights_is_never_filed_beside_studen
     assert json.loads((kept / "nat-s1" / "distill.json").read_text())["checkpoint"] == stamp
     assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 0  # consistent
 
-    # a copy filed by hand beside the student anyway is refused by the report, naming both
+    # a copy filed by hand beside the student anyway is refused by the report: as changed since it was
+    # collected, and, filed whole (its manifest written again, as a collect elsewhere would), naming both
+    from atnat.experiments.running.collect import write_manifest
+
     (kept / "at-s1" / "weights.json").write_text(json.dumps({"checkpoint": new}))
+    assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 2
+    assert "kept/at-s1: not as collected (changed since it was collected: weights.json)" in capsys.readouterr().err
+    write_manifest(kept / "at-s1")
     assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 2
     err = capsys.readouterr().err
     assert "students beside another model than their teacher" in err and f"nat-s1 learnt from {stamp}" in err
     (kept / "at-s1" / "weights.json").write_text(json.dumps({"checkpoint": stamp}))
+    write_manifest(kept / "at-s1")
 
     # the old student's copy removed on purpose: the new teacher and the new student are filed together
     shutil.rmtree(kept / "nat-s1")
@@ -491,3 +498,31 @@ def test_a_timing_stopped_after_a_group_keeps_the_groups_it_timed(tmp_path, monk
     old = {cell: set(rows.timing_session) for cell, rows in before.groupby("cell")}
     assert sessions["at-s1"] != old["at-s1"]  # the group timed before the stop is kept
     assert sessions["at-s2"] == old["at-s2"]  # not timed again yet: its earlier rows stand
+
+
+def test_a_report_from_collected_copies_checks_each_against_its_manifest(tmp_path, monkeypatch, capsys):
+    """A copied score edited by hand, or a copy without its config.json (which the stale check reads), was
+    reported as collected; a copy from before manifests is reported and named as unchecked."""
+    from atnat.experiments.running.collect import MANIFEST
+
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["cell", "g.yaml", "at-s1", "--results", "res"]) == 0
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
+    copy = tmp_path / "kept" / "at-s1"
+    report = ["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]
+    assert main(report) == 0
+    metrics = (copy / "metrics.json").read_text()
+    (copy / "metrics.json").write_text(metrics.replace('"bleu": ', '"bleu": 99.0, "was": ', 1))
+    capsys.readouterr()
+    assert main(report) == 2
+    assert "kept/at-s1: not as collected (changed since it was collected: metrics.json)" in capsys.readouterr().err
+    (copy / "metrics.json").write_text(metrics)
+    (copy / "config.json").unlink()
+    assert main(report) == 2
+    assert "kept/at-s1: not as collected (it lacks config.json)" in capsys.readouterr().err
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0  # made whole again
+    (copy / MANIFEST).unlink()  # as collected by an atnat before manifests
+    assert main(report) == 0
+    text = (tmp_path / "res" / "two-tests" / "interim" / "report.md").read_text()
+    assert "1 of the copies were collected before collect recorded the sha256" in text and "`at-s1`" in text

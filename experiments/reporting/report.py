@@ -718,6 +718,10 @@ def build_document(g: GridResults, figures: bool = True) -> list[Block]:
                              "(`atnat collect`), with the speed of the cells timed beside their seed's baseline "
                              "(`atnat time`); the machines that trained them, and their checkpoints, may be gone.")]
               if (collected := (g.environment or {}).get("collected_from")) else []),
+            *([Block("note", f"{len(unchecked)} of the copies were collected before collect recorded the sha256 of "
+                             "each file it copies, so their files could not be checked: "
+                             + ", ".join(f"`{c}`" for c in unchecked) + ".")]
+              if (unchecked := (g.environment or {}).get("collected_unverified") or []) else []),
             *first, *headline, *after_figure, Block("toc"), Block("heading", "Summary", 2), Block("para", summary(g)),
             _reproduce(g), *_code(g), *_compute(g), *_averaged(g)]
     return (head + _goals(g) + _overview(g) + _ranking_section(g) + _compare_section(g) + _other_tests(g)

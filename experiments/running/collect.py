@@ -24,6 +24,10 @@ never filed beside students of its earlier weights: collect then leaves that tea
 is and says why, and a report from the copies refuses a student whose teacher's copy is not the one
 it learnt from.
 
+Each copy's last file is collected.json, the sha256 of every file of the copy: a report from the copies
+refuses one that changed since (a file edited, lost or added) or lacks metrics.json, config.json or
+train.json, and names those collected before collect wrote it, whose files it cannot check.
+
 The copies are enough for a report after the machine that trained them is gone: `stage_collected`
 lays them out as run folders again, with the test references read from the data set where it lives and
 the sample table made again from them (`atnat report --interim GRID --collected DEST`).
@@ -40,7 +44,15 @@ import pandas as pd
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import extra_test_split, load_task
 from atnat.experiments.evaluation.evaluate import sample_rows, write_references
-from atnat.experiments.files import atomic_write_bytes, path_part, read_utf8, write_csv, write_json_atomic, write_text_atomic
+from atnat.experiments.files import (
+    atomic_write_bytes,
+    path_part,
+    read_utf8,
+    sha256,
+    write_csv,
+    write_json_atomic,
+    write_text_atomic,
+)
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, checkpoint_stamps, evaluation_checkpoint
 from atnat.experiments.running.cell import cell_status
 from atnat.experiments.running.grid import load_grid_into
@@ -64,6 +76,47 @@ class Collected:
 
 
 UNDER_WAY = ".collecting"  # in a cell's copy while collect writes it: a copy cut short is never read as whole
+MANIFEST = "collected.json"  # in a cell's copy, written last: {"files": {path: sha256}} of every file of the copy
+REQUIRED = ("metrics.json", "config.json", "train.json")  # a finished cell's copy without one is no whole copy
+
+
+def copy_files(target: Path) -> dict[str, Path]:
+    """Every file of a cell's copy by relative path, but its manifest and the collect-under-way mark."""
+    return {p.relative_to(target).as_posix(): p for p in sorted(target.rglob("*"))
+            if (p.is_file() or p.is_symlink()) and p.name not in (MANIFEST, UNDER_WAY)}
+
+
+def write_manifest(target: Path) -> None:
+    content = (json.dumps({"files": {rel: sha256(path) for rel, path in copy_files(target).items()}}, indent=1,
+                          sort_keys=True) + "\n").encode()
+    manifest = target / MANIFEST
+    if not (manifest.is_file() and not manifest.is_symlink() and manifest.read_bytes() == content):
+        atomic_write_bytes(manifest, content)
+
+
+def verify_copy(copy: Path) -> str | None:
+    """Why a cell's copy is not what collect wrote (a file changed, missing or added since; a required file
+    absent), or None. A copy from before manifests has none: "unverified" (its files are read unchecked)."""
+    missing = [name for name in REQUIRED if not (copy / name).is_file()]
+    if missing:
+        return f"it lacks {', '.join(missing)}"
+    manifest = copy / MANIFEST
+    if not manifest.is_file():
+        return "unverified"
+    try:
+        listed = json.loads(read_utf8(manifest, str(manifest)))["files"]
+        if not isinstance(listed, dict) or not all(isinstance(v, str) for v in listed.values()):
+            raise TypeError("files is no mapping of paths to sha256")
+    except (ValueError, KeyError, TypeError, AtnatError) as err:
+        return f"its {MANIFEST} is unreadable ({err})"
+    present = copy_files(copy)
+    changed = sorted(rel for rel, path in present.items() if rel in listed and (path.is_symlink()
+                                                                             or sha256(path) != listed[rel]))
+    added, gone = sorted(set(present) - set(listed)), sorted(set(listed) - set(present))
+    problems = [f"{what}: {', '.join(rels[:3])}{' ...' if len(rels) > 3 else ''}"
+                for what, rels in (("changed since it was collected", changed), ("added", added), ("missing", gone))
+                if rels]
+    return "; ".join(problems) or None
 
 
 def kept(rel: str) -> bool:
@@ -163,6 +216,7 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
             path.unlink()
         if gone or timing_removed:
             done.removed[cell.name] = len(gone) + timing_removed
+        write_manifest(target)
         (target / UNDER_WAY).unlink()  # the copy is whole again
         if written:
             done.copied[cell.name] = written
@@ -305,13 +359,14 @@ def summary(done: Collected, dest: Path) -> str:
     return "\n".join(lines)
 
 
-def stage_collected(grid, source: Path, runs: Path) -> list[str]:
+def stage_collected(grid, source: Path, runs: Path, unverified: list[str] | None = None) -> list[str]:
     """Lay the cells collected in `source` (DEST of `collect`) out as the run folders of `grid` under
     `runs`, for the report: the collected files (the same allow-list, read as untrusted: links and
     oversized files refused) and the references that collect leaves with the data set, read from it
     again (the cell's test split and eval.extra_tests), with the sample table made again from them.
-    Cells of the grid with no collected metrics.json are left out (the report lists them as not run).
-    -> the cells staged."""
+    Cells of the grid with no collected metrics.json are left out (the report lists them as not run). Each
+    copy is checked against the manifest collect wrote last; one without (collected before manifests) is
+    added to `unverified`. -> the cells staged."""
     if not source.is_dir():
         raise AtnatError(f"--collected {source}: no such folder (give the DEST of an earlier `atnat collect`)")
     staged, skipped, tasks = [], [], {}
@@ -321,6 +376,13 @@ def stage_collected(grid, source: Path, runs: Path) -> list[str]:
             continue
         if (copy / UNDER_WAY).exists():
             skipped.append(f"{copy}: its collect was cut short (old and new files mixed): collect again")
+            continue
+        problem = verify_copy(copy)
+        if problem == "unverified":
+            if unverified is not None:
+                unverified.append(cell.name)
+        elif problem:
+            skipped.append(f"{copy}: not as collected ({problem}): collect again")
             continue
         files = result_files(copy, skipped)
         if "metrics.json" not in files:

@@ -192,10 +192,11 @@ def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = F
     if collected is not None:
         with tempfile.TemporaryDirectory(prefix="atnat-collected-") as tmp:
             staged_grid, staged = load_grid_into(path, Path(tmp), smoke)  # run folders point into the stage
-            if not stage_collected(staged_grid, collected, staged / "runs"):
+            unverified: list[str] = []
+            if not stage_collected(staged_grid, collected, staged / "runs", unverified):
                 raise AtnatError(f"--collected {collected}: no collected cell of {path} there: nothing to report")
             return _interim(staged_grid, path, staged / "runs", out / "interim", f"the cells collected in {collected}",
-                            figures=figures)
+                            figures=figures, unverified=unverified)
     if not (out / "runs").is_dir():
         raise AtnatError(f"{out / 'runs'}: no run folders yet: nothing to report for {path}")
     return _interim(grid, path, out / "runs", out / "interim", None, figures=figures)
@@ -217,18 +218,19 @@ def write_collected(path, *, results_root: Path = Path("results"), smoke: bool =
     with held(folder_lock(out), f"results folder {out}"), \
             tempfile.TemporaryDirectory(prefix="atnat-collected-") as tmp:
         staged_grid, staged = load_grid_into(path, Path(tmp), smoke)
-        there = set(stage_collected(staged_grid, collected, staged / "runs"))
+        unverified: list[str] = []
+        there = set(stage_collected(staged_grid, collected, staged / "runs", unverified))
         missing = [c.name for c in grid.cells if c.name not in there]
         if missing:
             raise AtnatError(f"--collected {collected}: {len(missing)} of the {len(grid.cells)} cells of {path} are not "
                              f"collected there ({', '.join(missing)}): the grid's report needs every cell; "
                              f"`atnat report --interim {path} --collected {collected}` reports those there")
         return _interim(staged_grid, path, staged / "runs", out, f"the cells collected in {collected}", final=True,
-                        figures=figures)
+                        figures=figures, unverified=unverified)
 
 
 def _interim(grid, path, runs: Path, interim: Path, source: str | None, final: bool = False,
-             figures: bool = True) -> Path:
+             figures: bool = True, unverified: list[str] = ()) -> Path:
     """The interim tables and report of the run folders `runs` into `interim`, with the speed of the
     seeds timed so far (`atnat time`: timing.csv beside `runs`), if any; `final`: the grid's own
     report from its collected cells, every one of them there (write_collected)."""
@@ -247,6 +249,8 @@ def _interim(grid, path, runs: Path, interim: Path, source: str | None, final: b
     env |= {**_judged_by(grid), "results_rows": len(table),
             **({"timing": timing_description(interim)} if timed else {}),  # else no `timing`: no speed measured
             "stale_cells_interim": {x.cell: x.reason for x in find_stale(grid, grid.cells)}}
+    if unverified:  # copies collected before collect recorded their files' sha256
+        env["collected_unverified"] = sorted(unverified)
     if final:  # every cell collected (write_collected): the grid's report, read from the copies
         to_time = set(table["cell"].astype(str)) - {c.name for c in grid.never_timed()}
         no_speed = sorted(to_time - set(pd.read_csv(interim / "timing.csv")["cell"].astype(str))) if timed else []
