@@ -255,3 +255,13 @@ def test_a_student_whose_teacher_has_not_finished_is_not_run(tmp_path, monkeypat
     assert "its teacher cell at-s1 has not finished" in capsys.readouterr().err
     assert not (runs / "cmlm-kd-s1" / "checkpoints").exists()
     assert main(["run", str(grid), "--results", "res"]) == 0  # the whole grid: teacher, then student
+
+
+def test_atnat_cell_names_a_finished_cell_the_grid_has_changed_since(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"]}})
+    assert main(["cell", str(grid), "at-s1", "--results", "res"]) == 0
+    write_grid(tmp_path, {**TINY, "cells": {"at": {**TINY["cells"]["at"], "optim": {"lr": 0.01}}}})
+    capsys.readouterr()
+    assert main(["cell", str(grid), "at-s1", "--results", "res"]) == 0  # done: not run again
+    assert "cell at-s1 finished with other settings than" in capsys.readouterr().err
