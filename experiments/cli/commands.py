@@ -347,10 +347,14 @@ def cmd_run(args) -> int:
 
 def cmd_cell(args) -> int:
     """Exit 1 when the cell failed."""
+    from atnat.experiments.config.devices import helper_rank  # lazy: start-up
     from atnat.experiments.running.cell import run_named_cell  # lazy: start-up
     from atnat.experiments.running.launchers.local import die_with_parent  # lazy: start-up
+    from atnat.experiments.running.stale import note_if_stale  # lazy: start-up
 
     die_with_parent()  # a worker of `atnat run`: ends with it
+    if not helper_rank():
+        note_if_stale(args.grid, args.cell, results_root=Path(args.results), smoke=args.smoke)
     status = run_named_cell(args.grid, args.cell, results_root=Path(args.results), smoke=args.smoke)
     return 1 if status not in ("ok", None) else 0
 

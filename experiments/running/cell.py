@@ -174,6 +174,7 @@ def run_one(cell: Cell, run_dir: Path, students: list[Cell] = ()) -> None:
             distil_for_students(cell, list(students))
             return
         try:
+            require_gpu(cell.config.train.accelerator, f"run {cell.name}")  # this machine's trouble first
             unfinished_teacher(cell)
             run_cell(cell.config, run_dir, speed=None)
             distil_for_students(cell, list(students))
@@ -229,11 +230,4 @@ def run_named_cell(path, cell_name: str, *, results_root: Path = Path("results")
     run_dir = Path(cell.config.output_dir)
     if cell_status(run_dir) != "ok":
         run_one(cell, run_dir, students_of(grid, cell))
-    elif not helper_rank():
-        from atnat.experiments.running.stale import describe_stale, find_stale  # lazy: stale imports this module
-
-        found = [s for s in find_stale(grid, grid.cells) if s.cell == cell.name]
-        if found:
-            print(f"atnat: cell {cell.name} finished with other settings than {path} gives now; not run again here "
-                  f"(`atnat run --stale rerun` trains or evaluates it again):\n{describe_stale(found)}", file=sys.stderr)
     return None if helper_rank() else cell_status(run_dir)

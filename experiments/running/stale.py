@@ -13,6 +13,7 @@ again from its checkpoint; `--stale keep` keeps their numbers, and the report na
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,3 +132,19 @@ def handle_stale(grid, cells, policy: str | None, found: list[Stale] | None = No
             elif (run_dir / "metrics.json").is_file():
                 os.replace(run_dir / "metrics.json", run_dir / f"metrics.stale-{stamp}.json")
     return stale
+
+
+def note_if_stale(path, cell_name: str, *, results_root: Path, smoke: bool = False) -> None:
+    """`atnat cell` on a cell that finished with other settings than the grid file gives now: said on stderr
+    (the cell is not run again; `atnat run --stale rerun` does that)."""
+    from atnat.experiments.running.cell import cell_status
+    from atnat.experiments.running.grid import load_grid_into
+
+    grid, _ = load_grid_into(path, results_root, smoke)
+    cell = grid.by_name().get(cell_name)
+    if cell is None or cell_status(Path(cell.config.output_dir)) != "ok":
+        return
+    found = [s for s in find_stale(grid, grid.cells) if s.cell == cell_name]
+    if found:
+        print(f"atnat: cell {cell_name} finished with other settings than {path} gives now; not run again here "
+              f"(`atnat run --stale rerun` trains or evaluates it again):\n{describe_stale(found)}", file=sys.stderr)
