@@ -258,3 +258,18 @@ def test_a_killed_export_leaves_nothing_that_blocks_the_next_and_exports_are_byt
     (tmp_path / "foreign" / "notes.txt").write_text("mine")
     with pytest.raises(AtnatError, match="holds other things than an export"):
         export_safetensors(module, tmp_path / "foreign")
+
+
+def test_an_export_never_replaces_a_users_folder_that_holds_files_of_an_exports_names(run, tmp_path):
+    """A project folder with its own config.json (or, for CTranslate2, a vocabulary.txt) was taken for an
+    earlier export and deleted by the export into it."""
+    module = load_module(run)[0]
+    mine = tmp_path / "myproj"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"my": "settings"}')
+    with pytest.raises(AtnatError, match="holds other things than an export"):
+        export_safetensors(module, mine)
+    assert (mine / "config.json").read_text() == '{"my": "settings"}'
+    export_safetensors(module, tmp_path / "mine-exported")
+    export_safetensors(module, tmp_path / "mine-exported")  # an export is replaced by the next one
+    assert load_module(tmp_path / "mine-exported")[0] is not None

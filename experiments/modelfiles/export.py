@@ -50,9 +50,26 @@ def _export_file(name: str, marker: str) -> bool:
 
 
 def _export_leftovers(out: Path, marker: str = CONFIG) -> bool:
-    """Whether every entry of `out` is a file an export writes (or its temporary file): an export, or
-    one an older atnat left half-written when it was killed."""
-    return all(p.is_file() and not p.is_symlink() and _export_file(p.name, marker) for p in out.iterdir())
+    """Whether every entry of `out` is a file an export writes (or its temporary file) and the folder is one
+    an export wrote: an export, or one an older atnat left half-written when it was killed (temporary files
+    only). A user's own config.json or vocabulary.txt, under an export's names, is not one."""
+    entries = list(out.iterdir())
+    if not all(p.is_file() and not p.is_symlink() and _export_file(p.name, marker) for p in entries):
+        return False
+    whole = [p for p in entries if not p.name.endswith(".tmp")]
+    return not whole or _written_by_an_export(out, marker)
+
+
+def _written_by_an_export(out: Path, marker: str) -> bool:
+    if marker != CONFIG and (out / marker).is_file():  # CTranslate2's model file
+        return True
+    try:
+        config = json.loads((out / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(config, dict):
+        return False
+    return config.get("format") == FORMAT if marker == CONFIG else "decoder_start_token" in config
 
 
 def check_target(out: Path, marker: str = CONFIG) -> None:
