@@ -104,3 +104,37 @@ def test_an_output_that_is_an_input_file_is_refused_before_anything_is_written(t
     assert main(["distill", "--teacher", str(tmp_path / "none"), "--input", str(src), "--output", str(src)]) == 2
     assert "--output " + str(src) + " is the file given to --input" in capsys.readouterr().err
     assert src.read_text() == "a b\n"
+
+
+def test_a_source_longer_than_the_model_reads_is_named_before_anything_is_decoded_or_trained(tmp_path, monkeypatch,
+                                                                                             capsys):
+    """Only translate checked the model's reach: evaluate and distill failed with a traceback mid-way, and a
+    DAG (lambda x source vertices) whose train.max_len lets longer sources in failed at the batch holding one."""
+    import yaml
+
+    from atnat.experiments.modelfiles.loading import load_module
+
+    monkeypatch.chdir(tmp_path)
+    dag = {"name": "reach", "task": {"name": "copy", "vocab": 6, "min_len": 2, "max_len": 6, "n_train": 40,
+                                     "n_valid": 4, "n_test": 4},
+           "decoder": {"name": "dag", "upsample": 8},
+           "model": {"d_model": 16, "n_heads": 2, "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 1,
+                     "max_positions": 40},
+           "train": {"max_steps": 2, "max_tokens": 256, "val_every_steps": 2, "progress_bar": False, "num_threads": 1},
+           "eval": {"strategies": ["dag-greedy"], "n_bootstrap": 10}}
+    (tmp_path / "dag.yaml").write_text(yaml.safe_dump(dag))
+    assert main(["train", "dag.yaml", "--output-dir", "dag"]) == 2
+    assert "split train: sources of up to 6 tokens (train.max_len 256), but this model reads at most 4 (decoder dag, " \
+           "model.max_positions 40): set train.max_len to at most 4" in capsys.readouterr().err
+    assert not (tmp_path / "dag" / "checkpoints").exists()
+    (tmp_path / "dag.yaml").write_text(yaml.safe_dump({**dag, "train": {**dag["train"], "max_len": 4}}))
+    assert main(["train", "dag.yaml", "--output-dir", "dag"]) == 0
+    (tmp_path / "src.txt").write_text("a b\n" + " ".join("abcde") + "\n")
+    (tmp_path / "ref.txt").write_text("a b\na b\n")
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", "dag", "--src", "src.txt", "--ref", "ref.txt", "--no-speed"]) == 2
+    assert "--src src.txt line 2: 5 tokens, more than the 4 this model reads" in capsys.readouterr().err
+    from atnat.experiments.training.distill import distill_sources
+    module, tokenizer = load_module("dag")
+    with pytest.raises(Exception, match="distillation input line 2: 5 tokens"):
+        distill_sources(module, tokenizer, ["a b", "a b c d e"], {"name": "dag-greedy"})

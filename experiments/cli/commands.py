@@ -294,7 +294,8 @@ def cmd_evaluate(args) -> None:
                                                      threads=args.threads)
     rows = evaluate_files(module, tokenizer, sources, references, specs, teacher=teacher,
                           n_bootstrap=args.n_bootstrap, compound_split=args.compound_split, lang=args.lang,
-                          speed=speed, say=lambda text: print(f"atnat evaluate: {text}", file=sys.stderr, flush=True))
+                          speed=speed, say=lambda text: print(f"atnat evaluate: {text}", file=sys.stderr, flush=True),
+                          source_name=f"--src {args.src}")
     for row in rows:
         row["engine"], row["threads"] = engine.label, args.threads  # decoding and timing alike
     print_rows(rows, extra=("bleu_tok", "bleu_ci_low", "bleu_ci_high"))

@@ -32,6 +32,7 @@ from atnat.experiments.evaluation.metrics.quality import corpus_quality, tokeniz
 from atnat.experiments.evaluation.metrics.row import Outputs, score
 from atnat.experiments.evaluation.probes import injected_error_drop, run_probes
 from atnat.experiments.evaluation.timing import System, time_systems
+from atnat.experiments.evaluation.translate import check_source_lengths
 from atnat.experiments.files import write_text_atomic
 from atnat.models.seq2seq import Seq2SeqModule
 
@@ -178,7 +179,8 @@ def iteration_bleu(history: list[list[list[int]]], refs: list[list[str]], task: 
 def evaluate_files(module: Seq2SeqModule, tokenizer, sources: list[str], references: list[list[str]],
                    specs: list, *, teacher: Seq2SeqModule | None = None, max_tokens: int = 6000,
                    n_bootstrap: int = 1000, compound_split: bool = False, lang: str | None = None,
-                   speed: SpeedSettings | None = None, say: Callable[[str], None] = lambda text: None) -> list[dict]:
+                   speed: SpeedSettings | None = None, say: Callable[[str], None] = lambda text: None,
+                   source_name: str = "source") -> list[dict]:
     """Score a trained model on any test set (`atnat evaluate`): per strategy spec, sacreBLEU (all
     reference streams), chrF, tokenised BLEU, exact match; with `speed`, the strategies are also
     timed side by side on these sentences. -> one row per strategy, with its hypotheses."""
@@ -188,6 +190,7 @@ def evaluate_files(module: Seq2SeqModule, tokenizer, sources: list[str], referen
     task = TaskData({"test": (sources, references[0])}, tokenizer, bleu_tokenize=module.bleu_tokenize,
                     extra_references={"test": references[1:]}, lang=lang or module.target_lang)
     split = encode_split(tokenizer, sources, references[0], name="test")
+    check_source_lengths(module, split.src, source_name)  # before any decoding: one error naming the line
     refs_ids = [split.tgt] + [[tokenizer.encode(r) for r in stream] for stream in references[1:]]
     rows, systems = [], []
     for spec in specs:

@@ -14,6 +14,7 @@ from typing import Iterable, TextIO
 
 import torch
 
+from atnat.core.errors import AtnatError
 from atnat.experiments.data.batching import collate
 from atnat.experiments.evaluation.assemble import needs_teacher
 
@@ -42,6 +43,18 @@ def translate_stream(module, tokenizer, strategy, lines: Iterable[str], out: Tex
         out.flush()
         report.lines += len(window)
     return report
+
+
+def check_source_lengths(module, sources, what: str) -> None:
+    """One AtnatError naming the first of `sources` (token id lists, or their lengths) longer than the model
+    can read (`max_source_length`: its positional table, or its decoder's slots over the source)."""
+    limit = module.decoder.max_source_length
+    for number, source in enumerate(sources, 1):
+        length = source if isinstance(source, int) else len(source)
+        if length > limit:
+            raise AtnatError(f"{what} line {number}: {length} tokens, more than the {limit} this model reads (decoder "
+                             f"{module.hparams.decoder}, model.max_positions {module.model_cfg.max_positions}); shorten "
+                             "or leave out that line")
 
 
 def _encode(tokenizer, line: str, number: int, limit: int, long_lines: str, err: TextIO,

@@ -19,6 +19,7 @@ from atnat.experiments.data.batching import encode_split
 from atnat.experiments.data.tokenize import CACHE_DIR
 from atnat.experiments.evaluation.decode import decode_split
 from atnat.experiments.evaluation.metrics.quality import bleu_metric
+from atnat.experiments.evaluation.translate import check_source_lengths
 from atnat.experiments.files import write_json_atomic, write_lines_atomic
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, checkpoint_stamps, load_module
 
@@ -29,6 +30,7 @@ def distill_sources(teacher, tokenizer, sources: list[str], strategy_spec, *, ma
     `on_batch(sentences done)` follows the progress."""
     label, strategy = build_strategy(strategy_spec)
     split = encode_split(tokenizer, sources, sources, name="distillation input")
+    check_source_lengths(teacher, split.src, "distillation input")
     out = decode_split(teacher, split, strategy, max_tokens=max_tokens, on_batch=on_batch)
     lines = [tokenizer.decode(h).replace("\n", " ") for h in out.hyps]
     if len(lines) != len(sources):

@@ -286,6 +286,13 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
                               "resume with the new settings on purpose: atnat train --allow-settings-change "
                               "(the change is recorded in settings_changes.json with its step)")
     module = build_module(cfg, data.task)
+    for name, split in data.encoded.items():  # before anything is written: a source past the model's reach
+        if len(split) and int(split.src_lengths.max()) > module.decoder.max_source_length:  # fails at its batch
+            raise AtnatError(f"split {name}: sources of up to {int(split.src_lengths.max())} tokens (train.max_len "
+                             f"{cfg.train.max_len}), but this model reads at most {module.decoder.max_source_length} "
+                             f"(decoder {module.hparams.decoder}, model.max_positions "
+                             f"{module.model_cfg.max_positions}): set train.max_len to at most "
+                             f"{module.decoder.max_source_length}, or raise model.max_positions")
     if change and change.training:  # refused before anything is written: the run stays as it was
         check_weights_fit(module, resume, change)
     if not helper_rank():
