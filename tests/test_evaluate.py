@@ -138,3 +138,22 @@ def test_a_source_longer_than_the_model_reads_is_named_before_anything_is_decode
     module, tokenizer = load_module("dag")
     with pytest.raises(Exception, match="distillation input line 2: 5 tokens"):
         distill_sources(module, tokenizer, ["a b", "a b c d e"], {"name": "dag-greedy"})
+
+
+def test_a_teacher_of_another_vocabulary_is_refused(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    base = {"model": {"d_model": 16, "n_heads": 2, "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 1},
+            "train": {"max_steps": 2, "max_tokens": 256, "val_every_steps": 2, "progress_bar": False, "num_threads": 1},
+            "eval": {"n_bootstrap": 10}}
+    for name, vocab, decoder, strategy in (("at", 6, "at", "greedy"), ("cmlm", 7, "cmlm", "mask-predict")):
+        task = {"name": "copy", "vocab": vocab, "min_len": 2, "max_len": 4, "n_train": 40, "n_valid": 4, "n_test": 4}
+        spec = {**base, "name": name, "task": task, "decoder": {"name": decoder}, "eval": {**base["eval"],
+                                                                                        "strategies": [strategy]}}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+        assert main(["train", f"{name}.yaml", "--output-dir", name]) == 0
+    monkeypatch.setattr("sys.stdin", io.StringIO("a b\n"))
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", "cmlm", "--strategy", "speculative", "--teacher", "at"]) == 2
+    assert "--teacher at: its vocabulary is not the model's" in capsys.readouterr().err

@@ -73,6 +73,22 @@ def print_rows(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
     print(shown.to_string(index=False))
 
 
+def load_teacher(path: str | None, tokenizer, device):
+    """The --teacher model (npd's scorer, speculative's verifier), refused unless it reads and writes the same
+    tokens as the model: its ids index another vocabulary (an IndexError mid-way, or silently other words)."""
+    from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
+
+    if not path:
+        return None
+    teacher, teacher_tokenizer = load_module(path, map_location=device)
+    if teacher_tokenizer.to_state() != tokenizer.to_state():
+        sizes = f"{teacher_tokenizer.vocab_size} and {tokenizer.vocab_size} tokens"
+        raise AtnatError(f"--teacher {path}: its vocabulary is not the model's ({sizes}"
+                         f"{', other pieces' if teacher_tokenizer.vocab_size == tokenizer.vocab_size else ''}): "
+                         "a teacher must be trained on the same tokenizer (the same task) as the model")
+    return teacher
+
+
 def cmd_translate(args) -> int:
     from atnat.experiments.config.devices import decode_device  # lazy: start-up
     from atnat.experiments.config.run import build_strategy  # lazy: start-up
@@ -84,7 +100,7 @@ def cmd_translate(args) -> int:
     device = decode_device(args.device, args.quantize, note=lambda text: print(text, file=sys.stderr))
     module, tokenizer = load_module(args.checkpoint, map_location=device)
     module = maybe_quantize(module, args.quantize)
-    teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
+    teacher = load_teacher(args.teacher, tokenizer, device)
     if teacher is not None:
         use_engine(teacher, engine, single_sentences=args.batch_size == 1)
     spec = strategy_spec(args, module)
@@ -279,7 +295,7 @@ def cmd_evaluate(args) -> None:
     module, tokenizer = load_module(args.checkpoint, map_location=device)
     module = maybe_quantize(module, args.quantize)
     use_engine(module, engine, single_sentences=not args.no_speed)  # the latency timing decodes one at a time
-    teacher = load_module(args.teacher, map_location=device)[0] if args.teacher else None
+    teacher = load_teacher(args.teacher, tokenizer, device)
     if teacher is not None:
         use_engine(teacher, engine, single_sentences=not args.no_speed)
     sources = read_lines(Path(args.src), "--src")
