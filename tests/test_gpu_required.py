@@ -50,3 +50,12 @@ def test_the_reason_names_what_is_missing(monkeypatch, no_gpu):
     require_gpu("cpu", "x") and require_gpu("auto", "x")  # only a run that asks for a GPU is checked
     with pytest.raises(AtnatError, match="^grid.yaml: cell c: train.accelerator is gpu, but no GPU"):
         require_gpu("gpu", "grid.yaml: cell c")
+
+
+def test_decoding_asked_to_run_on_a_gpu_is_refused_where_none_is_usable(no_gpu):
+    """translate/evaluate/distill --device gpu decoded (and timed) on the CPU without a word."""
+    from atnat.experiments.config.devices import decode_device
+
+    with pytest.raises(AtnatError, match="^--device gpu: no GPU is usable here: .*give --device cpu"):
+        decode_device("gpu")
+    assert decode_device("auto") == decode_device("cpu") == "cpu"

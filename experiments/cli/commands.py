@@ -242,9 +242,9 @@ def cmd_distill(args) -> None:
     if args.strategy == "beam" and args.beam is None:
         args.beam = 5
     spec = {"name": args.strategy, **strategy_options(args)}
-    from atnat.experiments.config.devices import inference_device  # lazy: start-up
+    from atnat.experiments.config.devices import decode_device  # lazy: start-up
 
-    device = inference_device(args.device)
+    device = decode_device(args.device)
     if args.input:
         from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
 

@@ -59,8 +59,12 @@ def require_gpu(accelerator: str, where: str) -> None:
 def decode_device(requested: str, quantize: str | None = None, note=None) -> str:
     """The device `translate` / `evaluate` decode on for `--device` (auto, cpu, gpu) and `--quantize`:
     int8 has CPU kernels only, so `auto` then takes the CPU even where a GPU is visible (`note` is
-    told why: the command prints it on stderr) and `gpu` is refused."""
+    told why: the command prints it on stderr) and `gpu` is refused; `gpu` where no GPU is usable is refused."""
     if quantize in (None, "none"):
+        problem = gpu_problem() if requested == "gpu" else None
+        if problem:  # asked for: never decoded (and timed) on the CPU instead, without a word
+            raise AtnatError(f"--device gpu: no GPU is usable here: {problem}; drop --device gpu (or give --device "
+                             "cpu) to decode on the CPU")
         return inference_device(requested)
     if requested == "gpu":
         raise AtnatError(f"--quantize {quantize} runs on the CPU only (PyTorch's dynamic int8 kernels); "
