@@ -157,3 +157,23 @@ def test_a_teacher_of_another_vocabulary_is_refused(tmp_path, monkeypatch, capsy
     capsys.readouterr()
     assert main(["translate", "--checkpoint", "cmlm", "--strategy", "speculative", "--teacher", "at"]) == 2
     assert "--teacher at: its vocabulary is not the model's" in capsys.readouterr().err
+
+
+def test_evaluate_refuses_a_strategy_asked_twice_or_one_without_its_teacher_before_decoding(tmp_path, monkeypatch,
+                                                                                          capsys):
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path)
+    assert main(["run", str(grid), "--results", "res", "--only", "at-s1"]) == 0
+    run = tmp_path / "res" / "tiny" / "runs" / "at-s1"
+    (tmp_path / "src.txt").write_text("a b\n")
+    base = ["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "src.txt", "--no-speed"]
+    capsys.readouterr()
+    assert main([*base, "--also", "greedy", "--json", "out.json"]) == 2
+    assert "--also greedy: strategy greedy is asked for twice (also by --strategy)" in capsys.readouterr().err
+    assert not (tmp_path / "out.json").exists()
+    cmlm = tmp_path / "res" / "tiny" / "runs" / "cmlm-kd-s1"
+    assert main(["run", str(grid), "--results", "res"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(cmlm), "--src", "src.txt", "--ref", "src.txt", "--no-speed",
+                 "--also", "speculative"]) == 2
+    assert "--also speculative: strategy speculative-k5 runs an AT teacher: give --teacher RUN" in capsys.readouterr().err

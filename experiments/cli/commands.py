@@ -303,8 +303,15 @@ def cmd_evaluate(args) -> None:
     specs = [strategy_spec(args, module)] + [_spec(s) for s in args.also or []]
     from atnat.experiments.config.run import build_strategy  # lazy: start-up
 
+    labels: dict[str, str] = {}
     for spec, flag in zip(specs, ["--strategy", *(f"--also {s}" for s in args.also or [])]):
-        refuse_incompatible(module, build_strategy(spec)[1], flag)  # before hours of decoding
+        label, strategy = build_strategy(spec)
+        refuse_incompatible(module, strategy, flag)  # before hours of decoding
+        if strategy.uses_teacher and teacher is None:
+            raise AtnatError(f"{flag}: strategy {label} runs an AT teacher: give --teacher RUN")
+        if label in labels:  # one row per label: the second would be decoded, then lost or crash the timing
+            raise AtnatError(f"{flag}: strategy {label} is asked for twice (also by {labels[label]})")
+        labels[label] = flag
     speed = None if args.no_speed else SpeedSettings(latency_sentences=args.latency_sentences,
                                                      throughput_sentences=len(sources), repeats=args.repeats,
                                                      threads=args.threads)
