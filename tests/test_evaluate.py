@@ -177,3 +177,25 @@ def test_evaluate_refuses_a_strategy_asked_twice_or_one_without_its_teacher_befo
     assert main(["evaluate", "--checkpoint", str(cmlm), "--src", "src.txt", "--ref", "src.txt", "--no-speed",
                  "--also", "speculative"]) == 2
     assert "--also speculative: strategy speculative-k5 runs an AT teacher: give --teacher RUN" in capsys.readouterr().err
+
+
+def test_train_refuses_a_folder_that_is_not_a_run(tmp_path, monkeypatch, capsys):
+    """--output-dir into a project folder or an export replaced its config.json and metrics.json."""
+    import yaml
+
+    from tests.test_config_values import RUN
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(RUN))
+    mine = tmp_path / "proj"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"my": "settings"}')
+    assert main(["train", "run.yaml", "--output-dir", "proj"]) == 2
+    assert "its config.json is not a run's" in capsys.readouterr().err
+    assert (mine / "config.json").read_text() == '{"my": "settings"}'
+    (mine / "config.json").unlink()
+    (mine / "notes.txt").write_text("mine")
+    assert main(["train", "run.yaml", "--output-dir", "proj"]) == 2
+    assert "holds other things than a run (notes.txt)" in capsys.readouterr().err
+    assert main(["train", "run.yaml", "--output-dir", "run"]) == 0
+    assert main(["train", "run.yaml", "--output-dir", "run"]) == 0  # a run's folder: resumed (here: evaluated again)

@@ -41,6 +41,7 @@ def cmd_train(args) -> None:
     run_dir = Path(args.output_dir or cfg.output_dir or Path("runs") / path_part(cfg.name, f"{args.config}: name"))
     if run_dir.exists() and not run_dir.is_dir():
         raise AtnatError(f"--output-dir {run_dir} is a file; give a folder for the run (new, or a run to resume)")
+    refuse_foreign_folder(run_dir)
     lock = nullcontext() if helper_rank() else held(cell_lock(run_dir), f"run folder {run_dir}")
     with lock:  # a second train into the same folder is refused (DDP's helper ranks run under rank 0's lock)
         try:
@@ -55,6 +56,35 @@ def cmd_train(args) -> None:
             raise
     if result is not None:  # None: a helper rank of a multi-device run
         print_rows(result.rows)
+
+
+# what a run writes into its folder (training/, evaluation/, running/): a folder of these names only is a run's
+RUN_ENTRIES = {"config.json", "attempts.json", "checkpoints", "logs", "progress.json", "cell.lock", "cell.lock.json",
+               "distill.json", "distill", "train.json", "metrics.json", "error.log", "curves", "hyps", "samples.csv",
+               "worker.log", "job.json", "settings_changes.json", "exported"}
+
+
+def refuse_foreign_folder(run_dir: Path) -> None:
+    """A run writes config.json, metrics.json and more into its folder, replacing files of those names: a
+    folder that holds anything else (a project, an export) is refused, unless it is a run to resume."""
+    import json
+
+    if not run_dir.is_dir():
+        return
+    config = run_dir / "config.json"
+    try:
+        recorded = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else None
+    except (OSError, ValueError):
+        recorded = {}
+    a_run = isinstance(recorded, dict) and {"decoder", "train", "model"} <= set(recorded)
+    if config.exists() and not a_run:
+        raise AtnatError(f"--output-dir {run_dir}: its config.json is not a run's (an export, or a file of yours), and "
+                         "a run would replace it; give a new folder, or a run's folder to resume")
+    others = sorted(p.name for p in run_dir.iterdir() if p.name not in RUN_ENTRIES and not p.name.startswith("references")
+                    and not p.name.startswith("."))
+    if others and not a_run:
+        raise AtnatError(f"--output-dir {run_dir} holds other things than a run ({', '.join(others[:4])}"
+                         f"{', ...' if len(others) > 4 else ''}); give a new folder, or a run's folder to resume")
 
 
 def print_rows(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
