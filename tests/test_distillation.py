@@ -123,3 +123,24 @@ def test_an_interrupted_distillation_resumes_at_the_chunk_it_stopped_in(tmp_path
     (tmp_path / "chunks" / "000000000003.txt").write_text("S3\nS4\n")  # a chunk cut short: decoded again
     distill._in_chunks(tmp_path, {**identity, "checkpoint": "b"}, sources, decode)  # other weights: all again
     assert decoded == ["s0", "s3", "s6", "s9"]
+
+
+def test_distill_refuses_to_write_over_the_teachers_training_data_or_files(tmp_path, monkeypatch, capsys):
+    """Without --input the teacher's own training split is read; --output naming its target file replaced it."""
+    import yaml
+
+    from atnat.experiments.cli.commands import main
+    from tests.test_extra_tests import tiny_grid_dir
+
+    data, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    spec["cells"] = {"at": spec["cells"]["at"]}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["cell", "g.yaml", "at-s1", "--results", "res"]) == 0
+    run = tmp_path / "res" / spec["name"] / "runs" / "at-s1"
+    (target,) = data.glob("train.yy")
+    before = target.read_bytes()
+    capsys.readouterr()
+    assert main(["distill", "--teacher", str(run), "--strategy", "greedy", "--output", str(target)]) == 2
+    assert "is the teacher's training train target" in capsys.readouterr().err and target.read_bytes() == before
+    assert main(["distill", "--teacher", str(run), "--strategy", "greedy", "--output", str(run / "config.json")]) == 2
+    assert "is the teacher's config.json" in capsys.readouterr().err

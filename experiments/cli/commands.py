@@ -175,12 +175,13 @@ def utf8_lines(stream, name: str):
 
 
 def refuse_overwriting_inputs(outputs: dict[str, str | None], inputs: dict[str, str | None]) -> None:
-    """An output path that is one of the inputs would replace it: one error naming both flags."""
+    """An output path that is one of the inputs would replace it: one error naming both (an input is named by
+    its flag, or by what it is)."""
     for out_flag, out in outputs.items():
         for in_flag, given in inputs.items():
             if out and given and Path(out).exists() and Path(given).exists() and Path(out).samefile(given):
-                raise AtnatError(f"{out_flag} {out} is the file given to {in_flag}: writing it would replace it; "
-                                 "give another path")
+                what = f"the file given to {in_flag}" if in_flag.startswith("-") else in_flag  # a flag, or a file's role
+                raise AtnatError(f"{out_flag} {out} is {what}: writing it would replace it; give another path")
 
 
 def checked_engine(args):
@@ -298,7 +299,12 @@ def cmd_distill(args) -> None:
             raise AtnatError(f"{args.teacher} is not a run directory or a checkpoint in one (no config.json beside "
                              "its checkpoints/): give --input SOURCE_FILE or a teacher run directory")
         cfg = run_config_from_dict(json.loads(cfg_path.read_text()), str(cfg_path), recorded=True)
-        src, tgt = load_task(cfg).splits["train"]
+        task = load_task(cfg)
+        read = {f"the teacher's training {side.what}": str(side.path) for side in task.side_texts("train")
+                if side.path is not None}
+        read |= {f"the teacher's {p.relative_to(run)}": str(p) for p in [cfg_path, *run.glob("checkpoints/*")]}
+        refuse_overwriting_inputs({"--output": args.output}, read)  # before the teacher decodes for hours
+        src, tgt = task.splits["train"]
         lines, meta = distilled_targets(args.teacher, src, tgt, spec, device=device)
     write_lines_atomic(Path(args.output), lines)
     print(f"wrote {len(lines)} lines to {args.output} ({json.dumps(meta)})", file=sys.stderr)
