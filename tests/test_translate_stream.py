@@ -127,3 +127,7 @@ def test_input_that_is_not_utf8_is_named_by_its_line(ctc_ckpt, monkeypatch, caps
     stdin = io.TextIOWrapper(io.BytesIO(b"a b\n\xff\xfe c\n"), encoding="utf-8", errors="surrogateescape")
     code, out, err = translate_cli(monkeypatch, capsys, stdin, "--checkpoint", str(ctc_ckpt), "--batch-size", "1")
     assert code == 2 and "stdin line 2 is not valid UTF-8" in err
+    assert len(out.splitlines()) == 1  # the line before it translated and written (its window was lost)
+    stdin = io.TextIOWrapper(io.BytesIO(b"a b\n" * 300 + b"\xff\n"), encoding="utf-8", errors="surrogateescape")
+    code, out, err = translate_cli(monkeypatch, capsys, stdin, "--checkpoint", str(ctc_ckpt))
+    assert code == 2 and "stdin line 301 is not valid UTF-8" in err and len(out.splitlines()) == 300

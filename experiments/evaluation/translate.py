@@ -8,7 +8,6 @@ warning; the other lines are translated either way.
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Iterable, TextIO
 
@@ -36,13 +35,31 @@ def translate_stream(module, tokenizer, strategy, lines: Iterable[str], out: Tex
     report = StreamReport()
     limit = module.decoder.max_source_length
     source = iter(lines)
-    while window := list(itertools.islice(source, max(WINDOW, batch_size))):
-        ids = [_encode(tokenizer, line.rstrip("\n"), report.lines + i + 1, limit, long_lines, err, report)
-               for i, line in enumerate(window)]
-        out.write("".join(line + "\n" for line in _translate(module, tokenizer, strategy, ids, batch_size, teacher)))
-        out.flush()
-        report.lines += len(window)
-    return report
+    while True:
+        window, failed = _window(source, max(WINDOW, batch_size))
+        if window:
+            ids = [_encode(tokenizer, line.rstrip("\n"), report.lines + i + 1, limit, long_lines, err, report)
+                   for i, line in enumerate(window)]
+            out.write("".join(line + "\n" for line in _translate(module, tokenizer, strategy, ids, batch_size, teacher)))
+            out.flush()
+            report.lines += len(window)
+        if failed is not None:  # an unreadable line: the lines before it are translated and written first
+            raise failed
+        if not window:
+            return report
+
+
+def _window(source, size: int) -> tuple[list[str], AtnatError | None]:
+    """Up to `size` lines of `source`, and the error a line raised when read (the lines before it kept)."""
+    window: list[str] = []
+    try:
+        for line in source:
+            window.append(line)
+            if len(window) == size:
+                break
+    except AtnatError as err:
+        return window, err
+    return window, None
 
 
 def check_source_lengths(module, sources, what: str) -> None:
