@@ -125,9 +125,12 @@ def test_a_batch_size_that_is_not_positive_is_refused(ctc_ckpt, monkeypatch, cap
 
 def test_input_that_is_not_utf8_is_named_by_its_line(ctc_ckpt, monkeypatch, capsys):
     stdin = io.TextIOWrapper(io.BytesIO(b"a b\n\xff\xfe c\n"), encoding="utf-8", errors="surrogateescape")
-    code, out, err = translate_cli(monkeypatch, capsys, stdin, "--checkpoint", str(ctc_ckpt), "--batch-size", "1")
+    code, out, err = translate_cli(monkeypatch, capsys, stdin, "--checkpoint", str(ctc_ckpt), "--batch-size", "1",
+                                   "--engine", "eager")  # (auto would compile a batch-1 package: tests/test_engines.py)
     assert code == 2 and "stdin line 2 is not valid UTF-8" in err
     assert len(out.splitlines()) == 1  # the line before it translated and written (its window was lost)
-    stdin = io.TextIOWrapper(io.BytesIO(b"a b\n" * 300 + b"\xff\n"), encoding="utf-8", errors="surrogateescape")
-    code, out, err = translate_cli(monkeypatch, capsys, stdin, "--checkpoint", str(ctc_ckpt))
-    assert code == 2 and "stdin line 301 is not valid UTF-8" in err and len(out.splitlines()) == 300
+    monkeypatch.setattr("atnat.experiments.evaluation.translate.WINDOW", 2)  # windows of 2 lines: a b / a b / a b, bad
+    stdin = io.TextIOWrapper(io.BytesIO(b"a b\n" * 3 + b"\xff\n"), encoding="utf-8", errors="surrogateescape")
+    code, out, err = translate_cli(monkeypatch, capsys, stdin, "--checkpoint", str(ctc_ckpt), "--batch-size", "1",
+                                   "--engine", "eager")
+    assert code == 2 and "stdin line 4 is not valid UTF-8" in err and len(out.splitlines()) == 3
