@@ -470,6 +470,7 @@ def test_collect_refuses_a_destination_inside_the_results_folder(tmp_path, monke
     assert sorted(p.name for p in (tmp_path / "res" / "two-tests" / "runs" / "at-s1").iterdir()) == before
 
 
+@pytest.mark.slow  # several tiny grid runs (20-30 s): `pytest -m slow` runs it
 def test_a_timing_stopped_after_a_group_keeps_the_groups_it_timed(tmp_path, monkeypatch, capsys):
     """`atnat time --anew` over two seeds, stopped while it times the second: the first seed's new timing
     was lost (timing.csv was written once, at the end), and with it an hour of a quiet machine."""

@@ -3,6 +3,8 @@ to rerun or keep them: neither their numbers nor their runs are silently kept or
 import json
 from pathlib import Path
 
+import pytest
+
 from atnat.experiments.cli.commands import main
 from tests.test_grid import TINY, write_grid
 
@@ -200,6 +202,7 @@ def test_test_only_settings_re_evaluate_instead_of_training_again(tmp_path):
     assert keys == ["distill.strategy", "distill.targets"]  # with targets, the strategy counts
 
 
+@pytest.mark.slow  # several tiny grid runs (20-30 s): `pytest -m slow` runs it
 def test_only_checks_the_whole_grid_for_stale_cells_and_the_report_names_those_it_does_not_run(
         tmp_path, monkeypatch, capsys):
     """--only once limited the check to the cells it chose: a student whose teacher outside the choice
@@ -218,6 +221,7 @@ def test_only_checks_the_whole_grid_for_stale_cells_and_the_report_names_those_i
     assert "Run with other settings than the grid file gives now" in report and "`cmlm-kd-s1` (eval.strategies" in report
 
 
+@pytest.mark.slow  # several tiny grid runs (20-30 s): `pytest -m slow` runs it
 def test_a_grid_file_edited_while_it_runs_is_kept_as_it_was_read_and_cells_run_by_the_edit_are_named(
         tmp_path, monkeypatch, capsys):
     """Workers read the grid file again: one edited mid-run trains or evaluates later cells by the edit,
