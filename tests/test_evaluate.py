@@ -199,3 +199,26 @@ def test_train_refuses_a_folder_that_is_not_a_run(tmp_path, monkeypatch, capsys)
     assert "holds other things than a run (notes.txt)" in capsys.readouterr().err
     assert main(["train", "run.yaml", "--output-dir", "run"]) == 0
     assert main(["train", "run.yaml", "--output-dir", "run"]) == 0  # a run's folder: resumed (here: evaluated again)
+
+
+def test_evaluate_checks_its_output_paths_first_and_writes_each_file_on_its_own(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path)
+    assert main(["run", str(grid), "--results", "res", "--only", "at-s1"]) == 0
+    run = tmp_path / "res" / "tiny" / "runs" / "at-s1"
+    (tmp_path / "src.txt").write_text("a b\n")
+    (tmp_path / "adir").mkdir()
+    base = ["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "src.txt", "--no-speed"]
+    capsys.readouterr()
+    assert main([*base, "--hyps", "adir", "--json", "s.json"]) == 2
+    assert "--hyps adir is a folder; give a file path" in capsys.readouterr().err  # before decoding
+    assert main([*base, "--hyps", "x.txt", "--json", "x.txt"]) == 2
+    assert "--hyps and --json are both x.txt" in capsys.readouterr().err
+    from atnat.experiments import files
+    from atnat.experiments.cli import commands
+
+    def unwritable(path, lines):
+        raise files.UnwritableError(f"cannot write {path}: the disk is full")
+    monkeypatch.setattr(commands, "write_lines_atomic", unwritable)
+    assert main([*base, "--hyps", "h.txt", "--json", "s.json"]) == 1
+    assert "cannot write h.txt" in capsys.readouterr().err and json.loads((tmp_path / "s.json").read_text())["rows"]

@@ -337,6 +337,12 @@ def cmd_evaluate(args) -> None:
     sources = read_lines(Path(args.src), "--src")
     references = [read_lines(Path(r), f"--ref {r}") for r in args.ref]
     specs = [strategy_spec(args, module)] + [_spec(s) for s in args.also or []]
+    outputs = {flag: given for flag, given in (("--hyps", args.hyps), ("--json", args.json)) if given}
+    for flag, given in outputs.items():  # before hours of decoding: a path no file can be written to
+        if Path(given).is_dir():
+            raise AtnatError(f"{flag} {given} is a folder; give a file path")
+    if len(outputs) == 2 and Path(args.hyps).resolve() == Path(args.json).resolve():
+        raise AtnatError(f"--hyps and --json are both {args.hyps}: the second would replace the first")
     from atnat.experiments.config.run import build_strategy  # lazy: start-up
 
     labels: dict[str, str] = {}
@@ -357,13 +363,20 @@ def cmd_evaluate(args) -> None:
                           source_name=f"--src {args.src}")
     for row in rows:
         row["engine"], row["threads"] = engine.label, args.threads  # decoding and timing alike
+    clean = [{k: v for k, v in r.items() if k != "hypotheses"} for r in rows]
+    failed = []  # each file written on its own, before the table (a closed pipe must not lose them)
+    for given, write in ((args.hyps, lambda: write_lines_atomic(Path(args.hyps), rows[0]["hypotheses"])),
+                         (args.json, lambda: write_json_atomic(Path(args.json), {
+                             "checkpoint": str(args.checkpoint), "src": args.src, "ref": args.ref,
+                             "engine": engine.label, "threads": args.threads, "rows": clean}))):
+        if given:
+            try:
+                write()
+            except (AtnatError, OSError) as err:
+                failed.append(err)
     print_rows(rows, extra=("bleu_tok", "bleu_ci_low", "bleu_ci_high"))
-    if args.hyps:
-        write_lines_atomic(Path(args.hyps), rows[0]["hypotheses"])
-    if args.json:
-        clean = [{k: v for k, v in r.items() if k != "hypotheses"} for r in rows]
-        write_json_atomic(Path(args.json), {"checkpoint": str(args.checkpoint), "src": args.src, "ref": args.ref,
-                                            "engine": engine.label, "threads": args.threads, "rows": clean})
+    if failed:
+        raise failed[0]
 
 
 def _spec(text: str) -> dict:
