@@ -15,6 +15,11 @@ from atnat.experiments.data.wmt14 import FILES, download_wmt14
 FAKE = {name: (f"{name} line {i} .\n" * 50).encode() for i, name in enumerate(FILES)}
 
 
+def sums(wrong: str = "", folder: str = "") -> str:
+    """sha256sum's lines for the fake files, `wrong`'s sum all zeros, each name under `folder`."""
+    return "".join(f"{'0' * 64 if n == wrong else hashlib.sha256(FAKE[n]).hexdigest()}  {folder}{n}\n" for n in FILES)
+
+
 class Ranged(http.server.SimpleHTTPRequestHandler):
     """Serves the fake files; honours `Range: bytes=N-` unless the server says it ignores ranges."""
 
@@ -86,8 +91,7 @@ def test_a_stopped_download_resumes_from_its_part_file(server, tmp_path, ranges)
 def test_sums_given_by_the_user_are_checked_and_a_failed_download_keeps_what_it_has(server, tmp_path):
     httpd, url = server
     trusted = tmp_path / "sums"
-    trusted.write_text("".join(f"{'0' * 64 if n == 'train.de' else hashlib.sha256(FAKE[n]).hexdigest()}  {n}\n"
-                               for n in FILES))
+    trusted.write_text(sums(wrong="train.de"))
     with pytest.raises(AtnatError, match=r"train.de: sha256 .*, expected 0{64}"):
         download_wmt14(tmp_path / "d", base_url=url, sums_file=trusted, log=lambda _: None)
     assert (tmp_path / "d" / "train.en").read_bytes() == FAKE["train.en"]  # the file before it is kept
@@ -173,8 +177,7 @@ def test_given_sums_name_files_with_their_folders_and_must_list_every_file(serve
     file checked nothing for it (it was recorded as a first download and the command succeeded)."""
     httpd, url = server
     trusted = tmp_path / "sums"
-    trusted.write_text("".join(f"{'0' * 64 if n == 'train.de' else hashlib.sha256(FAKE[n]).hexdigest()}  wmt/{n}\n"
-                               for n in FILES))
+    trusted.write_text(sums(wrong="train.de", folder="wmt/"))
     with pytest.raises(AtnatError, match=r"train.de: sha256 .*, expected 0{64}"):
         download_wmt14(tmp_path / "d", base_url=url, sums_file=trusted, log=lambda _: None)
     trusted.write_text(f"{hashlib.sha256(FAKE['train.en']).hexdigest()}  train.en\n")
@@ -192,7 +195,7 @@ def test_a_cut_download_of_unsaid_length_with_given_sums_resumes(server, tmp_pat
     httpd, url = server
     httpd.lengths, httpd.cut["train.de"] = False, 300
     trusted = tmp_path / "sums"
-    trusted.write_text("".join(f"{hashlib.sha256(FAKE[n]).hexdigest()}  {n}\n" for n in FILES))
+    trusted.write_text(sums())
     download_wmt14(tmp_path / "d", base_url=url, sums_file=trusted, log=lambda _: None)
     assert (tmp_path / "d" / "train.de").read_bytes() == FAKE["train.de"] and ("train.de", "bytes=300-") in httpd.requested
     assert not [r for r in httpd.requested if r[0] == "train.en" and r[1]]  # a whole one meets its sum: no probe

@@ -332,12 +332,12 @@ class ParallelTask(Task):
         sha256 (a memo in the cache names the model) without reading the split."""
         o = self.options
         (src_sha, n_src), (tgt_sha, n_tgt) = src.digest(), tgt.digest()
-        if src.limit:  # the whole files: a limit must not hide parallel files of unequal lengths (remembered digests)
-            n_src, n_tgt = (SideText(path=side.path, what=side.what).digest()[1] for side in (src, tgt))
-        if n_src != n_tgt:
-            raise AtnatError(f"train: {src.path} has {n_src} lines but {tgt.path} has {n_tgt}; parallel files "
+        # the whole files: a limit must not hide parallel files of unequal lengths (remembered digests)
+        whole = [SideText(path=side.path, what=side.what).digest()[1] for side in (src, tgt)] if src.limit \
+            else [n_src, n_tgt]
+        if whole[0] != whole[1]:
+            raise AtnatError(f"train: {src.path} has {whole[0]} lines but {tgt.path} has {whole[1]}; parallel files "
                              "need equal line counts")
-        n_src = src.digest()[1]
         what = f"train split ({src.path}, {tgt.path})"
         settings = {"src": src_sha, "tgt": tgt_sha, "vocab_size": o.vocab_size, "sample": min(o.tokenizer_sample, n_src),
                     "seed": TOKENIZER_SAMPLE_SEED}

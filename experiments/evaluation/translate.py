@@ -63,13 +63,12 @@ def _window(source, size: int) -> tuple[list[str], AtnatError | None]:
 
 
 def check_source_lengths(module, sources, what: str) -> None:
-    """One AtnatError naming the first of `sources` (token id lists, or their lengths) longer than the model
-    can read (`max_source_length`: its positional table, or its decoder's slots over the source)."""
+    """One AtnatError naming the first of `sources` (token id lists) longer than the model can read
+    (`max_source_length`: its positional table, or its decoder's slots over the source)."""
     limit = module.decoder.max_source_length
     for number, source in enumerate(sources, 1):
-        length = source if isinstance(source, int) else len(source)
-        if length > limit:
-            raise AtnatError(f"{what} line {number}: {length} tokens, more than the {limit} this model reads (decoder "
+        if len(source) > limit:
+            raise AtnatError(f"{what} line {number}: {len(source)} tokens, more than the {limit} this model reads (decoder "
                              f"{module.hparams.decoder}, model.max_positions {module.model_cfg.max_positions}); shorten "
                              "or leave out that line")
 
