@@ -180,3 +180,9 @@ def _finite(value: Any) -> bool:
     import math
 
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def build_config(cls, data: dict | None):
+    """A frozen dataclass from a plain dict, each value checked against its field's type (lists
+    become tuples where the field is a tuple, numeric strings numbers)."""
+    return cls(**check_fields(cls, dict(data or {})))

@@ -1,8 +1,6 @@
 """Seq2SeqModule: the shared encoder + any registered decoder, trained with Lightning."""
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import pytorch_lightning as pl
@@ -11,21 +9,14 @@ import torch
 from torch import Tensor
 
 from atnat.core.errors import AtnatError
-from atnat.core.options import (
-    check_fields,
-    require_at_least,
-    require_between,
-    require_choice,
-    require_fraction,
-    require_non_negative,
-    require_positive,
-)
+from atnat.core.options import build_config, require_between
 from atnat.core.special import SpecialTokens
 from atnat.models.batch import Batch
 from atnat.models.decoders.base import DECODERS, Decoder, LossConfig
 from atnat.models.encoder import EncoderOut, TransformerEncoder
 from atnat.models.layers import TokenEmbedding
 from atnat.models.losses import total_loss
+from atnat.models.optim import OptimConfig, lr_factor
 from atnat.models.sizes import MAX_VOCAB, ModelConfig
 from atnat.models.step_forms import (
     STEP_FORMS,
@@ -34,41 +25,6 @@ from atnat.models.step_forms import (
     make_optimizer,
     uses_fused_optimizer,
 )
-
-
-@dataclass(frozen=True)
-class OptimConfig:
-    """Adam and its learning-rate schedule."""
-
-    lr: float = 5e-4  # peak learning rate
-    schedule: str = "inverse_sqrt"  # inverse_sqrt (paper: linear warm-up, then 1/sqrt(step)) | constant
-    warmup_steps: int = 400  # warm-up length of the inverse_sqrt schedule
-    betas: tuple[float, float] = (0.9, 0.98)  # Adam betas of the paper
-    eps: float = 1e-9  # Adam epsilon
-    weight_decay: float = 0.0  # decoupled weight decay (AdamW) when > 0
-    clip_norm: float = 1.0  # gradient clipping by global norm (0 = off); applied by the Trainer
-
-    def __post_init__(self):
-        require_choice(self.schedule, ("inverse_sqrt", "constant"), "optim", "schedule")
-        require_positive("optim", lr=self.lr, eps=self.eps)
-        require_at_least(self.warmup_steps, 0, "optim", "warmup_steps")
-        for i, beta in enumerate(self.betas):
-            require_fraction(beta, "optim", f"betas[{i}]")
-        require_non_negative("optim", weight_decay=self.weight_decay, clip_norm=self.clip_norm)
-
-
-def lr_factor(step: int, schedule: str, warmup: int) -> float:
-    """Multiplier of the peak lr at an optimizer step (1-based)."""
-    if schedule == "constant":
-        return 1.0
-    step = max(step, 1)
-    return min(step / max(warmup, 1), math.sqrt(max(warmup, 1) / step))
-
-
-def build_config(cls, data: dict | None):
-    """A frozen dataclass from a plain dict, each value checked against its field's type (lists
-    become tuples where the field is a tuple, numeric strings numbers; see core/options.py)."""
-    return cls(**check_fields(cls, dict(data or {})))
 
 
 class Seq2SeqModule(pl.LightningModule):

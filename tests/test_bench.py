@@ -326,7 +326,7 @@ def test_precision_auto_picks_bf16_where_the_cpu_does_it(tmp_path):
 
 def test_cli_prints_table_writes_csv_and_sweep_png(tiny, tmp_path, monkeypatch, capsys):
     seen = []
-    monkeypatch.setattr(bench.cli, "run_decode", lambda spec: seen.append(spec) or tiny)
+    monkeypatch.setattr("atnat.experiments.bench.decode_run.run_decode", lambda spec: seen.append(spec) or tiny)
     csv = tmp_path / "sweep.csv"
     bench.main(["decode", "--sweep", "--threads", "1", "--repeats", "2", "--out", str(csv)])
     assert seen[0].shapes == ((1, 10), (1, 30), (1, 50), (1, 100), (8, 30), (64, 30), (256, 30))

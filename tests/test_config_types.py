@@ -6,10 +6,12 @@ import dataclasses
 import pytest
 import yaml
 
+from atnat.core.options import build_config
 from atnat.experiments.cli.commands import main
 from atnat.experiments.config.run import ConfigError, load_run_config, run_config_from_dict
 from atnat.experiments.running.grid import load_grid
-from atnat.models.seq2seq import OptimConfig, Seq2SeqModule, build_config
+from atnat.models.optim import OptimConfig
+from atnat.models.seq2seq import Seq2SeqModule
 from atnat.models.sizes import ModelConfig
 from tests.test_grid import TINY, write_grid
 

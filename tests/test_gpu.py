@@ -332,7 +332,7 @@ def test_bench_decode_tiny_on_cuda_with_its_ctranslate2_rows(tmp_path):
 def test_an_eager_optimizer_state_resumed_under_fused_keeps_its_step_counters_on_the_gpu():
     """The fused kernel reads each parameter's step counter on the device; a state saved by the eager form
     keeps them on the CPU, so resuming moves them (and a fused state resumed as eager moves them back)."""
-    from atnat.models.seq2seq import OptimConfig
+    from atnat.models.optim import OptimConfig
     from atnat.models.step_forms import apply_to_optimizer, make_optimizer
 
     model = torch.nn.Linear(8, 8).cuda()

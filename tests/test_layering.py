@@ -139,3 +139,22 @@ def test_the_part_check_sees_an_upward_import_and_the_cycle_check_a_circle(tmp_p
     (tmp_path / "experiments" / "data" / "bad.py").write_text("from atnat.experiments.running.cell import x\n")
     assert upward(tmp_path) == ["experiments/data/bad.py:1 (data, rank 1) imports running (rank 5)"]
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_reading_the_command_line_and_a_config_imports_no_lightning():
+    """`atnat --help`, `atnat list` and reading a config need no Lightning, plotting or Hugging Face:
+    the command line used to import all three through the cluster launcher and the bench commands,
+    seconds before it printed anything."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from atnat.experiments.cli.commands import parser\n"
+            "parser().parse_args(['list'])\n"
+            "import atnat.experiments.config.run, atnat.experiments.reporting.records\n"
+            "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'pytorch_lightning', 'lightning_fabric', "
+            "'matplotlib', 'seaborn', 'transformers'})\n"
+            "print(','.join(heavy))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == ""

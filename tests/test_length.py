@@ -10,7 +10,7 @@ from atnat.experiments.data.batching import encode_split, make_loader
 from atnat.models.encoder import EncoderOut, TransformerEncoder
 from atnat.models.layers import TokenEmbedding
 from atnat.models.length import LengthPredictor
-from atnat.models.seq2seq import lr_factor
+from atnat.models.optim import lr_factor
 from atnat.models.sizes import ModelConfig
 from tests.training import TINY_MODEL, make_task
 

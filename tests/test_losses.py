@@ -7,7 +7,8 @@ import torch
 from atnat.models.batch import Batch
 from atnat.models.decoders.autoregressive import sampling_probability
 from atnat.models.losses import guided_attention_loss, guided_attention_weights, label_smoothed_nll
-from atnat.models.seq2seq import Seq2SeqModule, lr_factor
+from atnat.models.optim import lr_factor
+from atnat.models.seq2seq import Seq2SeqModule
 
 
 def test_sampling_schedules():

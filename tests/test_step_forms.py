@@ -9,6 +9,7 @@ import torch
 import torch._dynamo.utils
 
 from atnat.core.errors import AtnatError
+from atnat.experiments.bench import spec as bench_spec
 from atnat.experiments.bench import train_step as bench_train
 from atnat.experiments.bench.spec import make_spec
 from atnat.experiments.config.run import ConfigError, run_config_from_dict
@@ -148,7 +149,7 @@ def test_the_train_bench_times_the_forms_side_by_side_at_each_size():
     assert ((eager - fused).abs() < 1e-4).all()  # the same model and batch: the same losses
     grid = bench_train.sized(spec, "grid").model
     assert (grid["d_model"], grid["encoder_layers"], grid["decoder_layers"]) == (512, 5, 5)
-    assert bench_train.SIZES["base"][1] == 25000
+    assert bench_spec.SIZES["base"][1] == 25000
     with pytest.raises(AtnatError, match="--forms among eager, fused, compiled"):
         bench_train.run_train(spec, steps=1, tokens=120, forms=("jit",), log=lambda *_: None)
     with pytest.raises(AtnatError, match="--size huge"):

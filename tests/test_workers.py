@@ -352,8 +352,7 @@ def test_a_worker_killed_after_an_earlier_failure_is_recorded_with_its_own_end(t
     import types
 
     import atnat.experiments.running.launchers.local as local
-    from atnat.experiments.reporting.records import write_record
-    from atnat.experiments.running.cell import cell_status
+    from atnat.experiments.reporting.records import cell_status, write_record
 
     run = tmp_path / "runs" / "at-s1"
     run.mkdir(parents=True)

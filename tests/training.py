@@ -6,9 +6,10 @@ import torch
 
 import atnat.decoding  # noqa: F401  (registers strategies)
 import atnat.models.decoders  # noqa: F401  (registers decoders)
+from atnat.core.options import build_config
 from atnat.experiments.data.batching import encode_split, make_loader
 from atnat.experiments.data.tasks import TASKS
-from atnat.models.seq2seq import Seq2SeqModule, build_config
+from atnat.models.seq2seq import Seq2SeqModule
 
 TINY_MODEL = dict(d_model=64, n_heads=4, ffn_dim=256, encoder_layers=2, decoder_layers=2, dropout=0.0)
 

@@ -20,14 +20,24 @@ profile (profile.py): torch.profiler's top operators of one of our strategies.
 The command line (cli.py) hangs these under `atnat bench` of the main parser. May import:
 evaluation/, config/, modelfiles/, data/, files.py.
 """
-from atnat.experiments.bench.cli import main
-from atnat.experiments.bench.decode_run import COLUMNS, LEAK_BATCH, LEAK_STRATEGY, add_ratios, run_decode
-from atnat.experiments.bench.plots import plot_sweep
-from atnat.experiments.bench.profile import run_profile
-from atnat.experiments.bench.spec import FULL, OUT_LEN, SRC_LEN, STRATEGIES, TINY, Spec, check_spec, make_spec, our_strategy
-from atnat.experiments.bench.systems import Models, System, check_ours, our_fn, our_system, time_round_robin
-from atnat.experiments.bench.train_step import run_train
+from importlib import import_module
 
-__all__ = ["COLUMNS", "FULL", "LEAK_BATCH", "LEAK_STRATEGY", "Models", "OUT_LEN", "SRC_LEN", "STRATEGIES", "Spec",
-           "System", "TINY", "add_ratios", "check_ours", "check_spec", "main", "make_spec", "our_fn", "our_strategy",
-           "our_system", "plot_sweep", "run_decode", "run_profile", "run_train", "time_round_robin"]
+# The package's names, each imported from its module on first use: `atnat --help` declares the bench
+# commands (cli.py) without importing the runners, Lightning or the peers.
+_EXPORTS = {
+    "cli": ["main"],
+    "decode_run": ["COLUMNS", "LEAK_BATCH", "LEAK_STRATEGY", "add_ratios", "run_decode"],
+    "plots": ["plot_sweep"],
+    "profile": ["run_profile"],
+    "spec": ["FULL", "OUT_LEN", "SRC_LEN", "STRATEGIES", "TINY", "Spec", "check_spec", "make_spec", "our_strategy"],
+    "systems": ["Models", "System", "check_ours", "our_fn", "our_system", "time_round_robin"],
+    "train_step": ["run_train"],
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)

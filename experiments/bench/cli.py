@@ -9,11 +9,7 @@ import torch
 
 from atnat.core.engine_names import ENGINES, OPTIONS
 from atnat.core.errors import AtnatError
-from atnat.experiments.bench.decode_run import print_decode, run_decode
-from atnat.experiments.bench.plots import plot_sweep
-from atnat.experiments.bench.profile import run_profile
-from atnat.experiments.bench.spec import OUT_LEN, STRATEGIES, SWEEP_BATCHES, SWEEP_LENGTHS, check_spec, make_spec
-from atnat.experiments.bench.train_step import SIZES, run_train, sized
+from atnat.experiments.bench.spec import OUT_LEN, SIZES, STRATEGIES, SWEEP_BATCHES, SWEEP_LENGTHS, check_spec, make_spec
 from atnat.models.decoders.autoregressive import COMPILE_MODES
 from atnat.models.step_forms import STEP_FORMS
 
@@ -106,6 +102,12 @@ DATA_HELP = ("what a corpus of N pairs costs: preparation time and memory, time 
 
 def run(args: argparse.Namespace) -> None:
     """Run the parsed `atnat bench` command: print its table, write --out (and the sweep figure)."""
+    # the runners import Lightning, plotting and the peers: here, so that declaring the commands stays light
+    from atnat.experiments.bench.decode_run import print_decode, run_decode
+    from atnat.experiments.bench.plots import plot_sweep
+    from atnat.experiments.bench.profile import run_profile
+    from atnat.experiments.bench.train_step import run_train, sized
+
     if args.what == "data":
         from atnat.experiments.bench.data_bench import bench_data  # lazy: start-up
 

@@ -109,3 +109,11 @@ def our_strategy(name: str, out_len: int):
     if name == "dag-viterbi":
         return "dag", dag_walk.DAGViterbi(dedup=False)
     return "ctc", ctc.CTC()
+
+
+# --size: model dimensions and the default target tokens of a batch (vocabulary: the bench's)
+SIZES = {
+    "bench": (None, 4096),  # the bench's own model (bench/spec.py FULL: D=256, 3+3)
+    "grid": (dict(d_model=512, n_heads=8, ffn_dim=2048, encoder_layers=5, decoder_layers=5, pre_ln=True), 12000),
+    "base": (dict(d_model=512, n_heads=8, ffn_dim=2048, encoder_layers=6, decoder_layers=6), 25000),
+}  # grid: experiments/grids/multi30k.yaml's model and batch; base: Transformer-base (Vaswani et al. 2017)

@@ -17,23 +17,16 @@ import torch
 from atnat.core.errors import AtnatError
 from atnat.experiments.bench.flops import peak_tflops as known_peak
 from atnat.experiments.bench.flops import train_step_flops
-from atnat.experiments.bench.spec import FIRST_ORDINARY, OUT_LEN, Spec, start
+from atnat.experiments.bench.spec import FIRST_ORDINARY, OUT_LEN, SIZES, Spec, start
 from atnat.experiments.config.precision import resolve_precision
 from atnat.experiments.evaluation.metrics.speed import _synchronize
 from atnat.models.batch import Batch
 from atnat.models.losses import total_loss
-from atnat.models.seq2seq import OptimConfig, Seq2SeqModule
+from atnat.models.optim import OptimConfig
+from atnat.models.seq2seq import Seq2SeqModule
 from atnat.models.step_forms import STEP_FORMS, make_optimizer
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}  # autocast dtype of each --precision value
-# --size: model dimensions and the default target tokens of a batch (vocabulary: the bench's)
-SIZES = {
-    "bench": (None, 4096),  # the bench's own model (bench/spec.py FULL: D=256, 3+3)
-    "grid": (dict(d_model=512, n_heads=8, ffn_dim=2048, encoder_layers=5, decoder_layers=5, pre_ln=True), 12000),
-    "base": (dict(d_model=512, n_heads=8, ffn_dim=2048, encoder_layers=6, decoder_layers=6), 25000),
-}  # grid: experiments/grids/multi30k.yaml's model and batch; base: Transformer-base (Vaswani et al. 2017)
-
-
 def default_precisions(device: str) -> tuple[str, ...]:
     """fp32, plus bf16 where the device does it natively (what `train.precision: auto` would pick)."""
     return ("fp32", "bf16") if resolve_precision("auto", "gpu" if device == "cuda" else "cpu") == "bf16-mixed" \

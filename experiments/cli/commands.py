@@ -410,7 +410,7 @@ def cmd_run(args) -> int:
         raise AtnatError(f"--workers {args.workers}: expected a positive number of worker processes")
     cluster = None
     if args.launcher != "local":
-        from atnat.experiments.running.launchers.slurm import settings_from_args  # lazy: start-up
+        from atnat.experiments.running.launchers.cluster_settings import settings_from_args
 
         cluster = settings_from_args(args)
     done = run_grid(args.grid, results_root=Path(args.results), dry_run=args.dry_run, only=args.only,
@@ -646,7 +646,7 @@ def parser() -> argparse.ArgumentParser:
                         "cells stop the run before anything starts")
     p.add_argument("--workers", type=int, help="cells run at once, one process each (GPUs 0..N-1 when present)")
     p.add_argument("--devices", help="comma-separated GPU ids: one worker process per GPU, e.g. 0,1,2,3")
-    from atnat.experiments.running.launchers.slurm import add_cluster_args  # lazy: start-up
+    from atnat.experiments.running.launchers.cluster_settings import add_cluster_args
 
     add_cluster_args(p)
     p.set_defaults(fn=cmd_run)

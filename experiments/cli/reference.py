@@ -43,7 +43,7 @@ def reference_markdown() -> str:
     from atnat.experiments.data.tasks import TASKS
     from atnat.experiments.running.grid import GRID_KEYS
     from atnat.models.decoders.base import DECODERS, LossConfig
-    from atnat.models.seq2seq import OptimConfig
+    from atnat.models.optim import OptimConfig
     from atnat.models.sizes import ModelConfig
 
     out = ["# Configuration reference", "",

@@ -18,6 +18,7 @@ import yaml
 from atnat.core.errors import AtnatError
 from atnat.core.options import (
     OptionTypeError,
+    build_config,
     check_fields,
     require,
     require_at_least,
@@ -33,7 +34,7 @@ from atnat.experiments.data.tasks import SPLITS, TASKS, TaskData
 from atnat.experiments.data.tokenize import CACHE_DIR
 from atnat.experiments.files import path_part, read_utf8
 from atnat.models.decoders.base import DECODERS, LossConfig, guided_attention_problem
-from atnat.models.seq2seq import OptimConfig, build_config
+from atnat.models.optim import OptimConfig
 from atnat.models.sizes import ModelConfig
 from atnat.models.step_forms import STEP_FORMS
 

@@ -14,7 +14,7 @@ from atnat.decoding.base import STRATEGIES
 from atnat.experiments.config.run import ConfigError, RunConfig, json_text, make, named, run_config_from_dict
 from atnat.experiments.data.tasks import TASKS
 from atnat.models.decoders.base import DECODERS, LossConfig
-from atnat.models.seq2seq import OptimConfig
+from atnat.models.optim import OptimConfig
 from atnat.models.sizes import ModelConfig
 
 NOT_SETTINGS = ("name", "output_dir", "plugins")  # where a run lives and what is imported, not what it is

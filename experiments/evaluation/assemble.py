@@ -4,7 +4,7 @@ hands an AT teacher to strategies that run one beside the decoder: npd re-ranks 
 speculative drafts for it to verify."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -12,7 +12,9 @@ from atnat.core.errors import AtnatError
 from atnat.decoding.base import Strategy
 from atnat.experiments.config.run import build_strategy
 from atnat.models.decoders.block_verifier import BlockVerifier, block_verify_problem
-from atnat.models.seq2seq import Seq2SeqModule
+
+if TYPE_CHECKING:  # for annotations only: importing it imports Lightning
+    from atnat.models.seq2seq import Seq2SeqModule
 
 
 def check_compatible(decoder: Any, strategy: Strategy) -> None:

@@ -3,14 +3,16 @@ decoder passes counted, mask-predict's per-iteration history kept."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from atnat.decoding.base import Strategy
 from atnat.experiments.data.batching import EncodedSplit, make_loader
 from atnat.experiments.evaluation.assemble import check_compatible, needs_teacher
-from atnat.models.seq2seq import Seq2SeqModule
+
+if TYPE_CHECKING:  # for annotations only: importing it imports Lightning
+    from atnat.models.seq2seq import Seq2SeqModule
 
 
 @dataclass

@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import pandas as pd
 import sacrebleu
@@ -31,10 +31,13 @@ from atnat.experiments.evaluation.metrics.error_propagation import bleu_by_lengt
 from atnat.experiments.evaluation.metrics.quality import corpus_quality, tokenized_bleu
 from atnat.experiments.evaluation.metrics.row import Outputs, score
 from atnat.experiments.evaluation.probes import injected_error_drop, run_probes
+from atnat.experiments.evaluation.references import write_references
 from atnat.experiments.evaluation.timing import System, time_systems
 from atnat.experiments.evaluation.translate import check_source_lengths
 from atnat.experiments.files import write_text_atomic
-from atnat.models.seq2seq import Seq2SeqModule
+
+if TYPE_CHECKING:  # for annotations only: importing it imports Lightning
+    from atnat.models.seq2seq import Seq2SeqModule
 
 
 def score_outputs(hyps: list[list[int]], refs: list[list[list[int]]], ref_txt: list[list[str]], task: TaskData, *,
@@ -147,23 +150,6 @@ def validation_bleu(module: Seq2SeqModule, task: TaskData, cfg: RunConfig) -> fl
     decoded = decode_split(module, split, validation_search(module.decoder), max_tokens=cfg.eval.max_tokens)
     hyps = [task.tokenizer.decode(h) for h in decoded.hyps]
     return sacrebleu.corpus_bleu(hyps, task.references("valid"), tokenize=task.bleu_tokenize).score
-
-
-def write_references(run_dir: Path, streams: list[list[str]]) -> None:
-    """references.txt (the test targets) and references-2.txt ... for further reference streams."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for k, stream in enumerate(streams, 1):
-        name = "references.txt" if k == 1 else f"references-{k}.txt"
-        write_text_atomic(run_dir / name, "\n".join(stream) + "\n")
-
-
-def read_references(run_dir: Path) -> list[list[str]] | None:
-    """The reference streams written by write_references (None if the run has none)."""
-    first = run_dir / "references.txt"
-    if not first.exists():
-        return None
-    paths = [first] + sorted(run_dir.glob("references-*.txt"), key=lambda p: int(p.stem.split("-")[1]))
-    return [p.read_text(encoding="utf-8").split("\n")[:-1] for p in paths]
 
 
 def iteration_bleu(history: list[list[list[int]]], refs: list[list[str]], task: TaskData) -> pd.DataFrame:

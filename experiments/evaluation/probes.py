@@ -8,6 +8,8 @@ Every tensor is made on the module's device; results leave through .cpu().
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import torch
@@ -17,7 +19,9 @@ from atnat.experiments.evaluation.assemble import needs_teacher
 from atnat.experiments.evaluation.metrics import accuracy_by_position, corruption_effect
 from atnat.models.batch import Batch
 from atnat.models.encoder import lengths_to_padding_mask
-from atnat.models.seq2seq import Seq2SeqModule
+
+if TYPE_CHECKING:  # for annotations only: importing it imports Lightning
+    from atnat.models.seq2seq import Seq2SeqModule
 
 CORRUPTED = (1, 2, 4)  # prefix tokens corrupted in the probe
 DISTANCES = 8  # positions followed after the corruption

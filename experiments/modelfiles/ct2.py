@@ -31,6 +31,7 @@ from typing import Any, Callable
 import torch
 
 from atnat.core.errors import AtnatError
+from atnat.core.options import build_config
 from atnat.decoding.base import STRATEGIES
 from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
@@ -38,7 +39,6 @@ from atnat.decoding.lengths import step_budget
 from atnat.decoding.processors import forbidden_ids
 from atnat.experiments.modelfiles.export import staged, tokenizer_file
 from atnat.experiments.modelfiles.loading import load_module
-from atnat.models.seq2seq import build_config
 
 INSTALL_HINT = "pip install 'atnat[bench]'"
 MODEL_FILE = "model.bin"

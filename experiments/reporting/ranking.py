@@ -25,8 +25,8 @@ from pathlib import Path
 import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_nat_rows
-from atnat.experiments.evaluation.evaluate import read_references
 from atnat.experiments.evaluation.metrics.quality import bleu_difference, relevel
+from atnat.experiments.evaluation.references import read_references
 
 MAIN = "main"  # ranking.csv's test_set of the task's own test split (its name in `split_name`)
 RANKING_COLUMNS = ("task", "test_set", "split_name", "relation", "system", "against", "system_bleu", "against_bleu",

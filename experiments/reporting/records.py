@@ -4,6 +4,7 @@ read back with its shape checked, since anything on disk may have been cut short
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from atnat.core.errors import AtnatError
@@ -58,3 +59,14 @@ def whole_train_time(run_dir: Path, trained: dict, fallback: float = float("nan"
     attempts = run_dir / "logs" / "attempts"
     single = attempts.is_file() and attempts.read_text().strip() in ("", "1")
     return trained["train_time_s"] if "train_time_this_attempt_s" in trained or single else float("nan")
+
+
+def cell_status(run_dir: Path) -> str | None:
+    """"ok" / "failed" from the cell's metrics.json; None when it has none, or one of the wrong shape
+    (named on stderr: the cell then runs again, which re-evaluates a finished training)."""
+    try:
+        meta = read_metrics(run_dir)
+    except AtnatError as err:
+        print(f"atnat: {err}; the cell counts as unfinished", file=sys.stderr)
+        return None
+    return None if meta is None else meta["status"]

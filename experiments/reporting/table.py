@@ -10,10 +10,10 @@ import pandas as pd
 from atnat.core.errors import AtnatError
 from atnat.experiments.evaluation import columns as schema
 from atnat.experiments.evaluation.baseline import baseline_cells, is_engine_twin, reference_at_rows
-from atnat.experiments.evaluation.evaluate import read_references
 from atnat.experiments.evaluation.exported import exported_rows
 from atnat.experiments.evaluation.metrics import holm, paired_significance
 from atnat.experiments.evaluation.metrics.quality import bleu_difference
+from atnat.experiments.evaluation.references import read_references
 from atnat.experiments.files import write_csv
 from atnat.experiments.modelfiles.loading import checkpoint_stamps, evaluation_checkpoint
 from atnat.experiments.provenance import label

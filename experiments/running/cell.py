@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from atnat.core.errors import AtnatError
+from atnat.core.options import build_config
 from atnat.experiments.config.devices import helper_rank, inference_device, require_gpu
 from atnat.experiments.config.run import RunConfig, build_strategy, load_task
 from atnat.experiments.config.settings import resolved
@@ -28,12 +29,11 @@ from atnat.experiments.evaluation.timing import COLUMNS, System, time_systems
 from atnat.experiments.files import write_csv, write_json_atomic, write_text_atomic
 from atnat.experiments.locks import LockHeld, cell_lock, held
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, load_module
-from atnat.experiments.reporting.records import read_metrics, whole_train_time, write_record
+from atnat.experiments.reporting.records import cell_status, whole_train_time, write_record
 from atnat.experiments.running.grid import Cell, load_grid_into
 from atnat.experiments.training.distill import distilled_targets
 from atnat.experiments.training.progress import counting_phase
 from atnat.experiments.training.train import finished_training, prepare_data, train
-from atnat.models.seq2seq import build_config
 from atnat.models.sizes import ModelConfig
 
 
@@ -112,17 +112,6 @@ def save_cell_outputs(run_dir: Path, result: EvalResult) -> None:
     if result.samples is not None:
         write_csv(result.samples, run_dir / "samples.csv")
     write_record(run_dir, "ok", result.rows, extra_tests=result.extra_tests)
-
-
-def cell_status(run_dir: Path) -> str | None:
-    """"ok" / "failed" from the cell's metrics.json; None when it has none, or one of the wrong shape
-    (named on stderr: the cell then runs again, which re-evaluates a finished training)."""
-    try:
-        meta = read_metrics(run_dir)
-    except AtnatError as err:
-        print(f"atnat: {err}; the cell counts as unfinished", file=sys.stderr)
-        return None
-    return None if meta is None else meta["status"]
 
 
 def describe(cell: Cell) -> dict:

@@ -43,7 +43,8 @@ import pandas as pd
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import extra_test_split, load_task
-from atnat.experiments.evaluation.evaluate import sample_rows, write_references
+from atnat.experiments.evaluation.evaluate import sample_rows
+from atnat.experiments.evaluation.references import write_references
 from atnat.experiments.files import (
     atomic_write_bytes,
     path_part,
@@ -54,7 +55,7 @@ from atnat.experiments.files import (
     write_text_atomic,
 )
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, checkpoint_stamps, evaluation_checkpoint
-from atnat.experiments.running.cell import cell_status
+from atnat.experiments.reporting.records import cell_status
 from atnat.experiments.running.grid import load_grid_into
 
 # what a finished cell's results are, relative to its run folder

@@ -29,10 +29,10 @@ from atnat.experiments.modelfiles.checkpoints import checkpoint_step
 from atnat.experiments.provenance import tracked_files
 from atnat.experiments.reporting.environment import environment
 from atnat.experiments.reporting.goals import goal_pairs, parse_goals
-from atnat.experiments.reporting.records import read_metrics
+from atnat.experiments.reporting.records import cell_status, read_metrics
 from atnat.experiments.reporting.report import write_report
 from atnat.experiments.reporting.table import tabulate
-from atnat.experiments.running.cell import cell_status, describe, record_failure_unless_held, run_one, students_of
+from atnat.experiments.running.cell import describe, record_failure_unless_held, run_one, students_of
 from atnat.experiments.running.collect import stage_collected
 from atnat.experiments.running.grid import Cell, load_grid_into, run_order, select_cells
 from atnat.experiments.running.launchers.local import make_lanes, run_parallel
@@ -63,7 +63,7 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
 
     With `workers` > 1 or `devices`, cells run in parallel worker processes, one per device (see
     launchers/local.py); a cell that trains on several devices (DDP) always runs in its own process.
-    With `cluster` (launchers/slurm.py ClusterSettings), cells are submitted as cluster jobs; the
+    With `cluster` (launchers/cluster_settings.py ClusterSettings), cells are submitted as cluster jobs; the
     table and report are written once none of them is queued or running. Cells run with other
     settings than the grid gives now are handled by `stale` (running/stale.py)."""
     grid, out = load_grid_into(path, results_root, smoke)

@@ -137,7 +137,7 @@ def handle_stale(grid, cells, policy: str | None, found: list[Stale] | None = No
 def note_if_stale(path, cell_name: str, *, results_root: Path, smoke: bool = False) -> None:
     """`atnat cell` on a cell that finished with other settings than the grid file gives now: said on stderr
     (the cell is not run again; `atnat run --stale rerun` does that)."""
-    from atnat.experiments.running.cell import cell_status
+    from atnat.experiments.reporting.records import cell_status
     from atnat.experiments.running.grid import load_grid_into
 
     grid, _ = load_grid_into(path, results_root, smoke)

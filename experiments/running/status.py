@@ -21,8 +21,7 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.console import PipeConsole
 from atnat.experiments.evaluation.timing import timing_groups
 from atnat.experiments.locks import cell_lock, holder_alive
-from atnat.experiments.reporting.records import read_metrics
-from atnat.experiments.running.cell import cell_status
+from atnat.experiments.reporting.records import cell_status, read_metrics
 from atnat.experiments.running.collect import UNDER_WAY
 from atnat.experiments.running.grid import load_grid_into
 from atnat.experiments.running.launchers.jobs import is_active, job_state, read_job

@@ -21,7 +21,7 @@ from atnat.experiments.evaluation.timing import system_keys, time_grid, timing_g
 from atnat.experiments.locks import held
 from atnat.experiments.modelfiles import ct2
 from atnat.experiments.modelfiles.loading import evaluation_checkpoint
-from atnat.experiments.running.cell import cell_status
+from atnat.experiments.reporting.records import cell_status
 from atnat.experiments.running.grid import load_grid_into, select_cells
 
 TIMING_DIR = "timing"  # results/<grid>/timing/: job.json of the timing phase's cluster job

@@ -15,7 +15,8 @@ from torch.profiler import profile
 from atnat.experiments.bench.spec import FIRST_ORDINARY, OUT_LEN, make_spec
 from atnat.models.batch import Batch
 from atnat.models.losses import total_loss
-from atnat.models.seq2seq import OptimConfig, Seq2SeqModule
+from atnat.models.optim import OptimConfig
+from atnat.models.seq2seq import Seq2SeqModule
 from atnat.models.step_forms import make_optimizer
 
 torch.set_num_threads(1)
