@@ -12,6 +12,7 @@ import pytest
 from atnat.core import registry as registry_module
 from atnat.core.errors import AtnatError
 from atnat.core.registry import Registry
+from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
 from atnat.experiments.config.run import run_config_from_dict
 from atnat.models.decoders.base import DECODERS
@@ -56,10 +57,19 @@ def test_readme_decoder_registers_configures_trains_and_decodes(plugin):
                                 "decoder": {"name": "shallow-at", "temperature": 0.8},
                                 "eval": {"strategies": ["greedy", {"name": "beam", "beam_size": 3}]}}, "plugin.yaml")
     assert cfg.decoder_name == "shallow-at"
+    module, task = fit("shallow-at", "copy", steps=10, decoder_options={"temperature": 0.8}, vocab=8, min_len=3,
+                       max_len=6, n_train=200, n_test=20)
+    assert isinstance(module.decoder, plugin.ShallowAT) and module.decoder.options.temperature == 0.8
+    for strategy in (Greedy(), Beam(beam_size=3)):
+        hyps, refs, _ = decode_split(module, task, strategy)
+        assert len(hyps) == len(refs) == 20 and all(isinstance(h, list) for h in hyps)
+
+
+@pytest.mark.slow
+def test_readme_decoder_learns_copy(plugin):
     module, task = fit("shallow-at", "copy", steps=300, lr=2e-3, warmup=60, max_tokens=768,
                        decoder_options={"temperature": 0.8}, vocab=8, min_len=3, max_len=6,
                        n_train=3000, n_test=100)
-    assert isinstance(module.decoder, plugin.ShallowAT)
     hyps, refs, _ = decode_split(module, task, Greedy())
     assert exact_match(hyps, refs) >= 0.8  # measured 0.98 after 300 steps (1.0 after 250 and 400; 0.79 after 200)
 
@@ -100,17 +110,22 @@ def test_a_broken_plugin_hides_neither_the_built_ins_nor_a_misspelling(monkeypat
 
 
 
-def test_readme_nat_decoder_trains_with_the_parallel_decoder_parts_and_decodes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("steps, learned", [(10, None), pytest.param(200, 0.5, marks=pytest.mark.slow)])
+def test_readme_nat_decoder_trains_with_the_parallel_decoder_parts_and_decodes(tmp_path, monkeypatch, steps, learned):
+    """Ten steps show it trains and decodes; 200 (slow) that it learns copy."""
     from atnat.decoding.mask_predict import MaskPredict
 
     DECODERS.unregister("half-mask")
     plugin = load_example(tmp_path, monkeypatch, "my_plugin_half_mask", readme_examples("Adding a decoder")[1])
     try:
         assert DECODERS.get("half-mask") is plugin.HalfMaskNAT
-        module, task = fit("half-mask", "copy", steps=200, lr=2e-3, warmup=60, max_tokens=768, vocab=8,
-                           min_len=3, max_len=6, n_train=3000, n_test=100)
+        sizes = dict(n_train=3000, n_test=100) if learned else dict(n_train=200, n_test=20)
+        module, task = fit("half-mask", "copy", steps=steps, lr=2e-3, warmup=60, max_tokens=768, vocab=8,
+                           min_len=3, max_len=6, **sizes)
         hyps, refs, _ = decode_split(module, task, MaskPredict(iterations=4))
-        assert exact_match(hyps, refs) >= 0.5  # measured 1.0 after 200 steps (0.94 after 150)
+        assert len(hyps) == len(refs) and all(isinstance(h, list) for h in hyps)
+        if learned:
+            assert exact_match(hyps, refs) >= learned  # measured 1.0 after 200 steps (0.94 after 150)
     finally:
         DECODERS.unregister("half-mask")
         sys.modules.pop("my_plugin_half_mask", None)

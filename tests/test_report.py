@@ -123,11 +123,11 @@ def test_overview_numbers_read_back(report):
 def test_cpu_memory_read_as_resident_growth_is_not_shown(tmp_path):
     """A CPU memory figure without its basis is resident-size growth, ~0 for a repeated decode: no number
     (and no bold "best") in the overview, and a note saying why; with its basis the figure is shown."""
-    write_report(fx.build_results(tmp_path / "new"))
+    write_report(fx.build_results(tmp_path / "new"), figures=False)
     md = (tmp_path / "new" / fx.GRID / "report.md").read_text()
     assert row_of(tables_under(md, "Task `copy`")[0], "copy-at-s1", "greedy")["Memory MiB"] == "120.0"
     assert "Memory is not shown" not in md
-    write_report(fx.build_results(tmp_path / "old", drop_columns=["decode_memory_basis"]))
+    write_report(fx.build_results(tmp_path / "old", drop_columns=["decode_memory_basis"]), figures=False)
     md = (tmp_path / "old" / fx.GRID / "report.md").read_text()
     assert all("Memory MiB" not in r for r in tables_under(md, "Task `copy`")[0])  # an all-empty column is left out
     assert md.count("Memory is not shown: this table's CPU memory was read as the growth") == 2  # under each task
@@ -195,7 +195,7 @@ def test_several_seeds_give_mean_and_spread_and_claims_only_beyond_it(tmp_path):
     table.to_csv(root / "results.csv", index=False)
     fx.comparisons(n_seeds=3).assign(diff_ci_low=[-4.0, -12.1], diff_ci_high=[-1.1, -9.0]).to_csv(
         root / "comparisons.csv", index=False)
-    md = write_report(root)[0].read_text(encoding="utf-8")
+    md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
     copy = tables_under(md, "Task `copy`")[0]
     at = row_of(copy, "copy-at-s1", "greedy")
     assert at["Seeds"] == "3" and at["BLEU"] == "37.12 ± 1.00"
@@ -432,7 +432,7 @@ def test_rows_timed_in_different_sessions_are_named_under_their_table(tmp_path):
     table["timing_session"] = "2026-11-22 20:00:00 UTC"
     table.loc[table["cell"] == "copy-ctc-s1", "timing_session"] = "2026-11-20 09:00:00 UTC"
     table.to_csv(root / "results.csv", index=False)
-    md = write_report(root)[0].read_text(encoding="utf-8")
+    md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
     copy = md.split("### Task `copy`")[1].split("### Task `dialect`")[0]
     assert "Speed was measured in 2 timing sessions" in copy
     assert "(2026-11-20 09:00:00 UTC: `copy-ctc-s1`; 2026-11-22 20:00:00 UTC: `copy-" in copy
@@ -485,7 +485,7 @@ def test_a_cell_without_results_is_not_run_not_failed(tmp_path):
     pd.concat([table, waiting]).to_csv(root / "results.csv", index=False)
     env = json.loads((root / "environment.json").read_text())
     (root / "environment.json").write_text(json.dumps(env | {"results_rows": len(table) + 1}))
-    write_report(root)
+    write_report(root, figures=False)
     md = (root / "report.md").read_text()
     assert "5 of 7 cells finished; 1 failed (listed below); 1 not run yet (listed below)." in md
     ((failed,),) = tables_under(md, "Failed cells")  # the failed cell alone
@@ -564,14 +564,14 @@ def test_the_speed_note_states_both_noise_floors_and_an_older_folder_without_the
     root = fx.build_results(tmp_path)
     table = pd.read_csv(root / "results.csv").assign(speed_noise_low=0.98, speed_noise_high=1.03)
     table.to_csv(root / "results.csv", index=False)
-    md = write_report(root)[0].read_text(encoding="utf-8")
+    md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
     assert ("A/A noise floors of the speed ratios (the baseline timed twice, as two systems; over seeds, the widest): "
             "batch-1 latency [0.98, 1.03] for the batch-1 ratios; no throughput floor was measured, so the latency "
             "one stands in for the throughput ratios") in md
     assert "CTranslate2" not in md.split("A/A noise floors")[1].split("\n")[0]  # no CTranslate2 ratio: not named
     table = table.assign(throughput_noise_low=0.9, throughput_noise_high=1.1, speedup_vs_ct2=table["speedup_vs_at"])
     table.to_csv(root / "results.csv", index=False)
-    md = write_report(root)[0].read_text(encoding="utf-8")
+    md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
     assert ("batch-1 latency [0.98, 1.03] for the batch-1 ratios; throughput [0.90, 1.10] for the throughput ratios "
             "(the CTranslate2 ratios too, each the floor of its kind: that of our baseline in the same session): a "
             "ratio inside its floor is not distinguishable from the A/A control") in md
@@ -628,7 +628,7 @@ def test_the_ranking_table_shows_the_means_it_orders_by(tmp_path):
                    "system": "copy-at / beam5", "against": "copy-cmlm-kd / mask-predict-4", "system_bleu": 38.05,
                    "against_bleu": 35.5, "n_seeds": 1, "bleu_diff": 2.55, "diff_ci_low": 1.0, "diff_ci_high": 4.0,
                    "verdict": "ahead"}]).to_csv(root / "ranking.csv", index=False)
-    md = write_report(root)[0].read_text(encoding="utf-8")
+    md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
     (rows,) = tables_under(md, "Task `copy`, test2016")
     assert [(r["System"], r["BLEU"], r["Seeds paired"]) for r in rows] == [
         ("copy-at / beam5", "38.25", "1"), ("copy-cmlm-kd / mask-predict-4", "35.70", "–")]
@@ -647,7 +647,7 @@ def test_a_compare_pair_without_a_result_is_named_not_measured(tmp_path):
                    "system": "copy-cmlm-kd / mask-predict-4", "against": "copy-cmlm-kd / length-beam-3",
                    "system_bleu": 35.5, "against_bleu": 35.2, "n_seeds": 1, "bleu_diff": 0.3, "diff_ci_low": -0.4,
                    "diff_ci_high": 1.0, "verdict": "not resolved"}]).to_csv(root / "ranking.csv", index=False)
-    md = write_report(root)[0].read_text(encoding="utf-8")
+    md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
     assert "Not measured (1 of the 2 pairs: a side has no result, or the two share no seed): `copy-ctc / ctc` " \
            "against `copy-nat-guided / parallel`." in md
 
