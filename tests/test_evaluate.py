@@ -214,6 +214,20 @@ def test_evaluate_checks_its_output_paths_first_and_writes_each_file_on_its_own(
     assert "--hyps adir is a folder; give a file path" in capsys.readouterr().err  # before decoding
     assert main([*base, "--hyps", "x.txt", "--json", "x.txt"]) == 2
     assert "--hyps and --json are both x.txt" in capsys.readouterr().err
+    for own in (run / "metrics.json", run / "checkpoints" / "last.ckpt", run / "config.json"):  # the model's files
+        before = own.read_bytes()
+        assert main([*base, "--json", str(own)]) == 2
+        assert f"--json {own} is a file of the model given to --checkpoint ({run})" in capsys.readouterr().err
+        assert own.read_bytes() == before
+    assert main(["evaluate", "--checkpoint", str(run / "checkpoints" / "last.ckpt"), "--src", "src.txt", "--ref",
+                 "src.txt", "--no-speed", "--hyps", str(run / "metrics.json")]) == 2
+    assert "is a file of the model given to --checkpoint" in capsys.readouterr().err
+    assert main(["export", str(run), "exp"]) == 0
+    before = (tmp_path / "exp" / "config.json").read_bytes()
+    assert main(["evaluate", "--checkpoint", "exp", "--src", "src.txt", "--ref", "src.txt", "--no-speed", "--json",
+                 "exp/config.json"]) == 2
+    assert "--json exp/config.json is a file of the model given to --checkpoint (exp)" in capsys.readouterr().err
+    assert (tmp_path / "exp" / "config.json").read_bytes() == before
     from atnat.experiments import files
     from atnat.experiments.cli import commands
 

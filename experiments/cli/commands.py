@@ -184,6 +184,34 @@ def refuse_overwriting_inputs(outputs: dict[str, str | None], inputs: dict[str, 
                 raise AtnatError(f"{out_flag} {out} is {what}: writing it would replace it; give another path")
 
 
+def refuse_writing_into_models(outputs: dict[str, str | None], models: dict[str, str | None]) -> None:
+    """An output path among a model's own files (a run's config.json, metrics.json, checkpoints and logs;
+    any file of an export; a checkpoint file itself) would replace them: one error naming both. A new
+    file beside them is allowed."""
+    for out_flag, out in outputs.items():
+        if not out:
+            continue
+        target = Path(out).resolve()
+        for model_flag, given in models.items():
+            if not given or not Path(given).exists():
+                continue
+            model = Path(given).resolve()
+            if model.is_file() and model.parent.name == "checkpoints":
+                model = model.parent.parent  # a run's checkpoint: the run is the model's folder
+            if model.is_file():
+                own = target == model
+            else:
+                try:
+                    first = target.relative_to(model).parts[0]
+                except (ValueError, IndexError):
+                    continue
+                own = target.exists() if (model / "model.safetensors").exists() else \
+                    first in RUN_ENTRIES or first.startswith("references")
+            if own:
+                raise AtnatError(f"{out_flag} {out} is a file of the model given to {model_flag} ({given}): writing "
+                                 "it would replace it; give a path outside the model's files")
+
+
 def checked_engine(args):
     """--engine read and checked (one error naming the valid engines and options), before any model loads."""
     from atnat.core.engine_names import parse_engine  # lazy: start-up
@@ -323,6 +351,8 @@ def cmd_evaluate(args) -> None:
 
     refuse_overwriting_inputs({"--hyps": args.hyps, "--json": args.json},
                               {"--src": args.src, **{f"--ref {r}": r for r in args.ref}})
+    refuse_writing_into_models({"--hyps": args.hyps, "--json": args.json},
+                               {"--checkpoint": args.checkpoint, "--teacher": args.teacher})
     engine = checked_engine(args)
     if args.threads < 1:
         raise AtnatError(f"--threads {args.threads}: expected a positive number of CPU threads")
