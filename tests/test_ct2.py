@@ -119,6 +119,9 @@ def test_cli_exports_an_at_run_and_refuses_a_nat_one(tmp_path, capsys):
     assert main(["export", str(tmp_path / "at"), str(tmp_path / "ct2"), "--format", "ctranslate2"]) == 0
     names = {p.name for p in (tmp_path / "ct2").iterdir()}
     assert {"model.bin", "config.json", "shared_vocabulary.json", "symbols.json"} <= names
+    for command in (["translate", "--checkpoint"], ["evaluate", "--src", "s.txt", "--ref", "s.txt", "--checkpoint"]):
+        assert main([*command, str(tmp_path / "ct2")]) == 2  # not "checkpoints/best.ckpt does not exist"
+        assert f"{tmp_path / 'ct2'} is a CTranslate2 model folder (model.bin)" in capsys.readouterr().err
     nat = Seq2SeqModule(vocab_size=40, decoder="nat", model=SMALL)
     attach_tokenizer(nat, SymbolTokenizer([f"w{i}" for i in range(34)]), "none")
     export_safetensors(nat, tmp_path / "nat")

@@ -34,6 +34,10 @@ def load_module(checkpoint: str | Path, map_location: str = "cpu") -> tuple[Seq2
         module = load_export(path, map_location)
     else:
         if path.is_dir():
+            if (path / "model.bin").is_file() and not (path / "checkpoints").is_dir():
+                raise AtnatError(f"{path} is a CTranslate2 model folder (model.bin): atnat reads its own run folders, "
+                                 "checkpoints and exports (`atnat export RUN DIR`, safetensors); give one of those "
+                                 "(a CTranslate2 folder is run by CTranslate2's Translator)")
             path = evaluation_checkpoint(path)
         check_readable(path, "checkpoint")
         module = module_from_checkpoint(path, map_location)
