@@ -79,3 +79,21 @@ def test_an_override_adds_to_a_section_written_as_a_bare_name(tmp_path):
     path.write_text(yaml.safe_dump({**RUN, "decoder": "ctc", "eval": {"strategies": ["ctc"]}}))
     cfg = load_run_config(path, parse_override("decoder.upsample=3"))
     assert cfg.decoder == {"name": "ctc", "upsample": 3}
+
+
+def test_yaml_scalars_are_read_as_yaml_1_2_in_files_and_overrides(tmp_path, capsys):
+    """YAML 1.1 (PyYAML's default) read `no` as false (Norwegian's language code), `on` as true, `1:30`
+    as 90 and `017` as 15: a config or --set value meant as text or a decimal number silently became
+    another value. Only true/false are booleans now, and numbers are decimal (or 0x hex)."""
+    from atnat.experiments.config.run import load_yaml, parse_override
+
+    path = tmp_path / "g.yaml"
+    path.write_text("a: [en, no, on, off, yes, 1:30, 1:00:00, '017', 017, 0x1F, 1e-3, 2.5, .inf, true, False, ~, 1_000, 2026-11-29]\n")
+    assert load_yaml(path)["a"] == ["en", "no", "on", "off", "yes", "1:30", "1:00:00", "017", "017", 31, 0.001, 2.5,
+                                    float("inf"), True, False, None, 1000, "2026-11-29"]
+    assert parse_override("train.max_steps=1:00") == {"train": {"max_steps": "1:00"}}
+    assert parse_override("task.tgt=no") == {"task": {"tgt": "no"}}
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(RUN))
+    assert main(["train", str(config), "--set", "train.max_steps=1:00", "--output-dir", str(tmp_path / "r")]) == 2
+    assert "max_steps" in capsys.readouterr().err and not (tmp_path / "r").exists()

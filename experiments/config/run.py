@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -443,14 +444,17 @@ def load_yaml(path: str | Path) -> Any:
     except AtnatError as err:
         raise ConfigError(str(err)) from None
     try:
-        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader that refuses a key given twice in one mapping (plain YAML keeps the last one
-    silently, and with it drops what the first one set)."""
+class ConfigLoader(yaml.SafeLoader):
+    """YAML's safe loader, with YAML 1.2's plain scalars and a key given twice refused. PyYAML follows
+    YAML 1.1, where `no`, `off`, `yes` and `on` are booleans (a language code `no` became false), `1:30` is
+    a base-60 number (90) and `017` an octal one (15): here only true/false are booleans, numbers are
+    decimal (or 0x hex), and everything else (a date too) stays text. A repeated key (plain YAML keeps the last one
+    silently, and with it drops what the first one set) is an error."""
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -461,6 +465,21 @@ class UniqueKeyLoader(yaml.SafeLoader):
                     "while reading a mapping", node.start_mark, f"the key {key!r} is given twice", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep)
+
+
+_YAML_11 = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp"}
+ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _YAML_11]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                   list("tTfF"))
+ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?(?:0|[1-9][0-9_]*)|0x[0-9a-fA-F_]+)$"),
+                                   list("-+0123456789"))
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:\.[0-9][0-9_]*|(?:0|[1-9][0-9_]*)(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
 
 
 def load_run_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
@@ -497,7 +516,7 @@ def parse_override(text: str) -> dict:
 def yaml_value(text: str, what: str) -> Any:
     """A command-line value read as YAML (plain data only: a tag such as !!python/... is refused)."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:
         problem = " ".join(str(getattr(err, "problem", None) or err).split())
         raise ConfigError(f"{what}: not a plain YAML value ({problem})") from None
