@@ -527,3 +527,5 @@ def test_a_report_from_collected_copies_checks_each_against_its_manifest(tmp_pat
     assert main(report) == 0
     text = (tmp_path / "res" / "two-tests" / "interim" / "report.md").read_text()
     assert "1 of the copies were collected before collect recorded the sha256" in text and "`at-s1`" in text
+    environment = text.split("## Environment")[1]  # whose machine the Environment table describes
+    assert "not of the machines that trained and timed the collected cells" in environment

@@ -698,7 +698,10 @@ def _environment(g: GridResults) -> list[Block]:
     if isinstance(env.get("wall_time_s"), (int, float)):
         env["wall_time_s"] = f"{env['wall_time_s']:.0f} s ({env['wall_time_s'] / 60:.1f} min)"
     frame = pd.DataFrame({"Field": list(env), "Value": [str(v) for v in env.values()]})
-    return blocks + [Block("table", frame=frame)]
+    where = ("The machine and versions of the command that wrote these tables" + (
+        ", not of the machines that trained and timed the collected cells (each row's own are in results.csv: "
+        "train_devices, timing_threads, trained_with, evaluated_with)." if from_copies(env) else "."))
+    return blocks + [Block("para", where), Block("table", frame=frame)]
 
 
 def build_document(g: GridResults, figures: bool = True) -> list[Block]:
@@ -726,6 +729,11 @@ def build_document(g: GridResults, figures: bool = True) -> list[Block]:
             _reproduce(g), *_code(g), *_compute(g), *_averaged(g)]
     return (head + _goals(g) + _overview(g) + _ranking_section(g) + _compare_section(g) + _other_tests(g)
             + _notes(g) + _definitions(g) + other_figures + _samples(g) + _environment(g))
+
+
+def from_copies(env: dict) -> bool:
+    """Whether the tables were read from collected copies (`atnat report --collected`), final or interim."""
+    return bool(env.get("collected_from")) or "read from the cells collected in" in str(env.get("interim", ""))
 
 
 def write_report(results_dir: Path, figures: bool = True) -> tuple[Path, Path]:
