@@ -142,16 +142,16 @@ def test_the_part_check_sees_an_upward_import_and_the_cycle_check_a_circle(tmp_p
 
 
 def test_reading_the_command_line_and_a_config_imports_no_lightning():
-    """`atnat --help`, `atnat list` and reading a config need no Lightning, plotting or Hugging Face:
-    the command line used to import all three through the cluster launcher and the bench commands,
-    seconds before it printed anything."""
+    """`atnat --help`, `atnat list`, `atnat status` and reading a config need no Lightning, plotting or
+    Hugging Face: the command line used to import all three through the cluster launcher and the bench
+    commands, seconds before it printed anything."""
     import subprocess
     import sys
 
     code = ("import sys\n"
             "from atnat.experiments.cli.commands import parser\n"
             "parser().parse_args(['list'])\n"
-            "import atnat.experiments.config.run, atnat.experiments.reporting.records\n"
+            "import atnat.experiments.config.run, atnat.experiments.reporting.records, atnat.experiments.running.status\n"
             "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'pytorch_lightning', 'lightning_fabric', "
             "'matplotlib', 'seaborn', 'transformers'})\n"
             "print(','.join(heavy))\n")

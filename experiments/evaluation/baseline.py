@@ -4,7 +4,8 @@ A decoder is autoregressive (AT) when it can be driven step by step: its registe
 the `step` capability (models/decoders/base.py) - whatever its name, so a plugin's `shallow-at` is
 an AT. A task's baseline (speed-ups, paired tests) is, per seed, its plain AT cell: an AT decoder
 with no options, not distilled, no guided attention - or the grid's own choice, `baseline: CELL`
-(a cell name of the grid file, without axes and seed). Every module asks here.
+(a cell name of the grid file, without axes and seed). Every module asks here, as it does which
+cells are timed together: a task and seed, beside that seed's baseline (timing_group).
 """
 from __future__ import annotations
 
@@ -91,3 +92,17 @@ def reference_at_rows(df: pd.DataFrame, baseline: str | None = None) -> pd.Serie
         if declared.any():
             return declared
     return ours
+
+
+def timing_group(cell) -> tuple[str, int]:
+    """The unit the timing phase times side by side: a task and a seed (a seed's systems and that seed's
+    AT baseline with its A/A twin: every ratio of the group is measured within it)."""
+    return str(cell.labels.get("task", cell.config.task_name)), int(getattr(cell, "seed", 0) or 0)
+
+
+def timing_groups(cells: list) -> dict[tuple[str, int], list]:
+    """`cells` by timing_group, in their order."""
+    groups: dict[tuple[str, int], list] = {}
+    for cell in cells:
+        groups.setdefault(timing_group(cell), []).append(cell)
+    return groups

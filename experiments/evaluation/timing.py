@@ -36,7 +36,7 @@ from atnat.experiments.config.run import build_strategy, load_task
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.data.batching import collate
 from atnat.experiments.evaluation.assemble import needs_teacher
-from atnat.experiments.evaluation.baseline import ENGINE_TWIN, is_baseline_cell, plain_at_config
+from atnat.experiments.evaluation.baseline import ENGINE_TWIN, is_baseline_cell, plain_at_config, timing_group, timing_groups
 from atnat.experiments.evaluation.metrics.speed import _synchronize, current_rss_mb, peak_memory_mb, reset_peak
 from atnat.experiments.evaluation.schema import SPEED
 from atnat.experiments.files import write_csv, write_json_atomic
@@ -409,20 +409,6 @@ def exported_twin(system: System, tokenizer, device: str, speed: SpeedSettings) 
                               threads=speed.threads or torch.get_num_threads(), exact=False)
     return ExportedSystem(system.cell, f"{system.strategy}{ENGINE_TWIN}", decoder, system.search, system.sources,
                           fingerprint=system.fingerprint)
-
-
-def timing_group(cell) -> tuple[str, int]:
-    """The unit the timing phase times side by side: a task and a seed (a seed's systems and that seed's
-    AT baseline with its A/A twin: every ratio of the group is measured within it)."""
-    return str(cell.labels.get("task", cell.config.task_name)), int(getattr(cell, "seed", 0) or 0)
-
-
-def timing_groups(cells: list) -> dict[tuple[str, int], list]:
-    """`cells` by timing_group, in their order."""
-    groups: dict[tuple[str, int], list] = {}
-    for cell in cells:
-        groups.setdefault(timing_group(cell), []).append(cell)
-    return groups
 
 
 def _timed_as_they_are(group: list, old: pd.DataFrame | None, speed: SpeedSettings, baseline: str | None) -> list:

@@ -19,13 +19,11 @@ from rich.table import Table
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.console import PipeConsole
-from atnat.experiments.evaluation.timing import timing_groups
+from atnat.experiments.evaluation.baseline import timing_groups
 from atnat.experiments.locks import cell_lock, holder_alive
 from atnat.experiments.reporting.records import cell_status, read_metrics
-from atnat.experiments.running.collect import UNDER_WAY
 from atnat.experiments.running.grid import load_grid_into
-from atnat.experiments.running.launchers.jobs import is_active, job_state, read_job
-from atnat.experiments.running.timing_phase import TIMING_DIR
+from atnat.experiments.running.launchers.jobs import TIMING_DIR, is_active, job_state, read_job
 from atnat.experiments.training.progress import describe, read_progress
 
 
@@ -101,6 +99,8 @@ def status_rows(grid, collected: Path | None = None) -> list[dict]:
     rows = [{"cell": c.name, "teacher": c.teacher or ""}
             | cell_state(Path(c.config.output_dir), c.config.train.early_stop_patience is not None) for c in grid.cells]
     if collected is not None:  # a cell with no run here but a finished copy there: collected (a live run wins)
+        from atnat.experiments.running.collect import UNDER_WAY  # here: collect imports the evaluation (start-up)
+
         for row in rows:
             copy = collected / row["cell"]
             if row["state"] == "not started" and cell_status(copy) == "ok" and not (copy / UNDER_WAY).exists():

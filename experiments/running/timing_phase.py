@@ -15,16 +15,15 @@ import pandas as pd
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.devices import inference_device
 from atnat.experiments.config.speed import SpeedSettings
-from atnat.experiments.evaluation.baseline import is_baseline_cell
+from atnat.experiments.evaluation.baseline import is_baseline_cell, timing_group, timing_groups
 from atnat.experiments.evaluation.exported import score_exported_twins
-from atnat.experiments.evaluation.timing import system_keys, time_grid, timing_group, timing_groups
+from atnat.experiments.evaluation.timing import system_keys, time_grid
 from atnat.experiments.locks import held
 from atnat.experiments.modelfiles import ct2
 from atnat.experiments.modelfiles.loading import evaluation_checkpoint
 from atnat.experiments.reporting.records import cell_status
 from atnat.experiments.running.grid import load_grid_into, select_cells
 
-TIMING_DIR = "timing"  # results/<grid>/timing/: job.json of the timing phase's cluster job
 TIMING_LOCK = "timing.lock"  # results/<grid>/timing.lock: one timing at a time writes timing.csv
 
 

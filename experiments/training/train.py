@@ -40,7 +40,7 @@ from atnat.experiments.modelfiles.loading import attach_tokenizer, checkpoint_st
 from atnat.experiments.provenance import stamp
 from atnat.experiments.training.divergence import DivergenceGuard
 from atnat.experiments.training.logs import make_loggers
-from atnat.experiments.training.progress import ProgressReporter
+from atnat.experiments.training.progress_reporter import ProgressReporter
 from atnat.experiments.training.resume import ResumeState, SaveLast, resume_point
 from atnat.models.decoders.base import LossConfig
 from atnat.models.seq2seq import Seq2SeqModule

@@ -58,7 +58,7 @@ def log(message: str) -> None:
 def finished_cells(results: Path, grid_path: str = GRID) -> dict[str, tuple[bool, tuple]]:
     """{finished cell: (whether it is its seed's baseline, its (task, seed) group)}"""
     from atnat.experiments.evaluation.baseline import is_baseline_cell
-    from atnat.experiments.evaluation.timing import timing_group
+    from atnat.experiments.evaluation.baseline import timing_group
     from atnat.experiments.running.cell import cell_status
     from atnat.experiments.running.grid import load_grid_into
 
@@ -69,7 +69,7 @@ def finished_cells(results: Path, grid_path: str = GRID) -> dict[str, tuple[bool
 
 def grid_groups(results: Path, grid_path: str = GRID) -> dict[tuple, list[str]]:
     """{(task, seed): the names of all its cells, finished or not}"""
-    from atnat.experiments.evaluation.timing import timing_groups
+    from atnat.experiments.evaluation.baseline import timing_groups
     from atnat.experiments.running.grid import load_grid_into
 
     grid, _ = load_grid_into(REPO / grid_path, results, False)

@@ -10,6 +10,7 @@ from pathlib import Path
 from atnat.experiments.files import write_json_atomic
 
 JOB_FILE = "job.json"
+TIMING_DIR = "timing"  # results/<grid>/timing/: job.json of the timing phase's cluster job
 # SLURM states of a job that has not ended; SUBMITTED is ours: just submitted, not yet listed by sacct
 ACTIVE = {"SUBMITTED", "PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
           "SUSPENDED", "CONFIGURING", "COMPLETING", "SIGNALING", "STAGE_OUT"}

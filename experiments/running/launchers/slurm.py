@@ -32,8 +32,8 @@ from atnat.experiments.reporting.records import cell_status
 from atnat.experiments.running.cell import record_failure_unless_held, run_named_cell
 from atnat.experiments.running.grid import Cell, load_grid_into
 from atnat.experiments.running.launchers.cluster_settings import ClusterSettings
-from atnat.experiments.running.launchers.jobs import is_active, read_job, record_state, write_job
-from atnat.experiments.running.timing_phase import TIMING_DIR, timing_is_current, timing_phase
+from atnat.experiments.running.launchers.jobs import TIMING_DIR, is_active, read_job, record_state, write_job
+from atnat.experiments.running.timing_phase import timing_is_current, timing_phase
 
 
 class CellJob(submitit.helpers.Checkpointable):
