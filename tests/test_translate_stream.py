@@ -134,3 +134,35 @@ def test_input_that_is_not_utf8_is_named_by_its_line(ctc_ckpt, monkeypatch, caps
     code, out, err = translate_cli(monkeypatch, capsys, stdin, "--checkpoint", str(ctc_ckpt), "--batch-size", "1",
                                    "--engine", "eager")
     assert code == 2 and "stdin line 4 is not valid UTF-8" in err and len(out.splitlines()) == 3
+
+
+def test_an_empty_source_line_translates_to_an_empty_line_everywhere(tmp_path, monkeypatch, capsys):
+    """An empty (or blank) source has nothing to translate: translate, evaluate and the split decoder
+    give an empty output for it, as CTranslate2 does, and decode nothing for it; before, the model
+    decoded a source of EOS alone into whatever its first tokens were."""
+    from atnat.decoding.greedy import Greedy
+    from atnat.experiments.data.batching import encode_split
+    from atnat.experiments.evaluation.decode import decode_split
+
+    ckpt = save_untrained(tmp_path / "at.ckpt", "at")
+    lines = [line(3), "", line(5, 2), "   ", line(1, 4)]
+    code, out, err = translate_cli(monkeypatch, capsys, io.StringIO("\n".join(lines) + "\n"), "--checkpoint", str(ckpt),
+                                   "--strategy", "greedy", "--batch-size", "2")
+    outs = out.split("\n")[:-1]
+    assert code == 0 and len(outs) == 5 and outs[1] == outs[3] == ""
+    for i in (0, 2, 4):
+        assert outs[i] == translate_cli(monkeypatch, capsys, io.StringIO(lines[i] + "\n"), "--checkpoint", str(ckpt),
+                                        "--strategy", "greedy")[1].rstrip("\n") != ""
+    (tmp_path / "src.txt").write_text("\n".join(lines) + "\n")
+    assert main(["evaluate", "--checkpoint", str(ckpt), "--src", str(tmp_path / "src.txt"), "--ref",
+                 str(tmp_path / "src.txt"), "--no-speed", "--hyps", str(tmp_path / "hyps.txt")]) == 0
+    assert (tmp_path / "hyps.txt").read_text().split("\n")[:-1] == outs
+    from atnat.experiments.modelfiles.loading import load_module
+
+    module, tok = load_module(ckpt)
+    split = encode_split(tok, lines, lines, name="test")
+    decoded = decode_split(module, split, Greedy(), max_tokens=4000)
+    assert decoded.hyps[1] == decoded.hyps[3] == [] and all(decoded.hyps[i] for i in (0, 2, 4))
+    alone_passes = decode_split(module, encode_split(tok, [lines[0]], [lines[0]], name="test"), Greedy(),
+                                max_tokens=4000).passes
+    assert decoded.passes >= alone_passes > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+import numpy as np
 import torch
 
 from atnat.decoding.base import Strategy
@@ -26,8 +27,13 @@ def decode_split(module: Seq2SeqModule, split: EncodedSplit, strategy: Strategy,
                  teacher: Seq2SeqModule | None = None, max_sentences: int | None = None,
                  on_batch: Callable[[int], None] | None = None) -> Decoded:
     """Decode every sentence of a split (token-budget batches); outputs in the split's order.
-    `on_batch(sentences decoded so far)` is called after each batch (progress of long decodes)."""
+    `on_batch(sentences decoded so far)` is called after each batch (progress of long decodes).
+    An empty source (no tokens) has nothing to translate: its output is empty, and it is not decoded."""
     check_compatible(module.decoder, strategy)
+    empty = np.flatnonzero(split.src_lengths == 0)
+    if len(empty):
+        return _with_empty_sources(module, split, strategy, set(empty.tolist()), max_tokens=max_tokens,
+                                   teacher=teacher, max_sentences=max_sentences, on_batch=on_batch)
     hyps: list = [None] * len(split)
     hist: list | None = None
     passes = done = 0
@@ -48,3 +54,19 @@ def decode_split(module: Seq2SeqModule, split: EncodedSplit, strategy: Strategy,
                 for row, i in enumerate(batch.ids.tolist()):
                     hist[i] = [h[row, : n[row]].tolist() for h in out.history]
     return Decoded(hyps, passes, hist)
+
+
+def _with_empty_sources(module, split: EncodedSplit, strategy: Strategy, empty: set[int], **options) -> Decoded:
+    """decode_split over the non-empty sources, with an empty output (and one empty iteration) at each empty one."""
+    keep = [i for i in range(len(split)) if i not in empty]
+    if options.get("on_batch") is not None:  # the empty sources count as done from the start
+        options["on_batch"] = lambda done, report=options["on_batch"]: report(done + len(empty))
+    part = decode_split(module, EncodedSplit([split.src[i] for i in keep], [split.tgt[i] for i in keep]), strategy,
+                        **options)
+    hyps: list = [[] for _ in range(len(split))]
+    hist = None if part.history is None else [[[]] for _ in range(len(split))]
+    for j, i in enumerate(keep):
+        hyps[i] = part.hyps[j]
+        if hist is not None:
+            hist[i] = part.history[j]
+    return Decoded(hyps, part.passes, hist)

@@ -4,7 +4,7 @@ Lines are read in windows (sorted by length inside a window for batching) and ea
 translations are written in input order and flushed before the next is read, so a killed run
 loses at most one window. A line longer than the model can take (its decoder's
 `max_source_length`) gets an empty output line and one message, or is cut to the limit with a
-warning; the other lines are translated either way.
+warning; the other lines are translated either way. An empty line (no tokens) gives an empty line.
 """
 from __future__ import annotations
 
@@ -90,9 +90,10 @@ def _encode(tokenizer, line: str, number: int, limit: int, long_lines: str, err:
 
 
 def _translate(module, tokenizer, strategy, ids: list[list[int] | None], batch_size: int, teacher) -> list[str]:
-    """Translations of one window in input order; a refused line (None) stays empty."""
+    """Translations of one window in input order; a refused line (None) and an empty one (no tokens: nothing
+    to translate) stay empty."""
     out = [""] * len(ids)
-    order = sorted((i for i, x in enumerate(ids) if x is not None), key=lambda i: len(ids[i]))
+    order = sorted((i for i, x in enumerate(ids) if x), key=lambda i: len(ids[i]))
     with torch.no_grad():
         for start in range(0, len(order), batch_size):
             chunk = order[start: start + batch_size]
