@@ -273,3 +273,32 @@ def test_an_export_never_replaces_a_users_folder_that_holds_files_of_an_exports_
     export_safetensors(module, tmp_path / "mine-exported")
     export_safetensors(module, tmp_path / "mine-exported")  # an export is replaced by the next one
     assert load_module(tmp_path / "mine-exported")[0] is not None
+
+
+def test_an_export_to_dot_through_a_link_or_over_the_other_formats_export_replaces_it(run, tmp_path, monkeypatch,
+                                                                                        capsys):
+    """`atnat export RUN .` in an empty folder was refused over its own lock file (`..export.lock`) (the
+    current folder is now refused for what it is: replaced whole, it would vanish under the shell); a
+    CTranslate2 export and a safetensors one did not replace each other (one refusal named nothing); an
+    export through a symbolic link left the link, renamed, as a hidden sibling for good."""
+    pytest.importorskip("ctranslate2")
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for target in (".", "..", "sub/.."):  # replaced whole, it would pull the folder from under the shell
+        assert main(["export", str(run), target]) == 2
+        assert "is the current folder" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["here"] and not any(here.iterdir())  # nothing made
+    out = tmp_path / "out"
+    assert main(["export", str(run), str(out), "--format", "ctranslate2"]) == 0
+    assert main(["export", str(run), str(out)]) == 0 and is_export_dir(out)  # safetensors over CTranslate2
+    assert main(["export", str(run), str(out), "--format", "ctranslate2"]) == 0  # and back
+    assert (out / "model.bin").is_file() and not is_export_dir(out)
+    real = tmp_path / "real"
+    assert main(["export", str(run), str(real)]) == 0
+    (tmp_path / "link").symlink_to(real)
+    for _ in range(2):
+        assert main(["export", str(run), str(tmp_path / "link")]) == 0
+    assert (tmp_path / "link").is_symlink() and is_export_dir(tmp_path / "link") and is_export_dir(real)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["here", "link", "out", "real"]
+    capsys.readouterr()

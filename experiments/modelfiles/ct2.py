@@ -37,11 +37,11 @@ from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
 from atnat.decoding.lengths import step_budget
 from atnat.decoding.processors import forbidden_ids
-from atnat.experiments.modelfiles.export import staged, tokenizer_file
+from atnat.experiments.modelfiles.export import CT2_MARKER, staged, tokenizer_file
 from atnat.experiments.modelfiles.loading import load_module
 
 INSTALL_HINT = "pip install 'atnat[bench]'"
-MODEL_FILE = "model.bin"
+MODEL_FILE = CT2_MARKER  # model.bin
 COMPUTE_TYPES = ("float32", "int8")
 
 

@@ -33,6 +33,7 @@ FORMAT_VERSION = 2  # 2: the weights' metadata records the sha256 of the hyper-p
 READABLE_VERSIONS = (1, 2)
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
+CT2_MARKER = "model.bin"  # the file a CTranslate2 model folder is known by (ct2.py writes it)
 TOKENIZER_FILES = {"sentencepiece": "sentencepiece.model", "symbols": "symbols.json"}
 
 
@@ -73,16 +74,25 @@ def _written_by_an_export(out: Path, marker: str) -> bool:
 
 
 def check_target(out: Path, marker: str = CONFIG) -> None:
-    """An export may go to `out`: a new or empty directory, or one holding only an export's files (then
-    replaced whole). Anything else in it - a run folder, a project with its own config.json - is refused:
-    replacing it would delete it."""
+    """An export may go to `out`: a new or empty directory, or one holding only an export's files, of either
+    format (then replaced whole). Anything else in it - a run folder, a project with its own config.json -
+    is refused: replacing it would delete it."""
     if out.exists() and not out.is_dir():
         raise AtnatError(f"export target {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not _export_leftovers(out, marker):
+    if out.is_dir() and any(out.iterdir()) and not any(_export_leftovers(out, m) for m in (marker, CONFIG, CT2_MARKER)):
         others = sorted(p.name for p in out.iterdir() if not (p.is_file() and _export_file(p.name, marker)))
-        raise AtnatError(f"export target {out} holds other things than an export ({', '.join(others[:4])}"
-                         f"{', ...' if len(others) > 4 else ''}), which replacing it would delete; give a new or "
-                         "empty directory")
+        what = ", ".join(others[:4]) + (", ..." if len(others) > 4 else "") if others else \
+            f"{CONFIG} not written by an export"  # every name is an export's, but no export wrote the folder
+        raise AtnatError(f"export target {out} holds other things than an export ({what}), which replacing it "
+                         "would delete; give a new or empty directory")
+
+
+def _remove(path: Path) -> None:
+    """A leftover sibling of an export target, gone: a folder with what it holds, a link or file itself."""
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @contextmanager
@@ -92,12 +102,16 @@ def staged(out: Path, marker: str = CONFIG) -> Iterator[Path]:
     goes with it). A killed export leaves hidden siblings, which the next export to the target removes."""
     from atnat.experiments.locks import held  # lazy: start-up
 
-    out = Path(out)
+    out = Path(out).resolve()  # `..` and a link: the folder they name (its name, its parent)
+    here = Path.cwd().resolve()
+    if out == here or out in here.parents:
+        raise AtnatError(f"export target {out} is the current folder{'' if out == here else ' or holds it'}: an export "
+                         "replaces its target folder whole; give a folder outside it (e.g. ./model)")
     out.parent.mkdir(parents=True, exist_ok=True)
     with held(out.parent / f".{out.name}.export.lock", f"export target {out}", remove=True):
         check_target(out, marker)
         for stale in out.parent.glob(f".{out.name}.staged-*"):  # a killed export's (we hold the lock)
-            shutil.rmtree(stale, ignore_errors=True)
+            _remove(stale)
         stage = out.parent / f".{out.name}.staged-{os.getpid()}"
         stage.mkdir()
         try:
@@ -106,7 +120,7 @@ def staged(out: Path, marker: str = CONFIG) -> Iterator[Path]:
             if out.exists():
                 os.replace(out, old)
             os.replace(stage, out)
-            shutil.rmtree(old, ignore_errors=True)
+            _remove(old)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
 
