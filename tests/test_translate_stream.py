@@ -166,3 +166,11 @@ def test_an_empty_source_line_translates_to_an_empty_line_everywhere(tmp_path, m
     alone_passes = decode_split(module, encode_split(tok, [lines[0]], [lines[0]], name="test"), Greedy(),
                                 max_tokens=4000).passes
     assert decoded.passes >= alone_passes > 0
+
+
+@pytest.mark.parametrize("closed", ["stdin", "stdout"])
+def test_a_closed_stdin_or_stdout_is_one_message(ctc_ckpt, monkeypatch, capsys, closed):
+    """`atnat translate <&-` (or `>&-`): Python sets the stream to None, and translate failed with a traceback."""
+    monkeypatch.setattr(f"sys.{closed}", None)
+    assert main(["translate", "--checkpoint", str(ctc_ckpt), "--strategy", "ctc"]) == 2
+    assert f"atnat: error: {closed} is closed" in capsys.readouterr().err

@@ -126,6 +126,10 @@ def cmd_translate(args) -> int:
     from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
     from atnat.experiments.modelfiles.quantize import maybe_quantize  # lazy: start-up
 
+    for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout)):  # closed by the caller (`<&-`, `>&-`)
+        if stream is None:
+            raise AtnatError(f"{name} is closed: translate reads lines from standard input and writes their "
+                             "translations to standard output")
     engine = checked_engine(args)
     device = decode_device(args.device, args.quantize, note=lambda text: print(text, file=sys.stderr))
     module, tokenizer = load_module(args.checkpoint, map_location=device)
