@@ -174,3 +174,24 @@ def test_a_closed_stdin_or_stdout_is_one_message(ctc_ckpt, monkeypatch, capsys, 
     monkeypatch.setattr(f"sys.{closed}", None)
     assert main(["translate", "--checkpoint", str(ctc_ckpt), "--strategy", "ctc"]) == 2
     assert f"atnat: error: {closed} is closed" in capsys.readouterr().err
+
+
+def test_a_teacher_that_reads_shorter_sources_sets_the_limit(tmp_path, monkeypatch, capsys):
+    """A CMLM reading 64 positions with an AT teacher reading 16: a 20-token line crashed translate (and
+    evaluate) inside the teacher, losing the lines before it. The smaller limit, the teacher's, now
+    applies: the long line is left empty (or cut) with a message, the others are translated."""
+    cmlm = save_untrained(tmp_path / "cmlm.ckpt", "cmlm", max_positions=64)
+    at = save_untrained(tmp_path / "at.ckpt", "at", max_positions=16)
+    lines = [line(2), line(3, 1), line(20, 2)]
+    args = ["--checkpoint", str(cmlm), "--teacher", str(at), "--strategy", "speculative"]
+    code, out, err = translate_cli(monkeypatch, capsys, io.StringIO("\n".join(lines) + "\n"), *args)
+    outs = out.split("\n")[:-1]
+    assert code == 1 and len(outs) == 3 and outs[2] == "" and outs[0] and outs[1]
+    assert "line 3: 20 tokens, longer than its teacher's limit of 16" in err and "Traceback" not in err
+    code, out, err = translate_cli(monkeypatch, capsys, io.StringIO("\n".join(lines) + "\n"), *args,
+                                   "--long-lines", "truncate")
+    assert code == 0 and "cut to its teacher's limit of 16" in err and len(out.split("\n")[:-1]) == 3
+    (tmp_path / "src.txt").write_text("\n".join(lines) + "\n")
+    assert main(["evaluate", *args, "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "src.txt"),
+                 "--no-speed"]) == 2
+    assert "line 3: 20 tokens, more than the 16 its teacher reads" in capsys.readouterr().err

@@ -176,7 +176,7 @@ def evaluate_files(module: Seq2SeqModule, tokenizer, sources: list[str], referen
     task = TaskData({"test": (sources, references[0])}, tokenizer, bleu_tokenize=module.bleu_tokenize,
                     extra_references={"test": references[1:]}, lang=lang or module.target_lang)
     split = encode_split(tokenizer, sources, references[0], name="test")
-    check_source_lengths(module, split.src, source_name)  # before any decoding: one error naming the line
+    check_source_lengths(module, split.src, source_name, teacher)  # before any decoding: one error naming the line
     refs_ids = [split.tgt] + [[tokenizer.encode(r) for r in stream] for stream in references[1:]]
     rows, systems = [], []
     for spec in specs:

@@ -33,12 +33,13 @@ def translate_stream(module, tokenizer, strategy, lines: Iterable[str], out: Tex
                      batch_size: int, long_lines: str = "error", teacher=None) -> StreamReport:
     """Translate `lines` to `out` (one line each, input order, flushed per window); messages to `err`."""
     report = StreamReport()
-    limit = module.decoder.max_source_length
+    limit, by = source_limit(module, teacher)
+    whose = "the model's" if by is module else "its teacher's"
     source = iter(lines)
     while True:
         window, failed = _window(source, max(WINDOW, batch_size))
         if window:
-            ids = [_encode(tokenizer, line.rstrip("\n"), report.lines + i + 1, limit, long_lines, err, report)
+            ids = [_encode(tokenizer, line.rstrip("\n"), report.lines + i + 1, (limit, whose), long_lines, err, report)
                    for i, line in enumerate(window)]
             out.write("".join(line + "\n" for line in _translate(module, tokenizer, strategy, ids, batch_size, teacher)))
             out.flush()
@@ -62,29 +63,40 @@ def _window(source, size: int) -> tuple[list[str], AtnatError | None]:
     return window, None
 
 
-def check_source_lengths(module, sources, what: str) -> None:
-    """One AtnatError naming the first of `sources` (token id lists) longer than the model can read
-    (`max_source_length`: its positional table, or its decoder's slots over the source)."""
-    limit = module.decoder.max_source_length
+def source_limit(module, teacher=None) -> tuple[int, object]:
+    """The longest source a model (`max_source_length`: its positional table, or its decoder's slots over
+    the source) and the teacher it decodes with can both read, and which of the two sets it."""
+    if teacher is not None and teacher.decoder.max_source_length < module.decoder.max_source_length:
+        return teacher.decoder.max_source_length, teacher
+    return module.decoder.max_source_length, module
+
+
+def check_source_lengths(module, sources, what: str, teacher=None) -> None:
+    """One AtnatError naming the first of `sources` (token id lists) longer than the model, or the teacher
+    it decodes with, can read."""
+    limit, by = source_limit(module, teacher)
     for number, source in enumerate(sources, 1):
         if len(source) > limit:
-            raise AtnatError(f"{what} line {number}: {len(source)} tokens, more than the {limit} this model reads (decoder "
-                             f"{module.hparams.decoder}, model.max_positions {module.model_cfg.max_positions}); shorten "
+            whose = "this model" if by is module else "its teacher"
+            raise AtnatError(f"{what} line {number}: {len(source)} tokens, more than the {limit} {whose} reads (decoder "
+                             f"{by.hparams.decoder}, model.max_positions {by.model_cfg.max_positions}); shorten "
                              "or leave out that line")
 
 
-def _encode(tokenizer, line: str, number: int, limit: int, long_lines: str, err: TextIO,
+def _encode(tokenizer, line: str, number: int, limit_of: tuple[int, str], long_lines: str, err: TextIO,
             report: StreamReport) -> list[int] | None:
-    """The line's ids, cut to `limit` ("truncate") or None (refused) when longer."""
+    """The line's ids, cut to the limit ("truncate") or None (refused) when longer; `limit_of`: the limit
+    and whose it is."""
+    limit, whose = limit_of
     ids = tokenizer.encode(line)
     if len(ids) <= limit:
         return ids
     if long_lines == "truncate":
         report.truncated += 1
-        err.write(f"atnat translate: warning: line {number}: {len(ids)} tokens, cut to the model's limit of {limit}\n")
+        err.write(f"atnat translate: warning: line {number}: {len(ids)} tokens, cut to {whose} limit of {limit}\n")
         return ids[:limit]
     report.refused += 1
-    err.write(f"atnat translate: line {number}: {len(ids)} tokens, longer than the model's limit of {limit}; "
+    err.write(f"atnat translate: line {number}: {len(ids)} tokens, longer than {whose} limit of {limit}; "
               "left empty (--long-lines truncate cuts it instead)\n")
     return None
 
