@@ -180,3 +180,30 @@ def test_a_run_ended_by_max_epochs_validates_its_final_weights(tmp_path, monkeyp
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == final
     steps = sorted(int(p.stem.split("-")[1]) for p in (run / "checkpoints").glob("step-*.ckpt"))
     assert steps[-1] == final
+
+
+@pytest.mark.parametrize("average", ["last", "best"])
+def test_a_killed_or_moved_run_averages_what_an_uninterrupted_one_does(tmp_path, monkeypatch, average):
+    """Killed at step 17: the resumed run's step-14 checkpoint was on disk but not in the callback's record
+    (last.ckpt is written before the step checkpoint is recorded), so `average: last` averaged [21, 28] and
+    counted step 7 among the last three. A run folder moved before its resume lost its `best` checkpoints'
+    record the same way. The checkpoints are now found on disk."""
+    import shutil
+
+    from tests.test_resume import Kill, with_callbacks
+    from atnat.experiments.training import train as train_module
+    from atnat.experiments.training.train import train
+
+    opts = dict(keep=3, average=average, average_window=1.0)
+    whole = run_training(tmp_path, "whole", monkeypatch, optim={"warmup_steps": 0}, **opts)
+    killed = run_training(tmp_path, "killed", monkeypatch, kill_at=17, optim={"warmup_steps": 0}, **opts)
+    cfg = run_config_from_dict({**RUN, "train": {**RUN["train"], **opts}, "optim": {"warmup_steps": 0}}, "test")
+    make = with_callbacks(monkeypatch, Kill(17))
+    with pytest.raises(SystemError, match="killed"):
+        train(cfg, tmp_path / "to-move")
+    monkeypatch.setattr(train_module, "make_trainer", make)
+    shutil.move(tmp_path / "to-move", tmp_path / "moved")
+    train(cfg, tmp_path / "moved")
+    steps = {run.name: json.loads((run / "train.json").read_text())["averaged_steps"]
+             for run in (whole, killed, tmp_path / "moved")}
+    assert steps["killed"] == steps["moved"] == steps["whole"] and len(steps["whole"]) == 3

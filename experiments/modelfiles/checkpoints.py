@@ -122,11 +122,32 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         save_checkpoint_file(checkpoint, Path(path))
 
     def load_checkpoint(self, path, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
-        return read_checkpoint(Path(path), map_location if map_location is not None else "cpu")
+        checkpoint = read_checkpoint(Path(path), map_location if map_location is not None else "cpu")
+        return moved_here(checkpoint, Path(path).parent)
 
     def remove_checkpoint(self, path) -> None:
         super().remove_checkpoint(path)
         checksum_path(Path(path)).unlink(missing_ok=True)
+
+
+def moved_here(checkpoint: dict, folder: Path) -> dict:
+    """A checkpoint read from `folder`, its checkpoint callbacks' record of files (the best k, the last) pointed
+    at `folder` where it names another one: a run folder moved (or copied) between two attempts. Lightning
+    drops such a record with a warning, and the resumed run then averaged or kept only the checkpoints it
+    wrote itself."""
+    for state in (checkpoint.get("callbacks") or {}).values():
+        old = state.get("dirpath") if isinstance(state, dict) else None
+        if not isinstance(old, str) or not old or Path(old) == folder:
+            continue
+        here = lambda name: str(folder / Path(name).name) if isinstance(name, str) and name and \
+            Path(name).parent == Path(old) else name  # noqa: E731
+        state["dirpath"] = str(folder)
+        for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+            if key in state:
+                state[key] = here(state[key])
+        if isinstance(state.get("best_k_models"), dict):
+            state["best_k_models"] = {here(name): score for name, score in state["best_k_models"].items()}
+    return checkpoint
 
 
 def checkpoint_step(path: Path) -> int:

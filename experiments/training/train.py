@@ -378,12 +378,12 @@ def select_weights(trainer: pl.Trainer, t, ckpt_dir: Path, warmup: int = 0) -> t
         return best, []
     if t.average == "best":
         ranked = sorted(selector.best_k_models.items(), key=lambda kv: float(kv[1]), reverse=selector.mode == "max")
-        paths = [Path(p) for p, _ in ranked]
-    else:
-        steps = next(c for c in trainer.callbacks if isinstance(c, ModelCheckpoint) and c.monitor == "step")
-        paths = sorted((Path(p) for p in steps.best_k_models), key=lambda p: int(p.stem.split("-")[-1]))
-        if not paths or not all(p.is_file() for p in paths):  # a run folder moved since: its files say which are last
-            paths = sorted(ckpt_dir.glob("step-*.ckpt"), key=lambda p: int(p.stem.split("-")[-1]))[-t.keep:]
+        # a run folder moved since its checkpoints were recorded: the same files, here
+        paths = [Path(p) if Path(p).is_file() else ckpt_dir / Path(p).name for p, _ in ranked]
+    else:  # the last `keep` step checkpoints on disk: a run killed between writing last.ckpt and recording its step
+        # checkpoint resumes without that step in the callback's record (and a moved run without any)
+        step = lambda p: int(p.stem.split("-")[-1])  # noqa: E731
+        paths = sorted((p for p in ckpt_dir.glob("step-*.ckpt") if step(p) <= trainer.global_step), key=step)[-t.keep:]
     paths = [p for p in paths if p.is_file()]
     if not paths:  # no validation ran: nothing to average
         return best, []
