@@ -181,3 +181,38 @@ def test_the_first_screen_shows_speculative_passes_apart_and_the_speed_up_over_t
     assert line.startswith("Speculative decoding (copy, batch 1): CMLM drafts, AT verifies: speculative, block 4 takes "
                            "12.0 drafter and 8.0 verifier passes a sentence, keeping 3.40 tokens per verifier pass; "
                            "its output is AT greedy's in 100.0% of the test sentences; it runs at 1.50×")
+
+
+def test_the_verdict_sentence_words_its_gap_as_the_table_does_and_claims_nothing_without_an_interval(tmp_path):
+    """The verdict said "behind" where the table said "behind, by less than ±1"; a paired difference without an
+    interval (one seed, eval.n_bootstrap 1) read "[+nan, +nan] ...: –"; a mean BLEU over 2 of 3 seeds was
+    called a 3-seed mean in the summary."""
+    root = fx.build_results(tmp_path)
+    frame = pd.read_csv(root / "results.csv")
+    frame.loc[frame.strategy == "mask-predict-4", "bleu_p_holm"] = 0.001
+    frame.to_csv(root / "results.csv", index=False)
+    diffs = fx.comparisons()
+    diffs.loc[0, ["bleu_diff", "diff_ci_low", "diff_ci_high"]] = [-0.5, -0.8, -0.2]
+    diffs.to_csv(root / "comparisons.csv", index=False)
+    verdicts, table = _first_screen(root)
+    assert "-0.50 [-0.80, -0.20] against AT beam 5 (38.05): behind, by less than ±1" in verdicts[0]
+    diffs.loc[0, ["diff_ci_low", "diff_ci_high"]] = [float("nan")] * 2
+    diffs.to_csv(root / "comparisons.csv", index=False)
+    verdicts, table = _first_screen(root)
+    assert "-0.50 (no interval) against AT beam 5 (38.05): not resolved" in verdicts[0] and "nan" not in verdicts[0]
+    assert "nan" not in table.to_string()
+    three = fx.with_seeds(fx.results_frame(), {2: 0.3, 3: -0.2})
+    three = three[three.task == "copy"]
+    gone = (three.cell == "copy-cmlm-kd-s3") & (three.strategy == "mask-predict-4")
+    three.loc[gone, ["bleu", "bleu_ci_low", "bleu_ci_high"]] = float("nan")
+    three.to_csv(root / "results.csv", index=False)
+    diffs = fx.comparisons(3)
+    diffs = diffs[diffs.task == "copy"]
+    diffs.loc[diffs.index[0], "n_seeds"] = 2
+    diffs.to_csv(root / "comparisons.csv", index=False)
+    from atnat.experiments.reporting.report import write_report
+
+    md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
+    summary = md.split("## Summary")[1].split("\n## ")[0]
+    assert "`copy-cmlm-kd / mask-predict-4` (35.65 BLEU, 2 seeds)" in summary
+    assert "35.65 BLEU (2 of 3 seeds)" in md.split("## Verdict")[1].split("\n## ")[0]

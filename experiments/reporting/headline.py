@@ -37,7 +37,10 @@ def _signed(x: float, margin: float) -> str:
 
 
 def _diff_text(diff: pd.Series, margin: float) -> str:
-    """A paired difference with its interval, e.g. -1.67 [-2.30, -1.04]."""
+    """A paired difference with its interval, e.g. -1.67 [-2.30, -1.04] (no interval: one seed and no
+    bootstrap over the sentences, eval.n_bootstrap < 2)."""
+    if pd.isna(diff["diff_ci_low"]) or pd.isna(diff["diff_ci_high"]):
+        return f"{diff['bleu_diff']:+.2f} (no interval)"
     return (f"{diff['bleu_diff']:+.2f} [{_signed(diff['diff_ci_low'], margin)}, "
             f"{_signed(diff['diff_ci_high'], margin)}]")
 
@@ -48,8 +51,10 @@ def _word(diff: pd.Series | None, margin: float, agrees: bool = True, r: pd.Seri
     the same system: `agrees`, as the summary's rule), equivalent (inside ±margin), not resolved. Without a
     paired interval (the hypotheses are not in the results folder): ahead / behind where the two systems'
     own intervals do not overlap (`r`, `reference`: the conservative rule the summary uses), else not resolved."""
-    if diff is None or pd.isna(diff["diff_ci_low"]):
-        if diff is None and r is not None and reference is not None and r["system"] != reference["system"] \
+    if diff is not None and (pd.isna(diff["diff_ci_low"]) or pd.isna(diff["diff_ci_high"])):
+        return "not resolved"  # a paired difference without an interval claims nothing
+    if diff is None:
+        if r is not None and reference is not None and r["system"] != reference["system"] \
                 and not any(pd.isna(v) for v in (*interval(r, "bleu"), *interval(reference, "bleu"))):
             if beyond_spread(r, reference, "bleu"):
                 return "ahead" if r["bleu"] > reference["bleu"] else "behind"
@@ -160,7 +165,8 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
             fewer_paired = (f" (paired on the {paired} seed{'s' if paired != 1 else ''} both have)"
                             if paired < max(int(best["n_seeds"]), seeds) else "")
             gap = (f", {_diff_text(diff, g.equivalence_margin)}{fewer_paired} against {ref_name} "
-                   f"({reference['bleu']:.2f}): {word(best)}")
+                   f"({reference['bleu']:.2f}): "
+                   f"{shown(word(best), diff['diff_ci_low'], diff['diff_ci_high'], g.equivalence_margin)}")
         elif best["system"] != reference["system"]:  # no paired interval: the two systems' own intervals
             apart = word(best)
             gap = (f", {best['bleu'] - reference['bleu']:+.2f} against {ref_name} ({reference['bleu']:.2f}): " +
@@ -174,7 +180,8 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
         reach = (f"; {_listing(near)} {'is' if len(near) == 1 else 'are'} within reach of it"
                  + ("" if len(near) <= 2 else " (the summary lists them)" if len(near) <= REACH_NAMED else
                     " (the summary lists the closest)")) if near else ""
-        fewer = f" ({int(best['n_seeds'])} of {seeds} seeds)" if int(best["n_seeds"]) < seeds else ""  # a seed failed
+        scored = seeds_of(best, "bleu")  # the seeds its mean BLEU stands on (a failed seed has none)
+        fewer = f" ({scored} of {max(seeds, int(best['n_seeds']))} seeds)" if scored < max(seeds, int(best["n_seeds"])) else ""
         sentences.append(f"the best NAT by mean BLEU is {names[best['system']]} at {best['bleu']:.2f} BLEU{fewer}{gap}"
                          f"{speed}{reach}.")
     level = [r for _, r in agg.iterrows() if r["system"] != reference["system"] and word(r) not in ("behind", "–")

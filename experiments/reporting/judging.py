@@ -39,7 +39,8 @@ def _best(agg: pd.DataFrame) -> pd.Series | None:
 
 
 def _name(r: pd.Series) -> str:
-    seeds = f", {int(r['n_seeds'])} seeds" if r["n_seeds"] > 1 else ""
+    scored = seeds_of(r, "bleu")  # the seeds its mean BLEU stands on
+    seeds = f", {scored} seeds" if scored > 1 else ""
     return f"`{r['family']} / {r['strategy']}` ({r['bleu']:.2f} BLEU{seeds})"
 
 
