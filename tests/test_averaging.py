@@ -142,11 +142,11 @@ def test_averaging_falls_back_to_the_final_weights_never_to_an_early_checkpoint(
     trainer = types.SimpleNamespace(callbacks=[selector], global_step=12,
                                     save_checkpoint=lambda path: checkpoint(path, step=12))
     settings = types.SimpleNamespace(average="best", average_window=0.5, checkpoint_metric="loss")
-    chosen, steps = select_weights(trainer, settings, ckpts, warmup=8)
-    assert (chosen.name, steps, checkpoint_step(chosen)) == ("averaged.ckpt", [12], 12)
+    chosen, steps, alone = select_weights(trainer, settings, ckpts, warmup=8)
+    assert (chosen.name, steps, checkpoint_step(chosen), alone) == ("averaged.ckpt", [12], 12, True)
     selector.best_model_path = ""
-    chosen, steps = select_weights(trainer, types.SimpleNamespace(average="none"), ckpts)
-    assert (chosen.name, steps) == ("best.ckpt", []) and not (ckpts / "averaged.ckpt").exists()
+    chosen, steps, alone = select_weights(trainer, types.SimpleNamespace(average="none"), ckpts)
+    assert (chosen.name, steps, alone) == ("best.ckpt", [], False) and not (ckpts / "averaged.ckpt").exists()
     checkpoint(ckpts / "best.ckpt")
     assert evaluation_checkpoint(ckpts.parent) == ckpts / "best.ckpt"
 
@@ -190,9 +190,9 @@ def test_a_killed_or_moved_run_averages_what_an_uninterrupted_one_does(tmp_path,
     record the same way. The checkpoints are now found on disk."""
     import shutil
 
-    from tests.test_resume import Kill, with_callbacks
     from atnat.experiments.training import train as train_module
     from atnat.experiments.training.train import train
+    from tests.test_resume import Kill, with_callbacks
 
     opts = dict(keep=3, average=average, average_window=1.0)
     whole = run_training(tmp_path, "whole", monkeypatch, optim={"warmup_steps": 0}, **opts)
@@ -207,3 +207,25 @@ def test_a_killed_or_moved_run_averages_what_an_uninterrupted_one_does(tmp_path,
     steps = {run.name: json.loads((run / "train.json").read_text())["averaged_steps"]
              for run in (whole, killed, tmp_path / "moved")}
     assert steps["killed"] == steps["moved"] == steps["whole"] and len(steps["whole"]) == 3
+
+
+def test_final_weights_alone_are_recorded_and_reported_as_such(tmp_path, monkeypatch):
+    """28 steps inside a 400-step warm-up: no checkpoint is in the averaging window, so the final weights are
+    evaluated alone. train.json said only averaged_steps [28], and the report called it a mean of checkpoints
+    'past the warm-up'."""
+    import pandas as pd
+
+    from atnat.experiments.reporting.report import write_report
+    from tests import fixtures_results as fx
+
+    run = run_training(tmp_path, "warm", monkeypatch, keep=3, average="last", optim={"warmup_steps": 400})
+    trained = json.loads((run / "train.json").read_text())
+    assert trained["averaged_steps"] == [28] and trained["averaged_final_alone"] is True
+    root = fx.build_results(tmp_path / "res")
+    frame = pd.read_csv(root / "results.csv").assign(averaged_steps="")
+    frame.loc[frame.cell == "copy-at-s1", "averaged_steps"] = "final 28"
+    frame.loc[frame.cell == "copy-ctc-s1", "averaged_steps"] = "14+21+28"
+    frame.to_csv(root / "results.csv", index=False)
+    md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
+    assert "`copy-at-s1` its final weights alone (step 28: every checkpoint came before the window)" in md
+    assert "`copy-ctc-s1` steps 14, 21, 28" in md

@@ -189,7 +189,8 @@ RUN = (
     _c("evaluated_checkpoint", "label", "the weights evaluated: best.ckpt, or averaged.ckpt (the mean of several)"),
     _c("averaged_steps", "label", "the training steps of the checkpoints averaged into the evaluated weights "
                                   "(train.average; only from the last train.average_window of training, past the "
-                                  "warm-up), '+'-joined; empty: one checkpoint"),
+                                  "warm-up), '+'-joined; 'final N': no checkpoint was in that part, the final "
+                                  "weights (step N) alone; empty: one checkpoint"),
     _c("val_bleu_evaluated", "number", "validation BLEU (greedy / one pass, as the validation curve) of the "
                                        "evaluated weights: where an average lands against the curve"),
     _c("train_time_s", "number", "training wall time of the cell (s), every attempt of a resumed run counted"),

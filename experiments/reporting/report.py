@@ -293,9 +293,16 @@ def _averaged(g: GridResults) -> list[Block]:
     cells = cells[cells["averaged_steps"].fillna("").astype(str).str.len() > 0]
     if cells.empty:
         return []
-    shown = "; ".join(f"`{c}` steps {str(s).replace('+', ', ')}" for c, s in zip(cells["cell"], cells["averaged_steps"]))
+    def steps(cell: str, text: str) -> str:
+        if text.startswith("final "):  # no checkpoint was inside the window: the final weights, not a mean
+            step = text.removeprefix("final ")
+            return f"`{cell}` its final weights alone (step {step}: every checkpoint came before the window)"
+        return f"`{cell}` steps {text.replace('+', ', ')}"
+
+    shown = "; ".join(steps(c, str(s)) for c, s in zip(cells["cell"], cells["averaged_steps"]))
     return [Block("note", f"Evaluated weights: the mean of the checkpoints at these steps (train.average, from the "
-                          f"last train.average_window of training and past the warm-up): {shown}.")]
+                          f"last train.average_window of training and past the warm-up; where no checkpoint was, "
+                          f"the final weights alone): {shown}.")]
 
 
 def _reproduce(g: GridResults) -> Block:

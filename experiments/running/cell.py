@@ -81,7 +81,8 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
         row.update(train_steps=trained["global_step"], train_time_s=train_time, train_devices=trained["world_size"],
                    distill_bleu=distill_meta["bleu_vs_references"] if distill_meta else float("nan"),
                    evaluated_checkpoint=trained.get("evaluated_checkpoint", ""), val_bleu_evaluated=evaluated_val,
-                   averaged_steps="+".join(map(str, trained.get("averaged_steps") or [])))
+                   averaged_steps=("final " if trained.get("averaged_final_alone") else "")
+                   + "+".join(map(str, trained.get("averaged_steps") or [])))
     if speed is not None:
         time_own_strategies(cfg, run_dir, module, teacher, speed, result)
     save_cell_outputs(run_dir, result)

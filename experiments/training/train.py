@@ -327,11 +327,12 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
     if not trainer.is_global_zero:
         return None
     warmup = module.optim_cfg.warmup_steps if module.optim_cfg.schedule == "inverse_sqrt" else 0  # a constant lr has none
-    chosen, averaged_steps = select_weights(trainer, t, run_dir / "checkpoints", warmup)
+    chosen, averaged_steps, final_alone = select_weights(trainer, t, run_dir / "checkpoints", warmup)
     info = {"world_size": trainer.world_size, "accelerator": type(trainer.accelerator).__name__,
             "precision": str(trainer.precision), "precision_asked": t.precision, "global_step": trainer.global_step,
             "evaluated_checkpoint": chosen.name, "averaged_steps": averaged_steps, "train_time_s": timer.time_elapsed("train"),
-            "train_time_this_attempt_s": train_time, "attempts": attempts_of(run_dir)}
+            "train_time_this_attempt_s": train_time, "attempts": attempts_of(run_dir),
+            "averaged_final_alone": final_alone}  # every checkpoint preceded the averaging window
     if initialised:
         info["initialised_from"] = initialised
     write_json_atomic(run_dir / "train.json", info)
@@ -363,10 +364,11 @@ def averaging_start(last_step: int, window: float, warmup: int) -> int:
     return max(warmup, math.ceil((1 - window) * last_step))
 
 
-def select_weights(trainer: pl.Trainer, t, ckpt_dir: Path, warmup: int = 0) -> tuple[Path, list[int]]:
-    """The checkpoint evaluation uses: best.ckpt, or averaged.ckpt (train.average) written here, and the steps
-    it averages ([] for best.ckpt). Candidates from before averaging_start are left out; where none is left, the
-    final weights are evaluated alone, never a checkpoint from early training."""
+def select_weights(trainer: pl.Trainer, t, ckpt_dir: Path, warmup: int = 0) -> tuple[Path, list[int], bool]:
+    """The checkpoint evaluation uses: best.ckpt, or averaged.ckpt (train.average) written here; the steps
+    it averages ([] for best.ckpt); and whether they are the final weights alone. Candidates from before
+    averaging_start are left out; where none is left, the final weights are evaluated alone, never a
+    checkpoint from early training."""
     best = ckpt_dir / "best.ckpt"
     selector = next(c for c in trainer.callbacks if isinstance(c, ModelCheckpoint))
     if t.average == "none":
@@ -375,7 +377,7 @@ def select_weights(trainer: pl.Trainer, t, ckpt_dir: Path, warmup: int = 0) -> t
         if selector.best_model_path and Path(selector.best_model_path) not in (best,) \
                 and Path(selector.best_model_path).is_file():  # keep > 1: copy the best
             save_checkpoint_file(read_checkpoint(Path(selector.best_model_path)), best)
-        return best, []
+        return best, [], False
     if t.average == "best":
         ranked = sorted(selector.best_k_models.items(), key=lambda kv: float(kv[1]), reverse=selector.mode == "max")
         # a run folder moved since its checkpoints were recorded: the same files, here
@@ -386,16 +388,16 @@ def select_weights(trainer: pl.Trainer, t, ckpt_dir: Path, warmup: int = 0) -> t
         paths = sorted((p for p in ckpt_dir.glob("step-*.ckpt") if step(p) <= trainer.global_step), key=step)[-t.keep:]
     paths = [p for p in paths if p.is_file()]
     if not paths:  # no validation ran: nothing to average
-        return best, []
+        return best, [], False
     step_of = {p: checkpoint_step(p) for p in paths}
     start = averaging_start(max(trainer.global_step, max(step_of.values())), t.average_window, warmup)
     kept = [p for p in paths if step_of[p] >= start]
     out = ckpt_dir / "averaged.ckpt"
     if not kept:  # every candidate is older than the window (the metric peaked early): the final weights alone
         trainer.save_checkpoint(out)  # (last.ckpt is not they: Lightning renews it only with a new top-k one)
-        return out, [trainer.global_step]
+        return out, [trainer.global_step], True
     average_checkpoints(kept, out, {"average": t.average, "metric": t.checkpoint_metric,
                                     "checkpoints": [p.name for p in kept], "steps": sorted(step_of[p] for p in kept),
                                     "left_out_before_step": start,
                                     "left_out": sorted(step_of[p] for p in paths if p not in kept)})
-    return out, sorted(step_of[p] for p in kept)
+    return out, sorted(step_of[p] for p in kept), False
