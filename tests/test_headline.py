@@ -216,3 +216,17 @@ def test_the_verdict_sentence_words_its_gap_as_the_table_does_and_claims_nothing
     summary = md.split("## Summary")[1].split("\n## ")[0]
     assert "`copy-cmlm-kd / mask-predict-4` (35.65 BLEU, 2 seeds)" in summary
     assert "35.65 BLEU (2 of 3 seeds)" in md.split("## Verdict")[1].split("\n## ")[0]
+
+
+def test_a_comparison_without_its_seed_count_is_read_and_a_wrong_one_named(tmp_path):
+    """comparisons.csv with an empty n_seeds failed with "cannot convert float NaN to integer"."""
+    from atnat.core.errors import AtnatError
+
+    root = fx.build_results(tmp_path)
+    frame = fx.comparisons().assign(n_seeds=float("nan"))
+    frame.to_csv(root / "comparisons.csv", index=False)
+    verdicts, _ = _first_screen(root)
+    assert "against AT beam 5" in verdicts[0]
+    frame.assign(n_seeds="three").to_csv(root / "comparisons.csv", index=False)
+    with pytest.raises(AtnatError, match=r"comparisons\.csv: column n_seeds must be numeric; data row 1 has 'three'"):
+        load_results(root)

@@ -161,7 +161,7 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
         best = nats.loc[nats["bleu"].idxmax()]
         diff = diff_of(best["system"])
         if diff is not None:
-            paired = int(diff.get("n_seeds", seeds) or seeds)
+            paired = int(diff["n_seeds"]) if pd.notna(diff.get("n_seeds")) else seeds  # not recorded: the reference's
             fewer_paired = (f" (paired on the {paired} seed{'s' if paired != 1 else ''} both have)"
                             if paired < max(int(best["n_seeds"]), seeds) else "")
             gap = (f", {_diff_text(diff, g.equivalence_margin)}{fewer_paired} against {ref_name} "

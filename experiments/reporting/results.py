@@ -169,7 +169,8 @@ def load_results(results_dir: Path) -> GridResults:
     goals = parse_goals(_read_json(root / "goals.json"), str(root / "goals.json"))
     notes, notes_left_out = notes_of_this_run(root, environment)
     comparisons = _read_csv(root / "comparisons.csv", ("task", "system", "against", "bleu_diff", "diff_ci_low",
-                                                        "diff_ci_high"), ("bleu_diff", "diff_ci_low", "diff_ci_high"))
+                                                        "diff_ci_high"), ("bleu_diff", "diff_ci_low", "diff_ci_high",
+                                                                          "n_seeds"))
     extra = _read_csv(root / "extra_tests.csv", ("cell", "task", "strategy", "test_set", "bleu"), ("bleu",))
     numbers = ("system_bleu", "against_bleu", "bleu_diff", "diff_ci_low", "diff_ci_high", *RANKING_OPTIONAL)
     ranking = _read_csv(root / "ranking.csv", tuple(c for c in RANKING_COLUMNS if c not in RANKING_OPTIONAL), numbers)
