@@ -230,3 +230,15 @@ def test_a_comparison_without_its_seed_count_is_read_and_a_wrong_one_named(tmp_p
     frame.assign(n_seeds="three").to_csv(root / "comparisons.csv", index=False)
     with pytest.raises(AtnatError, match=r"comparisons\.csv: column n_seeds must be numeric; data row 1 has 'three'"):
         load_results(root)
+
+
+def test_a_difference_paired_on_fewer_seeds_than_its_system_has_says_so_in_the_table(tmp_path):
+    """A NAT of 3 seeds against an AT of 1: the table showed Seeds 3 beside a difference paired on 1 seed."""
+    root = fx.build_results(tmp_path)
+    frame = pd.read_csv(root / "results.csv")
+    nat = frame[frame.decoder != "at"]
+    pd.concat([frame, nat.assign(seed=2), nat.assign(seed=3)]).to_csv(root / "results.csv", index=False)
+    fx.comparisons(n_seeds=1).to_csv(root / "comparisons.csv", index=False)
+    _, table = _first_screen(root)
+    row = table[table["System"] == "CMLM, distilled, mask-predict 4"].iloc[0]
+    assert row["Seeds"] == "3" and row["Δ BLEU vs AT reference [95%]"].endswith(" (paired on 1 seed)")

@@ -45,6 +45,14 @@ def _diff_text(diff: pd.Series, margin: float) -> str:
             f"{_signed(diff['diff_ci_high'], margin)}]")
 
 
+def _paired_on(diff: pd.Series, r: pd.Series) -> str:
+    """' (paired on 1 seed)' where the difference pairs fewer seeds than the system has (the reference has fewer)."""
+    paired, own = diff.get("n_seeds"), int(r["n_seeds"])
+    if pd.isna(paired) or int(paired) >= own:
+        return ""
+    return f" (paired on {int(paired)} seed{'s' if int(paired) != 1 else ''})"
+
+
 def _word(diff: pd.Series | None, margin: float, agrees: bool = True, r: pd.Series | None = None,
           reference: pd.Series | None = None) -> str:
     """ahead / behind (the paired interval excludes 0, and the paired test agrees where it was run against
@@ -123,7 +131,8 @@ def headline_table(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.Da
         words.append(word)
         rows.append({"System": names[r["system"]], "Seeds": str(int(r["n_seeds"])),
                      "BLEU [95%]": _interval_text(r, "bleu"),
-                     "Δ BLEU vs AT reference [95%]": "–" if diff is None else _diff_text(diff, g.equivalence_margin),
+                     "Δ BLEU vs AT reference [95%]": "–" if diff is None else _diff_text(diff, g.equivalence_margin)
+                     + _paired_on(diff, r),
                      "Verdict": word if diff is None else shown(word, diff["diff_ci_low"], diff["diff_ci_high"],
                                                                 g.equivalence_margin),
                      "× AT greedy, batch 1": _interval_text(r, "speedup_vs_at", suffix="×"),
