@@ -322,3 +322,24 @@ def test_an_equivalence_margin_written_5e_1_is_a_number(tmp_path):
     path = write_grid(tmp_path)
     path.write_text(path.read_text() + "equivalence_margin: 5e-1\n")
     assert load_grid(path).equivalence_margin == 0.5
+
+
+def test_an_axis_over_the_task_makes_another_task_and_a_bare_decoder_name_keeps_its_axis(tmp_path):
+    """An axis over `task.vocab` put both vocabularies under one task `copy`: their systems were timed
+    together and 'paired' across different test sentences. And a cell's bare `decoder: ctc` dropped the
+    axis `decoder.upsample` (both cells ran with the default), as `smoke:` dropped a bare task's name."""
+    from atnat.experiments.evaluation.baseline import timing_groups
+    from atnat.experiments.running.cell import describe
+
+    vocab = {**TINY, "axes": {"task.vocab": {"v5": 5, "v6": 6}}}
+    grid = load_grid(write_grid(tmp_path, vocab))
+    assert sorted({describe(c)["task"] for c in grid.cells}) == ["copy-v5", "copy-v6"]
+    assert sorted(timing_groups(grid.cells)) == [("copy-v5", 1), ("copy-v6", 1)]
+    bare = {**TINY, "cells": {"ctc": {"decoder": "ctc", "eval": {"strategies": ["ctc"]}}},
+            "axes": {"decoder.upsample": {"up2": 2, "up3": 3}}}
+    grid = load_grid(write_grid(tmp_path, bare, "bare.yaml"))
+    assert {c.name: c.config.decoder for c in grid.cells} == {"up2-ctc-s1": {"name": "ctc", "upsample": 2},
+                                                              "up3-ctc-s1": {"name": "ctc", "upsample": 3}}
+    task = {**TINY, "base": {**TINY["base"], "task": "reverse"}, "smoke": {"task": {"n_train": 50}}}
+    grid = load_grid(write_grid(tmp_path, task, "task.yaml"), smoke=True)
+    assert {c.config.task_name for c in grid.cells} == {"reverse"}

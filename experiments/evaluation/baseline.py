@@ -94,10 +94,18 @@ def reference_at_rows(df: pd.DataFrame, baseline: str | None = None) -> pd.Serie
     return ours
 
 
+def task_of(cell) -> str:
+    """The task a grid cell's systems are compared and timed within: its `task` axis label (else the task's
+    name), with the label of every other axis over the task's settings (`task.data_dir`, `task.vocab_size`:
+    other data, so other test sentences, are another task, never paired with this one)."""
+    task = str(cell.labels.get("task", cell.config.task_name))
+    return "-".join([task, *(str(lab) for key, lab in cell.labels.items() if key.startswith("task."))])
+
+
 def timing_group(cell) -> tuple[str, int]:
     """The unit the timing phase times side by side: a task and a seed (a seed's systems and that seed's
     AT baseline with its A/A twin: every ratio of the group is measured within it)."""
-    return str(cell.labels.get("task", cell.config.task_name)), int(getattr(cell, "seed", 0) or 0)
+    return task_of(cell), int(getattr(cell, "seed", 0) or 0)
 
 
 def timing_groups(cells: list) -> dict[tuple[str, int], list]:

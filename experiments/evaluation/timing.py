@@ -36,7 +36,14 @@ from atnat.experiments.config.run import build_strategy, load_task
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.data.batching import collate
 from atnat.experiments.evaluation.assemble import needs_teacher
-from atnat.experiments.evaluation.baseline import ENGINE_TWIN, is_baseline_cell, plain_at_config, timing_group, timing_groups
+from atnat.experiments.evaluation.baseline import (
+    ENGINE_TWIN,
+    is_baseline_cell,
+    plain_at_config,
+    task_of,
+    timing_group,
+    timing_groups,
+)
 from atnat.experiments.evaluation.metrics.speed import _synchronize, current_rss_mb, peak_memory_mb, reset_peak
 from atnat.experiments.evaluation.schema import SPEED
 from atnat.experiments.files import write_csv, write_json_atomic
@@ -359,7 +366,7 @@ def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, b
             apply_engine(module, speed.engine)
         if is_baseline_cell(cell, baseline):
             labels = [build_strategy(s)[0] for s in cfg.eval.strategies]
-            plain.setdefault((cell.labels.get("task", cfg.task_name), cell.seed),
+            plain.setdefault((task_of(cell), cell.seed),
                              (cell.name, "greedy" if "greedy" in labels else labels[0], exportable(cell)))
     refs = {timing_group(c): (c.name, "greedy") for c in cells
             if speed is not None and speed.reference_at and c.variant == speed.reference_at}
@@ -372,7 +379,7 @@ def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, b
             ref[cell.name] = refs[timing_group(cell)]
         if timing_group(cell) in beams:
             beam[cell.name] = beams[timing_group(cell)]
-        base = plain.get((cell.labels.get("task", cell.config.task_name), cell.seed))
+        base = plain.get((task_of(cell), cell.seed))
         if base is not None:
             baselines[cell.name] = base[:2]
             if speed is not None and speed.ct2_baseline and base[2] and base[1] == "greedy":

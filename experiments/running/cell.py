@@ -23,7 +23,7 @@ from atnat.experiments.config.devices import helper_rank, inference_device, requ
 from atnat.experiments.config.run import RunConfig, build_strategy, load_task
 from atnat.experiments.config.settings import resolved
 from atnat.experiments.config.speed import SpeedSettings
-from atnat.experiments.evaluation.baseline import autoregressive, plain_at_config
+from atnat.experiments.evaluation.baseline import autoregressive, plain_at_config, task_of
 from atnat.experiments.evaluation.evaluate import EvalResult, evaluate, validation_bleu
 from atnat.experiments.evaluation.timing import COLUMNS, System, time_systems
 from atnat.experiments.files import write_csv, write_json_atomic, write_text_atomic
@@ -121,7 +121,7 @@ def describe(cell: Cell) -> dict:
         if isinstance(cfg.decoder, dict) else {}
     family = cell.name[: -len(f"-s{cell.seed}")] if cell.name.endswith(f"-s{cell.seed}") else cell.name
     sizes = build_config(ModelConfig, cfg.model)
-    return {"cell": cell.name, "family": family, "variant": cell.variant, "task": cell.labels.get("task", cfg.task_name),
+    return {"cell": cell.name, "family": family, "variant": cell.variant, "task": task_of(cell),
             "decoder": cfg.decoder_name, "autoregressive": autoregressive(cfg.decoder_name), "seed": cell.seed,
             "layers": f"{sizes.encoder_layers}+{sizes.decoder_layers}",
             "distilled": cfg.distill is not None and cfg.distill.targets,

@@ -375,14 +375,21 @@ def has_dotted(settings: dict, key: str) -> bool:
     return True
 
 
+def named_sections(settings: dict) -> dict:
+    """`decoder: ctc` and `task: copy` (a bare name) as `{name: ...}`, so that an axis or `smoke:` setting one
+    of their keys adds to them rather than being lost or losing the name."""
+    return {k: {"name": v} if k in ("decoder", "task") and isinstance(v, str) else v for k, v in settings.items()}
+
+
 def make_cell(grid_name, base, combo, variant, settings, seed, labels, smoke, where, plugins=()) -> Cell:
     teacher = settings.pop("teacher", None)
-    raw = deep_update(base, {})
+    # the cell over base (a cell's bare `decoder: ctc` replaces base's decoder), then the axes (never a key the
+    # cell sets: refused above), then smoke: a bare name replaced the axis values set before it
+    raw = named_sections(deep_update(named_sections(base), settings))
     for key, (_, value) in combo.items():
         raw = set_dotted(raw, key, value)
-    raw = deep_update(raw, settings)
     if smoke:
-        raw = deep_update(raw, smoke)
+        raw = deep_update(raw, named_sections(smoke))
     axis_part = "-".join(lab for k, lab in labels.items() if k not in ("cell", "seed"))
     name = "-".join(p for p in (axis_part, variant, f"s{seed}") if p)
     raw.update(name=name, seed=seed)
