@@ -343,3 +343,22 @@ def test_an_axis_over_the_task_makes_another_task_and_a_bare_decoder_name_keeps_
     task = {**TINY, "base": {**TINY["base"], "task": "reverse"}, "smoke": {"task": {"n_train": 50}}}
     grid = load_grid(write_grid(tmp_path, task, "task.yaml"), smoke=True)
     assert {c.config.task_name for c in grid.cells} == {"reverse"}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"cells": {"at": "at"}}, r"cells\.at: expected a mapping of settings \(e\.g\. decoder: \{name: at\}\), got 'at'"),
+    ({"base": [1, 2]}, r"base: expected a mapping of settings, got \[1, 2\]"),
+    ({"speed": [1]}, r"speed: expected a mapping of settings, got \[1\]"),
+    ({"smoke": [1]}, r"smoke: expected a mapping of settings, got \[1\]"),
+    ({"axes": ["model.d_model"]}, r"axes: expected a mapping of settings, got \['model\.d_model'\]"),
+    ({"cells": {"at": {"decoder": {"name": "at"}}, "nat": {"decoder": {"name": "nat"}, "teacher": ["at"]}}},
+     r"cells\.nat\.teacher: expected a cell name, got \['at'\]"),
+    ({"baseline": ["at"]}, r"baseline: expected a cell name, got \['at'\]"),
+    ({"cells": {1: {"decoder": {"name": "at"}}}}, r"cells: a cell name must be text, got 1"),
+])
+def test_a_grid_entry_of_the_wrong_kind_is_one_message(tmp_path, change, message):
+    """Each of these was a traceback (ValueError, TypeError, 'unhashable type')."""
+    from atnat.experiments.config.run import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        load_grid(write_grid(tmp_path, {**TINY, **change}))

@@ -211,9 +211,22 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
     variants = data.get("cells") or {"default": {}}
     if not isinstance(variants, dict):
         raise ConfigError(f"{where}: cells must map a cell name to its settings")
+    for key in ("base", "smoke", "speed", "axes", "report"):  # each a mapping of settings
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise ConfigError(f"{where}: {key}: expected a mapping of settings, got {data[key]!r}")
+    for key in ("baseline",):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise ConfigError(f"{where}: {key}: expected a cell name, got {data[key]!r}")
     axes = data.get("axes") or {}
     sections = [("base", data.get("base") or {}), ("smoke", data.get("smoke") or {})]
     for variant, settings in variants.items():
+        if not isinstance(variant, str):
+            raise ConfigError(f"{where}: cells: a cell name must be text, got {variant!r}")
+        if settings is not None and not isinstance(settings, dict):
+            raise ConfigError(f"{where}: cells.{variant}: expected a mapping of settings (e.g. decoder: {{name: at}}), "
+                              f"got {settings!r}")
+        if (settings or {}).get("teacher") is not None and not isinstance(settings["teacher"], str):
+            raise ConfigError(f"{where}: cells.{variant}.teacher: expected a cell name, got {settings['teacher']!r}")
         checked_part(variant, f"{where}: cells")
         sections.append((f"cells.{variant}", settings or {}))
         if isinstance(settings, dict) and settings.get("teacher") is not None \
