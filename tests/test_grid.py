@@ -287,6 +287,10 @@ def _with(**changes):
 @pytest.mark.parametrize("data, message", [
     (_with(exclude=[{"cell": "cmlm-kd", "sed": 2}]), r"exclude\[0\] names 'sed', which is no axis, 'cell' or 'seed'"),
     (_with(exclude=["cmlm-kd"]), r"exclude\[0\] must be a mapping"),
+    (_with(exclude=[{"cell": "nta"}]), r"exclude\[0\]\.cell: 'nta' is none of its values \(valid: at, cmlm-kd\), so "
+                                       r"the rule would exclude nothing"),
+    (_with(exclude=[{"seed": 7}]), r"exclude\[0\]\.seed: 7 is none of its values \(valid: 1\)"),
+    (_with(exclude=[{"cell": ["at"]}]), r"exclude\[0\]\.cell: \['at'\] is none of its values"),
     (_with(seeds=[]), "seeds must be a non-empty list of integers"),
     (_with(seeds=3), "seeds must be a non-empty list of integers"),
     (_with(axes={"train.max_steps": [3, 4]}, cell_at={"train": {"max_steps": 20}}),

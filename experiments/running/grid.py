@@ -167,9 +167,11 @@ def excluded(labels: dict[str, str], rules: list[dict]) -> bool:
     return any(all(str(labels.get(k)) == str(v) for k, v in rule.items()) for rule in rules or [])
 
 
-def check_exclude(rules: Any, keys: list[str], where: str) -> None:
-    """exclude: a list of mappings whose keys are axes, `cell` or `seed` (a misspelt key matched nothing, so
-    the rule excluded nothing, without a word)."""
+def check_exclude(rules: Any, known: dict[str, list[str]], where: str) -> None:
+    """exclude: a list of mappings whose keys are axes, `cell` or `seed` and whose values are their labels,
+    cell names or seeds (`known`): a misspelt key or value matched nothing, so the rule excluded nothing,
+    without a word."""
+    keys = list(known)
     if rules is None:
         return
     if not isinstance(rules, list):
@@ -181,6 +183,10 @@ def check_exclude(rules: Any, keys: list[str], where: str) -> None:
         if unknown:
             raise ConfigError(f"{where}: exclude[{i}] names {unknown[0]!r}, which is no axis, 'cell' or 'seed' "
                               f"(valid: {', '.join(keys)})")
+        for key, value in rule.items():
+            if str(value) not in known[key] or isinstance(value, (list, dict)):
+                raise ConfigError(f"{where}: exclude[{i}].{key}: {value!r} is none of its values (valid: "
+                                  f"{', '.join(known[key])}), so the rule would exclude nothing")
 
 
 def check_seeds(seeds: Any, where: str) -> list[int]:
@@ -251,7 +257,9 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
                 raise ConfigError(f"{where}: cells.{variant} sets {key}, which axes.{key} varies: the cell's value "
                                   "would replace every axis value; remove one")
     seeds = check_seeds(data.get("seeds"), where)
-    check_exclude(data.get("exclude"), [*axes, "cell", "seed"], where)
+    check_exclude(data.get("exclude"), {**{key: [label for label, _ in axis_values(key, values, where)]
+                                           for key, values in axes.items()},
+                                        "cell": [str(v) for v in variants], "seed": [str(s) for s in seeds]}, where)
     base = data.get("base") or {}
     smoke_cfg = dict(data.get("smoke") or {}) if smoke else None
     speed = dict(data.get("speed") or {})
