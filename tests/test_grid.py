@@ -287,6 +287,14 @@ def _with(**changes):
 @pytest.mark.parametrize("data, message", [
     (_with(exclude=[{"cell": "cmlm-kd", "sed": 2}]), r"exclude\[0\] names 'sed', which is no axis, 'cell' or 'seed'"),
     (_with(exclude=["cmlm-kd"]), r"exclude\[0\] must be a mapping"),
+    ({**TINY, "cells": {"nat": {"decoder": {"name": "nat"}, "eval": {"strategies": ["parallel"]}},
+                        "nat2": {"decoder": {"name": "nat"}, "teacher": "nat", "eval": {"strategies": ["parallel"]}}}},
+     r"cells\.nat2: its teacher nat-s1: distill\.strategy beam5 cannot decode with the teacher: strategy 'beam' "
+     r"cannot drive decoder 'nat'"),
+    ({**TINY, "cells": {"ctc": {"decoder": {"name": "ctc"}, "eval": {"strategies": ["ctc"]}},
+                        "nat": {"decoder": {"name": "nat"}, "teacher": "ctc", "distill": {"targets": False},
+                                "eval": {"strategies": [{"name": "npd", "length_beam": 3}]}}}},
+     r"cells\.nat: its teacher ctc-s1: eval strategy npd-3 runs its teacher as an AT .* 'ctc' is not autoregressive"),
     (_with(exclude=[{"cell": "nta"}]), r"exclude\[0\]\.cell: 'nta' is none of its values \(valid: at, cmlm-kd\), so "
                                        r"the rule would exclude nothing"),
     (_with(exclude=[{"seed": 7}]), r"exclude\[0\]\.seed: 7 is none of its values \(valid: 1\)"),

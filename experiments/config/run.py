@@ -359,6 +359,26 @@ def _lookup(registry, name: str, where: str):
         raise ConfigError(f"{where}: {err}") from None
 
 
+def teacher_problem(student: RunConfig, teacher: RunConfig) -> str | None:
+    """Why `teacher`'s model cannot serve `student` (None if it can): its decoder cannot run the student's
+    distill.strategy, or a strategy of the student's that runs a teacher (npd, speculative) needs an AT.
+    Asked when a grid is read, before the teacher trains for hours."""
+    dec_cls = DECODERS.get(teacher.decoder_name)
+    opts = {k: v for k, v in teacher.decoder.items() if k != "name"} if isinstance(teacher.decoder, dict) else {}
+    dec_options = build_config(dec_cls.Options, opts)
+    if student.distill is not None and student.distill.targets:
+        label, strategy = build_strategy(student.distill.strategy)
+        problem = compatibility_problem(dec_cls, dec_options, strategy)
+        if problem:
+            return f"distill.strategy {label} cannot decode with the teacher: {problem}"
+    for spec in student.eval.strategies:
+        label, strategy = build_strategy(spec)
+        if strategy.uses_teacher and "step" not in dec_cls.capabilities:
+            return (f"eval strategy {label} runs its teacher as an AT (re-ranking or verifying), but the teacher's "
+                    f"decoder {teacher.decoder_name!r} is not autoregressive")
+    return None
+
+
 def build_strategy(spec) -> tuple[str, Any]:
     """`{name: beam, beam_size: 5}` (or a bare name) -> (its label, e.g. "beam5", the strategy). Strategies are
     frozen, so each spec is built once per process and the same object returned after."""

@@ -35,6 +35,7 @@ from atnat.experiments.config.run import (
     load_yaml,
     make,
     run_config_from_dict,
+    teacher_problem,
 )
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.baseline import autoregressive, is_baseline_cell
@@ -436,6 +437,11 @@ def resolve_teachers(grid: Grid, runs_dir: Path, where: str) -> None:
             cell.teacher = teacher.name
         cell.raw.setdefault("output_dir", str(runs_dir / cell.name))
         cell.config = run_config_from_dict(cell.raw, f"{where}: cell {cell.name}")
+    by_name = {c.name: c for c in grid.cells}
+    for cell in grid.cells:  # now, not after the teacher has trained for hours
+        problem = teacher_problem(cell.config, by_name[cell.teacher].config) if cell.teacher is not None else None
+        if problem:
+            raise ConfigError(f"{where}: cells.{cell.variant}: its teacher {cell.teacher}: {problem}")
 
 
 def run_order(grid: Grid) -> list[Cell]:
