@@ -229,3 +229,20 @@ def test_readme_task_registers_generates_its_pairs_and_configures(tmp_path, monk
     finally:
         TASKS.unregister("rotate")
         sys.modules.pop("my_rotate_task", None)
+
+
+def test_a_broken_metric_plugin_stops_the_grid_before_anything_runs(tmp_path, monkeypatch):
+    """A metric plugin whose import fails was dropped without a word: a grid ran (exit 0) without its
+    columns while the report named the plugin as installed."""
+    from atnat.experiments.config.run import ConfigError
+    from atnat.experiments.evaluation.metrics.row import METRICS
+    from atnat.experiments.running.grid import load_grid
+    from tests.test_grid import TINY, write_grid
+
+    eps = [EntryPoint(name="hyp-len", value="no_such_metric_module_xyz", group="atnat.metrics")]
+    monkeypatch.setattr(registry_module, "entry_points", lambda group: eps if group == "atnat.metrics" else [])
+    monkeypatch.setattr(METRICS, "_plugins_loaded", False)
+    monkeypatch.setattr(METRICS, "plugin_errors", {})
+    with pytest.raises(ConfigError, match=r"plugin 'hyp-len' of entry-point group 'atnat.metrics' failed to load .*"
+                                          r"its columns would be missing from every row"):
+        load_grid(write_grid(tmp_path, TINY))

@@ -39,6 +39,7 @@ from atnat.experiments.config.run import (
 )
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.baseline import autoregressive, is_baseline_cell
+from atnat.experiments.evaluation.metrics.row import check_metric_plugins
 from atnat.experiments.files import path_part
 from atnat.experiments.reporting.goals import parse_goals
 
@@ -215,6 +216,10 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
     if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
         raise ConfigError(f"{where}: plugins: expected a list of module names, got {plugins!r}")
     load_plugins(plugins, f"{where}: plugins")  # before any decoder, strategy, metric or task is looked up
+    try:
+        check_metric_plugins()  # now, not when the first cell is scored
+    except AtnatError as err:
+        raise ConfigError(f"{where}: {err}") from None
     variants = data.get("cells") or {"default": {}}
     if not isinstance(variants, dict):
         raise ConfigError(f"{where}: cells must map a cell name to its settings")

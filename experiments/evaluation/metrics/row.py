@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from atnat.core.errors import AtnatError
 from atnat.core.registry import Registry
 from atnat.experiments.evaluation.metrics.error_propagation import conditional_error_rate
 from atnat.experiments.evaluation.metrics.nat import length_accuracy, repetition_rate, variant_mixing_rate
@@ -46,8 +47,18 @@ METRICS: Registry[Metric] = Registry("metric", Metric, entry_point_group="atnat.
 register_metric = METRICS.register
 
 
+def check_metric_plugins() -> None:
+    """Every installed metric plugin loaded: a broken one would leave its columns out of every row without a word
+    (a decoder, strategy or task plugin fails where a config names it; every metric applies to every row)."""
+    METRICS.in_order()  # loads the entry points
+    if METRICS.plugin_errors:
+        raise AtnatError("; ".join(METRICS.plugin_errors.values()) + ": its columns would be missing from every row; "
+                         "fix or uninstall it")
+
+
 def score(out: Outputs) -> dict[str, Any]:
     """Every registered metric's columns for one system."""
+    check_metric_plugins()
     row: dict[str, Any] = {}
     for name in METRICS.in_order():
         row.update(METRICS.get(name)().compute(out))
