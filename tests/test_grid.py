@@ -374,3 +374,14 @@ def test_a_grid_entry_of_the_wrong_kind_is_one_message(tmp_path, change, message
 
     with pytest.raises(ConfigError, match=message):
         load_grid(write_grid(tmp_path, {**TINY, **change}))
+
+
+def test_smoke_settings_are_checked_without_smoke(tmp_path):
+    """A misspelt key under smoke: passed the dry run (which promises every key checked) and failed only under
+    --smoke, without naming smoke:."""
+    from atnat.experiments.config.run import ConfigError
+
+    grid = write_grid(tmp_path, {**TINY, "smoke": {"trian": {"max_steps": 5}}})
+    with pytest.raises(ConfigError, match=r"unknown key 'trian'.*\(with the grid's smoke: settings, which --smoke "
+                                          r"applies\)"):
+        load_grid(grid)

@@ -316,6 +316,11 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
         for name in pair:
             if name not in known:
                 raise ConfigError(f"{where}: compare[{i}]: no system {name!r} in this grid (systems: {', '.join(known)})")
+    if not smoke and data.get("smoke"):  # smoke: checked too (a dry run promises every key), as --smoke reads it
+        try:
+            load_grid(path, smoke=True, results_dir=results_dir)
+        except ConfigError as err:
+            raise ConfigError(f"{err} (with the grid's smoke: settings, which --smoke applies)") from None
     return grid
 
 
