@@ -246,3 +246,17 @@ def test_a_broken_metric_plugin_stops_the_grid_before_anything_runs(tmp_path, mo
     with pytest.raises(ConfigError, match=r"plugin 'hyp-len' of entry-point group 'atnat.metrics' failed to load .*"
                                           r"its columns would be missing from every row"):
         load_grid(write_grid(tmp_path, TINY))
+
+
+def test_a_plugin_that_fails_inside_is_not_called_missing(tmp_path, monkeypatch):
+    """A plugin module that exists but whose own import fails (a missing dependency, a name registered twice)
+    was reported with 'is it installed, or on PYTHONPATH?'."""
+    from atnat.experiments.config.plugins import PluginError, load_plugins
+
+    (tmp_path / "plugin_with_missing_dep.py").write_text("import nonexistent_helper_lib_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginError, match=r"No module named 'nonexistent_helper_lib_xyz'\); the module was found, "
+                                          r"and failed while importing"):
+        load_plugins(["plugin_with_missing_dep"])
+    with pytest.raises(PluginError, match=r"is it installed, or on PYTHONPATH\?"):
+        load_plugins(["no_such_plugin_module_xyz"])

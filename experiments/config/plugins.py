@@ -35,8 +35,10 @@ def load_plugins(modules, where: str = "--plugins") -> list[str]:
         try:
             importlib.import_module(name)
         except Exception as err:  # noqa: BLE001 - any failure to import a plugin is the plugin's
-            raise PluginError(f"{where}: cannot import plugin {name!r} ({type(err).__name__}: {err}); is it "
-                              "installed, or on PYTHONPATH?") from err
+            missing = isinstance(err, ModuleNotFoundError) and err.name is not None and \
+                (name == err.name or name.startswith(err.name + "."))  # the plugin itself, not what it imports
+            hint = "is it installed, or on PYTHONPATH?" if missing else "the module was found, and failed while importing"
+            raise PluginError(f"{where}: cannot import plugin {name!r} ({type(err).__name__}: {err}); {hint}") from err
     known = [m for m in os.environ.get(ENV, "").split(",") if m]
     os.environ[ENV] = ",".join(dict.fromkeys(known + names))
     return names
