@@ -287,6 +287,12 @@ def _with(**changes):
 @pytest.mark.parametrize("data, message", [
     (_with(exclude=[{"cell": "cmlm-kd", "sed": 2}]), r"exclude\[0\] names 'sed', which is no axis, 'cell' or 'seed'"),
     (_with(exclude=["cmlm-kd"]), r"exclude\[0\] must be a mapping"),
+    (_with(axes={"model.d_model": {"small": 16, "big": 32}, "optim.lr": {"lo": 0.001, "hi": 0.002},
+                 "train.max_steps": {"short": 8, "long": 9}},
+           zip=[["model.d_model", "optim.lr"], ["model.d_model", "train.max_steps"]]),
+     r"zip names axis 'model\.d_model' in two groups"),
+    (_with(axes={"model.d_model": {"small": 16, "big": 32}, "optim.lr": {"lo": 0.001, "hi": 0.002}},
+           zip=["model.d_model", "optim.lr"]), r"zip must be a list of axis groups, e\.g\. \[\[model\.d_model, optim\.lr\]\]"),
     ({**TINY, "cells": {"nat": {"decoder": {"name": "nat"}, "eval": {"strategies": ["parallel"]}},
                         "nat2": {"decoder": {"name": "nat"}, "teacher": "nat", "eval": {"strategies": ["parallel"]}}}},
      r"cells\.nat2: its teacher nat-s1: distill\.strategy beam5 cannot decode with the teacher: strategy 'beam' "

@@ -150,8 +150,12 @@ def checked_part(name, key: str) -> str:
 def expand_axes(axes: dict, zips: list, where: str) -> list[dict[str, tuple[str, Any]]]:
     """All combinations {axis: (label, value)}; axes in one zip group advance together."""
     grouped, seen = [], set()
+    if zips is not None and (not isinstance(zips, list) or not all(isinstance(g, list) for g in zips)):
+        raise ConfigError(f"{where}: zip must be a list of axis groups, e.g. [[model.d_model, optim.lr]], got {zips!r}")
     for group in zips or []:
         for key in group:
+            if key in seen:
+                raise ConfigError(f"{where}: zip names axis {key!r} in two groups; an axis advances with one group")
             if key not in axes:
                 raise ConfigError(f"{where}: zip names axis {key!r}, which is not in axes ({', '.join(axes)})")
         vals = [axis_values(k, axes[k], where) for k in group]
