@@ -287,6 +287,9 @@ def _with(**changes):
 @pytest.mark.parametrize("data, message", [
     (_with(exclude=[{"cell": "cmlm-kd", "sed": 2}]), r"exclude\[0\] names 'sed', which is no axis, 'cell' or 'seed'"),
     (_with(exclude=["cmlm-kd"]), r"exclude\[0\] must be a mapping"),
+    (_with(base={**TINY["base"], "distill": {"strategy": {"name": "greedy"}}}),
+     r"cell at-s1: distill: no teacher to distil from: give this cell one \(grid: teacher: CELL, with distill: in that "
+     r"cell rather than in base:"),
     (_with(axes={"model.d_model": {"small": 16, "big": 32}, "optim.lr": {"lo": 0.001, "hi": 0.002},
                  "train.max_steps": {"short": 8, "long": 9}},
            zip=[["model.d_model", "optim.lr"], ["model.d_model", "train.max_steps"]]),

@@ -440,6 +440,9 @@ def run_config_from_dict(data: Any, where: str, *, recorded: bool = False) -> Ru
         ev["strategies"] = tuple(ev["strategies"])
     data["eval"] = make(EvalSettings, ev, f"{where}: eval")
     if data.get("distill") is not None:
+        if isinstance(data["distill"], dict) and data["distill"].get("teacher") is None:
+            raise ConfigError(f"{where}: distill: no teacher to distil from: give this cell one (grid: teacher: CELL, "
+                              "with distill: in that cell rather than in base:; a run: distill.teacher: RUN)")
         data["distill"] = make(DistillSettings, data["distill"], f"{where}: distill")
     for key in ("model", "loss", "optim"):
         if data.get(key) is None:
