@@ -91,13 +91,18 @@ class _Base:
 LOCAL = Registry("widget", _Base, entry_point_group="atnat.test")
 
 
+def broken_plugin(monkeypatch, registry, name: str, group: str) -> None:
+    """`registry` sees one installed plugin, `name` of entry-point `group`, whose module does not exist."""
+    eps = [EntryPoint(name=name, value="no_such_plugin_module_xyz", group=group)]
+    monkeypatch.setattr(registry_module, "entry_points", lambda group: eps if group == eps[0].group else [])
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    monkeypatch.setattr(registry, "plugin_errors", {})
+
+
 def test_a_broken_plugin_hides_neither_the_built_ins_nor_a_misspelling(monkeypatch, capsys):
     from atnat.experiments.cli.commands import main
 
-    eps = [EntryPoint(name="broken-dec", value="no_such_module_xyz", group="atnat.decoders")]
-    monkeypatch.setattr(registry_module, "entry_points", lambda group: eps if group == "atnat.decoders" else [])
-    monkeypatch.setattr(DECODERS, "_plugins_loaded", False)
-    monkeypatch.setattr(DECODERS, "plugin_errors", {})
+    broken_plugin(monkeypatch, DECODERS, "broken-dec", "atnat.decoders")
     with pytest.raises(Exception, match=r"unknown decoder 'cmlmm'; known decoders: at, cmlm, ctc, dag, nat.*"
                                         r"\(plugins that failed to load: broken-dec\)"):
         DECODERS.get("cmlmm")
@@ -239,10 +244,7 @@ def test_a_broken_metric_plugin_stops_the_grid_before_anything_runs(tmp_path, mo
     from atnat.experiments.running.grid import load_grid
     from tests.test_grid import TINY, write_grid
 
-    eps = [EntryPoint(name="hyp-len", value="no_such_metric_module_xyz", group="atnat.metrics")]
-    monkeypatch.setattr(registry_module, "entry_points", lambda group: eps if group == "atnat.metrics" else [])
-    monkeypatch.setattr(METRICS, "_plugins_loaded", False)
-    monkeypatch.setattr(METRICS, "plugin_errors", {})
+    broken_plugin(monkeypatch, METRICS, "hyp-len", "atnat.metrics")
     with pytest.raises(ConfigError, match=r"plugin 'hyp-len' of entry-point group 'atnat.metrics' failed to load .*"
                                           r"its columns would be missing from every row"):
         load_grid(write_grid(tmp_path, TINY))

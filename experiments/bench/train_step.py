@@ -27,6 +27,8 @@ from atnat.models.seq2seq import Seq2SeqModule
 from atnat.models.step_forms import STEP_FORMS, make_optimizer
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}  # autocast dtype of each --precision value
+
+
 def default_precisions(device: str) -> tuple[str, ...]:
     """fp32, plus bf16 where the device does it natively (what `train.precision: auto` would pick)."""
     return ("fp32", "bf16") if resolve_precision("auto", "gpu" if device == "cuda" else "cpu") == "bf16-mixed" \

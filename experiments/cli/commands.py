@@ -192,6 +192,8 @@ def refuse_writing_into_models(outputs: dict[str, str | None], models: dict[str,
     """An output path among a model's own files (a run's config.json, metrics.json, checkpoints and logs;
     any file of an export; a checkpoint file itself) would replace them: one error naming both. A new
     file beside them is allowed."""
+    from atnat.experiments.modelfiles.export import is_export_dir  # lazy: start-up
+
     for out_flag, out in outputs.items():
         if not out:
             continue
@@ -209,7 +211,7 @@ def refuse_writing_into_models(outputs: dict[str, str | None], models: dict[str,
                     first = target.relative_to(model).parts[0]
                 except (ValueError, IndexError):
                     continue
-                own = target.exists() if (model / "model.safetensors").exists() else \
+                own = target.exists() if is_export_dir(model) else \
                     first in RUN_ENTRIES or first.startswith("references")
             if own:
                 raise AtnatError(f"{out_flag} {out} is a file of the model given to {model_flag} ({given}): writing "

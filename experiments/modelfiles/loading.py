@@ -8,7 +8,7 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.data.tokenize import tokenizer_from_state
 from atnat.experiments.files import check_readable
 from atnat.experiments.modelfiles.checkpoints import checksum_path, verify_checksum
-from atnat.experiments.modelfiles.export import is_export_dir, load_export, module_from_checkpoint, read_config
+from atnat.experiments.modelfiles.export import CT2_MARKER, is_export_dir, load_export, module_from_checkpoint, read_config
 from atnat.models.seq2seq import Seq2SeqModule
 
 
@@ -34,7 +34,7 @@ def load_module(checkpoint: str | Path, map_location: str = "cpu") -> tuple[Seq2
         module = load_export(path, map_location)
     else:
         if path.is_dir():
-            if (path / "model.bin").is_file() and not (path / "checkpoints").is_dir():
+            if (path / CT2_MARKER).is_file() and not (path / "checkpoints").is_dir():
                 raise AtnatError(f"{path} is a CTranslate2 model folder (model.bin): atnat reads its own run folders, "
                                  "checkpoints and exports (`atnat export RUN DIR`, safetensors); give one of those "
                                  "(a CTranslate2 folder is run by CTranslate2's Translator)")

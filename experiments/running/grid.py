@@ -230,9 +230,8 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
     for key in ("base", "smoke", "speed", "axes", "report"):  # each a mapping of settings
         if data.get(key) is not None and not isinstance(data[key], dict):
             raise ConfigError(f"{where}: {key}: expected a mapping of settings, got {data[key]!r}")
-    for key in ("baseline",):
-        if data.get(key) is not None and not isinstance(data[key], str):
-            raise ConfigError(f"{where}: {key}: expected a cell name, got {data[key]!r}")
+    if data.get("baseline") is not None and not isinstance(data["baseline"], str):
+        raise ConfigError(f"{where}: baseline: expected a cell name, got {data['baseline']!r}")
     axes = data.get("axes") or {}
     sections = [("base", data.get("base") or {}), ("smoke", data.get("smoke") or {})]
     for variant, settings in variants.items():
@@ -420,7 +419,7 @@ def named_sections(settings: dict) -> dict:
 def make_cell(grid_name, base, combo, variant, settings, seed, labels, smoke, where, plugins=()) -> Cell:
     teacher = settings.pop("teacher", None)
     # the cell over base (a cell's bare `decoder: ctc` replaces base's decoder), then the axes (never a key the
-    # cell sets: refused above), then smoke: a bare name replaced the axis values set before it
+    # cell sets: refused above), then smoke; a bare name is read as {name: ...}, so later keys add to it
     raw = named_sections(deep_update(named_sections(base), settings))
     for key, (_, value) in combo.items():
         raw = set_dotted(raw, key, value)

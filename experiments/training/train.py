@@ -380,8 +380,7 @@ def select_weights(trainer: pl.Trainer, t, ckpt_dir: Path, warmup: int = 0) -> t
         return best, [], False
     if t.average == "best":
         ranked = sorted(selector.best_k_models.items(), key=lambda kv: float(kv[1]), reverse=selector.mode == "max")
-        # a run folder moved since its checkpoints were recorded: the same files, here
-        paths = [Path(p) if Path(p).is_file() else ckpt_dir / Path(p).name for p, _ in ranked]
+        paths = [Path(p) for p, _ in ranked]  # a moved run folder's record points here (checkpoints.py moved_here)
     else:  # the last `keep` step checkpoints on disk: a run killed between writing last.ckpt and recording its step
         # checkpoint resumes without that step in the callback's record (and a moved run without any)
         step = lambda p: int(p.stem.split("-")[-1])  # noqa: E731
