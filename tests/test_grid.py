@@ -350,7 +350,7 @@ def test_an_axis_over_the_task_makes_another_task_and_a_bare_decoder_name_keeps_
     together and 'paired' across different test sentences. And a cell's bare `decoder: ctc` dropped the
     axis `decoder.upsample` (both cells ran with the default), as `smoke:` dropped a bare task's name."""
     from atnat.experiments.evaluation.baseline import timing_groups
-    from atnat.experiments.running.cell import describe
+    from atnat.experiments.running.grid import describe
 
     vocab = {**TINY, "axes": {"task.vocab": {"v5": 5, "v6": 6}}}
     grid = load_grid(write_grid(tmp_path, vocab))

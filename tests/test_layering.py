@@ -142,9 +142,10 @@ def test_the_part_check_sees_an_upward_import_and_the_cycle_check_a_circle(tmp_p
 
 
 def test_reading_the_command_line_and_a_config_imports_no_lightning():
-    """`atnat --help`, `atnat list`, `atnat status` and reading a config need no Lightning, plotting or
-    Hugging Face: the command line used to import all three through the cluster launcher and the bench
-    commands, seconds before it printed anything."""
+    """`atnat --help`, `atnat list`, `atnat status`, `atnat run --dry-run` and reading a config need no
+    Lightning, plotting or Hugging Face: the command line used to import all three through the cluster
+    launcher and the bench commands, seconds before it printed anything; a dry run, through the scheduler
+    and the stale check's reading of checkpoint stamps."""
     import subprocess
     import sys
 
@@ -152,6 +153,7 @@ def test_reading_the_command_line_and_a_config_imports_no_lightning():
             "from atnat.experiments.cli.commands import parser\n"
             "parser().parse_args(['list'])\n"
             "import atnat.experiments.config.run, atnat.experiments.reporting.records, atnat.experiments.running.status\n"
+            "import atnat.experiments.running.stale, atnat.experiments.running.plan, atnat.experiments.modelfiles.loading\n"
             "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'pytorch_lightning', 'lightning_fabric', "
             "'matplotlib', 'seaborn', 'transformers'})\n"
             "print(','.join(heavy))\n")

@@ -323,7 +323,7 @@ def test_a_damaged_last_checkpoint_is_set_aside_and_the_previous_one_resumes(tmp
 
 
 def test_checkpoints_are_written_through_a_temporary_file(tmp_path, monkeypatch):
-    from atnat.experiments.modelfiles.checkpoints import AtomicCheckpointIO
+    from atnat.experiments.training.resume import AtomicCheckpointIO
 
     target = tmp_path / "x.ckpt"
     AtomicCheckpointIO().save_checkpoint({"a": torch.ones(2)}, target)

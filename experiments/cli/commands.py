@@ -439,8 +439,6 @@ def cmd_export(args) -> None:
 def cmd_run(args) -> int:
     """Exit 1 when a cell of this run failed, 2 when one ran with other settings than the grid file gave as
     the run started (after the table and report are written)."""
-    from atnat.experiments.running.scheduler import run_grid  # lazy: start-up
-
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
     if args.workers is not None and args.workers < 1:
         raise AtnatError(f"--workers {args.workers}: expected a positive number of worker processes")
@@ -449,7 +447,14 @@ def cmd_run(args) -> int:
         from atnat.experiments.running.launchers.cluster_settings import settings_from_args
 
         cluster = settings_from_args(args)
-    done = run_grid(args.grid, results_root=Path(args.results), dry_run=args.dry_run, only=args.only,
+    if args.dry_run:  # the plan alone: no training code imported
+        from atnat.experiments.running.plan import plan, show_plan  # lazy: start-up
+
+        show_plan(plan(args.grid, Path(args.results), args.only, args.smoke))
+        return 0
+    from atnat.experiments.running.scheduler import run_grid  # lazy: start-up
+
+    done = run_grid(args.grid, results_root=Path(args.results), only=args.only,
                     smoke=args.smoke, workers=args.workers, devices=devices, cluster=cluster, stale=args.stale)
     return 1 if done.failed else 2 if done.stale else 0
 

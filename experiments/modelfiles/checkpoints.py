@@ -1,9 +1,10 @@
 """Checkpoint files that survive a kill and cannot be planted: atomic writes, checksums, tensors-only
 loading, averaging (resuming from them: experiments/training/resume.py).
 
-- `AtomicCheckpointIO` writes every checkpoint to a temporary file in its own folder, fsyncs it and
+- `save_checkpoint_file` writes every checkpoint to a temporary file in its own folder, fsyncs it and
   renames it into place, then writes its sha256 beside it (`<name>.sha256`, sha256sum's format), so
-  a kill or a full disk leaves the previous file whole. Lightning's resume loads through it too.
+  a kill or a full disk leaves the previous file whole. Lightning writes and reads its checkpoints
+  through it (training/resume.py AtomicCheckpointIO).
 - `read_checkpoint` is the one way a checkpoint is read (resume, averaging, evaluation, translate,
   distill, export): the sha256 is checked first (a mismatch or a damaged file is `CheckpointDamaged`),
   then `torch.load(weights_only=True)`: nothing but tensors and plain containers is unpickled, a file
@@ -20,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.files import atomic_write, atomic_write_bytes, sha256
@@ -112,22 +112,6 @@ def save_checkpoint_file(checkpoint: dict, path: Path) -> None:
     path = Path(path)
     atomic_write(path, lambda f: torch.save(checkpoint, f))
     write_checksum(path)
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint files written atomically with their sha256, read back checked and
-    tensors-only, removed together with their checksum."""
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
-        save_checkpoint_file(checkpoint, Path(path))
-
-    def load_checkpoint(self, path, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
-        checkpoint = read_checkpoint(Path(path), map_location if map_location is not None else "cpu")
-        return moved_here(checkpoint, Path(path).parent)
-
-    def remove_checkpoint(self, path) -> None:
-        super().remove_checkpoint(path)
-        checksum_path(Path(path)).unlink(missing_ok=True)
 
 
 def moved_here(checkpoint: dict, folder: Path) -> dict:

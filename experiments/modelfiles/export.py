@@ -19,14 +19,16 @@ import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import torch
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.files import FILE_MODE, atomic_write_bytes, path_part, sha256
 from atnat.experiments.modelfiles.checkpoints import read_checkpoint
-from atnat.models.seq2seq import Seq2SeqModule
+
+if TYPE_CHECKING:
+    from atnat.models.seq2seq import Seq2SeqModule
 
 FORMAT = "atnat-export"
 FORMAT_VERSION = 2  # 2: the weights' metadata records the sha256 of the hyper-parameters
@@ -219,6 +221,8 @@ def load_export(directory: str | Path, map_location: str = "cpu") -> Seq2SeqModu
     from safetensors import SafetensorError
     from safetensors.torch import load_model
 
+    from atnat.models.seq2seq import Seq2SeqModule  # lazy: start-up (Lightning)
+
     directory = Path(directory)
     config = read_config(directory)
     try:
@@ -258,6 +262,8 @@ def check_against_weights(config: dict, weights: Path, where: Path) -> None:
     (format 2), and every tensor's shape in the safetensors header against the model those
     hyper-parameters describe, built on the meta device."""
     from safetensors import SafetensorError, safe_open
+
+    from atnat.models.seq2seq import Seq2SeqModule  # lazy: start-up (Lightning)
 
     hyper = config["hyper_parameters"]
     try:
@@ -322,6 +328,7 @@ def read_run_checkpoint(path: Path, map_location: str = "cpu") -> dict:
 
 def module_from_checkpoint(path: Path, map_location: str = "cpu") -> Seq2SeqModule:
     """The module of a Lightning checkpoint written by atnat train, loaded with weights_only."""
+    from atnat.models.seq2seq import Seq2SeqModule  # lazy: start-up (Lightning)
     checkpoint = read_run_checkpoint(path, map_location)
     missing_plugins(str(checkpoint["hyper_parameters"].get("decoder")), checkpoint.get("atnat_plugins"),
                     f"checkpoint {path}")

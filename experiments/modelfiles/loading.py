@@ -3,13 +3,16 @@ tokenizer; which checkpoint a finished run is judged by; what identifies a model
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.data.tokenize import tokenizer_from_state
 from atnat.experiments.files import check_readable
 from atnat.experiments.modelfiles.checkpoints import checksum_path, verify_checksum
 from atnat.experiments.modelfiles.export import CT2_MARKER, is_export_dir, load_export, module_from_checkpoint, read_config
-from atnat.models.seq2seq import Seq2SeqModule
+
+if TYPE_CHECKING:
+    from atnat.models.seq2seq import Seq2SeqModule
 
 
 def attach_tokenizer(module: Seq2SeqModule, tokenizer, bleu_tokenize: str, lang: str = "en") -> None:

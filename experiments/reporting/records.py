@@ -1,6 +1,7 @@
-"""A cell's results record, `runs/<cell>/metrics.json`: {"status": "ok" | "failed", "rows": [...],
-"error": ...}. Written last by a finished (or failed) cell, so its presence marks the cell done;
-read back with its shape checked, since anything on disk may have been cut short or hand-edited."""
+"""A cell's records. Its results record, `runs/<cell>/metrics.json`: {"status": "ok" | "failed", "rows":
+[...], "error": ...}, written last by a finished (or failed) cell, so its presence marks the cell done;
+read back with its shape checked, since anything on disk may have been cut short or hand-edited. And
+what its other records say: its whole training time, the teacher weights a student learnt from."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,8 @@ from pathlib import Path
 from atnat.core.errors import AtnatError
 from atnat.experiments.files import write_json_atomic
 from atnat.experiments.provenance import stamp
+
+MAX_BYTES = 64 * 1024 * 1024  # a results file larger than this is not a result (a misplaced checkpoint, say)
 
 
 def write_record(run_dir: Path, status: str, rows: list[dict], error: str = "",
@@ -70,3 +73,26 @@ def cell_status(run_dir: Path) -> str | None:
         print(f"atnat: {err}; the cell counts as unfinished", file=sys.stderr)
         return None
     return None if meta is None else meta["status"]
+
+
+def teacher_stamps(folder: Path) -> set[str]:
+    """The teacher weights a student's run or copy records having learnt from: the distilled targets'
+    teacher (distill.json) and the weights it started from (train.json initialised_from, when those
+    were its teacher's). Files that are links or unreadable record nothing; copies made before these
+    records existed (an undistilled student of an older atnat) record nothing and go unchecked."""
+    def read(name: str) -> dict:
+        path = folder / name
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_BYTES:
+            return {}
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    stamps = {read("distill.json").get("checkpoint")}
+    initialised = read("train.json").get("initialised_from")
+    teacher = (read("config.json").get("distill") or {}).get("teacher")
+    if isinstance(initialised, dict) and teacher and initialised.get("source") == str(teacher):
+        stamps.add(initialised.get("checkpoint"))  # started from the teacher's weights, not another model's
+    return {s for s in stamps if isinstance(s, str) and s}

@@ -18,12 +18,11 @@ from pathlib import Path
 import torch
 
 from atnat.core.errors import AtnatError
-from atnat.core.options import build_config
 from atnat.experiments.config.devices import helper_rank, inference_device, require_gpu
 from atnat.experiments.config.run import RunConfig, build_strategy, load_task
 from atnat.experiments.config.settings import resolved
 from atnat.experiments.config.speed import SpeedSettings
-from atnat.experiments.evaluation.baseline import autoregressive, plain_at_config, task_of
+from atnat.experiments.evaluation.baseline import plain_at_config
 from atnat.experiments.evaluation.evaluate import EvalResult, evaluate, validation_bleu
 from atnat.experiments.evaluation.timing import COLUMNS, System, time_systems
 from atnat.experiments.files import write_csv, write_json_atomic, write_text_atomic
@@ -34,7 +33,6 @@ from atnat.experiments.running.grid import Cell, load_grid_into
 from atnat.experiments.training.distill import distilled_targets
 from atnat.experiments.training.progress import counting_phase
 from atnat.experiments.training.train import finished_training, prepare_data, train
-from atnat.models.sizes import ModelConfig
 
 
 def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedSettings(), *,
@@ -113,20 +111,6 @@ def save_cell_outputs(run_dir: Path, result: EvalResult) -> None:
     if result.samples is not None:
         write_csv(result.samples, run_dir / "samples.csv")
     write_record(run_dir, "ok", result.rows, extra_tests=result.extra_tests)
-
-
-def describe(cell: Cell) -> dict:
-    cfg = cell.config
-    loss, dec_opts = cfg.loss or {}, {k: v for k, v in cfg.decoder.items() if k != "name"} \
-        if isinstance(cfg.decoder, dict) else {}
-    family = cell.name[: -len(f"-s{cell.seed}")] if cell.name.endswith(f"-s{cell.seed}") else cell.name
-    sizes = build_config(ModelConfig, cfg.model)
-    return {"cell": cell.name, "family": family, "variant": cell.variant, "task": task_of(cell),
-            "decoder": cfg.decoder_name, "autoregressive": autoregressive(cfg.decoder_name), "seed": cell.seed,
-            "layers": f"{sizes.encoder_layers}+{sizes.decoder_layers}",
-            "distilled": cfg.distill is not None and cfg.distill.targets,
-            "guided_attention": float(loss.get("guided_attention_weight", 0) or 0) > 0,
-            "options": ", ".join(f"{k}={v}" for k, v in dec_opts.items()), "teacher": cell.teacher or ""}
 
 
 def students_of(grid, cell: Cell) -> list[Cell]:

@@ -55,7 +55,7 @@ from atnat.experiments.files import (
     write_text_atomic,
 )
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, checkpoint_stamps, evaluation_checkpoint
-from atnat.experiments.reporting.records import cell_status
+from atnat.experiments.reporting.records import MAX_BYTES, cell_status, teacher_stamps
 from atnat.experiments.running.grid import load_grid_into
 
 # what a finished cell's results are, relative to its run folder
@@ -63,7 +63,6 @@ KEPT = ("metrics.json", "config.json", "train.json", "attempts.json", "distill.j
         "logs/metrics.csv", "logs/hparams.yaml", "exported/*.json")  # exported/: the CTranslate2 twin's scores
 TIMING_CSV, TIMING_JSON = "timing.csv", "timing.json"  # the grid's timing (evaluation/timing.py), per cell in DEST
 WEIGHTS_JSON = "weights.json"  # written by collect into DEST/<cell>/: {"checkpoint": the evaluated weights' stamp}
-MAX_BYTES = 64 * 1024 * 1024  # a results file larger than this is not a result (a misplaced checkpoint, say)
 
 
 @dataclass
@@ -224,29 +223,6 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
         elif not gone and not timing_removed:
             done.unchanged.append(cell.name)
     return done
-
-
-def teacher_stamps(folder: Path) -> set[str]:
-    """The teacher weights a student's run or copy records having learnt from: the distilled targets'
-    teacher (distill.json) and the weights it started from (train.json initialised_from, when those
-    were its teacher's). Files that are links or unreadable record nothing; copies made before these
-    records existed (an undistilled student of an older atnat) record nothing and go unchecked."""
-    def read(name: str) -> dict:
-        path = folder / name
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_BYTES:
-            return {}
-        try:
-            value = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            return {}
-        return value if isinstance(value, dict) else {}
-
-    stamps = {read("distill.json").get("checkpoint")}
-    initialised = read("train.json").get("initialised_from")
-    teacher = (read("config.json").get("distill") or {}).get("teacher")
-    if isinstance(initialised, dict) and teacher and initialised.get("source") == str(teacher):
-        stamps.add(initialised.get("checkpoint"))  # started from the teacher's weights, not another model's
-    return {s for s in stamps if isinstance(s, str) and s}
 
 
 def recorded_weights(copy: Path) -> set[str]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from atnat.core.errors import AtnatError
+from atnat.core.options import build_config
 from atnat.experiments.config.plugins import load_plugins
 from atnat.experiments.config.report import ReportSettings
 from atnat.experiments.config.run import (
@@ -38,10 +39,11 @@ from atnat.experiments.config.run import (
     teacher_problem,
 )
 from atnat.experiments.config.speed import SpeedSettings
-from atnat.experiments.evaluation.baseline import autoregressive, is_baseline_cell
+from atnat.experiments.evaluation.baseline import autoregressive, is_baseline_cell, task_of
 from atnat.experiments.evaluation.metrics.row import check_metric_plugins
 from atnat.experiments.files import path_part
 from atnat.experiments.reporting.goals import parse_goals
+from atnat.models.sizes import ModelConfig
 
 GRID_KEYS = {  # every key of a grid file, with what it means (the reference in experiments/grids/REFERENCE.md)
     "name": "the grid's name: its results go to <results>/<name>/ (default: the file's name)",
@@ -379,6 +381,21 @@ def parse_compare(raw, where: str) -> list[tuple[str, str]]:
             raise ConfigError(f"{where}: compare[{i}]: a system compared with itself ({pair[0]!r})")
         pairs.append((pair[0], pair[1]))
     return pairs
+
+
+def describe(cell: Cell) -> dict:
+    """A cell as a row of the plan (`atnat run --dry-run`) and of results.csv: what it trains, on what."""
+    cfg = cell.config
+    loss, dec_opts = cfg.loss or {}, {k: v for k, v in cfg.decoder.items() if k != "name"} \
+        if isinstance(cfg.decoder, dict) else {}
+    family = cell.name[: -len(f"-s{cell.seed}")] if cell.name.endswith(f"-s{cell.seed}") else cell.name
+    sizes = build_config(ModelConfig, cfg.model)
+    return {"cell": cell.name, "family": family, "variant": cell.variant, "task": task_of(cell),
+            "decoder": cfg.decoder_name, "autoregressive": autoregressive(cfg.decoder_name), "seed": cell.seed,
+            "layers": f"{sizes.encoder_layers}+{sizes.decoder_layers}",
+            "distilled": cfg.distill is not None and cfg.distill.targets,
+            "guided_attention": float(loss.get("guided_attention_weight", 0) or 0) > 0,
+            "options": ", ".join(f"{k}={v}" for k, v in dec_opts.items()), "teacher": cell.teacher or ""}
 
 
 def systems_of(grid: Grid) -> list[str]:

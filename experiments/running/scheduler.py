@@ -32,10 +32,11 @@ from atnat.experiments.reporting.goals import goal_pairs, parse_goals
 from atnat.experiments.reporting.records import cell_status, read_metrics
 from atnat.experiments.reporting.report import write_report
 from atnat.experiments.reporting.table import tabulate
-from atnat.experiments.running.cell import describe, record_failure_unless_held, run_one, students_of
+from atnat.experiments.running.cell import record_failure_unless_held, run_one, students_of
 from atnat.experiments.running.collect import stage_collected
-from atnat.experiments.running.grid import Cell, load_grid_into, run_order, select_cells
+from atnat.experiments.running.grid import Cell, describe, load_grid_into
 from atnat.experiments.running.launchers.local import make_lanes, run_parallel
+from atnat.experiments.running.plan import plan, show_plan
 from atnat.experiments.running.stale import describe_stale, find_stale, handle_stale
 from atnat.experiments.running.status import saved_training
 from atnat.experiments.running.timing_phase import check_timing_peers, timing_description, timing_device, timing_phase
@@ -66,19 +67,10 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
     With `cluster` (launchers/cluster_settings.py ClusterSettings), cells are submitted as cluster jobs; the
     table and report are written once none of them is queued or running. Cells run with other
     settings than the grid gives now are handled by `stale` (running/stale.py)."""
-    grid, out = load_grid_into(path, results_root, smoke)
-    cells = select_cells(run_order(grid), only, path)
-    chosen = {c.name for c in cells}
-    found = find_stale(grid, grid.cells)  # over the whole grid: a chosen student's teacher may be outside `only`
-    outside = {s.cell: s.reason for s in found if s.cell not in chosen}  # not run here; the report names them
-    found = [s for s in found if s.cell in chosen]
+    planned = plan(path, results_root, only, smoke)
+    grid, out, cells, found, outside = planned.grid, planned.out, planned.cells, planned.stale, planned.outside
     if dry_run:
-        print(pd.DataFrame([describe(c) | {"strategies": len(c.config.eval.strategies)} for c in cells])
-              .to_string(index=False))
-        if found:
-            print(f"stale (run with other settings than these):\n{describe_stale(found)}")
-        if outside:
-            print("stale, outside --only (not run; the report names them): " + ", ".join(outside))
+        show_plan(planned)
         return GridRun(out)
     if cluster is None:  # a cluster's jobs check their own node (running/cell.py); here: before anything runs
         for cell in cells:

@@ -23,8 +23,7 @@ from atnat.experiments.config.run import build_strategy
 from atnat.experiments.config.settings import SettingsChange, settings_change
 from atnat.experiments.locks import cell_lock, describe_holder, holder_alive, is_held
 from atnat.experiments.modelfiles.loading import checkpoint_stamps, evaluation_checkpoint
-from atnat.experiments.reporting.records import read_metrics
-from atnat.experiments.running.collect import teacher_stamps
+from atnat.experiments.reporting.records import read_metrics, teacher_stamps
 
 STALE_CHOICES = ("rerun", "keep")
 

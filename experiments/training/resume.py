@@ -8,6 +8,8 @@
   loses no training (a run stopped inside a validation keeps its previous last.ckpt), and every
   `train.save_every_s` seconds between validations, so a run killed without warning (a lost machine,
   SIGKILL) trains again at most about that much.
+- `AtomicCheckpointIO` is how Lightning writes, reads and removes checkpoints: atomically with their
+  sha256, read back checked and tensors-only (modelfiles/checkpoints.py).
 - `resume_point` picks the newest checkpoint of a run that loads and checks; one that does not is
   renamed `<name>.damaged-<time>` with a message naming it, and the run falls back to the next one
   or starts afresh.
@@ -19,9 +21,11 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from pytorch_lightning.callbacks import Checkpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
@@ -30,9 +34,28 @@ from atnat.experiments.modelfiles.checkpoints import (
     CheckpointRefused,
     checkpoint_step,
     checksum_path,
+    moved_here,
+    read_checkpoint,
+    save_checkpoint_file,
 )
 
 monotonic = time.monotonic  # SaveLast's clock (a test sets its own)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint files written atomically with their sha256, read back checked and
+    tensors-only, removed together with their checksum."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        save_checkpoint_file(checkpoint, Path(path))
+
+    def load_checkpoint(self, path, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        checkpoint = read_checkpoint(Path(path), map_location if map_location is not None else "cpu")
+        return moved_here(checkpoint, Path(path).parent)
+
+    def remove_checkpoint(self, path) -> None:
+        super().remove_checkpoint(path)
+        checksum_path(Path(path)).unlink(missing_ok=True)
 
 
 class ResumeState(pl.Callback):

@@ -29,7 +29,6 @@ from atnat.experiments.data.tasks import TaskData
 from atnat.experiments.evaluation.assemble import validation_search
 from atnat.experiments.files import path_part, write_json_atomic
 from atnat.experiments.modelfiles.checkpoints import (
-    AtomicCheckpointIO,
     average_checkpoints,
     checkpoint_step,
     checksum_path,
@@ -41,7 +40,7 @@ from atnat.experiments.provenance import stamp
 from atnat.experiments.training.divergence import DivergenceGuard
 from atnat.experiments.training.logs import make_loggers
 from atnat.experiments.training.progress_reporter import ProgressReporter
-from atnat.experiments.training.resume import ResumeState, SaveLast, resume_point
+from atnat.experiments.training.resume import AtomicCheckpointIO, ResumeState, SaveLast, resume_point
 from atnat.models.decoders.base import LossConfig
 from atnat.models.seq2seq import Seq2SeqModule
 

@@ -1,0 +1,41 @@
+"""What a run of a grid would do, as `atnat run GRID --dry-run` shows it: the cells it runs, in order (teachers
+first), and those whose run folder records other settings than the grid gives now (stale.py). It reads the grid
+file and the run folders' records only, so it starts without the training code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from atnat.experiments.running.grid import Cell, Grid, describe, load_grid_into, run_order, select_cells
+from atnat.experiments.running.stale import Stale, describe_stale, find_stale
+
+
+@dataclass
+class Plan:
+    grid: Grid
+    out: Path  # the results folder
+    cells: list[Cell]  # those this run runs (`--only`), in order
+    stale: list[Stale]  # the stale ones among them
+    outside: dict[str, str]  # stale cells outside `--only`: name -> why (not run; the report names them)
+
+
+def plan(path, results_root: Path, only: list[str] | None, smoke: bool) -> Plan:
+    grid, out = load_grid_into(path, results_root, smoke)
+    cells = select_cells(run_order(grid), only, path)
+    chosen = {c.name for c in cells}
+    found = find_stale(grid, grid.cells)  # over the whole grid: a chosen student's teacher may be outside `only`
+    return Plan(grid, out, cells, [s for s in found if s.cell in chosen],
+                {s.cell: s.reason for s in found if s.cell not in chosen})
+
+
+def show_plan(planned: Plan) -> None:
+    """The plan on stdout: a row per cell, then the stale ones."""
+    import pandas as pd  # lazy: start-up
+
+    print(pd.DataFrame([describe(c) | {"strategies": len(c.config.eval.strategies)} for c in planned.cells])
+          .to_string(index=False))
+    if planned.stale:
+        print(f"stale (run with other settings than these):\n{describe_stale(planned.stale)}")
+    if planned.outside:
+        print("stale, outside --only (not run; the report names them): " + ", ".join(planned.outside))
