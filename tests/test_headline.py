@@ -136,6 +136,11 @@ def test_a_verdict_says_when_its_difference_pairs_fewer_seeds_and_a_task_without
     fx.comparisons(n_seeds=2).to_csv(root / "comparisons.csv", index=False)
     verdicts, _ = _first_screen(root)
     assert "(paired on the 2 seeds both have) against AT beam 5" in verdicts[0]
+    assert verdicts[0].startswith("copy (3 seeds; speed at 1 CPU thread):")
+    nat = (frame.task == "copy") & (frame.decoder != "at")  # the NATs have one seed, the ATs three
+    pd.concat([frame, frame[~nat].assign(seed=2), frame[~nat].assign(seed=3)]).to_csv(root / "results.csv", index=False)
+    verdicts, _ = _first_screen(root)
+    assert verdicts[0].startswith("copy (1 to 3 seeds a system; speed at 1 CPU thread):")  # it said "3 seeds": the AT's
     frame[(frame.decoder == "at") & (frame.strategy != "greedy")].to_csv(root / "results.csv", index=False)
     verdicts, _ = _first_screen(root)
     assert verdicts[0].startswith("copy (1 seed; speed at 1 CPU thread): No NAT system has finished; the AT reference "

@@ -165,7 +165,10 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
         return _word(diff_of(r["system"]), g.equivalence_margin, _agrees(r, reference, part), r, reference)
 
     seeds = int(reference["n_seeds"])
-    sentences = [f"{task} ({seeds} seed{'s' if seeds != 1 else ''}{'; speed at ' + threads if threads else ''}):"]
+    counts = sorted({int(n) for n in agg.loc[agg["bleu"].notna(), "n_seeds"].dropna()} | {seeds})
+    told = f"{counts[0]} seed{'s' if counts[0] != 1 else ''}" if len(counts) == 1 else \
+        f"{counts[0]} to {counts[-1]} seeds a system"  # the table's Seeds column says which
+    sentences = [f"{task} ({told}{'; speed at ' + threads if threads else ''}):"]
     if len(nats):
         best = nats.loc[nats["bleu"].idxmax()]
         diff = diff_of(best["system"])
