@@ -77,6 +77,7 @@ class Collected:
 
 UNDER_WAY = ".collecting"  # in a cell's copy while collect writes it: a copy cut short is never read as whole
 MANIFEST = "collected.json"  # in a cell's copy, written last: {"files": {path: sha256}} of every file of the copy
+UNVERIFIED = "unverified"  # verify_copy of a copy from before manifests: its files are read unchecked
 REQUIRED = ("metrics.json", "config.json", "train.json")  # a finished cell's copy without one is no whole copy
 
 
@@ -96,13 +97,13 @@ def write_manifest(target: Path) -> None:
 
 def verify_copy(copy: Path) -> str | None:
     """Why a cell's copy is not what collect wrote (a file changed, missing or added since; a required file
-    absent), or None. A copy from before manifests has none: "unverified" (its files are read unchecked)."""
+    absent), or None; UNVERIFIED for a copy from before manifests, which has none."""
     missing = [name for name in REQUIRED if not (copy / name).is_file()]
     if missing:
         return f"it lacks {', '.join(missing)}"
     manifest = copy / MANIFEST
     if not manifest.is_file():
-        return "unverified"
+        return UNVERIFIED
     try:
         listed = json.loads(read_utf8(manifest, str(manifest)))["files"]
         if not isinstance(listed, dict) or not all(isinstance(v, str) for v in listed.values()):
@@ -355,7 +356,7 @@ def stage_collected(grid, source: Path, runs: Path, unverified: list[str] | None
             skipped.append(f"{copy}: its collect was cut short (old and new files mixed): collect again")
             continue
         problem = verify_copy(copy)
-        if problem == "unverified":
+        if problem == UNVERIFIED:
             if unverified is not None:
                 unverified.append(cell.name)
         elif problem:
