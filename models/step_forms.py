@@ -22,6 +22,8 @@ from typing import Callable
 
 import torch
 
+from atnat.core.compile_cache import private_compile_cache
+
 STEP_FORMS = ("eager", "fused", "compiled")
 
 
@@ -62,5 +64,6 @@ def compiled(fn: Callable, eager_random: bool = True) -> Callable:
     here, not on a module, so that a module stays copyable (EMA) and picklable."""
     key = (fn, eager_random)
     if key not in _COMPILED:
+        private_compile_cache()  # nothing inductor finds on disk from before this process is used
         _COMPILED[key] = torch.compile(fn, options={"fallback_random": True} if eager_random else None)
     return _COMPILED[key]

@@ -53,3 +53,18 @@ def test_a_folder_the_user_named_is_kept_and_a_worker_reuses_its_parents(tmp_pat
     os.mkdir(parent, 0o700)
     got = run({"TORCHINDUCTOR_CACHE_DIR": parent, "ATNAT_PRIVATE_COMPILE_CACHE": parent})
     assert got["first"] == parent
+
+
+def test_the_compiled_training_step_compiles_into_the_private_folder_too():
+    """The compiled training step (train.step: compiled, `atnat bench train --forms compiled`) ran torch.compile
+    on the shared /tmp/torchinductor_<user>: a second process loaded the first one's pickled graph and library."""
+    import json
+
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    code = ("import os, json\nfrom atnat.models.step_forms import compiled\ncompiled(lambda x: x + 1)\n"
+            "print(json.dumps([os.environ.get('TORCHINDUCTOR_CACHE_DIR'), os.environ.get('ATNAT_PRIVATE_COMPILE_CACHE')]))")
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "ATNAT_PRIVATE_COMPILE_CACHE")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    inductor, ours = json.loads(done.stdout.strip().splitlines()[-1])
+    assert inductor == ours and ours is not None and inductor != os.path.abspath(default_cache_dir())
