@@ -162,6 +162,30 @@ def test_auto_compiles_where_single_sentences_are_decoded_and_packs_only_elsewhe
     assert sorted(set(asked)) == ["at step, group 1", "at step, group 5", "encoder pass"]
 
 
+def test_a_package_serves_only_a_model_that_computes_the_same(monkeypatch):
+    """Packages were keyed by weights, class and sizes: a NAT whose masked slots read copied encoder states
+    (inputs: copy) and one that reads mask embeddings, with equal weights, shared one package, so the second
+    decoded with the first one's pass. The package cache's own keying and reuse, the compile replaced by
+    the traced module."""
+    class Traced(aoti.PackageCache):
+        def get_or_compile(self, what, fields, build, configs, context=None):
+            key = self.key({**fields, "configs": configs})
+            if key not in self.runners:
+                module = build().module
+                self.runners[key] = ((lambda *tensors: module(*tensors)), 0.0)
+                return self.runners[key][0], aoti.CompileRecord(what, key, True, 0.0, 0.0)
+            return self.runners[key][0], aoti.CompileRecord(what, key, False, 0.0, 0.0)
+
+    cache, (src, lengths) = Traced(), batches()["padded"]
+    for inputs in ("copy", "mask"):
+        model = nat_model("nat", inputs=inputs)
+        engined = copy.deepcopy(model)
+        info = apply_engine(engined, "aoti", cache=cache)
+        with torch.inference_mode():
+            assert torch.equal(engined.decode(src, lengths, Parallel()).tokens, model.decode(src, lengths, Parallel()).tokens)
+        assert [r.compiled for r in info.records if r.what.startswith("parallel")] == [True]  # its own package
+
+
 NAT_CASES = [
     ("nat", {}, {"parallel": Parallel(), "parallel-lb3": Parallel(length_beam=3)}),
     ("cmlm", {}, {"mask-predict": MaskPredict(iterations=4, length_beam=2)}),

@@ -75,7 +75,9 @@ class PackageCache:
 
     @staticmethod
     def key(fields: dict) -> str:
-        text = json.dumps({"format": FORMAT, **fields, "torch": torch.__version__}, sort_keys=True, default=str)
+        text = json.dumps({"format": FORMAT, **fields, "torch": torch.__version__,
+                           "threads": torch.get_num_threads()},  # inductor builds a CPU package for its thread count
+                          sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def get_or_compile(self, what: str, fields: dict, build: Callable[[], Exportable], configs: dict,

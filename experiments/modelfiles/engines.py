@@ -167,6 +167,14 @@ def apply_engine(module, engine: str | Engine | None, *, cache: PackageCache | N
     return info
 
 
+def package_fields(part, engine: Engine) -> dict:
+    """What a compiled package of `part` (an encoder or a decoder) computes from, its key in the package
+    cache: its weights, the engine, its class, its sizes and its decoder options (two NATs of equal weights
+    differ by their inputs mode, a DAG by its lambda)."""
+    return {"weights": weights_sha256(part), "engine": engine.label, "class": type(part).__qualname__,
+            "model": repr(getattr(part, "cfg", None)), "options": repr(getattr(part, "options", None))}
+
+
 def _compile_passes(module, engine: Engine, info: EngineInfo, cache: PackageCache | None) -> None:
     """The encoder and a NAT decoder's pass as AOTInductor packages (CompiledPass), each compiled at
     its first call and then run for every batch and length in its ranges."""
@@ -174,9 +182,7 @@ def _compile_passes(module, engine: Engine, info: EngineInfo, cache: PackageCach
         kind = CompiledPass.kind_of(part)
         if kind is None:
             continue
-        compiled = CompiledPass(part, kind, cache, configs=inductor_configs(engine),
-                                fields={"weights": weights_sha256(part), "engine": engine.label,
-                                        "class": type(part).__qualname__, "model": repr(getattr(part, "cfg", None))})
+        compiled = CompiledPass(part, kind, cache, configs=inductor_configs(engine), fields=package_fields(part, engine))
         compiled.records = info.records  # the engine's report sees each package as it is built
         compiled.install()
 
@@ -268,8 +274,6 @@ def _step(decoder, engine: Engine, info: EngineInfo, cache: PackageCache | None)
         private_compile_cache()
         compiled = torch.compile(decoder._static_step, options={**configs, "cpp_wrapper": True}, dynamic=None)
         return FirstCallTimer(compiled, info.records, "at step under torch.compile")
-    step = CompiledStep(decoder, cache, configs=configs,
-                        fields={"weights": weights_sha256(decoder), "engine": engine.label,
-                                "class": type(decoder).__qualname__, "model": repr(decoder.cfg)})
+    step = CompiledStep(decoder, cache, configs=configs, fields=package_fields(decoder, engine))
     step.records = info.records  # the engine's report sees each package as it is built
     return step
