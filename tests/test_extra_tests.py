@@ -82,3 +82,30 @@ def test_an_extra_test_name_that_would_write_outside_the_run_folder_is_refused(t
     with pytest.raises(ConfigError, match=r"eval.extra_tests: a name: '../../leak/t' cannot name a folder or file: it "
                                           "holds a path separator"):
         run_config_from_dict({**spec, "name": "r", "decoder": "at"}, "r")
+
+
+def test_an_extra_test_of_a_task_that_names_its_files_is_read_from_a_data_dir_given(tmp_path, monkeypatch):
+    """With task.files, an extra test split was read from the default data_dir (../shared/data/multi30k,
+    relative to the working folder): another data set's test2017, silently, where that folder exists."""
+    import pytest
+
+    from atnat.experiments.config.run import ConfigError, extra_test_split, run_config_from_dict
+
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    decoy = tmp_path / "shared" / "data" / "multi30k"
+    decoy.mkdir(parents=True)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    parallel_files(mine)
+    for folder, text in ((decoy, "another data set"), (mine, "mine")):
+        for side in ("xx", "yy"):
+            (folder / f"test2.{side}").write_text(f"{text}\n", encoding="utf-8")
+    files = {f"{split}_{side}": str(mine / f"{split}.{lang}")
+             for split in ("train", "valid", "test") for side, lang in (("src", "xx"), ("tgt", "yy"))}
+    spec = grid(mine, ["test2"])["base"]
+    task = {k: v for k, v in spec["task"].items() if k != "data_dir"} | {"files": files}
+    with pytest.raises(ConfigError, match="eval.extra_tests: extra test split test2: it is read from task.data_dir"):
+        run_config_from_dict({**spec, "task": task, "name": "r", "decoder": "at"}, "r")
+    given = run_config_from_dict({**spec, "task": task | {"data_dir": str(mine)}, "name": "r", "decoder": "at"}, "r")
+    assert extra_test_split(given, "test2") == (["mine"], ["mine"])

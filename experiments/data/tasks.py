@@ -222,11 +222,14 @@ class DialectTask(SyntheticTask):
         return {tok.index[s]: int(s[1:s.index("x")]) for s in self.target_symbols()}
 
 
+DEFAULT_DATA_DIR = "../shared/data/multi30k"
+
+
 @dataclass(frozen=True)
 class ParallelOptions:
     """Parallel text files: `{data_dir}/{split}.{lang}` unless a file is named explicitly."""
 
-    data_dir: str = "../shared/data/multi30k"  # folder of the split files (relative to the CWD)
+    data_dir: str = DEFAULT_DATA_DIR  # folder of the split files (relative to the CWD)
     src: str = "en"  # source language suffix
     tgt: str = "de"  # target language suffix
     train: str = "train"  # split names (file stems)
@@ -292,8 +295,13 @@ class ParallelTask(Task):
                                      f"{self.options.data_dir}") from None
 
     def extra_split(self, name: str) -> tuple[list[str], list[str]]:
-        """`{data_dir}/{name}.{src}` and `.{tgt}`, read and checked like the other splits."""
+        """`{data_dir}/{name}.{src}` and `.{tgt}`, read and checked like the other splits; with `files`, only
+        from a data_dir given (the default one holds another data set)."""
         o = self.options
+        if o.files and o.data_dir == DEFAULT_DATA_DIR:
+            raise AtnatError(f"extra test split {name}: it is read from task.data_dir ({name}.{o.src} and {name}.{o.tgt} "
+                             "there), and this task names its files (task.files) without one; give task.data_dir, "
+                             "the folder that holds them")
         base = Path(o.data_dir).expanduser()
         src = read_lines(base / f"{name}.{o.src}", f"extra test split {name} source")
         tgt = read_lines(base / f"{name}.{o.tgt}", f"extra test split {name} target")
