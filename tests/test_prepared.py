@@ -325,7 +325,12 @@ def test_an_empty_cache_variable_is_no_folder(tmp_path):
     import subprocess
     import sys
 
-    code = "from atnat.experiments.data.tokenize import CACHE_DIR; print(CACHE_DIR)"
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ATNAT_CACHE": ""}, cwd=tmp_path,
-                         capture_output=True, text=True, check=True).stdout.strip()
-    assert Path(out) == Path.home() / ".cache" / "atnat"
+    def cache_dir(value: str, home: Path = Path.home()) -> Path:
+        code = "from atnat.experiments.data.tokenize import CACHE_DIR; print(CACHE_DIR)"
+        return Path(subprocess.run([sys.executable, "-c", code], env={**os.environ, "ATNAT_CACHE": value, "HOME": str(home)},
+                                   cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip())
+
+    assert cache_dir("") == Path.home() / ".cache" / "atnat"
+    # `~/c` was used as written: a folder named `~` in the current folder (and `rm -rf ~` to tidy it away)
+    assert cache_dir("~/c", home=tmp_path / "home") == tmp_path / "home" / "c"
+    assert cache_dir("rel") == tmp_path / "rel"  # made absolute: the same folder wherever the process goes

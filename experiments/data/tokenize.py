@@ -21,8 +21,9 @@ from atnat.experiments.files import atomic_write_bytes
 SPECIAL_SYMBOLS = ("<pad>", "<s>", "</s>", "<unk>", "<mask>", "<blank>")
 MIN_SENTENCEPIECE_VOCAB = len(SPECIAL_SYMBOLS) + 2  # the special symbols and at least two pieces
 SPECIAL = SpecialTokens()
-CACHE_DIR = Path(os.environ.get("ATNAT_CACHE") or Path.home() / ".cache" / "atnat")  # sentencepiece models (an
-# empty $ATNAT_CACHE, e.g. set from an unset variable, is no folder: not the current one)
+CACHE_DIR = Path(os.environ.get("ATNAT_CACHE") or Path.home() / ".cache" / "atnat").expanduser().absolute()
+# sentencepiece models, prepared splits, digests. An empty $ATNAT_CACHE (set from an unset variable) is no folder,
+# not the current one; `~/c` is the home's, not a folder named `~` here
 
 
 class SymbolTokenizer:
