@@ -199,3 +199,30 @@ def test_a_cut_download_of_unsaid_length_with_given_sums_resumes(server, tmp_pat
     download_wmt14(tmp_path / "d", base_url=url, sums_file=trusted, log=lambda _: None)
     assert (tmp_path / "d" / "train.de").read_bytes() == FAKE["train.de"] and ("train.de", "bytes=300-") in httpd.requested
     assert not [r for r in httpd.requested if r[0] == "train.en" and r[1]]  # a whole one meets its sum: no probe
+
+
+def test_a_second_download_into_the_folder_waits_for_the_first(server, tmp_path):
+    """Two downloads into one folder appended to one part file: the first said it had all six files, while
+    train.en held its bytes and the second's (and lines that train.de had not)."""
+    from filelock import FileLock
+
+    from atnat.experiments.data.wmt14 import LOCK
+
+    _, url = server
+    folder = tmp_path / "d"
+    folder.mkdir()
+    lines, done = [], []
+    first = FileLock(str(folder / LOCK))
+    first.acquire()  # a first download holds the folder
+    second = threading.Thread(target=lambda: done.append(download_wmt14(folder, base_url=url, log=lines.append)))
+    second.start()
+    for _ in range(200):
+        if lines:
+            break
+        second.join(0.05)
+    assert lines == [f"{folder}: another process is downloading into this folder; waiting for it to end (lock file "
+                     f"{folder / LOCK})"]
+    assert sorted(p.name for p in folder.iterdir()) == [LOCK]  # nothing written while it waits
+    first.release()
+    second.join(30)
+    assert [f.read_bytes() for f in done[0]] == [FAKE[name] for name in FILES]

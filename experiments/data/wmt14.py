@@ -7,7 +7,8 @@ Files: `DIR/{train,newstest2013,newstest2014}.{en,de}`, as the release names the
 range request; a server without ranges sends it again from the start). atnat does not pin the release's
 sha256 (it has not fetched it from a machine with network): the first whole download of each file is
 recorded in `DIR/SHA256SUMS`, every later run checks the files against it, and `--sha256 FILE` checks
-them against sums you trust instead. No distilled release is fetched: NAT papers' distilled WMT14 sets
+them against sums you trust instead. A second download into the same folder waits for the first
+(`DIR/.download.lock`). No distilled release is fetched: NAT papers' distilled WMT14 sets
 have no stable public address with published checksums; distil with the grid's teacher instead.
 """
 from __future__ import annotations
@@ -19,6 +20,8 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
+from filelock import FileLock, Timeout
+
 from atnat.core.errors import AtnatError
 from atnat.experiments.files import sha256
 
@@ -26,6 +29,7 @@ BASE_URL = "https://nlp.stanford.edu/projects/nmt/data/wmt14.en-de"
 URL_ENV = "ATNAT_WMT14_URL"  # another address of the same files (a mirror, a local copy)
 FILES = tuple(f"{split}.{lang}" for split in ("train", "newstest2013", "newstest2014") for lang in ("en", "de"))
 SUMS = "SHA256SUMS"
+LOCK = ".download.lock"  # held while a download writes into the folder
 BLOCK = 1 << 20
 
 
@@ -102,15 +106,31 @@ def download_wmt14(out_dir: str | Path, *, base_url: str | None = None, sums_fil
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise AtnatError(f"{out}: this is a file; give a folder for the WMT14 files")
-    out.mkdir(parents=True, exist_ok=True)
-    base = (base_url or os.environ.get(URL_ENV) or BASE_URL).rstrip("/")
-    recorded_path = out / SUMS
-    recorded = read_sums(recorded_path) if recorded_path.is_file() else {}
-    trusted = read_sums(Path(sums_file)) if sums_file else recorded
-    unlisted = [name for name in FILES if sums_file and name not in trusted]
+    given = read_sums(Path(sums_file)) if sums_file else None
+    unlisted = [name for name in FILES if given is not None and name not in given]
     if unlisted:  # a file it does not list would be recorded unchecked, the command saying all is well
         raise AtnatError(f"{sums_file} gives no sum for {', '.join(unlisted)}: --sha256 must list every file "
                          f"({', '.join(FILES)})")
+    out.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(out / LOCK))  # two downloads into one folder: one appends to a part file, the other waits
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log(f"{out}: another process is downloading into this folder; waiting for it to end (lock file {out / LOCK})")
+        lock.acquire()
+    try:
+        return _download(out, base_url, given, sums_file, timeout, log)
+    finally:
+        lock.release()
+
+
+def _download(out: Path, base_url: str | None, given: dict | None, sums_file: str | Path | None, timeout: float,
+              log: Callable[[str], None]) -> list[Path]:
+    """download_wmt14's work, with the folder held; `given`: the sums of --sha256 (`sums_file`), if any."""
+    base = (base_url or os.environ.get(URL_ENV) or BASE_URL).rstrip("/")
+    recorded_path = out / SUMS
+    recorded = read_sums(recorded_path) if recorded_path.is_file() else {}
+    trusted = given if given is not None else recorded
     for name in FILES:
         target, part = out / name, out / f"{name}.part"
         if not target.is_file():
