@@ -30,6 +30,7 @@ cd "$root"
 out="${OUT:-$root/.offline-out}"  # made by the step that writes into it
 results="${OFFLINE_RESULTS:-$root/.offline-results}"
 grid_log="$results/grid.log"
+grid_rc="$results/grid.rc"  # the grid's exit status, written when it ends
 wheels="sacremoses==0.2.0 submitit==1.5.4 ctranslate2==4.8.5"  # what such a machine lacked, at the versions CI installs
 
 pack() {
@@ -100,7 +101,9 @@ start() {
     sed -i 's/ct2_baseline: true/ct2_baseline: false/' experiments/grids/multi30k.yaml
   fi
   if ! grid_running && [ ! -f "$results/multi30k/report.md" ]; then
-    setsid nohup "${atnat[@]}" run experiments/grids/multi30k.yaml --devices "$lanes" --results "$results" > "$grid_log" 2>&1 < /dev/null &
+    rm -f "$grid_rc"
+    setsid nohup bash -c 'log="$1" rc="$2"; shift 2; "$@" > "$log" 2>&1 < /dev/null; echo $? > "$rc"' _ "$grid_log" "$grid_rc" \
+      "${atnat[@]}" run experiments/grids/multi30k.yaml --devices "$lanes" --results "$results" > /dev/null 2>&1 < /dev/null &
     echo "grid started in the background (log: $grid_log)"
   fi
   # the tier beside the grid: its tiny models load the GPU little; --timeout keeps the call inside its limit
@@ -115,7 +118,13 @@ wait_grid() {
   local until=$((SECONDS + ${1:-500}))
   while grid_running && [ $SECONDS -lt $until ]; do sleep 10; done
   tail -n 5 "$grid_log"
-  if grid_running; then echo "grid still running: call wait again"; else echo "grid finished: $(tail -n 1 "$grid_log")"; fi
+  if grid_running; then
+    echo "grid still running: call wait again"
+  else  # a grid that failed (or left no status: killed) fails the call
+    local rc; rc="$(cat "$grid_rc" 2>/dev/null || echo "none recorded")"
+    echo "grid finished (exit $rc): $(tail -n 1 "$grid_log")"
+    note "$rc" "the grid"
+  fi
   pack_results
 }
 
@@ -179,7 +188,7 @@ esac
 case "${1:-}" in
   pack) pack "${2:-}" ;;
   start) start ;;
-  wait) wait_grid "${2:-500}" ;;
+  wait) wait_grid "${2:-500}"; finish ;;
   bench) bench ;;
   train-forms) train_forms ;;
   checks) checks ;;

@@ -23,14 +23,31 @@ def test_wait_brings_back_the_results_without_checkpoints(tmp_path):
     (cell / "distill" / "beam5-1a2b" / "train.txt").write_text("targets\n")
     (results / "multi30k" / "report.md").write_text("# report\n")
     (results / "grid.log").write_text("grid done\n")
+    (results / "grid.rc").write_text("0\n")
     done = offline("wait", "0", env_extra={"OFFLINE_RESULTS": str(results), "OUT": str(out)}, tmp_path=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "grid finished" in done.stdout
+    assert "grid finished (exit 0)" in done.stdout and not (out / "failed.txt").exists()
     with tarfile.open(out / "multi30k.tgz") as tar:
         names = tar.getnames()
     assert "multi30k/report.md" in names and "multi30k/runs/at-s1/metrics.json" in names
     assert not [n for n in names if n.endswith((".ckpt", ".safetensors")) or "checkpoints" in n or "distill" in n]
     assert (out / "grid.log").read_text() == "grid done\n"
+
+
+def test_wait_fails_when_the_grid_failed_or_left_no_status(tmp_path):
+    """`wait` said "grid finished" and exited 0 after the grid had crashed (its exit status was never kept)."""
+    results, out = tmp_path / "res", tmp_path / "out"
+    (results / "multi30k").mkdir(parents=True)
+    (results / "grid.log").write_text("RuntimeError: CUDA error: out of memory\n")
+    env = {"OFFLINE_RESULTS": str(results), "OUT": str(out)}
+    for status, said in (("1\n", "exit 1"), (None, "exit none recorded")):
+        if status is not None:
+            (results / "grid.rc").write_text(status)
+        else:
+            (results / "grid.rc").unlink()
+        done = offline("wait", "0", env_extra=env, tmp_path=tmp_path)
+        assert done.returncode == 1 and f"grid finished ({said}): RuntimeError" in done.stdout
+        assert (out / "failed.txt").read_text() == f"failed: the grid ({said})\n"
 
 
 def test_an_unknown_step_prints_the_usage_and_fails(tmp_path):
