@@ -392,6 +392,28 @@ def test_engine_rows_sit_beside_the_eager_ones(monkeypatch):
     assert models.get("at", quantize="int8", engine="static").decoder.static_cache
 
 
+def test_a_rows_compile_time_is_what_its_own_first_call_compiled():
+    """compile_s summed every package of the model so far: beam 5's row also carried greedy's step and the
+    encoder. Each package 'compiles' in 1 s here (the cache's keying and reuse kept, the compile replaced)."""
+    from atnat.experiments.modelfiles import aoti
+
+    class OneSecond(aoti.PackageCache):
+        def get_or_compile(self, what, fields, build, configs, context=None):
+            key = self.key({**fields, "configs": configs})
+            if key in self.runners:
+                return self.runners[key][0], aoti.CompileRecord(what, key, False, 0.0, 1.0)
+            module = build().module
+            self.runners[key] = ((lambda *tensors: module(*tensors)), 1.0)
+            return self.runners[key][0], aoti.CompileRecord(what, key, True, 1.0, 1.0)
+
+    spec = bench.make_spec(tiny=True, threads=1, warmup=0, repeats=1, hf=False, ct2=False, shapes=((1, 6),),
+                           engines=("aoti",), strategies=("greedy", "beam5"))
+    df = bench.run_decode(spec, log=lambda *_: None, models=bench.Models(spec, cache=OneSecond()))
+    rows = df[df.system == "ours-aoti"].set_index("strategy")
+    assert rows.loc["greedy", "compile_s"] == 2.0  # the encoder and the greedy step (group 1)
+    assert rows.loc["beam5", "compile_s"] == 1.0  # its own step (group 5): it said 3.0
+
+
 def test_bad_engine_is_one_error_naming_the_valid_ones():
     with pytest.raises(AtnatError, match="unknown engine 'fast'; valid: engines eager, static, packed"):
         bench.main(["decode", "--tiny", "--engine", "static,fast"])
