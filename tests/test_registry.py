@@ -21,14 +21,16 @@ def test_a_new_module_in_a_builtin_package_is_imported_without_an_import_line(tm
     import toypkg  # noqa: F401,F811  (imported again: the copy's name is no identifier, so it is skipped)
 
 
-def test_importing_the_decoder_strategy_and_metric_packages_imports_every_module_they_hold():
-    """The wiring itself, in a fresh interpreter: after importing the decoder, strategy and metric packages every
-    module file of the three is loaded (its registrations made)."""
+def test_importing_the_decoder_strategy_metric_and_task_packages_imports_every_module_they_hold():
+    """The wiring itself, in a fresh interpreter: after importing the decoder, strategy, metric and task packages
+    every module file of the four is loaded (its registrations made). The data guide said a task saved as a
+    new file in experiments/data/ is a task of every grid; it was never imported ("unknown task")."""
     import subprocess
     import sys
 
     code = ("import pkgutil, sys, atnat.decoding, atnat.models.decoders, atnat.experiments.evaluation.metrics as m\n"
-            "for p in (atnat.decoding, atnat.models.decoders, m):\n"
+            "import atnat.experiments.data as d\n"
+            "for p in (atnat.decoding, atnat.models.decoders, m, d):\n"
             "    names = [m.name for m in pkgutil.iter_modules(p.__path__) if not m.name.startswith('_')]\n"
             "    missing = [n for n in names if f'{p.__name__}.{n}' not in sys.modules]\n"
             "    assert names and not missing, (p.__name__, missing)\n")
