@@ -414,6 +414,29 @@ def test_a_rows_compile_time_is_what_its_own_first_call_compiled():
     assert rows.loc["beam5", "compile_s"] == 1.0  # its own step (group 5): it said 3.0
 
 
+@pytest.mark.parametrize("argv,said", [
+    (["data", "--pairs", "abc"], "argument --pairs: expected a positive integer, got 'abc'"),
+    (["data", "--pairs", "0"], "argument --pairs: expected a positive integer, got 0"),
+    (["count", "--batches", "x"], "argument --batches: expected a positive integer, got 'x'"),
+    (["profile", "--tiny", "--batch", "0"], "argument --batch: expected a positive integer, got 0"),
+    (["profile", "--tiny", "--calls", "0"], "argument --calls: expected a positive integer, got 0"),
+    (["train", "--tiny", "--peak-tflops", "-1"], "argument --peak-tflops: expected a positive number, got -1.0"),
+])
+def test_bad_numbers_are_one_usage_error_naming_the_flag(argv, said, capsys):
+    """They were tracebacks from deep inside (ValueError, a RuntimeError of the length rules, KeyError 'self_ms'),
+    a bare RuntimeError around the failed phase's own traceback, or (a negative peak) a negative MFU and exit 0."""
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(argv)
+    assert exit_.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_an_out_path_that_names_a_folder_is_refused_before_measuring(tmp_path, monkeypatch):
+    """`bench decode --out DIR` measured every row, then failed to write (IsADirectoryError): the rows were lost."""
+    monkeypatch.setattr("atnat.experiments.bench.decode_run.run_decode", lambda *a, **k: pytest.fail("measured first"))
+    with pytest.raises(AtnatError, match=f"--out {tmp_path}: a folder; give the path of a CSV file to write"):
+        bench.main(["decode", "--tiny", "--out", str(tmp_path)])
+
+
 def test_bad_engine_is_one_error_naming_the_valid_ones():
     with pytest.raises(AtnatError, match="unknown engine 'fast'; valid: engines eager, static, packed"):
         bench.main(["decode", "--tiny", "--engine", "static,fast"])

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from atnat.core.arguments import positive_float, positive_int, positive_ints
 from atnat.core.engine_names import ENGINES, OPTIONS
 from atnat.core.errors import AtnatError
 from atnat.experiments.bench.spec import OUT_LEN, SIZES, STRATEGIES, SWEEP_BATCHES, SWEEP_LENGTHS, check_spec, make_spec
@@ -29,20 +30,20 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
         p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
         p.add_argument("--out", help="CSV to write" + (" (with --sweep also a PNG next to it)" if name == "decode" else ""))
         count, profile = name == "count", name == "profile"
-        p.add_argument("--threads", type=int, help="count: 1 only (each system's process runs one thread)" if count
+        p.add_argument("--threads", type=positive_int, help="count: 1 only (each system's process runs one thread)" if count
                        else "torch threads for every system (default 2)")
         p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="count: cpu only" if count else None)
         p.add_argument("--tiny", action="store_true", help="tiny model, 1 repeat (tests)")
         p.add_argument("--warmup", type=int, help="refused: each system runs one checked call first" if count or profile
                        else "untimed calls first (default 2; tiny 1)")
     data = sub.add_parser("data", help=DATA_HELP, description=DATA_HELP[0].upper() + DATA_HELP[1:] + ".")
-    data.add_argument("--pairs", default="300000", help="comma-separated corpus sizes (default 300000)")
+    data.add_argument("--pairs", type=positive_ints, default="300000", help="comma-separated corpus sizes (default 300000)")
     data.add_argument("--folder", default="bench-data", help="where the corpora, caches and runs go (default "
                                                              "./bench-data; a corpus already there is kept)")
-    data.add_argument("--threads", type=int, default=2, help="encoding threads of the prepare phase (default 2)")
+    data.add_argument("--threads", type=positive_int, default=2, help="encoding threads of the prepare phase (default 2)")
     data.add_argument("--baseline-python", help="also run the train phase with this Python's atnat (an older "
                                                 "installation), on a cache of its own")
-    data.add_argument("--baseline-max-pairs", type=int, default=1_000_000,
+    data.add_argument("--baseline-max-pairs", type=positive_int, default=1_000_000,
                       help="run the baseline only on corpora up to this size (default 1000000: older code holds "
                            "the whole corpus in memory)")
     data.add_argument("--out", help="CSV to write (rewritten after each row)")
@@ -51,20 +52,20 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
                      "ours-int8, ours-ENGINE, ours-int8-ENGINE (default ours); ct2-f32 and ct2-int8 give a row "
                      "saying why they cannot be counted, and the command fails")
     cnt.add_argument("--strategies", default="greedy", help="comma-separated (default greedy)")
-    cnt.add_argument("--batches", default="1", help="comma-separated batch sizes (default 1)")
-    cnt.add_argument("--calls", type=int, default=2, help="decode calls counted per system (default 2)")
-    cnt.add_argument("--out-len", type=int, default=OUT_LEN)
+    cnt.add_argument("--batches", type=positive_ints, default="1", help="comma-separated batch sizes (default 1)")
+    cnt.add_argument("--calls", type=positive_int, default=2, help="decode calls counted per system (default 2)")
+    cnt.add_argument("--out-len", type=positive_int, default=OUT_LEN)
     cnt.set_defaults(sweep=False, repeats=None, no_hf=True, no_ct2=True, quantize="none", compile=None, engine=None,
                      int8_engine=None)
     prof.add_argument("--strategy", choices=STRATEGIES, default="greedy")
-    prof.add_argument("--batch", type=int, default=1)
-    prof.add_argument("--out-len", type=int, default=OUT_LEN)
-    prof.add_argument("--calls", type=int, default=5, help="profiled calls (after one warm-up)")
+    prof.add_argument("--batch", type=positive_int, default=1)
+    prof.add_argument("--out-len", type=positive_int, default=OUT_LEN)
+    prof.add_argument("--calls", type=positive_int, default=5, help="profiled calls (after one warm-up)")
     prof.add_argument("--compile", choices=COMPILE_MODES)
     prof.add_argument("--engine", help="profile with this decoding engine (see --engine of decode)")
     prof.set_defaults(sweep=False, repeats=None, no_hf=True, no_ct2=True, quantize="none", int8_engine=None)
     dec.add_argument("--sweep", action="store_true", help=f"lengths {SWEEP_LENGTHS}, batches {SWEEP_BATCHES}")
-    dec.add_argument("--repeats", type=int, help="timed calls per row (default 5; tiny 1)")
+    dec.add_argument("--repeats", type=positive_int, help="timed calls per row (default 5; tiny 1)")
     dec.add_argument("--strategies", help="comma-separated strategies of ours to time, each with its peers (default "
                                           "all: " + ",".join(STRATEGIES) + ")")
     dec.add_argument("--no-hf", action="store_true", help="skip the Hugging Face peer")
@@ -78,8 +79,8 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
                                       "eager ones: " + ", ".join(ENGINES) + " with options +" + ", +".join(OPTIONS)
                                       + " (e.g. static,aoti,aoti+autotune,packed+bf16; modelfiles/engines.py)")
     dec.add_argument("--int8-engine", help="with --quantize int8: engines for the int8 models (rows ours-int8-ENGINE)")
-    tr.add_argument("--steps", type=int, default=5, help="timed training steps (default 5)")
-    tr.add_argument("--tokens", type=int, help="target tokens per batch (default by --size: bench 4096, grid 12000, "
+    tr.add_argument("--steps", type=positive_int, default=5, help="timed training steps (default 5)")
+    tr.add_argument("--tokens", type=positive_int, help="target tokens per batch (default by --size: bench 4096, grid 12000, "
                                              "base 25000; tiny 256)")
     tr.add_argument("--size", choices=list(SIZES), default="bench",
                     help="model size: bench (D=256, 3+3), grid (the GPU grid's D=512, 5+5), base (Transformer-base, "
@@ -89,7 +90,7 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
     tr.add_argument("--decoders", default="at,nat,cmlm,ctc", help="comma-separated (default at,nat,cmlm,ctc)")
     tr.add_argument("--peer", action="store_true", help="add hf-marian rows: Hugging Face's MarianMTModel at the "
                                                         "same size, trained on the same batch (needs transformers)")
-    tr.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: by GPU name)")
+    tr.add_argument("--peak-tflops", type=positive_float, help="device peak for MFU (default: by GPU name)")
     tr.add_argument("--precision", help="comma-separated: fp32,bf16 (default: fp32, and bf16 where the device "
                                         "does it natively: a GPU, a CPU with avx512_bf16/AMX)")
     tr.set_defaults(sweep=False, repeats=None, no_hf=False, compile=None, no_ct2=True, quantize="none", engine=None,
@@ -108,10 +109,13 @@ def run(args: argparse.Namespace) -> None:
     from atnat.experiments.bench.profile import run_profile
     from atnat.experiments.bench.train_step import run_train, sized
 
+    if args.out and (Path(args.out).is_dir() or Path(args.out).parent.is_file()):  # said now, not after the measuring
+        raise AtnatError(f"--out {args.out}: {'a folder' if Path(args.out).is_dir() else 'inside a file'}; give the "
+                         "path of a CSV file to write")
     if args.what == "data":
         from atnat.experiments.bench.data_bench import bench_data  # lazy: start-up
 
-        df = bench_data([int(p) for p in args.pairs.split(",") if p.strip()], Path(args.folder),
+        df = bench_data(args.pairs, Path(args.folder),
                         baseline_python=args.baseline_python, baseline_max_pairs=args.baseline_max_pairs,
                         threads=args.threads, out=Path(args.out) if args.out else None)
         print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
@@ -138,7 +142,7 @@ def run(args: argparse.Namespace) -> None:
         from atnat.experiments.bench.count import count  # lazy: needs valgrind
 
         split = lambda text: [x.strip() for x in text.split(",") if x.strip()]
-        df = count(split(args.systems), split(args.strategies), [int(b) for b in split(args.batches)],
+        df = count(split(args.systems), split(args.strategies), args.batches,
                    calls=args.calls, tiny=args.tiny, out_len=args.out_len)
         print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     elif args.what == "profile":

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from atnat.core.errors import AtnatError
+
 WORDS = 20_000
 MIN_WORDS, MAX_WORDS = 8, 40
 HELD_OUT = 1_000  # validation and test pairs
@@ -115,7 +117,8 @@ def _run(command: list[str], env: dict, log) -> tuple[dict, float, float]:
     proc = subprocess.run(wrapped, env=env, capture_output=True, text=True)
     wall = time.time() - started
     if proc.returncode:
-        raise RuntimeError(f"{' '.join(command)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise AtnatError(f"bench data: a phase failed (exit {proc.returncode}): {' '.join(command)}; its error output "
+                         f"ends:\n{proc.stderr[-3000:]}")
     peak = float(proc.stderr.strip().splitlines()[-1]) / 1024 if wrapped is not command else float("nan")
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     return (json.loads(lines[-1]) if lines else {}), wall, peak

@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from atnat.core.arguments import positive_int
 from atnat.core.errors import AtnatError
 from atnat.experiments.files import UnwritableError, write_json_atomic, write_lines_atomic
 
@@ -151,17 +152,6 @@ def cmd_translate(args) -> int:
               "empty", file=sys.stderr)
         return 1
     return 0
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (argparse names the flag and exits 2 otherwise)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def utf8_lines(stream, name: str):
