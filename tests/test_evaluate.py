@@ -71,6 +71,11 @@ def test_atnat_evaluate_scores_any_files(tmp_path, monkeypatch, capsys):
     (tmp_path / "short.txt").write_text("w1\n")
     assert main(["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "short.txt", "--no-speed"]) == 2
     assert "reference file 1 has 1 lines but the source has" in capsys.readouterr().err
+    # --json records the engine that ran, not the one asked for (here the static step refused for a stated reason)
+    monkeypatch.setattr("atnat.experiments.modelfiles.engines.static_step_problem", lambda decoder: "a reason")
+    assert main(args[:-6] + ["--no-speed", "--json", "static.json", "--engine", "static"]) == 0
+    ran = json.loads((tmp_path / "static.json").read_text())
+    assert ran["engine"] == ran["rows"][0]["engine"] == "static (AT step eager: a reason)"  # it said "static"
 
 
 def test_translate_and_evaluate_default_to_the_models_own_strategy(tmp_path, monkeypatch, capsys):

@@ -387,14 +387,15 @@ def cmd_evaluate(args) -> None:
                           n_bootstrap=args.n_bootstrap, compound_split=args.compound_split, lang=args.lang,
                           speed=speed, say=lambda text: print(f"atnat evaluate: {text}", file=sys.stderr, flush=True),
                           source_name=f"--src {args.src}")
+    ran = getattr(module, "engine_info", None)  # what ran: `auto=cudagraphs`, `auto (AT step eager: ...)`
     for row in rows:
-        row["engine"], row["threads"] = engine.label, args.threads  # decoding and timing alike
+        row["engine"], row["threads"] = ran.label if ran is not None else engine.label, args.threads
     clean = [{k: v for k, v in r.items() if k != "hypotheses"} for r in rows]
     failed = []  # each file written on its own, before the table (a closed pipe must not lose them)
     for given, write in ((args.hyps, lambda: write_lines_atomic(Path(args.hyps), rows[0]["hypotheses"])),
                          (args.json, lambda: write_json_atomic(Path(args.json), {
                              "checkpoint": str(args.checkpoint), "src": args.src, "ref": args.ref,
-                             "engine": engine.label, "threads": args.threads, "rows": clean}))):
+                             "engine": clean[0]["engine"], "threads": args.threads, "rows": clean}))):
         if given:
             try:
                 write()
