@@ -106,7 +106,7 @@ def test_bench_is_a_command_group_with_declared_options(capsys):
     commands = [line.split()[0] for line in bench.splitlines() if line.startswith("    ") and line[4] != " "]
     assert commands == ["decode", "train", "profile", "count", "data"]
     args = cli.parser().parse_args(["bench", "data", "--pairs", "300,400", "--baseline-max-pairs", "300"])
-    assert (args.what, args.pairs, args.baseline_max_pairs, args.folder) == ("data", "300,400", 300, "bench-data")
+    assert (args.what, args.pairs, args.baseline_max_pairs, args.folder) == ("data", [300, 400], 300, None)
     args = cli.parser().parse_args(["bench", "decode", "--tiny", "--no-hf", "--quantize", "int8", "--out", "x.csv"])
     assert (args.fn, args.what, args.tiny, args.no_hf, args.quantize, args.out) == (
         cli.cmd_bench, "decode", True, True, "int8", "x.csv")

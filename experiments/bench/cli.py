@@ -38,8 +38,8 @@ def add_commands(bench: argparse.ArgumentParser) -> None:
                        else "untimed calls first (default 2; tiny 1)")
     data = sub.add_parser("data", help=DATA_HELP, description=DATA_HELP[0].upper() + DATA_HELP[1:] + ".")
     data.add_argument("--pairs", type=positive_ints, default="300000", help="comma-separated corpus sizes (default 300000)")
-    data.add_argument("--folder", default="bench-data", help="where the corpora, caches and runs go (default "
-                                                             "./bench-data; a corpus already there is kept)")
+    data.add_argument("--folder", help="where the corpora, caches and runs go (default: bench-data in atnat's "
+                                       "cache, ~/.cache/atnat or $ATNAT_CACHE; a corpus already there is kept)")
     data.add_argument("--threads", type=positive_int, default=2, help="encoding threads of the prepare phase (default 2)")
     data.add_argument("--baseline-python", help="also run the train phase with this Python's atnat (an older "
                                                 "installation), on a cache of its own")
@@ -114,8 +114,9 @@ def run(args: argparse.Namespace) -> None:
                          "path of a CSV file to write")
     if args.what == "data":
         from atnat.experiments.bench.data_bench import bench_data  # lazy: start-up
+        from atnat.experiments.data.tokenize import CACHE_DIR  # lazy: start-up
 
-        df = bench_data(args.pairs, Path(args.folder),
+        df = bench_data(args.pairs, Path(args.folder) if args.folder else CACHE_DIR / "bench-data",
                         baseline_python=args.baseline_python, baseline_max_pairs=args.baseline_max_pairs,
                         threads=args.threads, out=Path(args.out) if args.out else None)
         print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
