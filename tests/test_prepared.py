@@ -134,6 +134,9 @@ def test_files_are_streamed_like_read_lines_and_bad_files_named(tmp_path):
     assert list(PreparedSplit(changed, name="train").tgt)[3] == tok.encode("w6 w5 w5")
     with pytest.raises(AtnatError, match="missing.de does not exist"):
         SideText(path=tmp_path / "missing.de", what="train target").digest()
+    (tmp_path / "wide.de").write_bytes("w2 w1\nw3\nw9\nw6\n".encode("utf-16"))  # it was "has 5 lines but ... 4"
+    with pytest.raises(AtnatError, match=r"train target: .*wide.de is not UTF-8 text \(a UTF-16 or UTF-32 byte-order mark"):
+        prepare(side, SideText(path=tmp_path / "wide.de", what="train target"), tok, name="train", cache_dir=tmp_path / "c")
 
 
 def test_the_vocabulary_of_a_large_split_is_learned_from_a_seeded_sample_and_found_again_without_reading_it(

@@ -69,7 +69,8 @@ class SideText:
                     h.update(line.encode("utf-8") + b"\n")
                 self._digest = h.hexdigest(), len(used)
             else:
-                self._digest = _remembered_digest(check_readable(self.path, self.what), self.limit)
+                self._digest = _remembered_digest(check_utf8_start(check_readable(self.path, self.what), self.what),
+                                                  self.limit)
                 if self._digest[1] == 0:
                     raise AtnatError(f"{self.what}: {self.path} is empty")
         return self._digest
@@ -120,6 +121,20 @@ def _remembered_digest(path: Path, limit: int | None) -> tuple[str, int]:
     except (OSError, AtnatError):  # a read-only or full cache (atomic_write_bytes names it): hash again next time
         pass
     return digest, lines
+
+
+UTF16_32_MARKS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")  # byte-order marks of UTF-16 and UTF-32
+
+
+def check_utf8_start(path: Path, what: str) -> Path:
+    """`path`, refused where its first bytes say it is UTF-16 or UTF-32 text (a byte-order mark, NUL bytes): its
+    lines are counted in bytes before they are decoded, which would blame a line-count mismatch instead."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if head.startswith(UTF16_32_MARKS) or b"\x00" in head:
+        sign = "a UTF-16 or UTF-32 byte-order mark" if head.startswith(UTF16_32_MARKS) else "NUL bytes"
+        raise AtnatError(f"{what}: {path} is not UTF-8 text ({sign} at its start: UTF-16 or UTF-32?); save it as UTF-8")
+    return path
 
 
 def _file_digest(path: Path, limit: int | None) -> tuple[str, int]:
