@@ -111,6 +111,28 @@ def test_an_output_that_is_an_input_file_is_refused_before_anything_is_written(t
     assert src.read_text() == "a b\n"
 
 
+def test_an_at_target_that_needs_more_positions_than_the_model_has_is_named_before_training(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """Only sources were checked: an AT teacher-forces its BOS and target (a target of max_positions tokens needs
+    one position more), so a run whose train.max_len let such a pair in - the limit the sources' own message
+    advised - failed at the batch holding it (ValueError: sequence of 7 positions exceeds max_positions=6)."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    at = {"name": "reach", "task": {"name": "copy", "vocab": 6, "min_len": 6, "max_len": 6, "n_train": 20,
+                                    "n_valid": 4, "n_test": 4},
+          "decoder": {"name": "at"},
+          "model": {"d_model": 16, "n_heads": 2, "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 1,
+                    "max_positions": 6},
+          "train": {"max_steps": 2, "max_tokens": 256, "val_every_steps": 2, "progress_bar": False, "num_threads": 1},
+          "eval": {"strategies": ["greedy"], "n_bootstrap": 10, "probe_sentences": 0}}
+    (tmp_path / "at.yaml").write_text(yaml.safe_dump(at))
+    assert main(["train", "at.yaml", "--output-dir", "at"]) == 2
+    assert "split train: targets of up to 6 tokens (train.max_len 256), but this model writes at most 5 (decoder at, " \
+           "model.max_positions 6): set train.max_len to at most 5, or raise model.max_positions" in capsys.readouterr().err
+    assert not (tmp_path / "at" / "checkpoints").exists()
+
+
 def test_a_source_longer_than_the_model_reads_is_named_before_anything_is_decoded_or_trained(tmp_path, monkeypatch,
                                                                                              capsys):
     """Only translate checked the model's reach: evaluate and distill failed with a traceback mid-way, and a

@@ -403,3 +403,23 @@ def test_npd_samples_of_a_sentence_do_not_depend_on_its_batch():
     alone = candidates(x, 0)
     assert candidates(padded, 1) == alone and candidates(padded.flip(0), 0) == alone
     assert len(set(alone)) > 2  # samples were drawn
+
+
+def test_npd_ranks_a_candidate_longer_than_its_teacher_writes_last_instead_of_failing():
+    """The teacher scores a candidate and its EOS by teacher forcing: a candidate of the NAT's max_positions
+    tokens needed one position more than an AT teacher of the same table has, and npd failed (ValueError)."""
+    from atnat.experiments.evaluation.assemble import needs_teacher
+    from atnat.models.seq2seq import Seq2SeqModule
+
+    sizes = dict(d_model=16, n_heads=2, ffn_dim=32, encoder_layers=1, decoder_layers=1, dropout=0.0, max_positions=16)
+    torch.manual_seed(0)
+    teacher = Seq2SeqModule(vocab_size=40, decoder="at", model=sizes).eval()
+    cmlm = Seq2SeqModule(vocab_size=40, decoder="cmlm", model=sizes).eval()
+    with torch.no_grad():  # lengths: the source's + 1 (16 tokens) first, then 15, then 17 (over the table: not offered)
+        cmlm.decoder.length_predictor.proj.bias[cmlm.decoder.length_predictor.max_offset + 1] += 50
+    src = torch.randint(6, 40, (1, 15), generator=torch.Generator().manual_seed(1))
+    strategy = NoisyParallel(length_beam=2)
+    with torch.inference_mode():
+        hyps = cmlm.decode(src, torch.tensor([15]), strategy, **needs_teacher(strategy, teacher, src))
+    assert hyps.lengths[0].tolist() == [15, 16]  # the one the teacher can score first, the 16-token one last
+    assert math.isfinite(float(hyps.scores[0, 0])) and hyps.scores[0, 1] == float("-inf")

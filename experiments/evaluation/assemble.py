@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from atnat.core.errors import AtnatError
+from atnat.core.special import NEG_INF
 from atnat.decoding.base import Strategy
 from atnat.experiments.config.run import build_strategy
 from atnat.models.decoders.block_verifier import BlockVerifier, block_verify_problem
@@ -31,13 +32,21 @@ def validation_search(decoder: Any) -> Strategy:
 
 def teacher_scorer(teacher: Seq2SeqModule | None, src: torch.Tensor) -> dict:
     """Keyword arguments for strategies that re-rank with an AT teacher (npd), else {}. The
-    teacher's encoder runs here, once per batch (a cost that belongs to the strategy's time)."""
+    teacher's encoder runs here, once per batch (a cost that belongs to the strategy's time). A candidate
+    longer than the teacher can write scores -inf: ranked after every one it can score."""
     if teacher is None:
         return {}
     memory = teacher.encode(src)
+    limit = teacher.decoder.max_output_length  # a longer candidate (and its EOS) has no teacher positions
 
     def score(tokens, padding_mask, sentence_index):
-        return teacher.decoder.score_sequences(memory.index_select(sentence_index), tokens, padding_mask)
+        fits = (~padding_mask).sum(1) <= limit  # (N,) the others are ranked last, unscored
+        scores = torch.full(fits.shape, NEG_INF, device=tokens.device)
+        if bool(fits.any()):
+            rows = fits.nonzero().squeeze(1)
+            scores[rows] = teacher.decoder.score_sequences(memory.index_select(sentence_index[rows]),
+                                                           tokens[rows, :limit], padding_mask[rows, :limit]).float()
+        return scores
 
     return {"scorer": score}
 

@@ -53,6 +53,24 @@ class PreparedData:
     encoded: dict[str, PreparedSplit]
 
 
+def check_lengths_fit(module, data: PreparedData, max_len: int) -> None:
+    """Refused before anything is written: a sentence past the model's reach would fail at its batch, hours
+    in. Sources against what the model reads, targets against what its loss and probes teacher-force (an AT:
+    the target and its end symbol, one position each)."""
+    decoder = module.decoder
+    limits = [decoder.max_source_length] + ([decoder.max_target_length] if decoder.max_target_length is not None else [])
+    for name, split in data.encoded.items():
+        if not len(split):
+            continue
+        for side, longest, limit, verb in (("sources", int(split.src_lengths.max()), decoder.max_source_length, "reads"),
+                                           ("targets", int(split.tgt_lengths.max()), decoder.max_target_length, "writes")):
+            if limit is not None and longest > limit:
+                raise AtnatError(f"split {name}: {side} of up to {longest} tokens (train.max_len {max_len}), but "
+                                 f"this model {verb} at most {limit} (decoder {module.hparams.decoder}, "
+                                 f"model.max_positions {module.model_cfg.max_positions}): set train.max_len to at "
+                                 f"most {min(limits)}, or raise model.max_positions")
+
+
 def prepare_data(cfg: RunConfig, task: TaskData | None = None,
                  train_targets: list[str] | None = None) -> PreparedData:
     """Every split prepared (encoded once into the cache of memory-mapped splits, then mapped);
@@ -285,13 +303,7 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
                               "resume with the new settings on purpose: atnat train --allow-settings-change "
                               "(the change is recorded in settings_changes.json with its step)")
     module = build_module(cfg, data.task)
-    for name, split in data.encoded.items():  # before anything is written: a source past the model's reach
-        if len(split) and int(split.src_lengths.max()) > module.decoder.max_source_length:  # fails at its batch
-            raise AtnatError(f"split {name}: sources of up to {int(split.src_lengths.max())} tokens (train.max_len "
-                             f"{cfg.train.max_len}), but this model reads at most {module.decoder.max_source_length} "
-                             f"(decoder {module.hparams.decoder}, model.max_positions "
-                             f"{module.model_cfg.max_positions}): set train.max_len to at most "
-                             f"{module.decoder.max_source_length}, or raise model.max_positions")
+    check_lengths_fit(module, data, cfg.train.max_len)
     if change and change.training:  # refused before anything is written: the run stays as it was
         check_weights_fit(module, resume, change)
     if not helper_rank():

@@ -136,6 +136,10 @@ class AutoregressiveDecoder(Decoder):
         """Content tokens an output can have: n tokens and EOS take n + 1 decoder positions."""
         return self.cfg.max_positions - 1
 
+    @property
+    def max_target_length(self) -> int:
+        return self.max_output_length  # teacher forcing reads BOS and the target, and predicts it and EOS
+
     # ---- training ---------------------------------------------------------------------------
     def forward(self, prev_tokens: Tensor, memory: EncoderOut, need_weights=False):
         """Teacher-forced pass: prev_tokens (B, T) starting with BOS -> logits (B, T, V), attns."""

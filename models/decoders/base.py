@@ -157,6 +157,12 @@ class Decoder(nn.Module, ABC):
         return self.cfg.max_positions
 
     @property
+    def max_target_length(self) -> int | None:
+        """The longest target (in tokens, without EOS) the loss can teacher-force: one position a token. None
+        where targets take no positions (their slots come from the source: CTC, DAG)."""
+        return self.cfg.max_positions
+
+    @property
     def wants_attention(self) -> bool:
         return self.loss_cfg.guided_attention_weight > 0
 

@@ -47,6 +47,10 @@ class CTCDecoder(Decoder):
         self.split = nn.Linear(cfg.d_model, k * cfg.d_model) if options.upsample_linear else None
 
     @property
+    def max_target_length(self) -> None:
+        return None  # a target takes no positions: the slots come from the source (the loss leaves out a longer one)
+
+    @property
     def max_source_length(self) -> int:
         return self.cfg.max_positions // self.options.upsample  # k S slots need k S positions
 

@@ -75,6 +75,10 @@ class DAGDecoder(Decoder):
         return {"name": "dag-lookahead"}
 
     @property
+    def max_target_length(self) -> None:
+        return None  # a target takes no positions: the vertices come from the source (the loss leaves out a longer one)
+
+    @property
     def max_source_length(self) -> int:
         """The largest S whose floor(lambda * S) + 2 vertices fit the positional table."""
         fits = [s for s in range(self.cfg.max_positions + 1) if graph_size(s, self.options.upsample) <= self.cfg.max_positions]
