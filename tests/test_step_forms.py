@@ -24,7 +24,7 @@ DECODERS = [("at", {"scheduled_sampling": "linear"}), ("nat", {"glat": True}), (
 
 def twenty_steps(decoder: str, options: dict, form: str, steps: int = 20):
     """Each step's loss and gradients, and the final weights, of a tiny model trained `steps` Adam steps
-    on random batches whose shapes change from step to step."""
+    on random padded batches whose shapes change from step to step."""
     torch._dynamo.reset()  # every compiled case starts from nothing (the recompile limit is per function)
     torch._dynamo.utils.counters.clear()
     torch.manual_seed(0)
@@ -39,9 +39,12 @@ def twenty_steps(decoder: str, options: dict, form: str, steps: int = 20):
     for step in range(steps):
         b, s, t = 4, *(int(n) for n in torch.randint(4, 9, (2,), generator=gen))
         src, tgt = torch.randint(5, 40, (b, s), generator=gen), torch.randint(5, 40, (b, t), generator=gen)
+        src_len, tgt_len = torch.randint(2, s + 1, (b,), generator=gen), torch.randint(2, t + 1, (b,), generator=gen)
+        src_len[0], tgt_len[-1] = s, t  # padded batches, as training's are: each row its own length
+        src = src.masked_fill(torch.arange(s)[None, :] >= src_len[:, None], module.special.pad)
+        tgt = tgt.masked_fill(torch.arange(t)[None, :] >= tgt_len[:, None], module.special.pad)
         with mock.patch.object(Seq2SeqModule, "global_step", property(lambda self: 100 * step)):  # schedules move
-            loss = total_loss(module.loss_parts(Batch(src, tgt, torch.full((b,), s), torch.full((b,), t),
-                                                      torch.arange(b))))
+            loss = total_loss(module.loss_parts(Batch(src, tgt, src_len, tgt_len, torch.arange(b))))
         optimizer.zero_grad()
         loss.backward()
         grads.append([p.grad.clone() for p in module.parameters() if p.grad is not None])
