@@ -126,6 +126,15 @@ def test_a_student_of_a_teacher_trained_again_alone_is_stale(tmp_path, monkeypat
     write_checksum(weights)
     (stale,) = find_stale(grid, grid.cells)
     assert stale.cell == "nat-s1" and stale.retrain and "has other weights now" in stale.reason
+    # the student stopped half-way (a checkpoint, no results yet): `atnat cell` distilled again from the new
+    # teacher and resumed, its later steps on other targets than its first, exit 0, distill.json overwritten
+    student = Path(grid.by_name()["nat-s1"].config.output_dir)
+    for name in ("metrics.json", "train.json"):
+        (student / name).unlink()
+    recorded = (student / "distill.json").read_text()
+    assert main(["cell", "g.yaml", "nat-s1", "--results", "res"]) == 1
+    assert "its teacher" in (student / "error.log").read_text() and "has other weights now" in (student / "error.log").read_text()
+    assert (student / "distill.json").read_text() == recorded
 
 
 def test_a_long_setting_that_changed_shows_where_it_changed():

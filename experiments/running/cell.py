@@ -27,8 +27,9 @@ from atnat.experiments.evaluation.evaluate import EvalResult, evaluate, validati
 from atnat.experiments.evaluation.timing import COLUMNS, System, time_systems
 from atnat.experiments.files import write_csv, write_json_atomic, write_text_atomic
 from atnat.experiments.locks import LockHeld, cell_lock, held
-from atnat.experiments.modelfiles.loading import checkpoint_stamp, load_module
-from atnat.experiments.reporting.records import cell_status, whole_train_time, write_record
+from atnat.experiments.modelfiles.export import is_export_dir
+from atnat.experiments.modelfiles.loading import checkpoint_stamp, checkpoint_stamps, evaluation_checkpoint, load_module
+from atnat.experiments.reporting.records import cell_status, teacher_stamps, whole_train_time, write_record
 from atnat.experiments.running.grid import Cell, load_grid_into
 from atnat.experiments.training.distill import distilled_targets
 from atnat.experiments.training.progress import counting_phase
@@ -48,6 +49,7 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
     device = inference_device(cfg.train.accelerator)  # decoding runs where training ran
     targets, teacher, distill_meta = None, None, None
     done = None if helper_rank() else finished_training(run_dir, cfg)  # only evaluated again
+    refuse_another_teacher(cfg, run_dir)
     if done is not None and (run_dir / "distill.json").is_file():
         distill_meta = json.loads((run_dir / "distill.json").read_text())
     if cfg.distill is not None and cfg.distill.targets and done is None:
@@ -87,6 +89,22 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
     if done is not None:  # evaluated again under new eval settings (training's are unchanged): they are the run's now
         write_json_atomic(run_dir / "config.json", resolved(cfg))
     return result
+
+
+def refuse_another_teacher(cfg: RunConfig, run_dir: Path) -> None:
+    """A student that has trained from its teacher (its checkpoints) goes on only with those teacher weights:
+    a teacher trained again since would give the rest of the run other targets than its first steps had (or
+    judge a finished one with another verifier), and distill.json would forget the first."""
+    if cfg.distill is None or not any((run_dir / "checkpoints").glob("*.ckpt")):
+        return
+    learnt, teacher = teacher_stamps(run_dir), Path(cfg.distill.teacher)
+    weights = teacher if teacher.is_file() else evaluation_checkpoint(teacher)
+    if not learnt or not (is_export_dir(teacher) or weights.is_file()):  # no record; no teacher (distilling says so)
+        return
+    if not learnt & checkpoint_stamps(teacher):
+        raise AtnatError(f"run {cfg.name} ({run_dir}): its teacher {teacher} has other weights now than those it "
+                         f"learnt from (distill.json, train.json): going on would mix two teachers in one run. Train "
+                         f"it again from the start: `atnat run GRID --stale rerun`, or move {run_dir} aside")
 
 
 def time_own_strategies(cfg: RunConfig, run_dir: Path, module, teacher, speed: SpeedSettings,
