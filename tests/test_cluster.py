@@ -157,6 +157,22 @@ def test_teacher_and_student_through_the_cluster_code_path_on_submitits_local_ex
         assert "done" in row and job["job_id"] in row and " 8 " in row  # state, job id, last step
 
 
+def test_a_timing_job_that_fails_fails_the_run(tmp_path, monkeypatch, capsys):
+    """The timing job ended without timing anything: `atnat run` said so on one stderr line, exited 0, and the
+    report said "no timing phase ran", as if none had been due."""
+    import functools
+
+    from atnat.experiments.running.launchers import slurm
+
+    grid = write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"]}})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(slurm, "TimingJob", lambda *args: functools.partial(int, "not a number"))  # the job raises
+    assert main(["run", str(grid), "--results", "res", "--launcher", "submitit-local"]) == 1
+    assert "ended without timing every finished system" in capsys.readouterr().err
+    timing = json.loads((tmp_path / "res" / "tiny" / "environment.json").read_text())["timing"]
+    assert timing.startswith("failed: the timing job ") and "run the command again to time them" in timing
+
+
 @pytest.mark.slow
 def test_a_preempted_job_requeues_and_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
     # long enough that the signal lands mid-run on a fast machine too

@@ -428,8 +428,8 @@ def cmd_export(args) -> None:
 
 
 def cmd_run(args) -> int:
-    """Exit 1 when a cell of this run failed, 2 when one ran with other settings than the grid file gave as
-    the run started (after the table and report are written)."""
+    """Exit 1 when a cell of this run failed or its timing job left systems untimed, 2 when one ran with other
+    settings than the grid file gave as the run started (after the table and report are written)."""
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
     if args.workers is not None and args.workers < 1:
         raise AtnatError(f"--workers {args.workers}: expected a positive number of worker processes")
@@ -447,7 +447,7 @@ def cmd_run(args) -> int:
 
     done = run_grid(args.grid, results_root=Path(args.results), only=args.only,
                     smoke=args.smoke, workers=args.workers, devices=devices, cluster=cluster, stale=args.stale)
-    return 1 if done.failed else 2 if done.stale else 0
+    return 1 if done.failed or done.timing_failed else 2 if done.stale else 0
 
 
 def cmd_cell(args) -> int:

@@ -55,6 +55,7 @@ class GridRun:
     # gives (its file edited while it ran): the report names them
     pending: list[str] = field(default_factory=list)  # cells whose cluster job is queued or running (and
     # "timing phase" while the timing phase's cluster job is)
+    timing_failed: str = ""  # why the timing phase's cluster job left systems untimed ("": it did not)
 
 
 def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = False,
@@ -87,10 +88,9 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
             print(f"atnat: {len(outside)} cell(s) outside --only were run with other settings than the grid gives "
                   f"now; not run here, the report names them: {', '.join(outside)}", file=sys.stderr)
         try:
-            pending, late = _run_cells(grid, cells, path, out, results_root=results_root, smoke=smoke, workers=workers,
-                                       devices=devices, cluster=cluster,
-                                       kept_stale={s.cell: s.reason for s in kept} if stale == "keep" else {},
-                                       outside=outside)
+            pending, late, timing_failed = _run_cells(
+                grid, cells, path, out, results_root=results_root, smoke=smoke, workers=workers, devices=devices,
+                cluster=cluster, kept_stale={s.cell: s.reason for s in kept} if stale == "keep" else {}, outside=outside)
         except KeyboardInterrupt:
             print(f"atnat: {where_cells_resume(cells)}", file=sys.stderr)
             raise
@@ -101,13 +101,14 @@ def run_grid(path, *, results_root: Path = Path("results"), dry_run: bool = Fals
     if late:
         print(f"atnat: {len(late)} cell(s) ran with other settings than the grid file gave when this run started (it "
               f"was edited meanwhile); the report names them:\n{describe_stale(late)}", file=sys.stderr)
-    return GridRun(out, failed=failed, pending=pending, stale=[s.cell for s in late])
+    return GridRun(out, failed=failed, pending=pending, stale=[s.cell for s in late], timing_failed=timing_failed)
 
 
 def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, devices, cluster,
-               kept_stale: dict[str, str], outside: dict[str, str]) -> tuple[list[str], list]:
-    """Run (or submit) the cells, then write the table and report; returns the cells still pending and those
-    that ran with other settings than `grid` (Stale: workers read the grid file again, which may have changed)."""
+               kept_stale: dict[str, str], outside: dict[str, str]) -> tuple[list[str], list, str]:
+    """Run (or submit) the cells, then write the table and report; returns the cells still pending, those
+    that ran with other settings than `grid` (Stale: workers read the grid file again, which may have changed)
+    and why a timing phase run as a cluster job left systems untimed ("" where it did not)."""
     if cluster is not None:
         from atnat.experiments.running.launchers.slurm import run_on_cluster, time_on_cluster  # submitit: only here
 
@@ -115,13 +116,13 @@ def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, de
         pending = run_on_cluster(grid, cells, cluster, results_root=results_root, smoke=smoke)
         timing = time_on_cluster(grid, out, pending, cluster, results_root=results_root, smoke=smoke)
         if pending or timing.pending:
-            return pending + (["timing phase"] if timing.pending else []), []
+            return pending + (["timing phase"] if timing.pending else []), [], ""
         late = _late_stale(grid, kept_stale, outside)
         write_outputs(grid, out, path, started, {"parallel_cells": len(cells), "lanes": cluster.executor,
                                                  "stale_cells_kept": kept_stale,
-                                                 "stale_cells_interim": outside | {s.cell: s.reason for s in late}},
-                      timed_by_job=timing.job_id)
-        return [], late
+                                                 "stale_cells_interim": outside | {s.cell: s.reason for s in late}}
+                      | ({"timing_failed": timing.failed} if timing.failed else {}), timed_by_job=timing.job_id)
+        return [], late, timing.failed
 
     multi_node = [c.name for c in cells if c.config.train.num_nodes > 1]
     if multi_node:
@@ -153,7 +154,7 @@ def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, de
                                              "lanes": ", ".join(lane.gpu or "cpu" for lane in lanes),
                                              "stale_cells_kept": kept_stale,
                                              "stale_cells_interim": outside | {s.cell: s.reason for s in late}})
-    return [], late
+    return [], late, ""
 
 
 def _late_stale(grid, kept: dict[str, str], outside: dict[str, str]) -> list:
@@ -303,6 +304,8 @@ def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_b
         env.update(significance=grid.cells[0].config.eval.significance,
                    n_bootstrap=grid.cells[0].config.eval.n_bootstrap)
     env["timing"] = timing_description(out, timed_by_job, default_threads=None if timed_by_job else torch.get_num_threads())
+    if env.get("timing_failed"):  # a timing.json there may be an earlier run's
+        env["timing"] = f"failed: {env['timing_failed']} (timing.json there: {env['timing']})"
     env |= _judged_by(grid)
     env["plugins"] = installed_plugins()  # every plugin this process saw, with its distribution's version
     env["results_rows"] = len(table)  # the report refuses a results.csv with fewer (a cut-short file)

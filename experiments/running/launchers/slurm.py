@@ -211,6 +211,7 @@ class TimingState:
 
     pending: bool  # its job is queued or running: the table and report wait for it
     job_id: str | None = None  # the job that timed (or times) the grid; None when nothing needed timing
+    failed: str = ""  # why the timing job that ended left systems untimed ("": it did not)
 
 
 def timing_parameters(cells: list[Cell], settings: ClusterSettings, after: list[str], name: str) -> dict:
@@ -250,8 +251,10 @@ def time_on_cluster(grid, out: Path, pending: list[str], settings: ClusterSettin
               "after it to write the table and report", file=sys.stderr)
         return TimingState(True, job["job_id"])
     if not timing_is_current(grid, out):
-        print(f"atnat: the timing job {job['job_id']} ended without timing every finished system "
-              f"(see {job['stderr']}); the table's speed columns are missing or old", file=sys.stderr)
+        failed = (f"the timing job {job['job_id']} ended without timing every finished system (see {job['stderr']}); "
+                  "the table's speed columns are missing or old: run the command again to time them")
+        print(f"atnat: {failed}", file=sys.stderr)
+        return TimingState(False, job["job_id"], failed)
     return TimingState(False, job["job_id"])
 
 
