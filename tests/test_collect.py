@@ -198,6 +198,19 @@ def test_time_partial_times_a_seeds_finished_cells_beside_its_baseline_while_oth
     pd.testing.assert_frame_equal(second.query("cell == 'nat-s1'").reset_index(drop=True),
                                   first.query("cell == 'nat-s1'").reset_index(drop=True), check_like=True)
     assert second.query("cell != 'nat-s1'").timing_session.nunique() == 1  # timed together, in one session
+
+    # at-s1 is trained again after its seed was timed: status said "timed", and collect dropped its rows (of
+    # other weights) without a word
+    weights = evaluation_checkpoint(out / "runs" / "at-s1")
+    weights.write_bytes(weights.read_bytes() + b"\0")
+    write_checksum(weights)
+    assert main(["status", "g.yaml", "--results", "res"]) == 0
+    assert "parallel seed 1: 3 of 3 cells done, 2 of them timed " in (said := capsys.readouterr().out)
+    assert "; not timed: at-s1 (atnat time)" in said
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
+    assert "without a timing of their present weights (time their seed while the weights are here: atnat time): " \
+           "at-s1\n" in capsys.readouterr().out + "\n"
+    assert not (tmp_path / "kept" / "at-s1" / "timing.csv").exists() and (tmp_path / "kept" / "nat-s1" / "timing.csv").exists()
     assert second.query("cell == 'cmlm-s1'").speed_baseline.tolist() == ["at-s1 / greedy"]
 
 

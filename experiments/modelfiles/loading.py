@@ -74,6 +74,20 @@ def checkpoint_stamp(teacher: str | Path) -> str:
     return _size_and_time(path)
 
 
+def recorded_stamp(run_dir: Path) -> str:
+    """checkpoint_stamp of a run folder without reading its weights: the sha256 recorded beside its evaluated
+    checkpoint as written (checkpoint_stamp verifies it), else size and mtime; "" without weights. For a
+    quick look (atnat status)."""
+    path = evaluation_checkpoint(run_dir)
+    record = checksum_path(path)
+    try:
+        if path.is_file() and record.is_file() and not record.is_symlink():
+            return "sha256-" + record.read_text(encoding="ascii").split()[0]
+    except (OSError, UnicodeDecodeError, IndexError):
+        pass
+    return _size_and_time(path)
+
+
 def checkpoint_stamps(teacher: str | Path) -> set[str]:
     """Every stamp that names these weights: checkpoint_stamp's, and the size-and-mtime stamp that
     versions before checksummed stamps recorded for the same file (a distillation cache of theirs

@@ -73,6 +73,7 @@ class Collected:
     skipped: list[str] = field(default_factory=list)  # files refused, with the reason
     not_finished: list[str] = field(default_factory=list)  # cells with no "ok" result (yet)
     kept_back: list[str] = field(default_factory=list)  # cells whose copy was left as it was, with the reason
+    untimed: list[str] = field(default_factory=list)  # collected cells the grid times whose copy holds no timing
 
 
 UNDER_WAY = ".collecting"  # in a cell's copy while collect writes it: a copy cut short is never read as whole
@@ -153,6 +154,7 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
         raise AtnatError(f"atnat collect: --to {dest} is inside the results folder {out}; give a folder outside it")
     done = Collected()
     timing = read_grid_timing(out, done.skipped)  # once for every cell
+    never_timed = {c.name for c in grid.never_timed()}
     learnt = students_learnt_from(grid, dest)
     teachers = {c.teacher for c in grid.cells if c.teacher}
     filed: dict[str, set[str]] = {}  # teacher -> the weights its copy in dest names after this pass
@@ -200,6 +202,8 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
             written += 1
         timing_written, timing_removed = collect_timing(timing, cell, target) if timing is not None else (0, 0)
         written += timing_written
+        if cell.name not in never_timed and not (target / TIMING_CSV).is_file():
+            done.untimed.append(cell.name)
         copy = target / WEIGHTS_JSON
         if stamp is not None:
             content = (json.dumps({"checkpoint": stamp}, indent=2) + "\n").encode()
@@ -331,6 +335,9 @@ def summary(done: Collected, dest: Path) -> str:
     if done.not_finished:
         lines.append(f"not finished (not collected): {', '.join(done.not_finished)}")
     lines.extend(f"not updated: {line}" for line in done.kept_back)
+    if done.untimed:
+        lines.append(f"without a timing of their present weights (time their seed while the weights are here: atnat "
+                     f"time): {', '.join(done.untimed)}")
     if not (done.copied or done.unchanged or done.removed or done.kept_back):
         lines.append("no cell has finished yet: nothing collected")
     lines.extend(f"skipped {line}" for line in done.skipped)

@@ -21,6 +21,7 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.console import PipeConsole
 from atnat.experiments.evaluation.baseline import timing_groups
 from atnat.experiments.locks import cell_lock, holder_alive
+from atnat.experiments.modelfiles.loading import recorded_stamp
 from atnat.experiments.reporting.records import cell_status, read_metrics
 from atnat.experiments.running.grid import load_grid_into
 from atnat.experiments.running.launchers.jobs import TIMING_DIR, is_active, job_state, read_job
@@ -122,13 +123,28 @@ def timing_line(out: Path) -> str | None:
 
 
 def timing_rows(path: Path):
-    """A timing.csv's (cell, timing_session) rows, or None where there is none or it cannot be read."""
+    """A timing.csv's (cell, timing_session, fingerprint) rows (no fingerprint: ""), or None where there is none
+    or it cannot be read."""
     import pandas as pd
 
     try:
-        return pd.read_csv(path, usecols=["cell", "timing_session"]) if path.is_file() and not path.is_symlink() else None
+        rows = pd.read_csv(path, usecols=lambda c: c in ("cell", "timing_session", "fingerprint"), dtype=str) \
+            if path.is_file() and not path.is_symlink() else None
     except (ValueError, pd.errors.EmptyDataError):
         return None
+    if rows is None or not {"cell", "timing_session"} <= set(rows.columns):
+        return None
+    return rows if "fingerprint" in rows else rows.assign(fingerprint="")
+
+
+def of_present_weights(timing, grid, state: dict[str, str]):
+    """The rows of the grid's timing.csv timed on the weights each cell (run here) holds now, by the sha256
+    recorded beside them: a cell trained again since its seed was timed has only older rows. A cell whose
+    weights are gone keeps its rows: their timing is all there is."""
+    dirs = {c.name: Path(c.config.output_dir) for c in grid.cells if state.get(c.name) == "done"}
+    stamps = {name: stamp for name, run_dir in dirs.items() if (stamp := recorded_stamp(run_dir))}
+    keep = [stamps.get(str(cell)) in (None, str(fingerprint)) for cell, fingerprint in zip(timing["cell"], timing["fingerprint"])]
+    return timing[keep]
 
 
 def seed_lines(grid, out: Path, rows: list[dict], collected: Path | None = None) -> list[str]:
@@ -142,7 +158,8 @@ def seed_lines(grid, out: Path, rows: list[dict], collected: Path | None = None)
     state = {r["cell"]: r["state"] for r in rows}
     copies = [t for r in rows if r["state"] == "collected" and collected is not None
               and (t := timing_rows(collected / r["cell"] / "timing.csv")) is not None]
-    found = [t for t in [timing_rows(out / "timing.csv")] + copies if t is not None]
+    own = timing_rows(out / "timing.csv")
+    found = [t for t in [of_present_weights(own, grid, state) if own is not None else None] + copies if t is not None]
     timing = pd.concat(found, ignore_index=True) if found else None
     never = {c.name for c in grid.never_timed()}
     lines = []
