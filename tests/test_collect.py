@@ -385,6 +385,8 @@ def test_status_counts_the_collected_copies_of_cells_whose_machine_is_gone(tmp_p
     for cell in ("at-s1", "nat-s1"):
         (kept / cell).mkdir(parents=True)
         (kept / cell / "metrics.json").write_text(json.dumps({"status": "ok", "rows": [{"strategy": "greedy"}]}))
+        for name in ("config.json", "train.json"):
+            (kept / cell / name).write_text("{}")
     (kept / "at-s1" / "timing.csv").write_text("cell,strategy,timing_session\nat-s1,greedy,2026-11-26 10:56:54 UTC\n")
     runs = tmp_path / "res" / "two-tests" / "runs"
     (runs / "at-s1" / "checkpoints").mkdir(parents=True)  # the teacher trains again here: its live state wins
@@ -404,6 +406,15 @@ def test_status_counts_the_collected_copies_of_cells_whose_machine_is_gone(tmp_p
     (kept / "nat-s1" / "timing.csv").write_text("cell,strategy,timing_session\nnat-s1,parallel,2026-11-26 10:56:54 UTC\n")
     assert main(["status", "g.yaml", "--results", "res", "--collected", "kept"]) == 0
     assert "cells done (2 of them collected copies: kept), timed 2026-11-26 10:56:54 UTC" in capsys.readouterr().out
+    # a copy changed since collect wrote it is no result (the report refuses it): status counted it as done
+    from atnat.experiments.running.collect import write_manifest
+
+    write_manifest(kept / "nat-s1")
+    (kept / "nat-s1" / "metrics.json").write_text(json.dumps({"status": "ok", "rows": [{"strategy": "parallel"}]}))
+    assert main(["status", "g.yaml", "--results", "res", "--collected", "kept"]) == 0
+    out = capsys.readouterr().out
+    assert "parallel seed 1: 1 of 2 cells done (1 of them a collected copy: kept)" in out
+    assert "copy damaged" in out and "changed since it was collected: metrics.json" in out
     assert main(["status", "g.yaml", "--results", "res", "--collected", "nowhere"]) == 2
     assert "--collected nowhere: no such folder" in capsys.readouterr().err
 

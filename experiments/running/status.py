@@ -100,12 +100,14 @@ def status_rows(grid, collected: Path | None = None) -> list[dict]:
     rows = [{"cell": c.name, "teacher": c.teacher or ""}
             | cell_state(Path(c.config.output_dir), c.config.train.early_stop_patience is not None) for c in grid.cells]
     if collected is not None:  # a cell with no run here but a finished copy there: collected (a live run wins)
-        from atnat.experiments.running.collect import UNDER_WAY  # here: collect imports the evaluation (start-up)
+        from atnat.experiments.running.collect import UNDER_WAY, UNVERIFIED, verify_copy  # here: start-up
 
         for row in rows:
             copy = collected / row["cell"]
             if row["state"] == "not started" and cell_status(copy) == "ok" and not (copy / UNDER_WAY).exists():
-                row |= {"state": "collected", "last_step": last_step(copy)}
+                problem = verify_copy(copy)  # as the report checks it: a copy changed since is not a result
+                row |= {"state": "collected", "last_step": last_step(copy)} if problem in (None, UNVERIFIED) else \
+                    {"state": "copy damaged", "now": f"{problem}: collect it again"}
     return rows
 
 
