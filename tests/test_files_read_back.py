@@ -120,7 +120,8 @@ def test_collect_writes_nothing_through_a_link_and_reads_no_label_as_a_path(tmp_
     (run / "metrics.json").write_text(json.dumps({"status": "ok", "rows": [{"strategy": "greedy", "bleu": 1.0}]}))
     (run / "hyps" / "greedy.txt").write_text("hello\n")
     cell = types.SimpleNamespace(name="c1", teacher=None, config=types.SimpleNamespace(output_dir=str(run)))
-    monkeypatch.setattr(collect, "load_grid_into", lambda *_: (types.SimpleNamespace(cells=[cell]), run.parent.parent))
+    monkeypatch.setattr(collect, "load_grid_into", lambda *_: (types.SimpleNamespace(cells=[cell], never_timed=lambda: []),
+                                                                  run.parent.parent))
     dest, outside = tmp_path / "dest", tmp_path / "outside"
     (dest / "c1").mkdir(parents=True)
     outside.mkdir()

@@ -98,7 +98,7 @@ def test_decode_memory_counts_what_the_allocator_reuses():
 def test_npd_runs_its_teacher_once_per_call_and_counts_its_pass():
     log, encodes = [], []
     teacher = SimpleNamespace(encode=lambda src: encodes.append(src.size(0)) or SimpleNamespace(
-        index_select=lambda i: None), decoder=SimpleNamespace(score_sequences=lambda m, t, p: torch.zeros(t.size(0))))
+        index_select=lambda i: None), decoder=SimpleNamespace(score_sequences=lambda m, t, p: torch.zeros(t.size(0)), max_output_length=100))
     npd = system("npd", 0.0, log, strategy="npd", teacher=teacher)
     table = time_systems([npd], FAST, {})
     calls = sum(1 for name, *_ in log if name == "npd")
