@@ -766,3 +766,19 @@ def test_a_one_seed_speed_interval_is_the_same_in_the_overview_as_in_the_headlin
     cmlm = row_of(tables_under(md, "Task `copy`")[0], "copy-cmlm-kd-s1", "mask-predict-4")
     assert cmlm[SPEED] == "3.86 [1.93, 4.25]"  # 3.86 x 0.5 below, the recorded 4.25 above
     assert "3.86× [1.93, 4.25]" in md.split("## ")[1]  # the verdict's
+
+
+def test_one_tailed_p_values_of_an_older_results_folder_are_read_as_two_sided(tmp_path):
+    """A results.csv written before the bootstrap's p was made two-sided holds sacreBLEU's one-tailed p: the
+    report showed them, and gated its 'paired test agrees' on them, as if two-sided."""
+    from atnat.experiments.reporting.report import write_report
+
+    root = fx.build_results(tmp_path)
+    table = pd.read_csv(root / "results.csv")
+    current = load_results(root).table.set_index(["cell", "strategy"])[["bleu_p_vs_at", "bleu_p_holm"]]
+    table.drop(columns=["bleu_p_sides"]).to_csv(root / "results.csv", index=False)  # an older atnat's
+    older = load_results(root)
+    doubled = older.table.set_index(["cell", "strategy"])[["bleu_p_vs_at", "bleu_p_holm"]]
+    pd.testing.assert_frame_equal(doubled, (2 * current).clip(upper=1.0))
+    write_report(root, figures=False)
+    assert "this report doubles them into the two-sided p" in (root / "report.md").read_text()

@@ -76,12 +76,14 @@ LABELS = (
     _c("layers", "label", "encoder + decoder layers (3+3; a deep-encoder/shallow-decoder AT: 5+1)"),
 )
 COMPARISONS = (
-    _c("bleu_p_vs_at", "number", "paired test p of BLEU against the task's AT baseline (same seed)",
+    _c("bleu_p_vs_at", "number", "paired test p (two-sided) of BLEU against the task's AT baseline (same seed)",
        required=True, fmt=".3f", shown=False),
     _c("bleu_p_holm", "number", "paired test of BLEU against the task's baseline (same sentences), Holm-corrected "
                                 "over the systems of the task and seed; with several seeds, the largest over seeds",
        fmt="p", header="p vs {p_base} (Holm)"),
     _c("p_baseline", "label", "the baseline of the paired test (cell / strategy)"),
+    _c("bleu_p_sides", "number", "2: bleu_p_vs_at and bleu_p_holm are two-sided p-values (a results.csv without this "
+                                 "column holds sacreBLEU's one-tailed bootstrap p, doubled when read)", shown=False),
     _c("verifier_greedy_match", "number", "speculative decoding: the share of test sentences whose output equals its "
                                           "AT verifier's own greedy output (lossless: 1)", "higher", ".3f",
        header="= AT greedy", scale=100.0, secondary=True),

@@ -728,6 +728,9 @@ def build_document(g: GridResults, figures: bool = True) -> list[Block]:
                              "(`atnat collect`), with the speed of the cells timed beside their seed's baseline "
                              "(`atnat time`); the machines that trained them, and their checkpoints, may be gone.")]
               if (collected := (g.environment or {}).get("collected_from")) else []),
+            *([Block("note", "The paired test's p-values in results.csv were written as sacreBLEU's one-tailed bootstrap "
+                             "p (by an older atnat); this report doubles them into the two-sided p of the test it "
+                             "names.")] if (g.environment or {}).get("p_doubled_on_read") else []),
             *([Block("note", f"{len(unchecked)} of the copies were collected before collect recorded the sha256 of "
                              "each file it copies, so their files could not be checked: "
                              + ", ".join(f"`{c}`" for c in unchecked) + ".")]

@@ -117,6 +117,15 @@ def _load_table(root: Path, environment: dict | None = None) -> pd.DataFrame:
     table = _read_csv(path, REQUIRED_COLUMNS, NUMERIC_COLUMNS, TEXT_COLUMNS)
     if table is None:
         raise AtnatError(f"{path}: results.csv has no rows")
+    if "bleu_p_sides" not in table and "bleu_p_vs_at" in table and (environment or {}).get("significance", "bs") == "bs":
+        # written before the bootstrap's p was made two-sided: sacrebleu's one tail, doubled (Holm's adjustment
+        # scales with its p-values, so the adjusted ones double too)
+        for col in ("bleu_p_vs_at", "bleu_p_holm"):
+            if col in table:
+                table[col] = (2 * pd.to_numeric(table[col], errors="coerce")).clip(upper=1.0)
+        table["bleu_p_sides"] = 2.0
+        if environment is not None:
+            environment["p_doubled_on_read"] = True
     extra = {col: pd.to_numeric(table[col], errors="coerce") if col in table else float("nan")
              for col in OPTIONAL_NUMERIC}
     extra |= {col: table[col].astype(object).where(table[col].notna(), "").astype(str) if col in table else ""

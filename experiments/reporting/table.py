@@ -35,7 +35,7 @@ def add_significance(df: pd.DataFrame, runs: Path, *, method: str = "bs", n: int
     df = df.copy()
     for col in ("bleu_p_vs_at", "bleu_p_holm"):
         df[col] = float("nan")
-    df["p_baseline"] = ""
+    df["p_baseline"], df["bleu_p_sides"] = "", 2.0  # paired_significance's p are two-sided
     for (task, seed), base in baseline_cells(df, baseline).items():
         rows = df[(df.task == task) & (df.seed == seed) & (df.status == "ok")]
         base_rows = df[(df.cell == base)]
