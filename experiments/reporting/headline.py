@@ -290,7 +290,9 @@ def headline_blocks(g: GridResults, threads: str) -> tuple[list[Block], list[Blo
                          "reference, sentence by sentence and seed by seed; the verdict says ahead or behind "
                          "when its interval excludes 0 and the paired test agrees, equivalent inside "
                          f"±{g.equivalence_margin:g} BLEU, not "
-                         "resolved otherwise. Speed-ups are paired ratios of the same sentences' times, widened to "
+                         "resolved otherwise. The verdict's best NAT is picked by its mean on these same sentences, "
+                         "and its interval is not widened for the pick (a goal's best of several is: the goals "
+                         "table). Speed-ups are paired ratios of the same sentences' times, widened to "
                          "the A/A noise floor; × reference AT greedy is over the greedy search of the grid's "
                          "speed.reference_at (the AT the verdict names last). Every system, every strategy: the "
                          "overview below.")
