@@ -20,9 +20,11 @@ def test_the_report_names_the_cells_that_ran_under_other_code():
                                 "written under 8d98348): ")
     assert "trained under 17f3ce4+3eb4ed6*, evaluated under 3eb4ed6*: `copy-cmlm-kd-s1`, `copy-ctc-s1`" in note.text
     assert "trained under 17f3ce4, evaluated under 17f3ce4: `copy-at-s1`, `dialect-at-s1`, `dialect-nat-s1`" in note.text
+    assert "`*`: tracked files were edited since that commit;" in note.text
     one = SimpleNamespace(table=table.assign(trained_with="17f3ce4", evaluated_with="17f3ce4"),
                           environment={"git_commit": "8d98348"})
     assert _code(one)[0].text.startswith("The cells ran under 17f3ce4, but these tables were written under 8d98348: ")
+    assert "`*`" not in _code(one)[0].text  # the legend of a mark no commit carries
     same = SimpleNamespace(table=table.assign(trained_with="8d98348", evaluated_with="8d98348"),
                            environment={"git_commit": "8d98348"})
     assert _code(same) == []

@@ -360,9 +360,9 @@ def _code(g: GridResults) -> list[Block]:
     tables = f"these tables were written under {report_commit}" if report_commit else "these tables' code is unrecorded"
     lead = "The cells ran under more than one version of the code" if len(used) > 1 else \
         f"The cells ran under {next(iter(used))}, {tables.replace('these', 'but these', 1)}"
-    return [Block("note", f"{lead}{f' ({tables})' if len(used) > 1 else ''}: {'; '.join(parts)}. `*`: tracked "
-                          "files were edited since that commit; each cell's commits are in results.csv "
-                          "(trained_with, evaluated_with).")]
+    edited = " `*`: tracked files were edited since that commit;" if any("*" in c for c in used | {report_commit or ""}) else ""
+    return [Block("note", f"{lead}{f' ({tables})' if len(used) > 1 else ''}: {'; '.join(parts)}.{edited} Each cell's "
+                          "commits are in results.csv (trained_with, evaluated_with).")]
 
 
 def _compute(g: GridResults) -> list[Block]:
