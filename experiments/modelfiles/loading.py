@@ -70,15 +70,18 @@ def checkpoint_stamp(teacher: str | Path) -> str:
     path = evaluation_checkpoint(path) if path.is_dir() else path
     if checksum_path(path).is_file():
         verify_checksum(path)  # CheckpointDamaged: a record that is not one, or weights changed since it was written
-        return "sha256-" + checksum_path(path).read_text(encoding="ascii").split()[0]
-    return _size_and_time(path)
+    return _recorded_or_size_and_time(path)
 
 
 def recorded_stamp(run_dir: Path) -> str:
     """checkpoint_stamp of a run folder without reading its weights: the sha256 recorded beside its evaluated
     checkpoint as written (checkpoint_stamp verifies it), else size and mtime; "" without weights. For a
     quick look (atnat status)."""
-    path = evaluation_checkpoint(run_dir)
+    return _recorded_or_size_and_time(evaluation_checkpoint(run_dir))
+
+
+def _recorded_or_size_and_time(path: Path) -> str:
+    """"sha256-..." as recorded beside the checkpoint `path` (as written: unverified), else its size and mtime."""
     record = checksum_path(path)
     try:
         if path.is_file() and record.is_file() and not record.is_symlink():

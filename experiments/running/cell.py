@@ -27,10 +27,10 @@ from atnat.experiments.evaluation.evaluate import EvalResult, evaluate, validati
 from atnat.experiments.evaluation.timing import COLUMNS, System, time_systems
 from atnat.experiments.files import write_csv, write_json_atomic, write_text_atomic
 from atnat.experiments.locks import LockHeld, cell_lock, held
-from atnat.experiments.modelfiles.export import is_export_dir
-from atnat.experiments.modelfiles.loading import checkpoint_stamp, checkpoint_stamps, evaluation_checkpoint, load_module
-from atnat.experiments.reporting.records import cell_status, teacher_stamps, whole_train_time, write_record
+from atnat.experiments.modelfiles.loading import checkpoint_stamp, load_module
+from atnat.experiments.reporting.records import cell_status, whole_train_time, write_record
 from atnat.experiments.running.grid import Cell, load_grid_into
+from atnat.experiments.running.stale import teacher_changed
 from atnat.experiments.training.distill import distilled_targets
 from atnat.experiments.training.progress import counting_phase
 from atnat.experiments.training.train import finished_training, prepare_data, train
@@ -97,11 +97,8 @@ def refuse_another_teacher(cfg: RunConfig, run_dir: Path) -> None:
     judge a finished one with another verifier), and distill.json would forget the first."""
     if cfg.distill is None or not any((run_dir / "checkpoints").glob("*.ckpt")):
         return
-    learnt, teacher = teacher_stamps(run_dir), Path(cfg.distill.teacher)
-    weights = teacher if teacher.is_file() else evaluation_checkpoint(teacher)
-    if not learnt or not (is_export_dir(teacher) or weights.is_file()):  # no record; no teacher (distilling says so)
-        return
-    if not learnt & checkpoint_stamps(teacher):
+    teacher = Path(cfg.distill.teacher)
+    if teacher_changed(run_dir, teacher):
         raise AtnatError(f"run {cfg.name} ({run_dir}): its teacher {teacher} has other weights now than those it "
                          f"learnt from (distill.json, train.json): going on would mix two teachers in one run. Train "
                          f"it again from the start: `atnat run GRID --stale rerun`, or move {run_dir} aside")

@@ -22,6 +22,7 @@ from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import build_strategy
 from atnat.experiments.config.settings import SettingsChange, settings_change
 from atnat.experiments.locks import cell_lock, describe_holder, holder_alive, is_held
+from atnat.experiments.modelfiles.export import is_export_dir
 from atnat.experiments.modelfiles.loading import checkpoint_stamps, evaluation_checkpoint
 from atnat.experiments.reporting.records import read_metrics, teacher_stamps
 
@@ -55,18 +56,12 @@ def find_stale(grid, cells) -> list[Stale]:
             found[cell.name] = Stale(cell.name, change, False, f"its systems are named {renamed} now (this atnat's "
                                                                "labels): its results are filed under the old names")
     by_name = grid.by_name()
-    weights: dict[str, set[str]] = {}  # a teacher's stamps, one checksum each
+    weights: dict[Path, set[str]] = {}  # a teacher's stamps, one checksum each
     for cell in cells:  # a finished student whose teacher has other weights now than those it learnt from
         teacher = by_name.get(cell.teacher or "")
         if cell.name in found or teacher is None or cell.teacher in found:
             continue
-        learnt = teacher_stamps(Path(cell.config.output_dir))
-        teacher_dir = Path(teacher.config.output_dir)
-        if not learnt or not evaluation_checkpoint(teacher_dir).is_file():
-            continue
-        if teacher.name not in weights:
-            weights[teacher.name] = checkpoint_stamps(teacher_dir)
-        if not learnt & weights[teacher.name]:
+        if teacher_changed(Path(cell.config.output_dir), Path(teacher.config.output_dir), weights):
             found[cell.name] = Stale(cell.name, SettingsChange([], []), True,
                                      f"its teacher {teacher.name} has other weights now than those it learnt from")
     changed = True
@@ -80,6 +75,20 @@ def find_stale(grid, cells) -> list[Stale]:
                                              f"its teacher {teacher.cell} is trained again")
                     changed = True
     return [found[c.name] for c in cells if c.name in found]
+
+
+def teacher_changed(student_dir: Path, teacher: Path, memo: dict[Path, set[str]] | None = None) -> bool:
+    """Whether the student of `student_dir` learnt from other weights than its teacher (a run folder, checkpoint
+    file or export) holds now; False where either side has nothing to compare (no record, no weights).
+    `memo`: the teachers' stamps found so far (each checksum is read once)."""
+    learnt = teacher_stamps(student_dir)
+    weights = teacher if teacher.is_file() else evaluation_checkpoint(teacher)
+    if not learnt or not (is_export_dir(teacher) or weights.is_file()):
+        return False
+    memo = {} if memo is None else memo
+    if teacher not in memo:
+        memo[teacher] = checkpoint_stamps(teacher)
+    return not learnt & memo[teacher]
 
 
 def renamed_systems(run_dir: Path, cell) -> str:
