@@ -20,8 +20,10 @@ class Registry(Generic[T]):
     entries through the entry-point group `entry_point_group` (loaded lazily, once).
     """
 
-    def __init__(self, kind: str, base: type, entry_point_group: str | None = None):
+    def __init__(self, kind: str, base: type, entry_point_group: str | None = None,
+                 check: Callable[[type], str | None] | None = None):
         self.kind = kind
+        self.check = check  # the kind's own contract: why a class cannot be one (None when it can)
         self.plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
         self.base = base
         self.entry_point_group = entry_point_group
@@ -36,6 +38,12 @@ class Registry(Generic[T]):
                     f"cannot register {cls!r} as {self.kind} {name!r}: "
                     f"it must be a subclass of {self.base.__name__}"
                 )
+            abstract = sorted(getattr(cls, "__abstractmethods__", ()))
+            problem = (f"it does not define {', '.join(abstract)} (abstract in {self.base.__name__})" if abstract else
+                       self.check(cls) if self.check else None)
+            if problem:
+                raise RegistryError(f"cannot register {cls.__module__}.{cls.__qualname__} as {self.kind} {name!r}: "
+                                    f"{problem}")
             if name in self._items and self._items[name] is not cls:
                 raise RegistryError(
                     f"{self.kind} {name!r} is already registered "
@@ -73,6 +81,10 @@ class Registry(Generic[T]):
                 f"unknown {self.kind} {name!r}; known {self.plural}: {', '.join(self.names()) or '(none)'}{broken}"
             )
         return self._items[name]
+
+    def loaded(self) -> dict[str, type]:
+        """The entries registered so far, without loading entry-point plugins (a check run while one registers)."""
+        return dict(self._items)
 
     def names(self) -> list[str]:
         self._load_plugins()

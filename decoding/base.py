@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Protocol
 
 from torch import Tensor
 
+from atnat.core.errors import AtnatError
 from atnat.core.registry import Registry
 from atnat.core.special import SpecialTokens, length_budget
 
@@ -169,6 +170,13 @@ class Strategy(ABC):
         """Why this strategy cannot drive `decoder` (a decoder instance), or None."""
         return compatibility_problem(type(decoder), decoder.options, self)
 
+    def checked_search(self, model: Any, memory: Any, *, src_lengths: Tensor, special: SpecialTokens,
+                       **kwargs: Any) -> Hypotheses:
+        """`search`, its output checked against the Hypotheses contract (`checked_hypotheses`): what the model
+        assembly calls, so that a strategy that breaks the contract is named where it does."""
+        hyps = self.search(model, memory, src_lengths=src_lengths, special=special, **kwargs)
+        return checked_hypotheses(hyps, self, int(src_lengths.shape[0]))
+
     @abstractmethod
     def search(self, model: Any, memory: Any, *, src_lengths: Tensor, special: SpecialTokens) -> Hypotheses:
         """Decode a batch from the encoder memory (B rows). src_lengths (B,) source lengths (for
@@ -212,7 +220,48 @@ def _compatibility_problem(decoder_cls: Any, options: Any, strategy: Strategy) -
     return decoder_cls.strategy_problem(options, strategy)
 
 
-STRATEGIES: Registry[Strategy] = Registry("strategy", Strategy, entry_point_group="atnat.strategies")
+def checked_hypotheses(hyps: Any, strategy: Strategy, batch_size: int) -> Hypotheses:
+    """`hyps`, what `strategy.search` returned for a batch of `batch_size` sentences, when it is a Hypotheses of
+    consistent shapes (tokens and positional_scores (B, N, T), scores and lengths (B, N), 0 <= lengths <= T): a
+    strategy that breaks the contract is named here, not by a shape error in whatever reads its output next."""
+    where = f"strategy {strategy.registered_name or type(strategy).__name__!r} ({type(strategy).__module__})"
+    if not isinstance(hyps, Hypotheses):
+        raise AtnatError(f"{where}: search() returned {type(hyps).__name__}, not atnat.decoding.base.Hypotheses")
+    tokens = hyps.tokens
+    problem = None
+    if not isinstance(tokens, Tensor) or tokens.dim() != 3 or tokens.shape[0] != batch_size:
+        problem = (f"tokens must be (B, N, T) with B = {batch_size} sentences, not "
+                   f"{tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__}")
+    else:
+        b, n, t = tokens.shape
+        for field, want in (("positional_scores", (b, n, t)), ("scores", (b, n)), ("lengths", (b, n))):
+            value = getattr(hyps, field)
+            if not isinstance(value, Tensor) or tuple(value.shape) != want:
+                problem = (f"{field} must be {want} beside tokens {(b, n, t)}, not "
+                           f"{tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__}")
+                break
+        else:
+            if bool(((hyps.lengths < 0) | (hyps.lengths > t)).any()):
+                problem = f"lengths must lie in 0..T = {t} (tokens per hypothesis, EOS included), not {hyps.lengths.tolist()}"
+    if problem:
+        raise AtnatError(f"{where}: search() returned Hypotheses whose {problem}")
+    return hyps
+
+
+def strategy_problem(cls: type) -> str | None:
+    """Why `cls` cannot be a strategy: its options are dataclass fields (labels, configs and `atnat list` read
+    them), and `requires` names the capability it drives."""
+    if not dataclasses.is_dataclass(cls):
+        return ("a strategy is a dataclass whose fields are its options: decorate it with @dataclass(frozen=True), "
+                "written below @register_strategy so that it applies first")
+    if not (isinstance(cls.requires, str) and cls.requires):
+        return ("its `requires` must name the decoder capability it drives (\"step\", \"parallel\", \"ctc\", \"dag\" or "
+                f"a plugin decoder's own), not {cls.requires!r}")
+    return None
+
+
+STRATEGIES: Registry[Strategy] = Registry("strategy", Strategy, entry_point_group="atnat.strategies",
+                                          check=strategy_problem)
 register_strategy = STRATEGIES.register
 
 

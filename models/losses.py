@@ -18,6 +18,23 @@ class Loss:
     weight: float = 1.0
 
 
+def loss_parts_problem(parts: object) -> str | None:
+    """Why `parts`, what a decoder's `loss` returned, is not a non-empty {name: Loss(0-dim tensor, weight)} (None
+    when it is)."""
+    if not isinstance(parts, dict) or not parts:
+        return f"loss() must return a non-empty dict {{name: Loss(value, weight)}}, not {type(parts).__name__}"
+    for name, part in parts.items():
+        if not isinstance(name, str):
+            return f"loss() returned a part named {name!r}; parts are named by strings (logged as train/<name>)"
+        if not isinstance(part, Loss):
+            return (f"loss() returned part {name!r} as {type(part).__name__}; wrap it: "
+                    f"Loss(value, weight) from atnat.models.losses")
+        if not isinstance(part.value, Tensor) or part.value.dim() != 0:
+            return (f"loss part {name!r} must hold a 0-dim tensor (a mean), not "
+                    f"{tuple(part.value.shape) if isinstance(part.value, Tensor) else type(part.value).__name__}")
+    return None
+
+
 def total_loss(parts: dict[str, Loss]) -> Tensor:
     weighted = [p.weight * p.value for p in parts.values() if p.weight != 0]
     if not weighted:

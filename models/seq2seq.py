@@ -15,7 +15,7 @@ from atnat.models.batch import Batch
 from atnat.models.decoders.base import DECODERS, Decoder, LossConfig
 from atnat.models.encoder import EncoderOut, TransformerEncoder
 from atnat.models.layers import TokenEmbedding
-from atnat.models.losses import total_loss
+from atnat.models.losses import loss_parts_problem, total_loss
 from atnat.models.optim import OptimConfig, lr_factor
 from atnat.models.sizes import MAX_VOCAB, ModelConfig
 from atnat.models.step_forms import (
@@ -88,6 +88,10 @@ class Seq2SeqModule(pl.LightningModule):
 
     def _common_step(self, batch: Batch, stage: str) -> Tensor:
         parts = self.loss_parts(batch)
+        problem = loss_parts_problem(parts)
+        if problem:
+            raise AtnatError(f"decoder {self.decoder.registered_name!r} ({type(self.decoder).__module__}."
+                             f"{type(self.decoder).__qualname__}): {problem}")
         loss = total_loss(parts)
         bs = len(batch)
         bar = stage != "train" or self.train_loss_in_progress_bar
@@ -128,7 +132,8 @@ class Seq2SeqModule(pl.LightningModule):
         problem = strategy.problem_with(self.decoder)
         if problem:
             raise AtnatError(problem)
-        return strategy.search(self.decoder, self.encode(src), src_lengths=src_lengths, special=self.special, **kwargs)
+        return strategy.checked_search(self.decoder, self.encode(src), src_lengths=src_lengths, special=self.special,
+                                       **kwargs)
 
     # ---- optimisation ------------------------------------------------------------------------
     def configure_optimizers(self):

@@ -180,16 +180,33 @@ def test_readme_metric_becomes_a_column_of_the_table_the_report_and_the_cli(tmp_
     from tests.test_grid import TINY, write_grid
 
     METRICS.unregister("unknown-rate")
-    load_example(tmp_path, monkeypatch, "my_plugin_unknown_rate", readme_examples("Adding a metric")[0])
+    (tmp_path / "my_plugin_unknown_rate.py").write_text(readme_examples("Adding a metric")[0])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("ATNAT_PLUGINS", raising=False)
     try:
         monkeypatch.chdir(tmp_path)
-        grid = write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"]}})
+        grid = write_grid(tmp_path, {**TINY, "plugins": ["my_plugin_unknown_rate"],
+                                     "cells": {"at": TINY["cells"]["at"]}})
         assert main(["run", str(grid), "--results", "res"]) == 0
         df = pd.read_csv(tmp_path / "res" / "tiny" / "results.csv")
         assert df.unk_rate.between(0, 1).all()
-        overview, definitions = (tmp_path / "res" / "tiny" / "report.md").read_text().split("## How to read")
+        report = tmp_path / "res" / "tiny" / "report.md"
+        overview, definitions = report.read_text().split("## How to read")
         assert "| Unk % |" in overview  # a column of the overview table, under its declared heading
         assert "| Unk % | Share of output tokens that are the unknown symbol. |" in definitions  # explains itself
+        assert "not imported for this report" not in overview
+        # another process, where the plugin is not named: the report says what it leaves out and how to show it
+        METRICS.unregister("unknown-rate")
+        sys.modules.pop("my_plugin_unknown_rate", None)
+        monkeypatch.delenv("ATNAT_PLUGINS")  # the run named it for its workers
+        assert main(["report", "res/tiny", "--no-figures"]) == 0
+        text = report.read_text()
+        assert "| Unk % |" not in text
+        assert ("The run was made with the plugin module `my_plugin_unknown_rate`, not imported for this report: a "
+                "metric it adds is left out of the tables. To show it: `atnat report ... --plugins "
+                "my_plugin_unknown_rate`.") in " ".join(text.split())
+        assert main(["report", "res/tiny", "--no-figures", "--plugins", "my_plugin_unknown_rate"]) == 0
+        assert "| Unk % |" in report.read_text() and "not imported for this report" not in report.read_text()
     finally:
         METRICS.unregister("unknown-rate")
         sys.modules.pop("my_plugin_unknown_rate", None)

@@ -93,9 +93,13 @@ def print_rows(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
     import pandas as pd
 
     from atnat.experiments.evaluation.columns import by_name  # lazy: start-up
+    from atnat.experiments.evaluation.metrics.row import METRICS  # lazy: start-up
 
     declared = by_name()
-    cols = ["strategy", "bleu", *extra, "chrf", "exact_match", "latency_ms_b1", "throughput_sents_s", "decoder_passes"]
+    plugin_columns = [c.name for name in METRICS.in_order() if not METRICS.get(name).__module__.startswith("atnat.")
+                      for c in METRICS.get(name).columns if c.shown]  # a user's metric: its own columns shown too
+    cols = ["strategy", "bleu", *extra, "chrf", "exact_match", "latency_ms_b1", "throughput_sents_s", "decoder_passes",
+            *plugin_columns]
     df = pd.DataFrame(rows)
     shown = df[[c for c in cols if c in df]].copy()
     for col in shown.columns:

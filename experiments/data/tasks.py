@@ -151,7 +151,7 @@ class SyntheticTask(Task):
             for _ in range(n):
                 src = [rng.randrange(o.vocab) for _ in range(rng.randint(o.min_len, o.max_len))]
                 sources.append(src)
-                pairs.append((" ".join(sym[i] for i in src), " ".join(self.transform(src, rng))))
+                pairs.append((" ".join(sym[i] for i in src), " ".join(self.checked_target(src, rng))))
             splits[name] = ([s for s, _ in pairs], [t for _, t in pairs])
             others = self.other_references(sources)
             if others:
@@ -159,6 +159,19 @@ class SyntheticTask(Task):
         tok = SymbolTokenizer(sym + [s for s in self.target_symbols() if s not in sym])
         return TaskData(splits, tok, bleu_tokenize="none", token_variant=self.token_variant(tok),
                         extra_references=extra)
+
+    def checked_target(self, src: list[int], rng: random.Random) -> list[str]:
+        """`transform`'s target when it is a list of symbol strings: a task that returns indices or one string is
+        named here, not by a join that fails without saying whose output it was."""
+        target = self.transform(src, rng)
+        where = (f"task {self.registered_name!r} ({type(self).__module__}.{type(self).__qualname__}): transform() must "
+                 "return the target as a list of symbol strings (e.g. ['w3', 'w1'])")
+        if not isinstance(target, (list, tuple)):
+            raise AtnatError(f"{where}, not {type(target).__name__} {target!r}")
+        bad = [t for t in target if not isinstance(t, str)]
+        if bad:
+            raise AtnatError(f"{where}; it returned {type(bad[0]).__name__} {bad[0]!r} among them")
+        return list(target)
 
     def token_variant(self, tok: SymbolTokenizer) -> dict[int, int]:
         return {}

@@ -8,6 +8,7 @@ both files show the same formatted numbers; absent optional inputs become notes.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -735,10 +736,23 @@ def build_document(g: GridResults, figures: bool = True) -> list[Block]:
                              "each file it copies, so their files could not be checked: "
                              + ", ".join(f"`{c}`" for c in unchecked) + ".")]
               if (unchecked := (g.environment or {}).get("collected_unverified") or []) else []),
+            *([Block("note", f"The run was made with the plugin module{'s' * (len(absent) > 1)} "
+                             + ", ".join(f"`{m}`" for m in absent) + ", not imported for this report: a metric "
+                             "it adds is left out of the tables. To show it: `atnat report ... --plugins "
+                             + ",".join(absent) + "`.")] if (absent := plugins_not_loaded(g.environment)) else []),
             *first, *headline, *after_figure, Block("toc"), Block("heading", "Summary", 2), Block("para", summary(g)),
             _reproduce(g), *_code(g), *_compute(g), *_averaged(g)]
     return (head + _goals(g) + _overview(g) + _ranking_section(g) + _compare_section(g) + _other_tests(g)
             + _notes(g) + _definitions(g) + other_figures + _samples(g) + _environment(g))
+
+
+def plugins_not_loaded(environment: dict | None) -> list[str]:
+    """The plugin modules a run recorded (environment.json) that this process has not imported: the report reads
+    a metric's columns from its declaration, so a plugin metric's columns would be missing without a word. A
+    record read back never imports them (nothing read back runs code); the user names them with --plugins."""
+    recorded = (environment or {}).get("plugins") or []
+    return [p["module"] for p in recorded if isinstance(p, dict) and p.get("group") == "module"
+            and isinstance(p.get("module"), str) and p["module"] not in sys.modules]
 
 
 def from_copies(env: dict) -> bool:

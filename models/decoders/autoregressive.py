@@ -90,6 +90,15 @@ class AutoregressiveDecoder(Decoder):
     capabilities = frozenset({"step"})
     Options = ATOptions
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        keeps_loss = cls.loss is AutoregressiveDecoder.loss  # its teacher forcing reads the AT's options
+        if keeps_loss and not (isinstance(cls.Options, type) and issubclass(cls.Options, ATOptions)):
+            raise TypeError(f"{cls.__name__}.Options must subclass atnat.models.decoders.autoregressive.ATOptions: it "
+                            "keeps the AT's loss, whose teacher forcing reads input_noise and the scheduled-sampling "
+                            "options (e.g. @dataclass(frozen=True) class MyOptions(ATOptions): ...), or write its own "
+                            "loss")
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.static_cache = False  # see use_static_cache

@@ -7,6 +7,7 @@ report and the CLI read those declarations (evaluation/schema.py, evaluation/col
 """
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -43,8 +44,56 @@ class Metric(ABC):
         """-> {column name: value} for every column in `columns`."""
 
 
-METRICS: Registry[Metric] = Registry("metric", Metric, entry_point_group="atnat.metrics")
+def metric_problem(cls: type) -> str | None:
+    """Why `cls` cannot be a metric: its `columns` must be Column declarations whose names are its own, so that no
+    metric overwrites another's value or a built-in column (BLEU, a label, a speed) in the results row."""
+    from atnat.experiments.evaluation.schema import COMPARISONS, LABELS, PROBES, RUN, SPEED
+
+    columns = getattr(cls, "columns", None)
+    if not isinstance(columns, (tuple, list)) or not columns or not all(isinstance(c, Column) for c in columns):
+        return ("its `columns` must be a non-empty tuple of atnat.experiments.evaluation.schema.Column, one per value "
+                f"`compute` returns (it has {columns!r})")
+    names = [c.name for c in columns]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        return f"it declares the column(s) {', '.join(twice)} more than once"
+    taken = {c.name: "a built-in column of results.csv" for c in LABELS + PROBES + COMPARISONS + SPEED + RUN}
+    for other_name, other in METRICS.loaded().items():
+        if other is not cls:
+            taken.update({c.name: f"a column of metric {other_name!r} ({other.__module__})" for c in other.columns})
+    clash = [f"{n!r} is {taken[n]}" for n in names if n in taken]
+    return ("its column names must be its own: " + "; ".join(clash) + " (a metric's value would overwrite it in "
+            "every row); rename the column") if clash else None
+
+
+METRICS: Registry[Metric] = Registry("metric", Metric, entry_point_group="atnat.metrics", check=metric_problem)
 register_metric = METRICS.register
+
+
+def checked_values(name: str, metric: Metric, values: Any) -> dict[str, Any]:
+    """`values`, one metric's `compute` result, when it holds exactly the declared columns with values of their
+    kinds (a number, or None/NaN where it does not apply; a label a string): otherwise one error naming the metric."""
+    where = f"metric {name!r} ({type(metric).__module__}.{type(metric).__qualname__})"
+    if not isinstance(values, dict):
+        raise AtnatError(f"{where}: compute() returned {type(values).__name__}, not a dict {{column: value}}")
+    declared = {c.name: c for c in metric.columns}
+    missing, extra = sorted(set(declared) - set(values)), sorted(set(values) - set(declared))
+    if missing or extra:
+        raise AtnatError(f"{where}: compute() must return a value for each declared column and no other: "
+                         + "; ".join(part for part in (f"missing {', '.join(missing)}" if missing else "",
+                                                       f"undeclared {', '.join(map(str, extra))}" if extra else "")
+                                     if part))
+    for column, value in values.items():
+        kind = declared[column].kind
+        if value is None:
+            continue
+        fits = (isinstance(value, str) if kind == "label" else
+                isinstance(value, (bool, numbers.Number)) if kind == "flag" else
+                isinstance(value, numbers.Real) and not isinstance(value, bool))
+        if not fits:
+            raise AtnatError(f"{where}: column {column!r} is declared {kind!r} but compute() returned "
+                             f"{type(value).__name__} {value!r}")
+    return values
 
 
 def check_metric_plugins() -> None:
@@ -61,7 +110,8 @@ def score(out: Outputs) -> dict[str, Any]:
     check_metric_plugins()
     row: dict[str, Any] = {}
     for name in METRICS.in_order():
-        row.update(METRICS.get(name)().compute(out))
+        metric = METRICS.get(name)()
+        row.update(checked_values(name, metric, metric.compute(out)))
     return row
 
 
