@@ -160,3 +160,19 @@ def test_a_file_given_as_the_run_folder_is_named(tmp_path, capsys):
     assert main(["train", str(config), "--output-dir", str(tmp_path / "in.txt")]) == 2
     assert "in.txt is a file; give a folder for the run" in capsys.readouterr().err
     assert (tmp_path / "in.txt").read_text() == "x\n"
+
+
+def test_status_of_a_grid_run_only_as_smoke_points_to_the_smoke_folder(tmp_path, capsys, monkeypatch):
+    """After `atnat run --smoke`, `atnat status GRID` listed every cell as not started without a word of where
+    the smoke run's cells are."""
+    from tests.test_grid import TINY, write_grid
+
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path, TINY)
+    (tmp_path / "res" / "tiny-smoke" / "runs").mkdir(parents=True)
+    assert cli.main(["status", str(grid), "--results", "res"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"nothing has started in res/tiny; res/tiny-smoke holds the smoke run's cells: atnat status {grid} --smoke" in out
+    (tmp_path / "res" / "tiny-smoke").rename(tmp_path / "res" / "tiny")
+    assert cli.main(["status", str(grid), "--results", "res", "--smoke"]) == 0
+    assert "res/tiny holds the full run's cells" in " ".join(capsys.readouterr().out.split())

@@ -216,4 +216,8 @@ def print_status(grid_path, *, results_root: Path, smoke: bool, collected: Path 
         console.print(line)
     if timing_line(out):
         console.print(timing_line(out))
+    other = out.with_name(out.name[:-len("-smoke")]) if smoke else out.with_name(out.name + "-smoke")
+    if all(r["state"] == "not started" for r in rows) and (other / "runs").is_dir():
+        console.print(f"nothing has started in {out}; {other} holds the {'full' if smoke else 'smoke'} run's cells: "
+                      f"atnat status {grid_path}{'' if smoke else ' --smoke'}")
     return rows
