@@ -182,6 +182,8 @@ def test_the_first_screen_shows_speculative_passes_apart_and_the_speed_up_over_t
     frame["speedup_vs_ref_at"] = frame["speedup_vs_at"] * 0.5
     frame.to_csv(root / "results.csv", index=False)
     verdicts, table = _first_screen(root)
+    shown = set(table[table.Task == "copy"].System)  # the cell's own best beside its speculative row, which outscores it
+    assert {"CMLM, distilled, mask-predict 4", "CMLM drafts, AT verifies: speculative, block 4"} <= shown, shown
     assert "× reference AT greedy, batch 1" in table.columns
     assert table.set_index(["Task", "System"]).loc[("copy", "CTC, on the references, one pass"),
                                                    "× reference AT greedy, batch 1"].startswith("3.25×")

@@ -100,14 +100,15 @@ def _task(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.DataFrame, 
 
 def headline_rows(agg: pd.DataFrame, reference: pd.Series | None) -> pd.DataFrame:
     """The systems the headline shows, best BLEU first: the AT reference, AT greedy (the speed baseline),
-    and each other cell's best strategy by BLEU (a speculative strategy too: it is the AT's output at
+    each other cell's best strategy by BLEU among its own (not speculative: that is its AT verifier's output,
+    which would always outscore the cell's own decoding), and every speculative system (the AT's output at
     another speed); engine twins stay in the full tables."""
     own = agg[~is_engine_twin(agg) & agg["bleu"].notna()]
     best = own.sort_values("bleu", ascending=False, kind="stable")
-    keep = set(best.groupby("family", sort=False).head(1).index)
+    speculative = best.get("strategy_name", pd.Series("", best.index)).astype(str) == "speculative"
+    keep = set(best[~speculative].groupby("family", sort=False).head(1).index) | set(best.index[speculative])
     keep |= set(own.index[own["strategy"].astype(str) == "greedy"] if reference is None else
                 own.index[(own["family"] == reference["family"]) & (own["strategy"].astype(str) == "greedy")])
-    keep |= set(own.index[own.get("strategy_name", pd.Series("", own.index)).astype(str) == "speculative"])
     return best.loc[[i for i in best.index if i in keep]]
 
 
