@@ -1,6 +1,7 @@
 """Scoring against several references, and `atnat evaluate` on any test files."""
 import io
 import json
+import sys
 
 import pytest
 
@@ -204,6 +205,18 @@ def test_evaluate_refuses_a_strategy_asked_twice_or_one_without_its_teacher_befo
     assert main(["evaluate", "--checkpoint", str(cmlm), "--src", "src.txt", "--ref", "src.txt", "--no-speed",
                  "--also", "speculative"]) == 2
     assert "--also speculative: strategy speculative-k5 runs an AT teacher: give --teacher RUN" in capsys.readouterr().err
+    # translate: refused before any input is read, in the same words (it said "give the cell a teacher (grid: ...)"
+    # once decoding had started); a teacher that is no AT is named with its flag and path
+    monkeypatch.setattr("sys.stdin", io.StringIO("a b\n"))
+    assert main(["translate", "--checkpoint", str(cmlm), "--strategy", "speculative"]) == 2
+    out = capsys.readouterr()
+    assert "--strategy: strategy speculative-k5 runs an AT teacher: give --teacher RUN" in out.err and out.out == ""
+    assert sys.stdin.read() == "a b\n"  # not read
+    for command in (["translate", "--checkpoint", str(cmlm), "--strategy", "speculative"],
+                    ["evaluate", "--checkpoint", str(cmlm), "--src", "src.txt", "--ref", "src.txt", "--no-speed"]):
+        assert main([*command, "--teacher", str(cmlm)]) == 2
+        assert (f"--teacher {cmlm}: a teacher is an AT (capability 'step': it re-ranks npd's candidates or verifies "
+                "speculative drafts); this one's decoder is 'cmlm'") in capsys.readouterr().err
 
 
 def test_train_refuses_a_folder_that_is_not_a_run(tmp_path, monkeypatch, capsys):

@@ -108,6 +108,13 @@ def print_rows(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
     print(shown.to_string(index=False))
 
 
+def refuse_without_teacher(strategy, label: str, teacher, flag: str) -> None:
+    """A strategy that runs an AT teacher (npd, speculative) without --teacher: refused before any input is read
+    (a model's own record of its teacher is not read back: the teacher is named on the command line)."""
+    if strategy.uses_teacher and teacher is None:
+        raise AtnatError(f"{flag}: strategy {label} runs an AT teacher: give --teacher RUN")
+
+
 def load_teacher(path: str | None, tokenizer, device):
     """The --teacher model (npd's scorer, speculative's verifier), refused unless it reads and writes the same
     tokens as the model: its ids index another vocabulary (an IndexError mid-way, or silently other words)."""
@@ -116,6 +123,9 @@ def load_teacher(path: str | None, tokenizer, device):
     if not path:
         return None
     teacher, teacher_tokenizer = load_module(path, map_location=device)
+    if "step" not in teacher.decoder.capabilities:
+        raise AtnatError(f"--teacher {path}: a teacher is an AT (capability 'step': it re-ranks npd's candidates or "
+                         f"verifies speculative drafts); this one's decoder is {teacher.decoder.registered_name!r}")
     if teacher_tokenizer.to_state() != tokenizer.to_state():
         sizes = f"{teacher_tokenizer.vocab_size} and {tokenizer.vocab_size} tokens"
         raise AtnatError(f"--teacher {path}: its vocabulary is not the model's ({sizes}"
@@ -143,8 +153,9 @@ def cmd_translate(args) -> int:
     if teacher is not None:
         use_engine(teacher, engine, single_sentences=args.batch_size == 1)
     spec = strategy_spec(args, module)
-    _, strategy = build_strategy(spec)
+    label, strategy = build_strategy(spec)
     refuse_incompatible(module, strategy, "--strategy")  # before reading any input
+    refuse_without_teacher(strategy, label, teacher, "--strategy")
     if args.compile:
         module.decoder.use_static_cache(True, args.compile)
     use_engine(module, engine, single_sentences=args.batch_size == 1)
@@ -379,8 +390,7 @@ def cmd_evaluate(args) -> None:
     for spec, flag in zip(specs, ["--strategy", *(f"--also {s}" for s in args.also or [])]):
         label, strategy = build_strategy(spec)
         refuse_incompatible(module, strategy, flag)  # before hours of decoding
-        if strategy.uses_teacher and teacher is None:
-            raise AtnatError(f"{flag}: strategy {label} runs an AT teacher: give --teacher RUN")
+        refuse_without_teacher(strategy, label, teacher, flag)
         if label in labels:  # one row per label: the second would be decoded, then lost or crash the timing
             raise AtnatError(f"{flag}: strategy {label} is asked for twice (also by {labels[label]})")
         labels[label] = flag
