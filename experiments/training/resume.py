@@ -26,7 +26,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
-from pytorch_lightning.callbacks import Checkpoint
+from pytorch_lightning.callbacks import Checkpoint, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from atnat.experiments.modelfiles.checkpoints import (
@@ -206,3 +206,25 @@ def resume_point(ckpt_dir: Path, set_aside: bool = True) -> Path | None:
     if damaged:
         print(f"atnat: resuming from {chosen} (step {best_step})", file=sys.stderr)
     return chosen
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's checkpoint callback, whose state a resume always restores: a run resumes only from its own
+    checkpoint folder, however that folder was named when it saved (`results/...` then `/home/.../results/...`,
+    or a folder moved since). Lightning kept the best checkpoint's score only when the recorded folder name was
+    the same string, so a run resumed under another spelling of its path picked a worse `best.ckpt` and said
+    nothing. The recorded paths are mapped to this folder by file name."""
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        here = self.dirpath
+
+        def moved(path):
+            return str(Path(here) / Path(path).name) if path and here else path
+
+        state = dict(state_dict)
+        if state.get("dirpath") is not None and here is not None:
+            state.update(dirpath=here, best_model_path=moved(state.get("best_model_path")),
+                         kth_best_model_path=moved(state.get("kth_best_model_path")),
+                         last_model_path=moved(state.get("last_model_path")),
+                         best_k_models={moved(p): v for p, v in (state.get("best_k_models") or {}).items()})
+        super().load_state_dict(state)

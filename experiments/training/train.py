@@ -40,7 +40,7 @@ from atnat.experiments.provenance import stamp
 from atnat.experiments.training.divergence import DivergenceGuard
 from atnat.experiments.training.logs import make_loggers
 from atnat.experiments.training.progress_reporter import ProgressReporter
-from atnat.experiments.training.resume import AtomicCheckpointIO, ResumeState, SaveLast, resume_point
+from atnat.experiments.training.resume import AtomicCheckpointIO, ResumeState, RunCheckpoint, SaveLast, resume_point
 from atnat.models.decoders.base import LossConfig
 from atnat.models.seq2seq import Seq2SeqModule
 
@@ -184,13 +184,13 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
     ckpt_dir = run_dir / "checkpoints"
     several = t.keep > 1 or t.average == "best"
     callbacks = [ResumeState(sampler),
-                 ModelCheckpoint(dirpath=ckpt_dir, filename="top-{step}" if several else "best", monitor=monitor,
-                                 mode=mode, save_last=True, save_top_k=t.keep if t.average != "last" else 1,
-                                 enable_version_counter=False, auto_insert_metric_name=False)]
+                 RunCheckpoint(dirpath=ckpt_dir, filename="top-{step}" if several else "best", monitor=monitor,
+                               mode=mode, save_last=True, save_top_k=t.keep if t.average != "last" else 1,
+                               enable_version_counter=False, auto_insert_metric_name=False)]
     if t.average == "last":  # the last `keep` validation checkpoints
-        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="step-{step}", monitor="step", mode="max",
-                                         save_top_k=t.keep, enable_version_counter=False,
-                                         auto_insert_metric_name=False))
+        callbacks.append(RunCheckpoint(dirpath=ckpt_dir, filename="step-{step}", monitor="step", mode="max",
+                                       save_top_k=t.keep, enable_version_counter=False,
+                                       auto_insert_metric_name=False))
     if t.early_stop_patience:
         callbacks.append(EarlyStopping(monitor, patience=t.early_stop_patience, mode=mode,
                                        min_delta=t.early_stop_min_delta))
