@@ -215,6 +215,12 @@ class RunCheckpoint(ModelCheckpoint):
     the same string, so a run resumed under another spelling of its path picked a worse `best.ckpt` and said
     nothing. The recorded paths are mapped to this folder by file name."""
 
+    @property
+    def state_key(self) -> str:
+        """Lightning's key for ModelCheckpoint's state: checkpoints saved before this class, and tools that read
+        them, find the state under it."""
+        return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)
+
     def load_state_dict(self, state_dict: dict) -> None:
         here = self.dirpath
 
