@@ -17,7 +17,7 @@ from atnat.core.registry import Registry
 from atnat.experiments.evaluation.metrics.error_propagation import conditional_error_rate
 from atnat.experiments.evaluation.metrics.nat import length_accuracy, repetition_rate, variant_mixing_rate
 from atnat.experiments.evaluation.metrics.quality import corpus_quality, exact_match, tokenized_bleu
-from atnat.experiments.evaluation.schema import Column, _c
+from atnat.experiments.evaluation.schema import COMPARISONS, LABELS, PROBES, RUN, SPEED, Column, _c
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,6 @@ class Metric(ABC):
 def metric_problem(cls: type) -> str | None:
     """Why `cls` cannot be a metric: its `columns` must be Column declarations whose names are its own, so that no
     metric overwrites another's value or a built-in column (BLEU, a label, a speed) in the results row."""
-    from atnat.experiments.evaluation.schema import COMPARISONS, LABELS, PROBES, RUN, SPEED
-
     columns = getattr(cls, "columns", None)
     if not isinstance(columns, (tuple, list)) or not columns or not all(isinstance(c, Column) for c in columns):
         return ("its `columns` must be a non-empty tuple of atnat.experiments.evaluation.schema.Column, one per value "
