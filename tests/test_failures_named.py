@@ -120,7 +120,8 @@ def test_results_records_of_the_wrong_shape_are_named_not_a_crash(tmp_path, monk
     record.write_text("[]")
     assert main(["status", str(grid), "--results", "res"]) == 0
     shown = record.relative_to(tmp_path)
-    assert f"{shown}: not a results record of atnat: expected a JSON object" in capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "record damaged" in out and "metrics.json: not a results record of atnat: expected a JSON object" in out
     record.write_text(json.dumps({"status": "ok"}))
     assert main(["run", str(grid), "--results", "res"]) == 0  # counted unfinished: evaluated again, not retrained
     assert f"{shown}: not a results record of atnat: rows is not a list" in capsys.readouterr().err

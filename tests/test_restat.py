@@ -33,3 +33,35 @@ def test_restat_recomputes_the_tables_and_keeps_the_runs_record(tmp_path, monkey
     assert {p.name: p.stat().st_mtime_ns for p in (out / "runs" / "at-s1").rglob("*") if p.is_file()} == stamps
     assert "recomputed the tables" in capsys.readouterr().out
     assert main(["report", "--restat", "--interim", str(tmp_path / "g.yaml"), "--results", "res"]) == 2
+
+
+def test_a_damaged_results_record_is_named_by_restat_and_status_and_evaluated_again(tmp_path, monkeypatch, capsys):
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", str(tmp_path / "g.yaml"), "--results", "res"]) == 0
+    record = tmp_path / "res" / "two-tests" / "runs" / "at-s1" / "metrics.json"
+    good = json.loads(record.read_text())
+    damages = {"no strategy name": lambda m: [r.pop("strategy") for r in m["rows"]],
+               "wrong kind": lambda m: [r.update(bleu="high") for r in m["rows"]],
+               "no strategy name ": lambda m: m.update(rows=[{"x": 1}])}
+    for expected, damage in damages.items():
+        meta = json.loads(json.dumps(good))
+        damage(meta)
+        record.write_text(json.dumps(meta))
+        capsys.readouterr()
+        assert main(["report", "--restat", str(tmp_path / "g.yaml"), "--results", "res"]) == 1  # no traceback
+        err = capsys.readouterr().err
+        assert "runs/at-s1/metrics.json: not a results record of atnat: row 0" in err and expected.strip() in err
+        assert "the tables show the cell as failed" in err
+        table = pd.read_csv(tmp_path / "res" / "two-tests" / "results.csv")
+        assert table.status.tolist() == ["failed"] and expected.strip() in table.error[0]
+    record.write_text(record.read_text()[:50])  # cut short
+    assert main(["report", "--restat", str(tmp_path / "g.yaml"), "--results", "res"]) == 1
+    assert "not a readable results record" in capsys.readouterr().err
+    assert main(["status", str(tmp_path / "g.yaml"), "--results", "res"]) == 0
+    out = capsys.readouterr().out
+    assert "record damaged" in out and "interrupted" not in out and "the next run evaluates it again" in out
+    steps = json.loads((record.parent / "train.json").read_text())
+    assert main(["run", str(tmp_path / "g.yaml"), "--results", "res"]) == 0  # evaluated again, not trained again
+    assert json.loads(record.read_text())["status"] == "ok"
+    assert json.loads((record.parent / "train.json").read_text()) == steps

@@ -512,7 +512,7 @@ def cmd_time(args) -> int:
     return 1 if any(why.startswith("no checkpoint") for why in waiting.values()) else 0
 
 
-def cmd_report(args) -> None:
+def cmd_report(args) -> int | None:
     if args.interim and args.restat:
         raise AtnatError("atnat report: --interim and --restat exclude each other")
     if args.collected and args.restat:
@@ -527,10 +527,13 @@ def cmd_report(args) -> None:
     if args.restat:
         from atnat.experiments.running.scheduler import write_restat  # lazy: start-up
 
-        folder = write_restat(args.results_dir, results_root=Path(args.results), smoke=args.smoke,
-                              figures=not args.no_figures)
+        folder, damaged = write_restat(args.results_dir, results_root=Path(args.results), smoke=args.smoke,
+                                       figures=not args.no_figures)
         print(f"recomputed the tables and wrote {folder / 'report.md'} and report.html")
-        return
+        for problem in damaged:
+            print(f"atnat: {problem}; the tables show the cell as failed (`atnat run` evaluates it again)",
+                  file=sys.stderr)
+        return 1 if damaged else 0
     if args.interim:
         from atnat.experiments.running.scheduler import write_interim  # lazy: start-up
 

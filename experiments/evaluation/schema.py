@@ -6,6 +6,7 @@ from it, the CLI prints with its formats. A metric's columns are declared beside
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 
@@ -35,6 +36,17 @@ class Column:
     @property
     def heading(self) -> str:
         return self.header or self.name
+
+    def accepts(self, value) -> bool:
+        """Whether `value` is one of this column's kind: a string for a label, a bool or number for a flag,
+        a real number (not a bool) for a number; None (does not apply) fits every kind."""
+        if value is None:
+            return True
+        if self.kind == "label":
+            return isinstance(value, str)
+        if self.kind == "flag":
+            return isinstance(value, (bool, numbers.Number))
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
     def format(self, value) -> str:
         """The value as the CLI and the report print it ("–" for a missing one)."""

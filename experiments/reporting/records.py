@@ -47,9 +47,27 @@ def read_metrics(run_dir: Path) -> dict | None:
         problem = "rows is not a list of result rows"
     elif meta["status"] == "ok" and not meta["rows"]:
         problem = "status ok but no result rows"
+    else:
+        problem = next(filter(None, (row_problem(i, r) for i, r in enumerate(meta["rows"]))), None)
     if problem:
         raise AtnatError(f"{path}: not a results record of atnat: {problem}")
     return meta
+
+
+def row_problem(index: int, row: dict) -> str | None:
+    """What makes result row `index` unfit for the tables: a missing or empty strategy (its system's
+    name), or a value of a results.csv column that is not of the column's kind (a number as text, say);
+    None when it fits. Keys of no known column (a plugin metric not loaded here) are left as they are."""
+    strategy = row.get("strategy")
+    if not isinstance(strategy, str) or not strategy:
+        return f"row {index} has no strategy name (got {strategy!r})"
+    from atnat.experiments.evaluation.columns import by_name  # here: it loads the metric registry
+
+    known = by_name()
+    wrong = [f"{name}={value!r}" for name, value in row.items() if name in known and not known[name].accepts(value)]
+    if wrong:
+        return f"row {index} ({strategy}) has values of the wrong kind: {', '.join(wrong)}"
+    return None
 
 
 def whole_train_time(run_dir: Path, trained: dict, fallback: float = float("nan")) -> float:

@@ -259,14 +259,22 @@ def _interim(grid, path, runs: Path, interim: Path, source: str | None, final: b
     return interim
 
 
-def write_restat(path, *, results_root: Path = Path("results"), smoke: bool = False, figures: bool = True) -> Path:
+def write_restat(path, *, results_root: Path = Path("results"), smoke: bool = False,
+                 figures: bool = True) -> tuple[Path, list[str]]:
     """The tables of a grid's results folder recomputed from its run folders with this version's
     statistics (the paired tests, comparisons.csv, ranking.csv), then the report: for a results folder
     written by an older version. Nothing is trained, evaluated or timed again (timing.csv is read as
-    it is); environment.json keeps the run's own record, with `restat` (command, commit, date) added."""
+    it is); environment.json keeps the run's own record, with `restat` (command, commit, date) added.
+    Returns the folder and the problems of the cells whose metrics.json is damaged (tabulated as failed)."""
     grid, out = load_grid_into(path, results_root, smoke)
     if not (out / "runs").is_dir() or not (out / "environment.json").is_file():
         raise AtnatError(f"{out}: --restat needs a finished run's folder with its runs/ and environment.json")
+    damaged = []
+    for cell in grid.cells:
+        try:
+            read_metrics(Path(cell.config.output_dir))
+        except AtnatError as err:
+            damaged.append(str(err))
     with held(folder_lock(out), f"results folder {out}"):  # not under a runner writing the same tables
         table = _tabulate(grid, path, out)
         env = json.loads((out / "environment.json").read_text(encoding="utf-8"))
@@ -279,7 +287,7 @@ def write_restat(path, *, results_root: Path = Path("results"), smoke: bool = Fa
         if grid.goals:  # judged as the grid states them now, as ranking.csv's goal pairs are
             write_json_atomic(out / "goals.json", grid.goals)
         write_report(out, figures and grid.report.figures)
-    return out
+    return out, damaged
 
 
 def _judged_by(grid) -> dict:

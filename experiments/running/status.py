@@ -2,7 +2,8 @@
 
 State: done / failed (metrics.json), queued / running (job.json, asked of submitit; or the cell's
 lock, held by whoever trains it; what a running cell does now from its progress.json), ended (a job
-that ended without a result: cancelled, timed out for good), interrupted (no result, and a checkpoint
+that ended without a result: cancelled, timed out for good), record damaged (a metrics.json cut short
+or hand-edited: the next run evaluates the cell again), interrupted (no result, and a checkpoint
 to resume from, or training logged and lost with no checkpoint: it starts again), not started; with
 `--collected DEST`, collected: no run here, but a finished copy in DEST (`atnat collect` copied it before
 its machine was lost). Then, per task and seed, how many of its cells are done (collected
@@ -72,12 +73,19 @@ def folder_state(run_dir: Path) -> dict:
     job = read_job(run_dir) or {}
     row = {"state": "not started", "job": job.get("job_id", ""), "launcher": job.get("launcher", ""),
            "last_step": last_step(run_dir), "error": "", "now": ""}
-    status = cell_status(run_dir)
+    try:
+        meta, damaged = read_metrics(run_dir), ""
+    except AtnatError as err:  # cut short or hand-edited: the next run evaluates the cell again
+        meta, damaged = None, str(err).replace(f"{run_dir / 'metrics.json'}: ", "metrics.json: ")
+    status = meta and meta["status"]
     held = holder_alive(cell_lock(run_dir))
     if status == "ok" or (status == "failed" and not held):  # (a failed cell that a live process holds: retried)
         row["state"] = "done" if status == "ok" else "failed"
         if status == "failed":
-            row["error"] = str(read_metrics(run_dir).get("error", ""))[:80]
+            row["error"] = str(meta.get("error", ""))[:80]
+        return row
+    if damaged and not held and not (job and is_active(job_state(job))):
+        row |= {"state": "record damaged", "error": f"the next run evaluates it again; {damaged}"[:140]}
         return row
     if job:
         state = job_state(job)

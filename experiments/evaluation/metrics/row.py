@@ -7,7 +7,6 @@ report and the CLI read those declarations (evaluation/schema.py, evaluation/col
 """
 from __future__ import annotations
 
-import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -82,14 +81,8 @@ def checked_values(name: str, metric: Metric, values: Any) -> dict[str, Any]:
                                                        f"undeclared {', '.join(map(str, extra))}" if extra else "")
                                      if part))
     for column, value in values.items():
-        kind = declared[column].kind
-        if value is None:
-            continue
-        fits = (isinstance(value, str) if kind == "label" else
-                isinstance(value, (bool, numbers.Number)) if kind == "flag" else
-                isinstance(value, numbers.Real) and not isinstance(value, bool))
-        if not fits:
-            raise AtnatError(f"{where}: column {column!r} is declared {kind!r} but compute() returned "
+        if not declared[column].accepts(value):
+            raise AtnatError(f"{where}: column {column!r} is declared {declared[column].kind!r} but compute() returned "
                              f"{type(value).__name__} {value!r}")
     return values
 
