@@ -115,6 +115,22 @@ def check_readable(path: Path, what: str) -> Path:
     raise AtnatError(f"{what}: {path} {problem}")
 
 
+def check_output_file(path: Path, what: str) -> Path:
+    """`path` can take a new file (or replace one): not a folder, in an existing folder this process may
+    write to; else one AtnatError naming `what` - checked before the work whose result it is to hold."""
+    path = Path(path)
+    folder = path.parent
+    if path.is_dir():
+        problem = "is a folder; give a file path"
+    elif not folder.is_dir():
+        problem = f"is in {folder}, which {'is a file' if folder.exists() else 'does not exist'}"
+    elif not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        problem = "cannot be written (permission denied)"
+    else:
+        return path
+    raise AtnatError(f"{what} {path} {problem}")
+
+
 def read_utf8(path: Path, what: str) -> str:
     """A text file's contents; one AtnatError naming `what`, the file and the line of the first byte
     that is not UTF-8."""

@@ -144,3 +144,16 @@ def test_distill_refuses_to_write_over_the_teachers_training_data_or_files(tmp_p
     assert "is the teacher's training train target" in capsys.readouterr().err and target.read_bytes() == before
     assert main(["distill", "--teacher", str(run), "--strategy", "greedy", "--output", str(run / "config.json")]) == 2
     assert "is the teacher's config.json" in capsys.readouterr().err
+    from atnat.experiments.training import distill as distilling
+
+    def decoded(*args, **kwargs):
+        raise AssertionError("the teacher decoded before --output was checked")
+
+    monkeypatch.setattr(distilling, "distilled_targets", decoded)
+    monkeypatch.setattr(distilling, "distill_sources", decoded)
+    for output, problem in ((tmp_path, "is a folder"), (tmp_path / "gone" / "kd.txt", "which does not exist"),
+                            (target / "kd.txt", "which is a file")):
+        for source in ([], ["--input", str(target)]):
+            assert main(["distill", "--teacher", str(run), "--output", str(output), *source]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith(f"atnat: error: --output {output} ") and problem in err

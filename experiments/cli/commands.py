@@ -12,7 +12,7 @@ from pathlib import Path
 
 from atnat.core.arguments import positive_int
 from atnat.core.errors import AtnatError
-from atnat.experiments.files import UnwritableError, write_json_atomic, write_lines_atomic
+from atnat.experiments.files import UnwritableError, check_output_file, write_json_atomic, write_lines_atomic
 
 USER_HELP = """Train and compare autoregressive and non-autoregressive translation models.
 
@@ -308,6 +308,7 @@ def cmd_distill(args) -> None:
     from atnat.experiments.training.distill import distill_sources, distilled_targets  # lazy: start-up
 
     refuse_overwriting_inputs({"--output": args.output}, {"--input": args.input})
+    check_output_file(Path(args.output), "--output")  # before the teacher decodes for hours
     args.strategy = args.strategy or "beam"  # a teacher is an AT: beam 5, as the grids distil
     if args.strategy == "beam" and args.beam is None:
         args.beam = 5
@@ -380,8 +381,7 @@ def cmd_evaluate(args) -> None:
     specs = [strategy_spec(args, module)] + [_spec(s) for s in args.also or []]
     outputs = {flag: given for flag, given in (("--hyps", args.hyps), ("--json", args.json)) if given}
     for flag, given in outputs.items():  # before hours of decoding: a path no file can be written to
-        if Path(given).is_dir():
-            raise AtnatError(f"{flag} {given} is a folder; give a file path")
+        check_output_file(Path(given), flag)
     if len(outputs) == 2 and Path(args.hyps).resolve() == Path(args.json).resolve():
         raise AtnatError(f"--hyps and --json are both {args.hyps}: the second would replace the first")
     from atnat.experiments.config.run import build_strategy  # lazy: start-up
