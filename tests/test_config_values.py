@@ -34,7 +34,7 @@ BAD = [
     ("eval", "max_tokens", 2, "eval.max_tokens: 2 is smaller than the longest sentence pair of the valid split"),
     ("train", "divergence_factor", -1, "divergence_factor must be a number >= 2"),
     ("eval", "split", "val", "split must be one of train, valid, test (task fertility), got 'val'"),
-    ("train", "accelerator", "gpuu", "accelerator must be one of auto, cpu, gpu, cuda, mps, tpu, hpu"),
+    ("train", "accelerator", "gpuu", "accelerator must be one of auto, cpu, gpu, cuda, got"),
     ("train", "devices", "two", "devices must be an integer >= 1 (or -1: all), 'auto'"),
     ("loss", "guided_attention_layers", [1], "guided_attention_layers names layer 1 but the decoder has 1 layer (0 to 0"),
     ("loss", "guided_attention_heads", [-3], "guided_attention_heads names head -3 but the model has 2 heads"),

@@ -151,6 +151,31 @@ def test_a_missing_data_file_is_refused_when_the_config_is_read(tmp_path, capsys
     assert f"task: train target: {data / 'train.de'} does not exist" in capsys.readouterr().err
 
 
+def test_the_dry_run_refuses_an_accelerator_atnat_cannot_use_and_a_missing_init_from(tmp_path, monkeypatch, capsys):
+    """Trials: `--dry-run` passed `train.accelerator: tpu` (Lightning's, but atnat decodes and times on the CPU
+    or a CUDA GPU only) and a `train.init_from` naming no file: that cell failed when it started, after its teacher."""
+    import yaml
+
+    from atnat.experiments.cli.commands import main
+    from tests.test_extra_tests import tiny_grid_dir
+
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    spec["cells"] = {"at": spec["cells"]["at"], "nat": {"decoder": {"name": "nat"}, "teacher": "at",
+                                                        "eval": {"strategies": [{"name": "parallel"}]}}}
+    for train, said in (({"accelerator": "tpu"}, "cell nat-s1: train: accelerator must be one of auto, cpu, gpu, cuda, got 'tpu'"),
+                        ({"init_from": "gone.ckpt"}, "g.yaml: cell nat-s1: train.init_from gone.ckpt: no such file")):
+        cells = yaml.safe_load(yaml.safe_dump(spec))
+        cells["cells"]["nat"]["train"] = train
+        (tmp_path / "g.yaml").write_text(yaml.safe_dump(cells))
+        for dry in (["--dry-run"], []):
+            assert main(["run", "g.yaml", *dry, "--results", "res"]) == 2
+            assert said in capsys.readouterr().err
+        assert not (tmp_path / "res" / spec["name"] / "runs").exists()  # refused before the teacher trained
+    cells["cells"]["nat"]["train"] = {"init_from": f"res/{spec['name']}/runs/at-s1"}  # what an earlier cell writes
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(cells))
+    assert main(["run", "g.yaml", "--dry-run", "--results", "res"]) == 0
+
+
 def test_non_utf8_names_the_line(tmp_path):
     task = parallel_task(tmp_path, **all_files(train_tgt=b"fine\nbad \xff byte\n"))
     with pytest.raises(AtnatError, match=r"train target: .*train_tgt line 2 is not valid UTF-8"):

@@ -27,6 +27,10 @@ def test_a_gpu_grid_stops_before_anything_runs_without_a_gpu(tmp_path, monkeypat
     assert f"atnat: error: {grid}: cell at-s1: train.accelerator is gpu, but no GPU is usable here" in err
     assert err.count("error") == 1 and not (tmp_path / "res" / "tiny" / "runs").exists()  # nothing ran
     assert main(["run", str(grid), "--results", "res", "--dry-run"]) == 0  # listing the cells needs no GPU
+    err = capsys.readouterr().err  # but it says which cells this machine's `atnat run` would refuse
+    assert "atnat: cell at-s1: train.accelerator is gpu, but no GPU is usable here" in err and "refuses it here" in err
+    assert main(["run", str(grid), "--results", "res", "--dry-run", "--launcher", "slurm"]) == 0
+    assert "no GPU is usable here" not in capsys.readouterr().err  # a cluster job's node checks its own
 
 
 def test_a_gpu_cell_run_alone_fails_with_that_message_before_distilling_or_training(tmp_path, monkeypatch, capsys,

@@ -453,9 +453,14 @@ def cmd_run(args) -> int:
 
         cluster = settings_from_args(args)
     if args.dry_run:  # the plan alone: no training code imported
-        from atnat.experiments.running.plan import plan, show_plan  # lazy: start-up
+        from atnat.experiments.running.plan import gpu_notes, plan, refuse_missing_inputs, show_plan  # lazy: start-up
 
-        show_plan(plan(args.grid, Path(args.results), args.only, args.smoke))
+        planned = plan(args.grid, Path(args.results), args.only, args.smoke)
+        refuse_missing_inputs(planned, args.grid)
+        show_plan(planned)
+        if cluster is None:
+            for note in gpu_notes(planned):
+                print(f"atnat: {note}", file=sys.stderr)
         return 0
     from atnat.experiments.running.scheduler import run_grid  # lazy: start-up
 

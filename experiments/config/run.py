@@ -99,7 +99,7 @@ def named(section: Any, where: str) -> tuple[str, dict]:
 LOGGERS = ("csv", "tensorboard")
 
 
-ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu", "hpu")  # Lightning's
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda")  # of Lightning's, those atnat trains, decodes and times on
 
 
 def _devices_ok(devices: Any) -> bool:

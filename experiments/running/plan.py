@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from atnat.core.errors import AtnatError
 from atnat.experiments.running.grid import Cell, Grid, describe, load_grid_into, run_order, select_cells
 from atnat.experiments.running.stale import Stale, describe_stale, find_stale
 
@@ -27,6 +28,32 @@ def plan(path, results_root: Path, only: list[str] | None, smoke: bool) -> Plan:
     found = find_stale(grid, grid.cells)  # over the whole grid: a chosen student's teacher may be outside `only`
     return Plan(grid, out, cells, [s for s in found if s.cell in chosen],
                 {s.cell: s.reason for s in found if s.cell not in chosen})
+
+
+def refuse_missing_inputs(planned: Plan, path) -> None:
+    """A cell's `train.init_from` that names no file or folder would fail that cell when it starts, maybe
+    hours in (after its teacher): refused before any cell runs, and by `--dry-run`. A path inside this
+    grid's results folder is left to the cell that writes it."""
+    out = planned.out.resolve()
+    for cell in planned.cells:
+        source = cell.config.train.init_from
+        if source and source != "teacher" and not Path(source).exists() and not Path(source).resolve().is_relative_to(out):
+            raise AtnatError(f"{path}: cell {cell.name}: train.init_from {source}: no such file or folder here "
+                             "(give a checkpoint, a run folder or an export, or `teacher`)")
+
+
+def gpu_notes(planned: Plan) -> list[str]:
+    """The cells that ask for a GPU where none is usable (a dry run lists them; `atnat run` with the local
+    launcher refuses them before anything runs; a cluster job's node checks its own)."""
+    wanted = [c for c in planned.cells if str(c.config.train.accelerator).lower() in ("gpu", "cuda")]
+    if not wanted:
+        return []
+    from atnat.experiments.config.devices import gpu_problem  # here: it imports torch
+
+    problem = gpu_problem()
+    return [f"cell {c.name}: train.accelerator is {c.config.train.accelerator}, but no GPU is usable here "
+            f"({problem}): `atnat run` refuses it here; a cluster launcher runs it on a GPU node" for c in wanted] \
+        if problem else []
 
 
 def show_plan(planned: Plan) -> None:
