@@ -4,6 +4,7 @@ command; a checkpoint whose bytes changed since it was written is set aside (res
 (translate); resuming under other settings is refused, or recorded and applied when asked for."""
 import json
 import os
+import pickle
 import shutil
 
 import pytest
@@ -58,12 +59,39 @@ def run(trained, tmp_path):
     return tmp_path / "run"
 
 
-def plant(path, marker, *, with_checksum=True):
+class PlantedShell:
+    """Unpickling this runs a shell command (os.system), which creates the marker file."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def plant(path, marker, *, with_checksum=True, payload=Planted):
     """A checkpoint-shaped file whose unpickling would run code; by default with a matching sha256
     beside it, as a careful attacker would write."""
-    torch.save({"global_step": 10**6, "state_dict": {}, "hyper_parameters": {}, "payload": Planted(marker)}, path)
+    torch.save({"global_step": 10**6, "state_dict": {}, "hyper_parameters": {}, "payload": payload(marker)}, path)
     if with_checksum:
         write_checksum(path)
+
+
+@pytest.mark.parametrize("payload, named", [(PlantedShell, "posix.system"), (None, "pickle opcode")])
+def test_what_tensors_only_loading_refuses_is_named_without_torchs_advice_to_load_it_anyway(tmp_path, capsys,
+                                                                                           payload, named):
+    """Trials: a checkpoint planting os.system was called "truncated or corrupt" and quoted torch's advice to
+    load it with weights_only=False (torch words that refusal differently from one of builtins.open)."""
+    marker, evil = tmp_path / "PLANTED_CODE_RAN", tmp_path / "evil.ckpt"
+    if payload is None:  # a bare pickle stream with an opcode the tensors-only unpickler does not take
+        evil.write_bytes(pickle.dumps({"payload": PlantedShell(marker)}, protocol=4))
+    else:
+        plant(evil, marker, payload=payload)
+    assert main(["translate", "--checkpoint", str(evil)]) == 2
+    assert not marker.exists()
+    err = capsys.readouterr().err
+    assert f"checkpoint {evil} holds " in err and named in err and "nothing in it was run" in err
+    assert "weights_only" not in err and "trusted source" not in err and "file an issue" not in err
 
 
 def test_a_planted_last_checkpoint_runs_nothing_on_resume(tmp_path, capsys):

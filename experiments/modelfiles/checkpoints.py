@@ -70,6 +70,27 @@ def verify_checksum(path: Path) -> bool:
 _unverified_warned: set[str] = set()
 
 
+def unpickling_problem(path: Path, message: str) -> CheckpointDamaged | CheckpointRefused:
+    """torch's tensors-only unpickler's refusal, in atnat's words: the object or opcode it refused, without
+    torch's advice to load the file with weights_only=False (which would run what it holds)."""
+    text = " ".join(message.split())
+    found = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)", text)
+    if found:
+        return CheckpointRefused(f"checkpoint {path} holds a pickled object ({found.group(1)}) that tensors-only "
+                                 "loading refuses; nothing in it was run. atnat writes no such object: was the file "
+                                 "written by another program, or planted?")
+    opcode = re.search(r"Unsupported operand (\d+)", text)
+    if opcode:
+        return CheckpointRefused(f"checkpoint {path} holds a pickle opcode ({opcode.group(1)}) that tensors-only loading "
+                                 "refuses; nothing in it was run. atnat writes no such file: is it damaged, written by "
+                                 "another program, or planted?")
+    detail = text.split("WeightsUnpickler error:")[-1].split("Check the documentation")[0].strip()
+    if "weights_only" in detail:  # none of torch's own detail left without its advice
+        detail = "the tensors-only unpickler could not read it"
+    return CheckpointDamaged(f"checkpoint {path} is truncated or corrupt: not a readable PyTorch checkpoint "
+                             f"({detail[:200]})")
+
+
 def read_checkpoint(path: Path, map_location: Any = "cpu") -> dict:
     """A checkpoint's contents after its sha256 is checked, loaded tensors-only (weights_only=True).
 
@@ -89,13 +110,7 @@ def read_checkpoint(path: Path, map_location: Any = "cpu") -> dict:
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
-        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
-        if found is None:  # not a refused object: a pickle stream that does not parse
-            raise CheckpointDamaged(f"checkpoint {path} is truncated or corrupt: not a readable PyTorch checkpoint "
-                                    f"({' '.join(str(err).split())[:200]})") from err
-        raise CheckpointRefused(f"checkpoint {path} holds a pickled object ({found.group(1)}) that tensors-only "
-                                "loading refuses; nothing in it was run. atnat writes no such object: was the file "
-                                "written by another program, or planted?") from err
+        raise unpickling_problem(path, str(err)) from err
     except Exception as err:  # noqa: BLE001 - any failure to read the file is the file's problem
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise CheckpointDamaged(f"checkpoint {path} is truncated or corrupt: not a readable PyTorch checkpoint "
