@@ -238,3 +238,20 @@ def test_a_run_records_every_setting_with_its_default(run):
     assert recorded["eval"]["strategies"][0]["name"] == "greedy" and "max_len_a" in recorded["eval"]["strategies"][0]
     assert recorded["decoder"]["input_noise"] == 0.0 and recorded["train"]["divergence_factor"] == 10.0
     assert os.stat(run / "config.json").st_mode & 0o777 == 0o644 or os.umask(0o022) != 0o022
+
+
+def test_weights_that_do_not_fit_their_model_are_named(run, capsys):
+    """Trials: a checkpoint lacking one tensor said only "Error(s) in loading state_dict for Seq2SeqModule"."""
+    best = run / "checkpoints" / "last.ckpt"
+    state = torch.load(best, weights_only=True)
+    name = sorted(state["state_dict"])[0]
+    for change, said in ((lambda sd: sd.pop(name), f"missing {name}"),
+                         (lambda sd: sd.update(extra_tensor=torch.zeros(2)), "no such parameter: extra_tensor"),
+                         (lambda sd: sd.update({name: torch.zeros(3, 1)}), f"{name} is (3, 1), the model's")):
+        changed = {**state, "state_dict": dict(state["state_dict"])}
+        change(changed["state_dict"])
+        torch.save(changed, best)
+        write_checksum(best)
+        assert main(["translate", "--checkpoint", str(best)]) == 2
+        err = capsys.readouterr().err
+        assert f"checkpoint {best}: its weights do not fit the model its hyper-parameters describe ({said}" in err

@@ -326,6 +326,21 @@ def read_run_checkpoint(path: Path, map_location: str = "cpu") -> dict:
     return checkpoint
 
 
+def state_dict_problem(expected: dict, given: dict) -> str | None:
+    """What keeps the weights `given` from loading into a model whose own are `expected`, each tensor
+    named (at most three of a kind): missing, of no such parameter, or of another shape; None when they fit."""
+    def named(names: list[str]) -> str:
+        return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+    missing = [k for k in expected if k not in given]
+    unknown = [k for k in given if k not in expected]
+    reshaped = [f"{k} is {tuple(v.shape)}, the model's {tuple(expected[k].shape)}" for k, v in given.items()
+                if k in expected and hasattr(v, "shape") and tuple(v.shape) != tuple(expected[k].shape)]
+    parts = [f"missing {named(missing)}" if missing else "", f"no such parameter: {named(unknown)}" if unknown else "",
+             named(reshaped) if reshaped else ""]
+    return "; ".join(p for p in parts if p) or None
+
+
 def module_from_checkpoint(path: Path, map_location: str = "cpu") -> Seq2SeqModule:
     """The module of a Lightning checkpoint written by atnat train, loaded with weights_only."""
     from atnat.models.seq2seq import Seq2SeqModule  # lazy: start-up (Lightning)
@@ -334,6 +349,9 @@ def module_from_checkpoint(path: Path, map_location: str = "cpu") -> Seq2SeqModu
                     f"checkpoint {path}")
     try:
         module = Seq2SeqModule(**checkpoint["hyper_parameters"])
+        problem = state_dict_problem(module.state_dict(), checkpoint["state_dict"])
+        if problem:
+            raise RuntimeError(problem)
         module.load_state_dict(checkpoint["state_dict"], strict=True)
     except AtnatError as err:
         raise AtnatError(f"checkpoint {path}: hyper_parameters: {err}") from err
