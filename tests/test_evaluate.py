@@ -219,6 +219,42 @@ def test_evaluate_refuses_a_strategy_asked_twice_or_one_without_its_teacher_befo
                 "speculative drafts); this one's decoder is 'cmlm'") in capsys.readouterr().err
 
 
+def test_flags_that_contradict_each_other_or_do_nothing_are_refused(tmp_path, monkeypatch, capsys):
+    """Trials: `--beam 4 --option beam_size=8` decoded with 8 without a word; `--teacher` beside greedy was loaded
+    and ignored; `--partition` without a cluster launcher and `--devices 0` on a machine without GPU were ignored
+    (the cells trained on the CPU)."""
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path)
+    assert main(["run", str(grid), "--results", "res", "--only", "at-s1"]) == 0
+    run = tmp_path / "res" / "tiny" / "runs" / "at-s1"
+    (tmp_path / "src.txt").write_text("a b\n")
+    evaluate = ["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "src.txt", "--no-speed"]
+    capsys.readouterr()
+    for argv, said in (
+            (["--strategy", "beam", "--beam", "4", "--option", "beam_size=8"],
+             "--beam 4 and --option beam_size=8 both set beam_size: give one of them"),
+            (["--strategy", "beam", "--option", "beam_size=2", "--option", "beam_size=3"],
+             "--option 'beam_size=3': beam_size is set twice; give it once"),
+            (["--teacher", str(run)], f"--teacher {run}: no strategy asked for runs a teacher (greedy)")):
+        assert main([*evaluate, *argv]) == 2
+        assert said in capsys.readouterr().err
+        monkeypatch.setattr("sys.stdin", io.StringIO("a b\n"))
+        assert main(["translate", "--checkpoint", str(run), *argv]) == 2
+        out = capsys.readouterr()
+        assert said in out.err and out.out == ""
+    assert main(["run", str(grid), "--results", "res", "--partition", "gpu", "--time", "30"]) == 2
+    assert "--partition, --time: settings of a cluster job, but --launcher is local" in capsys.readouterr().err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for command in (["run", str(grid), "--results", "res", "--devices", "0"],
+                    ["time", str(grid), "--results", "res", "--devices", "0"]):
+        assert main(command) == 2
+        assert "--devices 0: GPU ids, but no GPU is usable here" in capsys.readouterr().err
+    assert main(["run", str(grid), "--results", "res", "--devices", "a,b"]) == 2
+    assert "--devices a,b: expected comma-separated GPU ids" in capsys.readouterr().err
+
+
 def test_train_refuses_a_folder_that_is_not_a_run(tmp_path, monkeypatch, capsys):
     """--output-dir into a project folder or an export replaced its config.json and metrics.json."""
     import yaml

@@ -71,11 +71,13 @@ def test_the_login_node_sees_whether_the_timing_holds_without_the_device(tmp_pat
 
 
 def test_devices_reach_the_timing_phase(tmp_path, monkeypatch):
+    from atnat.experiments.config import devices
     from atnat.experiments.running import scheduler, timing_phase
 
     grid = write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"]}})
     seen = []
     monkeypatch.setattr(timing_phase, "inference_device", lambda accelerator: "cuda")  # as on a GPU machine
+    monkeypatch.setattr(devices, "gpu_ids", lambda text, flag="--devices": text.split(","))  # GPU 3 is there
     monkeypatch.setattr(scheduler, "timing_phase", lambda grid, out, device=None: seen.append(device))
     monkeypatch.chdir(tmp_path)
     assert main(["run", str(grid), "--results", "res", "--devices", "3"]) == 0  # one lane: cells run in this process

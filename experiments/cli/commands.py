@@ -115,6 +115,14 @@ def refuse_without_teacher(strategy, label: str, teacher, flag: str) -> None:
         raise AtnatError(f"{flag}: strategy {label} runs an AT teacher: give --teacher RUN")
 
 
+def refuse_unused_teacher(strategies: dict[str, object], teacher: str | None) -> None:
+    """--teacher given where no strategy runs one (greedy, beam, parallel...): refused, not loaded and ignored
+    without a word (the user meant npd or speculative, or a teacher that does nothing here)."""
+    if teacher and not any(s.uses_teacher for s in strategies.values()):
+        raise AtnatError(f"--teacher {teacher}: no strategy asked for runs a teacher ({', '.join(strategies)}); "
+                         "a teacher serves npd and speculative: name one of those, or drop --teacher")
+
+
 def load_teacher(path: str | None, tokenizer, device):
     """The --teacher model (npd's scorer, speculative's verifier), refused unless it reads and writes the same
     tokens as the model: its ids index another vocabulary (an IndexError mid-way, or silently other words)."""
@@ -156,6 +164,7 @@ def cmd_translate(args) -> int:
     label, strategy = build_strategy(spec)
     refuse_incompatible(module, strategy, "--strategy")  # before reading any input
     refuse_without_teacher(strategy, label, teacher, "--strategy")
+    refuse_unused_teacher({label: strategy}, args.teacher)
     if args.compile:
         module.decoder.use_static_cache(True, args.compile)
     use_engine(module, engine, single_sentences=args.batch_size == 1)
@@ -285,7 +294,11 @@ def strategy_options(args) -> dict:
         opts[key] = args.beam
     if args.iterations is not None:
         opts["iterations"] = args.iterations
-    return opts | parse_assignments(args.option or [], "--option")
+    given = parse_assignments(args.option or [], "--option")
+    for key in sorted(set(opts) & set(given)):  # one value, said once: not the later flag winning silently
+        flag = "--iterations" if key == "iterations" else "--beam"
+        raise AtnatError(f"{flag} {opts[key]} and --option {key}={given[key]} both set {key}: give one of them")
+    return opts | given
 
 
 def parse_assignments(items: list[str], what: str) -> dict:
@@ -297,6 +310,8 @@ def parse_assignments(items: list[str], what: str) -> dict:
         if "=" not in item:
             raise AtnatError(f"{what} {item!r}: expected NAME=VALUE")
         k, v = item.split("=", 1)
+        if k in out:
+            raise AtnatError(f"{what} {item!r}: {k} is set twice; give it once")
         out[k] = yaml_value(v, f"{what} {item!r}")
     return out
 
@@ -387,13 +402,16 @@ def cmd_evaluate(args) -> None:
     from atnat.experiments.config.run import build_strategy  # lazy: start-up
 
     labels: dict[str, str] = {}
+    built = {}
     for spec, flag in zip(specs, ["--strategy", *(f"--also {s}" for s in args.also or [])]):
         label, strategy = build_strategy(spec)
+        built[label] = strategy
         refuse_incompatible(module, strategy, flag)  # before hours of decoding
         refuse_without_teacher(strategy, label, teacher, flag)
         if label in labels:  # one row per label: the second would be decoded, then lost or crash the timing
             raise AtnatError(f"{flag}: strategy {label} is asked for twice (also by {labels[label]})")
         labels[label] = flag
+    refuse_unused_teacher(built, args.teacher)
     speed = None if args.no_speed else SpeedSettings(latency_sentences=args.latency_sentences,
                                                      throughput_sentences=len(sources), repeats=args.repeats,
                                                      threads=args.threads)
@@ -444,14 +462,22 @@ def cmd_export(args) -> None:
 def cmd_run(args) -> int:
     """Exit 1 when a cell of this run failed or its timing job left systems untimed, 2 when one ran with other
     settings than the grid file gave as the run started (after the table and report are written)."""
-    devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
+    from atnat.experiments.running.launchers.cluster_settings import (
+        refuse_cluster_flags_without_cluster,  # lazy: start-up
+        settings_from_args,  # lazy: start-up
+    )
+
     if args.workers is not None and args.workers < 1:
         raise AtnatError(f"--workers {args.workers}: expected a positive number of worker processes")
-    cluster = None
-    if args.launcher != "local":
-        from atnat.experiments.running.launchers.cluster_settings import settings_from_args
+    refuse_cluster_flags_without_cluster(args)
+    cluster = settings_from_args(args) if args.launcher != "local" else None
+    devices = None
+    if args.devices and cluster is None:  # GPUs of this machine (a cluster's jobs get theirs from the scheduler)
+        from atnat.experiments.config.devices import gpu_ids  # lazy: start-up (torch)
 
-        cluster = settings_from_args(args)
+        devices = gpu_ids(args.devices)
+    elif args.devices:
+        devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     if args.dry_run:  # the plan alone: no training code imported
         from atnat.experiments.running.plan import gpu_notes, plan, refuse_missing_inputs, show_plan  # lazy: start-up
 
@@ -503,10 +529,11 @@ def cmd_collect(args) -> int:
 
 def cmd_time(args) -> int:
     """Exit 1 when a finished task and seed could not be timed (named: a cell without checkpoint)."""
+    from atnat.experiments.config.devices import gpu_ids  # lazy: start-up (torch)
     from atnat.experiments.running.timing_phase import time_finished_groups  # lazy: start-up
 
     ready, waiting = time_finished_groups(args.grid, results_root=Path(args.results), smoke=args.smoke,
-                                          devices=[d.strip() for d in args.devices.split(",")] if args.devices else None,
+                                          devices=gpu_ids(args.devices),
                                           partial=args.partial, anew=args.anew, only=args.only)
     if ready:
         print("timed (or kept, unchanged): " + ", ".join(

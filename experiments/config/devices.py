@@ -45,6 +45,25 @@ def gpu_problem() -> str | None:
                                              else "no GPU or no working driver") + ")"
 
 
+def gpu_ids(text: str | None, flag: str = "--devices") -> list[str] | None:
+    """`--devices 0,1` -> ["0", "1"]: GPU ids of this machine, checked before anything runs; one AtnatError
+    when they are not ids, or no GPU is usable here (the cells would train on the CPU instead, without a
+    word), or an id is past the GPUs torch sees. None when not given."""
+    if not text:
+        return None
+    ids = [d.strip() for d in text.split(",") if d.strip()]
+    if not ids or not all(d.isdigit() for d in ids):
+        raise AtnatError(f"{flag} {text}: expected comma-separated GPU ids, e.g. 0,1")
+    problem = gpu_problem()
+    if problem:
+        raise AtnatError(f"{flag} {text}: GPU ids, but no GPU is usable here: {problem}; drop {flag} (--workers N "
+                         "runs cells side by side on the CPU)")
+    count = torch.cuda.device_count()
+    if past := [d for d in ids if int(d) >= count]:
+        raise AtnatError(f"{flag} {text}: no GPU {', '.join(past)} here: torch sees {count} (ids 0 to {count - 1})")
+    return ids
+
+
 def require_gpu(accelerator: str, where: str) -> None:
     """A run that asks for a GPU (`train.accelerator: gpu`) stops here, with one message, when none is
     usable, instead of failing inside Lightning after distillation, or (`auto`) training on the CPU."""

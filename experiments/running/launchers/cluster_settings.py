@@ -39,13 +39,28 @@ def add_cluster_args(p) -> None:
     g.add_argument("--gpus-per-cell", type=int, help="GPUs per node of a cell's job (default: its train.devices)")
     g.add_argument("--cpus-per-task", type=int, help="CPU cores per task (one task per device)")
     g.add_argument("--mem-gb", type=float, help="memory per node in GB")
-    g.add_argument("--time", type=int, default=240, metavar="MINUTES",
-                   help="time limit of one job; one that reaches it requeues and resumes (default 240)")
-    g.add_argument("--array-parallelism", type=int, default=64, help="most jobs of one array running at once")
+    g.add_argument("--time", type=int, metavar="MINUTES",
+                   help=f"time limit of one job; one that reaches it requeues and resumes (default {DEFAULT_TIME_MIN})")
+    g.add_argument("--array-parallelism", type=int,
+                   help=f"most jobs of one array running at once (default {DEFAULT_ARRAY_PARALLELISM})")
     g.add_argument("--account", help="SLURM account")
     g.add_argument("--qos", help="SLURM quality of service")
     g.add_argument("--constraint", help="SLURM node features")
     g.add_argument("--slurm-option", action="append", metavar="KEY=VALUE", help="any other sbatch option")
+
+
+CLUSTER_FLAGS = ("wait", "partition", "gpus_per_cell", "cpus_per_task", "mem_gb", "time", "array_parallelism",
+                 "account", "qos", "constraint", "slurm_option")  # what only a cluster launcher reads
+DEFAULT_TIME_MIN, DEFAULT_ARRAY_PARALLELISM = 240, 64
+
+
+def refuse_cluster_flags_without_cluster(args) -> None:
+    """--partition, --time and the other job settings with --launcher local: refused, not ignored (the user
+    meant a cluster run, or is told that these cells run here)."""
+    given = [f"--{name.replace('_', '-')}" for name in CLUSTER_FLAGS if getattr(args, name, None) not in (None, False, [])]
+    if args.launcher == "local" and given:
+        raise AtnatError(f"{', '.join(given)}: settings of a cluster job, but --launcher is local (cells run here, as "
+                         "worker processes): add --launcher slurm, or drop them")
 
 
 def settings_from_args(args) -> ClusterSettings:
@@ -54,11 +69,13 @@ def settings_from_args(args) -> ClusterSettings:
         if "=" not in item:
             raise AtnatError(f"--slurm-option {item!r}: expected KEY=VALUE, e.g. reservation=mine")
         options.append(tuple(item.split("=", 1)))
-    for flag, value in (("--time", args.time), ("--array-parallelism", args.array_parallelism)):
+    time_min = DEFAULT_TIME_MIN if args.time is None else args.time
+    parallelism = DEFAULT_ARRAY_PARALLELISM if args.array_parallelism is None else args.array_parallelism
+    for flag, value in (("--time", time_min), ("--array-parallelism", parallelism)):
         if value < 1:
             raise AtnatError(f"{flag} {value}: expected a positive number")
     return ClusterSettings(executor=EXECUTORS[args.launcher], partition=args.partition,
                            gpus_per_cell=args.gpus_per_cell, cpus_per_task=args.cpus_per_task,
-                           mem_gb=args.mem_gb, time_min=args.time, array_parallelism=args.array_parallelism,
+                           mem_gb=args.mem_gb, time_min=time_min, array_parallelism=parallelism,
                            account=args.account, qos=args.qos, constraint=args.constraint,
                            options=tuple(options), wait=args.wait or args.launcher == "submitit-local")
