@@ -82,6 +82,18 @@ def test_grid_config_errors_name_file_and_key(tmp_path, change, message):
     assert f"{path}" in str(pytest.raises(ConfigError, load_grid, path).value)
 
 
+def test_a_teacher_cycle_names_the_cells_in_it_and_those_waiting_on_it(tmp_path):
+    """Trials: the message listed every cell not yet ordered, a student of the cycle among them as if in it."""
+    cells = {"a": {"decoder": {"name": "at"}, "teacher": "b"}, "b": {"decoder": {"name": "at"}, "teacher": "a"},
+             "at": TINY["cells"]["at"], "kd": {**TINY["cells"]["cmlm-kd"], "teacher": "a"}}
+    grid = load_grid(write_grid(tmp_path, {**TINY, "cells": cells}))
+    with pytest.raises(ConfigError) as refused:
+        run_order(grid)
+    message = str(refused.value)
+    assert "teacher dependencies form a cycle: a-s1 -> b-s1 -> a-s1 (each learns from the next); waiting on it: kd-s1" \
+        in message and "at-s1" not in message
+
+
 def md_table_rows(md: str) -> list[list[str]]:
     return [[c.strip() for c in line.strip().strip("|").split("|")] for line in md.splitlines()
             if line.startswith("|") and not set(line) <= set("|-: ")]

@@ -481,8 +481,14 @@ def run_order(grid: Grid) -> list[Cell]:
     while pending:
         ready = [c for c in pending if c.teacher is None or c.teacher in done]
         if not ready:
-            raise ConfigError(f"{grid.path}: teacher dependencies form a cycle among "
-                              f"{', '.join(c.name for c in pending)}")
+            teacher_of = {c.name: c.teacher for c in grid.cells}
+            walk = [pending[0].name]  # every pending cell has a teacher: following them comes back round
+            while walk[-1] not in walk[:-1]:
+                walk.append(teacher_of[walk[-1]])
+            cycle = walk[walk.index(walk[-1]):]
+            waiting = [c.name for c in pending if c.name not in cycle]
+            raise ConfigError(f"{grid.path}: teacher dependencies form a cycle: {' -> '.join(cycle)} (each learns from "
+                              "the next)" + (f"; waiting on it: {', '.join(waiting)}" if waiting else ""))
         for c in ready:
             order.append(c)
             done.add(c.name)
