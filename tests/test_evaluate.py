@@ -213,6 +213,9 @@ def test_evaluate_refuses_a_strategy_asked_twice_or_one_without_its_teacher_befo
     assert "--strategy: strategy speculative-k5 runs an AT teacher: give --teacher RUN" in out.err and out.out == ""
     assert sys.stdin.read() == "a b\n"  # not read
     for command in (["translate", "--checkpoint", str(cmlm), "--strategy", "speculative"],
+                    ["translate", "--checkpoint", str(cmlm), "--strategy", "npd"],
+                    ["evaluate", "--checkpoint", str(cmlm), "--src", "src.txt", "--ref", "src.txt", "--no-speed",
+                     "--strategy", "npd"],
                     ["evaluate", "--checkpoint", str(cmlm), "--src", "src.txt", "--ref", "src.txt", "--no-speed"]):
         assert main([*command, "--teacher", str(cmlm)]) == 2
         assert (f"--teacher {cmlm}: a teacher is an AT (capability 'step': it re-ranks npd's candidates or verifies "
