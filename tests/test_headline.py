@@ -170,6 +170,28 @@ def test_a_headline_ahead_inside_the_margin_says_so_as_the_ranking_does(tmp_path
     assert row["Verdict"] == "ahead, by less than ±1"
 
 
+def test_a_row_held_back_by_the_corrected_test_shows_its_p_and_the_verdict_reads_every_test_set(tmp_path):
+    """Trials: the headline called AT 5+1 'not resolved' at -1.10 [-2.12, -0.11] where ranking.csv called the same
+    pair 'behind', with nothing to say why (its Holm-corrected p was 0.25); and the verdict gave the best NAT's
+    gap on test2016 only, while on test2017 its interval lay wholly below 0."""
+    root = fx.build_results(tmp_path)
+    frame = fx.comparisons().assign(test_set="main")
+    frame.loc[0, ["diff_ci_low", "diff_ci_high"]] = -3.0, -0.5  # excludes 0
+    extra = frame.iloc[[0]].assign(test_set="test2", bleu_diff=-1.0, diff_ci_low=-2.0, diff_ci_high=-0.1)
+    pd.concat([frame, extra]).to_csv(root / "comparisons.csv", index=False)
+    results = pd.read_csv(root / "results.csv")
+    held = (results.cell.str.startswith("copy-cmlm-kd")) & (results.strategy == "mask-predict-4")
+    results.loc[held, "bleu_p_holm"] = 0.3
+    results.to_csv(root / "results.csv", index=False)
+    verdicts, table = _first_screen(root)
+    row = table.set_index(["Task", "System"]).loc[("copy", "CMLM, distilled, mask-predict 4")]
+    assert row["Verdict"] == "not resolved (Holm p 0.30)"
+    assert "-2.55 [-3.00, -0.50] against AT beam 5 (38.05): not resolved (on test2: -1.00 [-2.00, -0.10], behind)" \
+        in verdicts[0]
+    _, after = headline_blocks(load_results(root), "1 CPU thread")
+    assert "a row whose interval alone excludes 0 shows that p, and ranking.csv" in after[0].text
+
+
 def test_the_first_screen_shows_speculative_passes_apart_and_the_speed_up_over_the_reference_at(tmp_path):
     """Speculative decoding's drafter and verifier passes, tokens per verifier pass and exactness were only in
     the overview's folded columns, and the speed-up over the deep-shallow AT only in the verdict's last sentence."""

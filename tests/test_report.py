@@ -299,7 +299,8 @@ def test_missing_optional_files_give_notes_and_remove_stale_figures(tmp_path):
     assert len(notes) == len(fx.CURVE_FILES) + 1 + 2 + 1  # one per curve figure, samples, environment (+ reproduce),
     # and the headline table's note on its intervals
     for name in fx.CURVE_FILES:
-        assert any(n.endswith(f"not drawn, no data for it in curves/{name}.csv.") for n in notes)
+        assert any(n.startswith("> Note: Figure not drawn: ") and n.endswith(f"; no data for it in curves/{name}.csv.")
+                   for n in notes)
     assert sorted(p.stem for p in (root / "figures").iterdir()) == ["quality_vs_speed", "speed"]
     assert "37.12 [35.80, 38.44]" in md
 

@@ -17,6 +17,7 @@ from atnat.experiments.reporting.blocks import Block
 from atnat.experiments.reporting.judging import REACH_NAMED, tested_against, within_reach
 from atnat.experiments.reporting.names import plain_names
 from atnat.experiments.reporting.ranking import shown, within_margin
+from atnat.experiments.reporting.ranking import verdict as ranking_verdict
 from atnat.experiments.reporting.results import GridResults, ok_rows
 
 
@@ -74,6 +75,17 @@ def _word(diff: pd.Series | None, margin: float, agrees: bool = True, r: pd.Seri
     if high < 0 and agrees:
         return "behind"
     return "equivalent" if within_margin(low, high, margin) else "not resolved"
+
+
+def _held_back(diff: pd.Series, r: pd.Series, word: str) -> str:
+    """' (Holm p 0.25)' where the interval alone excludes 0 but the paired test, Holm-corrected over the systems
+    compared with the reference, does not agree: the reader sees why such a row is not resolved (ranking.csv,
+    which judges each pair by its interval alone, calls it ahead or behind)."""
+    low, high = diff["diff_ci_low"], diff["diff_ci_high"]
+    if word != "not resolved" or pd.isna(low) or pd.isna(high) or not (low > 0 or high < 0):
+        return ""
+    p = r.get("bleu_p_holm_max", r.get("bleu_p_holm"))
+    return f" (Holm p {p:.2f})" if pd.notna(p) else ""
 
 
 def _agrees(r: pd.Series, reference: pd.Series | None, part: pd.DataFrame) -> bool:
@@ -135,7 +147,7 @@ def headline_table(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.Da
                      "Δ BLEU vs AT reference [95%]": "–" if diff is None else _diff_text(diff, g.equivalence_margin)
                      + _paired_on(diff, r),
                      "Verdict": word if diff is None else shown(word, diff["diff_ci_low"], diff["diff_ci_high"],
-                                                                g.equivalence_margin),
+                                                                g.equivalence_margin) + _held_back(diff, r, word),
                      "× AT greedy, batch 1": _interval_text(r, "speedup_vs_at", suffix="×"),
                      "× AT greedy, throughput": _interval_text(r, "throughput_speedup_vs_at", suffix="×"),
                      "× AT beam, batch 1": _interval_text(r, "speedup_vs_at_beam", suffix="×"),
@@ -143,6 +155,24 @@ def headline_table(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.Da
                      if "speedup_vs_ref_at" in r else "–"})
     table = pd.DataFrame(rows)
     return table.loc[:, [c for c in table.columns if not (table[c] == "–").all()]], words
+
+
+def _on_other_test_sets(g: GridResults, task: str, system: str) -> str:
+    """' (on test2017: -1.31 [-2.39, -0.21], behind)' for each of eval.extra_tests where comparisons.csv pairs
+    `system` with the AT reference (judged by its interval alone, as ranking.csv: the paired test runs on the
+    main test set only), so that the verdict does not rest on one test year."""
+    comparisons = g.comparisons if g.comparisons is not None else pd.DataFrame()
+    if comparisons.empty or "test_set" not in comparisons:
+        return ""
+    rows = comparisons[(comparisons["task"].astype(str) == str(task)) & (comparisons["system"] == system)
+                       & (comparisons["test_set"].astype(str) != "main")]
+    parts = []
+    for _, d in rows.iterrows():
+        judged = "" if pd.isna(d["diff_ci_low"]) or pd.isna(d["diff_ci_high"]) else \
+            ": " + shown(ranking_verdict(d["diff_ci_low"], d["diff_ci_high"], g.equivalence_margin), d["diff_ci_low"],
+                         d["diff_ci_high"], g.equivalence_margin)
+        parts.append(f"on {d['test_set']}: {_diff_text(d, g.equivalence_margin)}{judged.replace(': ', ', ', 1)}")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
@@ -187,6 +217,7 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
                     "not resolved (their intervals overlap, and the results folder holds no paired interval)"))
         else:
             gap = ""
+        gap += _on_other_test_sets(g, task, best["system"])
         speed = "" if pd.isna(best.get("speedup_vs_at")) else \
             f", at {_interval_text(best, 'speedup_vs_at', suffix='×')} AT greedy's batch-1 speed"
         near = [names[r["system"]] for r, _ in within_reach(nats, best, g.ranking)]
@@ -289,8 +320,10 @@ def headline_blocks(g: GridResults, threads: str) -> tuple[list[Block], list[Blo
     note = Block("note", "Headline table: intervals are 95%: Student's t over the seeds with the test-sentence variance "
                          "added (one seed: the test sentences resampled only). Δ BLEU is paired with the AT "
                          "reference, sentence by sentence and seed by seed; the verdict says ahead or behind "
-                         "when its interval excludes 0 and the paired test agrees, equivalent inside "
-                         f"±{g.equivalence_margin:g} BLEU, not "
+                         "when its interval excludes 0 and the paired test agrees (p < 0.05, Holm-corrected over "
+                         "the systems compared with the reference: a row whose interval alone excludes 0 shows that "
+                         "p, and ranking.csv, which judges each pair by its interval alone, calls it ahead or "
+                         f"behind), equivalent inside ±{g.equivalence_margin:g} BLEU, not "
                          "resolved otherwise. The verdict's best NAT is picked by its mean on these same sentences, "
                          "and its interval is not widened for the pick (a goal's best of several is: the goals "
                          "table). Speed-ups are paired ratios of the same sentences' times, widened to "

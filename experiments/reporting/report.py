@@ -245,9 +245,16 @@ def _goals(g: GridResults) -> list[Block]:
     authors' notes (notes.md) under a heading that says they are written by hand."""
     blocks = []
     if g.goals:
-        checked = check_goals(g.goals, aggregate_seeds(ok_rows(g.table)), g.ranking)
-        met = int((checked["Result"] == "met").sum())
+        agg = aggregate_seeds(ok_rows(g.table))
+        checked = check_goals(g.goals, agg, g.ranking)
+        missing = checked["Result"].astype(str).str.startswith("missed")
+        met, missed = int((checked["Result"] == "met").sum()), int(missing.sum())
         sure = int(((checked["Result"] == "met") & (checked["Over low"] > 0)).sum())  # met, interval clear of 0
+        sure_missed = int((missing & (checked["Beyond noise"] == "yes")).sum())
+        seeds = sorted({int(n) for n in agg["n_seeds"].dropna()}) if "n_seeds" in agg else []
+        over_seeds = ("one seed" if seeds == [1] else f"means over {seeds[0]} seeds" if len(seeds) == 1 else
+                      f"means over {seeds[0]} to {seeds[-1]} seeds" if seeds else "the results")
+        unmeasured = len(checked) - met - missed
         over = [DASH if pd.isna(o) else f"{o:+.2f}" + ("" if pd.isna(lo) else f" [{lo:+.2f}, {hi:+.2f}]")
                 for o, lo, hi in zip(checked["Over target"], checked["Over low"], checked["Over high"])]
         frame = checked.assign(**{c: checked[c].map(lambda v: DASH if pd.isna(v) else f"{v:.2f}")
@@ -259,8 +266,11 @@ def _goals(g: GridResults) -> list[Block]:
                                              else r for r, b in zip(checked["Result"], checked["Beyond noise"])]})
         frame = frame.drop(columns=["Over low", "Over high"])
         blocks += [Block("heading", "Goals", 2),  # goals.json keeps met / missed; the table says when only on the mean
-                   Block("para", f"{met} of {len(checked)} goals set in the grid file met on the means over seeds, "
-                                 f"{sure} of them beyond noise. Over target: how far the system lies past its target "
+                   Block("para", f"Of the grid file's {len(checked)} goals, on {over_seeds}: {met} met ({sure} beyond "
+                                 f"noise), {missed} missed ({sure_missed} beyond noise)"
+                                 + (f", {unmeasured} not measured" if unmeasured else "") + ".")]
+        blocks += [Block("table", frame=frame),
+                   Block("note", "Over target: how far the system lies past its target "
                                  "(positive: met) with the interval of that margin - the paired 95% interval of the "
                                  f"difference ({INTERVAL}) for a goal against another system, its Value and "
                                  "Target then both means over the seeds it pairs; for a goal against a number the "
@@ -270,8 +280,7 @@ def _goals(g: GridResults) -> list[Block]:
                                  "with a result; a miss while one of them has none is not measured. For the "
                                  "best of m systems each interval is at 1 - 0.05/m (Bonferroni), so that "
                                  "picking the best cannot pass noise for a result, and a miss is beyond noise "
-                                 "only when each of the m misses beyond noise."),
-                   Block("table", frame=frame)]
+                                 "only when each of the m misses beyond noise.")]
     return blocks
 
 
@@ -681,7 +690,8 @@ def _figures(g: GridResults, draw: bool = True) -> tuple[list[Block], list[Block
     blocks = []
     for caption, source, path in figures.draw_figures(g.table, g.curves, g.root / "figures"):
         if path is None:
-            blocks.append(Block("note", f"{caption}: not drawn, no data for it in {source}."))
+            short = re.split(r" \(|;", caption)[0]  # the figure's name, not the caption of a figure that is not there
+            blocks.append(Block("note", f"Figure not drawn: {short}; no data for it in {source}."))
         else:
             blocks.append(Block("figure", caption, path=path.relative_to(g.root)))
     return blocks[:1], [Block("heading", "Figures", 2), *blocks[1:]]
