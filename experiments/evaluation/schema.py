@@ -191,7 +191,8 @@ PROBES = (
     _c("error_propagation", "number", "error propagation, measured causally: the drop in token accuracy after "
                                       "one error is injected (an AT reads back a wrong token; an iterative NAT a "
                                       "wrong kept token in its later passes), over the positions downstream of it; "
-                                      "0 when nothing is read back (one-pass NAT, CTC)", "lower", ".3f",
+                                      "0 when nothing is read back (one-pass NAT, CTC) and for speculative decoding "
+                                      "(the error is drafted, and its AT verifier replaces it)", "lower", ".3f",
        header="Error propagation", spread=True),
     _c("error_propagation_ci_low", "number", "95% bootstrap interval of error_propagation over sentences (low)"),
     _c("error_propagation_ci_high", "number", "95% bootstrap interval of error_propagation over sentences (high)"),
