@@ -64,7 +64,8 @@ def add_significance(df: pd.DataFrame, runs: Path, *, method: str = "bs", n: int
 EXTRA_COLUMNS = ("cell", "family", "task", "decoder", "seed", "strategy", "test_set", "sentences", "bleu",
                  "bleu_ci_low", "bleu_ci_high", "chrf", "bleu_tok")  # extra_tests.csv: eval.extra_tests' scores
 COMPARISON_COLUMNS = ("task", "test_set", "system", "against", "n_seeds", "bleu_diff", "diff_ci_low", "diff_ci_high",
-                      "method")
+                      "method", "diff_seed_se", "diff_sentence_se")  # the standard errors: the verdict's interval for
+# the best of several NATs is widened from them (headline.py); a comparisons.csv from before has none
 
 
 def compare_systems(df: pd.DataFrame, runs: Path, *, n: int = 1000, test_sets: tuple[str, ...] = (),
@@ -103,7 +104,7 @@ def compare_systems(df: pd.DataFrame, runs: Path, *, n: int = 1000, test_sets: t
                 d = bleu_difference([x for x, _ in outputs], [y for _, y in outputs], refs, tokenize=tokenize, n=n)
                 rows.append({"task": task, "test_set": test_set, "system": system, "against": best,
                              "n_seeds": d.n_seeds, "bleu_diff": d.diff, "diff_ci_low": d.low, "diff_ci_high": d.high,
-                             "method": d.method})
+                             "method": d.method, "diff_seed_se": d.seed_se, "diff_sentence_se": d.sentence_se})
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 
