@@ -85,8 +85,14 @@ def write_text_atomic(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def _json_value(value):
+    """What json cannot write itself: a numpy scalar as its number (not the string "4"), else its text."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) and getattr(value, "shape", None) == () else str(value)
+
+
 def write_json_atomic(path: Path, data) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, default=str))
+    write_text_atomic(path, json.dumps(data, indent=2, default=_json_value))
 
 
 def write_lines_atomic(path: Path, lines: list[str]) -> None:
@@ -116,16 +122,19 @@ def check_readable(path: Path, what: str) -> Path:
 
 
 def check_output_file(path: Path, what: str) -> Path:
-    """`path` can take a new file (or replace one): not a folder, in an existing folder this process may
-    write to; else one AtnatError naming `what` - checked before the work whose result it is to hold."""
+    """`path` can take a new file (or replace one): not a folder, under a folder this process may write to
+    (the missing folders between are made when the file is written), no file on the way; else one
+    AtnatError naming `what` - checked before the work whose result it is to hold."""
     path = Path(path)
     folder = path.parent
+    while not folder.exists() and folder != folder.parent:  # missing folders are made by the writer
+        folder = folder.parent
     if path.is_dir():
         problem = "is a folder; give a file path"
     elif not folder.is_dir():
-        problem = f"is in {folder}, which {'is a file' if folder.exists() else 'does not exist'}"
-    elif not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        problem = "cannot be written (permission denied)"
+        problem = f"is in {folder}, which is a file"
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        problem = f"cannot be written: {folder} is not writable (permission denied)"
     else:
         return path
     raise AtnatError(f"{what} {path} {problem}")

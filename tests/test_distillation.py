@@ -125,6 +125,19 @@ def test_an_interrupted_distillation_resumes_at_the_chunk_it_stopped_in(tmp_path
     assert decoded == ["s0", "s3", "s6", "s9"]
 
 
+def test_an_output_file_may_go_into_folders_not_made_yet_but_not_under_a_file(tmp_path):
+    """The writer makes missing folders (files.atomic_write): `--output new/train.de` worked, and must."""
+    from atnat.core.errors import AtnatError
+    from atnat.experiments.files import check_output_file, write_lines_atomic
+
+    fresh = tmp_path / "new" / "deeper" / "train.de"
+    assert check_output_file(fresh, "--output") == fresh
+    write_lines_atomic(fresh, ["a"])
+    assert fresh.read_text() == "a\n"
+    with pytest.raises(AtnatError, match=f"--output {fresh}/x is in {fresh}, which is a file"):
+        check_output_file(fresh / "x", "--output")
+
+
 def test_distill_refuses_to_write_over_the_teachers_training_data_or_files(tmp_path, monkeypatch, capsys):
     """Without --input the teacher's own training split is read; --output naming its target file replaced it."""
     import yaml
@@ -151,8 +164,15 @@ def test_distill_refuses_to_write_over_the_teachers_training_data_or_files(tmp_p
 
     monkeypatch.setattr(distilling, "distilled_targets", decoded)
     monkeypatch.setattr(distilling, "distill_sources", decoded)
-    for output, problem in ((tmp_path, "is a folder"), (tmp_path / "gone" / "kd.txt", "which does not exist"),
-                            (target / "kd.txt", "which is a file")):
+    seen = []
+    monkeypatch.setattr(distilling, "distilled_targets",
+                        lambda teacher, src, tgt, spec, device: (seen.append(spec) or ["kd"], {"lines": 1}))
+    assert main(["distill", "--teacher", str(run), "--output", str(tmp_path / "kd.txt"), "--option", "beam_size=2"]) == 0
+    assert seen == [{"name": "beam", "beam_size": 2}]  # the user's beam, not a conflict with the default 5
+    capsys.readouterr()
+    monkeypatch.setattr(distilling, "distilled_targets", decoded)
+    for output, problem in ((tmp_path, "is a folder"), (target / "kd.txt", "which is a file"),
+                            (target / "deeper" / "kd.txt", f"is in {target}, which is a file")):
         for source in ([], ["--input", str(target)]):
             assert main(["distill", "--teacher", str(run), "--output", str(output), *source]) == 2
             err = capsys.readouterr().err

@@ -215,8 +215,7 @@ def test_evaluate_refuses_a_strategy_asked_twice_or_one_without_its_teacher_befo
     for command in (["translate", "--checkpoint", str(cmlm), "--strategy", "speculative"],
                     ["translate", "--checkpoint", str(cmlm), "--strategy", "npd"],
                     ["evaluate", "--checkpoint", str(cmlm), "--src", "src.txt", "--ref", "src.txt", "--no-speed",
-                     "--strategy", "npd"],
-                    ["evaluate", "--checkpoint", str(cmlm), "--src", "src.txt", "--ref", "src.txt", "--no-speed"]):
+                     "--strategy", "npd"]):
         assert main([*command, "--teacher", str(cmlm)]) == 2
         assert (f"--teacher {cmlm}: a teacher is an AT (capability 'step': it re-ranks npd's candidates or verifies "
                 "speculative drafts); this one's decoder is 'cmlm'") in capsys.readouterr().err
@@ -249,6 +248,8 @@ def test_flags_that_contradict_each_other_or_do_nothing_are_refused(tmp_path, mo
         assert said in out.err and out.out == ""
     assert main(["run", str(grid), "--results", "res", "--partition", "gpu", "--time", "30"]) == 2
     assert "--partition, --time: settings of a cluster job, but --launcher is local" in capsys.readouterr().err
+    assert main(["run", str(grid), "--results", "res", "--time", "0", "--mem-gb", "0"]) == 2  # a zero is given too
+    assert "--mem-gb, --time: settings of a cluster job" in capsys.readouterr().err
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     for command in (["run", str(grid), "--results", "res", "--devices", "0"],
                     ["time", str(grid), "--results", "res", "--devices", "0"]):
@@ -256,6 +257,14 @@ def test_flags_that_contradict_each_other_or_do_nothing_are_refused(tmp_path, mo
         assert "--devices 0: GPU ids, but no GPU is usable here" in capsys.readouterr().err
     assert main(["run", str(grid), "--results", "res", "--devices", "a,b"]) == 2
     assert "--devices a,b: expected comma-separated GPU ids" in capsys.readouterr().err
+    from atnat.core.errors import AtnatError
+    from atnat.experiments.config import devices
+
+    monkeypatch.setattr(devices, "gpu_problem", lambda: None)  # a machine whose GPUs 2 and 3 are this job's
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert devices.gpu_ids("2,3") == ["2", "3"]  # each worker is given its id as CUDA_VISIBLE_DEVICES
+    with pytest.raises(AtnatError, match=r"--devices 0: GPU 0 is not among this process's \(CUDA_VISIBLE_DEVICES=2,3\)"):
+        devices.gpu_ids("0")
 
 
 def test_train_refuses_a_folder_that_is_not_a_run(tmp_path, monkeypatch, capsys):

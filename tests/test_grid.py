@@ -92,6 +92,11 @@ def test_a_teacher_cycle_names_the_cells_in_it_and_those_waiting_on_it(tmp_path)
     message = str(refused.value)
     assert "teacher dependencies form a cycle: a-s1 -> b-s1 -> a-s1 (each learns from the next); waiting on it: kd-s1" \
         in message and "at-s1" not in message
+    cells |= {"c": {"decoder": {"name": "at"}, "teacher": "d"}, "d": {"decoder": {"name": "at"}, "teacher": "c"}}
+    with pytest.raises(ConfigError) as refused:
+        run_order(load_grid(write_grid(tmp_path, {**TINY, "cells": cells})))
+    assert "form cycles: a-s1 -> b-s1 -> a-s1; c-s1 -> d-s1 -> c-s1 (each learns from the next); waiting on them: " \
+        "kd-s1" in str(refused.value)
 
 
 def md_table_rows(md: str) -> list[list[str]]:

@@ -65,3 +65,16 @@ def test_a_damaged_results_record_is_named_by_restat_and_status_and_evaluated_ag
     assert main(["run", str(tmp_path / "g.yaml"), "--results", "res"]) == 0  # evaluated again, not trained again
     assert json.loads(record.read_text())["status"] == "ok"
     assert json.loads((record.parent / "train.json").read_text()) == steps
+
+
+def test_a_record_written_with_numpy_values_and_nan_labels_reads_back(tmp_path):
+    """A row's numpy integer was written as the string "4" (json's default=str) and a label column's NaN (no
+    timing session) was refused on reading: a results record atnat itself wrote must read back as written."""
+    import numpy as np
+
+    from atnat.experiments.reporting.records import read_metrics, write_record
+
+    write_record(tmp_path, "ok", [{"strategy": "greedy", "bleu": np.float64(30.5), "timing_threads": np.int64(4),
+                                   "timing_session": float("nan")}])
+    (row,) = read_metrics(tmp_path)["rows"]
+    assert row["timing_threads"] == 4 and isinstance(row["timing_threads"], int) and row["bleu"] == 30.5

@@ -157,14 +157,14 @@ def cmd_translate(args) -> int:
     device = decode_device(args.device, args.quantize, note=lambda text: print(text, file=sys.stderr))
     module, tokenizer = load_module(args.checkpoint, map_location=device)
     module = maybe_quantize(module, args.quantize)
-    teacher = load_teacher(args.teacher, tokenizer, device)
-    if teacher is not None:
-        use_engine(teacher, engine, single_sentences=args.batch_size == 1)
     spec = strategy_spec(args, module)
     label, strategy = build_strategy(spec)
     refuse_incompatible(module, strategy, "--strategy")  # before reading any input
-    refuse_without_teacher(strategy, label, teacher, "--strategy")
-    refuse_unused_teacher({label: strategy}, args.teacher)
+    refuse_without_teacher(strategy, label, args.teacher, "--strategy")
+    refuse_unused_teacher({label: strategy}, args.teacher)  # before the teacher is loaded
+    teacher = load_teacher(args.teacher, tokenizer, device)
+    if teacher is not None:
+        use_engine(teacher, engine, single_sentences=args.batch_size == 1)
     if args.compile:
         module.decoder.use_static_cache(True, args.compile)
     use_engine(module, engine, single_sentences=args.batch_size == 1)
@@ -325,7 +325,7 @@ def cmd_distill(args) -> None:
     refuse_overwriting_inputs({"--output": args.output}, {"--input": args.input})
     check_output_file(Path(args.output), "--output")  # before the teacher decodes for hours
     args.strategy = args.strategy or "beam"  # a teacher is an AT: beam 5, as the grids distil
-    if args.strategy == "beam" and args.beam is None:
+    if args.strategy == "beam" and args.beam is None and "beam_size" not in parse_assignments(args.option or [], "--option"):
         args.beam = 5
     spec = {"name": args.strategy, **strategy_options(args)}
     from atnat.experiments.config.devices import decode_device  # lazy: start-up
@@ -388,9 +388,6 @@ def cmd_evaluate(args) -> None:
     module, tokenizer = load_module(args.checkpoint, map_location=device)
     module = maybe_quantize(module, args.quantize)
     use_engine(module, engine, single_sentences=not args.no_speed)  # the latency timing decodes one at a time
-    teacher = load_teacher(args.teacher, tokenizer, device)
-    if teacher is not None:
-        use_engine(teacher, engine, single_sentences=not args.no_speed)
     sources = read_lines(Path(args.src), "--src")
     references = [read_lines(Path(r), f"--ref {r}") for r in args.ref]
     specs = [strategy_spec(args, module)] + [_spec(s) for s in args.also or []]
@@ -407,11 +404,14 @@ def cmd_evaluate(args) -> None:
         label, strategy = build_strategy(spec)
         built[label] = strategy
         refuse_incompatible(module, strategy, flag)  # before hours of decoding
-        refuse_without_teacher(strategy, label, teacher, flag)
+        refuse_without_teacher(strategy, label, args.teacher, flag)
         if label in labels:  # one row per label: the second would be decoded, then lost or crash the timing
             raise AtnatError(f"{flag}: strategy {label} is asked for twice (also by {labels[label]})")
         labels[label] = flag
-    refuse_unused_teacher(built, args.teacher)
+    refuse_unused_teacher(built, args.teacher)  # before the teacher is loaded
+    teacher = load_teacher(args.teacher, tokenizer, device)
+    if teacher is not None:
+        use_engine(teacher, engine, single_sentences=not args.no_speed)
     speed = None if args.no_speed else SpeedSettings(latency_sentences=args.latency_sentences,
                                                      throughput_sentences=len(sources), repeats=args.repeats,
                                                      threads=args.threads)

@@ -48,7 +48,8 @@ def gpu_problem() -> str | None:
 def gpu_ids(text: str | None, flag: str = "--devices") -> list[str] | None:
     """`--devices 0,1` -> ["0", "1"]: GPU ids of this machine, checked before anything runs; one AtnatError
     when they are not ids, or no GPU is usable here (the cells would train on the CPU instead, without a
-    word), or an id is past the GPUs torch sees. None when not given."""
+    word), or an id is past the GPUs torch sees (under a CUDA_VISIBLE_DEVICES mask: not one of the mask's,
+    since each worker is given its id as CUDA_VISIBLE_DEVICES). None when not given."""
     if not text:
         return None
     ids = [d.strip() for d in text.split(",") if d.strip()]
@@ -58,6 +59,13 @@ def gpu_ids(text: str | None, flag: str = "--devices") -> list[str] | None:
     if problem:
         raise AtnatError(f"{flag} {text}: GPU ids, but no GPU is usable here: {problem}; drop {flag} (--workers N "
                          "runs cells side by side on the CPU)")
+    mask = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if mask is not None:  # each worker gets its id as CUDA_VISIBLE_DEVICES: an id of the machine, not of this mask
+        visible = [m.strip() for m in mask.split(",") if m.strip()]
+        if outside := [d for d in ids if d not in visible]:
+            raise AtnatError(f"{flag} {text}: GPU {', '.join(outside)} is not among this process's "
+                             f"(CUDA_VISIBLE_DEVICES={mask}); each worker is given its id as CUDA_VISIBLE_DEVICES")
+        return ids
     count = torch.cuda.device_count()
     if past := [d for d in ids if int(d) >= count]:
         raise AtnatError(f"{flag} {text}: no GPU {', '.join(past)} here: torch sees {count} (ids 0 to {count - 1})")

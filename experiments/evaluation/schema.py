@@ -39,8 +39,8 @@ class Column:
 
     def accepts(self, value) -> bool:
         """Whether `value` is one of this column's kind: a string for a label, a bool or number for a flag,
-        a real number (not a bool) for a number; None (does not apply) fits every kind."""
-        if value is None:
+        a real number (not a bool) for a number; None or NaN (does not apply) fits every kind."""
+        if value is None or (isinstance(value, float) and math.isnan(value)):
             return True
         if self.kind == "label":
             return isinstance(value, str)

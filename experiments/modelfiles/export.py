@@ -349,10 +349,10 @@ def module_from_checkpoint(path: Path, map_location: str = "cpu") -> Seq2SeqModu
                     f"checkpoint {path}")
     try:
         module = Seq2SeqModule(**checkpoint["hyper_parameters"])
-        problem = state_dict_problem(module.state_dict(), checkpoint["state_dict"])
-        if problem:
-            raise RuntimeError(problem)
-        module.load_state_dict(checkpoint["state_dict"], strict=True)
+        try:  # first: a layer may map an older checkpoint's names onto its own while loading
+            module.load_state_dict(checkpoint["state_dict"], strict=True)
+        except RuntimeError as err:  # torch's message names no tensor on its first line: ours does
+            raise RuntimeError(state_dict_problem(module.state_dict(), checkpoint["state_dict"]) or str(err)) from err
     except AtnatError as err:
         raise AtnatError(f"checkpoint {path}: hyper_parameters: {err}") from err
     except (TypeError, RuntimeError, KeyError) as err:

@@ -474,6 +474,20 @@ def resolve_teachers(grid: Grid, runs_dir: Path, where: str) -> None:
             raise ConfigError(f"{where}: cells.{cell.variant}: its teacher {cell.teacher}: {problem}")
 
 
+def teacher_cycles(teacher_of: dict[str, str]) -> list[list[str]]:
+    """Each cycle of `teacher_of` (cell -> its teacher, every one with a teacher among them), as [a, b, a],
+    once each, in the order first met."""
+    cycles, seen = [], set()
+    for start in teacher_of:
+        walk = [start]
+        while walk[-1] not in walk[:-1] and walk[-1] not in seen:
+            walk.append(teacher_of[walk[-1]])
+        seen.update(walk)
+        if walk.count(walk[-1]) == 2:  # came round to itself on this walk: a new cycle
+            cycles.append(walk[walk.index(walk[-1]):])
+    return cycles
+
+
 def run_order(grid: Grid) -> list[Cell]:
     """Teachers before their students (stable otherwise)."""
     done, order = set(), []
@@ -481,14 +495,12 @@ def run_order(grid: Grid) -> list[Cell]:
     while pending:
         ready = [c for c in pending if c.teacher is None or c.teacher in done]
         if not ready:
-            teacher_of = {c.name: c.teacher for c in grid.cells}
-            walk = [pending[0].name]  # every pending cell has a teacher: following them comes back round
-            while walk[-1] not in walk[:-1]:
-                walk.append(teacher_of[walk[-1]])
-            cycle = walk[walk.index(walk[-1]):]
-            waiting = [c.name for c in pending if c.name not in cycle]
-            raise ConfigError(f"{grid.path}: teacher dependencies form a cycle: {' -> '.join(cycle)} (each learns from "
-                              "the next)" + (f"; waiting on it: {', '.join(waiting)}" if waiting else ""))
+            cycles = teacher_cycles({c.name: c.teacher for c in pending})
+            waiting = [c.name for c in pending if not any(c.name in cycle for cycle in cycles)]
+            raise ConfigError(f"{grid.path}: teacher dependencies form {'a cycle' if len(cycles) == 1 else 'cycles'}: "
+                              + "; ".join(" -> ".join(cycle) for cycle in cycles) + " (each learns from the next)"
+                              + (f"; waiting on {'it' if len(cycles) == 1 else 'them'}: {', '.join(waiting)}"
+                                 if waiting else ""))
         for c in ready:
             order.append(c)
             done.add(c.name)

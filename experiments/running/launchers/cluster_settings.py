@@ -57,7 +57,8 @@ DEFAULT_TIME_MIN, DEFAULT_ARRAY_PARALLELISM = 240, 64
 def refuse_cluster_flags_without_cluster(args) -> None:
     """--partition, --time and the other job settings with --launcher local: refused, not ignored (the user
     meant a cluster run, or is told that these cells run here)."""
-    given = [f"--{name.replace('_', '-')}" for name in CLUSTER_FLAGS if getattr(args, name, None) not in (None, False, [])]
+    given = [f"--{name.replace('_', '-')}" for name in CLUSTER_FLAGS
+             if (value := getattr(args, name, None)) is not None and value is not False and value != []]
     if args.launcher == "local" and given:
         raise AtnatError(f"{', '.join(given)}: settings of a cluster job, but --launcher is local (cells run here, as "
                          "worker processes): add --launcher slurm, or drop them")
