@@ -80,7 +80,7 @@ def test_the_best_at_is_ours_not_its_ctranslate2_twin():
     twin = table[(table.cell == "copy-at-s1") & (table.strategy == "beam5")].assign(strategy="beam5-ct2")
     twin["bleu"] += 0.5
     part = pd.concat([table, twin], ignore_index=True).query("task == 'copy' and status == 'ok'")
-    assert "the best AT system is `copy-at / beam5` (38.05 BLEU)" in _task_summary("copy", part)
+    assert "the best AT system is `copy-at / beam5` (AT beam 5; 38.05 BLEU)" in _task_summary("copy", part)
 
 
 def test_each_speed_ratio_is_widened_by_the_noise_floor_of_its_own_kind():
@@ -123,9 +123,9 @@ def test_the_declared_baseline_is_the_reference_even_when_its_precision_twin_sco
     twin = table[table.cell == "copy-at-s1"].assign(cell="copy-at-fp32-s1", family="copy-at-fp32", variant="at-fp32")
     twin["bleu"] += 0.3
     part = pd.concat([table, twin], ignore_index=True)
-    assert "the best AT system is `copy-at-fp32 / beam5` (38.35 BLEU)" in _task_summary("copy", part)  # undeclared
+    assert "the best AT system is `copy-at-fp32 / beam5` (AT beam 5 (at-fp32); 38.35 BLEU)" in _task_summary("copy", part)  # undeclared
     text = _task_summary("copy", part, baseline="at")
-    assert "the AT baseline (`baseline: at`) is `copy-at / beam5` (38.05 BLEU)" in text
+    assert "the AT baseline (`baseline: at`) is `copy-at / beam5` (AT beam 5 (at); 38.05 BLEU)" in text
     assert _task_summary("copy", part, baseline="gone").count("the best AT system is `copy-at-fp32") == 1
 
     runs = tmp_path / "runs"  # comparisons.csv, paired by seed on the hypotheses, against the same system

@@ -268,7 +268,7 @@ def test_the_verdict_sentence_words_its_gap_as_the_table_does_and_claims_nothing
 
     md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
     summary = md.split("## Summary")[1].split("\n## ")[0]
-    assert "`copy-cmlm-kd / mask-predict-4` (35.65 BLEU, 2 seeds)" in summary
+    assert "`copy-cmlm-kd / mask-predict-4` (CMLM, distilled, mask-predict 4; 35.65 BLEU, 2 seeds)" in summary
     assert "35.65 BLEU (2 of 3 seeds)" in md.split("## Verdict")[1].split("\n## ")[0]
 
 

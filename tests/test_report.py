@@ -167,16 +167,16 @@ def summary_of(md: str) -> str:
 def test_summary_is_phrased_from_the_numbers(report):
     _, md, _ = report
     summary = summary_of(md)
-    assert "the best AT system is `copy-at / beam5` (38.05 BLEU)" in summary
+    assert "the best AT system is `copy-at / beam5` (AT beam 5; 38.05 BLEU)" in summary
     # the difference's interval [-5.1, 0.2] holds 0 and reaches beyond ±1: no claim either way (it used to
     # say "tied")
-    assert "the best NAT system is `copy-cmlm-kd / mask-predict-4` (35.50 BLEU), not resolved: -2.55 BLEU " \
+    assert "the best NAT system is `copy-cmlm-kd / mask-predict-4` (CMLM, distilled, mask-predict 4; 35.50 BLEU), not resolved: -2.55 BLEU " \
            "[-5.10, +0.20] (paired 95%, one seed: the interval covers the choice of test sentences only, not training noise); " \
            "the interval holds 0 but is not inside ±1" in summary  # fmt: skip
     assert "It runs at 3.86× [3.47, 4.25] the batch-1 speed and 2.70× the large-batch throughput of our AT greedy " \
            "(one seed; 95% intervals, at least the A/A noise floor)" in summary  # no throughput interval recorded
     # dialect: [-13.0, -8.1] excludes 0; p is against greedy, Holm 0.0004
-    assert "`dialect-nat / parallel` (41.87 BLEU), 10.53 BLEU behind it: -10.53 BLEU [-13.00, -8.10] (paired 95%, one seed: " \
+    assert "`dialect-nat / parallel` (NAT, on the references, one pass; 41.87 BLEU), 10.53 BLEU behind it: -10.53 BLEU [-13.00, -8.10] (paired 95%, one seed: " \
            "the interval covers the choice of test sentences only, not training noise), and the paired test " \
            "agrees (Holm p < 0.05)" in summary  # fmt: skip
     assert "On `dialect`: Variant mixing (sentences whose words come from more than one target variant): " \
@@ -201,7 +201,7 @@ def test_several_seeds_give_mean_and_spread_and_claims_only_beyond_it(tmp_path):
     assert at["Seeds"] == "3" and at["BLEU"] == "37.12 ± 1.00"
     summary = summary_of(md)
     # copy: the interval [-4.0, -1.1] excludes 0, but Holm p = 0.08 > 0.05 in a seed: not resolved, not "tied"
-    assert "`copy-cmlm-kd / mask-predict-4` (35.50 BLEU, 3 seeds), not resolved: -2.55 BLEU [-4.00, -1.10] " \
+    assert "`copy-cmlm-kd / mask-predict-4` (CMLM, distilled, mask-predict 4; 35.50 BLEU, 3 seeds), not resolved: -2.55 BLEU [-4.00, -1.10] " \
            "(paired 95%, 3 seeds; Student's t over the seeds, test-sentence variance added); the paired test does not agree in " \
            "every seed" in summary
     assert "10.53 BLEU behind it: -10.53 BLEU [-12.10, -9.00] (paired 95%, 3 seeds; Student's t over the seeds, test-sentence " \
@@ -363,7 +363,7 @@ def test_summary_without_at_baseline_or_speedups(tmp_path):
     table.to_csv(root / "results.csv", index=False)
     summary = judging.summary(load_results(root))
     assert summary.startswith("On `copy`: there is no AT baseline; the best NAT system is "
-                              "`copy-cmlm-kd / mask-predict-4` (35.50 BLEU).")  # fmt: skip
+                              "`copy-cmlm-kd / mask-predict-4` (CMLM, distilled, mask-predict 4; 35.50 BLEU).")  # fmt: skip
     assert "It runs at" not in summary and "Not clearly beaten" not in summary
     assert summary.endswith("3 of 4 cells finished; 1 failed (listed below).")
 
@@ -524,7 +524,7 @@ def test_summary_names_the_nat_systems_within_reach_of_the_best_with_their_speed
                   reach("copy-ctc / ctc", 30.5, 2, 5.0, 1.2, 8.8)]).to_csv(root / "ranking.csv", index=False)
     summary = judging.summary(load_results(root))
     copy = summary.split("On `dialect`")[0]
-    assert "the best NAT system is `copy-cmlm-kd / mask-predict-4` (35.50 BLEU, 3 seeds)" in copy
+    assert "the best NAT system is `copy-cmlm-kd / mask-predict-4` (CMLM, distilled, mask-predict 4; 35.50 BLEU, 3 seeds)" in copy
     assert "It runs at 0.45× [" in copy and "(slower) the batch-1 speed" in copy and "(3 seeds; 95% intervals" in copy
     assert ("Within reach of the best NAT (not clearly below it: its paired 95% interval against the best NAT does "
             "not lie below 0, or, where the two are not paired, their 95% intervals overlap): `copy-cmlm-kd / length-beam-3` (35.20 BLEU, -0.30 [-1.00, +0.40] against the best NAT, paired on "
@@ -540,7 +540,7 @@ def test_summary_names_the_nat_systems_within_reach_of_the_best_with_their_speed
     table.loc[table["cell"].str.startswith("copy-ctc"), "bleu"] = 35.3
     table.to_csv(root / "results.csv", index=False)
     summary = judging.summary(load_results(root))
-    assert "the best NAT system is `copy-ctc / ctc` (35.30 BLEU, 2 seeds)" in summary
+    assert "the best NAT system is `copy-ctc / ctc` (CTC, on the references, one pass; 35.30 BLEU, 2 seeds)" in summary
     assert "(paired 95%, 2 seeds; Student's t over the seeds, test-sentence variance added; paired on the 2 seeds both have)" \
            in summary
 

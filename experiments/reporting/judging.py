@@ -13,7 +13,7 @@ import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_at_rows, is_nat_rows, reference_at_rows
 from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, interval, robust_front, seeds_of, significant
-from atnat.experiments.reporting.names import lossy_mark
+from atnat.experiments.reporting.names import lossy_mark, plain_names
 from atnat.experiments.reporting.ranking import MAIN, paired, within_margin
 from atnat.experiments.reporting.results import GridResults, ok_rows
 
@@ -38,10 +38,13 @@ def _best(agg: pd.DataFrame) -> pd.Series | None:
     return None if scored.empty else scored.loc[scored["bleu"].idxmax()]
 
 
-def _name(r: pd.Series) -> str:
+def _name(r: pd.Series, plain: dict[str, str] | None = None) -> str:
+    """`family / strategy` (its plain name, as the verdict calls it; its mean BLEU, over how many seeds)."""
     scored = seeds_of(r, "bleu")  # the seeds its mean BLEU stands on
     seeds = f", {scored} seeds" if scored > 1 else ""
-    return f"`{r['family']} / {r['strategy']}` ({r['bleu']:.2f} BLEU{seeds})"
+    system = f"{r['family']} / {r['strategy']}"
+    called = f"{plain[system]}; " if plain and system in plain else ""
+    return f"`{system}` ({called}{r['bleu']:.2f} BLEU{seeds})"
 
 
 def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin: float,
@@ -170,11 +173,12 @@ def _task_summary(task: str, part: pd.DataFrame, comparisons: pd.DataFrame | Non
     at, nat = _best(agg[reference]), _best(agg[nat_rows])
     declared = baseline and "variant" in agg and (agg.loc[reference, "variant"].astype(str) == baseline).all()
     what = f"the AT baseline (`baseline: {baseline}`)" if declared else "the best AT system"
-    rest = f"{what} is {_name(at)}" if at is not None else "there is no AT baseline"
+    plain = plain_names(agg.assign(system=agg["family"].astype(str) + " / " + agg["strategy"].astype(str)))
+    rest = f"{what} is {_name(at, plain)}" if at is not None else "there is no AT baseline"
     text = f"On `{task}`:{mixing} {_capital(rest) if mixing else rest}"
     if nat is None:
         return text + " and no NAT system."
-    text += f"; the best NAT system is {_name(nat)}"
+    text += f"; the best NAT system is {_name(nat, plain)}"
     if at is not None:
         family_of = dict(zip(part["cell"], part["family"].fillna(part["cell"]))) if "family" in part else {}
         text += ", " + _verdict(nat, at, _comparison(comparisons, task, nat, at), margin, family_of)
