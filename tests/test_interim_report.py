@@ -1,6 +1,7 @@
 """atnat report --interim: a report of a grid whose cells are not all done (the deep grid ran for
 days), written beside the runner's folder without touching it, cells not finished named as such."""
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -30,6 +31,7 @@ def test_an_interim_report_tabulates_the_finished_cells_only(tmp_path, monkeypat
     assert set(table.loc[table.status == "not run", "cell"]) == {"nat-s1"}
     env = json.loads((interim / "environment.json").read_text())
     assert env["interim"].startswith("1 of 2 cells finished when written") and "wall_time_s" not in env
+    assert re.match(r"1 of 2 cells finished when written \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \w+\)", env["interim"])  # its zone
     report = (interim / "report.md").read_text()
     assert report.startswith("# Grid report: two-tests (interim)\n\n> Note: Interim report of a grid still running")
     assert "1 of 2 cells finished; 1 not run yet (listed below)." in report and "`nat-s1`" in report

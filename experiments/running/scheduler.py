@@ -245,11 +245,12 @@ def _interim(grid, path, runs: Path, interim: Path, source: str | None, final: b
     if final:  # every cell collected (write_collected): the grid's report, read from the copies
         to_time = set(table["cell"].astype(str)) - {c.name for c in grid.never_timed()}
         no_speed = sorted(to_time - set(pd.read_csv(interim / "timing.csv")["cell"].astype(str))) if timed else []
-        env["collected_from"] = f"{source}, written {env.pop('started')}" + (
+        env["collected_from"] = f"{source}, written {env.pop('started')} {time.strftime('%Z')}" + (
             f"; no speed was collected for {', '.join(no_speed)}" if no_speed else "" if timed else
             "; no cell's speed was collected (no `atnat time`)")
     else:
-        env["interim"] = (f"{done} of {len(grid.cells)} cells finished when written ({env.pop('started')}); "
+        env["interim"] = (f"{done} of {len(grid.cells)} cells finished when written ({env.pop('started')} "
+                          f"{time.strftime('%Z')}); "
                           + ("speed only of the tasks and seeds timed so far (`atnat time`)" if timed else
                              "no timing phase yet") + (f"; read from {source}" if source else ""))
     env.pop("wall_time_s")
