@@ -187,14 +187,20 @@ def test_a_teacher_of_another_vocabulary_is_refused(tmp_path, monkeypatch, capsy
     assert "--teacher at: its vocabulary is not the model's" in capsys.readouterr().err
 
 
-def test_evaluate_refuses_a_strategy_asked_twice_or_one_without_its_teacher_before_decoding(tmp_path, monkeypatch,
-                                                                                          capsys):
+def trained_at(tmp_path, monkeypatch):
+    """The tiny grid's AT trained in tmp_path (the working folder), a one-line src.txt, and the base argv of
+    `atnat evaluate` on it -> (grid, run folder, argv)."""
     monkeypatch.chdir(tmp_path)
     grid = write_grid(tmp_path)
     assert main(["run", str(grid), "--results", "res", "--only", "at-s1"]) == 0
     run = tmp_path / "res" / "tiny" / "runs" / "at-s1"
     (tmp_path / "src.txt").write_text("a b\n")
-    base = ["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "src.txt", "--no-speed"]
+    return grid, run, ["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "src.txt", "--no-speed"]
+
+
+def test_evaluate_refuses_a_strategy_asked_twice_or_one_without_its_teacher_before_decoding(tmp_path, monkeypatch,
+                                                                                          capsys):
+    grid, run, base = trained_at(tmp_path, monkeypatch)
     capsys.readouterr()
     assert main([*base, "--also", "greedy", "--json", "out.json"]) == 2
     assert "--also greedy: strategy greedy is asked for twice (also by --strategy)" in capsys.readouterr().err
@@ -227,12 +233,7 @@ def test_flags_that_contradict_each_other_or_do_nothing_are_refused(tmp_path, mo
     (the cells trained on the CPU)."""
     import torch
 
-    monkeypatch.chdir(tmp_path)
-    grid = write_grid(tmp_path)
-    assert main(["run", str(grid), "--results", "res", "--only", "at-s1"]) == 0
-    run = tmp_path / "res" / "tiny" / "runs" / "at-s1"
-    (tmp_path / "src.txt").write_text("a b\n")
-    evaluate = ["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "src.txt", "--no-speed"]
+    grid, run, evaluate = trained_at(tmp_path, monkeypatch)
     capsys.readouterr()
     for argv, said in (
             (["--strategy", "beam", "--beam", "4", "--option", "beam_size=8"],
@@ -290,13 +291,8 @@ def test_train_refuses_a_folder_that_is_not_a_run(tmp_path, monkeypatch, capsys)
 
 
 def test_evaluate_checks_its_output_paths_first_and_writes_each_file_on_its_own(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    grid = write_grid(tmp_path)
-    assert main(["run", str(grid), "--results", "res", "--only", "at-s1"]) == 0
-    run = tmp_path / "res" / "tiny" / "runs" / "at-s1"
-    (tmp_path / "src.txt").write_text("a b\n")
+    _, run, base = trained_at(tmp_path, monkeypatch)
     (tmp_path / "adir").mkdir()
-    base = ["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "src.txt", "--no-speed"]
     capsys.readouterr()
     assert main([*base, "--hyps", "adir", "--json", "s.json"]) == 2
     assert "--hyps adir is a folder; give a file path" in capsys.readouterr().err  # before decoding
