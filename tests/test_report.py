@@ -404,6 +404,17 @@ def test_environment_records_the_cpu_model_and_its_vector_instructions(tmp_path)
     env = environment(load_grid(tmp_path / "g.yaml"), 12.5, "atnat run g.yaml")
     assert {"cpu_model", "cpu_flags", "torch_cpu_capability"} <= set(env) and env["wall_time_s"] == 12.5
     assert env["git_dirty"] in (True, False, None)  # None outside a git checkout
+    import torch
+
+    if not torch.cuda.is_available():  # the report writer's threads, in words ("1 threads" once)
+        threads = torch.get_num_threads()
+        try:
+            torch.set_num_threads(1)
+            assert environment(load_grid(tmp_path / "g.yaml"), 1.0, "x")["device"].endswith(", 1 thread)")
+            torch.set_num_threads(2)
+            assert environment(load_grid(tmp_path / "g.yaml"), 1.0, "x")["device"].endswith(", 2 threads)")
+        finally:
+            torch.set_num_threads(threads)
 
 
 def test_curves_of_several_seeds_get_a_band_of_their_range(tmp_path):

@@ -19,8 +19,9 @@ def environment(grid, wall_time: float, command: str) -> dict:
     (`grid`: the grid, or its file's path)."""
     grid_path = getattr(grid, "path", grid)
     version = code_version()
+    threads = torch.get_num_threads()
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else \
-        f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        f"CPU ({platform.processor() or platform.machine()}, {threads} thread{'' if threads == 1 else 's'})"
     return {"command": command, "device": device, **cpu_info(), "python": platform.python_version(),
             "torch": torch.__version__, "lightning": pytorch_lightning.__version__, "sacrebleu": sacrebleu.__version__,
             "wall_time_s": round(wall_time, 1),
