@@ -78,3 +78,26 @@ def test_a_record_written_with_numpy_values_and_nan_labels_reads_back(tmp_path):
                                    "timing_session": float("nan")}])
     (row,) = read_metrics(tmp_path)["rows"]
     assert row["timing_threads"] == 4 and isinstance(row["timing_threads"], int) and row["bleu"] == 30.5
+
+
+def test_restat_refuses_a_folder_whose_cell_has_no_results_and_changes_nothing(tmp_path, monkeypatch, capsys):
+    """A run folder removed (or its metrics.json) after the run: --restat rewrote every table with the cell
+    "not run" beside rows without BLEU and exited 0; it must refuse, naming the cell's folder, and keep the tables."""
+    import shutil
+
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", str(tmp_path / "g.yaml"), "--results", "res"]) == 0
+    out = tmp_path / "res" / "two-tests"
+    tables = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    for remove in (lambda run: (run / "metrics.json").unlink(), lambda run: shutil.rmtree(run)):
+        backup = tmp_path / "backup"
+        shutil.copytree(out / "runs" / "at-s1", backup)
+        remove(out / "runs" / "at-s1")
+        capsys.readouterr()
+        assert main(["report", "--restat", str(tmp_path / "g.yaml"), "--results", "res"]) == 2
+        err = capsys.readouterr().err
+        assert "runs/at-s1" in err and "no results" in err, err
+        assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == tables
+        shutil.rmtree(out / "runs" / "at-s1", ignore_errors=True)
+        shutil.move(backup, out / "runs" / "at-s1")

@@ -271,6 +271,7 @@ def write_restat(path, *, results_root: Path = Path("results"), smoke: bool = Fa
     grid, out = load_grid_into(path, results_root, smoke)
     if not (out / "runs").is_dir() or not (out / "environment.json").is_file():
         raise AtnatError(f"{out}: --restat needs a finished run's folder with its runs/ and environment.json")
+    _refuse_lost_results(grid, out)
     damaged = []
     for cell in grid.cells:
         try:
@@ -290,6 +291,25 @@ def write_restat(path, *, results_root: Path = Path("results"), smoke: bool = Fa
             write_json_atomic(out / "goals.json", grid.goals)
         write_report(out, figures and grid.report.figures)
     return out, damaged
+
+
+def _refuse_lost_results(grid, out: Path) -> None:
+    """AtnatError naming the cells that had a result when the run wrote its tables but have no
+    metrics.json now (a run folder removed or cut): recomputed without them, every table would show
+    the cell "not run" beside its timing rows, and the run's findings would be lost, not restated."""
+    before: dict[str, str] = {}
+    try:
+        table = pd.read_csv(out / "results.csv", usecols=["cell", "status"])
+        before = dict(zip(table["cell"].astype(str), table["status"].astype(str)))
+    except (OSError, ValueError):  # no readable results.csv: every cell must have its record
+        pass
+    lost = [Path(c.config.output_dir) for c in grid.cells
+            if before.get(c.name) != "not run" and not (Path(c.config.output_dir) / "metrics.json").is_file()]
+    if lost:
+        raise AtnatError(f"{out}: --restat recomputes the tables from every cell's results, and "
+                         f"{len(lost)} cell(s) have no results there (no metrics.json): "
+                         f"{', '.join(str(p) for p in lost)}; restore those folders (`atnat collect` keeps copies), "
+                         "or `atnat run` the grid to run them again; nothing was changed")
 
 
 def _judged_by(grid) -> dict:
