@@ -89,3 +89,30 @@ def test_an_authors_own_csv_in_the_folder_does_not_block_the_report(tmp_path):
     root = fx.build_results(tmp_path)
     (root / "my_side_analysis.csv").write_text("step,loss\n1,2.0\n2,1.5")
     load_results(root)
+
+
+@pytest.mark.parametrize("table", ["comparisons.csv", "ranking.csv", "extra_tests.csv"])
+def test_a_table_the_runner_wrote_and_that_is_gone_is_refused(tmp_path, monkeypatch, capsys, table):
+    """comparisons.csv or ranking.csv deleted after the run: the report exited 0, judged the NATs without the
+    paired intervals (stronger verdicts than the pairs allow) and dropped its ranking section without a word."""
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path)
+    runs = tmp_path / "res" / "tiny" / "runs"
+    rows = {"at-s1": [{"strategy": "greedy", "strategy_name": "greedy", "bleu": 30.0}],
+            "cmlm-kd-s1": [{"strategy": "mask-predict-2", "strategy_name": "mask-predict", "bleu": 29.0}]}
+    for cell, cell_rows in rows.items():
+        (runs / cell).mkdir(parents=True)
+        (runs / cell / "metrics.json").write_text(json.dumps({"status": "ok", "rows": cell_rows}))
+    monkeypatch.setattr("atnat.experiments.running.scheduler.run_one", lambda *a: pytest.fail("a finished cell was rerun"))
+    assert main(["run", str(grid), "--results", "res"]) == 0
+    out = tmp_path / "res" / "tiny"
+    assert main(["report", str(out)]) == 0
+    (out / table).unlink()
+    (out / "report.md").unlink()
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{table}: missing" in err and f"atnat run {grid}" in err, err
+    assert not (out / "report.md").exists()
+    assert main(["run", str(grid), "--results", "res"]) == 0  # the rebuild the message names
+    assert (out / table).is_file() and main(["report", str(out)]) == 0

@@ -24,9 +24,20 @@ def check_tables(root: Path, env: dict | None) -> None:
     """Every table the runner writes into the results folder `root` is whole (see the module docstring); other
     CSV files there (an author's own analyses) are not the report's to judge."""
     grid = _grid(env)
+    written = (env or {}).get("tables")
+    for name in written if isinstance(written, list) else []:
+        if name in TABLES and not (root / name).is_file():
+            raise AtnatError(f"{root / name}: missing, but the run wrote it (environment.json lists it): without it the "
+                             f"report would judge the systems without its rows; {REBUILD.format(grid=grid)}")
     for path in [*(root / name for name in TABLES), *sorted((root / "curves").glob("*.csv"))]:
         if path.is_file():
             check_whole(path, grid)
+
+
+def tables_written(root: Path) -> list[str]:
+    """The tables of TABLES in the results folder `root`, for environment.json's `tables`: the report refuses
+    the folder when one of them is gone (check_tables)."""
+    return [name for name in TABLES if (root / name).is_file()]
 
 
 def check_whole(path: Path, grid: str = "GRID") -> None:

@@ -29,6 +29,7 @@ from atnat.experiments.modelfiles.checkpoints import checkpoint_step
 from atnat.experiments.provenance import tracked_files
 from atnat.experiments.reporting.environment import environment
 from atnat.experiments.reporting.goals import goal_pairs, parse_goals
+from atnat.experiments.reporting.integrity import tables_written
 from atnat.experiments.reporting.records import cell_status, read_metrics
 from atnat.experiments.reporting.report import write_report
 from atnat.experiments.reporting.table import tabulate
@@ -237,7 +238,7 @@ def _interim(grid, path, runs: Path, interim: Path, source: str | None, final: b
     env = environment(grid.path, 0.0, command)
     done = int(table.drop_duplicates("cell")["status"].eq("ok").sum())
     timed = (interim / "timing.csv").is_file()
-    env |= {**_judged_by(grid), "results_rows": len(table),
+    env |= {**_judged_by(grid), "results_rows": len(table), "tables": tables_written(interim),
             **({"timing": timing_description(interim)} if timed else {}),  # else no `timing`: no speed measured
             "stale_cells_interim": {x.cell: x.reason for x in find_stale(grid, grid.cells)}}
     if unverified:  # copies collected before collect recorded their files' sha256
@@ -285,7 +286,7 @@ def write_restat(path, *, results_root: Path = Path("results"), smoke: bool = Fa
             + (" --smoke" if smoke else "")
         now = environment(grid.path, 0.0, command)
         env |= {"restat": {k: now[k] for k in ("command", "git_commit", "git_dirty", "started") if k in now},
-                **_judged_by(grid), "results_rows": len(table)}
+                **_judged_by(grid), "results_rows": len(table), "tables": tables_written(out)}
         write_json_atomic(out / "environment.json", env)
         if grid.goals:  # judged as the grid states them now, as ranking.csv's goal pairs are
             write_json_atomic(out / "goals.json", grid.goals)
@@ -336,6 +337,7 @@ def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_b
     env |= _judged_by(grid)
     env["plugins"] = installed_plugins()  # every plugin this process saw, with its distribution's version
     env["results_rows"] = len(table)  # the report refuses a results.csv with fewer (a cut-short file)
+    env["tables"] = tables_written(out)  # and a folder where one of these is gone
     write_json_atomic(out / "environment.json", env)
     # the grid file as run: the report tells a reader when the file has changed since (its settings differ)
     atomic_write_bytes(out / "grid-as-run.yaml", grid.source or Path(grid.path).read_bytes())
