@@ -182,3 +182,26 @@ def test_a_damaged_distillation_cache_is_decoded_again_and_named(teacher, capsys
     assert distill.distilled_targets(run, ["s", "t"], ["x", "y"], {"name": "greedy"})[0] == ["again", "!"]
     assert f"the distillation cache {cache} is damaged" in capsys.readouterr().err
     assert distill.distilled_targets(run, ["s", "t"], ["x", "y"], {"name": "greedy"})[0] == ["again", "!"]  # written anew
+
+
+@pytest.mark.parametrize("teacher_decoder, vocab, expected", [
+    ("cmlm", 6, r"a teacher is an AT \(capability 'step'.*'cmlm'"),
+    ("at", 7, r"its vocabulary is not the model's"),
+])
+def test_a_run_whose_teacher_cannot_verify_is_refused_before_it_trains(tmp_path, monkeypatch, teacher_decoder, vocab,
+                                                                       expected):
+    """A run evaluating speculative decoding with distill.teacher a non-AT run, or an AT of another vocabulary,
+    trained to the end and only then failed (an IndexError for the vocabulary): refused before training."""
+    from atnat.experiments.running import cell as cell_module
+
+    base = TINY["base"]
+    strategies = ["greedy"] if teacher_decoder == "at" else [{"name": "mask-predict", "iterations": 1}]
+    teacher_raw = {**base, "name": "teacher", "decoder": {"name": teacher_decoder},
+                   "eval": {"n_bootstrap": 10, "strategies": strategies},
+                   "task": {**base["task"], "vocab": vocab}, "train": {**base["train"], "max_steps": 2, "val_every_steps": 2}}
+    run_cell(run_config_from_dict(teacher_raw, "test"), tmp_path / "teacher")
+    student = {**base, "name": "student", "decoder": {"name": "cmlm"}, "distill": {"teacher": str(tmp_path / "teacher"),
+               "targets": False}, "eval": {"n_bootstrap": 10, "strategies": [{"name": "speculative", "block": 2}]}}
+    monkeypatch.setattr(cell_module, "train", lambda *a, **k: pytest.fail("trained before refusing the teacher"))
+    with pytest.raises(AtnatError, match=expected):
+        run_cell(run_config_from_dict(student, "test"), tmp_path / "student")

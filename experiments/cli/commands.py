@@ -126,19 +126,13 @@ def refuse_unused_teacher(strategies: dict[str, object], teacher: str | None) ->
 def load_teacher(path: str | None, tokenizer, device):
     """The --teacher model (npd's scorer, speculative's verifier), refused unless it reads and writes the same
     tokens as the model: its ids index another vocabulary (an IndexError mid-way, or silently other words)."""
+    from atnat.experiments.evaluation.assemble import check_teacher  # lazy: start-up
     from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
 
     if not path:
         return None
     teacher, teacher_tokenizer = load_module(path, map_location=device)
-    if "step" not in teacher.decoder.capabilities:
-        raise AtnatError(f"--teacher {path}: a teacher is an AT (capability 'step': it re-ranks npd's candidates or "
-                         f"verifies speculative drafts); this one's decoder is {teacher.decoder.registered_name!r}")
-    if teacher_tokenizer.to_state() != tokenizer.to_state():
-        sizes = f"{teacher_tokenizer.vocab_size} and {tokenizer.vocab_size} tokens"
-        raise AtnatError(f"--teacher {path}: its vocabulary is not the model's ({sizes}"
-                         f"{', other pieces' if teacher_tokenizer.vocab_size == tokenizer.vocab_size else ''}): "
-                         "a teacher must be trained on the same tokenizer (the same task) as the model")
+    check_teacher(teacher, teacher_tokenizer, tokenizer, f"--teacher {path}")
     return teacher
 
 

@@ -51,6 +51,24 @@ def teacher_scorer(teacher: Seq2SeqModule | None, src: torch.Tensor) -> dict:
     return {"scorer": score}
 
 
+def check_teacher(teacher: Seq2SeqModule, teacher_tokenizer, tokenizer, what: str, verifies: bool = False) -> None:
+    """AtnatError unless `teacher` (named `what`: "--teacher PATH", a run's distill.teacher) can run beside a model
+    of `tokenizer` (npd's scorer, speculative's verifier): an AT reading and writing the same tokens; checked
+    before anything is decoded or trained, since its ids would index another vocabulary (an IndexError mid-way,
+    or silently other words); `verifies`: it verifies speculative drafts, so its block pass must be exact."""
+    if "step" not in teacher.decoder.capabilities:
+        raise AtnatError(f"{what}: a teacher is an AT (capability 'step': it re-ranks npd's candidates or "
+                         f"verifies speculative drafts); this one's decoder is {teacher.decoder.registered_name!r}")
+    if teacher_tokenizer.to_state() != tokenizer.to_state():
+        sizes = f"{teacher_tokenizer.vocab_size} and {tokenizer.vocab_size} tokens"
+        raise AtnatError(f"{what}: its vocabulary is not the model's ({sizes}"
+                         f"{', other pieces' if teacher_tokenizer.vocab_size == tokenizer.vocab_size else ''}): "
+                         "a teacher must be trained on the same tokenizer (the same task) as the model")
+    problem = block_verify_problem(teacher.decoder) if verifies else None
+    if problem:
+        raise AtnatError(f"{what}: speculative decoding cannot verify with this AT teacher in one block pass: {problem}")
+
+
 def teacher_verifier(teacher: Seq2SeqModule, src: torch.Tensor) -> dict:
     """The verifier keyword of speculative decoding: a function that builds, for one search, the
     teacher's decoder over its own encoding of the batch (the teacher's encoder runs then: part of the

@@ -22,6 +22,7 @@ from atnat.experiments.config.devices import helper_rank, inference_device, requ
 from atnat.experiments.config.run import RunConfig, build_strategy, load_task
 from atnat.experiments.config.settings import resolved
 from atnat.experiments.config.speed import SpeedSettings
+from atnat.experiments.evaluation.assemble import check_teacher
 from atnat.experiments.evaluation.baseline import plain_at_config
 from atnat.experiments.evaluation.evaluate import EvalResult, evaluate, validation_bleu
 from atnat.experiments.evaluation.timing import COLUMNS, System, time_systems
@@ -52,20 +53,21 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
     refuse_another_teacher(cfg, run_dir)
     if done is not None and (run_dir / "distill.json").is_file():
         distill_meta = json.loads((run_dir / "distill.json").read_text())
+    if any(build_strategy(s)[1].uses_teacher for s in cfg.eval.strategies):  # checked before anything is trained
+        if cfg.distill is None:
+            raise AtnatError(f"run {cfg.name}: a strategy that runs an AT teacher (npd, speculative) needs "
+                             "distill.teacher")
+        teacher, teacher_tokenizer = load_module(cfg.distill.teacher, map_location=device)
+        check_teacher(teacher, teacher_tokenizer, task.tokenizer, f"run {cfg.name}: distill.teacher {cfg.distill.teacher}",
+                      verifies=any(not build_strategy(s)[1].needs_scorer for s in cfg.eval.strategies
+                                   if build_strategy(s)[1].uses_teacher))
     if cfg.distill is not None and cfg.distill.targets and done is None:
-
-
         src, tgt = task.splits["train"]
         follow = counting_phase(run_dir, "distilling training sentences with the teacher", len(src))
         targets, distill_meta = distilled_targets(cfg.distill.teacher, src, tgt, cfg.distill.strategy,
                                                   device=device, on_batch=follow)
         write_json_atomic(run_dir / "distill.json", distill_meta)
 
-    if any(build_strategy(s)[1].uses_teacher for s in cfg.eval.strategies):
-        if cfg.distill is None:
-            raise AtnatError(f"run {cfg.name}: a strategy that runs an AT teacher (npd, speculative) needs "
-                             "distill.teacher")
-        teacher = load_module(cfg.distill.teacher, map_location=device)[0]
     started = time.time()
     best = done or train(cfg, run_dir, prepare_data(cfg, task, targets), allow_changes=allow_changes)
     if best is None:
