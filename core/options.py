@@ -155,6 +155,12 @@ def require_between(value: Any, low: int, high: int, owner: str, field: str) -> 
     require(ok, owner, field, f"an integer from {low} to {high:,}", value)
 
 
+def require_number_between(value: Any, low: float, high: float, owner: str, field: str, why: str = "") -> None:
+    """A finite number in [low, high] (an int is a number); `why` says what lies beyond."""
+    require(_finite(value) and low <= value <= high, owner, field,
+            f"a finite number from {low:g} to {high:g}" + (f" ({why})" if why else ""), value)
+
+
 def require_positive(owner: str, **fields: float) -> None:
     for field, value in fields.items():
         require(_finite(value) and value > 0, owner, field, "> 0", value)

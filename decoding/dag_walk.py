@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from atnat.core.options import require_non_negative
+from atnat.core.options import require_non_negative, require_number_between
 from atnat.core.special import NEG_INF, SpecialTokens
 from atnat.decoding.base import Hypotheses, Strategy, register_strategy
 from atnat.decoding.candidates import argmax_ordinary, never_emitted
@@ -138,9 +138,11 @@ class DAGViterbi(DAGWalk):
     (sum of link and token log-probs) / K^beta. K ranges over 1 .. L_b - 2 (0 when L_b = 2)."""
 
     beta: float = 1.0  # length normalisation exponent (0: the highest total, which favours few tokens)
+    MAX_BETA: ClassVar[float] = 50.0  # K ** -beta stays a float64 normal number for graphs of up to 10^6 vertices
 
     def __post_init__(self) -> None:
-        require_non_negative(f"strategy {self.registered_name!r}", beta=self.beta)
+        require_number_between(self.beta, 0, self.MAX_BETA, f"strategy {self.registered_name!r}", "beta",
+                               "the length normalisation K^beta leaves float range beyond")
 
     def choose(self, links, ahead, padding_mask, last):
         B, L = padding_mask.shape
@@ -157,7 +159,7 @@ class DAGViterbi(DAGWalk):
                 alpha = alpha + emit
                 backs.append(back)
             total, final = (alpha + to_end).max(dim=1)  # (B,) best path of k middle vertices
-            totals.append(total / k ** self.beta)
+            totals.append(total.double() * float(k) ** -float(self.beta))  # float64: K ** -beta is tiny for large beta
             finals.append(final)
         totals = torch.stack(totals, 1)  # (B, K)
         k_best = totals.argmax(1)  # (B,) 0-based: k_best + 1 middle vertices

@@ -202,6 +202,21 @@ def test_joint_viterbi_picks_path_and_length():
     assert decode(DAGViterbi(beta=0.0))[0] == [B]  # the highest total, unnormalised: K = 1
 
 
+def test_joint_viterbis_length_exponent_may_be_a_whole_number_and_is_bounded():
+    """beta = 20 written as an int overflowed (K ** 20 an int too big for a tensor), beta = 1e308 overflowed in K ** beta:
+    a whole number decodes as its float does, and an exponent beyond float range is refused when the strategy is built."""
+    torch.manual_seed(4)
+    module = Seq2SeqModule(vocab_size=40, decoder="dag", model=TINY_MODEL, decoder_options={"upsample": 4.0}).eval()
+    src = torch.randint(6, 40, (3, 9))
+    lengths = torch.tensor([9, 7, 5])
+    whole = module.decode(src, lengths, DAGViterbi(beta=20)).sequences(SP)
+    assert whole == module.decode(src, lengths, DAGViterbi(beta=20.0)).sequences(SP)
+    assert len(whole[0]) >= len(module.decode(src, lengths, DAGViterbi(beta=0.0)).sequences(SP)[0])  # favours length
+    for beta in (1e308, float("inf"), 51):
+        with pytest.raises(AtnatError, match=r"strategy 'dag-viterbi': beta must be a finite number from 0 to 50"):
+            DAGViterbi(beta=beta)
+
+
 def test_equal_neighbours_merge_unless_dedup_is_off():
     model = HandGraph()
     model.log_probs[0, 2] = torch.tensor(vertex({A: .9, C: .1})).log()  # vertex 2 now repeats vertex 1's A
