@@ -63,7 +63,7 @@ class Speculative(Strategy):
     needs_verifier: ClassVar[bool] = True
     label_options: ClassVar[tuple[str, ...]] = ("block",)
 
-    block: int = 5  # K: tokens drafted per round (the verifier reads K + 1)
+    block: int = 5  # K: tokens drafted per round (the verifier reads K + 1); at most the output budget
     max_len_a: float = 2.0  # the greedy output reproduced has at most floor(a * source length + b) content tokens ...
     max_len_b: int = 10  # ... (see max_len_a) ...
     max_len_cap: int = 1024  # ... and never more than this (greedy's defaults, as greedy's options)
@@ -88,10 +88,11 @@ class Speculative(Strategy):
         dev = src_lengths.device
         max_len, T, _ = step_budget(self, src_lengths, verifier.max_output_length)
         B = max_len.numel()
+        block = min(self.block, T)  # no round keeps more than T tokens: a longer draft would only cost memory
         lengths = predicted_lengths(model, memory, 1)[:, 0]  # (B,) the drafter's sentence lengths
         out_tok = torch.full((B, T), special.pad, dtype=torch.long, device=dev)
         out_lp, out_len = torch.zeros(B, T, device=dev), torch.zeros(B, dtype=torch.long, device=dev)
-        width = T + self.block + 1  # a round may look past a row's maximum; those columns are never kept
+        width = T + block + 1  # a round may look past a row's maximum; those columns are never kept
         tok = torch.full((B, width), special.pad, dtype=torch.long, device=dev)  # (R, width) live rows
         lp = torch.zeros(B, width, device=dev)
         n = torch.zeros(B, dtype=torch.long, device=dev)  # (R,) tokens accepted so far
@@ -99,15 +100,15 @@ class Speculative(Strategy):
         alive = torch.arange(B, device=dev)
         banned = torch.tensor(list(forbidden_ids(special)), device=dev)
         drafts = verifies = accepted = sentence_passes = 0
-        span = torch.arange(self.block + 1, device=dev)[None, :]  # (1, K + 1)
+        span = torch.arange(block + 1, device=dev)[None, :]  # (1, K + 1)
         while alive.numel():
-            proposal = draft(model, memory, tok, n, lengths, self.block, special)  # (R, K)
+            proposal = draft(model, memory, tok, n, lengths, block, special)  # (R, K)
             logp = verifier.step_block(torch.cat([last[:, None], proposal], 1), n)  # (R, K + 1, V)
             drafts, verifies = drafts + 1, verifies + 1
             scores, choice = logp.index_fill(-1, banned, NEG_INF).max(-1)  # (R, K + 1) the AT's greedy picks
             agree = (choice[:, :-1] == proposal).long().cumprod(1).sum(1)  # (R,) drafts the AT agrees with
             ends = (choice == special.eos) & (span <= agree[:, None])  # (R, K + 1) an EOS among the kept
-            first_eos = torch.where(ends.any(1), ends.long().argmax(1), self.block + 1)
+            first_eos = torch.where(ends.any(1), ends.long().argmax(1), block + 1)
             keep = torch.minimum(torch.minimum(agree + 1, first_eos + 1), max_len - n)  # (R,) tokens kept
             cols = n[:, None] + span  # (R, K + 1) where the kept tokens go
             kept = span < keep[:, None]
