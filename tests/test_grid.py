@@ -324,6 +324,7 @@ def _with(**changes):
     (_with(exclude=[{"cell": "nta"}]), r"exclude\[0\]\.cell: 'nta' is none of its values \(valid: at, cmlm-kd\), so "
                                        r"the rule would exclude nothing"),
     (_with(exclude=[{"seed": 7}]), r"exclude\[0\]\.seed: 7 is none of its values \(valid: 1\)"),
+    (_with(exclude=[{"seed": 1}]), r"exclude leaves no cell of the grid: nothing would run"),
     (_with(exclude=[{"cell": ["at"]}]), r"exclude\[0\]\.cell: \['at'\] is none of its values"),
     (_with(seeds=[]), "seeds must be a non-empty list of integers"),
     (_with(seeds=3), "seeds must be a non-empty list of integers"),
@@ -340,7 +341,7 @@ def test_grid_settings_that_would_be_ignored_or_overridden_are_refused(tmp_path,
     """Each was accepted: a misspelt exclude rule excluded nothing, a cell's value replaced every axis value (two
     runs labelled differently, trained alike), seed:/name:/output_dir were silently replaced or bypassed the
     results folder, an explicit distill.teacher was swapped for teacher:'s run; a non-list exclude or seeds
-    crashed with a traceback."""
+    crashed with a traceback; an exclude that removed every cell passed a dry run and crashed `atnat run`."""
     with pytest.raises(ConfigError, match=message):
         load_grid(write_grid(tmp_path, data))
 

@@ -286,6 +286,8 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
                     continue
                 cells.append(make_cell(name, base, combo, variant, dict(settings or {}), seed, labels,
                                        smoke_cfg, f"{where}: cells.{variant}", plugins))
+    if not cells and data.get("exclude"):  # a dry run and status would show an empty grid; `atnat run` had nothing to judge
+        raise ConfigError(f"{where}: exclude leaves no cell of the grid: nothing would run (exclude: {data['exclude']!r})")
     named: dict[str, Cell] = {}
     for cell in cells:  # a name is a run folder: two cells sharing one would report one's numbers for both
         other = named.setdefault(cell.name, cell)
