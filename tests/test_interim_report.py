@@ -46,3 +46,26 @@ def test_an_interim_report_tabulates_the_finished_cells_only(tmp_path, monkeypat
     assert main(["report", "--interim", str(tmp_path / "g.yaml"), "--results", "res"]) == 0
     report = (interim / "report.md").read_text()
     assert "> Note: Run with other settings than the grid file gives now" in report and "`at-s1` (" in report
+
+
+def test_a_cell_timed_whose_run_folder_is_gone_is_not_run_not_a_row_without_bleu(tmp_path, monkeypatch, capsys):
+    """The baseline cell's run folder gone but its rows still in timing.csv: the interim report crashed
+    (AttributeError in the paired test) and the tables showed the cell's timed strategies as "ok" rows without BLEU."""
+    from tests.test_grid import write_grid
+
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path)
+    out = tmp_path / "res" / "tiny"
+    for cell, strategy in (("at-s1", "greedy"), ("cmlm-kd-s1", "mask-predict-2")):
+        (out / "runs" / cell).mkdir(parents=True)
+        (out / "runs" / cell / "metrics.json").write_text(json.dumps(
+            {"status": "ok", "rows": [{"strategy": strategy, "strategy_name": strategy.split("-")[0], "bleu": 30.0}]}))
+    pd.DataFrame([{"cell": "at-s1", "strategy": "greedy", "latency_ms_b1": 10.0, "speedup_vs_at": 1.0},
+                  {"cell": "cmlm-kd-s1", "strategy": "mask-predict-2", "latency_ms_b1": 5.0, "speedup_vs_at": 2.0}]
+                 ).to_csv(out / "timing.csv", index=False)
+    import shutil
+    shutil.rmtree(out / "runs" / "at-s1")
+    assert main(["report", "--interim", str(grid), "--results", "res"]) == 0, capsys.readouterr().err
+    table = pd.read_csv(out / "interim" / "results.csv")
+    assert table.loc[table.cell == "at-s1", "status"].tolist() == ["not run"]
+    assert table.loc[table.status == "ok", "bleu"].notna().all()

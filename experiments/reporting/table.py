@@ -38,7 +38,9 @@ def add_significance(df: pd.DataFrame, runs: Path, *, method: str = "bs", n: int
     df["p_baseline"], df["bleu_p_sides"] = "", 2.0  # paired_significance's p are two-sided
     for (task, seed), base in baseline_cells(df, baseline).items():
         rows = df[(df.task == task) & (df.seed == seed) & (df.status == "ok")]
-        base_rows = df[(df.cell == base)]
+        base_rows = df[(df.cell == base) & (df.status == "ok")]
+        if base_rows.empty:  # the baseline cell has no result (not run yet, or its run folder gone)
+            continue
         ref_strategy = next((s for s in base_rows.strategy if s.startswith("beam")), base_rows.strategy.iloc[0])
         base_hyps = read_hyps(runs / base / "hyps" / f"{ref_strategy}.txt")
         refs = read_references(runs / base)
@@ -122,7 +124,8 @@ def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None, runs: Path | None 
     """The timing phase's columns (timing.csv) joined on (cell, strategy), a row timed on other weights than
     the cell's now left out (its cell shows no speed until timed again); systems timed but not
     evaluated (a plain AT's CTranslate2 twin, `<strategy>-ct2`) become rows of their cell with
-    speed columns only; the A/A control's rows stay in timing.csv (their noise floor is a column)."""
+    speed columns only, where the cell has results (a cell not run, or whose run folder is gone, gets none);
+    the A/A control's rows stay in timing.csv (their noise floor is a column)."""
     if timing is None or timing.empty or "strategy" not in df:  # (no cell has results: nothing to time)
         return df
     if "control" in timing:  # the A/A control's twin is a measurement of noise, not a system
@@ -137,7 +140,7 @@ def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None, runs: Path | None 
         return merged
     labels = [c for c in ("family", "variant", "task", "decoder", "seed", "distilled", "guided_attention", "options",
                           "teacher") if c in df]
-    info = df.drop_duplicates("cell").set_index("cell")[labels]
+    info = df[df.status == "ok"].drop_duplicates("cell").set_index("cell")[labels]  # a cell without results has no twin
     extra = extra.join(info, on="cell").assign(strategy_name=extra.strategy, status="ok", error="")
     if runs is not None:  # a CTranslate2 twin scored like any system (evaluation/exported.py)
         scores = pd.DataFrame([{"cell": c, "strategy": s, **row} for c in extra.cell.unique()
