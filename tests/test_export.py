@@ -205,6 +205,16 @@ def test_an_export_config_is_checked_against_ranges_and_the_weights_before_alloc
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: nothing large allocated
 
 
+@pytest.mark.parametrize("value", ["bogus", 13, None])
+def test_an_export_configs_bleu_tokenizer_is_checked_when_loaded(run, tmp_path, value):
+    """An edited bleu_tokenize in config.json loaded, decoded a whole test set, then failed in sacrebleu
+    (KeyError): one error naming config.json and the field when the model is loaded."""
+    out = export_safetensors(load_module(run)[0], tmp_path / "exp")
+    rewrite_config(out, lambda config: config.update(bleu_tokenize=value))
+    with pytest.raises(AtnatError, match=r"config\.json: bleu_tokenize .* is none of sacrebleu's tokenizers \(13a, "):
+        load_module(out)
+
+
 def test_a_format_1_export_is_checked_against_the_weights_shapes(run, tmp_path):
     """An export written before the weights recorded their hyper-parameters: the safetensors header's
     shapes against the model the config describes (built on the meta device) are the check."""

@@ -238,9 +238,21 @@ def load_export(directory: str | Path, map_location: str = "cpu") -> Seq2SeqModu
     except (SafetensorError, RuntimeError, OSError, ValueError) as err:
         raise AtnatError(f"{weights}: cannot load the weights ({err})") from err
     module.tokenizer_state = tokenizer_state_from_file(tok_path, tok_kind)
-    module.bleu_tokenize = config.get("bleu_tokenize", "13a")
+    module.bleu_tokenize = checked_bleu_tokenize(config.get("bleu_tokenize", "13a"), directory / CONFIG)
     module.plugins = [str(p) for p in config.get("plugins") or []]
     return module.to(map_location)
+
+
+def checked_bleu_tokenize(value, where: Path) -> str:
+    """A model file's BLEU tokenizer, refused unless sacrebleu has it: scoring a whole test set would end
+    in sacrebleu's KeyError, after every sentence was decoded."""
+    from sacrebleu.metrics import BLEU
+
+    names = sorted(BLEU.TOKENIZERS, key=lambda name: (name != "13a", name))
+    if not isinstance(value, str) or value not in names:
+        raise AtnatError(f"{where}: bleu_tokenize {value!r} is none of sacrebleu's tokenizers ({', '.join(names)}): "
+                         "not a file atnat wrote, or edited since")
+    return value
 
 
 def missing_plugins(decoder: str, recorded, where: str) -> None:
@@ -359,4 +371,5 @@ def module_from_checkpoint(path: Path, map_location: str = "cpu") -> Seq2SeqModu
         raise AtnatError(f"checkpoint {path}: its weights do not fit the model its hyper-parameters "
                          f"describe ({str(err).strip().splitlines()[0]})") from err
     module.on_load_checkpoint(checkpoint)
+    checked_bleu_tokenize(module.bleu_tokenize, path)
     return module.to(map_location)
