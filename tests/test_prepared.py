@@ -337,3 +337,35 @@ def test_an_empty_cache_variable_is_no_folder(tmp_path):
     # `~/c` was used as written: a folder named `~` in the current folder (and `rm -rf ~` to tidy it away)
     assert cache_dir("~/c", home=tmp_path / "home") == tmp_path / "home" / "c"
     assert cache_dir("rel") == tmp_path / "rel"  # made absolute: the same folder wherever the process goes
+
+
+@pytest.mark.parametrize("forge", ["ids", "vocab_size"])
+def test_an_entry_with_ids_beyond_the_vocabulary_is_set_aside_and_encoded_again(tmp_path, capsys, forge):
+    """An entry rewritten with ids of another vocabulary and its meta.json's sha256 updated to match (or a meta.json
+    naming another vocabulary) verified, and training failed mid-way with an IndexError in the embedding."""
+    import hashlib
+
+    src, tgt = corpus(300)
+    tok = SymbolTokenizer(WORDS)
+    entry = prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path)
+    before = np.array(entry.tgt_ids)
+    meta = json.loads((entry.folder / "meta.json").read_text())
+    if forge == "ids":
+        ids = entry.folder / "tgt.ids"
+        forged = np.array(entry.tgt_ids)
+        forged[3] = tok.vocab_size + 100
+        del entry
+        ids.write_bytes(forged.tobytes())
+        meta["files"]["tgt.ids"]["sha256"] = hashlib.sha256(ids.read_bytes()).hexdigest()
+    else:
+        meta["vocab_size"] = tok.vocab_size + 1
+    (tmp_path / "prepared" / meta_folder(tmp_path) / "meta.json").write_text(json.dumps(meta))
+    healed = prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path)
+    err = capsys.readouterr().err
+    assert "is damaged" in err and ("beyond the vocabulary" in err or "vocab_size" in err), err
+    assert np.array_equal(healed.tgt_ids, before)
+
+
+def meta_folder(cache: Path) -> str:
+    (folder,) = [p.name for p in (cache / "prepared").iterdir() if p.is_dir()]
+    return folder

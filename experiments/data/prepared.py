@@ -189,17 +189,18 @@ def prepare(src: SideText, tgt: SideText, tokenizer, *, name: str, cache_dir: Pa
     root.mkdir(parents=True, exist_ok=True)
     folder = root / key
     with FileLock(root / f"{key}.lock"):  # workers that start at once: one encodes, the others map it
-        arrays = _open(folder)
+        arrays = _open(folder, tokenizer.vocab_size)
         if arrays is None:
             _encode(folder, src, tgt, tokenizer, n_src, name=name, threads=threads, on_chunk=on_chunk)
-            arrays = _open(folder)
+            arrays = _open(folder, tokenizer.vocab_size)
             if arrays is None:
                 raise AtnatError(f"split {name!r}: the prepared arrays written to {folder} do not verify")
     return arrays
 
 
-def _open(folder: Path) -> Arrays | None:
-    """The verified entry, or None where there is none; a damaged one is set aside with a message."""
+def _open(folder: Path, vocab_size: int) -> Arrays | None:
+    """The verified entry of a tokenizer of `vocab_size` ids, or None where there is none; a damaged one is set
+    aside with a message. An id beyond the vocabulary (an entry rewritten, its sha256 too) would fail mid-training."""
     if not folder.exists():
         return None
     try:
@@ -223,6 +224,13 @@ def _open(folder: Path) -> Arrays | None:
             if len(getattr(arrays, f"{side}_lengths")) != arrays.n or \
                     getattr(arrays, f"{side}_offsets")[-1] * itemsize != int(files[f"{side}.ids"]["bytes"]):
                 raise ValueError(f"{side}: the lengths do not add up to the ids")
+        recorded = meta.get("vocab_size")
+        if isinstance(recorded, bool) or recorded != vocab_size:
+            raise ValueError(f"meta.json's vocab_size ({recorded!r}) is not the tokenizer's ({vocab_size})")
+        for side in SIDES:
+            ids = getattr(arrays, f"{side}_ids")
+            if len(ids) and int(ids.max()) >= vocab_size:
+                raise ValueError(f"{side}.ids holds the id {int(ids.max())}, beyond the vocabulary of {vocab_size}")
         return arrays
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError, KeyError, TypeError,
             OverflowError, RecursionError) as err:  # (meta.json's "bytes": Infinity; a JSON nested too deep)
