@@ -176,3 +176,18 @@ def test_status_of_a_grid_run_only_as_smoke_points_to_the_smoke_folder(tmp_path,
     (tmp_path / "res" / "tiny-smoke").rename(tmp_path / "res" / "tiny")
     assert cli.main(["status", str(grid), "--results", "res", "--smoke"]) == 0
     assert "res/tiny holds the full run's cells" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("decoder", ["ctc", "dag"])
+def test_an_upsample_that_leaves_no_room_names_upsample_and_leaves_no_run_folder(tmp_path, capsys, decoder):
+    """decoder.upsample 10,000: the refusal advised "set train.max_len to at most 0" without naming the upsample,
+    and left a run folder holding only cell.lock where nothing had been."""
+    from atnat.experiments.cli.commands import main
+
+    config = tmp_path / "run.yaml"
+    config.write_text(f"name: r\ntask: {{name: copy, n_train: 20, n_valid: 4, n_test: 4}}\n"
+                      f"decoder: {{name: {decoder}, upsample: 10000}}\nmodel: {{d_model: 16, n_heads: 2, ffn_dim: 32}}\n")
+    assert main(["train", str(config), "--output-dir", str(tmp_path / "run")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "decoder.upsample" in err and "at most 0" not in err, err
+    assert not (tmp_path / "run").exists()

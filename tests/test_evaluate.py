@@ -153,7 +153,8 @@ def test_a_source_longer_than_the_model_reads_is_named_before_anything_is_decode
     (tmp_path / "dag.yaml").write_text(yaml.safe_dump(dag))
     assert main(["train", "dag.yaml", "--output-dir", "dag"]) == 2
     assert "split train: sources of up to 6 tokens (train.max_len 256), but this model reads at most 4 (decoder dag, " \
-           "model.max_positions 40): set train.max_len to at most 4" in capsys.readouterr().err
+           "model.max_positions 40, decoder.upsample 8): set train.max_len to at most 4, lower decoder.upsample" \
+           in capsys.readouterr().err
     assert not (tmp_path / "dag" / "checkpoints").exists()
     (tmp_path / "dag.yaml").write_text(yaml.safe_dump({**dag, "train": {**dag["train"], "max_len": 4}}))
     assert main(["train", "dag.yaml", "--output-dir", "dag"]) == 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from atnat.core.arguments import positive_int
@@ -43,9 +44,10 @@ def cmd_train(args) -> None:
     if run_dir.exists() and not run_dir.is_dir():
         raise AtnatError(f"--output-dir {run_dir} is a file; give a folder for the run (new, or a run to resume)")
     refuse_foreign_folder(run_dir)
+    new_folder = not run_dir.exists()
     lock = nullcontext() if helper_rank() else held(cell_lock(run_dir), f"run folder {run_dir}")
-    with lock:  # a second train into the same folder is refused (DDP's helper ranks run under rank 0's lock)
-        try:
+    with removed_if_left_empty(run_dir if new_folder else None), lock:  # a second train into the folder is refused
+        try:  # (DDP's helper ranks run under rank 0's lock)
             result = run_cell(cfg, run_dir, allow_changes=args.allow_settings_change)
         except KeyboardInterrupt:
             from atnat.experiments.modelfiles.checkpoints import checkpoint_step  # lazy: start-up
@@ -57,6 +59,19 @@ def cmd_train(args) -> None:
             raise
     if result is not None:  # None: a helper rank of a multi-device run
         print_rows(result.rows)
+
+
+@contextmanager
+def removed_if_left_empty(run_dir: Path | None):
+    """A run folder made for a run refused before it wrote anything (only its lock there) is removed when the
+    lock is released: a refusal leaves nothing behind."""
+    try:
+        yield
+    finally:
+        if run_dir is not None and run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {"cell.lock"}:
+            (run_dir / "cell.lock").unlink(missing_ok=True)
+            with suppress(OSError):
+                run_dir.rmdir()
 
 
 # what a run writes into its folder (training/, evaluation/, running/): a folder of these names only is a run's

@@ -379,6 +379,18 @@ def teacher_problem(student: RunConfig, teacher: RunConfig) -> str | None:
     return None
 
 
+def default_strategy(decoder) -> dict:
+    """The strategy a run evaluates with when its config names none: its decoder's validation strategy
+    (greedy for an AT, ctc for CTC, dag-lookahead for DA-Transformer), else greedy where the decoder
+    section cannot be read (its error comes from the check that reads it)."""
+    try:
+        name, opts = named(decoder, "decoder")
+        dec_cls = DECODERS.get(name)
+        return dict(dec_cls.validation_strategy(make(dec_cls.Options, opts, "decoder")))
+    except (AtnatError, KeyError, TypeError, ValueError):
+        return {"name": "greedy"}
+
+
 def build_strategy(spec) -> tuple[str, Any]:
     """`{name: beam, beam_size: 5}` (or a bare name) -> (its label, e.g. "beam5", the strategy). Strategies are
     frozen, so each spec is built once per process and the same object returned after."""
@@ -438,6 +450,8 @@ def run_config_from_dict(data: Any, where: str, *, recorded: bool = False) -> Ru
         if not isinstance(ev["strategies"], list) or not ev["strategies"]:
             raise ConfigError(f"{where}: eval.strategies must be a non-empty list")
         ev["strategies"] = tuple(ev["strategies"])
+    else:  # the decoder's own (greedy drives an AT only); a decoder that cannot be built is refused below
+        ev["strategies"] = (default_strategy(data["decoder"]),)
     data["eval"] = make(EvalSettings, ev, f"{where}: eval")
     if data.get("distill") is not None:
         if isinstance(data["distill"], dict) and data["distill"].get("teacher") is None:

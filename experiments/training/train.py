@@ -65,10 +65,16 @@ def check_lengths_fit(module, data: PreparedData, max_len: int) -> None:
         for side, longest, limit, verb in (("sources", int(split.src_lengths.max()), decoder.max_source_length, "reads"),
                                            ("targets", int(split.tgt_lengths.max()), decoder.max_target_length, "writes")):
             if limit is not None and longest > limit:
+                upsample = getattr(getattr(decoder, "options", None), "upsample", None)  # positions per source token
+                remedies = ([f"set train.max_len to at most {min(limits)}"] if min(limits) > 0 else []) + \
+                    ([f"lower decoder.upsample ({upsample:g} positions per source token)"] if upsample else []) + \
+                    ["raise model.max_positions"]
+                reach = f"at most {limit}" if limit else "none"
                 raise AtnatError(f"split {name}: {side} of up to {longest} tokens (train.max_len {max_len}), but "
-                                 f"this model {verb} at most {limit} (decoder {module.hparams.decoder}, "
-                                 f"model.max_positions {module.model_cfg.max_positions}): set train.max_len to at "
-                                 f"most {min(limits)}, or raise model.max_positions")
+                                 f"this model {verb} {reach} (decoder {module.hparams.decoder}, "
+                                 f"model.max_positions {module.model_cfg.max_positions}"
+                                 + (f", decoder.upsample {upsample:g}" if upsample else "") + "): "
+                                 + ", ".join(remedies[:-1]) + (", or " if len(remedies) > 1 else "") + remedies[-1])
 
 
 def prepare_data(cfg: RunConfig, task: TaskData | None = None,
