@@ -177,3 +177,18 @@ def test_distill_refuses_to_write_over_the_teachers_training_data_or_files(tmp_p
             assert main(["distill", "--teacher", str(run), "--output", str(output), *source]) == 2
             err = capsys.readouterr().err
             assert err.startswith(f"atnat: error: --output {output} ") and problem in err
+
+
+@pytest.mark.parametrize("strategy", ["speculative", "npd"])
+def test_a_strategy_that_runs_a_second_model_is_refused_as_distillations_strategy(tmp_path, capsys, strategy):
+    """distill --strategy speculative --teacher T said "pass --teacher", which was given: distillation decodes with its
+    teacher alone, so a strategy that runs a teacher beside the decoder is no strategy of distillation's."""
+    from atnat.experiments.cli.commands import main
+
+    (tmp_path / "src.txt").write_text("a b\n")
+    assert main(["distill", "--teacher", str(tmp_path / "teacher"), "--strategy", strategy, "--input",
+                 str(tmp_path / "src.txt"), "--output", str(tmp_path / "kd.txt")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"--strategy {strategy}" in err and "distillation decodes with the teacher alone" in err and \
+        "pass --teacher" not in err, err
+    assert not (tmp_path / "kd.txt").exists()

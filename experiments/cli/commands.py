@@ -338,7 +338,12 @@ def cmd_distill(args) -> None:
         args.beam = 5
     spec = {"name": args.strategy, **strategy_options(args)}
     from atnat.experiments.config.devices import decode_device  # lazy: start-up
+    from atnat.experiments.config.run import build_strategy  # lazy: start-up
 
+    if build_strategy(spec)[1].uses_teacher:  # before the teacher is read
+        raise AtnatError(f"--strategy {args.strategy}: it runs a second model beside the decoder (npd re-ranks with an "
+                         "AT teacher, speculative drafts for one), but distillation decodes with the teacher alone: "
+                         "give the teacher's own search (beam, the default, or greedy)")
     device = decode_device(args.device)
     if args.input:
         from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
