@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import math
 import os
 import stat
 from pathlib import Path
@@ -93,6 +94,20 @@ def _json_value(value):
 
 def write_json_atomic(path: Path, data) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, default=_json_value))
+
+
+def write_strict_json_atomic(path: Path, data) -> None:
+    """JSON for other programs to read (`atnat evaluate --json`): a value without a number (NaN, infinity) is
+    null, not the bare NaN that Python writes and strict JSON readers refuse."""
+    def finite(value):
+        if isinstance(value, dict):
+            return {k: finite(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [finite(v) for v in value]
+        if getattr(value, "shape", None) == () and callable(getattr(value, "item", None)):
+            value = value.item()  # a numpy scalar
+        return None if isinstance(value, float) and not math.isfinite(value) else value
+    write_text_atomic(path, json.dumps(finite(data), indent=2, default=_json_value, allow_nan=False))
 
 
 def write_lines_atomic(path: Path, lines: list[str]) -> None:

@@ -321,3 +321,20 @@ def test_evaluate_checks_its_output_paths_first_and_writes_each_file_on_its_own(
     monkeypatch.setattr(commands, "write_lines_atomic", unwritable)
     assert main([*base, "--hyps", "h.txt", "--json", "s.json"]) == 1
     assert "cannot write h.txt" in capsys.readouterr().err and json.loads((tmp_path / "s.json").read_text())["rows"]
+
+
+def test_evaluate_json_names_its_teacher_and_is_strict_json(tmp_path, monkeypatch, capsys):
+    """`evaluate --strategy speculative --teacher T --json F` wrote no teacher (the numbers depend on it) and bare NaN
+    for the columns without a value, which strict JSON readers refuse."""
+    import json
+
+    grid, run, base = trained_at(tmp_path, monkeypatch)
+    assert main(["run", str(grid), "--results", "res"]) == 0
+    cmlm = tmp_path / "res" / "tiny" / "runs" / "cmlm-kd-s1"
+    assert main(["evaluate", "--checkpoint", str(cmlm), "--src", "src.txt", "--ref", "src.txt", "--no-speed",
+                 "--strategy", "speculative", "--teacher", str(run), "--json", "out.json"]) == 0
+    text = (tmp_path / "out.json").read_text()
+    record = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in --json output"))
+    assert record["teacher"] == str(run) and record["rows"][0]["strategy"] == "speculative-k5"
+    assert main([*base, "--json", "plain.json"]) == 0
+    assert json.loads((tmp_path / "plain.json").read_text())["teacher"] is None

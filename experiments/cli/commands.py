@@ -13,7 +13,12 @@ from pathlib import Path
 
 from atnat.core.arguments import positive_int
 from atnat.core.errors import AtnatError
-from atnat.experiments.files import UnwritableError, check_output_file, write_json_atomic, write_lines_atomic
+from atnat.experiments.files import (
+    UnwritableError,
+    check_output_file,
+    write_lines_atomic,
+    write_strict_json_atomic,
+)
 
 USER_HELP = """Train and compare autoregressive and non-autoregressive translation models.
 
@@ -439,8 +444,9 @@ def cmd_evaluate(args) -> None:
     clean = [{k: v for k, v in r.items() if k != "hypotheses"} for r in rows]
     failed = []  # each file written on its own, before the table (a closed pipe must not lose them)
     for given, write in ((args.hyps, lambda: write_lines_atomic(Path(args.hyps), rows[0]["hypotheses"])),
-                         (args.json, lambda: write_json_atomic(Path(args.json), {
-                             "checkpoint": str(args.checkpoint), "src": args.src, "ref": args.ref,
+                         (args.json, lambda: write_strict_json_atomic(Path(args.json), {
+                             "checkpoint": str(args.checkpoint), "teacher": args.teacher and str(args.teacher),
+                             "src": args.src, "ref": args.ref,
                              "engine": clean[0]["engine"], "threads": args.threads, "rows": clean}))):
         if given:
             try:
