@@ -191,3 +191,26 @@ def test_an_upsample_that_leaves_no_room_names_upsample_and_leaves_no_run_folder
     err = " ".join(capsys.readouterr().err.split())
     assert "decoder.upsample" in err and "at most 0" not in err, err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_file_where_a_run_folder_goes_is_named_by_run_status_and_report(tmp_path, capsys, monkeypatch):
+    """A file at runs/<cell>: `atnat run` trained nothing and said only "runs/at-s1: File exists", status showed the cell
+    "not started", and `atnat report GRID.yaml` said "results folder not found" with no word of what it takes."""
+    from tests.test_grid import TINY, write_grid
+
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path, TINY)
+    (tmp_path / "res" / "tiny" / "runs").mkdir(parents=True)
+    (tmp_path / "res" / "tiny" / "runs" / "at-s1").write_text("mine\n")
+    monkeypatch.setattr("atnat.experiments.running.scheduler.run_one", lambda *a: pytest.fail("a cell ran"))
+    for argv in (["run", str(grid), "--results", "res"], ["run", str(grid), "--results", "res", "--dry-run"]):
+        assert cli.main(argv) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert "res/tiny/runs/at-s1 is a file where the run folder of cell at-s1 goes" in err, err
+    assert (tmp_path / "res" / "tiny" / "runs" / "at-s1").read_text() == "mine\n"
+    assert cli.main(["status", str(grid), "--results", "res"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "blocked" in out and "not started" in out  # cmlm-kd-s1 has not started; at-s1 cannot
+    assert cli.main(["report", str(grid)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{grid} is a grid file" in err and "results/tiny" in err and "--interim" in err, err

@@ -499,10 +499,17 @@ def cmd_run(args) -> int:
     elif args.devices:
         devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     if args.dry_run:  # the plan alone: no training code imported
-        from atnat.experiments.running.plan import gpu_notes, plan, refuse_missing_inputs, show_plan  # lazy: start-up
+        from atnat.experiments.running.plan import (  # lazy: start-up
+            gpu_notes,
+            plan,
+            refuse_files_in_the_way,
+            refuse_missing_inputs,
+            show_plan,
+        )
 
         planned = plan(args.grid, Path(args.results), args.only, args.smoke)
         refuse_missing_inputs(planned, args.grid)
+        refuse_files_in_the_way(planned, args.grid)
         show_plan(planned)
         if cluster is None:
             for note in gpu_notes(planned):
@@ -595,8 +602,26 @@ def cmd_report(args) -> int | None:
         return
     from atnat.experiments.reporting.report import write_report  # lazy: start-up
 
+    refuse_a_grid_file(Path(args.results_dir))
     md, html = write_report(Path(args.results_dir), figures=not args.no_figures)
     print(f"wrote {md} and {html}")
+
+
+def refuse_a_grid_file(path: Path) -> None:
+    """`atnat report GRID.yaml`: a report is made from the results folder a run wrote; say which, and how to
+    report a grid that has not finished."""
+    if not path.is_file():
+        return
+    import yaml
+
+    try:
+        name = yaml.safe_load(path.read_text(encoding="utf-8")).get("name")
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+        name = None
+    folder = f"results/{name}" if isinstance(name, str) else "results/<grid name>"
+    raise AtnatError(f"{path} is a grid file; `atnat report` takes the results folder its run wrote ({folder}, or "
+                     f"DIR/{name or '<grid name>'} for `atnat run --results DIR`): `atnat report {folder}`; for a grid "
+                     f"still running: `atnat report --interim {path} --results DIR`")
 
 
 def cmd_bench(args) -> None:

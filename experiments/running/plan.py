@@ -42,6 +42,17 @@ def refuse_missing_inputs(planned: Plan, path) -> None:
                              "(give a checkpoint, a run folder or an export, or `teacher`)")
 
 
+def refuse_files_in_the_way(planned: Plan, path) -> None:
+    """A file where the results folder, its runs/ or a cell's run folder goes: every cell there would fail
+    with the system's "File exists" (or train nothing): refused, each named, before anything runs, and by
+    `--dry-run`."""
+    places = [(planned.out, "the results folder"), (planned.out / "runs", "the run folders' folder")]
+    places += [(Path(c.config.output_dir), f"the run folder of cell {c.name}") for c in planned.cells]
+    blocked = [f"{where} is a file where {what} goes" for where, what in places if where.exists() and not where.is_dir()]
+    if blocked:
+        raise AtnatError(f"{path}: {'; '.join(blocked)}: move or remove it (nothing has run)")
+
+
 def gpu_notes(planned: Plan) -> list[str]:
     """The cells that ask for a GPU where none is usable (a dry run lists them; `atnat run` with the local
     launcher refuses them before anything runs; a cluster job's node checks its own)."""

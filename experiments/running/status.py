@@ -70,6 +70,9 @@ def saved_training(run_dir: Path) -> bool:
 
 
 def folder_state(run_dir: Path) -> dict:
+    if run_dir.exists() and not run_dir.is_dir():  # `atnat run` refuses the grid until it is moved
+        return {"state": "blocked", "job": "", "launcher": "", "last_step": "", "now": "",
+                "error": f"a file is where its run folder goes ({run_dir}): move or remove it"}
     job = read_job(run_dir) or {}
     row = {"state": "not started", "job": job.get("job_id", ""), "launcher": job.get("launcher", ""),
            "last_step": last_step(run_dir), "error": "", "now": ""}
