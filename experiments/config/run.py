@@ -204,7 +204,7 @@ class EvalSettings:
     """What to decode after training."""
 
     split: str = "test"  # split decoded and scored
-    strategies: tuple = ({"name": "greedy"},)  # each {name: ..., options...}; none given: the decoder's own (default_strategy)
+    strategies: tuple = ({"name": "greedy"},)  # each {name: ..., options...}; none given: the decoder's own (greedy for an AT)
     max_tokens: int = 6000  # token budget of a test-decoding batch (validation in training batches by train.max_tokens)
     n_bootstrap: int = 1000  # resamples for BLEU confidence intervals and the paired significance tests
     significance: str = "bs"  # paired test against the AT baseline: "bs" bootstrap resampling (Koehn 2004)
