@@ -709,7 +709,7 @@ def parser() -> argparse.ArgumentParser:
                         "in settings_changes.json); without it such a resume is refused")
     p.set_defaults(fn=cmd_train)
     p = sub.add_parser("translate", parents=[common], help="translate stdin to stdout with a trained checkpoint")
-    p.add_argument("--checkpoint", required=True, help="checkpoint file or run directory")
+    p.add_argument("--checkpoint", required=True, help="run directory, checkpoint file or export directory")
     p.add_argument("--teacher", help="AT teacher checkpoint: re-ranks npd's candidates, verifies speculative's drafts")
     p.add_argument("--batch-size", type=positive_int, default=64, help="sentences decoded at once (default 64)")
     p.add_argument("--long-lines", choices=["error", "truncate"], default="error",
@@ -731,7 +731,7 @@ def parser() -> argparse.ArgumentParser:
                         "ctranslate2: a CTranslate2 model directory (AT decoders only)")
     p.set_defaults(fn=cmd_export)
     p = sub.add_parser("distill", parents=[common], help="write sequence-level distilled targets with an AT teacher")
-    p.add_argument("--teacher", required=True, help="teacher checkpoint file or run directory")
+    p.add_argument("--teacher", required=True, help="teacher run directory, checkpoint file or export directory")
     p.add_argument("--input", help="source file (default: the teacher run's training sources)")
     p.add_argument("--output", required=True)
     add_strategy_args(p, default="beam (size 5, as the grids distil)")
