@@ -144,6 +144,12 @@ def test_a_verdict_says_when_its_difference_pairs_fewer_seeds_and_a_task_without
     pd.concat([frame, frame[~nat].assign(seed=2), frame[~nat].assign(seed=3)]).to_csv(root / "results.csv", index=False)
     verdicts, _ = _first_screen(root)
     assert verdicts[0].startswith("copy (1 to 3 seeds a system; speed at 1 CPU thread):")  # it said "3 seeds": the AT's
+    # the AT's mean over its 3 seeds is not what a difference paired on seed 1 alone is taken from: both are named
+    better = frame[~nat].assign(bleu=frame[~nat].bleu + 3.0)
+    pd.concat([frame, better.assign(seed=2), better.assign(seed=3)]).to_csv(root / "results.csv", index=False)
+    fx.comparisons(n_seeds=1).to_csv(root / "comparisons.csv", index=False)
+    verdicts, _ = _first_screen(root)
+    assert "(paired on the 1 seed both have) against AT beam 5 (40.05; 38.05 on the seed paired)" in verdicts[0], verdicts[0]
     frame[(frame.decoder == "at") & (frame.strategy != "greedy")].to_csv(root / "results.csv", index=False)
     verdicts, _ = _first_screen(root)
     assert verdicts[0].startswith("copy (1 seed; speed at 1 CPU thread): No NAT system has finished; the AT reference "

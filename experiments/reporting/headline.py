@@ -192,6 +192,19 @@ def _on_other_test_sets(g: GridResults, task: str, system: str) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
+def _mean_on_shared_seeds(part: pd.DataFrame, reference: pd.Series, other: pd.Series) -> float | None:
+    """The reference's mean BLEU over the seeds where `other` has a BLEU too: what a difference paired on
+    fewer seeds than the reference has is taken from (its mean over all its seeds is another number)."""
+    ok = part[part["bleu"].notna()] if "bleu" in part else part.iloc[:0]
+
+    def seeds(system: pd.Series) -> pd.Series:
+        rows = ok[(ok["family"].astype(str) == str(system["family"])) & (ok["strategy"].astype(str) == str(system["strategy"]))]
+        return rows.set_index("seed")["bleu"]
+    ref, oth = seeds(reference), seeds(other)
+    shared = ref.index.intersection(oth.index)
+    return float(ref.loc[shared].mean()) if len(shared) else None
+
+
 def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
     """At most three sentences: the best NAT against the AT reference (its paired difference and verdict,
     its batch-1 speed-up over AT greedy, and the NATs within reach of it: the best of noisy means is not a
@@ -229,8 +242,11 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
                 diff = picked(diff, len(nats))
                 judged = _word(diff, g.equivalence_margin, _agrees(best, reference, part), best, reference)
                 level = f" ({100 * diff['level']:.1f}%: simultaneous over the {len(nats)} NAT systems it is the best of)"
+            on_shared = _mean_on_shared_seeds(part, reference, best) if fewer_paired else None
+            ref_value = f"{reference['bleu']:.2f}" + ("" if on_shared is None else
+                                                      f"; {on_shared:.2f} on the seed{'s' if paired != 1 else ''} paired")
             gap = (f", {_diff_text(diff, g.equivalence_margin)}{level}{fewer_paired} against {ref_name} "
-                   f"({reference['bleu']:.2f}): "
+                   f"({ref_value}): "
                    f"{shown(judged, diff['diff_ci_low'], diff['diff_ci_high'], g.equivalence_margin)}")
         elif best["system"] != reference["system"]:  # no paired interval: the two systems' own intervals
             apart = word(best)
