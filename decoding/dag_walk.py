@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from atnat.core.options import require_non_negative, require_number_between
+from atnat.core.options import require_number_between
 from atnat.core.special import NEG_INF, SpecialTokens
 from atnat.decoding.base import Hypotheses, Strategy, register_strategy
 from atnat.decoding.candidates import argmax_ordinary, never_emitted
@@ -123,9 +123,11 @@ class DAGLookahead(DAGWalk):
     """From vertex i, the j maximising link(i, j) + beta * (j's best token log-prob)."""
 
     beta: float = 1.0  # weight of the next vertex's token log-prob against the link's
+    MAX_BETA: ClassVar[float] = 50.0  # beyond, beta * log-prob leaves float32 range: every choice -inf
 
     def __post_init__(self) -> None:
-        require_non_negative(f"strategy {self.registered_name!r}", beta=self.beta)
+        require_number_between(self.beta, 0, self.MAX_BETA, f"strategy {self.registered_name!r}", "beta",
+                               "beta times a log-probability leaves float range beyond")
 
     def choose(self, links, ahead, padding_mask, last):
         return walk((links + self.beta * ahead[:, None, :]).argmax(-1).tolist(), last)

@@ -97,3 +97,44 @@ def test_yaml_scalars_are_read_as_yaml_1_2_in_files_and_overrides(tmp_path, caps
     config.write_text(yaml.safe_dump(RUN))
     assert main(["train", str(config), "--set", "train.max_steps=1:00", "--output-dir", str(tmp_path / "r")]) == 2
     assert "max_steps" in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: __import__("atnat.decoding.dag_walk", fromlist=["x"]).DAGLookahead(beta=1e39),
+     r"strategy 'dag-lookahead': beta must be a finite number from 0 to 50"),  # hung: every choice -inf, walk looped
+    (lambda: __import__("atnat.decoding.greedy", fromlist=["x"]).Greedy(max_len_a=1e20),
+     r"strategy 'greedy': max_len_a must be a finite number from 0 to 1000"),  # gave one-token outputs, BLEU 0
+    (lambda: __import__("atnat.decoding.greedy", fromlist=["x"]).Greedy(max_len_a=float("inf")), r"max_len_a must be"),
+    (lambda: __import__("atnat.decoding.beam", fromlist=["x"]).Beam(max_len_b=10**30),
+     r"strategy 'beam': max_len_b must be an integer from 0 to"),  # an OverflowError traceback
+    (lambda: __import__("atnat.decoding.speculative", fromlist=["x"]).Speculative(max_len_a=1e300), r"max_len_a must be"),
+])
+def test_option_values_that_overflowed_mid_decode_are_refused_when_built(make, message):
+    """Found by a reliability trial: each was accepted, then hung, decoded one-token outputs reported as BLEU, or
+    ended in a traceback."""
+    from atnat.core.errors import AtnatError
+
+    with pytest.raises(AtnatError, match=message):
+        make()
+
+
+@pytest.mark.parametrize("where, change, message", [
+    ("grid", {"equivalence_margin": float("inf")}, "equivalence_margin must be a positive number"),
+    ("grid", {"goals": [{"goal": "g", "system": "at / greedy", "within": float("nan"), "of": "at / beam2"}]},
+     r"goals\[0\]\.within: expected a finite number"),
+    ("cell", {"train": {"max_time_s": float("inf")}}, r"max_time_s must be a positive, finite number of seconds"),
+])
+def test_grid_values_that_failed_only_after_training_are_refused_when_read(tmp_path, where, change, message):
+    """equivalence_margin .inf trained every cell and then left no report (and no command could write one); a goal
+    bound of NaN reported a measured system as not measured; train.max_time_s .inf ended in a traceback."""
+    from atnat.experiments.config.run import ConfigError
+    from atnat.experiments.running.grid import load_grid
+    from tests.test_grid import TINY, write_grid
+
+    data = {**TINY, "cells": {k: dict(v) for k, v in TINY["cells"].items()}}
+    if where == "grid":
+        data.update(change)
+    else:
+        data["cells"]["at"].update(change)
+    with pytest.raises(ConfigError, match=message):
+        load_grid(write_grid(tmp_path, data))

@@ -45,7 +45,7 @@ def test_each_goal_is_met_missed_or_not_measured_from_the_numbers():
     ({"system": "copy-at", "at_least": 3}, r"goals\[0\]\.system: expected '<family> / <strategy>'"),
     ({"system": "copy-at / greedy"}, r"goals\[0\]: give exactly one of at_least, at_most, within"),
     ({"system": "copy-at / greedy", "within": 3}, r"goals\[0\]: `within` needs `of:"),
-    ({"system": "copy-at / greedy", "at_least": "30"}, r"goals\[0\]\.at_least: expected a number, got '30'"),
+    ({"system": "copy-at / greedy", "at_least": "30"}, r"goals\[0\]\.at_least: expected a finite number, got '30'"),
     ({"system": "copy-at / greedy", "at_least": 3, "beyond": 1}, r"goals\[0\]: unknown key 'beyond'"),
     ({"system": "copy-at / greedy", "at_least": 3, "metric": "bleuu"},
      r"goals\[0\]\.metric: 'bleuu' is no numeric column of results.csv"),

@@ -168,8 +168,9 @@ class TrainSettings:
                                                    and self.divergence_factor >= 2),
                 "train", "divergence_factor", "a number >= 2 (the bound is this multiple of the loss of a uniform "
                 "guess, ln V) or null", self.divergence_factor)
-        require(self.max_time_s is None or (isinstance(self.max_time_s, (int, float)) and self.max_time_s > 0),
-                "train", "max_time_s", "a positive number of seconds or null", self.max_time_s)
+        require(self.max_time_s is None or (isinstance(self.max_time_s, (int, float)) and not isinstance(self.max_time_s, bool)
+                                            and math.isfinite(self.max_time_s) and self.max_time_s > 0),
+                "train", "max_time_s", "a positive, finite number of seconds or null (no limit)", self.max_time_s)
         require(self.save_every_s is None or (isinstance(self.save_every_s, (int, float))
                                               and not isinstance(self.save_every_s, bool)
                                               and math.isfinite(self.save_every_s) and self.save_every_s > 0),

@@ -16,6 +16,7 @@ with another system (value >= that system's - within). A goal whose system did n
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pandas as pd
@@ -71,8 +72,8 @@ def parse_goals(raw, where: str) -> list[Goal]:
         if len(bounds) != 1:
             raise ConfigError(f"{at}: give exactly one of at_least, at_most, within (got {bounds or 'none'})")
         for key in bounds:
-            if isinstance(item[key], bool) or not isinstance(item[key], (int, float)):
-                raise ConfigError(f"{at}.{key}: expected a number, got {item[key]!r}")
+            if isinstance(item[key], bool) or not isinstance(item[key], (int, float)) or not math.isfinite(item[key]):
+                raise ConfigError(f"{at}.{key}: expected a finite number, got {item[key]!r}")
         if ("within" in bounds) != isinstance(item.get("of"), str):
             raise ConfigError(f"{at}: `within` needs `of: <family> / <strategy>` (and `of` needs `within`)")
         metric = str(item.get("metric", "bleu"))

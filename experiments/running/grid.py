@@ -308,7 +308,7 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
             margin = float(margin)
         except ValueError:
             pass
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0:
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 < margin < float("inf"):
         raise ConfigError(f"{where}: equivalence_margin must be a positive number of BLEU points, got {margin!r}")
     grid = Grid(name, path, cells, speed=speed, description=data.get("description", ""),
                 goals=list(data.get("goals") or []), baseline=baseline, equivalence_margin=float(margin),
