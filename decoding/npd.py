@@ -40,7 +40,9 @@ def sample_tokens(log_probs: Tensor, padding_mask: Tensor, n: int, *, temperatur
     C, T, V = log_probs.shape
     safe = log_probs.masked_fill(padding_mask[..., None], 0.0)  # (C, T, V) pad rows harmless
     banned = torch.tensor(never_emitted(special), device=log_probs.device)
-    probs = (safe / temperature).index_fill(-1, banned, float("-inf")).softmax(dim=-1)  # (C, T, V) never a special
+    allowed = safe.index_fill(-1, banned, float("-inf"))  # (C, T, V) never a special
+    # shifted by each slot's best before the division: a temperature near 0 then samples that best, not NaN
+    probs = ((allowed - allowed.amax(-1, keepdim=True)) / temperature).softmax(dim=-1)
     ids = torch.full((C, T, n), special.pad, dtype=torch.long, device=log_probs.device)  # (C, T, n)
     for c in range(C):
         slots = ~padding_mask[c]  # (T,)

@@ -354,6 +354,26 @@ def test_npd_samples_never_contain_special_symbols():
     assert bool((hyp.tokens[0, :, :3] != PAD).all())  # no pad inside a candidate
 
 
+def test_npd_at_a_temperature_near_zero_samples_each_slots_best_token():
+    """temperature 1e-40 made every log-prob / temperature -inf (a softmax of NaN: multinomial's RuntimeError); as the
+    temperature goes to 0 sampling becomes each slot's argmax among the tokens it may emit."""
+    from atnat.decoding.npd import sample_tokens
+
+    torch.manual_seed(0)
+    log_probs = torch.randn(2, 4, 12).log_softmax(-1)
+    log_probs[:, :, SPECIAL.eos] = 0.0  # a special symbol the best: never sampled
+    padding = torch.tensor([[False, False, False, True], [False, False, False, False]])
+    ids, _ = sample_tokens(log_probs, padding, 3, temperature=1e-40, seeds=[1, 2], special=SPECIAL)
+    from atnat.decoding.candidates import never_emitted
+
+    allowed = log_probs.index_fill(-1, torch.tensor(never_emitted(SPECIAL)), float("-inf"))
+    best = allowed.argmax(-1)  # (2, 4)
+    for c in range(2):
+        for t in range(4):
+            if not padding[c, t]:
+                assert ids[c, :, t].tolist() == [best[c, t].item()] * 3  # tokens (C, n, T)
+
+
 def test_ctc_never_emits_special_symbols_but_blank():
     rows = {0: [{SPECIAL.eos: 0.6, A: 0.3}, {BLANK: 0.9}, {PAD: 0.5, B: 0.4}, {SPECIAL.bos: 0.8, C: 0.1}]}
     for beam in (1, 3):
