@@ -138,3 +138,17 @@ def test_grid_values_that_failed_only_after_training_are_refused_when_read(tmp_p
         data["cells"]["at"].update(change)
     with pytest.raises(ConfigError, match=message):
         load_grid(write_grid(tmp_path, data))
+
+
+def test_a_list_as_a_key_and_an_axis_into_a_value_are_one_message(tmp_path, capsys):
+    """`? [1, 2]` as a key raised TypeError: unhashable type; an axis into a section written as a number
+    (`optim: 5` with axes optim.lr) raised TypeError from dict(5): both tracebacks."""
+    from tests.test_grid import TINY, write_grid
+
+    (tmp_path / "r.yaml").write_text("name: r\ntask: copy\ndecoder: at\n? [1, 2]\n: 3\n")
+    assert main(["train", str(tmp_path / "r.yaml")]) == 2
+    assert "a key must be a name, not a list or a mapping" in capsys.readouterr().err
+    data = {**TINY, "axes": {"optim.lr": [0.001, 0.002]},
+            "cells": {**TINY["cells"], "at": {**TINY["cells"]["at"], "optim": 5}}}
+    assert main(["run", str(write_grid(tmp_path, data)), "--dry-run"]) == 2
+    assert "optim is 5, not a section, so axes.optim.lr cannot set a key in it" in capsys.readouterr().err

@@ -498,6 +498,10 @@ class ConfigLoader(yaml.SafeLoader):
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (list, dict)):
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark, "a key must be a name, not a list or a mapping",
+                    key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     "while reading a mapping", node.start_mark, f"the key {key!r} is given twice", key_node.start_mark)

@@ -441,6 +441,9 @@ def make_cell(grid_name, base, combo, variant, settings, seed, labels, smoke, wh
     # cell sets: refused above), then smoke; a bare name is read as {name: ...}, so later keys add to it
     raw = named_sections(deep_update(named_sections(base), settings))
     for key, (_, value) in combo.items():
+        head = key.partition(".")[0]
+        if "." in key and raw.get(head) is not None and not isinstance(raw[head], dict):
+            raise ConfigError(f"{where}: {head} is {raw[head]!r}, not a section, so axes.{key} cannot set a key in it")
         raw = set_dotted(raw, key, value)
     if smoke:
         raw = deep_update(raw, named_sections(smoke))
