@@ -116,3 +116,20 @@ def test_a_table_the_runner_wrote_and_that_is_gone_is_refused(tmp_path, monkeypa
     assert not (out / "report.md").exists()
     assert main(["run", str(grid), "--results", "res"]) == 0  # the rebuild the message names
     assert (out / table).is_file() and main(["report", str(out)]) == 0
+
+
+@pytest.mark.parametrize("value, message", [("inf", "must be a finite number from 0 to 100"),
+                                            ("-50", "must be a finite number from 0 to 100"),
+                                            ("100.5", "must be a finite number from 0 to 100")])
+def test_a_bleu_no_run_can_write_is_refused(tmp_path, value, message):
+    """A results.csv edited to BLEU inf or -50 was reported (headline `inf [0.07, 0.32]`, an overview of -50.00
+    beside a paired comparison of 0.23 against 0.23); text there was already refused."""
+    root = fx.build_results(tmp_path)
+    table = pd.read_csv(root / "results.csv")
+    table.loc[0, "bleu"] = float(value)
+    table.to_csv(root / "results.csv", index=False)
+    with pytest.raises(AtnatError, match=rf"results\.csv: column bleu {message}; data row 1"):
+        load_results(root)
+    table.loc[0, "bleu"] = 100.00000000000004  # what sacreBLEU gives a perfect output
+    table.to_csv(root / "results.csv", index=False)
+    load_results(root)

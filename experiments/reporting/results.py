@@ -62,6 +62,9 @@ class GridResults:
         return (self.environment or {}).get("baseline") or None
 
 
+SCORES = ("bleu", "chrf")  # point scores on a 0-100 scale (their bootstrap bounds may pass 100 a little)
+
+
 def _read_csv(path: Path, required: tuple[str, ...], numeric: tuple[str, ...],
               text: tuple[str, ...] = ()) -> pd.DataFrame | None:
     """The CSV at path checked for its columns; None when the file is absent or has no rows. `text`:
@@ -85,6 +88,13 @@ def _read_csv(path: Path, required: tuple[str, ...], numeric: tuple[str, ...],
             row = int(bad.to_numpy().argmax())
             value = df[col].iloc[row]
             raise AtnatError(f"{path}: column {col} must be numeric; data row {row + 1} has {value!r}")
+        outside = values.isin([float("inf"), float("-inf")])  # no table atnat writes holds one
+        if col in SCORES:  # a score of sacreBLEU's scale (100.00000000000004 is float rounding)
+            outside |= (values < 0) | (values > 100 + 1e-6)
+        if outside.any():
+            row = int(outside.to_numpy().argmax())
+            raise AtnatError(f"{path}: column {col} must be a finite number{' from 0 to 100' if col in SCORES else ''}; "
+                             f"data row {row + 1} has {df[col].iloc[row]!r}: not a table atnat wrote, or edited since")
         df[col] = values.astype(float)
     return None if df.empty else df
 
