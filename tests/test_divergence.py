@@ -68,3 +68,22 @@ def test_the_bound_is_a_multiple_of_a_uniform_guess_and_the_factor_is_checked():
     for bad in (-1, 0, 1.5, float("nan"), float("inf")):
         with pytest.raises(ConfigError, match=r"^t: train: divergence_factor must be a number >= 2"):
             run_config_from_dict({"name": "x", "task": "copy", "decoder": "at", "train": {"divergence_factor": bad}}, "t")
+
+
+def test_a_dag_run_whose_targets_mostly_do_not_fit_its_graph_fails_instead_of_finishing_ok(tmp_path):
+    """A DA-Transformer whose graph is shorter than most of its targets left every one out (train/unfit 1.0, loss 0 at
+    every step) and finished "ok", then ranked best NAT from weights that never saw a target."""
+    from atnat.core.errors import AtnatError
+    from atnat.experiments.running.cell import run_cell
+
+    base = TINY["base"]
+    raw = {**base, "name": "unfit", "decoder": {"name": "dag", "upsample": 1.0},
+           "task": {"name": "fertility", "vocab": 6, "min_len": 4, "max_len": 6, "n_train": 200, "n_valid": 10,
+                    "n_test": 10},
+           "train": {**base["train"], "max_steps": 60, "val_every_steps": 30},
+           "eval": {"n_bootstrap": 10, "strategies": ["dag-greedy"]}}
+    with pytest.raises(AtnatError, match=r"the decoder's loss left out \d+% of the training targets .* raise "
+                                         r"decoder\.upsample"):
+        run_cell(run_config_from_dict(raw, "test"), tmp_path / "run")
+    fits = {**raw, "decoder": {"name": "dag", "upsample": 4.0}, "train": {**raw["train"], "max_steps": 25}}
+    assert run_cell(run_config_from_dict(fits, "test"), tmp_path / "fits") is not None

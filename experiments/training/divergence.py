@@ -81,3 +81,33 @@ class DivergenceGuard(pl.Callback):
 
     def load_state_dict(self, state_dict: dict) -> None:
         pass  # checkpoints of earlier versions kept a reference loss; the bound is recomputed
+
+
+UNFIT_WINDOW = 20  # steps whose share of left-out targets is judged together
+UNFIT_LIMIT = 0.5  # the share of targets left out beyond which a run learns from too little of its data
+
+
+class UnfitGuard(pl.Callback):
+    """Fail a run whose decoder leaves out most training targets: a DA-Transformer's loss skips a target
+    longer than the decoder can emit from its source (logged as train/unfit), so a run whose targets mostly
+    do not fit trains on almost nothing and would be recorded as "ok". Judged on the mean of UNFIT_WINDOW
+    steps, on the device between looks (one host sync every UNFIT_WINDOW steps)."""
+
+    def __init__(self) -> None:
+        self._window: list[torch.Tensor] = []
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        unfit = trainer.callback_metrics.get("train/unfit")
+        if unfit is None:  # a decoder that fits every target logs none
+            return
+        self._window.append(unfit.detach().float())
+        if len(self._window) < UNFIT_WINDOW:
+            return
+        share = float(torch.stack(self._window).mean())
+        self._window = []
+        if share >= UNFIT_LIMIT:
+            raise AtnatError(
+                f"step {trainer.global_step}: the decoder's loss left out {share:.0%} of the training targets over the "
+                f"last {UNFIT_WINDOW} steps (train/unfit): they are longer than it can emit from their sources (a "
+                "DA-Transformer's graph has floor(upsample x S) + 2 vertices); raise decoder.upsample, or distil from a "
+                "teacher whose outputs fit")

@@ -37,7 +37,7 @@ from atnat.experiments.modelfiles.checkpoints import (
 )
 from atnat.experiments.modelfiles.loading import attach_tokenizer, checkpoint_stamp, load_module
 from atnat.experiments.provenance import stamp
-from atnat.experiments.training.divergence import DivergenceGuard
+from atnat.experiments.training.divergence import DivergenceGuard, UnfitGuard
 from atnat.experiments.training.logs import make_loggers
 from atnat.experiments.training.progress_reporter import ProgressReporter
 from atnat.experiments.training.resume import AtomicCheckpointIO, ResumeState, RunCheckpoint, SaveLast, resume_point
@@ -205,6 +205,7 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
 
         callbacks.append(EMAWeightAveraging(decay=t.ema))
     callbacks.append(DivergenceGuard(t.divergence_factor))  # a NaN/exploding loss fails the run
+    callbacks.append(UnfitGuard())  # and so does a loss that leaves out most targets
     callbacks.append(ValidateAtTheEnd())
     callbacks.append(ProgressReporter(run_dir, t.max_steps, t.max_time_s,
                                        stops_early=t.early_stop_patience is not None))  # progress.json, a line per validation
