@@ -214,3 +214,17 @@ def test_a_file_where_a_run_folder_goes_is_named_by_run_status_and_report(tmp_pa
     assert cli.main(["report", str(grid)]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert f"{grid} is a grid file" in err and "results/tiny" in err and "--interim" in err, err
+
+
+def test_option_name_is_refused_for_it_changed_the_strategy_silently():
+    """`--option name=beam` decoded with beam (labelled beam5) while the message said greedy."""
+    import argparse
+
+    from atnat.core.errors import AtnatError
+    from atnat.experiments.cli.commands import strategy_options
+
+    args = argparse.Namespace(strategy="greedy", beam=None, iterations=None, option=["name=beam"])
+    with pytest.raises(AtnatError, match="--option name=beam: a strategy is chosen with --strategy NAME"):
+        strategy_options(args)
+    assert strategy_options(argparse.Namespace(strategy="greedy", beam=None, iterations=None, option=["max_len_b=3"])) \
+        == {"max_len_b": 3}

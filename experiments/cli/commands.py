@@ -309,6 +309,9 @@ def strategy_options(args) -> dict:
     if args.iterations is not None:
         opts["iterations"] = args.iterations
     given = parse_assignments(args.option or [], "--option")
+    if "name" in given:  # it replaced the strategy while the messages named the one asked for
+        raise AtnatError(f"--option name={given['name']}: a strategy is chosen with --strategy NAME; --option sets "
+                         "its options")
     for key in sorted(set(opts) & set(given)):  # one value, said once: not the later flag winning silently
         flag = "--iterations" if key == "iterations" else "--beam"
         raise AtnatError(f"{flag} {opts[key]} and --option {key}={given[key]} both set {key}: give one of them")
