@@ -338,3 +338,14 @@ def test_evaluate_json_names_its_teacher_and_is_strict_json(tmp_path, monkeypatc
     assert record["teacher"] == str(run) and record["rows"][0]["strategy"] == "speculative-k5"
     assert main([*base, "--json", "plain.json"]) == 0
     assert json.loads((tmp_path / "plain.json").read_text())["teacher"] is None
+
+
+@pytest.mark.slow  # a minute of timing
+def test_the_timing_notice_counts_the_sentences_there_are(tmp_path, monkeypatch, capsys):
+    """`--latency-sentences 1000000` on a one-line file said "1000000 sentences one at a time"."""
+    grid, run, base = trained_at(tmp_path, monkeypatch)
+    argv = [a for a in base if a != "--no-speed"]
+    capsys.readouterr()
+    assert main([*argv, "--latency-sentences", "1000000", "--repeats", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "(1 sentences one at a time, 1 in batches" in err and "1000000" not in err, err

@@ -194,8 +194,9 @@ def evaluate_files(module: Seq2SeqModule, tokenizer, sources: list[str], referen
         rows.append(row | {"strategy": label, "hypotheses": hyps})
         systems.append((label, strategy))
     if speed is not None:
-        say(f"timing {len(systems)} strategies side by side ({speed.latency_sentences} sentences one at a time, "
-            f"{speed.throughput_sentences} in batches of {speed.throughput_batch}, {speed.repeats} repeats, "
+        one, many = min(speed.latency_sentences, len(sources)), min(speed.throughput_sentences, len(sources))
+        say(f"timing {len(systems)} strategies side by side ({one} sentences one at a time, "
+            f"{many} in batches of {speed.throughput_batch}, {speed.repeats} repeats, "
             f"{speed.threads} thread{'s' if speed.threads != 1 else ''})")
         timed = time_systems([System("model", label, module, strategy, split.src, teacher)
                               for label, strategy in systems], speed, {}).set_index("strategy")
