@@ -230,6 +230,9 @@ def test_a_settings_change_that_changes_the_models_shape_is_refused_and_records_
     assert "cannot change the model's shape" in err and "model.ffn_dim" in err and "Traceback" not in err
     assert {name: (run / name).read_bytes() for name in before} == before
     assert ((run / "settings_changes.json").read_bytes() if (run / "settings_changes.json").exists() else None) == changes
+    assert main(args[:-1]) == 2  # without the flag: it said to resume with --allow-settings-change, which cannot
+    err = capsys.readouterr().err
+    assert "cannot change the model's shape (not even with --allow-settings-change)" in err, err
 
 
 def test_a_run_records_every_setting_with_its_default(run):

@@ -284,7 +284,8 @@ def check_weights_fit(module, resume: Path, change) -> None:
     saved = read_checkpoint(resume).get("state_dict", {})
     for name, tensor in module.state_dict().items():
         if name in saved and tuple(saved[name].shape) != tuple(tensor.shape):
-            raise SettingsChanged(f"--allow-settings-change cannot change the model's shape: {name} is "
+            raise SettingsChanged(f"a resumed run cannot change the model's shape (not even with "
+                                  f"--allow-settings-change): {name} is "
                                   f"{tuple(saved[name].shape)} in {resume} and {tuple(tensor.shape)} under the new "
                                   f"settings ({change.describe()}); train the new model in another folder")
 
@@ -303,16 +304,16 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
     data = data or prepare_data(cfg)
     resume = resume_point(run_dir / "checkpoints", set_aside=not helper_rank())  # every DDP rank resumes
     change = settings_change(run_dir, cfg) if resume is not None else None
+    module = build_module(cfg, data.task)
+    if change and change.training:  # refused before anything is written: the run stays as it was
+        check_weights_fit(module, resume, change)  # a new shape: no flag resumes it
     if change and change.training and not allow_changes:
         raise SettingsChanged(f"run {cfg.name} ({run_dir}) was trained with other settings than these, and "
                               f"resuming would file its results under settings that did not make them: "
                               f"{change.describe()}. Give the run another folder (or move {run_dir} aside), or "
                               "resume with the new settings on purpose: atnat train --allow-settings-change "
                               "(the change is recorded in settings_changes.json with its step)")
-    module = build_module(cfg, data.task)
     check_lengths_fit(module, data, cfg.train.max_len)
-    if change and change.training:  # refused before anything is written: the run stays as it was
-        check_weights_fit(module, resume, change)
     if not helper_rank():
         if change and change.training:
             record_change(run_dir, change, checkpoint_step(resume))
