@@ -249,7 +249,7 @@ def test_a_wall_clock_budget_ends_training_and_the_run_still_evaluates(tmp_path)
     info = json.loads((tmp_path / "run" / "train.json").read_text())
     assert 0 < info["global_step"] < 10**6 and time.time() - started < 60
     assert result.rows and result.rows[0]["train_steps"] > 0
-    with pytest.raises(ConfigError, match=r"train: max_time_s must be a positive number of seconds or null, got -1"):
+    with pytest.raises(ConfigError, match=r"train: max_time_s must be a positive, finite number of seconds or null \(no limit\), got -1"):
         run_config_from_dict({**raw, "train": {**raw["train"], "max_time_s": -1}}, "test")
 
 
