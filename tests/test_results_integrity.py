@@ -59,18 +59,25 @@ def test_optional_csv_files_are_checked_the_same_way(tmp_path):
         load_results(root)
 
 
-def test_atnat_run_records_the_row_count_and_rebuilds_a_cut_table_without_training(tmp_path, monkeypatch, capsys):
-    """Finished cells (metrics.json "ok") are tabulated again; nothing trains (no data, no model)."""
+def finished_tiny_grid(tmp_path, monkeypatch, rows: dict):
+    """The tiny grid in tmp_path (the working folder) with each cell's metrics.json holding `rows`, tabulated by
+    `atnat run` into res/tiny without training anything -> the grid file."""
     monkeypatch.chdir(tmp_path)
     grid = write_grid(tmp_path)
     runs = tmp_path / "res" / "tiny" / "runs"
-    rows = {"at-s1": [{"strategy": f"beam{k}", "strategy_name": "beam", "bleu": 10.0 + k} for k in range(1, 24)],
-            "cmlm-kd-s1": [{"strategy": "mask-predict-2", "strategy_name": "mask-predict", "bleu": 9.0}]}
     for cell, cell_rows in rows.items():
         (runs / cell).mkdir(parents=True)
         (runs / cell / "metrics.json").write_text(json.dumps({"status": "ok", "rows": cell_rows}))
     monkeypatch.setattr("atnat.experiments.running.scheduler.run_one", lambda *a: pytest.fail("a finished cell was rerun"))
     assert main(["run", str(grid), "--results", "res"]) == 0
+    return grid
+
+
+def test_atnat_run_records_the_row_count_and_rebuilds_a_cut_table_without_training(tmp_path, monkeypatch, capsys):
+    """Finished cells (metrics.json "ok") are tabulated again; nothing trains (no data, no model)."""
+    grid = finished_tiny_grid(tmp_path, monkeypatch, {
+        "at-s1": [{"strategy": f"beam{k}", "strategy_name": "beam", "bleu": 10.0 + k} for k in range(1, 24)],
+        "cmlm-kd-s1": [{"strategy": "mask-predict-2", "strategy_name": "mask-predict", "bleu": 9.0}]})
     out = tmp_path / "res" / "tiny"
     assert json.loads((out / "environment.json").read_text())["results_rows"] == 24
     cut(out / "results.csv", 0.4)
@@ -95,16 +102,9 @@ def test_an_authors_own_csv_in_the_folder_does_not_block_the_report(tmp_path):
 def test_a_table_the_runner_wrote_and_that_is_gone_is_refused(tmp_path, monkeypatch, capsys, table):
     """comparisons.csv or ranking.csv deleted after the run: the report exited 0, judged the NATs without the
     paired intervals (stronger verdicts than the pairs allow) and dropped its ranking section without a word."""
-    monkeypatch.chdir(tmp_path)
-    grid = write_grid(tmp_path)
-    runs = tmp_path / "res" / "tiny" / "runs"
-    rows = {"at-s1": [{"strategy": "greedy", "strategy_name": "greedy", "bleu": 30.0}],
-            "cmlm-kd-s1": [{"strategy": "mask-predict-2", "strategy_name": "mask-predict", "bleu": 29.0}]}
-    for cell, cell_rows in rows.items():
-        (runs / cell).mkdir(parents=True)
-        (runs / cell / "metrics.json").write_text(json.dumps({"status": "ok", "rows": cell_rows}))
-    monkeypatch.setattr("atnat.experiments.running.scheduler.run_one", lambda *a: pytest.fail("a finished cell was rerun"))
-    assert main(["run", str(grid), "--results", "res"]) == 0
+    grid = finished_tiny_grid(tmp_path, monkeypatch, {
+        "at-s1": [{"strategy": "greedy", "strategy_name": "greedy", "bleu": 30.0}],
+        "cmlm-kd-s1": [{"strategy": "mask-predict-2", "strategy_name": "mask-predict", "bleu": 29.0}]})
     out = tmp_path / "res" / "tiny"
     assert main(["report", str(out)]) == 0
     (out / table).unlink()

@@ -53,14 +53,14 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
     refuse_another_teacher(cfg, run_dir)
     if done is not None and (run_dir / "distill.json").is_file():
         distill_meta = json.loads((run_dir / "distill.json").read_text())
-    if any(build_strategy(s)[1].uses_teacher for s in cfg.eval.strategies):  # checked before anything is trained
+    beside = [strategy for _, strategy in map(build_strategy, cfg.eval.strategies) if strategy.uses_teacher]
+    if beside:  # strategies that run the teacher beside the model: it is checked before anything is trained
         if cfg.distill is None:
             raise AtnatError(f"run {cfg.name}: a strategy that runs an AT teacher (npd, speculative) needs "
                              "distill.teacher")
         teacher, teacher_tokenizer = load_module(cfg.distill.teacher, map_location=device)
         check_teacher(teacher, teacher_tokenizer, task.tokenizer, f"run {cfg.name}: distill.teacher {cfg.distill.teacher}",
-                      verifies=any(not build_strategy(s)[1].needs_scorer for s in cfg.eval.strategies
-                                   if build_strategy(s)[1].uses_teacher))
+                      verifies=any(not strategy.needs_scorer for strategy in beside))
     if cfg.distill is not None and cfg.distill.targets and done is None:
         src, tgt = task.splits["train"]
         follow = counting_phase(run_dir, "distilling training sentences with the teacher", len(src))
