@@ -105,6 +105,8 @@ def test_ctrl_c_in_train_and_in_a_serial_grid_exits_130_with_the_resume_hint(tmp
     err = capsys.readouterr().err
     assert "interrupted; finished work is kept (run the same command to resume)" in err
     assert f"{tmp_path / 'run'} starts again from step 0 (no checkpoint saved yet)" in err
+    phase = json.loads((tmp_path / "run" / "progress.json").read_text())["phase"]
+    assert phase == "stopped at step 2 while training (interrupted)"  # not "training" for a stopped run
     assert main(["run", str(write_grid(tmp_path)), "--results", "res"]) == 130
     err = capsys.readouterr().err
     assert "run the same command to resume" in err
@@ -132,6 +134,7 @@ def test_an_export_config_with_a_bad_value_is_one_message(tmp_path, capsys):
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(RUN))
     assert main(["train", str(config), "--output-dir", str(tmp_path / "run")]) == 0
+    assert json.loads((tmp_path / "run" / "progress.json").read_text())["phase"] == "done"
     out = tmp_path / "export"
     assert main(["export", str(tmp_path / "run"), str(out)]) == 0
     assert os.stat(out / "model.safetensors").st_mode & 0o777 == files.FILE_MODE

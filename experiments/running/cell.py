@@ -33,7 +33,7 @@ from atnat.experiments.reporting.records import cell_status, whole_train_time, w
 from atnat.experiments.running.grid import Cell, load_grid_into
 from atnat.experiments.running.stale import teacher_changed
 from atnat.experiments.training.distill import distilled_targets
-from atnat.experiments.training.progress import counting_phase
+from atnat.experiments.training.progress import counting_phase, record_end, write_progress
 from atnat.experiments.training.train import finished_training, prepare_data, train
 
 
@@ -43,7 +43,20 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
     whose training finished under these settings is only evaluated again. With `speed`, the run's
     own strategies are then timed side by side (a grid leaves this to its timing phase:
     speed=None). Returns None in the helper ranks of a DDP run: rank 0 alone evaluates and writes
-    results. `allow_changes`: see train()."""
+    results. `allow_changes`: see train(). Its progress.json ends with `done` or with what stopped it."""
+    try:
+        result = train_and_evaluate(cfg, run_dir, speed, allow_changes=allow_changes)
+    except BaseException as err:
+        if not helper_rank():
+            record_end(run_dir, err)
+        raise
+    if not helper_rank():
+        record_end(run_dir)
+    return result
+
+
+def train_and_evaluate(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None, *,
+                       allow_changes: bool) -> EvalResult | None:
     require_gpu(cfg.train.accelerator, f"run {cfg.name}")  # before distillation and training
     run_dir.mkdir(parents=True, exist_ok=True)
     task = load_task(cfg)
@@ -75,6 +88,8 @@ def run_cell(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | None = SpeedS
     trained = json.loads((run_dir / "train.json").read_text())
     train_time = whole_train_time(run_dir, trained, time.time() - started)
     module, _ = load_module(best, map_location=device)
+    if done is not None and not helper_rank():  # evaluated again: not "done" while it decodes
+        write_progress(run_dir, phase="evaluating")
     if cfg.train.num_threads:
         torch.set_num_threads(cfg.train.num_threads)
     result = evaluate(module, task, cfg, run_dir, teacher=teacher)

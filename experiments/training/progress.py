@@ -25,6 +25,22 @@ def write_progress(run_dir: Path, **fields) -> None:
     atomic_write_bytes(path, json.dumps(state, default=float).encode())
 
 
+def record_end(run_dir: Path, error: BaseException | None = None) -> None:
+    """The run's last word in progress.json, where it has one: `done`, or what stopped it and at which step
+    (a run stopped by Ctrl-C, a signal or an error would otherwise still read "training" there). A kill
+    leaves no word: `atnat status` reads a dead lock holder as interrupted."""
+    state = read_progress(run_dir)
+    if state is None:
+        return
+    if error is None:
+        write_progress(run_dir, phase="done")
+        return
+    why = "interrupted" if isinstance(error, KeyboardInterrupt) else f"failed: {type(error).__name__}"
+    at = f" at step {state['step']}" if "step" in state else ""
+    was = state.get("phase", "training")
+    write_progress(run_dir, phase=f"stopped{at} while {was.split(':')[0]} ({why})")
+
+
 def counting_phase(run_dir: Path, what: str, total: int, every_s: float = 5.0):
     """A callback for a long count (`on_batch(done)`): writes the phase `what: done/total, ETA` to
     progress.json at most every `every_s` seconds, and once at the end."""

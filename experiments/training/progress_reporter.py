@@ -62,6 +62,10 @@ class ProgressReporter(pl.Callback):
             write_progress(self.run_dir, **state)
             print(f"{self.run_dir.name}: {describe(state)}", flush=True)
 
+    def on_exception(self, trainer, pl_module, exception) -> None:  # the step it stopped at (run_cell says why)
+        if trainer.is_global_zero:
+            write_progress(self.run_dir, step=trainer.global_step)
+
     def on_train_end(self, trainer, pl_module) -> None:
         if trainer.is_global_zero:
             write_progress(self.run_dir, phase="evaluating", step=trainer.global_step)
