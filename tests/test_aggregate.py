@@ -100,6 +100,22 @@ def test_each_speed_ratio_is_widened_by_the_noise_floor_of_its_own_kind():
     assert interval(older, "throughput_speedup_vs_at") == pytest.approx((3.96, 4.04))
 
 
+def test_the_speed_baselines_own_ratio_keeps_1_inside_its_interval_when_the_aa_control_excludes_it():
+    """A trial's finding: a timing whose A/A control came out at [1.02, 1.06] (a bias: the baseline beside
+    itself) showed the baseline's own ratio as "1.00× [1.02, 1.06]" in the headline, an interval without
+    its value; the old results.csv recorded the A/A interval as the baseline's spread."""
+    from atnat.experiments.reporting.aggregate import interval, span
+    from atnat.experiments.reporting.headline import _interval_text
+
+    floor = {"speed_noise_low": 1.02, "speed_noise_high": 1.06}
+    one = pd.Series({"n_seeds": 1, "speedup_vs_at": 1.0, "speedup_ci_low": 1.02, "speedup_ci_high": 1.06, **floor})
+    assert interval(one, "speedup_vs_at") == pytest.approx((1.0, 1.06)) and span(one, "speedup_vs_at")[0] == 1.0
+    assert _interval_text(one, "speedup_vs_at", suffix="×") == "1.00× [1.00, 1.06]"
+    nat = one.copy()
+    nat[["speedup_vs_at", "speedup_ci_low", "speedup_ci_high"]] = [2.0, 1.9, 2.2]  # a measured ratio: as before
+    assert interval(nat, "speedup_vs_at") == pytest.approx((1.9, 2.2))
+
+
 def test_the_noise_floor_over_seeds_is_their_union_not_their_mean():
     """Review D7: the front used the mean of the seeds' floors, narrower than the union the speed note states."""
     table = pd.DataFrame(rows("a", [30.0, 31.0, 32.0], [1.0, 1.0, 1.0])).assign(

@@ -261,8 +261,10 @@ def _time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[s
                 row["speed_noise_low"], row["speed_noise_high"] = latency
                 row["throughput_noise_low"], row["throughput_noise_high"] = throughput
                 if k == base:  # the baseline's own speed-ups are 1 by construction: their spread is the noise
-                    row["speedup_ci_low"], row["speedup_ci_high"] = latency
-                    row["throughput_speedup_ci_low"], row["throughput_speedup_ci_high"] = throughput
+                    # (held to contain 1: an A/A interval that excludes 1 is a bias of the timing, not the baseline's)
+                    row["speedup_ci_low"], row["speedup_ci_high"] = min(latency[0], 1.0), max(latency[1], 1.0)
+                    row["throughput_speedup_ci_low"], row["throughput_speedup_ci_high"] = \
+                        min(throughput[0], 1.0), max(throughput[1], 1.0)
         for name, mapping in (references or {}).items():
             ref = index.get(mapping.get(s.cell, ("", "")))
             if ref is None:

@@ -115,10 +115,13 @@ def noise_floor(row: pd.Series, col: str) -> tuple[float, float]:
 
 def _noise_floor(row: pd.Series, col: str, low: float, high: float) -> tuple[float, float]:
     """(low, high) widened to at least the A/A control's noise floor (`noise_floor`) around a speed
-    ratio's value."""
+    ratio's value, and to hold the value itself (a recorded spread may not: the speed baseline's own is the
+    A/A interval, which a biased timing puts beside 1, not around it)."""
     noise_low, noise_high = noise_floor(row, col)
     if pd.notna(noise_low) and pd.notna(noise_high) and pd.notna(row[col]):
         low, high = min(low, row[col] * noise_low), max(high, row[col] * noise_high)
+    if col in NOISE_FLOORS and pd.notna(row[col]) and pd.notna(low) and pd.notna(high):
+        low, high = min(low, row[col]), max(high, row[col])
     return low, high
 
 
