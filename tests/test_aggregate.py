@@ -116,6 +116,21 @@ def test_the_speed_baselines_own_ratio_keeps_1_inside_its_interval_when_the_aa_c
     assert interval(nat, "speedup_vs_at") == pytest.approx((1.9, 2.2))
 
 
+def test_a_bleu_interval_over_seeds_stays_inside_0_to_100():
+    """A trial's finding: three seeds near 0 BLEU (a failed system) gave a mean interval reaching below 0."""
+    from atnat.experiments.reporting.aggregate import interval
+
+    (low_row,) = aggregate_seeds(pd.DataFrame(rows("a", [0.1, 0.5, 2.0], [1.0, 1.0, 1.0]))).to_dict("records")
+    low, high = interval(pd.Series(low_row), "bleu")
+    assert low == 0.0 and high > 2.0
+    (high_row,) = aggregate_seeds(pd.DataFrame(rows("b", [99.9, 99.5, 98.0], [1.0, 1.0, 1.0]))).to_dict("records")
+    low, high = interval(pd.Series(high_row), "bleu")
+    assert high == 100.0 and low < 98.0
+    (mid,) = aggregate_seeds(pd.DataFrame(rows("c", [30.0, 31.0, 32.0], [1.0, 1.0, 1.0]))).to_dict("records")
+    assert interval(pd.Series(mid), "bleu") == pytest.approx((31.0 - 4.303 * 1.0 / 3 ** 0.5, 31.0 + 4.303 / 3 ** 0.5),
+                                                             abs=1e-3)  # t(2) 97.5%: unchanged away from the ends
+
+
 def test_the_noise_floor_over_seeds_is_their_union_not_their_mean():
     """Review D7: the front used the mean of the seeds' floors, narrower than the union the speed note states."""
     table = pd.DataFrame(rows("a", [30.0, 31.0, 32.0], [1.0, 1.0, 1.0])).assign(

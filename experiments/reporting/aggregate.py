@@ -26,6 +26,8 @@ INTERVALS = {"bleu": ("bleu_ci_low", "bleu_ci_high"), "speedup_vs_at": ("speedup
                                                "throughput_speedup_vs_at_beam_ci_high"),
              "throughput_speedup_vs_ref_at": ("throughput_speedup_vs_ref_at_ci_low", "throughput_speedup_vs_ref_at_ci_high"),
              "error_propagation": ("error_propagation_ci_low", "error_propagation_ci_high")}
+# what a column's mean can be: a t interval near an end is cut there (3 seeds at 0.1-2 BLEU reached below 0)
+RANGES = {"bleu": (0.0, 100.0), "latency_ms_b1": (0.0, math.inf)}
 KEYS = ["task", "family", "strategy"]
 SEED_COUNT = "_seed_count"  # suffix of aggregate_seeds' per-column seed counts (a results.csv has `error_propagation_n`)
 # the A/A control's noise floors (timing.py), each measured on its own kind of timing
@@ -150,6 +152,8 @@ def interval(row: pd.Series, col: str, level: float = 0.95) -> tuple[float, floa
         low, high, _ = t_interval(0.0, float(sd) / mean, k, (width / mean / (2 * 1.959964)) ** 2, level)
         return _noise_floor(row, col, mean * math.exp(low), mean * math.exp(high))
     low, high, _ = t_interval(mean, float(sd), k, (width / (2 * 1.959964)) ** 2, level)
+    if col in RANGES:  # the mean cannot leave the metric's range: neither can its interval
+        low, high = max(low, RANGES[col][0]), min(high, RANGES[col][1])
     return _noise_floor(row, col, low, high)
 
 
