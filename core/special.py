@@ -5,6 +5,11 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from atnat.core.options import require_between, require_number_between
+
+MAX_LEN_A = 1000.0  # tokens per source token, at most: beyond, a * S + b overflowed into one-token outputs
+MAX_LEN_B = 100_000  # tokens beyond a * source length, at most
+
 NEG_INF = float("-inf")  # the score of a masked choice
 
 
@@ -23,6 +28,12 @@ class SpecialTokens:
     def first_ordinary(self) -> int:
         """The smallest id of an ordinary token (a word piece or symbol)."""
         return max(self.pad, self.bos, self.eos, self.unk, self.mask, self.blank) + 1
+
+
+def check_length_rule(a, b, owner: str, prefix: str, why: str = "") -> None:
+    """`<prefix>_a` and `<prefix>_b` of a length_budget rule, bounded (a value beyond overflowed mid-decode)."""
+    require_number_between(a, 0, MAX_LEN_A, owner, f"{prefix}_a", why)
+    require_between(b, 0, MAX_LEN_B, owner, f"{prefix}_b")
 
 
 def length_budget(src_lengths: Tensor, a: float, b: float, cap: int | None = None) -> Tensor:

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from atnat.core.options import require, require_at_least, require_between, require_number_between
+from atnat.core.options import require, require_at_least
+from atnat.core.special import check_length_rule
 from atnat.decoding.base import max_lengths
 
-MAX_LEN_A = 1000.0  # output tokens per source token, at most: beyond, a + b overflowed into one-token outputs
-MAX_LEN_B = 100_000  # output tokens beyond a * source length, at most
+CAPPED = "output tokens per source token; the output is capped by max_len_cap anyway"
+
 
 
 def step_budget(limits: "LengthLimits", src_lengths: Tensor, model_cap: int | None = None) -> tuple[Tensor, int, set[int]]:
@@ -46,9 +47,7 @@ class LengthLimits:
         owner = f"strategy {self.registered_name!r}"
         for name, low in (("max_len_cap", 1), ("min_len", 0), ("no_repeat_ngram", 0)):
             require_at_least(getattr(self, name), low, owner, name)
-        require_number_between(self.max_len_a, 0, MAX_LEN_A, owner, "max_len_a",
-                               "output tokens per source token; the output is capped by max_len_cap anyway")
-        require_between(self.max_len_b, 0, MAX_LEN_B, owner, "max_len_b")
+        check_length_rule(self.max_len_a, self.max_len_b, owner, "max_len", CAPPED)
         w = self.attention_window
         require(w is None or (len(w) == 2 and all(isinstance(x, int) and x >= 0 for x in w)), owner,
                 "attention_window", "[back, forward] (integers >= 0)", w)

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from atnat.core.options import require, require_choice, require_positive
-from atnat.core.special import SpecialTokens, length_budget
+from atnat.core.special import SpecialTokens, check_length_rule, length_budget
 from atnat.decoding.base import Hypotheses, Strategy, register_strategy
 from atnat.decoding.candidates import (
     all_mask_inputs,
@@ -58,6 +58,7 @@ class Parallel(Strategy):
         owner = f"strategy {self.registered_name!r}"
         require_choice(self.length, LENGTH_MODES, owner, "length")
         require_positive(owner, length_beam=self.length_beam)
+        check_length_rule(self.fixed_len_a, self.fixed_len_b, owner, "fixed_len", "slots per source token")
         require(self.length != "fixed" or self.length_beam == 1, owner, "length_beam",
                 "1 with length 'fixed' (a fixed budget gives one candidate)", self.length_beam)
 

@@ -27,11 +27,11 @@ import torch
 from torch import Tensor
 
 from atnat.core.errors import AtnatError
-from atnat.core.options import require_between, require_number_between, require_positive
-from atnat.core.special import NEG_INF, SpecialTokens
+from atnat.core.options import require_positive
+from atnat.core.special import NEG_INF, SpecialTokens, check_length_rule
 from atnat.decoding.base import BlockVerifier, Hypotheses, Strategy, register_strategy
 from atnat.decoding.candidates import best_tokens, predicted_lengths
-from atnat.decoding.lengths import MAX_LEN_A, MAX_LEN_B, step_budget
+from atnat.decoding.lengths import CAPPED, step_budget
 from atnat.decoding.processors import forbidden_ids
 
 
@@ -71,9 +71,7 @@ class Speculative(Strategy):
     def __post_init__(self) -> None:
         owner = f"strategy {self.registered_name!r}"
         require_positive(owner, block=self.block, max_len_cap=self.max_len_cap)
-        require_number_between(self.max_len_a, 0, MAX_LEN_A, owner, "max_len_a",
-                               "output tokens per source token; the output is capped by max_len_cap anyway")
-        require_between(self.max_len_b, 0, MAX_LEN_B, owner, "max_len_b")
+        check_length_rule(self.max_len_a, self.max_len_b, owner, "max_len", CAPPED)
 
     @property
     def short_label(self) -> str:

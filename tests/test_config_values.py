@@ -108,6 +108,14 @@ def test_yaml_scalars_are_read_as_yaml_1_2_in_files_and_overrides(tmp_path, caps
     (lambda: __import__("atnat.decoding.beam", fromlist=["x"]).Beam(max_len_b=10**30),
      r"strategy 'beam': max_len_b must be an integer from 0 to"),  # an OverflowError traceback
     (lambda: __import__("atnat.decoding.speculative", fromlist=["x"]).Speculative(max_len_a=1e300), r"max_len_a must be"),
+    (lambda: __import__("atnat.decoding.parallel", fromlist=["x"]).Parallel(length="fixed", fixed_len_a=1e30),
+     r"strategy 'parallel': fixed_len_a must be a finite number from 0 to 1000"),
+    (lambda: __import__("atnat.decoding.parallel", fromlist=["x"]).Parallel(length="fixed", fixed_len_b=10**30),
+     r"strategy 'parallel': fixed_len_b must be an integer from 0 to"),
+    (lambda: __import__("atnat.models.decoders.nat", fromlist=["x"]).NATOptions(length="fixed", fixed_len_a=float("nan")),
+     r"decoder options: fixed_len_a must be a finite number from 0 to 1000"),
+    (lambda: __import__("atnat.models.decoders.nat", fromlist=["x"]).NATOptions(fixed_len_b=-3),
+     r"decoder options: fixed_len_b must be an integer from 0 to"),
 ])
 def test_option_values_that_overflowed_mid_decode_are_refused_when_built(make, message):
     """Found by a reliability trial: each was accepted, then hung, decoded one-token outputs reported as BLEU, or

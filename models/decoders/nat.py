@@ -18,7 +18,7 @@ from torch import Tensor
 
 from atnat.core.errors import AtnatError
 from atnat.core.options import require_choice
-from atnat.core.special import length_budget
+from atnat.core.special import check_length_rule, length_budget
 from atnat.models.batch import Batch
 from atnat.models.decoders.base import Decoder, register_decoder
 from atnat.models.decoders.glancing import GlancingOptions, feed_tokens, glance_positions, glancing_ratio
@@ -45,6 +45,7 @@ class NATOptions(GlancingOptions, LengthOptions):
         LengthOptions.__post_init__(self)
         require_choice(self.inputs, INPUTS, "decoder options", "inputs")
         require_choice(self.length, LENGTHS, "decoder options", "length")
+        check_length_rule(self.fixed_len_a, self.fixed_len_b, "decoder options", "fixed_len", "slots per source token")
 
 
 def uniform_copy_index(src_lengths: Tensor, padding_mask: Tensor) -> Tensor:
