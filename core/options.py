@@ -148,11 +148,21 @@ def require_at_least(value: Any, low: float, owner: str, field: str, *, integer:
     require(ok and value >= low, owner, field, f"{'an integer' if integer else 'a number'} >= {low}", value)
 
 
+MAX_SEARCH = 1024  # beam sizes, length beams, samples, iterations, at most (a beam of 10^9 was killed for memory)
+MAX_THREADS = 1024  # CPU threads, at most (torch takes 10^9 and asks for them at its first operation)
+
+
 def require_between(value: Any, low: int, high: int, owner: str, field: str) -> None:
     """An integer in [low, high]: the declared range of a size (a larger one is a typo or a planted file,
     and would allocate without bound before failing)."""
     ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
     require(ok, owner, field, f"an integer from {low} to {high:,}", value)
+
+
+def require_threads(value: Any, owner: str, field: str) -> None:
+    """A CPU thread count: an integer from 1 to MAX_THREADS, or None (torch's default)."""
+    ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_THREADS)
+    require(ok, owner, field, f"an integer from 1 to {MAX_THREADS} or null (torch's default)", value)
 
 
 def require_number_between(value: Any, low: float, high: float, owner: str, field: str, why: str = "") -> None:

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from atnat.core.options import require, require_choice, require_non_negative
+from atnat.core.options import MAX_SEARCH, require, require_between, require_choice, require_non_negative
 from atnat.core.special import NEG_INF, SpecialTokens
 from atnat.decoding.base import Hypotheses, StepModel, Strategy, register_strategy
 from atnat.decoding.lengths import LengthLimits, step_budget
@@ -86,8 +86,7 @@ class Beam(LengthLimits, Strategy):
         require_choice(self.length_norm, LENGTH_NORMS, owner, "length_norm")
         require_choice(self.stopping, STOPPING, owner, "stopping")
         require_non_negative(owner, alpha=self.alpha)  # a negative one shrinks lp with length: "exact"'s bound fails
-        require(isinstance(self.beam_size, int) and self.beam_size >= 1, owner, "beam_size", "an integer >= 1",
-                self.beam_size)
+        require_between(self.beam_size, 1, MAX_SEARCH, owner, "beam_size")
         require(isinstance(self.n_best, int) and 1 <= self.n_best <= self.beam_size, owner, "n_best",
                 f"an integer in 1..beam_size ({self.beam_size})", self.n_best)
 

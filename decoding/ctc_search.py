@@ -12,7 +12,7 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 from torch import Tensor
 
-from atnat.core.options import require_positive
+from atnat.core.options import MAX_SEARCH, require_between
 from atnat.core.special import NEG_INF, SpecialTokens
 from atnat.decoding.base import Hypotheses, Strategy, register_strategy
 from atnat.decoding.candidates import argmax_ordinary, never_emitted
@@ -165,7 +165,7 @@ class CTC(Strategy):
     beam_size: int = 1  # 1: best path; > 1: prefix beam search keeping this many prefixes
 
     def __post_init__(self) -> None:
-        require_positive(f"strategy {self.registered_name!r}", beam_size=self.beam_size)
+        require_between(self.beam_size, 1, MAX_SEARCH, f"strategy {self.registered_name!r}", "beam_size")
 
     @property
     def short_label(self) -> str:

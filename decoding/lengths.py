@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from atnat.core.options import require, require_at_least
-from atnat.core.special import check_length_rule
+from atnat.core.options import require, require_between
+from atnat.core.special import MAX_LEN_B, check_length_rule
 from atnat.decoding.base import max_lengths
 
 CAPPED = "output tokens per source token; the output is capped by max_len_cap anyway"
@@ -46,7 +46,7 @@ class LengthLimits:
     def __post_init__(self) -> None:
         owner = f"strategy {self.registered_name!r}"
         for name, low in (("max_len_cap", 1), ("min_len", 0), ("no_repeat_ngram", 0)):
-            require_at_least(getattr(self, name), low, owner, name)
+            require_between(getattr(self, name), low, MAX_LEN_B, owner, name)
         check_length_rule(self.max_len_a, self.max_len_b, owner, "max_len", CAPPED)
         w = self.attention_window
         require(w is None or (len(w) == 2 and all(isinstance(x, int) and x >= 0 for x in w)), owner,

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from atnat.core.options import require_positive
+from atnat.core.options import MAX_SEARCH, require_between
 from atnat.core.special import SpecialTokens
 from atnat.decoding.base import Hypotheses, Strategy, register_strategy
 from atnat.decoding.candidates import (
@@ -84,8 +84,8 @@ class MaskPredict(Strategy):
     # after every pass, each (B, T) (what is recorded, not how it decodes: not in the label)
 
     def __post_init__(self) -> None:
-        require_positive(f"strategy {self.registered_name!r}", iterations=self.iterations,
-                         length_beam=self.length_beam)
+        for name in ("iterations", "length_beam"):
+            require_between(getattr(self, name), 1, MAX_SEARCH, f"strategy {self.registered_name!r}", name)
 
     @property
     def short_label(self) -> str:

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from atnat.core.errors import AtnatError
-from atnat.core.options import require_at_least, require_between, require_positive
+from atnat.core.options import MAX_SEARCH, require_between, require_positive
 from atnat.core.special import SpecialTokens
 from atnat.decoding.base import Hypotheses, Strategy, register_strategy
 from atnat.decoding.candidates import (
@@ -70,8 +70,9 @@ class NoisyParallel(Strategy):
 
     def __post_init__(self) -> None:
         owner = f"strategy {self.registered_name!r}"
-        require_positive(owner, length_beam=self.length_beam, temperature=self.temperature)
-        require_at_least(self.samples_per_length, 0, owner, "samples_per_length")
+        require_positive(owner, temperature=self.temperature)
+        require_between(self.length_beam, 1, MAX_SEARCH, owner, "length_beam")
+        require_between(self.samples_per_length, 0, MAX_SEARCH, owner, "samples_per_length")
         require_between(self.seed, 0, 2**63 - 1, owner, "seed")
 
     @property

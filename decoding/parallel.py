@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from atnat.core.options import require, require_choice, require_positive
+from atnat.core.options import MAX_SEARCH, require, require_between, require_choice
 from atnat.core.special import SpecialTokens, check_length_rule, length_budget
 from atnat.decoding.base import Hypotheses, Strategy, register_strategy
 from atnat.decoding.candidates import (
@@ -57,7 +57,7 @@ class Parallel(Strategy):
     def __post_init__(self) -> None:
         owner = f"strategy {self.registered_name!r}"
         require_choice(self.length, LENGTH_MODES, owner, "length")
-        require_positive(owner, length_beam=self.length_beam)
+        require_between(self.length_beam, 1, MAX_SEARCH, owner, "length_beam")
         check_length_rule(self.fixed_len_a, self.fixed_len_b, owner, "fixed_len", "slots per source token")
         require(self.length != "fixed" or self.length_beam == 1, owner, "length_beam",
                 "1 with length 'fixed' (a fixed budget gives one candidate)", self.length_beam)

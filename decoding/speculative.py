@@ -27,8 +27,8 @@ import torch
 from torch import Tensor
 
 from atnat.core.errors import AtnatError
-from atnat.core.options import require_positive
-from atnat.core.special import NEG_INF, SpecialTokens, check_length_rule
+from atnat.core.options import require_between, require_positive
+from atnat.core.special import MAX_LEN_B, NEG_INF, SpecialTokens, check_length_rule
 from atnat.decoding.base import BlockVerifier, Hypotheses, Strategy, register_strategy
 from atnat.decoding.candidates import best_tokens, predicted_lengths
 from atnat.decoding.lengths import CAPPED, step_budget
@@ -70,7 +70,8 @@ class Speculative(Strategy):
 
     def __post_init__(self) -> None:
         owner = f"strategy {self.registered_name!r}"
-        require_positive(owner, block=self.block, max_len_cap=self.max_len_cap)
+        require_positive(owner, block=self.block)
+        require_between(self.max_len_cap, 1, MAX_LEN_B, owner, "max_len_cap")
         check_length_rule(self.max_len_a, self.max_len_b, owner, "max_len", CAPPED)
 
     @property

@@ -23,7 +23,7 @@ BAD = [
     ("model", "d_model", 33, "d_model must be a multiple of n_heads (2)"),
     ("train", "val_every_steps", 0, "val_every_steps must be an integer from 1 to 1,000,000,000, got 0"),
     ("model", "dropout", 2.0, "dropout must be a number with 0 <= value < 1, got 2.0"),
-    ("train", "num_threads", -3, "num_threads must be an integer >= 1, got -3"),
+    ("train", "num_threads", -3, "num_threads must be an integer from 1 to 1024 or null (torch's default), got -3"),
     ("task", "vocab", 1, "vocab must be an integer >= 2, got 1"),
     ("train", "max_steps", -1, "max_steps must be an integer from 1 to 1,000,000,000, got -1"),
     ("train", "max_steps", 0, "max_steps must be an integer from 1 to 1,000,000,000, got 0"),
@@ -97,6 +97,41 @@ def test_yaml_scalars_are_read_as_yaml_1_2_in_files_and_overrides(tmp_path, caps
     config.write_text(yaml.safe_dump(RUN))
     assert main(["train", str(config), "--set", "train.max_steps=1:00", "--output-dir", str(tmp_path / "r")]) == 2
     assert "max_steps" in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("module, cls, options, field", [
+    ("beam", "Beam", {"beam_size": 10**9}, "beam_size"),  # allocated until killed for memory (12 GB)
+    ("ctc_search", "CTC", {"beam_size": 10**6}, "beam_size"),
+    ("parallel", "Parallel", {"length_beam": 10**6}, "length_beam"),
+    ("mask_predict", "MaskPredict", {"iterations": 10**9}, "iterations"),
+    ("mask_predict", "MaskPredict", {"length_beam": 5000}, "length_beam"),
+    ("npd", "NoisyParallel", {"samples_per_length": 10**7}, "samples_per_length"),
+    ("greedy", "Greedy", {"max_len_cap": 10**12}, "max_len_cap"),
+    ("greedy", "Greedy", {"min_len": 10**12}, "min_len"),
+    ("speculative", "Speculative", {"max_len_cap": 10**12}, "max_len_cap"),
+])
+def test_search_sizes_beyond_any_use_are_refused_when_built(module, cls, options, field):
+    """A trial's leftover, probed: a beam of 10^9 allocated until the process was killed for memory; a beam of
+    10^5 ran past two minutes on two test sentences. Widths, iterations and lengths now have a declared range."""
+    import importlib
+
+    from atnat.core.errors import AtnatError
+
+    with pytest.raises(AtnatError, match=f"{field} must be an integer from"):
+        getattr(importlib.import_module(f"atnat.decoding.{module}"), cls)(**options)
+
+
+@pytest.mark.parametrize("where, change", [("speed", {"threads": 10**9}), ("train", {"num_threads": 10**9})])
+def test_thread_counts_beyond_any_machine_are_refused_when_read(where, change):
+    """torch.set_num_threads(10**9) is accepted, and the first operation then asks for a billion threads."""
+    from atnat.core.errors import AtnatError
+    from atnat.experiments.config.run import TrainSettings
+    from atnat.experiments.config.speed import SpeedSettings
+
+    make = SpeedSettings if where == "speed" else TrainSettings
+    with pytest.raises(AtnatError, match="threads must be"):
+        make(**change)
+    make(**{k: 64 for k in change})  # a large machine's count stays allowed
 
 
 @pytest.mark.parametrize("make, message", [

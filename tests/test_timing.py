@@ -280,6 +280,18 @@ def test_the_aa_control_times_the_baseline_twice_and_gives_every_ratio_its_noise
     assert (table.timing_threads == torch.get_num_threads()).all()
 
 
+def test_timing_with_more_threads_than_the_process_may_use_says_so(monkeypatch, capsys):
+    import dataclasses
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    at = system("at", 0.0001, [])
+    time_systems([at], dataclasses.replace(FAST, threads=2), {})
+    assert "speed.threads 2 where this process may use 1 CPU core(s)" in capsys.readouterr().err
+    time_systems([at], dataclasses.replace(FAST, threads=1), {})
+    assert "speed.threads" not in capsys.readouterr().err
+
+
 def test_the_timing_phase_defaults_to_one_thread_per_system():
     assert SpeedSettings().threads == 1 and SpeedSettings().aa_control
 

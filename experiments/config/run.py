@@ -27,6 +27,7 @@ from atnat.core.options import (
     require_choice,
     require_non_negative,
     require_optional_at_least,
+    require_threads,
 )
 from atnat.decoding.base import STRATEGIES, compatibility_problem
 from atnat.experiments.config.plugins import load_plugins
@@ -161,8 +162,9 @@ class TrainSettings:
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_epochs", "max_tokens", "max_len", "val_every_steps"):
             require_between(getattr(self, name), 1, MAX_COUNT, "train", name)
-        for name in ("max_sentences", "num_threads", "early_stop_patience"):
+        for name in ("max_sentences", "early_stop_patience"):
             require_optional_at_least(getattr(self, name), 1, "train", name)
+        require_threads(self.num_threads, "train", "num_threads")
         require(self.divergence_factor is None or (isinstance(self.divergence_factor, (int, float))
                                                    and math.isfinite(self.divergence_factor)
                                                    and self.divergence_factor >= 2),

@@ -5,7 +5,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from atnat.core.engine_names import DEFAULT_ENGINE, parse_engine
-from atnat.core.options import require_at_least, require_optional_at_least
+from atnat.core.options import require_at_least, require_threads
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class SpeedSettings:
             require_at_least(getattr(self, name), 1, "speed", name)
         require_at_least(self.warmup, 0, "speed", "warmup")
         require_at_least(self.bootstrap, 0, "speed", "bootstrap")
-        require_optional_at_least(self.threads, 1, "speed", "threads")
+        require_threads(self.threads, "speed", "threads")
         object.__setattr__(self, "engine", parse_engine(self.engine, "speed.engine").label)  # one spelling
 
     def record(self) -> dict:

@@ -20,6 +20,7 @@ import ctypes
 import dataclasses
 import functools
 import json
+import os
 import statistics
 import sys
 import time
@@ -209,6 +210,10 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
         return pd.DataFrame(columns=COLUMNS)
     threads = torch.get_num_threads()
     if speed.threads:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        if speed.threads > cores:
+            print(f"atnat: timing with speed.threads {speed.threads} where this process may use {cores} CPU core(s): "
+                  "the threads take turns, and the speed figures measure that", file=sys.stderr)
         torch.set_num_threads(speed.threads)
     try:
         return _time_systems(systems, speed, baselines, references)
