@@ -412,3 +412,23 @@ def test_smoke_settings_are_checked_without_smoke(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown key 'trian'.*\(with the grid's smoke: settings, which --smoke "
                                           r"applies\)"):
         load_grid(grid)
+
+
+def test_a_cell_whose_sources_outgrow_its_reach_is_named_by_dry_run_and_refused_before_its_teacher_trains(
+        tmp_path, monkeypatch, capsys):
+    """A trial's finding: a DA-Transformer student whose graph (upsample x source) outgrew the positional table
+    passed `--dry-run` and failed when it started, after its teacher had trained."""
+    monkeypatch.chdir(tmp_path)
+    data = {**TINY, "cells": {"at": TINY["cells"]["at"],
+                              "dat-kd": {"decoder": {"name": "dag", "upsample": 8}, "teacher": "at",
+                                         "model": {"max_positions": 30}, "distill": {"strategy": {"name": "greedy"}},
+                                         "eval": {"strategies": ["dag-greedy"]}}}}
+    grid = write_grid(tmp_path, data)
+    for command in (["run", str(grid), "--results", "res", "--dry-run"], ["run", str(grid), "--results", "res"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "cell dat-kd-s1: split train: sources of up to 4 tokens (train.max_len 256), but this model reads at " \
+               "most 3 (decoder dag, model.max_positions 30, decoder.upsample 8)" in err and "nothing has run" in err
+    assert not (tmp_path / "res" / "tiny" / "runs").exists()  # the teacher did not train
+    fits = {**data, "cells": {**data["cells"], "dat-kd": {**data["cells"]["dat-kd"], "model": {"max_positions": 64}}}}
+    assert main(["run", str(write_grid(tmp_path, fits)), "--results", "res", "--dry-run"]) == 0

@@ -501,18 +501,20 @@ def cmd_run(args) -> int:
         devices = gpu_ids(args.devices)
     elif args.devices:
         devices = [d.strip() for d in args.devices.split(",") if d.strip()]
-    if args.dry_run:  # the plan alone: no training code imported
+    if args.dry_run:  # the plan alone: no cell trains
         from atnat.experiments.running.plan import (  # lazy: start-up
             gpu_notes,
             plan,
             refuse_files_in_the_way,
             refuse_missing_inputs,
+            refuse_sources_out_of_reach,
             show_plan,
         )
 
         planned = plan(args.grid, Path(args.results), args.only, args.smoke)
         refuse_missing_inputs(planned, args.grid)
         refuse_files_in_the_way(planned, args.grid)
+        refuse_sources_out_of_reach(planned, args.grid)
         show_plan(planned)
         if cluster is None:
             for note in gpu_notes(planned):

@@ -53,6 +53,44 @@ def refuse_files_in_the_way(planned: Plan, path) -> None:
         raise AtnatError(f"{path}: {'; '.join(blocked)}: move or remove it (nothing has run)")
 
 
+def refuse_sources_out_of_reach(planned: Plan, path) -> None:
+    """A cell whose decoder reads fewer source tokens than its data holds (a DA-Transformer's or CTC's graph grows
+    with the source and has to fit the positional table) would fail when it starts, maybe hours in (after its
+    teacher): refused before any cell runs, and by `--dry-run`, naming the cell and the remedies. Only cells whose
+    reach is below train.max_len read their data here (an architecture on the meta device, no weights)."""
+    import json
+
+    import torch  # lazy: start-up
+
+    from atnat.experiments.config.run import load_task, named
+    from atnat.experiments.data.prepared import prepared_split
+    from atnat.experiments.training.train import PreparedData, check_lengths_fit
+    from atnat.models.seq2seq import Seq2SeqModule
+
+    tasks: dict[str, object] = {}
+    problems = []
+    for cell in planned.cells:
+        cfg = cell.config
+        dec_name, dec_opts = named(cfg.decoder, "decoder")
+        with torch.device("meta"):
+            module = Seq2SeqModule(vocab_size=16, decoder=dec_name, model=cfg.model, decoder_options=dec_opts,
+                                   loss=cfg.loss, optim=cfg.optim)
+        if module.decoder.max_source_length >= cfg.train.max_len:
+            continue  # no source it keeps can be longer than it reads
+        key = json.dumps(cfg.task, sort_keys=True, default=str)
+        if key not in tasks:
+            tasks[key] = load_task(cfg)
+        task = tasks[key]
+        encoded = {split: prepared_split(task, split, max_len=cfg.train.max_len, drop_long=split == "train")
+                   for split in task.splits}
+        try:
+            check_lengths_fit(module, PreparedData(task, encoded), cfg.train.max_len, sides=("sources",))
+        except AtnatError as err:
+            problems.append(f"cell {cell.name}: {err}")
+    if problems:
+        raise AtnatError(f"{path}: " + "; ".join(problems) + " (nothing has run)")
+
+
 def gpu_notes(planned: Plan) -> list[str]:
     """The cells that ask for a GPU where none is usable (a dry run lists them; `atnat run` with the local
     launcher refuses them before anything runs; a cluster job's node checks its own)."""

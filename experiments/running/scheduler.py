@@ -37,7 +37,12 @@ from atnat.experiments.running.cell import record_failure_unless_held, run_one, 
 from atnat.experiments.running.collect import stage_collected
 from atnat.experiments.running.grid import Cell, describe, load_grid_into
 from atnat.experiments.running.launchers.local import make_lanes, run_parallel
-from atnat.experiments.running.plan import plan, refuse_files_in_the_way, refuse_missing_inputs
+from atnat.experiments.running.plan import (
+    plan,
+    refuse_files_in_the_way,
+    refuse_missing_inputs,
+    refuse_sources_out_of_reach,
+)
 from atnat.experiments.running.stale import describe_stale, find_stale, handle_stale
 from atnat.experiments.running.status import saved_training
 from atnat.experiments.running.timing_phase import check_timing_peers, timing_description, timing_device, timing_phase
@@ -72,6 +77,7 @@ def run_grid(path, *, results_root: Path = Path("results"),
     planned = plan(path, results_root, only, smoke)  # what `--dry-run` shows (running/plan.py)
     refuse_missing_inputs(planned, path)
     refuse_files_in_the_way(planned, path)
+    refuse_sources_out_of_reach(planned, path)
     grid, out, cells, found, outside = planned.grid, planned.out, planned.cells, planned.stale, planned.outside
     if cluster is None:  # a cluster's jobs check their own node (running/cell.py); here: before anything runs
         for cell in cells:

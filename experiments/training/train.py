@@ -53,10 +53,11 @@ class PreparedData:
     encoded: dict[str, PreparedSplit]
 
 
-def check_lengths_fit(module, data: PreparedData, max_len: int) -> None:
+def check_lengths_fit(module, data: PreparedData, max_len: int, sides: tuple[str, ...] = ("sources", "targets")) -> None:
     """Refused before anything is written: a sentence past the model's reach would fail at its batch, hours
     in. Sources against what the model reads, targets against what its loss and probes teacher-force (an AT:
-    the target and its end symbol, one position each)."""
+    the target and its end symbol, one position each). `sides`: those checked (a grid checks the sources of
+    every cell before any runs: running/plan.py)."""
     decoder = module.decoder
     limits = [decoder.max_source_length] + ([decoder.max_target_length] if decoder.max_target_length is not None else [])
     for name, split in data.encoded.items():
@@ -64,7 +65,7 @@ def check_lengths_fit(module, data: PreparedData, max_len: int) -> None:
             continue
         for side, longest, limit, verb in (("sources", int(split.src_lengths.max()), decoder.max_source_length, "reads"),
                                            ("targets", int(split.tgt_lengths.max()), decoder.max_target_length, "writes")):
-            if limit is not None and longest > limit:
+            if side in sides and limit is not None and longest > limit:
                 upsample = getattr(getattr(decoder, "options", None), "upsample", None)  # positions per source token
                 remedies = ([f"set train.max_len to at most {min(limits)}"] if min(limits) > 0 else []) + \
                     ([f"lower decoder.upsample ({upsample:g} positions per source token)"] if upsample else []) + \
