@@ -234,6 +234,9 @@ def test_status_states_from_the_run_folder(tmp_path, monkeypatch):
     evaluating = json.dumps({"phase": "evaluating", "step": 400})
     assert cell_state(folder("l3", **{"cell.lock.json": me, "progress.json": evaluating}))["now"] == "evaluating"
     assert cell_state(folder("i", **{"cell.lock.json": gone, "checkpoints/last.ckpt": "x"}))["state"] == "interrupted"
+    stopped = json.dumps({"phase": "stopped at step 170 while training (interrupted)", "step": 170})
+    row = cell_state(folder("i2", **{"checkpoints/last.ckpt": "x", "progress.json": stopped}))
+    assert row["state"] == "interrupted" and row["now"] == "stopped at step 170 while training (interrupted)"
     lost = cell_state(folder("i0", **{"cell.lock.json": gone, "logs/metrics.csv": csv}))  # stopped before a checkpoint
     assert lost["state"] == "interrupted" and lost["now"] == "no checkpoint: starts again at step 0" and lost["last_step"] == 99
     failed = cell_state(folder("f", **{"metrics.json": json.dumps({"status": "failed", "error": "boom"})}))

@@ -4,7 +4,8 @@ State: done / failed (metrics.json), queued / running (job.json, asked of submit
 lock, held by whoever trains it; what a running cell does now from its progress.json), ended (a job
 that ended without a result: cancelled, timed out for good), record damaged (a metrics.json cut short
 or hand-edited: the next run evaluates the cell again), interrupted (no result, and a checkpoint
-to resume from, or training logged and lost with no checkpoint: it starts again), not started; with
+to resume from, or training logged and lost with no checkpoint: it starts again; what stopped it, where the
+run could write that down: Ctrl-C, a signal, an error), not started; with
 `--collected DEST`, collected: no run here, but a finished copy in DEST (`atnat collect` copied it before
 its machine was lost). Then, per task and seed, how many of its cells are done (collected
 copies named) and whether it has been timed (`atnat time`, or the timing phase; a copy's own timing.csv
@@ -59,6 +60,9 @@ def cell_state(run_dir: Path, stops_early: bool | None = None) -> dict:
     row = folder_state(run_dir)
     if row["state"] == "running":
         row["now"] = describe(read_progress(run_dir), stops_early)
+    elif row["state"] == "interrupted" and not row["now"]:  # what stopped it, where the run could say (not a kill)
+        phase = (read_progress(run_dir) or {}).get("phase", "")
+        row["now"] = phase if phase.startswith("stopped") else ""
     return row
 
 
