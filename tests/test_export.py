@@ -76,7 +76,7 @@ def test_export_round_trip_decodes_identically(run, tmp_path):
     out = export_safetensors(module, tmp_path / "exp")
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "sentencepiece.model"]
     config = json.loads((out / "config.json").read_text())
-    assert config["format_version"] == 2 and config["hyper_parameters"]["decoder"] == "at"
+    assert config["format_version"] == 3 and config["hyper_parameters"]["decoder"] == "at"
     assert config["bleu_tokenize"] == "13a" and len(config["weights"]["sha256"]) == 64
     again, tok2 = load_module(out)
     assert is_export_dir(out) and tok2.proto == tokenizer.proto
@@ -181,7 +181,7 @@ def rewrite_config(out, change):
     ("vocab_size", -3, r"vocab_size must be an integer from 1 to"),
     ("model.d_model", 10**6, r"d_model must be an integer from 1 to 16,384"),
     ("model.decoder_layers", 10**5, r"decoder_layers must be an integer from 1 to 256"),
-    ("model.decoder_layers", 5, r"not those the weights \(model.safetensors\) were exported with"),
+    ("model.decoder_layers", 5, r"is not what the weights \(model.safetensors\) were exported with"),
 ])
 def test_an_export_config_is_checked_against_ranges_and_the_weights_before_allocating(run, tmp_path, key, value,
                                                                                          message):
@@ -312,3 +312,81 @@ def test_an_export_to_dot_through_a_link_or_over_the_other_formats_export_replac
     assert (tmp_path / "link").is_symlink() and is_export_dir(tmp_path / "link") and is_export_dir(real)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["here", "link", "out", "real"]
     capsys.readouterr()
+
+
+def resealed(out, change):
+    """config.json edited by `change(config)` and every sha256 config.json holds brought up to date: what an
+    edit that knows the format leaves (the weights' own record is what still tells)."""
+    import hashlib
+
+    rewrite_config(out, change)
+    config = json.loads((out / "config.json").read_text())
+    for entry in (config["tokenizer"], config["weights"]):
+        entry["sha256"] = hashlib.sha256((out / entry["file"]).read_bytes()).hexdigest()
+    (out / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c.update(format_version=1), r"config.json says format version 1, its weights \(model.safetensors\) "
+                                           r"were written as version 3"),  # turned the check off: edits loaded
+    (lambda c: c.update(format_version=2), "says format version 2"),
+    (lambda c: c.update(bleu_tokenize="char"), r"config.json: what it says of the model .* is not what the weights "
+                                               r"\(model.safetensors\) were exported with"),  # BLEU 2.75 for 1.31
+    (lambda c: c.update(plugins=["evil"]), "is not what the weights"),
+])
+def test_an_export_config_edited_outside_its_hyper_parameters_is_refused(run, tmp_path, edit, message):
+    """A trial's findings: with format_version set to 1, an edited config.json loaded silently (max_positions 4:
+    one-token outputs); bleu_tokenize, the plugins and the tokenizer's record were protected by config.json
+    alone. The weights now record all of it, and their own format version."""
+    out = export_safetensors(load_module(run)[0], tmp_path / "exp")
+    assert json.loads((out / "config.json").read_text())["format_version"] == 3
+    rewrite_config(out, edit)
+    with pytest.raises(AtnatError, match=message):
+        load_module(out)
+
+
+def test_an_edited_tokenizer_file_is_refused_even_with_its_sha256_brought_up_to_date(tmp_path):
+    """A trial's finding: symbols.json edited (a newline inside a symbol, or a symbol twice) and its new sha256
+    written into config.json passed every check: 30 output lines for 2 input lines, or every w1 printed as w0."""
+    module, task = fit("at", "copy", steps=2, vocab=5, n_train=50, n_test=5)
+    attach_tokenizer(module, task.tokenizer, task.bleu_tokenize)
+    out = export_safetensors(module, tmp_path / "exp")
+    symbols = json.loads((out / "symbols.json").read_text())
+    (out / "symbols.json").write_text(json.dumps([symbols[0], symbols[0] + "x", *symbols[2:]]))
+    resealed(out, lambda c: None)
+    with pytest.raises(AtnatError, match="is not what the weights"):
+        load_module(out)
+
+
+@pytest.mark.parametrize("symbols, message", [
+    (["w0", "w1\nX"], r"symbol 'w1\\nX' \(number 2\) holds white space"),
+    (["w0", "w0"], r"symbol 'w0' comes twice"),
+    (["w0", ""], r"symbol '' \(number 2\) is empty"),
+])
+def test_a_symbol_list_that_cannot_round_trip_is_refused(symbols, message):
+    from atnat.experiments.data.tokenize import SymbolTokenizer
+
+    with pytest.raises(AtnatError, match=message):
+        SymbolTokenizer(symbols)
+
+
+def test_a_decoded_line_never_holds_a_line_break():
+    """One output line per input line, whatever a tokenizer's pieces hold."""
+    from atnat.experiments.data.tokenize import one_line
+
+    assert one_line("a\nb\r\nc\x0bd\u2028e\x85f") == "a b c d e f" and one_line("x y") == "x y"
+
+
+def test_a_file_planted_in_an_export_is_refused_and_no_export_is_written_inside_another(run, tmp_path, capsys):
+    """A trial's findings: evil.py or a model.bin beside an export's files was ignored (the guide says a planted
+    file is refused); `atnat export RUN EXPORT/inner` wrote an export inside an export (which then could not be
+    replaced)."""
+    out = export_safetensors(load_module(run)[0], tmp_path / "exp")
+    (out / "evil.py").write_text("print('x')")
+    with pytest.raises(AtnatError, match=r"exp: evil.py is not a file of an atnat export \(config.json, "
+                                         r"model.safetensors, sentencepiece.model\): planted\?"):
+        load_module(out)
+    (out / "evil.py").unlink()
+    assert main(["export", str(run), str(out / "inner")]) == 2
+    assert f"{out / 'inner'} is inside the export {out}" in capsys.readouterr().err
+    assert not (out / "inner").exists() and load_module(out)

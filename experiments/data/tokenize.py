@@ -26,6 +26,12 @@ CACHE_DIR = Path(os.environ.get("ATNAT_CACHE") or Path.home() / ".cache" / "atna
 # not the current one; `~/c` is the home's, not a folder named `~` here
 
 
+def one_line(text: str) -> str:
+    """`text` with every line break (each that str.splitlines knows) made a space: one output line per input line,
+    whatever a model's pieces hold."""
+    return " ".join(text.splitlines())
+
+
 class SymbolTokenizer:
     """Whitespace-separated symbols from a fixed list (synthetic tasks): exact round trip."""
 
@@ -34,6 +40,14 @@ class SymbolTokenizer:
     def __init__(self, symbols: list[str]):
         self.symbols = list(SPECIAL_SYMBOLS) + [s for s in symbols if s not in SPECIAL_SYMBOLS]
         self.index = {s: i for i, s in enumerate(self.symbols)}
+        for number, symbol in enumerate(symbols, 1):  # each must come back from its own text, as itself
+            problem = "is empty" if not symbol else "holds white space" if symbol.split() != [symbol] else ""
+            if problem:
+                raise AtnatError(f"symbol {symbol!r} (number {number}) {problem}: symbols are read back split at "
+                                 "white space")
+        if len(self.index) != len(self.symbols):
+            twice = next(s for i, s in enumerate(self.symbols) if self.index[s] != i)
+            raise AtnatError(f"symbol {twice!r} comes twice: two ids would print as one")
 
     @property
     def vocab_size(self) -> int:
@@ -46,7 +60,7 @@ class SymbolTokenizer:
         return [self.encode(text) for text in texts]
 
     def decode(self, ids: Iterable[int]) -> str:
-        return " ".join(self.symbols[i] for i in ids if i >= len(SPECIAL_SYMBOLS))
+        return " ".join(self.symbols[i] for i in ids if i >= len(SPECIAL_SYMBOLS))  # (no symbol holds a break)
 
     def to_state(self) -> dict:
         return {"kind": self.kind, "symbols": self.symbols[len(SPECIAL_SYMBOLS):]}
@@ -138,7 +152,7 @@ class SentencePieceTokenizer:
         return self.sp.encode(texts, num_threads=threads)
 
     def decode(self, ids: Iterable[int]) -> str:
-        return self.sp.decode([i for i in ids if i >= len(SPECIAL_SYMBOLS)])
+        return one_line(self.sp.decode([i for i in ids if i >= len(SPECIAL_SYMBOLS)]))
 
     def to_state(self) -> dict:
         return {"kind": self.kind, "model_proto": self.proto}

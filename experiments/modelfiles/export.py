@@ -31,8 +31,9 @@ if TYPE_CHECKING:
     from atnat.models.seq2seq import Seq2SeqModule
 
 FORMAT = "atnat-export"
-FORMAT_VERSION = 2  # 2: the weights' metadata records the sha256 of the hyper-parameters
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3  # 2: the weights' metadata records the sha256 of the hyper-parameters; 3: of all config.json
+READABLE_VERSIONS = (1, 2, 3)  # says of the model (RECORDED: hyper-parameters, BLEU tokenizer, plugins, tokenizer file)
+RECORDED = ("hyper_parameters", "bleu_tokenize", "plugins", "tokenizer")
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 CT2_MARKER = "model.bin"  # the file a CTranslate2 model folder is known by (ct2.py writes it)
@@ -152,8 +153,14 @@ def canonical_header(path: Path) -> None:
 
 
 def hyper_parameters_sha256(hyper_parameters: dict) -> str:
-    """sha256 of the hyper-parameters' canonical JSON: what the weights file records of its config."""
+    """sha256 of the hyper-parameters' canonical JSON: what a format-2 weights file records of its config."""
     return hashlib.sha256(json.dumps(hyper_parameters, sort_keys=True).encode()).hexdigest()
+
+
+def record_sha256(config: dict) -> str:
+    """sha256 of the canonical JSON of what config.json says of the model (RECORDED): what the weights file
+    records of its config (format 3), so that neither can change without the other noticing."""
+    return hashlib.sha256(json.dumps({k: config.get(k) for k in RECORDED}, sort_keys=True).encode()).hexdigest()
 
 
 def export_safetensors(module: Seq2SeqModule, out: str | Path) -> Path:
@@ -166,20 +173,38 @@ def export_safetensors(module: Seq2SeqModule, out: str | Path) -> Path:
     if module.tokenizer_state is None:
         raise AtnatError("the module carries no tokenizer: export needs one (a module from atnat train)")
     hyper = _plain(dict(module.hparams))
+    refuse_export_inside_export(out)
     with staged(out) as stage:
-        save_model(module, str(stage / WEIGHTS), metadata={
-            "format": FORMAT, "format_version": str(FORMAT_VERSION), "hyper_parameters_sha256":
-                hyper_parameters_sha256(hyper)})
-        canonical_header(stage / WEIGHTS)
-        os.chmod(stage / WEIGHTS, FILE_MODE)  # safetensors writes 0600; an export is for sharing
         name, data = tokenizer_file(module.tokenizer_state)
         atomic_write_bytes(stage / name, data)
         config = {"format": FORMAT, "format_version": FORMAT_VERSION, "hyper_parameters": hyper,
                   "bleu_tokenize": module.bleu_tokenize, "plugins": list(getattr(module, "plugins", [])),
-                  "tokenizer": {"kind": module.tokenizer_state["kind"], "file": name, "sha256": sha256(stage / name)},
-                  "weights": {"file": WEIGHTS, "sha256": sha256(stage / WEIGHTS)}}
+                  "tokenizer": {"kind": module.tokenizer_state["kind"], "file": name, "sha256": sha256(stage / name)}}
+        save_model(module, str(stage / WEIGHTS), metadata={
+            "format": FORMAT, "format_version": str(FORMAT_VERSION), "record_sha256": record_sha256(config)})
+        canonical_header(stage / WEIGHTS)
+        os.chmod(stage / WEIGHTS, FILE_MODE)  # safetensors writes 0600; an export is for sharing
+        config["weights"] = {"file": WEIGHTS, "sha256": sha256(stage / WEIGHTS)}
         atomic_write_bytes(stage / CONFIG, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())
     return out
+
+
+def refuse_export_inside_export(out: Path) -> None:
+    """An export written inside another (`atnat export RUN EXPORT/inner`) would be a file the outer one does not
+    hold (refused when it is loaded), and the outer could no longer be replaced."""
+    for parent in Path(os.path.abspath(out)).parents:
+        if is_export_dir(parent):
+            raise AtnatError(f"{out} is inside the export {parent}: give a folder outside it")
+
+
+def refuse_planted_files(directory: Path, config: dict) -> None:
+    """Every entry of an export folder is one of the files its config.json names (nothing planted beside them)."""
+    names = [CONFIG, str(config["weights"]["file"]), str(config["tokenizer"]["file"])]
+    others = sorted(p.name for p in directory.iterdir() if p.name not in names)
+    if others:
+        raise AtnatError(f"{directory}: {others[0]} is not a file of an atnat export ({', '.join(names)}): planted? "
+                         f"Move it out of the folder" + (f" ({len(others) - 1} more: {', '.join(others[1:4])})"
+                                                         if len(others) > 1 else ""))
 
 
 def _plain(value):
@@ -226,9 +251,11 @@ def load_export(directory: str | Path, map_location: str = "cpu") -> Seq2SeqModu
     directory = Path(directory)
     config = read_config(directory)
     try:
+        refuse_planted_files(directory, config)
         weights = _checked_file(directory, config["weights"], "weights")
         tok_path, tok_kind = _checked_file(directory, config["tokenizer"], "tokenizer"), str(config["tokenizer"]["kind"])
         missing_plugins(str(config["hyper_parameters"]["decoder"]), config.get("plugins"), str(directory / CONFIG))
+        bleu_tokenize = checked_bleu_tokenize(config.get("bleu_tokenize", "13a"), directory / CONFIG)
         check_against_weights(config, weights, directory / CONFIG)  # before any tensor is allocated
         module = Seq2SeqModule(**config["hyper_parameters"])
     except (KeyError, TypeError) as err:
@@ -238,7 +265,7 @@ def load_export(directory: str | Path, map_location: str = "cpu") -> Seq2SeqModu
     except (SafetensorError, RuntimeError, OSError, ValueError) as err:
         raise AtnatError(f"{weights}: cannot load the weights ({err})") from err
     module.tokenizer_state = tokenizer_state_from_file(tok_path, tok_kind)
-    module.bleu_tokenize = checked_bleu_tokenize(config.get("bleu_tokenize", "13a"), directory / CONFIG)
+    module.bleu_tokenize = bleu_tokenize
     module.plugins = [str(p) for p in config.get("plugins") or []]
     return module.to(map_location)
 
@@ -280,7 +307,7 @@ def check_against_weights(config: dict, weights: Path, where: Path) -> None:
     hyper = config["hyper_parameters"]
     try:
         with safe_open(str(weights), "pt") as f:
-            recorded = (f.metadata() or {}).get("hyper_parameters_sha256")
+            metadata = f.metadata() or {}
             shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
             dtypes = {k: str(f.get_slice(k).get_dtype()) for k in f.keys()}
     except (SafetensorError, OSError, ValueError) as err:
@@ -290,9 +317,16 @@ def check_against_weights(config: dict, weights: Path, where: Path) -> None:
             module = Seq2SeqModule(**hyper)
     except AtnatError as err:  # a value the model refuses (d_model: -4, vocab_size: 1e9): the config is to blame
         raise AtnatError(f"{where}: hyper_parameters: {err}") from err
-    if config.get("format_version", 1) >= 2 and recorded != hyper_parameters_sha256(hyper):
+    version = config.get("format_version", 1)
+    if str(version) != metadata.get("format_version", str(version)):  # a config set back to an older format
+        raise AtnatError(f"{where} says format version {version}, its weights ({weights.name}) were written as "
+                         f"version {metadata['format_version']}: modified after export?")
+    if version == 2 and metadata.get("hyper_parameters_sha256") != hyper_parameters_sha256(hyper):
         raise AtnatError(f"{where}: its hyper_parameters are not those the weights ({weights.name}) were exported "
                          "with: modified after export?")
+    if version >= 3 and metadata.get("record_sha256") != record_sha256(config):
+        raise AtnatError(f"{where}: what it says of the model ({', '.join(RECORDED)}) is not what the weights "
+                         f"({weights.name}) were exported with: modified after export?")
     expected = module.state_dict(keep_vars=True)
     for name, shape in shapes.items():
         if name not in expected or tuple(expected[name].shape) != shape:
