@@ -161,3 +161,16 @@ def test_status_into_a_closed_pipe_exits_141(tmp_path):
     finally:
         os.close(write)
     assert proc.returncode == 141 and proc.stderr == "", proc.stderr
+
+
+def test_a_cache_folder_that_is_a_file_is_named_as_the_cache(tmp_path):
+    """A trial's finding: ATNAT_CACHE naming a file gave a bare `.../spm: Not a directory`."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(RUN))
+    (tmp_path / "cachefile").write_text("")
+    done = subprocess.run([sys.executable, "-m", "atnat.experiments.cli", "train", str(config), "--output-dir",
+                           str(tmp_path / "run")], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "ATNAT_CACHE": str(tmp_path / "cachefile"), "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 1, done.stderr
+    assert f"the cache folder ($ATNAT_CACHE, else ~/.cache/atnat; here {tmp_path / 'cachefile'}) must be a folder " \
+           "this process can write" in done.stderr

@@ -226,3 +226,13 @@ def test_a_second_download_into_the_folder_waits_for_the_first(server, tmp_path)
     first.release()
     second.join(30)
     assert [f.read_bytes() for f in done[0]] == [FAKE[name] for name in FILES]
+
+
+def test_a_folder_where_a_file_goes_is_named_before_anything_is_downloaded(server, tmp_path):
+    """A trial's finding: a folder named train.de in the output gave `out/train.de.part: Is a directory` (the
+    wrong path) after the whole download, and left the part file behind."""
+    _, url = server
+    (tmp_path / "d" / FILES[1]).mkdir(parents=True)
+    with pytest.raises(AtnatError, match=f"{tmp_path / 'd' / FILES[1]} is a folder where {FILES[1]} goes: move it"):
+        download_wmt14(tmp_path / "d", base_url=url, log=lambda _: None)
+    assert not list((tmp_path / "d").glob("*.part"))

@@ -890,6 +890,16 @@ def check_results_root(args) -> None:
         raise AtnatError(f"--results {root}: this is a file; give a folder (results go to DIR/<grid name>/)")
 
 
+def in_the_cache(filename) -> str:
+    """Where a path the OS refused lies in atnat's cache: what the cache must be, and where it is set."""
+    from atnat.experiments.data.tokenize import CACHE_DIR  # lazy: start-up
+
+    if not isinstance(filename, str) or not Path(os.path.abspath(filename)).is_relative_to(CACHE_DIR):
+        return ""
+    return (f" (the cache folder ($ATNAT_CACHE, else ~/.cache/atnat; here {CACHE_DIR}) must be a folder this process "
+            "can write)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     import atnat.decoding  # noqa: F401  (register built-ins)
@@ -913,7 +923,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except OSError as err:  # a file the OS refused outside atnat's own writers: one line naming it
         where = f"{err.filename}: " if err.filename else ""
-        print(f"atnat: error: {where}{err.strerror or err}", file=sys.stderr)
+        print(f"atnat: error: {where}{err.strerror or err}{in_the_cache(err.filename)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("atnat: interrupted; finished work is kept (run the same command to resume)", file=sys.stderr)

@@ -131,6 +131,10 @@ def _download(out: Path, base_url: str | None, given: dict | None, sums_file: st
     recorded_path = out / SUMS
     recorded = read_sums(recorded_path) if recorded_path.is_file() else {}
     trusted = given if given is not None else recorded
+    for name in FILES:  # a folder (or other non-file) where a file goes: named before hours of downloading
+        in_the_way = [p for p in (out / name, out / f"{name}.part") if p.exists() and not p.is_file()]
+        if in_the_way:
+            raise AtnatError(f"{in_the_way[0]} is a folder where {in_the_way[0].name} goes: move it aside")
     for name in FILES:
         target, part = out / name, out / f"{name}.part"
         if not target.is_file():
