@@ -172,6 +172,27 @@ def test_readme_strategy_samples_and_plugs_into_configs(tmp_path, monkeypatch):
         sys.modules.pop("my_plugin_sampling", None)
 
 
+def test_readme_strategy_keeps_the_length_options_it_accepts_and_refuses_a_zero_temperature(tmp_path, monkeypatch):
+    """A trial's finding: the guide's Sample took min_len and no_repeat_ngram (from LengthLimits) and applied
+    neither; temperature 0 divided by zero (NaN probabilities in torch.multinomial)."""
+    from atnat.decoding.base import STRATEGIES
+
+    STRATEGIES.unregister("sample")
+    plugin = load_example(tmp_path, monkeypatch, "my_plugin_sampling2", readme_examples("Adding a strategy")[0])
+    try:
+        with pytest.raises(AtnatError, match="temperature"):
+            plugin.Sample(temperature=0)
+        module, task = fit("at", "copy", steps=2, vocab=5, n_train=50, n_test=20)
+        for strategy in (plugin.Sample(min_len=6, seed=s) for s in range(3)):
+            hyps, _, _ = decode_split(module, task, strategy)
+            assert all(len(h) >= 6 for h in hyps)  # (id lists) EOS forbidden before 6 content tokens
+        hyps, _, _ = decode_split(module, task, plugin.Sample(no_repeat_ngram=1, max_len_a=0, max_len_b=4))
+        assert all(len(set(h)) == len(h) for h in hyps)  # no token twice
+    finally:
+        STRATEGIES.unregister("sample")
+        sys.modules.pop("my_plugin_sampling2", None)
+
+
 def test_readme_metric_becomes_a_column_of_the_table_the_report_and_the_cli(tmp_path, monkeypatch):
     import pandas as pd
 
