@@ -251,9 +251,9 @@ def load_export(directory: str | Path, map_location: str = "cpu") -> Seq2SeqModu
     directory = Path(directory)
     config = read_config(directory)
     try:
-        refuse_planted_files(directory, config)
         weights = _checked_file(directory, config["weights"], "weights")
         tok_path, tok_kind = _checked_file(directory, config["tokenizer"], "tokenizer"), str(config["tokenizer"]["kind"])
+        refuse_planted_files(directory, config)  # (after the names are known to be files inside it)
         missing_plugins(str(config["hyper_parameters"]["decoder"]), config.get("plugins"), str(directory / CONFIG))
         bleu_tokenize = checked_bleu_tokenize(config.get("bleu_tokenize", "13a"), directory / CONFIG)
         check_against_weights(config, weights, directory / CONFIG)  # before any tensor is allocated
