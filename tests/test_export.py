@@ -390,3 +390,5 @@ def test_a_file_planted_in_an_export_is_refused_and_no_export_is_written_inside_
     assert main(["export", str(run), str(out / "inner")]) == 2
     assert f"{out / 'inner'} is inside the export {out}" in capsys.readouterr().err
     assert not (out / "inner").exists() and load_module(out)
+    assert main(["export", str(run), str(out / "ct2"), "--format", "ctranslate2"]) == 2  # nor another format
+    assert f"{out / 'ct2'} is inside the export {out}" in capsys.readouterr().err and not (out / "ct2").exists()
