@@ -468,9 +468,8 @@ def _spec(text: str) -> dict:
 
 
 def cmd_export(args) -> None:
-    from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
-
     from atnat.experiments.modelfiles.export import refuse_export_inside_export  # lazy: start-up
+    from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
 
     refuse_export_inside_export(Path(args.out_dir))  # either format: the outer export would hold a planted folder
     module, tokenizer = load_module(args.run)
