@@ -166,7 +166,8 @@ def record_sha256(config: dict) -> str:
 def export_safetensors(module: Seq2SeqModule, out: str | Path) -> Path:
     """Write model.safetensors, the tokenizer file and config.json into a staged copy of `out` and put
     it in place whole (`staged`); config.json names the other files' sha256, and the weights' metadata the
-    sha256 of the hyper-parameters, so neither file can be changed without the other noticing. -> out."""
+    sha256 of what config.json says of the model (`record_sha256`), so neither file can be changed without the
+    other noticing. -> out."""
     from safetensors.torch import save_model
 
     out = Path(out)
