@@ -76,6 +76,7 @@ def test_students_start_from_the_teachers_weights_and_a_control_trains_on_refere
 def test_a_teacher_evaluated_again_decodes_nothing_for_students_already_trained(tmp_path, monkeypatch):
     """`--stale rerun` after a teacher's eval changed evaluates it again; its students finished
     training, so writing their distilled targets again (29,000 beam-5 decodes on Multi30k) is waste."""
+    import json
     import shutil
 
     from atnat.experiments.cli.commands import main
@@ -84,6 +85,8 @@ def test_a_teacher_evaluated_again_decodes_nothing_for_students_already_trained(
     monkeypatch.chdir(tmp_path)
     assert main(["run", str(write_grid(tmp_path)), "--results", "res"]) == 0
     runs = tmp_path / "res" / "tiny" / "runs"
+    for cell in ("at-s1", "cmlm-kd-s1"):  # a teacher's last phase, its students' distillation, is over too
+        assert json.loads((runs / cell / "progress.json").read_text())["phase"] == "done"
     shutil.rmtree(runs / "at-s1" / "distill")  # e.g. cleaned away, or cached under another name
     again = {**TINY, "cells": {**TINY["cells"], "at": {**TINY["cells"]["at"], "eval": {"strategies": ["greedy"]}}}}
     assert main(["run", str(write_grid(tmp_path, again)), "--results", "res", "--stale", "rerun"]) == 0

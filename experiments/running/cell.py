@@ -178,12 +178,14 @@ def run_one(cell: Cell, run_dir: Path, students: list[Cell] = ()) -> None:
     with nullcontext() if helper_rank() else held(cell_lock(run_dir), f"cell {cell.name}"):
         if cell_status(run_dir) == "ok":  # finished by another process while this one waited
             distil_for_students(cell, list(students))
+            record_end(run_dir)
             return
         try:
             require_gpu(cell.config.train.accelerator, f"run {cell.name}")  # this machine's trouble first
             unfinished_teacher(cell)
             run_cell(cell.config, run_dir, speed=None)
             distil_for_students(cell, list(students))
+            record_end(run_dir)  # the teacher's last phase was its students' distillation
         except KeyboardInterrupt:
             raise
         except Exception as err:  # noqa: BLE001  (any failure of a cell is recorded, the grid goes on)
