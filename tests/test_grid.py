@@ -432,3 +432,26 @@ def test_a_cell_whose_sources_outgrow_its_reach_is_named_by_dry_run_and_refused_
     assert not (tmp_path / "res" / "tiny" / "runs").exists()  # the teacher did not train
     fits = {**data, "cells": {**data["cells"], "dat-kd": {**data["cells"]["dat-kd"], "model": {"max_positions": 64}}}}
     assert main(["run", str(write_grid(tmp_path, fits)), "--results", "res", "--dry-run"]) == 0
+
+
+def test_an_extra_test_split_whose_sources_outgrow_a_cells_reach_is_named_before_any_cell_trains(tmp_path, monkeypatch,
+                                                                                                  capsys):
+    """eval.extra_tests (test2017 beside test2016) are decoded after training: a source there past the decoder's
+    reach failed the cell's evaluation hours in."""
+    from tests.test_export import parallel_files
+
+    monkeypatch.chdir(tmp_path)
+    parallel_files(tmp_path)
+    (tmp_path / "long.xx").write_text(" ".join(["the small red cat sees a big blue dog"] * 20) + "\n")
+    (tmp_path / "long.yy").write_text("X\n")
+    data = {"name": "reach", "base": {
+        "task": {"name": "parallel", "data_dir": str(tmp_path), "src": "xx", "tgt": "yy", "valid": "valid",
+                 "test": "test", "vocab_size": 60},
+        "model": {"d_model": 16, "n_heads": 2, "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 1,
+                  "max_positions": 600},
+        "train": {"max_steps": 2, "max_tokens": 256, "val_every_steps": 2, "progress_bar": False, "num_threads": 1},
+        "eval": {"n_bootstrap": 10, "extra_tests": ["long"]}},
+        "cells": {"dat": {"decoder": {"name": "dag", "upsample": 8}, "eval": {"strategies": ["dag-greedy"]}}}}
+    assert main(["run", str(write_grid(tmp_path, data)), "--results", "res", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "cell dat-s1: split long: sources of up to" in err and "this model reads at most 74 (decoder dag" in err

@@ -56,18 +56,20 @@ def refuse_files_in_the_way(planned: Plan, path) -> None:
 def refuse_sources_out_of_reach(planned: Plan, path) -> None:
     """A cell whose decoder reads fewer source tokens than its data holds (a DA-Transformer's or CTC's graph grows
     with the source and has to fit the positional table) would fail when it starts, maybe hours in (after its
-    teacher): refused before any cell runs, and by `--dry-run`, naming the cell and the remedies. Only cells whose
-    reach is below train.max_len read their data here (an architecture on the meta device, no weights)."""
+    teacher; or evaluation, for eval.extra_tests): refused before any cell runs, and by `--dry-run`, naming the cell
+    and the remedies. Only cells whose reach is below train.max_len read their data here (an architecture on the
+    meta device, no weights)."""
     import json
 
     import torch  # lazy: start-up
 
-    from atnat.experiments.config.run import load_task, named
+    from atnat.experiments.config.run import extra_test_split, load_task, named
+    from atnat.experiments.data.batching import encode_split
     from atnat.experiments.data.prepared import prepared_split
     from atnat.experiments.training.train import PreparedData, check_lengths_fit
     from atnat.models.seq2seq import Seq2SeqModule
 
-    tasks: dict[str, object] = {}
+    data: dict[str, PreparedData] = {}
     problems = []
     for cell in planned.cells:
         cfg = cell.config
@@ -81,14 +83,17 @@ def refuse_sources_out_of_reach(planned: Plan, path) -> None:
             continue
         if reach >= cfg.train.max_len:
             continue  # no source it keeps can be longer than it reads
-        key = json.dumps(cfg.task, sort_keys=True, default=str)
-        if key not in tasks:
-            tasks[key] = load_task(cfg)
-        task = tasks[key]
-        encoded = {split: prepared_split(task, split, max_len=cfg.train.max_len, drop_long=split == "train")
-                   for split in task.splits}
+        key = json.dumps([cfg.task, cfg.train.max_len, list(cfg.eval.extra_tests)], sort_keys=True, default=str)
+        if key not in data:  # cells of one task share its data (seeds, decoders)
+            task = load_task(cfg)
+            encoded = {split: prepared_split(task, split, max_len=cfg.train.max_len, drop_long=split == "train")
+                       for split in task.splits}
+            for name in cfg.eval.extra_tests:  # decoded after training: a source past the reach would fail it then
+                src, tgt = extra_test_split(cfg, name)
+                encoded[name] = encode_split(task.tokenizer, src, tgt, name=name, max_len=cfg.train.max_len)
+            data[key] = PreparedData(task, encoded)
         try:
-            check_lengths_fit(module, PreparedData(task, encoded), cfg.train.max_len, sides=("sources",))
+            check_lengths_fit(module, data[key], cfg.train.max_len, sides=("sources",))
         except AtnatError as err:
             problems.append(f"cell {cell.name}: {err}")
     if problems:
