@@ -19,6 +19,8 @@ from atnat.core.errors import AtnatError
 _INTEGER = re.compile(r"[-+]?\d+")
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 _NONE = type(None)
+MAX_SEARCH = 1024  # beam sizes, length beams, samples, iterations, at most (a beam of 10^9 was killed for memory)
+MAX_THREADS = 1024  # CPU threads, at most (torch takes 10^9 and asks for them at its first operation)
 
 
 class OptionTypeError(AtnatError):
@@ -146,10 +148,6 @@ def require_choice(value: Any, choices: tuple, owner: str, field: str) -> None:
 def require_at_least(value: Any, low: float, owner: str, field: str, *, integer: bool = True) -> None:
     ok = (isinstance(value, int) and not isinstance(value, bool)) if integer else isinstance(value, (int, float))
     require(ok and value >= low, owner, field, f"{'an integer' if integer else 'a number'} >= {low}", value)
-
-
-MAX_SEARCH = 1024  # beam sizes, length beams, samples, iterations, at most (a beam of 10^9 was killed for memory)
-MAX_THREADS = 1024  # CPU threads, at most (torch takes 10^9 and asks for them at its first operation)
 
 
 def require_between(value: Any, low: int, high: int, owner: str, field: str) -> None:

@@ -16,7 +16,6 @@ from atnat.decoding.base import max_lengths
 CAPPED = "output tokens per source token; the output is capped by max_len_cap anyway"
 
 
-
 def step_budget(limits: "LengthLimits", src_lengths: Tensor, model_cap: int | None = None) -> tuple[Tensor, int, set[int]]:
     """-> max content tokens per sentence (B,) on src_lengths' device, their maximum T, and the
     set of step counts after which some sentence reaches its maximum (known on the host).
