@@ -493,3 +493,84 @@ def test_a_packed_layer_takes_the_plain_product_below_its_row_threshold(monkeypa
         assert torch.equal(layer(one), F.linear(one, w, b))
         torch.testing.assert_close(layer(many), F.linear(many, w, b), atol=1e-5, rtol=1e-5)
     assert calls == [torch.Size([2 * (PLAIN_ROWS - 1), 16])]  # the 30-row call only
+
+
+@pytest.fixture
+def measured_products(monkeypatch):
+    """packed.compare_products replaced by `table` (rows -> (plain s, packed s)), its cache emptied before
+    and after; -> the table to fill and the rows the rule asked about."""
+    from atnat.experiments.modelfiles import packed
+
+    table, asked = {}, []
+
+    def compare(layer, x):
+        asked.append(x.size(0))
+        return table[x.size(0)]
+
+    monkeypatch.setattr(packed, "compare_products", compare, raising=False)
+    cache_clear = getattr(packed, "packed_from_rows", None)
+    if cache_clear is not None:
+        packed.packed_from_rows.cache_clear()
+    yield table, asked
+    if cache_clear is not None:
+        packed.packed_from_rows.cache_clear()
+
+
+def test_auto_never_takes_a_packed_product_that_measured_slower_on_this_cpu(monkeypatch, measured_products):
+    """On a CPU where oneDNN's packed product is slower than the plain one at every row count (an Intel Xeon
+    with AMX: 1.2-1.7x for the bench's layer shapes), auto's layers stay on the plain product, and a batch
+    decode of 64 rows calls no packed kernel."""
+    table, asked = measured_products
+    table.update({16: (1.0, 1.5), 64: (1.0, 1.2), 256: (1.0, 1.1)})
+    traced_not_compiled(monkeypatch)
+    calls, real = [], torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(a[0].shape) or real(*a))
+    model = at_model()
+    engined = copy.deepcopy(model)
+    apply_engine(engined, "auto", step_rows=0)
+    g = torch.Generator().manual_seed(3)
+    src, lengths = torch.randint(6, V, (64, 7), generator=g), torch.full((64,), 7)
+    with torch.inference_mode():
+        for strategy in STRATEGIES.values():
+            ref, out = model.decode(src, lengths, strategy), engined.decode(src, lengths, strategy)
+            assert torch.equal(out.tokens, ref.tokens)
+    assert not calls  # no packed kernel ran
+    assert asked  # the rule measured the layers' shapes
+
+
+def test_a_measured_layer_packs_from_the_rows_where_packing_paid_there_and_beyond(measured_products):
+    import torch.nn.functional as F
+
+    from atnat.experiments.modelfiles.packed import packed_from_rows
+
+    table, _ = measured_products
+    table.update({16: (1.0, 1.2), 64: (1.0, 0.8), 256: (1.0, 0.7)})  # pays from 64 rows
+    torch.manual_seed(0)
+    w, b = torch.randn(24, 16), torch.randn(24)
+    layer = PackedLinear(w, b, backend="onednn", measured=True)
+    calls, real = [], torch.ops.mkldnn._linear_pointwise
+    try:
+        torch.ops.mkldnn._linear_pointwise = lambda *a: calls.append(a[0].size(0)) or real(*a)
+        with torch.inference_mode():
+            for rows in (20, 63, 64, 300):
+                x = torch.randn(rows, 16)
+                torch.testing.assert_close(layer(x), F.linear(x, w, b), atol=1e-5, rtol=1e-5)
+    finally:
+        torch.ops.mkldnn._linear_pointwise = real
+    assert calls == [64, 300]
+    assert packed_from_rows(16, 24, "onednn", torch.get_num_threads()) == 64
+    for pattern, expected in (((True, False, True), 256), ((False, True, True), 64), ((True, True, True), 16),
+                              ((False, False, False), float("inf"))):
+        packed_from_rows.cache_clear()
+        table.update({rows: (1.0, 0.5 if paid else 1.0) for rows, paid in zip((16, 64, 256), pattern)})
+        assert packed_from_rows(16, 24, "onednn", 1) == expected, pattern
+
+
+def test_the_measurement_runs_on_this_cpu_and_leaves_the_global_generator_alone():
+    from atnat.experiments.modelfiles.packed import CALIBRATION_ROWS, packed_from_rows
+
+    packed_from_rows.cache_clear()
+    state = torch.get_rng_state()
+    assert packed_from_rows(16, 24, "onednn", 1) in (*CALIBRATION_ROWS, float("inf"))
+    assert torch.equal(torch.get_rng_state(), state)
+    packed_from_rows.cache_clear()

@@ -13,12 +13,13 @@ keeps an engine from it (an int8 model's static step on batches), EngineInfo.exa
             AT step (one package per group size), the encoder and a NAT decoder's pass (one each,
             dynamic batch and lengths); an int8 model's layers as oneDNN int8 GEMMs (quantize.py)
 - auto      the fastest exact engine per shape (results/bench/README.md): every linear layer packed
-            for oneDNN (packed+onednn), and where the command decodes single sentences (the timing
-            phase, evaluate's latency, translate --batch-size 1) aoti+fused's packages for the
-            encoder and the NAT passes, aoti+cppgemm+fused's for the AT step of single-sentence
-            decodes (an int8 model: its int8 layers traced as oneDNN int8 GEMMs). On a GPU, for
-            single-sentence decodes: CUDA graphs of the AT step, the encoder and every NAT pass
-            (cuda_graphs.py: eager's kernels, one graph per shape); batches run eager
+            for oneDNN (packed+onednn), each taking the packed product only from the row count where
+            it measured faster than the plain one on this CPU (packed.py), and where the command
+            decodes single sentences (the timing phase, evaluate's latency, translate --batch-size 1)
+            aoti+fused's packages for the encoder and the NAT passes, aoti+cppgemm+fused's for the AT
+            step of single-sentence decodes (an int8 model: its int8 layers traced as oneDNN int8
+            GEMMs). On a GPU, for single-sentence decodes: CUDA graphs of the AT step, the encoder
+            and every NAT pass (cuda_graphs.py: eager's kernels, one graph per shape); batches eager
 
 Options: +autotune (inductor, aoti: max-autotune, inductor's CPP GEMM templates compete with the
 library GEMMs), +cppgemm (inductor, aoti: the CPP GEMM template for every GEMM, nothing
@@ -189,8 +190,9 @@ def _compile_passes(module, engine: Engine, info: EngineInfo, cache: PackageCach
 
 def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows: int) -> EngineInfo:
     """The auto engine: per shape, the exact engine the bench found fastest (results/bench/README.md):
-    every linear layer on oneDNN's packed weights (packed+onednn: fastest exact AT step at batch 64;
-    below packed.PLAIN_ROWS rows the plain product, faster there), and with `step_rows` > 0 compiled
+    every linear layer on oneDNN's packed weights (packed+onednn: fastest exact AT step at batch 64 on an AVX2
+    CPU), each taking the plain product below the rows from which the packed one measured faster on this CPU
+    (packed.packed_from_rows; on some CPUs at no row count), and with `step_rows` > 0 compiled
     packages (traced from the plain products: PackedLinear under export): the encoder and a NAT
     decoder's pass at every batch size (AUTO_PASS_ENGINE), the AT step on decodes of at most `step_rows`
     sentences (AUTO_STEP_ENGINE: inductor's CPP GEMM templates, fastest exact at batch 1). On a GPU: the
@@ -222,7 +224,7 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
     if int8:  # eager: FBGEMM's int8 kernels as before; traced: decomposed int8 ops (oneDNN's int8 GEMM)
         info.swapped = compilable_int8(module)
     else:
-        info.swapped = replace_linears(module, partial(PackedLinear, backend="onednn", dtype=torch.float32))
+        info.swapped = replace_linears(module, partial(PackedLinear, backend="onednn", dtype=torch.float32, measured=True))
     if step_rows > 0:
         if "step" in decoder.capabilities and not info.eager_step:  # CPP GEMM templates: ~1.1x CTranslate2's time
             step = _step(decoder, parse_engine(AUTO_INT8_STEP_ENGINE if int8 else AUTO_STEP_ENGINE), info, cache)

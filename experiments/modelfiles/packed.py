@@ -7,9 +7,18 @@ _linear_pointwise`, float32 or bfloat16). Bf16Linear stores a bfloat16 weight an
 bfloat16 (half the bytes per GEMV; oneDNN uses avx512_bf16/AMX where the CPU has them), activations
 around it stay float32. `replace_linears` swaps every linear map of a model, including the
 attention's fused q|k|v parameter and the vocabulary projection; embeddings are left as they are.
+
+Whether a packed float32 product pays depends on the CPU and the weight's shape (results/bench/README.md has
+CPUs where it does and where it never does), so a `measured` layer (the auto engine's) compares the two
+products for its weight's shape on this CPU, once per process and thread count, and takes the packed one
+only from the row count where it measured faster (`packed_from_rows`).
 """
 from __future__ import annotations
 
+import math
+import statistics
+import time
+from functools import lru_cache
 from typing import Callable, ClassVar
 
 import torch
@@ -26,15 +35,58 @@ BACKENDS = ("mkl", "onednn")
 # weight is slower than the plain one: 1.0-2.7x the time at 1 to 8 rows for every layer shape of the bench's
 # model, 1 thread (results/bench/packed_small_rows.csv, made by results/bench/packed_small_rows.py)
 PLAIN_ROWS = 16
+CALIBRATION_ROWS = (16, 64, 256)  # a measured layer compares the two products at these row counts ...
+CALIBRATION_REPEATS = 5  # ... each this many times, in turn, after one untimed call of each
+PACKED_SHARE = 0.95  # ... and packs from the fewest rows where the packed product took at most this share of
+# the plain one's median time, there and at every larger count measured (beyond the largest: as there)
+
+
+@lru_cache(maxsize=None)
+def packed_from_rows(fan_in: int, fan_out: int, backend: str, threads: int) -> float:
+    """The fewest rows (of CALIBRATION_ROWS) from which the packed float32 product of a (fan_out, fan_in) weight
+    measured faster than the plain one on this CPU at `threads` threads; math.inf: at none of them. Measured on
+    random tensors of a private generator (the global one is left as it is), once per process."""
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(fan_out, fan_in, generator=gen) / fan_in ** 0.5
+    bias = torch.randn(fan_out, generator=gen)
+    layer = PackedLinear(weight, bias, backend=backend)
+    pays = []
+    with torch.inference_mode():
+        for rows in CALIBRATION_ROWS:
+            x = torch.randn(rows, fan_in, generator=gen)
+            plain, packed = compare_products(layer, x)
+            pays.append(packed <= PACKED_SHARE * plain)
+    from_rows = math.inf
+    for rows, paid in reversed(list(zip(CALIBRATION_ROWS, pays))):
+        if not paid:
+            break
+        from_rows = rows
+    return from_rows
+
+
+def compare_products(layer: PackedLinear, x: Tensor) -> tuple[float, float]:
+    """Median seconds of the plain and of the packed product of `layer` on x (N, in), timed in turn."""
+    calls = (lambda: F.linear(x, layer.weight, layer.bias), lambda: layer.packed_product(x))
+    for call in calls:
+        call()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(CALIBRATION_REPEATS):
+        for call, spent in zip(calls, times):
+            began = time.perf_counter()
+            call()
+            spent.append(time.perf_counter() - began)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 class PackedLinear(nn.Module):
     """y = x W^T + b on a weight packed once for the CPU kernels: `backend` "mkl" (float32 only)
-    or "onednn" (float32 or bfloat16: `dtype`; a bfloat16 product returns float32)."""
+    or "onednn" (float32 or bfloat16: `dtype`; a bfloat16 product returns float32). A float32 product of
+    fewer than PLAIN_ROWS rows is the plain one; `measured`: fewer than packed_from_rows' count for its shape."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, *, backend: str = "mkl",
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, measured: bool = False):
         super().__init__()
+        self.measured = measured and dtype == torch.float32
         if weight.device.type != "cpu":
             raise AtnatError(f"packed linear layers run on the CPU only; the weight is on {weight.device}")
         if backend not in BACKENDS or (backend == "mkl" and dtype != torch.float32):
@@ -61,16 +113,26 @@ class PackedLinear(nn.Module):
             # weight freezing packs its own way; the packed handle is not a tensor a graph can hold
             return F.linear(x, self.weight, self.bias)
         flat = x.reshape(-1, self.in_features)  # (N, in)
-        if flat.size(0) < PLAIN_ROWS and self.dtype == torch.float32:  # few rows: the plain product is faster
+        if self.dtype == torch.float32 and flat.size(0) < self.plain_below():  # the plain product is faster
             return F.linear(x, self.weight, self.bias)
+        return self.packed_product(flat).to(x.dtype).view(*x.shape[:-1], self.out_features)  # (..., out)
+
+    def plain_below(self) -> float:
+        """Float32 products of fewer rows are the plain one."""
+        if not self.measured:
+            return PLAIN_ROWS
+        return max(PLAIN_ROWS, packed_from_rows(self.in_features, self.out_features, self.backend,
+                                                torch.get_num_threads()))
+
+    def packed_product(self, flat: Tensor) -> Tensor:
+        """flat (N, in) -> (N, out) on the packed weight (float32, or bfloat16's product)."""
         if self.backend == "mkl":
-            out = torch.ops.mkl._mkl_linear(flat, self.packed, self.weight, self.bias, 1)
-        else:
-            out = torch.ops.mkldnn._linear_pointwise(flat.to(self.dtype), self.packed, self.bias, "none", [], "")
-        return out.to(x.dtype).view(*x.shape[:-1], self.out_features)  # (..., out)
+            return torch.ops.mkl._mkl_linear(flat, self.packed, self.weight, self.bias, 1)
+        return torch.ops.mkldnn._linear_pointwise(flat.to(self.dtype), self.packed, self.bias, "none", [], "")
 
     def extra_repr(self) -> str:
-        return f"in={self.in_features}, out={self.out_features}, backend={self.backend}, dtype={self.dtype}"
+        return (f"in={self.in_features}, out={self.out_features}, backend={self.backend}, dtype={self.dtype}"
+                + (", measured" if self.measured else ""))
 
 
 class Bf16Linear(nn.Module):
