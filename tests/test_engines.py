@@ -497,8 +497,8 @@ def test_a_packed_layer_takes_the_plain_product_below_its_row_threshold(monkeypa
 
 @pytest.fixture
 def measured_products(monkeypatch):
-    """packed.compare_products replaced by `table` (rows -> (plain s, packed s)), its cache emptied before
-    and after; -> the table to fill and the rows the rule asked about."""
+    """packed.compare_products replaced by `table` (rows -> (plain s, packed s)), nothing measured before or
+    after; -> the table to fill and the row counts the rule measured."""
     from atnat.experiments.modelfiles import packed
 
     table, asked = {}, []
@@ -507,24 +507,31 @@ def measured_products(monkeypatch):
         asked.append(x.size(0))
         return table[x.size(0)]
 
-    monkeypatch.setattr(packed, "compare_products", compare, raising=False)
-    cache_clear = getattr(packed, "packed_from_rows", None)
-    if cache_clear is not None:
-        packed.packed_from_rows.cache_clear()
+    monkeypatch.setattr(packed, "compare_products", compare)
+    packed.forget_measurements()
     yield table, asked
-    if cache_clear is not None:
-        packed.packed_from_rows.cache_clear()
+    packed.forget_measurements()
 
 
-def test_auto_never_takes_a_packed_product_that_measured_slower_on_this_cpu(monkeypatch, measured_products):
-    """On a CPU where oneDNN's packed product is slower than the plain one at every row count (an Intel Xeon
-    with AMX: 1.2-1.7x for the bench's layer shapes), auto's layers stay on the plain product, and a batch
-    decode of 64 rows calls no packed kernel."""
-    table, asked = measured_products
-    table.update({16: (1.0, 1.5), 64: (1.0, 1.2), 256: (1.0, 1.1)})
-    traced_not_compiled(monkeypatch)
+@pytest.fixture
+def packed_calls(monkeypatch):
+    """The row counts of every product run by oneDNN's packed kernel."""
     calls, real = [], torch.ops.mkldnn._linear_pointwise
-    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(a[0].shape) or real(*a))
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(a[0].size(0)) or real(*a))
+    return calls
+
+
+@pytest.mark.parametrize("pays", [False, True], ids=["packing-slower", "packing-faster"])
+def test_auto_takes_the_packed_product_only_where_it_measured_faster_once_per_shape(monkeypatch, measured_products,
+                                                                                    packed_calls, pays):
+    """On a CPU where oneDNN's packed product measures slower than the plain one at every row count, auto's
+    layers stay on the plain product: a batch decode of 64 rows runs no packed kernel (the old auto packed every
+    layer from 16 rows). Where it measures faster, the packed kernel runs. Each weight shape is measured once."""
+    from atnat.experiments.modelfiles.packed import CALIBRATION_ROWS
+
+    table, asked = measured_products
+    table.update({rows: (1.0, 0.5 if pays else 1.2) for rows in CALIBRATION_ROWS})
+    traced_not_compiled(monkeypatch)
     model = at_model()
     engined = copy.deepcopy(model)
     apply_engine(engined, "auto", step_rows=0)
@@ -534,43 +541,70 @@ def test_auto_never_takes_a_packed_product_that_measured_slower_on_this_cpu(monk
         for strategy in STRATEGIES.values():
             ref, out = model.decode(src, lengths, strategy), engined.decode(src, lengths, strategy)
             assert torch.equal(out.tokens, ref.tokens)
-    assert not calls  # no packed kernel ran
-    assert asked  # the rule measured the layers' shapes
+    assert bool(packed_calls) == pays
+    shapes = {(m.in_features, m.out_features) for m in engined.modules() if isinstance(m, PackedLinear)}
+    assert len(asked) == len(CALIBRATION_ROWS) * len(shapes)  # each shape measured once, at each row count
 
 
-def test_a_measured_layer_packs_from_the_rows_where_packing_paid_there_and_beyond(measured_products):
-    import torch.nn.functional as F
+def test_a_measured_layer_packs_from_the_rows_where_packing_paid_there_and_beyond(measured_products, packed_calls):
+    from atnat.experiments.modelfiles.packed import forget_measurements, packed_from_rows
 
-    from atnat.experiments.modelfiles.packed import packed_from_rows
-
-    table, _ = measured_products
-    table.update({16: (1.0, 1.2), 64: (1.0, 0.8), 256: (1.0, 0.7)})  # pays from 64 rows
+    table, asked = measured_products
     torch.manual_seed(0)
     w, b = torch.randn(24, 16), torch.randn(24)
     layer = PackedLinear(w, b, backend="onednn", measured=True)
-    calls, real = [], torch.ops.mkldnn._linear_pointwise
-    try:
-        torch.ops.mkldnn._linear_pointwise = lambda *a: calls.append(a[0].size(0)) or real(*a)
-        with torch.inference_mode():
-            for rows in (20, 63, 64, 300):
-                x = torch.randn(rows, 16)
-                torch.testing.assert_close(layer(x), F.linear(x, w, b), atol=1e-5, rtol=1e-5)
-    finally:
-        torch.ops.mkldnn._linear_pointwise = real
-    assert calls == [64, 300]
-    assert packed_from_rows(16, 24, "onednn", torch.get_num_threads()) == 64
-    for pattern, expected in (((True, False, True), 256), ((False, True, True), 64), ((True, True, True), 16),
-                              ((False, False, False), float("inf"))):
-        packed_from_rows.cache_clear()
+    with torch.inference_mode():
+        layer(torch.randn(15, 16))
+        assert not asked  # below PLAIN_ROWS the product is plain, nothing measured
+        table.update({16: (1.0, 1.2), 64: (1.0, 0.8), 256: (1.0, 0.7)})  # pays from 64 rows
+        for rows in (20, 63, 64, 300):
+            x = torch.randn(rows, 16)
+            torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, w, b), atol=1e-5, rtol=1e-5)
+    assert packed_calls == [64, 300] and packed_from_rows(16, 24, "onednn") == 64
+    threads = torch.get_num_threads()
+    for more, (pattern, expected) in enumerate((((True, False, True), 256), ((False, True, True), 64),
+                                                ((True, True, True), 16), ((False, False, False), float("inf"))), 1):
         table.update({rows: (1.0, 0.5 if paid else 1.0) for rows, paid in zip((16, 64, 256), pattern)})
-        assert packed_from_rows(16, 24, "onednn", 1) == expected, pattern
+        torch.set_num_threads(threads + more)  # another thread count: measured again
+        try:
+            assert packed_from_rows(16, 24, "onednn") == expected, pattern
+        finally:
+            torch.set_num_threads(threads)
+    for share, packs in ((0.95, True), (0.96, False)):  # packed at most 0.95 of the plain product's time
+        forget_measurements()
+        table.update({rows: (1.0, share) for rows in (16, 64, 256)})
+        assert (packed_from_rows(16, 24, "onednn") == 16) == packs, share
+
+
+def test_a_traced_layer_measures_nothing(monkeypatch, measured_products):
+    table, asked = measured_products
+    layer = PackedLinear(torch.randn(24, 16), None, backend="onednn", measured=True)
+    monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)
+    with torch.inference_mode():
+        layer(torch.randn(300, 16))
+    assert not asked
 
 
 def test_the_measurement_runs_on_this_cpu_and_leaves_the_global_generator_alone():
-    from atnat.experiments.modelfiles.packed import CALIBRATION_ROWS, packed_from_rows
+    from atnat.experiments.modelfiles.packed import CALIBRATION_ROWS, forget_measurements, packed_from_rows
 
-    packed_from_rows.cache_clear()
+    forget_measurements()
     state = torch.get_rng_state()
-    assert packed_from_rows(16, 24, "onednn", 1) in (*CALIBRATION_ROWS, float("inf"))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the measurement turns autocast off for itself
+        assert packed_from_rows(16, 24, "onednn") in (*CALIBRATION_ROWS, float("inf"))
     assert torch.equal(torch.get_rng_state(), state)
-    packed_from_rows.cache_clear()
+    forget_measurements()
+
+
+def test_the_packed_shapes_are_named(measured_products):
+    from atnat.experiments.modelfiles.packed import packed_from_rows, packing_summary
+
+    table, _ = measured_products
+    model = at_model()
+    apply_engine(model, "auto", step_rows=0)
+    assert packing_summary(model) == "none"  # nothing measured yet: every product plain
+    table.update({16: (1.0, 1.2), 64: (1.0, 0.5), 256: (1.0, 0.5)})
+    d = SMALL["d_model"]
+    packed_from_rows(d, V, "onednn")  # the output projection pays from 64 rows
+    assert packing_summary(model) == f"{d}->{V} from 64 rows"
+    assert packing_summary(at_model()) == ""  # no measured layer: not the auto engine

@@ -794,3 +794,13 @@ def test_one_tailed_p_values_of_an_older_results_folder_are_read_as_two_sided(tm
     pd.testing.assert_frame_equal(doubled, (2 * current).clip(upper=1.0))
     write_report(root, figures=False)
     assert "this report doubles them into the two-sided p" in (root / "report.md").read_text()
+
+
+def test_the_speed_note_names_the_weight_shapes_auto_packed():
+    from atnat.experiments.reporting.report import speed_note
+
+    part = pd.DataFrame({"timing_threads": [1.0, 1.0, 1.0], "speedup_vs_at": [1.0, 2.0, 1.5],
+                         "timing_engine_packed": ["256->8000 from 64 rows", "none", float("nan")]})
+    note = speed_note(part)
+    assert "`auto`'s weight shapes on oneDNN's packed product (the rows' timing_engine_packed): 256->8000 from 64 rows / none" in note
+    assert "packed" not in speed_note(part.drop(columns="timing_engine_packed"))

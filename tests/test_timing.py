@@ -344,6 +344,33 @@ def test_each_row_names_the_engine_its_system_decoded_with():
     assert table.loc["at", "timing_engine"] == "eager" and table.loc["packed", "timing_engine"] == "packed+onednn"
 
 
+def test_each_row_names_the_weight_shapes_auto_packed_at_the_timing_threads(monkeypatch):
+    """auto's measured layers pack only where the packed product measured faster: the row says for which shapes,
+    as measured at the timing's thread count (FAST.threads), "none" where no shape paid, "" for other engines."""
+    from atnat.experiments.modelfiles import packed
+
+    layer = packed.PackedLinear(torch.randn(24, 16), None, backend="onednn", measured=True)
+    monkeypatch.setattr(packed, "compare_products", lambda layer, x: (1.0, 0.5 if x.size(0) >= 64 else 1.0))
+    packed.forget_measurements()
+    threads = torch.get_num_threads()
+    try:
+        auto, plain = system("auto", 0.0, []), system("plain", 0.0, [])
+        auto.module.modules = lambda: iter([layer])
+        for count in (FAST.threads, FAST.threads + 1):  # packed from 64 rows at the timing's count, never at another
+            torch.set_num_threads(count)
+            packed.packed_from_rows(16, 24, "onednn")
+            monkeypatch.setattr(packed, "compare_products", lambda layer, x: (1.0, 1.0))  # the next: never pays
+        torch.set_num_threads(threads)
+        table = time_systems([plain, auto], FAST, {}).set_index("cell")
+        assert table.loc["auto", "timing_engine_packed"] == "16->24 from 64 rows"
+        assert table.loc["plain", "timing_engine_packed"] == ""
+        torch.set_num_threads(FAST.threads + 1)
+        assert packed.packing_summary(SimpleNamespace(modules=lambda: iter([layer]))) == "none"
+    finally:
+        torch.set_num_threads(threads)
+        packed.forget_measurements()
+
+
 def test_the_speed_engine_is_checked_and_spelled_one_way():
     from atnat.core.errors import AtnatError
 

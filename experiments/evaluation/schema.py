@@ -165,6 +165,9 @@ SPEED = (
     _c("timing_threads", "number", "CPU threads each system decoded with in the timing phase"),
     _c("timing_engine", "label", "the decoding engine each system ran with in the timing phase (speed.engine: eager, "
                                  "static, packed, inductor, aoti; ctranslate2 for a CTranslate2 twin)"),
+    _c("timing_engine_packed", "label", "the auto engine's linear weight shapes that took oneDNN's packed product in "
+                                        "the timing phase, each from the rows where it measured faster on this CPU "
+                                        "(none: every product plain; empty for other engines)"),
     _c("decoder_passes", "number", "decoder passes per sentence at batch 1", "lower", ".1f", required=True,
        header="Passes", secondary=True),
     _c("verifier_passes", "number", "of decoder_passes, those of the AT verifier (speculative decoding; the rest "

@@ -51,6 +51,7 @@ from atnat.experiments.files import write_csv, write_json_atomic
 from atnat.experiments.modelfiles import ct2
 from atnat.experiments.modelfiles.engines import apply_engine
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, evaluation_checkpoint, load_module
+from atnat.experiments.modelfiles.packed import packing_summary
 
 COLUMNS = ["cell", "strategy", *[c.name for c in SPEED], "fingerprint", "control"]  # timing.csv
 AA_SUFFIX = "-aa"  # the A/A control's twin of the baseline (timing.csv only, not a results row)
@@ -251,7 +252,7 @@ def _time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[s
                "decode_memory_mb": float(mem[k]) if memory_measured(s, device) else float("nan"),
                "decode_memory_basis": memory_basis(s, device),
                "timing_spread": float(spread[k]), "fingerprint": s.fingerprint,
-               "timing_threads": threads, "timing_engine": engine_of(s),
+               "timing_threads": threads, "timing_engine": engine_of(s), "timing_engine_packed": packed_of(s),
                "control": "A/A" if s.strategy.endswith(AA_SUFFIX) else "", **_speculation(outputs[k]),
                "timed_equals_evaluated": _agreement(s, outputs[k])}
         base = index.get(baselines.get(s.cell, ("", "")))
@@ -315,6 +316,14 @@ def engine_of(system: System) -> str:
         return "ctranslate2"
     info = getattr(system.module, "engine_info", None)
     return info.label if info is not None else "eager"
+
+
+def packed_of(system: System) -> str:
+    """The auto engine's packed weight shapes in a system's models (packed.packing_summary; the teacher's too)."""
+    if isinstance(system, ExportedSystem):
+        return ""
+    parts = [packing_summary(m) for m in (system.module, system.teacher) if hasattr(m, "modules")]
+    return " | ".join(p for p in parts if p)
 
 
 def memory_measured(system: System, device: torch.device) -> bool:

@@ -190,9 +190,9 @@ def _compile_passes(module, engine: Engine, info: EngineInfo, cache: PackageCach
 
 def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows: int) -> EngineInfo:
     """The auto engine: per shape, the exact engine the bench found fastest (results/bench/README.md):
-    every linear layer on oneDNN's packed weights (packed+onednn: fastest exact AT step at batch 64 on an AVX2
-    CPU), each taking the plain product below the rows from which the packed one measured faster on this CPU
-    (packed.packed_from_rows; on some CPUs at no row count), and with `step_rows` > 0 compiled
+    every linear layer on oneDNN's packed weights (packed+onednn), each taking the plain product below the
+    rows from which the packed one measured faster on this CPU (packed.packed_from_rows; possibly none), and
+    with `step_rows` > 0 compiled
     packages (traced from the plain products: PackedLinear under export): the encoder and a NAT
     decoder's pass at every batch size (AUTO_PASS_ENGINE), the AT step on decodes of at most `step_rows`
     sentences (AUTO_STEP_ENGINE: inductor's CPP GEMM templates, fastest exact at batch 1). On a GPU: the

@@ -16,9 +16,7 @@ only from the row count where it measured faster (`packed_from_rows`).
 from __future__ import annotations
 
 import math
-import statistics
 import time
-from functools import lru_cache
 from typing import Callable, ClassVar
 
 import torch
@@ -36,36 +34,58 @@ BACKENDS = ("mkl", "onednn")
 # model, 1 thread (results/bench/packed_small_rows.csv, made by results/bench/packed_small_rows.py)
 PLAIN_ROWS = 16
 CALIBRATION_ROWS = (16, 64, 256)  # a measured layer compares the two products at these row counts ...
-CALIBRATION_REPEATS = 5  # ... each this many times, in turn, after one untimed call of each
+CALIBRATION_REPEATS = 7  # ... each this many times, in turn, after one untimed call of each, keeping the fastest ...
 PACKED_SHARE = 0.95  # ... and packs from the fewest rows where the packed product took at most this share of
-# the plain one's median time, there and at every larger count measured (beyond the largest: as there)
+# the plain one's time, there and at every larger count measured (beyond the largest: as there)
+_MEASURED: dict[tuple[int, int, str, int], float] = {}  # (in, out, backend, threads) -> packed from rows
 
 
-@lru_cache(maxsize=None)
-def packed_from_rows(fan_in: int, fan_out: int, backend: str, threads: int) -> float:
+def packed_from_rows(fan_in: int, fan_out: int, backend: str) -> float:
     """The fewest rows (of CALIBRATION_ROWS) from which the packed float32 product of a (fan_out, fan_in) weight
-    measured faster than the plain one on this CPU at `threads` threads; math.inf: at none of them. Measured on
-    random tensors of a private generator (the global one is left as it is), once per process."""
-    gen = torch.Generator().manual_seed(0)
-    weight = torch.randn(fan_out, fan_in, generator=gen) / fan_in ** 0.5
-    bias = torch.randn(fan_out, generator=gen)
-    layer = PackedLinear(weight, bias, backend=backend)
-    pays = []
-    with torch.inference_mode():
-        for rows in CALIBRATION_ROWS:
-            x = torch.randn(rows, fan_in, generator=gen)
-            plain, packed = compare_products(layer, x)
-            pays.append(packed <= PACKED_SHARE * plain)
-    from_rows = math.inf
-    for rows, paid in reversed(list(zip(CALIBRATION_ROWS, pays))):
-        if not paid:
-            break
-        from_rows = rows
-    return from_rows
+    measured faster than the plain one on this CPU at this process's thread count; math.inf: at none of them.
+    Measured once per process and thread count, on random tensors of a private generator (the global one is
+    left as it is), without autocast."""
+    key = (fan_in, fan_out, backend, torch.get_num_threads())
+    if key not in _MEASURED:
+        gen = torch.Generator().manual_seed(0)
+        weight = torch.randn(fan_out, fan_in, generator=gen) / fan_in ** 0.5
+        layer = PackedLinear(weight, torch.randn(fan_out, generator=gen), backend=backend)
+        pays = []
+        with torch.inference_mode(), torch.autocast("cpu", enabled=False):
+            for rows in CALIBRATION_ROWS:
+                plain, packed = compare_products(layer, torch.randn(rows, fan_in, generator=gen))
+                pays.append(packed <= PACKED_SHARE * plain)
+        from_rows = math.inf
+        for rows, paid in reversed(list(zip(CALIBRATION_ROWS, pays))):
+            if not paid:
+                break
+            from_rows = rows
+        _MEASURED[key] = from_rows
+    return _MEASURED[key]
+
+
+def forget_measurements() -> None:
+    """Measure every shape again at its next use (tests)."""
+    _MEASURED.clear()
+
+
+def packing_summary(module: nn.Module) -> str:
+    """Which weight shapes of `module`'s measured layers take the packed product in this process at this thread
+    count: "IN->OUT from N rows" for each; "none" where none measured faster or none was measured (no product
+    of PLAIN_ROWS rows or more ran); "" where `module` has no measured layer."""
+    shapes = sorted({(m.in_features, m.out_features, m.backend) for m in module.modules()
+                     if isinstance(m, PackedLinear) and m.measured})
+    if not shapes:
+        return ""
+    threads = torch.get_num_threads()
+    packed = [f"{i}->{o} from {int(_MEASURED[i, o, b, threads])} rows" for i, o, b in shapes
+              if _MEASURED.get((i, o, b, threads), math.inf) < math.inf]
+    return "; ".join(packed) or "none"
 
 
 def compare_products(layer: PackedLinear, x: Tensor) -> tuple[float, float]:
-    """Median seconds of the plain and of the packed product of `layer` on x (N, in), timed in turn."""
+    """The fastest of CALIBRATION_REPEATS timings (seconds) of the plain and of the packed product of `layer` on
+    x (N, in), timed in turn (the fastest: another process's load only ever adds time)."""
     calls = (lambda: F.linear(x, layer.weight, layer.bias), lambda: layer.packed_product(x))
     for call in calls:
         call()
@@ -75,7 +95,7 @@ def compare_products(layer: PackedLinear, x: Tensor) -> tuple[float, float]:
             began = time.perf_counter()
             call()
             spent.append(time.perf_counter() - began)
-    return statistics.median(times[0]), statistics.median(times[1])
+    return min(times[0]), min(times[1])
 
 
 class PackedLinear(nn.Module):
@@ -113,16 +133,11 @@ class PackedLinear(nn.Module):
             # weight freezing packs its own way; the packed handle is not a tensor a graph can hold
             return F.linear(x, self.weight, self.bias)
         flat = x.reshape(-1, self.in_features)  # (N, in)
-        if self.dtype == torch.float32 and flat.size(0) < self.plain_below():  # the plain product is faster
+        rows = flat.size(0)
+        if self.dtype == torch.float32 and (rows < PLAIN_ROWS or (  # the plain product is faster there
+                self.measured and rows < packed_from_rows(self.in_features, self.out_features, self.backend))):
             return F.linear(x, self.weight, self.bias)
         return self.packed_product(flat).to(x.dtype).view(*x.shape[:-1], self.out_features)  # (..., out)
-
-    def plain_below(self) -> float:
-        """Float32 products of fewer rows are the plain one."""
-        if not self.measured:
-            return PLAIN_ROWS
-        return max(PLAIN_ROWS, packed_from_rows(self.in_features, self.out_features, self.backend,
-                                                torch.get_num_threads()))
 
     def packed_product(self, flat: Tensor) -> Tensor:
         """flat (N, in) -> (N, out) on the packed weight (float32, or bfloat16's product)."""

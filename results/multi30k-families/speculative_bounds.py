@@ -31,6 +31,7 @@ from atnat.experiments.bench.spec import FIRST_ORDINARY, FULL
 from atnat.experiments.bench.systems import ForcedLength
 from atnat.experiments.evaluation.assemble import needs_teacher
 from atnat.experiments.modelfiles.engines import apply_engine
+from atnat.experiments.modelfiles.packed import packing_summary
 from atnat.models.decoders.block_verifier import BlockVerifier
 from atnat.models.seq2seq import Seq2SeqModule
 
@@ -141,13 +142,15 @@ def main(out: str, engine: str = "eager", repeats: int = 5, device: str = "cpu")
     table = table.merge(counts, left_on="system", right_index=True, how="left")
     rounds = table["drafter"] * SOURCES * repeats  # the timed calls' rounds (passes are the same every call)
     for part in ("drafter", "verifier"):  # mean time a round spends in the pass; CPU only (a GPU runs them async)
-        spent = pd.Series([1e3 * pass_s[name][part] for name in systems]) / rounds
+        spent = [1e3 * pass_s[name][part] for name in systems] / rounds.to_numpy()
         table[f"{part}_ms_per_round"] = spent if device == "cpu" else float("nan")
     table["ms_per_round"] = 1e3 * table["median_s_per_sentence"] / table["drafter"]
     greedy_tokens = sum(int(h.lengths[0, 0]) for h in expected) / SOURCES
     table["greedy_ms_per_token"] = 1e3 * per_call["greedy"] / greedy_tokens
+    table["verifier_packed"] = packing_summary(at)  # auto: the verifier's weight shapes on packed products
     table.to_csv(out, index=False)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+
 
 if __name__ == "__main__":
     main(sys.argv[1], *(sys.argv[2:3] or ["eager"]), *(int(x) for x in sys.argv[3:4] or [5]), *sys.argv[4:5])
