@@ -465,13 +465,13 @@ def speed_note(part: pd.DataFrame, timing: str = "") -> str:
     resolved = sorted({e for e in part.get("timing_engine", pd.Series(dtype=object)).dropna() if "=" in str(e)})
     if resolved:  # what an engine became on this device (auto on a GPU: eager or CUDA graphs)
         text.append(f"decoded as {', '.join(f'`{e}`' for e in resolved)} (the rows' timing_engine)")
+    if threads:
+        text.append(f"Speed measured with {', '.join(map(str, threads))} CPU thread"
+                    f"{'s' if threads != [1] else ''} per system")
     packed = sorted({str(p) for p in part.get("timing_engine_packed", pd.Series(dtype=object)).dropna() if str(p)})
     if packed:  # auto's layers on this CPU: where oneDNN's packed product measured faster than the plain one
         text.append("`auto`'s weight shapes on oneDNN's packed product (the rows' timing_engine_packed): "
                     + " / ".join(packed))
-    if threads:
-        text.append(f"Speed measured with {', '.join(map(str, threads))} CPU thread"
-                    f"{'s' if threads != [1] else ''} per system")
     floors = {}
     for kind, (lo, hi) in (("batch-1", LATENCY_FLOOR), ("throughput", THROUGHPUT_FLOOR)):
         noise = part[[lo, hi]].dropna() if lo in part and hi in part else pd.DataFrame()
