@@ -18,7 +18,8 @@ ENGINES = {
     "inductor": "the static AT step under torch.compile (inductor, cpp_wrapper, weight freezing)",
     "aoti": "AOTInductor packages compiled in this process, weights frozen in: the static AT step, the "
             "encoder and a NAT decoder's pass (dynamic batch and lengths)",
-    "auto": "the fastest exact engine per shape: every linear layer packed for oneDNN, and where a command "
+    "auto": "the fastest exact engine per shape: every linear layer packed for oneDNN, its packed product taken "
+            "from the rows where it measured faster than the plain one on this CPU, and where a command "
             "decodes single sentences (timing, evaluate, translate --batch-size 1) aoti+fused for the encoder "
             "and the NAT passes, aoti+cppgemm+fused for single-sentence AT steps (aoti+fused for an int8 model's, "
             "its int8 layers on oneDNN's int8 GEMM); on a GPU, CUDA graphs of single-sentence decodes: the AT "
