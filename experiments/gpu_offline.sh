@@ -176,7 +176,7 @@ checks() {  # the newest GPU code's checks and measurements, most wanted first, 
   timeout 170 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,fused,compiled --size base \
     --decoders at,cmlm --steps 10 --out "$out/train_forms_base_gpu.csv" 2>&1 | tail -n 8
   note "${PIPESTATUS[0]}" "bench train forms, base size"
-  timeout 40 python3 results/multi30k-families/speculative_bounds.py "$out/speculative_bounds_gpu.csv" eager 3 cuda \
+  timeout 40 python3 results/multi30k-families/speculative_bounds.py "$out/speculative_bounds_gpu.csv" eager 3 cuda bounds \
     2>&1 | tail -n 6
   note "${PIPESTATUS[0]}" "speculative bounds"
   finish

@@ -11,10 +11,10 @@ decoder 1 layer deep, its encoder as the verifier's), the shallow drafter a CPU 
 system's time: the mean time a round spends in the drafter's pass and in the verifier's block pass (the rest
 of a round is the strategy's own tensor bookkeeping), and greedy's time per token.
 
-    python results/multi30k-families/speculative_bounds.py OUT.csv [ENGINE] [REPEATS] [DEVICE]
+    python results/multi30k-families/speculative_bounds.py OUT.csv [ENGINE] [REPEATS] [DEVICE] [SYSTEMS]
 
 ENGINE: eager (default) or auto, applied to both models (modelfiles/engines.py); DEVICE: cpu (default, 1
-thread) or cuda.
+thread) or cuda; SYSTEMS: all (default) or bounds (blocks of 4 and 8 at full depth only: the GPU checks' size).
 """
 from __future__ import annotations
 
@@ -75,7 +75,9 @@ class Drafter(ForcedLength):
         return self.model.reorder_memory(memory, order)
 
 
-def main(out: str, engine: str = "eager", repeats: int = 5, device: str = "cpu") -> None:
+def main(out: str, engine: str = "eager", repeats: int = 5, device: str = "cpu", which: str = "all") -> None:
+    if which not in ("all", "bounds"):
+        raise SystemExit(f"SYSTEMS {which!r}: all or bounds")
     torch.set_num_threads(1)
     torch.manual_seed(0)
     BlockVerifier.step_block = timed_block(BlockVerifier.step_block)
@@ -94,9 +96,10 @@ def main(out: str, engine: str = "eager", repeats: int = 5, device: str = "cpu")
         sources = [torch.randint(FIRST_ORDINARY, VOCAB, (1, SRC_LEN), generator=gen).to(device) for _ in range(SOURCES)]
         expected = [at.decode(src, torch.tensor([SRC_LEN], device=device), greedy) for src in sources]
         systems = {"greedy": None}
-        for block in (4, 8, 16):
+        for block in (4, 8, 16) if which == "all" else (4, 8):
             for layers, oracle in ((FULL["decoder_layers"], True), (1, True), (FULL["decoder_layers"], False)):
-                if oracle or block < 16:  # a wrong drafter keeps 1 token a round whatever its block
+                if (oracle or block < 16) and (which == "all" or layers == FULL["decoder_layers"]):
+                    # (a wrong drafter keeps 1 token a round whatever its block)
                     depth = "" if layers == FULL["decoder_layers"] else f"-{layers}layer"
                     systems[f"speculative-k{block}-{'oracle' if oracle else 'wrong'}{depth}"] = (block, oracle, layers)
 
@@ -153,4 +156,4 @@ def main(out: str, engine: str = "eager", repeats: int = 5, device: str = "cpu")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], *(sys.argv[2:3] or ["eager"]), *(int(x) for x in sys.argv[3:4] or [5]), *sys.argv[4:5])
+    main(sys.argv[1], *(sys.argv[2:3] or ["eager"]), *(int(x) for x in sys.argv[3:4] or [5]), *sys.argv[4:6])
