@@ -542,8 +542,32 @@ def test_auto_takes_the_packed_product_only_where_it_measured_faster_once_per_sh
             ref, out = model.decode(src, lengths, strategy), engined.decode(src, lengths, strategy)
             assert torch.equal(out.tokens, ref.tokens)
     assert bool(packed_calls) == pays
-    shapes = {(m.in_features, m.out_features) for m in engined.modules() if isinstance(m, PackedLinear)}
+    layers = [m for m in engined.modules() if isinstance(m, PackedLinear)]
+    shapes = {(m.in_features, m.out_features) for m in layers}
     assert len(asked) == len(CALIBRATION_ROWS) * len(shapes)  # each shape measured once, at each row count
+    # a packed copy of a weight only where its packed product ran: none at all where packing never paid
+    assert any(m.packed is not None for m in layers) == pays
+
+
+def test_threads_making_a_shapes_first_product_at_once_measure_it_once(monkeypatch, measured_products):
+    import threading
+    import time
+
+    from atnat.experiments.modelfiles import packed
+
+    table, asked = measured_products
+    table.update({rows: (1.0, 0.5) for rows in packed.CALIBRATION_ROWS})
+    lookup = packed.compare_products  # the fixture's table, made slow enough for the threads to meet
+    monkeypatch.setattr(packed, "compare_products", lambda layer, x: (time.sleep(0.02), lookup(layer, x))[1])
+    found = []
+    threads = [threading.Thread(target=lambda: found.append(packed.packed_from_rows(16, 24, "onednn")))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert found == [16] * 4
+    assert len(asked) == len(packed.CALIBRATION_ROWS)  # one thread measured; the others took its answer
 
 
 def test_a_measured_layer_packs_from_the_rows_where_packing_paid_there_and_beyond(measured_products, packed_calls):

@@ -11,11 +11,13 @@ attention's fused q|k|v parameter and the vocabulary projection; embeddings are 
 Whether a packed float32 product pays depends on the CPU and the weight's shape (results/bench/README.md has
 CPUs where it does and where it never does), so a `measured` layer (the auto engine's) compares the two
 products for its weight's shape on this CPU, once per process and thread count, and takes the packed one
-only from the row count where it measured faster (`packed_from_rows`).
+only from the row count where it measured faster (`packed_from_rows`); it packs its weight at its first
+packed product, so a shape where packing never pays holds no second copy.
 """
 from __future__ import annotations
 
 import math
+import threading
 import time
 from typing import Callable, ClassVar
 
@@ -38,6 +40,7 @@ CALIBRATION_REPEATS = 7  # ... each this many times, in turn, after one untimed 
 PACKED_SHARE = 0.95  # ... and packs from the fewest rows where the packed product took at most this share of
 # the plain one's time, there and at every larger count measured (beyond the largest: as there)
 _MEASURED: dict[tuple[int, int, str, int], float] = {}  # (in, out, backend, threads) -> packed from rows
+_MEASURING = threading.Lock()  # threads making their first product of a shape at once: one measures, all wait
 
 
 def packed_from_rows(fan_in: int, fan_out: int, backend: str) -> float:
@@ -46,22 +49,30 @@ def packed_from_rows(fan_in: int, fan_out: int, backend: str) -> float:
     Measured once per process and thread count, on random tensors of a private generator (the global one is
     left as it is), without autocast."""
     key = (fan_in, fan_out, backend, torch.get_num_threads())
-    if key not in _MEASURED:
-        gen = torch.Generator().manual_seed(0)
-        weight = torch.randn(fan_out, fan_in, generator=gen) / fan_in ** 0.5
-        layer = PackedLinear(weight, torch.randn(fan_out, generator=gen), backend=backend)
-        pays = []
-        with torch.inference_mode(), torch.autocast("cpu", enabled=False):
-            for rows in CALIBRATION_ROWS:
-                plain, packed = compare_products(layer, torch.randn(rows, fan_in, generator=gen))
-                pays.append(packed <= PACKED_SHARE * plain)
-        from_rows = math.inf
-        for rows, paid in reversed(list(zip(CALIBRATION_ROWS, pays))):
-            if not paid:
-                break
-            from_rows = rows
-        _MEASURED[key] = from_rows
+    if key in _MEASURED:
+        return _MEASURED[key]
+    with _MEASURING:
+        if key not in _MEASURED:
+            _MEASURED[key] = _measure(fan_in, fan_out, backend)
     return _MEASURED[key]
+
+
+def _measure(fan_in: int, fan_out: int, backend: str) -> float:
+    """packed_from_rows' measurement, made afresh."""
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(fan_out, fan_in, generator=gen) / fan_in ** 0.5
+    layer = PackedLinear(weight, torch.randn(fan_out, generator=gen), backend=backend)
+    pays = []
+    with torch.inference_mode(), torch.autocast("cpu", enabled=False):
+        for rows in CALIBRATION_ROWS:
+            plain, packed = compare_products(layer, torch.randn(rows, fan_in, generator=gen))
+            pays.append(packed <= PACKED_SHARE * plain)
+    from_rows = math.inf
+    for rows, paid in reversed(list(zip(CALIBRATION_ROWS, pays))):
+        if not paid:
+            break
+        from_rows = rows
+    return from_rows
 
 
 def forget_measurements() -> None:
@@ -117,15 +128,19 @@ class PackedLinear(nn.Module):
         w = weight.detach().to(dtype).contiguous()
         self.register_buffer("weight", w, persistent=False)  # MKL's kernel reads the plain weight too
         self.register_buffer("bias", None if bias is None else bias.detach().to(dtype).clone(), persistent=False)
+        # a measured layer packs its weight at its first packed product (never, where packing never pays)
+        self.packed: Tensor | None = None if self.measured else self._pack()
+
+    def _pack(self) -> Tensor:
+        """The weight laid out for the backend's kernel (an opaque tensor)."""
         with torch.no_grad():
-            if backend == "mkl":
-                self.packed = torch.ops.mkl._mkl_reorder_linear_weight(w, 1)
-            else:
-                try:
-                    self.packed = torch.ops.mkldnn._reorder_linear_weight(w, 1)
-                except RuntimeError as err:  # oneDNN's bf16 kernels need avx512bw/vl/dq or avx_ne_convert
-                    raise AtnatError(f"packed linear ({dtype}, oneDNN): this CPU cannot run it ({err}); use an "
-                                     "engine without +bf16") from None
+            if self.backend == "mkl":
+                return torch.ops.mkl._mkl_reorder_linear_weight(self.weight, 1)
+            try:
+                return torch.ops.mkldnn._reorder_linear_weight(self.weight, 1)
+            except RuntimeError as err:  # oneDNN's bf16 kernels need avx512bw/vl/dq or avx_ne_convert
+                raise AtnatError(f"packed linear ({self.dtype}, oneDNN): this CPU cannot run it ({err}); use an "
+                                 "engine without +bf16") from None
 
     def forward(self, x: Tensor) -> Tensor:
         if self.dtype == torch.float32 and (torch.compiler.is_exporting() or torch.compiler.is_compiling()):
@@ -141,6 +156,8 @@ class PackedLinear(nn.Module):
 
     def packed_product(self, flat: Tensor) -> Tensor:
         """flat (N, in) -> (N, out) on the packed weight (float32, or bfloat16's product)."""
+        if self.packed is None:
+            self.packed = self._pack()
         if self.backend == "mkl":
             return torch.ops.mkl._mkl_linear(flat, self.packed, self.weight, self.bias, 1)
         return torch.ops.mkldnn._linear_pointwise(flat.to(self.dtype), self.packed, self.bias, "none", [], "")
