@@ -68,3 +68,28 @@ def test_a_run_rewriting_its_own_committed_results_is_not_dirty(tmp_path, monkey
     assert provenance.code_version()["git_dirty"] is False
     (tmp_path / "code.py").write_text("x = 2\n")
     assert provenance.code_version()["git_dirty"] is True
+
+
+def test_the_report_names_the_code_that_timed_each_cell():
+    """A seed timed again by newer code than trained it (a grid's timing redone after a fix to an engine): the
+    note says which code timed which cells, a cell never timed says so, and one timed before the timing recorded
+    its code is said to be unrecorded."""
+    table = fx.results_frame().assign(trained_with="17f3ce4", evaluated_with="17f3ce4", timed_with="3eb4ed6",
+                                      timing_session="2026-11-30 12:00:00 UTC")
+    table.loc[table["cell"] == "copy-ctc-s1", ["timed_with", "timing_session"]] = ["", ""]
+    table.loc[table["cell"] == "copy-cmlm-kd-s1", "timed_with"] = ""
+    (note,) = _code(SimpleNamespace(table=table, environment={"git_commit": "3eb4ed6"}))
+    assert note.text.startswith("The cells ran under more than one version of the code (these tables were "
+                                "written under 3eb4ed6): ")
+    assert ("trained under 17f3ce4, evaluated under 17f3ce4, timed under 3eb4ed6: `copy-at-s1`, `dialect-at-s1`, "
+            "`dialect-nat-s1`") in note.text
+    assert "trained under 17f3ce4, evaluated under 17f3ce4, not timed: `copy-ctc-s1`" in note.text
+    assert "timed under unrecorded code: `copy-cmlm-kd-s1`" in note.text
+    assert note.text.endswith("results.csv (trained_with, evaluated_with, timed_with).")
+    same = table.assign(timed_with="17f3ce4")
+    same.loc[same["cell"] == "copy-cmlm-kd-s1", "timed_with"] = ""
+    (note,) = _code(SimpleNamespace(table=same, environment={"git_commit": "8d98348"}))
+    assert note.text.startswith("The cells ran under 17f3ce4, but these tables were written under 8d98348: ")
+    untimed = table.assign(timed_with="", timing_session="")  # a grid with no timing (or an older one): as before
+    (note,) = _code(SimpleNamespace(table=untimed, environment={"git_commit": "8d98348"}))
+    assert "timed" not in note.text

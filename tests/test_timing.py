@@ -179,6 +179,8 @@ def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_ar
     fast = eager(repeats=1)
     first = timing.time_grid(cells, tmp_path, fast, "cpu")
     assert timed == [["at-s1", "nat-s1"]] and first["timing_session"].notna().all()
+    from atnat.experiments.provenance import code_version, label
+    assert set(first["timed_with"]) == {label(code_version())} != {""}  # the code that timed each row
     assert "atnat: timing 1 of 1 (" in capsys.readouterr().err
     timing.time_grid(cells, tmp_path, fast, "cpu")
     assert len(timed) == 1 and len(built) == 1  # same systems, weights and settings: kept, nothing loaded

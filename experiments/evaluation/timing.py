@@ -52,6 +52,7 @@ from atnat.experiments.modelfiles import ct2
 from atnat.experiments.modelfiles.engines import apply_engine
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, evaluation_checkpoint, load_module
 from atnat.experiments.modelfiles.packed import packing_summary
+from atnat.experiments.provenance import code_version, label
 
 COLUMNS = ["cell", "strategy", *[c.name for c in SPEED], "fingerprint", "control"]  # timing.csv
 AA_SUFFIX = "-aa"  # the A/A control's twin of the baseline (timing.csv only, not a results row)
@@ -512,6 +513,7 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
     if todo:
         systems, baselines, references = grid_systems(todo, device, speed, baseline)
         groups = timing_groups(todo)
+        code = label(code_version())  # the code that times, beside the commits that trained and evaluated
         waiting = old[old.cell.isin({c.name for c in todo})] if old is not None else None  # their earlier rows
         for i, ((task, seed), group) in enumerate(groups.items(), 1):
             names = {c.name for c in group}
@@ -520,7 +522,8 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
             print(f"atnat: timing {i} of {len(groups)} ({task}, seed {seed}): {len(timed)} systems side by side, "
                   f"{speed.latency_sentences} sentences one at a time and {speed.throughput_sentences} in batches, "
                   f"{speed.repeats} repeats; started {session}", file=sys.stderr, flush=True)
-            frames.append(time_systems(timed, speed, baselines, references).assign(task=task, timing_session=session))
+            frames.append(time_systems(timed, speed, baselines, references).assign(task=task, timing_session=session,
+                                                                                   timed_with=code))
             if i < len(groups):  # written after each group: a timing stopped later keeps the groups it timed
                 if waiting is not None:
                     waiting = waiting[~waiting.cell.isin(names)]

@@ -351,28 +351,42 @@ def _grid_file_changed(g: GridResults) -> str:
 
 
 def _code(g: GridResults) -> list[Block]:
-    """A note when the cells were trained or evaluated under more than one version of the code (a grid
-    resumed across commits) or under another than the one that wrote this report: which cells under
-    which commits (results.csv trained_with / evaluated_with)."""
+    """A note when the cells were trained, evaluated or timed under more than one version of the code (a grid
+    resumed across commits, a seed timed again by newer code) or under another than the one that wrote this
+    report: which cells under which commits (results.csv trained_with / evaluated_with / timed_with; the timing
+    is named only where some row recorded the code that timed it)."""
     ok = ok_rows(g.table)
     if ok.empty or not {"trained_with", "evaluated_with"} <= set(ok):
         return []
-    cells = ok.drop_duplicates("cell")[["cell", "trained_with", "evaluated_with"]].fillna("").astype(str)
+    ok = ok.assign(**{c: ok[c].fillna("").astype(str) if c in ok else "" for c in ("timed_with", "timing_session")})
+    timed = ok["timed_with"].ne("").any()
+    cells = ok.groupby("cell", sort=False).agg(
+        trained_with=("trained_with", "first"), evaluated_with=("evaluated_with", "first"),
+        timed_with=("timed_with", lambda v: next((x for x in v if x), "")),
+        timing_session=("timing_session", lambda v: next((x for x in v if x), ""))).reset_index()
+    cells[["trained_with", "evaluated_with"]] = cells[["trained_with", "evaluated_with"]].fillna("").astype(str)
     cells = cells[(cells["trained_with"] != "") | (cells["evaluated_with"] != "")]
+    if timed:
+        cells["timing"] = [f"timed under {t}" if t else "timed under unrecorded code" if s else "not timed"
+                           for t, s in zip(cells["timed_with"], cells["timing_session"])]
     report_commit = label(g.environment)
-    used = {c for value in cells["trained_with"] for c in value.split("+") if c} | set(cells["evaluated_with"]) - {""}
+    used = ({c for value in cells["trained_with"] for c in value.split("+") if c} | set(cells["evaluated_with"])
+            | (set(cells["timed_with"]) if timed else set())) - {""}
     if not used or used == {report_commit}:
         return []
-    groups = cells.groupby(["trained_with", "evaluated_with"], sort=True)["cell"].apply(list)
-    parts = [f"trained under {t or 'unrecorded code'}, evaluated under {e or 'unrecorded code'}: "
+    keys = ["trained_with", "evaluated_with", *(["timing"] if timed else [])]
+    groups = cells.groupby(keys, sort=True)["cell"].apply(list)
+    parts = [f"trained under {key[0] or 'unrecorded code'}, evaluated under {key[1] or 'unrecorded code'}"
+             + (f", {key[2]}" if timed else "") + ": "
              + (", ".join(f"`{c}`" for c in names) if len(names) <= 4 else f"{len(names)} cells (`{names[0]}` ...)")
-             for (t, e), names in groups.items()]
+             for key, names in groups.items()]
     tables = f"these tables were written under {report_commit}" if report_commit else "these tables' code is unrecorded"
     lead = "The cells ran under more than one version of the code" if len(used) > 1 else \
         f"The cells ran under {next(iter(used))}, {tables.replace('these', 'but these', 1)}"
     edited = " `*`: tracked files were edited since that commit;" if any("*" in c for c in used | {report_commit or ""}) else ""
+    columns = "trained_with, evaluated_with" + (", timed_with" if timed else "")
     return [Block("note", f"{lead}{f' ({tables})' if len(used) > 1 else ''}: {'; '.join(parts)}.{edited} Each cell's "
-                          "commits are in results.csv (trained_with, evaluated_with).")]
+                          f"commits are in results.csv ({columns}).")]
 
 
 def _compute(g: GridResults) -> list[Block]:
