@@ -5,21 +5,48 @@
 # WORKTREE: a checkout of the commit the grid runs under, with its .venv; RESULTS: the results folder (outside
 # the checkout); COLLECTED: where finished seeds are copied; PID: a run of the grid already under way, waited for
 # first. Resumable: run it again after a stop (finished cells are kept, unfinished ones resume from last.ckpt).
+# RETIME=WORKTREE2: after each seed is collected, time it again, whole, by the code checked out in WORKTREE2
+# (its own .venv) on a copy of the seed's run folders (RESULTS-retimed; last.ckpt left out), collected into
+# COLLECTED-retimed: a timing by newer code than trained the cells, made while their weights are at hand.
+# SEEDS (default "1 2 3") and SMOKE=1 (the grid's smoke run) try the chain out at small scale.
 set -u
 worktree=$1 results=$2 collected=$3 wait_for=${4:-}
 grid=experiments/grids/multi30k-families.yaml
+smoke=${SMOKE:+--smoke}
+name=multi30k-families${SMOKE:+-smoke}
+retimed=$results-retimed
 log=$results/chain.log
+mkdir -p "$results"
 cd "$worktree" || exit 1
 if [ -n "$wait_for" ]; then
   while kill -0 "$wait_for" 2>/dev/null; do sleep 30; done
   echo "$(date -u +%FT%TZ) run $wait_for ended" >> "$log"
 fi
-for s in 1 2 3; do
+for s in ${SEEDS:-1 2 3}; do
   echo "$(date -u +%FT%TZ) seed $s: run" >> "$log"
-  .venv/bin/atnat run "$grid" --workers 2 --only "*-s$s" --results "$results" >> "$results/run-chain-s$s.log" 2>&1
+  .venv/bin/atnat run "$grid" $smoke --workers 2 --only "*-s$s" --results "$results" >> "$results/run-chain-s$s.log" 2>&1
   rc=$?
   echo "$(date -u +%FT%TZ) seed $s: run rc=$rc" >> "$log"
   [ $rc -eq 0 ] || exit $rc
-  .venv/bin/atnat collect "$grid" --results "$results" --to "$collected" >> "$log" 2>&1
+  .venv/bin/atnat collect "$grid" $smoke --results "$results" --to "$collected" >> "$log" 2>&1
   echo "$(date -u +%FT%TZ) seed $s: collected rc=$?" >> "$log"
+  if [ -n "${RETIME:-}" ] && [ ! -f "$retimed/seed-$s.done" ]; then
+    mkdir -p "$retimed/$name/runs"
+    for run in "$results/$name/runs/"*-s$s; do
+      rm -rf "$retimed/$name/runs/${run##*/}" && mkdir "$retimed/$name/runs/${run##*/}" \
+        && tar -C "$run" -cf - --exclude='last.ckpt*' --exclude='*.lock' . | tar -C "$retimed/$name/runs/${run##*/}" -xf - \
+        || { echo "$(date -u +%FT%TZ) seed $s: copying $run for the retiming failed" >> "$log"; exit 1; }
+    done
+    echo "$(date -u +%FT%TZ) seed $s: retime by $(git -C "$RETIME" rev-parse --short HEAD)" >> "$log"
+    (cd "$RETIME" && .venv/bin/atnat time "$grid" $smoke --anew --only "*-s$s" --results "$retimed") \
+      >> "$retimed/retime-s$s.log" 2>&1
+    rc=$?
+    echo "$(date -u +%FT%TZ) seed $s: retimed rc=$rc" >> "$log"
+    [ $rc -eq 0 ] || exit $rc
+    (cd "$RETIME" && .venv/bin/atnat collect "$grid" $smoke --results "$retimed" --to "$collected-retimed") >> "$log" 2>&1
+    rc=$?
+    echo "$(date -u +%FT%TZ) seed $s: retimed collected rc=$rc" >> "$log"
+    [ $rc -eq 0 ] || exit $rc
+    touch "$retimed/seed-$s.done"
+  fi
 done
