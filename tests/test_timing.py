@@ -204,6 +204,23 @@ def test_a_timing_is_kept_only_for_the_same_weights_and_settings_and_old_rows_ar
     assert table.loc["nat-s1", "timing_session"] != "2099-01-01 00:00:00 UTC"  # its earlier timing, named
 
 
+def test_a_commit_that_reads_like_a_number_stays_a_commit(tmp_path, monkeypatch):
+    """About 4% of short commit hashes are all digits or read as a float (12e4567): timing.csv read back by
+    pandas turned them into 9945357.0 or inf, which then went into results.csv and the collected copies."""
+    from atnat.experiments.evaluation import timing
+    from atnat.experiments.evaluation.columns import read_timing
+
+    cells, timed, _ = fake_timed_cells(tmp_path, monkeypatch, ("at-s1", "nat-s1"))
+    speed = SpeedSettings(aa_control=False, engine="eager", repeats=1)
+    for commit in ("12e4567", "9945357"):
+        monkeypatch.setattr(timing, "code_version", lambda: {"git_commit": commit, "git_dirty": False})
+        timing.time_grid(cells, tmp_path, speed, "cpu", anew=True)
+        kept = timing.time_grid(cells, tmp_path, speed, "cpu")  # read back from timing.csv, nothing timed again
+        assert list(kept["timed_with"]) == [commit, commit]
+        assert list(read_timing(tmp_path / "timing.csv")["timed_with"]) == [commit, commit]
+    assert len(timed) == 2
+
+
 def test_a_new_student_is_timed_beside_its_baseline_and_students_timed_before_keep_their_rows(tmp_path, monkeypatch):
     """The deep grid times each student when it finishes (`atnat time --partial`, the grid paused
     meanwhile). Timing the whole seed again at every new student cost the grid hours (a seed of 4
@@ -227,8 +244,9 @@ def test_a_new_student_is_timed_beside_its_baseline_and_students_timed_before_ke
     assert timed[-1] == ["at-s1", "cmlm-s1"] and built[-1] == 2  # nat-s1 is neither loaded nor timed again
     assert session_of(second) == {"at-s1": "2099-01-02 00:00:00 UTC", "nat-s1": "2099-01-01 00:00:00 UTC",
                                   "cmlm-s1": "2099-01-02 00:00:00 UTC"}
-    pd.testing.assert_frame_equal(second.query("cell == 'nat-s1'").reset_index(drop=True),
-                                  first.query("cell == 'nat-s1'").reset_index(drop=True))
+    pd.testing.assert_frame_equal(second.query("cell == 'nat-s1'").reset_index(drop=True),  # the same values; its
+                                  first.query("cell == 'nat-s1'").reset_index(drop=True),  # label columns read back
+                                  check_dtype=False)  # as text (an empty one: object, not float)
     timing.time_grid([at, nat, cmlm], tmp_path, speed, "cpu", "at", keep_others=True)
     assert len(timed) == 2  # nothing new: nothing timed
     (tmp_path / "cmlm-s1" / "best.ckpt").write_text("trained on")  # a student's weights changed: it alone, beside at

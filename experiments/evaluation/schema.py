@@ -189,8 +189,8 @@ SPEED = (
     _c("timing_session", "label", "when the timing phase that timed this row ran (UTC): a row's speed-ups were "
                                   "measured beside its task and seed's baseline in that session; rows of different "
                                   "sessions were not timed side by side"),
-    _c("timed_with", "label", "the commit of the code that timed this row (`*`: tracked files edited since; empty: not "
-                              "recorded, a timing older than this column)"),
+    _c("timed_with", "label", "the commit of the code that timed this row (`*`: tracked files edited since; empty: "
+                              "not recorded, or not timed)"),
 )
 PROBES = (
     _c("error_propagation", "number", "error propagation, measured causally: the drop in token accuracy after "

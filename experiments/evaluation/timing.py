@@ -45,6 +45,7 @@ from atnat.experiments.evaluation.baseline import (
     timing_group,
     timing_groups,
 )
+from atnat.experiments.evaluation.columns import read_timing
 from atnat.experiments.evaluation.metrics.speed import _synchronize, current_rss_mb, peak_memory_mb, reset_peak
 from atnat.experiments.evaluation.schema import SPEED
 from atnat.experiments.files import write_csv, write_json_atomic
@@ -468,7 +469,7 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
     path, settings_path = out / "timing.csv", out / "timing.json"
     settings = {"speed": speed.record(), "device": device, "device_name": device_name(device),
                 **({"baseline": baseline} if baseline else {})}  # another GPU (or CPU) model times anew
-    old = pd.read_csv(path) if path.exists() else None
+    old = read_timing(path) if path.exists() else None
     if old is not None and (not settings_path.is_file() or json.loads(settings_path.read_text()) != settings):
         if keep_others:  # a partial timing (`atnat time`) must not wipe the other seeds' rows
             raise AtnatError(f"{path} was timed with other speed settings or on another device than now "

@@ -49,12 +49,13 @@ def packed_from_rows(fan_in: int, fan_out: int, backend: str) -> float:
     Measured once per process and thread count, on random tensors of a private generator (the global one is
     left as it is), without autocast."""
     key = (fan_in, fan_out, backend, torch.get_num_threads())
-    if key in _MEASURED:
-        return _MEASURED[key]
+    found = _MEASURED.get(key)
+    if found is not None:
+        return found
     with _MEASURING:
         if key not in _MEASURED:
             _MEASURED[key] = _measure(fan_in, fan_out, backend)
-    return _MEASURED[key]
+        return _MEASURED[key]
 
 
 def _measure(fan_in: int, fan_out: int, backend: str) -> float:
@@ -156,11 +157,12 @@ class PackedLinear(nn.Module):
 
     def packed_product(self, flat: Tensor) -> Tensor:
         """flat (N, in) -> (N, out) on the packed weight (float32, or bfloat16's product)."""
-        if self.packed is None:
-            self.packed = self._pack()
+        packed = self.packed
+        if packed is None:
+            packed = self.packed = self._pack()
         if self.backend == "mkl":
-            return torch.ops.mkl._mkl_linear(flat, self.packed, self.weight, self.bias, 1)
-        return torch.ops.mkldnn._linear_pointwise(flat.to(self.dtype), self.packed, self.bias, "none", [], "")
+            return torch.ops.mkl._mkl_linear(flat, packed, self.weight, self.bias, 1)
+        return torch.ops.mkldnn._linear_pointwise(flat.to(self.dtype), packed, self.bias, "none", [], "")
 
     def extra_repr(self) -> str:
         return (f"in={self.in_features}, out={self.out_features}, backend={self.backend}, dtype={self.dtype}"

@@ -362,7 +362,7 @@ def _code(g: GridResults) -> list[Block]:
     timed = ok["timed_with"].ne("").any()
     cells = ok.groupby("cell", sort=False).agg(
         trained_with=("trained_with", "first"), evaluated_with=("evaluated_with", "first"),
-        timed_with=("timed_with", lambda v: next((x for x in v if x), "")),
+        timed_with=("timed_with", lambda v: "+".join(dict.fromkeys(x for x in v if x))),  # A+B: timed in parts
         timing_session=("timing_session", lambda v: next((x for x in v if x), ""))).reset_index()
     cells[["trained_with", "evaluated_with"]] = cells[["trained_with", "evaluated_with"]].fillna("").astype(str)
     cells = cells[(cells["trained_with"] != "") | (cells["evaluated_with"] != "")]
@@ -370,8 +370,8 @@ def _code(g: GridResults) -> list[Block]:
         cells["timing"] = [f"timed under {t}" if t else "timed under unrecorded code" if s else "not timed"
                            for t, s in zip(cells["timed_with"], cells["timing_session"])]
     report_commit = label(g.environment)
-    used = ({c for value in cells["trained_with"] for c in value.split("+") if c} | set(cells["evaluated_with"])
-            | (set(cells["timed_with"]) if timed else set())) - {""}
+    used = ({c for column in ("trained_with", *(["timed_with"] if timed else [])) for value in cells[column]
+             for c in value.split("+") if c} | set(cells["evaluated_with"])) - {""}
     if not used or used == {report_commit}:
         return []
     keys = ["trained_with", "evaluated_with", *(["timing"] if timed else [])]

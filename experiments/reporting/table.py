@@ -226,7 +226,7 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
         raise AtnatError(f"{out}: two systems share a name ({', '.join(pairs)}): their results would be mixed; "
                          "each strategy of a cell needs its own label")
     timing_path = out / "timing.csv"
-    df = add_timing(pd.DataFrame(rows), pd.read_csv(timing_path) if timing_path.exists() else None, runs)
+    df = add_timing(pd.DataFrame(rows), schema.read_timing(timing_path) if timing_path.exists() else None, runs)
     df = add_significance(df, runs, method=significance, n=n_bootstrap, baseline=baseline)
     extra = pd.DataFrame(extra, columns=EXTRA_COLUMNS)
     write_csv(compare_systems(df, runs, n=n_bootstrap, test_sets=tuple(dict.fromkeys(extra["test_set"].astype(str))),

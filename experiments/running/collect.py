@@ -43,6 +43,7 @@ import pandas as pd
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import extra_test_split, load_task
+from atnat.experiments.evaluation.columns import read_timing
 from atnat.experiments.evaluation.evaluate import sample_rows
 from atnat.experiments.evaluation.references import write_references
 from atnat.experiments.files import (
@@ -284,7 +285,7 @@ def read_grid_timing(out: Path, skipped: list[str]) -> tuple[pd.DataFrame | None
             skipped.append(f"{path}: over the {MAX_BYTES}-byte limit of a results file; the timing was not collected")
             return None
     try:
-        table = pd.read_csv(out / TIMING_CSV)
+        table = read_timing(out / TIMING_CSV)
         settings = json.loads((out / TIMING_JSON).read_text(encoding="utf-8"))
         if not {"cell", "fingerprint"} <= set(table.columns):
             return None, b""
@@ -445,7 +446,7 @@ def stage_timing(source: Path, cells: list[str], out: Path) -> None:
         if rows.stat().st_size > MAX_BYTES or record.stat().st_size > MAX_BYTES:
             raise AtnatError(f"{rows}: over the {MAX_BYTES}-byte limit of a results file")
         try:
-            table, recorded = pd.read_csv(rows), json.loads(record.read_text(encoding="utf-8"))
+            table, recorded = read_timing(rows), json.loads(record.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError) as err:
             raise AtnatError(f"{rows} or {record}: not a timing table and its settings ({err})") from err
         missing = {"cell", "strategy", "fingerprint"} - set(table.columns)

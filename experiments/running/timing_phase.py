@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
-
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.devices import inference_device
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.baseline import is_baseline_cell, timing_group, timing_groups
+from atnat.experiments.evaluation.columns import read_timing
 from atnat.experiments.evaluation.exported import score_exported_twins
 from atnat.experiments.evaluation.timing import system_keys, time_grid
 from atnat.experiments.locks import held
@@ -137,7 +136,7 @@ def timing_is_current(grid, out: Path) -> bool:
         return True
     try:
         settings = json.loads((out / "timing.json").read_text())
-        table = pd.read_csv(out / "timing.csv")
+        table = read_timing(out / "timing.csv")
     except (OSError, ValueError):
         return False
     speed = SpeedSettings(**grid.speed)
