@@ -6,16 +6,23 @@
 # the checkout); COLLECTED: where finished seeds are copied; PID: a run of the grid already under way, waited for
 # first. Resumable: run it again after a stop (finished cells are kept, unfinished ones resume from last.ckpt).
 # RETIME=WORKTREE2: after each seed is collected, time it again, whole, by the code checked out in WORKTREE2
-# (its own .venv) on a copy of the seed's run folders (RESULTS-retimed; last.ckpt left out), collected into
-# COLLECTED-retimed: a timing by newer code than trained the cells, made while their weights are at hand.
+# (its own .venv; the grid file is WORKTREE's, the one the cells ran from) on a copy of the seed's run folders
+# (RESULTS-retimed; last.ckpt left out), collected into COLLECTED-retimed: a timing by newer code than trained
+# the cells, made while their weights are at hand.
 # SEEDS (default "1 2 3") and SMOKE=1 (the grid's smoke run) try the chain out at small scale.
-set -u
-worktree=$1 results=$2 collected=$3 wait_for=${4:-}
+set -uo pipefail
+shopt -s nullglob
+absolute() { realpath -m -- "$1"; }  # no trailing slash, independent of the folder the chain runs in
+worktree=$(absolute "$1") results=$(absolute "$2") collected=$(absolute "$3") wait_for=${4:-}
 grid=experiments/grids/multi30k-families.yaml
-smoke=${SMOKE:+--smoke}
-name=multi30k-families${SMOKE:+-smoke}
+smoke="" name=multi30k-families
+[ "${SMOKE:-}" = 1 ] && smoke=--smoke name=multi30k-families-smoke
 retimed=$results-retimed
 log=$results/chain.log
+if [ -n "${RETIME:-}" ]; then
+  RETIME=$(absolute "$RETIME")
+  [ -x "$RETIME/.venv/bin/atnat" ] || { echo "RETIME=$RETIME: no .venv/bin/atnat there (bash experiments/env.sh true)" >&2; exit 2; }
+fi
 mkdir -p "$results"
 cd "$worktree" || exit 1
 if [ -n "$wait_for" ]; then
@@ -30,23 +37,28 @@ for s in ${SEEDS:-1 2 3}; do
   [ $rc -eq 0 ] || exit $rc
   .venv/bin/atnat collect "$grid" $smoke --results "$results" --to "$collected" >> "$log" 2>&1
   echo "$(date -u +%FT%TZ) seed $s: collected rc=$?" >> "$log"
-  if [ -n "${RETIME:-}" ] && [ ! -f "$retimed/seed-$s.done" ]; then
+  done_marker=$retimed/$name/seed-$s.retimed
+  if [ -n "${RETIME:-}" ] && [ ! -f "$done_marker" ]; then
+    runs=("$results/$name/runs/"*-s$s)
+    [ ${#runs[@]} -gt 0 ] || { echo "$(date -u +%FT%TZ) seed $s: no run folders to time again" >> "$log"; exit 1; }
     mkdir -p "$retimed/$name/runs"
-    for run in "$results/$name/runs/"*-s$s; do
-      rm -rf "$retimed/$name/runs/${run##*/}" && mkdir "$retimed/$name/runs/${run##*/}" \
-        && tar -C "$run" -cf - --exclude='last.ckpt*' --exclude='*.lock' . | tar -C "$retimed/$name/runs/${run##*/}" -xf - \
+    for run in "${runs[@]}"; do
+      copy=$retimed/$name/runs/${run##*/}
+      rm -rf "$copy" && mkdir "$copy" \
+        && tar -C "$run" -cf - --exclude='last.ckpt*' --exclude='*.lock' . | tar -C "$copy" -xf - \
         || { echo "$(date -u +%FT%TZ) seed $s: copying $run for the retiming failed" >> "$log"; exit 1; }
     done
     echo "$(date -u +%FT%TZ) seed $s: retime by $(git -C "$RETIME" rev-parse --short HEAD)" >> "$log"
-    (cd "$RETIME" && .venv/bin/atnat time "$grid" $smoke --anew --only "*-s$s" --results "$retimed") \
+    (cd "$RETIME" && .venv/bin/atnat time "$worktree/$grid" $smoke --anew --only "*-s$s" --results "$retimed") \
       >> "$retimed/retime-s$s.log" 2>&1
     rc=$?
     echo "$(date -u +%FT%TZ) seed $s: retimed rc=$rc" >> "$log"
     [ $rc -eq 0 ] || exit $rc
-    (cd "$RETIME" && .venv/bin/atnat collect "$grid" $smoke --results "$retimed" --to "$collected-retimed") >> "$log" 2>&1
+    (cd "$RETIME" && .venv/bin/atnat collect "$worktree/$grid" $smoke --results "$retimed" --to "$collected-retimed") \
+      >> "$log" 2>&1
     rc=$?
     echo "$(date -u +%FT%TZ) seed $s: retimed collected rc=$rc" >> "$log"
     [ $rc -eq 0 ] || exit $rc
-    touch "$retimed/seed-$s.done"
+    touch "$done_marker"
   fi
 done
