@@ -549,6 +549,20 @@ def test_auto_takes_the_packed_product_only_where_it_measured_faster_once_per_sh
     assert any(m.packed is not None for m in layers) == pays
 
 
+@pytest.mark.parametrize("engine", ["packed", "packed+onednn"])
+def test_a_model_on_packed_weights_can_be_copied(engine):
+    """copy.deepcopy of a model whose linear layers hold packed weights (opaque tensors, which cannot be copied)
+    raised NotImplementedError; the copy now packs its own and decodes the same tokens."""
+    model = at_model()
+    apply_engine(model, engine, step_rows=0)
+    g = torch.Generator().manual_seed(5)
+    src, lengths = torch.randint(6, V, (64, 7), generator=g), torch.full((64,), 7)
+    with torch.inference_mode():
+        ref = model.decode(src, lengths, STRATEGIES["greedy"])  # every layer has run its packed product
+        twin = copy.deepcopy(model)
+        assert torch.equal(twin.decode(src, lengths, STRATEGIES["greedy"]).tokens, ref.tokens)
+
+
 def test_threads_making_a_shapes_first_product_at_once_measure_it_once(monkeypatch, measured_products):
     import threading
     import time

@@ -143,6 +143,11 @@ class PackedLinear(nn.Module):
                 raise AtnatError(f"packed linear ({self.dtype}, oneDNN): this CPU cannot run it ({err}); use an "
                                  "engine without +bf16") from None
 
+    def __getstate__(self) -> dict:
+        """A copy (copy.deepcopy, pickle) without the packed weight, an opaque tensor that cannot be copied: the
+        copy packs its own at its first packed product."""
+        return {**super().__getstate__(), "packed": None}
+
     def forward(self, x: Tensor) -> Tensor:
         if self.dtype == torch.float32 and (torch.compiler.is_exporting() or torch.compiler.is_compiling()):
             # traced for a compiled step (the auto engine's): the plain product, which inductor's
