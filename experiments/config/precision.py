@@ -2,9 +2,9 @@
 
 `auto` picks bf16 mixed precision where the hardware does bf16 arithmetic natively — a CUDA GPU
 that supports it, or a CPU with avx512_bf16 or AMX (`amx_bf16`) — and fp32 elsewhere; the choice
-is recorded in the run's train.json. On such a CPU, bf16 autocast made one training step of the
-D=256 3+3 model 1.4x faster (`atnat bench train`, results/bench/README.md); what it does to quality
-is measured by `experiments/grids/multi30k-deep.yaml` (teachers trained in fp32 and bf16).
+is recorded in the run's train.json. What it does to a CPU training step's speed: `atnat bench train`
+(results/bench/README.md); to quality: `experiments/grids/multi30k-deep.yaml` (teachers trained in fp32
+and bf16).
 """
 from __future__ import annotations
 
