@@ -159,7 +159,7 @@ def test_distill_refuses_to_write_over_the_teachers_training_data_or_files(tmp_p
     assert main(["distill", "--teacher", str(run), "--strategy", "greedy", "--output", str(target)]) == 2
     assert "is the teacher's training train target" in capsys.readouterr().err and target.read_bytes() == before
     assert main(["distill", "--teacher", str(run), "--strategy", "greedy", "--output", str(run / "config.json")]) == 2
-    assert "is the teacher's config.json" in capsys.readouterr().err
+    assert f"--output {run / 'config.json'} is a file of the model given to --teacher" in capsys.readouterr().err
     from atnat.experiments.training import distill as distilling
 
     def decoded(*args, **kwargs):

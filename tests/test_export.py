@@ -392,3 +392,71 @@ def test_a_file_planted_in_an_export_is_refused_and_no_export_is_written_inside_
     assert not (out / "inner").exists() and load_module(out)
     assert main(["export", str(run), str(out / "ct2"), "--format", "ctranslate2"]) == 2  # nor another format
     assert f"{out / 'ct2'} is inside the export {out}" in capsys.readouterr().err and not (out / "ct2").exists()
+
+
+def test_an_export_never_replaces_a_ctranslate2_model_that_atnat_did_not_write(run, tmp_path, capsys):
+    """A trial's finding: a folder holding a model.bin (any file of that name, or another tool's CTranslate2
+    model) was taken for an earlier export and deleted by `atnat export` into it, in either format."""
+    others = {"only-bin": {"model.bin": b"\x00" * 64},
+              "other-tools": {"model.bin": b"\x01" * 64, "config.json": b'{"decoder_start_token": "<s>"}',
+                              "shared_vocabulary.json": b'["<s>", "</s>"]'}}
+    for name, files in others.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        for file, data in files.items():
+            (folder / file).write_bytes(data)
+        for form in ([], ["--format", "ctranslate2"] if _has_ct2() else []):
+            assert main(["export", str(run), str(folder), *form]) == 2
+            assert f"export target {folder.resolve()} holds" in capsys.readouterr().err
+            assert {p.name: p.read_bytes() for p in folder.iterdir()} == files  # untouched
+    if _has_ct2():  # atnat's own CTranslate2 export is still replaced by the next, of either format
+        out = tmp_path / "ct2"
+        for form in (["--format", "ctranslate2"], ["--format", "ctranslate2"], [], ["--format", "ctranslate2"]):
+            assert main(["export", str(run), str(out), *form]) == 0
+        assert (out / "model.bin").is_file() and not is_export_dir(out)
+
+
+def _has_ct2() -> bool:
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_no_export_is_written_inside_a_ctranslate2_export(run, tmp_path, capsys):
+    """A trial's finding: `atnat export RUN CT2_EXPORT/inner` wrote a safetensors export inside a CTranslate2
+    export, which then could no longer be replaced."""
+    pytest.importorskip("ctranslate2")
+    out = tmp_path / "ct2"
+    assert main(["export", str(run), str(out), "--format", "ctranslate2"]) == 0
+    for form in ([], ["--format", "ctranslate2"]):
+        assert main(["export", str(run), str(out / "inner"), *form]) == 2
+        assert f"{out / 'inner'} is inside the export {out}" in capsys.readouterr().err
+        assert not (out / "inner").exists()
+    assert main(["export", str(run), str(out), "--format", "ctranslate2"]) == 0
+
+
+def test_no_output_of_evaluate_or_distill_goes_among_a_models_files(run, tmp_path, capsys):
+    """A trial's findings: `evaluate --json EXPORT/scores.json` wrote a file into an export (which then refused to
+    load: a planted file); `distill --input F --output` could replace the teacher's own weights with text (the
+    teacher's files were guarded only without --input). Each refused before any model is read."""
+    out = export_safetensors(load_module(run)[0], tmp_path / "exp")
+    src = tmp_path / "src.txt"
+    src.write_text("the cat\nred dog\n")
+    before = {p: p.read_bytes() for p in [*out.iterdir(), *(run / "checkpoints").iterdir()]}
+    cases = [["evaluate", "--checkpoint", str(out), "--src", str(src), "--ref", str(src), "--no-speed",
+              "--json", str(out / "scores.json")],
+             ["evaluate", "--checkpoint", str(out), "--src", str(src), "--ref", str(src), "--no-speed",
+              "--hyps", str(out / "hyps.txt")]]
+    for teacher, target in ((out, out / "model.safetensors"), (out, out / "new.txt"),
+                            (run, next((run / "checkpoints").iterdir())), (run, run / "metrics.json")):
+        cases.append(["distill", "--teacher", str(teacher), "--input", str(src), "--output", str(target),
+                      "--strategy", "greedy"])
+    for argv in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "is a file of the model given to" in err or "is inside the export" in err, (argv, err)
+    assert {p: p.read_bytes() for p in [*out.iterdir(), *(run / "checkpoints").iterdir()]} == before
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "sentencepiece.model"]
+    assert load_module(out)[0] is not None

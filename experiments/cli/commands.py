@@ -217,10 +217,10 @@ def refuse_overwriting_inputs(outputs: dict[str, str | None], inputs: dict[str, 
 
 
 def refuse_writing_into_models(outputs: dict[str, str | None], models: dict[str, str | None]) -> None:
-    """An output path among a model's own files (a run's config.json, metrics.json, checkpoints and logs;
-    any file of an export; a checkpoint file itself) would replace them: one error naming both. A new
-    file beside them is allowed."""
-    from atnat.experiments.modelfiles.export import is_export_dir  # lazy: start-up
+    """An output path among a model's own files (a run's config.json, metrics.json, checkpoints and logs; a
+    checkpoint file itself) would replace them, and any path inside an export would be a file planted there
+    (the export then refuses to load): one error naming both. A new file beside a run's own is allowed."""
+    from atnat.experiments.modelfiles.export import is_ct2_export_dir, is_export_dir  # lazy: start-up
 
     for out_flag, out in outputs.items():
         if not out:
@@ -239,8 +239,10 @@ def refuse_writing_into_models(outputs: dict[str, str | None], models: dict[str,
                     first = target.relative_to(model).parts[0]
                 except (ValueError, IndexError):
                     continue
-                own = target.exists() if is_export_dir(model) else \
-                    first in RUN_ENTRIES or first.startswith("references")
+                if is_export_dir(model) or is_ct2_export_dir(model):
+                    raise AtnatError(f"{out_flag} {out} is inside the export given to {model_flag} ({given}), which "
+                                     "holds its own files only: give a path outside it")
+                own = first in RUN_ENTRIES or first.startswith("references")
             if own:
                 raise AtnatError(f"{out_flag} {out} is a file of the model given to {model_flag} ({given}): writing "
                                  "it would replace it; give a path outside the model's files")
@@ -340,6 +342,7 @@ def cmd_distill(args) -> None:
     from atnat.experiments.training.distill import distill_sources, distilled_targets  # lazy: start-up
 
     refuse_overwriting_inputs({"--output": args.output}, {"--input": args.input})
+    refuse_writing_into_models({"--output": args.output}, {"--teacher": args.teacher})
     check_output_file(Path(args.output), "--output")  # before the teacher decodes for hours
     args.strategy = args.strategy or "beam"  # a teacher is an AT: beam 5, as the grids distil
     if args.strategy == "beam" and args.beam is None and "beam_size" not in parse_assignments(args.option or [], "--option"):

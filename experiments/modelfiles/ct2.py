@@ -37,7 +37,7 @@ from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
 from atnat.decoding.lengths import step_budget
 from atnat.decoding.processors import forbidden_ids
-from atnat.experiments.modelfiles.export import CT2_MARKER, staged, tokenizer_file
+from atnat.experiments.modelfiles.export import CT2_MARKER, stamp_ct2_export, staged, tokenizer_file
 from atnat.experiments.modelfiles.loading import load_module
 
 INSTALL_HINT = "pip install 'atnat[bench]'"
@@ -218,7 +218,7 @@ def build_spec(module, tokens: list[str]):
 
 def export_ctranslate2(module, tokenizer, out: str | Path, *, quantization: str | None = None) -> Path:
     """Write a CTranslate2 model directory (model.bin, config.json, vocabulary) with our tokenizer
-    file beside it (sentencepiece.model or symbols.json); -> out."""
+    file beside it (sentencepiece.model or symbols.json) and atnat's stamp (export.py); -> out."""
     out = Path(out)
     spec = build_spec(module, vocabulary(tokenizer, module.decoder.vocab_size))
     spec.optimize(quantization=quantization)
@@ -226,6 +226,7 @@ def export_ctranslate2(module, tokenizer, out: str | Path, *, quantization: str 
         spec.save(str(stage))
         name, data = tokenizer_file(tokenizer.to_state())  # the tokenizer whose strings are the vocabulary
         (stage / name).write_bytes(data)
+        stamp_ct2_export(stage)
     return out
 
 

@@ -6,6 +6,8 @@ An export directory holds
 - `config.json`: everything that rebuilds `Seq2SeqModule` (its saved hyper-parameters), the BLEU
   tokenize setting, the format version and the sha256 of every other file,
 - the tokenizer as a file: `sentencepiece.model` or `symbols.json` (synthetic tasks).
+A CTranslate2 export (ct2.py) holds CTranslate2's files, the tokenizer file and `atnat-export.json`, which
+says atnat wrote the folder: only a folder an export wrote is ever replaced by the next.
 Checkpoints load with `torch.load(weights_only=True)`: what atnat writes into them (tensors,
 plain containers, the tokenizer's bytes, Lightning's callback and loop states) passes; a file with
 other pickled objects is refused. A truncated or altered file is one AtnatError naming it.
@@ -37,6 +39,8 @@ RECORDED = ("hyper_parameters", "bleu_tokenize", "plugins", "tokenizer")
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 CT2_MARKER = "model.bin"  # the file a CTranslate2 model folder is known by (ct2.py writes it)
+CT2_STAMP = "atnat-export.json"  # beside it in a CTranslate2 export: atnat wrote the folder
+CT2_FORMAT = "atnat-ctranslate2-export"
 TOKENIZER_FILES = {"sentencepiece": "sentencepiece.model", "symbols": "symbols.json"}
 
 
@@ -44,12 +48,30 @@ def is_export_dir(path: Path) -> bool:
     return path.is_dir() and (path / CONFIG).is_file() and (path / WEIGHTS).is_file()
 
 
+def is_ct2_export_dir(path: Path) -> bool:
+    """A CTranslate2 export atnat wrote (its stamp beside model.bin)."""
+    return path.is_dir() and (path / CT2_MARKER).is_file() and _stamped(path)
+
+
+def stamp_ct2_export(stage: Path) -> None:
+    """Mark a CTranslate2 export folder as atnat's (ct2.py, before the folder is put in place)."""
+    (stage / CT2_STAMP).write_text(json.dumps({"format": CT2_FORMAT, "format_version": 1}) + "\n", encoding="utf-8")
+
+
+def _stamped(path: Path) -> bool:
+    try:
+        stamp = json.loads((path / CT2_STAMP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(stamp, dict) and stamp.get("format") == CT2_FORMAT
+
+
 def _export_file(name: str, marker: str) -> bool:
     """Whether an export with this `marker` (ours: config.json; CTranslate2's: model.bin) writes a file of
     this name, or its temporary file."""
     name = name.removesuffix(".tmp")
     ours = {WEIGHTS, CONFIG, *TOKENIZER_FILES.values()}
-    ct2 = marker != CONFIG and (name in (marker, CONFIG) or re.fullmatch(r"\w*vocabulary\w*\.(json|txt)", name))
+    ct2 = marker != CONFIG and (name in (marker, CONFIG, CT2_STAMP) or re.fullmatch(r"\w*vocabulary\w*\.(json|txt)", name))
     return name in ours or bool(ct2) or (name.startswith(".") and name.endswith(".tmp"))
 
 
@@ -65,15 +87,13 @@ def _export_leftovers(out: Path, marker: str = CONFIG) -> bool:
 
 
 def _written_by_an_export(out: Path, marker: str) -> bool:
-    if marker != CONFIG and (out / marker).is_file():  # CTranslate2's model file
-        return True
+    if marker != CONFIG:  # a CTranslate2 model is atnat's only with its stamp (another tool's looks the same)
+        return _stamped(out)
     try:
         config = json.loads((out / CONFIG).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    if not isinstance(config, dict):
-        return False
-    return config.get("format") == FORMAT if marker == CONFIG else "decoder_start_token" in config
+    return isinstance(config, dict) and config.get("format") == FORMAT
 
 
 def check_target(out: Path, marker: str = CONFIG) -> None:
@@ -85,7 +105,7 @@ def check_target(out: Path, marker: str = CONFIG) -> None:
     if out.is_dir() and any(out.iterdir()) and not any(_export_leftovers(out, m) for m in (marker, CONFIG, CT2_MARKER)):
         others = sorted(p.name for p in out.iterdir() if not (p.is_file() and _export_file(p.name, marker)))
         what = ", ".join(others[:4]) + (", ..." if len(others) > 4 else "") if others else \
-            f"{CONFIG} not written by an export"  # every name is an export's, but no export wrote the folder
+            f"{', '.join(sorted(p.name for p in out.iterdir()))}, not written by an atnat export"  # names of an export's
         raise AtnatError(f"export target {out} holds other things than an export ({what}), which replacing it "
                          "would delete; give a new or empty directory")
 
@@ -194,7 +214,7 @@ def refuse_export_inside_export(out: Path) -> None:
     """An export written inside another (`atnat export RUN EXPORT/inner`) would be a file the outer one does not
     hold (refused when it is loaded), and the outer could no longer be replaced."""
     for parent in Path(os.path.abspath(out)).parents:
-        if is_export_dir(parent):
+        if is_export_dir(parent) or is_ct2_export_dir(parent):
             raise AtnatError(f"{out} is inside the export {parent}: give a folder outside it")
 
 
