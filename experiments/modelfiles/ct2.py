@@ -37,7 +37,7 @@ from atnat.decoding.beam import Beam
 from atnat.decoding.greedy import Greedy
 from atnat.decoding.lengths import step_budget
 from atnat.decoding.processors import forbidden_ids
-from atnat.experiments.modelfiles.export import CT2_MARKER, stamp_ct2_export, staged, tokenizer_file
+from atnat.experiments.modelfiles.export import CT2_MARKER, staged, stamp_ct2_export, tokenizer_file
 from atnat.experiments.modelfiles.loading import load_module
 
 INSTALL_HINT = "pip install 'atnat[bench]'"
