@@ -182,6 +182,23 @@ def test_non_utf8_names_the_line(tmp_path):
         task.load()
 
 
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_sentence(tmp_path):
+    """A trial's finding: a reference file saved with a byte-order mark (as some editors do) scored its first
+    sentence against "\ufeffA man ...": BLEU 98.91 for a hypothesis equal to the reference, nothing said."""
+    import sacrebleu
+
+    from atnat.experiments.data.tasks import read_lines
+
+    marked = b"\xef\xbb\xbf" + GOOD.encode()
+    task = parallel_task(tmp_path, **all_files(test_tgt=marked, valid_src=marked))
+    data = task.load()
+    assert data.splits["test"][1] == data.splits["valid"][0] == ["a b c", "d e f"]
+    (tmp_path / "ref").write_bytes(b"\xef\xbb\xbfA man walks .\r\nTwo dogs play .\r\n")
+    refs = read_lines(tmp_path / "ref", "--ref")
+    assert refs == ["A man walks .", "Two dogs play ."]
+    assert sacrebleu.corpus_bleu(["A man walks .", "Two dogs play ."], [refs]).score == pytest.approx(100.0)
+
+
 def test_unknown_file_key(tmp_path):
     task = ParallelTask(ParallelOptions(files={"training_src": "x"}), cache_dir=tmp_path)
     with pytest.raises(AtnatError, match=r"task.files: unknown key\(s\) \['training_src'\]; valid: train_src"):

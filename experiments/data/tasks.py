@@ -262,8 +262,9 @@ class ParallelOptions:
 
 
 def read_lines(path: Path, what: str) -> list[str]:
-    """Read a UTF-8 text file, one sentence per line; one clear error for each bad input."""
-    text = read_utf8(check_readable(path, what), f"{what}: ")
+    """Read a UTF-8 text file, one sentence per line; one clear error for each bad input. A byte-order mark at
+    its start (some editors write one) is no text of its first sentence."""
+    text = read_utf8(check_readable(path, what), f"{what}: ").removeprefix("\ufeff")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
