@@ -185,6 +185,38 @@ def test_flipped_bytes_in_the_evaluated_checkpoint_stop_translate(run, tmp_path,
     assert f"checkpoint {target} does not match the sha256" in capsys.readouterr().err
 
 
+def test_a_checkpoint_without_its_checksum_is_refused_until_one_is_recorded(run, tmp_path, capsys, monkeypatch):
+    """A trial's finding: deleting a checkpoint's .sha256 turned its verification off (a warning, then a damaged
+    checkpoint decoded with exit code 0); and a text file given as a checkpoint was first said to be "loaded"
+    before being refused. A checkpoint without its record is refused (what to do if you trust it: said); one
+    killed before its record was written is set aside on resume, as a damaged one is."""
+    best = json.loads((run / "train.json").read_text())["evaluated_checkpoint"]
+    target = run / "checkpoints" / best
+    checksum_path(target).unlink()
+    flip(target, len(target.read_bytes()) // 2, 8)
+    src = tmp_path / "src.txt"
+    src.write_text("w1 w2\n")
+    for _ in range(2):
+        monkeypatch.setattr("sys.stdin", open(src))
+        assert main(["translate", "--checkpoint", str(run)]) == 2
+        err = capsys.readouterr().err
+        assert f"checkpoint {target} has no {target.name}.sha256 beside it" in err and "sha256sum" in err, err
+    write_checksum(target)  # the user's own decision: trust the file as it is
+    monkeypatch.setattr("sys.stdin", open(src))
+    main(["translate", "--checkpoint", str(run)])
+    assert "sha256" not in capsys.readouterr().err
+    text = tmp_path / "train.en"
+    text.write_text("a man .\n")
+    assert main(["translate", "--checkpoint", str(text)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("atnat") == 1 and "is not a PyTorch checkpoint: it begins with text" in err and "loaded" not in err
+    last = run / "checkpoints" / "last.ckpt"
+    checksum_path(last).unlink()  # killed between the checkpoint's rename and its record
+    chosen = resume_point(run / "checkpoints")
+    assert chosen is not None and chosen.name != "last.ckpt" and list((run / "checkpoints").glob("last.ckpt.damaged-*"))
+    assert f"checkpoint {last} has no last.ckpt.sha256 beside it" in capsys.readouterr().err
+
+
 def test_checkpoints_carry_a_checksum_that_sha256sum_reads(run):
     for ckpt in (run / "checkpoints").glob("*.ckpt"):
         digest, name = checksum_path(ckpt).read_text().split()

@@ -13,6 +13,7 @@ from atnat.decoding.base import STRATEGIES
 from atnat.experiments.cli.commands import main
 from atnat.experiments.data.tokenize import SymbolTokenizer
 from atnat.experiments.evaluation import translate
+from atnat.experiments.modelfiles.checkpoints import write_checksum
 from atnat.models.seq2seq import Seq2SeqModule
 from tests.training import TINY_MODEL
 
@@ -27,6 +28,7 @@ def save_untrained(path, decoder: str, options: dict | None = None, max_position
                            model={**TINY_MODEL, "max_positions": max_positions})
     torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
                 "pytorch-lightning_version": pl.__version__, "atnat_tokenizer": tok.to_state()}, path)
+    write_checksum(path)  # as atnat records with every checkpoint it writes
     return path
 
 

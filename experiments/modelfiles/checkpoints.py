@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import pickle
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,11 @@ CHECKSUM_SUFFIX = ".sha256"
 
 class CheckpointDamaged(AtnatError):
     """A checkpoint that is truncated, corrupt, or does not match its recorded sha256."""
+
+
+class CheckpointUnverified(CheckpointDamaged):
+    """A checkpoint with no sha256 recorded beside it: damage to it could not be detected (resume sets it aside:
+    a kill between the checkpoint's rename and its record leaves one)."""
 
 
 class CheckpointRefused(AtnatError):
@@ -47,8 +51,8 @@ def write_checksum(path: Path) -> None:
 
 
 def verify_checksum(path: Path) -> bool:
-    """True when `path` matches its recorded sha256; False when none is recorded (a checkpoint of an
-    atnat from before checksums: it is still loaded tensors-only). CheckpointDamaged on a mismatch."""
+    """True when `path` matches its recorded sha256; False when none is recorded (read_checkpoint then refuses
+    it). CheckpointDamaged on a mismatch."""
     path = Path(path)
     recorded = checksum_path(path)
     if not recorded.is_file():
@@ -65,9 +69,6 @@ def verify_checksum(path: Path) -> bool:
         raise CheckpointDamaged(f"checkpoint {path} does not match the sha256 recorded in {recorded.name} when it "
                                 "was written: damaged or altered since")
     return True
-
-
-_unverified_warned: set[str] = set()
 
 
 def unpickling_problem(path: Path, message: str) -> CheckpointDamaged | CheckpointRefused:
@@ -94,13 +95,12 @@ def unpickling_problem(path: Path, message: str) -> CheckpointDamaged | Checkpoi
 def read_checkpoint(path: Path, map_location: Any = "cpu") -> dict:
     """A checkpoint's contents after its sha256 is checked, loaded tensors-only (weights_only=True).
 
-    CheckpointDamaged: truncated, corrupt or not matching its checksum; CheckpointRefused: it holds
-    pickled objects beyond tensors and plain containers (nothing in it was run)."""
+    CheckpointDamaged: truncated, corrupt or not matching its checksum; CheckpointUnverified: no checksum is
+    recorded beside it (atnat writes one with every checkpoint); CheckpointRefused: it holds pickled objects
+    beyond tensors and plain containers (nothing in it was run). A file that is no checkpoint at all, or is
+    damaged beyond loading, is named as such before a missing checksum is."""
     path = Path(path)
-    if not verify_checksum(path) and str(path) not in _unverified_warned:
-        _unverified_warned.add(str(path))
-        print(f"atnat: checkpoint {path} has no {CHECKSUM_SUFFIX} file beside it (written before atnat recorded "
-              "checksums?): loaded tensors-only, but damage cannot be detected", file=sys.stderr)
+    verified = verify_checksum(path)
     with open(path, "rb") as f:
         head = f.read(4)
     if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):  # a zip archive, or a bare pickle
@@ -117,6 +117,13 @@ def read_checkpoint(path: Path, map_location: Any = "cpu") -> dict:
                                 f"({type(err).__name__}: {first})") from err
     if not isinstance(checkpoint, dict):
         raise CheckpointDamaged(f"checkpoint {path} holds a {type(checkpoint).__name__}, not a checkpoint mapping")
+    if not verified:
+        record = checksum_path(path).name
+        raise CheckpointUnverified(
+            f"checkpoint {path} has no {record} beside it, so damage to it cannot be detected, and it is not used "
+            f"(atnat records one with every checkpoint it writes). A checkpoint from another program or an older "
+            f"atnat: if you trust the file as it is, record its sha256 (in its folder: sha256sum {path.name} > "
+            f"{record}) and give it again")
     return checkpoint
 
 
