@@ -176,6 +176,29 @@ def test_the_dry_run_refuses_an_accelerator_atnat_cannot_use_and_a_missing_init_
     assert main(["run", "g.yaml", "--dry-run", "--results", "res"]) == 0
 
 
+def test_a_dry_run_and_a_run_refuse_parallel_files_of_unequal_lengths(tmp_path, monkeypatch, capsys):
+    """A trial's finding: `atnat run --dry-run` said nothing (exit 0) of a training target one line short, which
+    fails every cell of the task when it starts. Now both refuse it before anything runs, naming both files."""
+    import yaml
+
+    from atnat.experiments.cli.commands import main
+    from tests.test_extra_tests import tiny_grid_dir
+
+    data, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", "g.yaml", "--dry-run", "--results", "res"]) == 0
+    for split in ("train", "valid"):
+        target = data / f"{split}.yy"
+        kept = target.read_text()
+        target.write_text("".join(kept.splitlines(keepends=True)[:-1]))
+        for dry in (["--dry-run"], []):
+            assert main(["run", "g.yaml", *dry, "--results", "res"]) == 2
+            err = capsys.readouterr().err
+            assert f"{split}: {data / f'{split}.xx'} has" in err and f"{target} has" in err and "nothing has run" in err
+        assert not (tmp_path / "res" / spec["name"] / "runs").exists()
+        target.write_text(kept)
+
+
 def test_non_utf8_names_the_line(tmp_path):
     task = parallel_task(tmp_path, **all_files(train_tgt=b"fine\nbad \xff byte\n"))
     with pytest.raises(AtnatError, match=r"train target: .*train_tgt line 2 is not valid UTF-8"):

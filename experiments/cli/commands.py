@@ -513,12 +513,14 @@ def cmd_run(args) -> int:
             refuse_files_in_the_way,
             refuse_missing_inputs,
             refuse_sources_out_of_reach,
+            refuse_unequal_parallel_files,
             show_plan,
         )
 
         planned = plan(args.grid, Path(args.results), args.only, args.smoke)
         refuse_missing_inputs(planned, args.grid)
         refuse_files_in_the_way(planned, args.grid)
+        refuse_unequal_parallel_files(planned, args.grid)
         refuse_sources_out_of_reach(planned, args.grid)
         show_plan(planned)
         if cluster is None:

@@ -42,6 +42,39 @@ def refuse_missing_inputs(planned: Plan, path) -> None:
                              "(give a checkpoint, a run folder or an export, or `teacher`)")
 
 
+def refuse_unequal_parallel_files(planned: Plan, path) -> None:
+    """Parallel files of unequal line counts (a side cut short, a line lost) would fail every cell of their task
+    when it reads them, maybe hours in (after a teacher): refused before any cell runs, and by `--dry-run`, each
+    pair named with both counts. Counted from the files' remembered digests (hashed once, the same pass training
+    needs); their text itself (UTF-8, lengths) is read when it is encoded: `atnat data prepare GRID` does that for
+    every cell before a run."""
+    import json
+
+    from atnat.experiments.config.run import CACHE_DIR, make, named
+    from atnat.experiments.data.prepared import SideText
+    from atnat.experiments.data.tasks import SPLITS, TASKS
+
+    seen, problems = set(), []
+    for cell in planned.cells:
+        name, opts = named(cell.config.task, "task")
+        key = json.dumps([name, opts], sort_keys=True, default=str)
+        task_cls = TASKS.get(name)
+        if key in seen or not hasattr(task_cls, "path"):  # a synthetic task (no files), or one already counted
+            continue
+        seen.add(key)
+        task = task_cls(make(task_cls.Options, opts, f"task ({name})"), cache_dir=CACHE_DIR / "spm")
+        for split in SPLITS:
+            sides = [task.path(split, side) for side in ("src", "tgt")]
+            if not all(p.is_file() for p in sides):
+                continue  # a missing file is named where the files are checked
+            counts = [SideText(path=p, what=f"{split} {side}").digest()[1] for p, side in zip(sides, ("source", "target"))]
+            if counts[0] != counts[1]:
+                problems.append(f"cell {cell.name}: {split}: {sides[0]} has {counts[0]} lines but {sides[1]} has "
+                                f"{counts[1]}; parallel files need equal line counts")
+    if problems:
+        raise AtnatError(f"{path}: " + "; ".join(problems) + " (nothing has run)")
+
+
 def refuse_files_in_the_way(planned: Plan, path) -> None:
     """A file where the results folder, its runs/ or a cell's run folder goes: every cell there would fail
     with the system's "File exists" (or train nothing): refused, each named, before anything runs, and by

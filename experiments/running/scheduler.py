@@ -42,6 +42,7 @@ from atnat.experiments.running.plan import (
     refuse_files_in_the_way,
     refuse_missing_inputs,
     refuse_sources_out_of_reach,
+    refuse_unequal_parallel_files,
 )
 from atnat.experiments.running.stale import describe_stale, find_stale, handle_stale
 from atnat.experiments.running.status import saved_training
@@ -77,6 +78,7 @@ def run_grid(path, *, results_root: Path = Path("results"),
     planned = plan(path, results_root, only, smoke)  # what `--dry-run` shows (running/plan.py)
     refuse_missing_inputs(planned, path)
     refuse_files_in_the_way(planned, path)
+    refuse_unequal_parallel_files(planned, path)
     refuse_sources_out_of_reach(planned, path)
     grid, out, cells, found, outside = planned.grid, planned.out, planned.cells, planned.stale, planned.outside
     if cluster is None:  # a cluster's jobs check their own node (running/cell.py); here: before anything runs
