@@ -20,6 +20,25 @@ def test_the_synthetic_corpus_is_seeded_sized_and_kept(tmp_path):
     assert (folder / "train.en").stat().st_mtime_ns == stamp  # kept, not written again
 
 
+def test_a_synthetic_corpus_changed_since_it_was_written_is_written_again(tmp_path):
+    """A trial's finding: the corpus was kept on its settings alone, so one cut short (both sides alike) or edited
+    was benchmarked under its stamp's pair count."""
+    folder = synthetic_corpus(tmp_path / "c", 300, seed=3, log=lambda _: None)
+    whole = {p.name: p.read_bytes() for p in folder.iterdir()}
+    for change in (lambda f: f.write_text("".join(f.read_text().splitlines(keepends=True)[:20])),
+                   lambda f: f.write_bytes(f.read_bytes().replace(b" ", b"_", 1)),
+                   lambda f: f.unlink()):
+        for name in ("train.en", "train.de"):
+            change(folder / name)
+        said = []
+        synthetic_corpus(tmp_path / "c", 300, seed=3, log=said.append)
+        assert {p.name: p.read_bytes() for p in folder.iterdir()} == whole
+        assert any("not as written" in line for line in said), said
+    (folder / "corpus.json").write_text("{not json")
+    synthetic_corpus(tmp_path / "c", 300, seed=3, log=lambda _: None)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == whole
+
+
 @pytest.mark.slow
 def test_every_phase_runs_and_reports_its_numbers(tmp_path):
     df = bench_data([400], tmp_path, log=lambda _: None)

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from atnat.core.errors import AtnatError
+from atnat.experiments.files import atomic_write_bytes, sha256
 
 WORDS = 20_000
 MIN_WORDS, MAX_WORDS = 8, 40
@@ -43,12 +44,21 @@ def _vocabulary(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def synthetic_corpus(folder: Path, pairs: int, *, seed: int = 0, log=print) -> Path:
-    """train/val/test2016 .en/.de in `folder` (kept if its stamp says they were written for these settings)."""
+    """train/val/test2016 .en/.de in `folder`, kept where its stamp says they were written for these settings and
+    every file is still as written (its size and sha256); else written again."""
     folder.mkdir(parents=True, exist_ok=True)
     stamp = folder / "corpus.json"
     settings = {"pairs": pairs, "seed": seed, "words": WORDS, "lengths": [MIN_WORDS, MAX_WORDS], "held_out": HELD_OUT}
-    if stamp.is_file() and json.loads(stamp.read_text()) == settings:
-        return folder
+    names = [f"{split}.{side}" for split in ("train", "val", "test2016") for side in ("en", "de")]
+    try:
+        recorded = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        recorded = None
+    if isinstance(recorded, dict) and recorded.get("settings") == settings:
+        if recorded.get("files") == _file_records(folder, names):
+            return folder
+        log(f"corpus {folder}: its files are not as written (changed, cut short or gone): writing them again")
+    stamp.unlink(missing_ok=True)
     rng = np.random.default_rng(seed)
     source, target = _vocabulary(rng, WORDS), _vocabulary(rng, WORDS)
     for split, n in (("train", pairs), ("val", HELD_OUT), ("test2016", HELD_OUT)):
@@ -63,8 +73,15 @@ def synthetic_corpus(folder: Path, pairs: int, *, seed: int = 0, log=print) -> P
                 # the target: the same words in the other vocabulary, in reverse order
                 de.write("".join(" ".join(tgt_words[e - k: e][::-1]) + "\n" for e, k in zip(ends, lengths)))
                 log(f"corpus {split}: {start + count:,} of {n:,} pairs written")
-    stamp.write_text(json.dumps(settings))
+    atomic_write_bytes(stamp, json.dumps({"settings": settings, "files": _file_records(folder, names)}).encode())
     return folder
+
+
+def _file_records(folder: Path, names: list[str]) -> dict | None:
+    """Each file's size and sha256, or None where one is missing."""
+    if not all((folder / name).is_file() for name in names):
+        return None
+    return {name: [(folder / name).stat().st_size, sha256(folder / name)] for name in names}
 
 
 def run_config(corpus: Path, name: str = "data-bench") -> dict:
