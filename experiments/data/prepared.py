@@ -234,10 +234,17 @@ def _open(folder: Path, vocab_size: int) -> Arrays | None:
         return arrays
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError, ValueError, KeyError, TypeError,
             OverflowError, RecursionError) as err:  # (meta.json's "bytes": Infinity; a JSON nested too deep)
+        earlier = sorted(folder.parent.glob(f"{folder.name}.damaged-*"))  # only the newest is kept: each is a split
+        for old in earlier:  # of the corpus (gigabytes at WMT14's size)
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
         aside = folder.with_name(f"{folder.name}.damaged-{time.time_ns()}")
         os.replace(folder, aside)
-        print(f"atnat: the prepared split {folder} is damaged ({err}); set aside as {aside.name} and encoded again",
-              file=sys.stderr)
+        removed = f"; the one set aside before ({', '.join(p.name for p in earlier)}) removed" if earlier else ""
+        print(f"atnat: the prepared split {folder} is damaged ({err}); set aside as {aside.name} and encoded again"
+              f"{removed}", file=sys.stderr)
         return None
     except OSError as err:  # the machine's trouble, not the entry's (a failing disk, too many open files, a memory
         # limit on the maps): the entry is left as it is, not encoded again into the same trouble
