@@ -311,7 +311,7 @@ def test_evaluate_checks_its_output_paths_first_and_writes_each_file_on_its_own(
     before = (tmp_path / "exp" / "config.json").read_bytes()
     assert main(["evaluate", "--checkpoint", "exp", "--src", "src.txt", "--ref", "src.txt", "--no-speed", "--json",
                  "exp/config.json"]) == 2
-    assert "--json exp/config.json is a file of the model given to --checkpoint (exp)" in capsys.readouterr().err
+    assert "--json exp/config.json is inside the export given to --checkpoint (exp)" in capsys.readouterr().err
     assert (tmp_path / "exp" / "config.json").read_bytes() == before
     from atnat.experiments import files
     from atnat.experiments.cli import commands
