@@ -105,7 +105,8 @@ def check_target(out: Path, marker: str = CONFIG) -> None:
     if out.is_dir() and any(out.iterdir()) and not any(_export_leftovers(out, m) for m in (marker, CONFIG, CT2_MARKER)):
         others = sorted(p.name for p in out.iterdir() if not (p.is_file() and _export_file(p.name, marker)))
         what = ", ".join(others[:4]) + (", ..." if len(others) > 4 else "") if others else \
-            f"{', '.join(sorted(p.name for p in out.iterdir()))}, not written by an atnat export"  # names of an export's
+            f"{', '.join(sorted(p.name for p in out.iterdir()))}, not written by an atnat export" + \
+            (f": no {CT2_STAMP}" if (out / CT2_MARKER).is_file() else "")  # names of an export's, written by another
         raise AtnatError(f"export target {out} holds other things than an export ({what}), which replacing it "
                          "would delete; give a new or empty directory")
 
