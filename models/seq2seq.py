@@ -26,6 +26,8 @@ from atnat.models.step_forms import (
     uses_fused_optimizer,
 )
 
+VALIDATION_SEED = 0  # validation batch i draws from a generator seeded VALIDATION_SEED + i (Seq2SeqModule.validation_step)
+
 
 class Seq2SeqModule(pl.LightningModule):
     """Encoder + decoder + losses + optimisation + validation BLEU. Hyper-parameters are plain
@@ -104,10 +106,18 @@ class Seq2SeqModule(pl.LightningModule):
         return self._common_step(batch, "train")
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._common_step(batch, "val")
-        if self.validation_search is None:  # no strategy given (experiments/training/train.py gives one)
-            return
-        hyps = self.decode(batch.src, batch.src_lengths, self.validation_search)
+        """The validation loss (a CMLM's hides random slots) and the validation decode draw from a generator of
+        their own, seeded by the batch: training's random state is left as it was (how often a run validates
+        changes nothing it trains), and each validation of the same weights gives the same loss."""
+        cuda = self.device.type == "cuda"
+        with torch.random.fork_rng(devices=[self.device] if cuda else []):
+            torch.default_generator.manual_seed(VALIDATION_SEED + batch_idx)
+            if cuda:
+                torch.cuda.manual_seed(VALIDATION_SEED + batch_idx)
+            self._common_step(batch, "val")
+            if self.validation_search is None:  # no strategy given (experiments/training/train.py gives one)
+                return
+            hyps = self.decode(batch.src, batch.src_lengths, self.validation_search)
         refs = [t[:n] for t, n in zip(batch.tgt.tolist(), batch.tgt_lengths.tolist())]
         self._val_outputs.extend(zip(hyps.sequences(self.special), refs))
 
