@@ -109,11 +109,12 @@ class Seq2SeqModule(pl.LightningModule):
         """The validation loss (a CMLM's hides random slots) and the validation decode draw from a generator of
         their own, seeded by the batch: training's random state is left as it was (how often a run validates
         changes nothing it trains), and each validation of the same weights gives the same loss."""
-        cuda = self.device.type == "cuda"
-        with torch.random.fork_rng(devices=[self.device] if cuda else []):
-            torch.default_generator.manual_seed(VALIDATION_SEED + batch_idx)
+        cuda, seed = self.device.type == "cuda", VALIDATION_SEED + batch_idx
+        gpu = (torch.cuda.current_device() if self.device.index is None else self.device.index) if cuda else None
+        with torch.random.fork_rng(devices=[gpu] if cuda else []):
+            torch.default_generator.manual_seed(seed)
             if cuda:
-                torch.cuda.manual_seed(VALIDATION_SEED + batch_idx)
+                torch.cuda.default_generators[gpu].manual_seed(seed)
             self._common_step(batch, "val")
             if self.validation_search is None:  # no strategy given (experiments/training/train.py gives one)
                 return
