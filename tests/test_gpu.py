@@ -348,3 +348,28 @@ def test_an_eager_optimizer_state_resumed_under_fused_keeps_its_step_counters_on
     assert all(float(s["step"]) == 2 for s in fused.state.values())
     apply_to_optimizer(fused, "eager")
     assert all(s["step"].device.type == "cpu" for s in fused.state.values())
+
+
+def test_validation_on_a_gpu_leaves_trainings_random_state_and_repeats_its_loss():
+    """Validation forks the CPU generator and the model's GPU's, seeds them per batch, and gives them back."""
+    from atnat.experiments.data.batching import encode_split, make_loader
+    from atnat.models.seq2seq import Seq2SeqModule
+    from tests.training import TINY_MODEL, make_task
+
+    task = make_task("reverse")
+    src, tgt = task.splits["valid"]
+    batch = next(iter(make_loader(encode_split(task.tokenizer, src, tgt, name="valid"), 512, shuffle=False)))
+    batch = batch.to("cuda")
+    module = Seq2SeqModule(vocab_size=task.tokenizer.vocab_size, decoder="cmlm", model=TINY_MODEL).cuda().eval()
+    logged = []
+    module.log = lambda name, value, **_: logged.append((name, float(value)))
+    runs = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        before = (torch.get_rng_state(), torch.cuda.get_rng_state())
+        with torch.no_grad():
+            module.validation_step(batch, 0)
+        assert torch.equal(torch.get_rng_state(), before[0]) and torch.equal(torch.cuda.get_rng_state(), before[1])
+        runs.append(list(logged))
+        logged.clear()
+    assert runs[0] == runs[1]
