@@ -52,14 +52,14 @@ def refuse_unequal_parallel_files(planned: Plan, path) -> None:
 
     from atnat.experiments.config.run import CACHE_DIR, make, named
     from atnat.experiments.data.prepared import SideText
-    from atnat.experiments.data.tasks import SPLITS, TASKS
+    from atnat.experiments.data.tasks import SPLITS, TASKS, ParallelTask
 
     seen, problems = set(), []
     for cell in planned.cells:
         name, opts = named(cell.config.task, "task")
         key = json.dumps([name, opts], sort_keys=True, default=str)
         task_cls = TASKS.get(name)
-        if key in seen or not hasattr(task_cls, "path"):  # a synthetic task (no files), or one already counted
+        if key in seen or not issubclass(task_cls, ParallelTask):  # a task without parallel files, or counted
             continue
         seen.add(key)
         task = task_cls(make(task_cls.Options, opts, f"task ({name})"), cache_dir=CACHE_DIR / "spm")
