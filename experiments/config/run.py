@@ -422,11 +422,16 @@ def extra_test_split(cfg: RunConfig, name: str) -> tuple[list[str], list[str]]:
     return task_cls(make(task_cls.Options, opts, f"task ({task_name})"), cache_dir=CACHE_DIR / "spm").extra_split(name)
 
 
-def load_task(cfg: RunConfig) -> TaskData:
-    """The run's task, loaded (sentences, tokenizer; a sentencepiece model is trained once and cached)."""
+def task_of(cfg: RunConfig):
+    """The run's task, not loaded (its options checked; nothing read)."""
     name, opts = named(cfg.task, "task")
     task_cls = TASKS.get(name)
-    return task_cls(make(task_cls.Options, opts, f"task ({name})"), cache_dir=CACHE_DIR / "spm").load()
+    return task_cls(make(task_cls.Options, opts, f"task ({name})"), cache_dir=CACHE_DIR / "spm")
+
+
+def load_task(cfg: RunConfig) -> TaskData:
+    """The run's task, loaded (sentences, tokenizer; a sentencepiece model is trained once and cached)."""
+    return task_of(cfg).load()
 
 
 def run_config_from_dict(data: Any, where: str, *, recorded: bool = False) -> RunConfig:

@@ -93,6 +93,19 @@ class Task(ABC):
         """Refuse, when the config is read, a file the task would read later (missing, a folder, a FIFO):
         one AtnatError naming it, before anything trains. Tasks that read no files have none to check."""
 
+    def unequal_line_counts(self) -> list[str]:
+        """Each split whose two files (both there) have unequal line counts, named with both counts; counted from the
+        files' remembered digests (hashed once: the pass training makes anyway), nothing decoded."""
+        problems = []
+        for split in SPLITS:
+            sides = [self.path(split, side) for side in ("src", "tgt")]
+            if all(p.is_file() for p in sides):
+                counts = [SideText(path=p, what=f"{split} {side}").digest()[1] for p, side in zip(sides, ("source", "target"))]
+                if counts[0] != counts[1]:
+                    problems.append(f"{split}: {sides[0]} has {counts[0]} lines but {sides[1]} has {counts[1]}; "
+                                    "parallel files need equal line counts")
+        return problems
+
     def extra_split(self, name: str) -> tuple[list[str], list[str]]:
         """(sources, targets) of a further test split (`eval.extra_tests`), e.g. test2017 beside test2016."""
         raise AtnatError(f"task {self.registered_name!r} has no further test splits (eval.extra_tests needs a "

@@ -45,32 +45,22 @@ def refuse_missing_inputs(planned: Plan, path) -> None:
 def refuse_unequal_parallel_files(planned: Plan, path) -> None:
     """Parallel files of unequal line counts (a side cut short, a line lost) would fail every cell of their task
     when it reads them, maybe hours in (after a teacher): refused before any cell runs, and by `--dry-run`, each
-    pair named with both counts. Counted from the files' remembered digests (hashed once, the same pass training
-    needs); their text itself (UTF-8, lengths) is read when it is encoded: `atnat data prepare GRID` does that for
-    every cell before a run."""
+    pair named with both counts (ParallelTask.unequal_line_counts). Their text itself (UTF-8, lengths) is read
+    when it is encoded: `atnat data prepare GRID` does that for every cell before a run."""
     import json
 
-    from atnat.experiments.config.run import CACHE_DIR, make, named
-    from atnat.experiments.data.prepared import SideText
-    from atnat.experiments.data.tasks import SPLITS, TASKS, ParallelTask
+    from atnat.experiments.config.run import task_of
+    from atnat.experiments.data.tasks import ParallelTask
 
     seen, problems = set(), []
     for cell in planned.cells:
-        name, opts = named(cell.config.task, "task")
-        key = json.dumps([name, opts], sort_keys=True, default=str)
-        task_cls = TASKS.get(name)
-        if key in seen or not issubclass(task_cls, ParallelTask):  # a task without parallel files, or counted
+        key = json.dumps(cell.config.task, sort_keys=True, default=str)
+        if key in seen:  # cells of one task (seeds, decoders) share its files
             continue
         seen.add(key)
-        task = task_cls(make(task_cls.Options, opts, f"task ({name})"), cache_dir=CACHE_DIR / "spm")
-        for split in SPLITS:
-            sides = [task.path(split, side) for side in ("src", "tgt")]
-            if not all(p.is_file() for p in sides):
-                continue  # a missing file is named where the files are checked
-            counts = [SideText(path=p, what=f"{split} {side}").digest()[1] for p, side in zip(sides, ("source", "target"))]
-            if counts[0] != counts[1]:
-                problems.append(f"cell {cell.name}: {split}: {sides[0]} has {counts[0]} lines but {sides[1]} has "
-                                f"{counts[1]}; parallel files need equal line counts")
+        task = task_of(cell.config)
+        if isinstance(task, ParallelTask):  # other tasks have no parallel files
+            problems += [f"cell {cell.name}: {problem}" for problem in task.unequal_line_counts()]
     if problems:
         raise AtnatError(f"{path}: " + "; ".join(problems) + " (nothing has run)")
 
