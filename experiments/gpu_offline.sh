@@ -14,8 +14,8 @@
 #       bash experiments/gpu_offline.sh bench        # bench decode (sweep, CUDA graphs), bench train, auto's batch-1 latency
 #       bash experiments/gpu_offline.sh train-forms  # the training step's forms (eager, fused, compiled), bf16, at the
 #                                                    # GPU grid's size and Transformer-base's
-#       bash experiments/gpu_offline.sh checks       # one call of ~9 minutes: the GPU tier's CUDA-graph and step-form
-#                                                    # tests, auto's graphed passes against eager (every family,
+#       bash experiments/gpu_offline.sh checks       # one call of ~9 minutes: the GPU tier's CUDA-graph, step-form and
+#                                                    # validation-RNG tests, auto's graphed passes against eager (every family,
 #                                                    # batch 1), the decode bench's auto rows, the forms at base size,
 #                                                    # the bounds of speculative decoding at batch 1
 #   here again: tar xzf multi30k.tgz -C results/   (results/multi30k/ without checkpoints or distilled targets)
@@ -165,7 +165,7 @@ checks() {  # the newest GPU code's checks and measurements, most wanted first, 
   machine
   ! grid_running || { echo "checks: the grid is still running; time nothing beside it" >&2; return 1; }
   timeout 110 python3 -m pytest -m gpu -p no:cacheprovider -n 0 -q -rs tests/test_gpu.py \
-    -k "graph or step_counters" --junitxml="$out/gpu-checks.xml" 2>&1 | tee "$out/gpu-checks.log" | tail -n 15
+    -k "graph or step_counters or validation" --junitxml="$out/gpu-checks.xml" 2>&1 | tee "$out/gpu-checks.log" | tail -n 15
   note "${PIPESTATUS[0]}" "the GPU tier's graph and step-counter tests"
   timeout 130 python3 results/bench/auto_gpu_latency.py "$out/auto_gpu_latency.csv" 50 4 2>&1 | tail -n 14
   note "${PIPESTATUS[0]}" "auto's batch-1 latency"
