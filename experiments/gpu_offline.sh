@@ -15,9 +15,9 @@
 #       bash experiments/gpu_offline.sh train-forms  # the training step's forms (eager, fused, compiled), bf16, at the
 #                                                    # GPU grid's size and Transformer-base's
 #       bash experiments/gpu_offline.sh checks       # one call of ~9 minutes: the GPU tier's CUDA-graph, step-form and
-#                                                    # validation-RNG tests, auto's graphed passes against eager (every family,
-#                                                    # batch 1), the decode bench's auto rows, the forms at base size,
-#                                                    # the bounds of speculative decoding at batch 1
+#                                                    # validation-RNG tests, a whole run's speed in each step form against
+#                                                    # the bare step's, speculative decoding's bounds under auto, the
+#                                                    # DA-Transformer's rows of the decode bench under auto
 #   here again: tar xzf multi30k.tgz -C results/   (results/multi30k/ without checkpoints or distilled targets)
 #
 # The grid's results live in .offline-results/ on the machine (git-ignored, never copied back), so a later
@@ -160,25 +160,22 @@ bench() {
   finish
 }
 
-checks() {  # the newest GPU code's checks and measurements, most wanted first, in one step of about 9 minutes (its time limits add up to 550 s)
+checks() {  # the newest GPU code's checks and measurements, most wanted first, in one step of about 9 minutes (its time limits add up to 560 s)
   install || return 1
   machine
   ! grid_running || { echo "checks: the grid is still running; time nothing beside it" >&2; return 1; }
-  timeout 110 python3 -m pytest -m gpu -p no:cacheprovider -n 0 -q -rs tests/test_gpu.py \
+  timeout 100 python3 -m pytest -m gpu -p no:cacheprovider -n 0 -q -rs tests/test_gpu.py \
     -k "graph or step_counters or validation" --junitxml="$out/gpu-checks.xml" 2>&1 | tee "$out/gpu-checks.log" | tail -n 15
-  note "${PIPESTATUS[0]}" "the GPU tier's graph and step-counter tests"
-  timeout 130 python3 results/bench/auto_gpu_latency.py "$out/auto_gpu_latency.csv" 50 4 2>&1 | tail -n 14
-  note "${PIPESTATUS[0]}" "auto's batch-1 latency"
-  timeout 100 "${atnat[@]}" bench decode --device cuda --engine auto --no-hf --no-ct2 \
-    --strategies greedy,beam5,parallel,mask-predict-4,mask-predict-10,ctc \
-    --out "$out/decode_auto_gpu.csv" 2>&1 | tail -n 20  # the six it was sized for; the DAG's rows: not timed here yet
-  note "${PIPESTATUS[0]}" "bench decode, auto"
-  timeout 170 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,fused,compiled --size base \
-    --decoders at,cmlm --steps 10 --out "$out/train_forms_base_gpu.csv" 2>&1 | tail -n 8
-  note "${PIPESTATUS[0]}" "bench train forms, base size"
-  timeout 40 python3 results/multi30k-families/speculative_bounds.py "$out/speculative_bounds_gpu.csv" eager 3 cuda bounds \
+  note "${PIPESTATUS[0]}" "the GPU tier's graph, step-counter and validation tests"
+  # a whole run's speed against the bare step's, eager and compiled: the GPU grid's AT cell, 300 steps each
+  timeout 300 python3 results/bench/real_run_forms.py "$out/real_run_forms_gpu.csv" 2>&1 | tail -n 8
+  note "${PIPESTATUS[0]}" "a real run's speed in each step form"
+  timeout 80 python3 results/multi30k-families/speculative_bounds.py "$out/speculative_bounds_auto_gpu.csv" auto 3 cuda bounds \
     2>&1 | tail -n 6
-  note "${PIPESTATUS[0]}" "speculative bounds"
+  note "${PIPESTATUS[0]}" "speculative bounds under auto"
+  timeout 80 "${atnat[@]}" bench decode --device cuda --engine auto --no-hf --no-ct2 --strategies greedy,dag-lookahead,dag-viterbi \
+    --out "$out/decode_auto_dag_gpu.csv" 2>&1 | tail -n 12
+  note "${PIPESTATUS[0]}" "bench decode, auto, the DA-Transformer's rows"
   finish
 }
 

@@ -59,7 +59,7 @@ def test_an_unknown_step_prints_the_usage_and_fails(tmp_path):
 
 
 def test_the_checks_step_selects_the_gpu_tests_it_names():
-    """`checks` runs the GPU tier's graph and step-form tests by keyword: a renamed test must not drop out."""
+    """`checks` runs the GPU tier's graph, step-form and validation tests by keyword: a renamed test must not drop out."""
     import ast
     import re
 
@@ -74,7 +74,8 @@ def test_the_checks_step_selects_the_gpu_tests_it_names():
                         "test_the_auto_engine_graphs_single_sentence_at_steps_with_the_eager_tokens",
                         "test_the_auto_engine_graphs_every_nat_pass_with_the_eager_tokens",
                         "test_graphed_passes_capture_on_the_models_own_gpu",
-                        "test_an_eager_optimizer_state_resumed_under_fused_keeps_its_step_counters_on_the_gpu"}
+                        "test_an_eager_optimizer_state_resumed_under_fused_keeps_its_step_counters_on_the_gpu",
+                        "test_validation_on_a_gpu_leaves_trainings_random_state_and_repeats_its_loss"}
 
 
 def test_pack_without_ctranslate2_downloads_the_other_wheels_only(tmp_path):

@@ -41,6 +41,7 @@ from atnat.experiments.training.divergence import DivergenceGuard, UnfitGuard
 from atnat.experiments.training.logs import make_loggers
 from atnat.experiments.training.progress_reporter import ProgressReporter
 from atnat.experiments.training.resume import AtomicCheckpointIO, ResumeState, RunCheckpoint, SaveLast, resume_point
+from atnat.experiments.training.throughput import Throughput
 from atnat.models.decoders.base import LossConfig
 from atnat.models.seq2seq import Seq2SeqModule
 
@@ -208,6 +209,7 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
     callbacks.append(DivergenceGuard(t.divergence_factor))  # a NaN/exploding loss fails the run
     callbacks.append(UnfitGuard())  # and so does a loss that leaves out most targets
     callbacks.append(ValidateAtTheEnd())
+    callbacks.append(Throughput())  # train.json's tokens per second of the training loop, validation left out
     callbacks.append(ProgressReporter(run_dir, t.max_steps, t.max_time_s,
                                        stops_early=t.early_stop_patience is not None))  # progress.json, a line per validation
     # training wall time kept in the checkpoints (Lightning's Timer restores it on resume): train.json's
@@ -353,6 +355,9 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
             "evaluated_checkpoint": chosen.name, "averaged_steps": averaged_steps, "train_time_s": timer.time_elapsed("train"),
             "train_time_this_attempt_s": train_time, "attempts": attempts_of(run_dir),
             "averaged_final_alone": final_alone}  # every checkpoint preceded the averaging window
+    speed = next(c for c in trainer.callbacks if isinstance(c, Throughput)).record()
+    if speed is not None:
+        info["throughput"] = speed
     if initialised:
         info["initialised_from"] = initialised
     write_json_atomic(run_dir / "train.json", info)

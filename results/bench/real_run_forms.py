@@ -1,0 +1,100 @@
+"""How much of the bare training step's speed a whole run keeps, in each step form: one cell of a grid
+trained for STEPS steps under each form (each in a process of its own, training only, no evaluation; data
+loading, logging, checkpoints and the callbacks included), its train.json `throughput` beside `atnat bench
+train`'s bare step of the same model size and form, timed right after it on the same device.
+
+    python results/bench/real_run_forms.py OUT.csv [GRID] [CELL] [STEPS] [FORMS] [BARE]
+
+GRID: default experiments/grids/multi30k.yaml; CELL: default at-s1; STEPS: default 300 (the run validates once,
+at its end); FORMS: default eager,compiled; BARE: the bench size to compare with (grid, base, bench, or tiny
+for tests; default grid), or none. The runs' folders go to a temporary folder, removed at the end. Columns: the steady state
+(after the first steps, which compile) and the whole loop, both without validation; `share_of_bare` is the
+steady tokens per second over the bare step's.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cell_config(grid: str, cell: str, steps: int, form: str) -> dict:
+    """The cell's run config, trained for `steps` steps in `form`, validated once at the end, no time cap."""
+    from atnat.experiments.running.grid import load_grid
+
+    cells = {c.name: c for c in load_grid(grid).cells}
+    if cell not in cells:
+        raise SystemExit(f"{grid}: no cell {cell!r}; cells: {', '.join(cells)}")
+    if cells[cell].teacher:
+        raise SystemExit(f"{grid}: {cell} learns from a teacher; time a cell without one (an AT)")
+    raw = json.loads(json.dumps(cells[cell].raw))
+    raw["train"] = {**raw.get("train", {}), "max_steps": steps, "val_every_steps": steps, "max_time_s": None,
+                    "step": form, "early_stop_patience": None}
+    raw["name"] = f"{cell}-{form}"
+    return raw
+
+
+def train_only(config: Path, run_dir: Path) -> None:
+    """Train the run in config (YAML) into run_dir: training alone, the evaluation left out."""
+    from atnat.experiments.config.run import load_run_config
+    from atnat.experiments.training.train import train
+
+    train(load_run_config(config), run_dir)
+
+
+def bare_step(size: str, form: str, device: str, precision: str, decoder: str, folder: Path) -> float:
+    out = folder / f"bare-{form}.csv"
+    subprocess.run([sys.executable, "-m", "atnat.experiments.cli", "bench", "train", "--device", device,
+                    "--precision", precision, "--forms", form, *(["--tiny"] if size == "tiny" else ["--size", size]),
+                    "--decoders", decoder,
+                    "--steps", "10", "--out", str(out)], check=True, cwd=ROOT)
+    return float(pd.read_csv(out)["tokens_per_s"].iloc[0])
+
+
+def main(out: str, grid: str = "experiments/grids/multi30k.yaml", cell: str = "at-s1", steps: str = "300",
+         forms: str = "eager,compiled", bare: str = "grid") -> None:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="real-run-forms-") as tmp:
+        folder = Path(tmp)
+        for form in forms.split(","):
+            raw = cell_config(grid, cell, int(steps), form)
+            config = folder / f"{form}.yaml"
+            config.write_text(yaml.safe_dump(raw))
+            run_dir = folder / form
+            subprocess.run([sys.executable, __file__, "--train-only", str(config), str(run_dir)], check=True, cwd=ROOT)
+            info = json.loads((run_dir / "train.json").read_text())
+            speed, steady = info["throughput"], info["throughput"].get("steady") or {}
+            row = {"grid": grid, "cell": cell, "form": form, "decoder": raw["decoder"]["name"],
+                   "accelerator": info["accelerator"], "precision": info["precision"], "steps": speed["steps"],
+                   "steady_after_steps": steady.get("after_steps"), "steady_s_per_step": steady.get("s_per_step"),
+                   "steady_target_tokens_per_s": steady.get("target_tokens_per_s"),
+                   "loop_target_tokens_per_s": speed["target_tokens_per_s"], "loop_s": speed["loop_s"],
+                   "validation_s": speed["validation_s"], "target_tokens": speed["target_tokens"]}
+            if bare != "none":
+                cuda = info["accelerator"] == "CUDAAccelerator"
+                precision = "bf16" if "bf16" in info["precision"] else "fp32"
+                row["bare_size"] = bare
+                row["bare_target_tokens_per_s"] = bare_step(bare, form, "cuda" if cuda else "cpu", precision,
+                                                            row["decoder"], folder)
+                row["share_of_bare"] = row["steady_target_tokens_per_s"] / row["bare_target_tokens_per_s"]
+            rows.append(row)
+            print(pd.DataFrame([row]).to_string(index=False), flush=True)
+    table = pd.DataFrame(rows)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out, index=False)
+    print(table.to_string(index=False))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--train-only"]:
+        train_only(Path(sys.argv[2]), Path(sys.argv[3]))
+    else:
+        main(*sys.argv[1:])

@@ -1,0 +1,110 @@
+"""train.json's `throughput`: the tokens a run trained on and the time its training loop took without
+its validations (experiments/training/throughput.py)."""
+import json
+
+import pytest
+
+from atnat.experiments.config.run import run_config_from_dict
+from atnat.experiments.training import throughput
+from atnat.experiments.training.train import train
+from atnat.models.seq2seq import Seq2SeqModule
+from tests.test_grid import TINY
+
+
+def test_a_run_records_the_tokens_it_trained_on_and_its_loop_time_without_validation(tmp_path, monkeypatch):
+    seen = []  # (source, target) tokens of each training batch, read where the model trains on it
+    step = Seq2SeqModule.training_step
+
+    def spy(self, batch, batch_idx):
+        seen.append((int(batch.src_lengths.sum()), int(batch.tgt_lengths.sum())))
+        return step(self, batch, batch_idx)
+
+    monkeypatch.setattr(Seq2SeqModule, "training_step", spy)
+    monkeypatch.setattr(throughput, "WARM_STEPS", 3)
+    raw = {**TINY["base"], "name": "speed", "decoder": {"name": "at"}}
+    raw["train"] = {**raw["train"], "max_steps": 12, "val_every_steps": 4}
+    train(run_config_from_dict(raw, "test"), tmp_path / "run")
+    record = json.loads((tmp_path / "run" / "train.json").read_text())["throughput"]
+    assert len(seen) == 12 and record["steps"] == 12
+    assert record["source_tokens"] == sum(s for s, _ in seen) and record["target_tokens"] == sum(t for _, t in seen)
+    assert record["validation_s"] > 0 and record["loop_s"] > 0  # three validations, at steps 4, 8 and 12
+    assert abs(record["target_tokens_per_s"] * record["loop_s"] / record["target_tokens"] - 1) < 0.01  # loop_s rounded
+    steady = record["steady"]
+    assert steady["after_steps"] == 3 and steady["steps"] == 9
+    assert steady["target_tokens"] == sum(t for _, t in seen[3:])
+    assert 0 < steady["loop_s"] <= record["loop_s"]
+
+
+def test_validation_time_is_left_out_of_the_loop(tmp_path, monkeypatch):
+    """A validation made slow on purpose lengthens validation_s, not loop_s."""
+    import time
+
+    validate = Seq2SeqModule.validation_step
+
+    def slow(self, batch, batch_idx):
+        time.sleep(0.5)
+        return validate(self, batch, batch_idx)
+
+    monkeypatch.setattr(Seq2SeqModule, "validation_step", slow)
+    raw = {**TINY["base"], "name": "slow", "decoder": {"name": "at"}}
+    raw["train"] = {**raw["train"], "max_steps": 4, "val_every_steps": 2}
+    train(run_config_from_dict(raw, "test"), tmp_path / "run")
+    record = json.loads((tmp_path / "run" / "train.json").read_text())["throughput"]
+    assert record["validation_s"] >= 1.0  # two validations of at least one batch each
+    assert record["loop_s"] < record["validation_s"]
+    assert "steady" not in record  # 4 steps: none after the first 10
+
+
+def tiny_cpu_grid(tmp_path):
+    import yaml
+
+    grid = tmp_path / "tiny.yaml"
+    grid.write_text(yaml.safe_dump({**TINY, "base": {**TINY["base"], "train": {**TINY["base"]["train"], "accelerator": "cpu"}}}))
+    return grid
+
+
+def script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "results" / "bench" / "real_run_forms.py"
+    spec = importlib.util.spec_from_file_location("real_run_forms", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_real_run_script_trains_the_cell_as_the_grid_gives_it_but_for_its_steps_and_form(tmp_path):
+    grid = tiny_cpu_grid(tmp_path)
+    raw = script().cell_config(str(grid), "at-s1", 14, "fused")
+    assert raw["decoder"] == {"name": "at"} and raw["model"] == TINY["base"]["model"]
+    assert raw["train"]["max_steps"] == raw["train"]["val_every_steps"] == 14 and raw["train"]["step"] == "fused"
+    assert raw["train"]["max_time_s"] is None and raw["train"]["max_tokens"] == TINY["base"]["train"]["max_tokens"]
+    with pytest.raises(SystemExit, match="no cell 'nat-s1'; cells: at-s1, cmlm-kd-s1"):
+        script().cell_config(str(grid), "nat-s1", 14, "eager")
+    with pytest.raises(SystemExit, match="cmlm-kd-s1 learns from a teacher"):
+        script().cell_config(str(grid), "cmlm-kd-s1", 14, "eager")
+
+
+@pytest.mark.slow
+def test_the_real_run_script_times_a_grid_cell_in_each_form_beside_the_bare_step(tmp_path):
+    """results/bench/real_run_forms.py as a user runs it: each form's run trains the cell, nothing is evaluated,
+    and each row holds the run's tokens per second beside the bare step's."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pandas as pd
+
+    root = Path(__file__).resolve().parents[1]
+    grid = tiny_cpu_grid(tmp_path)
+    out = tmp_path / "forms.csv"
+    done = subprocess.run([sys.executable, str(root / "results" / "bench" / "real_run_forms.py"), str(out), str(grid),
+                           "at-s1", "14", "eager,fused", "tiny"], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = pd.read_csv(out)
+    assert list(table["form"]) == ["eager", "fused"] and (table["steps"] == 14).all()
+    assert (table["steady_after_steps"] == 10).all() and (table["target_tokens"] > 0).all()
+    assert (table["bare_target_tokens_per_s"] > 0).all()
+    assert (abs(table["share_of_bare"] - table["steady_target_tokens_per_s"] / table["bare_target_tokens_per_s"])
+            < 1e-9).all()
