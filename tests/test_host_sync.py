@@ -101,3 +101,21 @@ def test_batches_are_pinned_for_a_gpu_run(monkeypatch):
     assert trains_on_gpu("auto") and trains_on_gpu("gpu") and not trains_on_gpu("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert not trains_on_gpu("auto")
+
+
+def test_counting_a_runs_tokens_reads_nothing_on_the_host_between_its_clock_readings():
+    """train.json's throughput sums each batch's tokens on the device; only its clock readings (training's start,
+    after the first steps, around validations, the end) wait for the device."""
+    import types
+
+    from atnat.experiments.training.throughput import WARM_STEPS, Throughput
+
+    counter, module, one = Throughput(), types.SimpleNamespace(device=torch.device("cpu")), batch()
+    counter.on_train_start(None, module)
+    with HostReads() as seen:
+        for step in range(WARM_STEPS - 1):
+            counter.on_train_batch_end(None, module, None, one, step)
+    assert seen.found == []
+    counter.on_train_batch_end(None, module, None, one, WARM_STEPS)
+    counter.on_train_end(None, module)
+    assert counter.record()["target_tokens"] == WARM_STEPS * int(one.tgt_lengths.sum())
