@@ -108,3 +108,28 @@ def test_the_real_run_script_times_a_grid_cell_in_each_form_beside_the_bare_step
     assert (table["bare_target_tokens_per_s"] > 0).all()
     assert (abs(table["share_of_bare"] - table["steady_target_tokens_per_s"] / table["bare_target_tokens_per_s"])
             < 1e-9).all()
+
+
+def test_a_grids_results_and_report_carry_each_cells_training_speed(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from atnat.experiments.cli.commands import main
+    from atnat.experiments.reporting.records import training_throughput
+    from tests.test_grid import write_grid
+
+    monkeypatch.chdir(tmp_path)
+    base = {**TINY["base"], "train": {**TINY["base"]["train"], "max_steps": 12, "val_every_steps": 12}}
+    grid = write_grid(tmp_path, {**TINY, "base": base, "cells": {"at": TINY["cells"]["at"]}})
+    assert main(["run", str(grid), "--results", "res"]) == 0
+    out = tmp_path / "res" / "tiny"
+    steady = json.loads((out / "runs" / "at-s1" / "train.json").read_text())["throughput"]["steady"]
+    table = pd.read_csv(out / "results.csv")
+    assert (table["train_tokens_per_s"] == steady["target_tokens_per_s"]).all() and steady["target_tokens_per_s"] > 0
+    assert f"The training loops ran at {steady['target_tokens_per_s']:,.0f} target tokens a second (1 cell;" in \
+        (out / "report.md").read_text()
+    # read back as untrusted: anything but a positive number is no speed
+    for record in ({}, {"throughput": None}, {"throughput": {"steps": 4}}, {"throughput": {"steady": {"target_tokens_per_s": "9"}}},
+                   {"throughput": {"steady": {"target_tokens_per_s": True}}}, {"throughput": {"steady": {"target_tokens_per_s": -1}}},
+                   {"throughput": {"steady": {"target_tokens_per_s": float("inf")}}}):
+        assert pd.isna(training_throughput(record)), record
+    assert training_throughput({"throughput": {"steady": {"target_tokens_per_s": 512.5}}}) == 512.5

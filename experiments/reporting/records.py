@@ -5,6 +5,7 @@ what its other records say: its whole training time, the teacher weights a stude
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -80,6 +81,16 @@ def whole_train_time(run_dir: Path, trained: dict, fallback: float = float("nan"
     attempts = run_dir / "logs" / "attempts"
     single = attempts.is_file() and attempts.read_text().strip() in ("", "1")
     return trained["train_time_s"] if "train_time_this_attempt_s" in trained or single else float("nan")
+
+
+def training_throughput(trained: dict) -> float:
+    """Target tokens a second of the last training attempt's loop after its first steps, validation left out
+    (train.json's throughput.steady, experiments/training/throughput.py); NaN where it was not recorded (runs
+    before it was, runs of 10 steps or fewer) or is not a positive number."""
+    steady = (trained.get("throughput") or {}).get("steady") if isinstance(trained.get("throughput"), dict) else None
+    value = steady.get("target_tokens_per_s") if isinstance(steady, dict) else None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return float(value) if ok else float("nan")
 
 
 def cell_status(run_dir: Path) -> str | None:

@@ -399,10 +399,15 @@ def _compute(g: GridResults) -> list[Block]:
     tail = f"; {missing} finished cell(s) recorded none" if missing else ""
     total = times.sum()
     took = f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.1f} min"
+    speeds = cells["train_tokens_per_s"].dropna() if "train_tokens_per_s" in cells else pd.Series(dtype=float)
+    speed = "" if speeds.empty else (
+        f" The training loops ran at {speeds.min():,.0f}" + (f" to {speeds.max():,.0f}" if len(speeds) > 1 else "")
+        + f" target tokens a second ({len(speeds)} cell{'s' if len(speeds) != 1 else ''}; train_tokens_per_s: the last "
+        "attempt after its first 10 steps, validation left out).")
     return [Block("para", f"Compute: training took {took} of wall time summed over "
                           f"{len(times)} cell{'s' if len(times) != 1 else ''} (each cell's train_time_s, every attempt of "
                           "a resumed run; cells "
-                          f"that ran at once overlap in wall-clock time{tail}).")]
+                          f"that ran at once overlap in wall-clock time{tail}).{speed}")]
 
 
 def _overview(g: GridResults) -> list[Block]:

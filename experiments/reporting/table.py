@@ -18,7 +18,7 @@ from atnat.experiments.files import write_csv
 from atnat.experiments.modelfiles.loading import checkpoint_stamps, evaluation_checkpoint
 from atnat.experiments.provenance import label
 from atnat.experiments.reporting.ranking import MAIN, rank_systems, references_of
-from atnat.experiments.reporting.records import read_metrics, whole_train_time
+from atnat.experiments.reporting.records import read_metrics, training_throughput, whole_train_time
 
 CURVES = ("position_accuracy", "prefix_corruption", "bleu_by_length", "iterations", "attention")  # per run
 # curves/validation.csv comes from each run's training log (validation_curve)
@@ -202,8 +202,8 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
             continue
         trained = _read_json(run_dir / "train.json")
         if trained is not None:  # the whole training time, or NaN where only part of it was recorded
-            meta["rows"] = [r | {"train_time_s": whole_train_time(run_dir, trained, r.get("train_time_s", float("nan")))}
-                            for r in meta["rows"]]
+            meta["rows"] = [r | {"train_time_s": whole_train_time(run_dir, trained, r.get("train_time_s", float("nan"))),
+                                 "train_tokens_per_s": training_throughput(trained)} for r in meta["rows"]]
         code = {"trained_with": "+".join(dict.fromkeys(c for a in (trained or {}).get("attempts") or [] if (c := label(a)))),
                 "evaluated_with": label(meta.get("written_by"))}
         meta["rows"] = [r | code for r in meta["rows"]]
