@@ -240,3 +240,18 @@ def test_the_command_line_prints_a_plugin_metrics_columns(unregistered, capsys):
     print_rows([{"strategy": "greedy", "bleu": 12.345, "len_ratio": 0.98765}])
     header, row = capsys.readouterr().out.splitlines()
     assert header.split() == ["strategy", "bleu", "len_ratio"] and row.split() == ["greedy", "12.35", "0.988"]
+
+
+def test_a_decoder_gets_a_validation_strategy_for_each_built_in_capability_and_a_clear_error_otherwise():
+    """A DAG decoder built on Decoder without overriding validation_strategy failed with KeyError: 'dag' at its
+    first validation (and in translate without --strategy)."""
+    from atnat.core.errors import AtnatError
+    from atnat.models.decoders.base import Decoder
+
+    expected = {"step": "greedy", "parallel": "parallel", "ctc": "ctc", "dag": "dag-lookahead"}
+    for capability, name in expected.items():
+        plugin = type(f"Plugin{capability.title()}", (Decoder,), {"capabilities": frozenset({capability})})
+        assert plugin.validation_strategy(None) == {"name": name}
+    odd = type("OddDecoder", (Decoder,), {"capabilities": frozenset({"tree"})})
+    with pytest.raises(AtnatError, match=r"OddDecoder .*capabilities tree.*override validation_strategy"):
+        odd.validation_strategy(None)

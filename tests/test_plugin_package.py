@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDES = (ROOT / "models" / "decoders" / "README.md", ROOT / "decoding" / "README.md",
-          ROOT / "experiments" / "evaluation" / "metrics" / "README.md", ROOT / "experiments" / "config" / "README.md")
+          ROOT / "experiments" / "evaluation" / "metrics" / "README.md", ROOT / "experiments" / "data" / "README.md",
+          ROOT / "experiments" / "config" / "README.md")
 
 
 def blocks(kind: str) -> list[str]:
@@ -95,6 +96,17 @@ def loose_plugin_grid(installed, tmp_path):
                         "eval: {strategies: [greedy, greedy-copy]}")
     (tmp_path / "grid.yaml").write_text("plugins: [loose_strategy]\n" + grid)
     return site, loose
+
+
+def test_every_entry_point_of_the_guides_package_names_a_module_the_guides_write(installed):
+    """The package's pyproject.toml named my_package.rotate_task, which no guide it was built from wrote (the task
+    is in the data guide): its entry point could not load."""
+    root, site = installed
+    (toml,) = blocks("toml")
+    modules = re.findall(r'^[\w-]+ = "my_package\.(\w+)"$', toml, re.M)
+    assert "rotate_task" in modules and len(modules) >= 6
+    for module in modules:
+        assert (site / "my_package" / f"{module}.py").is_file(), module
 
 
 def test_a_plugin_module_that_cannot_be_imported_stops_the_grid_before_anything_runs(installed, tmp_path):

@@ -81,6 +81,10 @@ class DecoderLayer(nn.Module):
         return x, weights
 
 
+# the strategy validation decodes with, by the decoder's capability (Decoder.validation_strategy)
+VALIDATION_STRATEGIES = {"step": "greedy", "parallel": "parallel", "ctc": "ctc", "dag": "dag-lookahead"}
+
+
 class Decoder(nn.Module, ABC):
     """Base of every decoder family.
 
@@ -117,8 +121,15 @@ class Decoder(nn.Module, ABC):
 
     @classmethod
     def validation_strategy(cls, options: Any) -> dict:
-        """The strategy validation decodes with (a {name: ..., options} spec)."""
-        return {"name": {"step": "greedy", "parallel": "parallel", "ctc": "ctc"}[sorted(cls.capabilities)[0]]}
+        """The strategy validation decodes with (a {name: ..., options} spec): by default the plainest
+        strategy of the decoder's first capability (VALIDATION_STRATEGIES); a decoder of another capability
+        overrides this."""
+        for capability in sorted(cls.capabilities):
+            if capability in VALIDATION_STRATEGIES:
+                return {"name": VALIDATION_STRATEGIES[capability]}
+        raise AtnatError(f"decoder {cls.__name__} (capabilities {', '.join(sorted(cls.capabilities))}) has no default "
+                         f"validation strategy (there is one for {', '.join(VALIDATION_STRATEGIES)}): override "
+                         "validation_strategy(options) to return a strategy spec such as {'name': ...}")
 
     @abstractmethod
     def loss(self, batch: Batch, memory: EncoderOut, *, step: int = 0) -> dict[str, Loss]:

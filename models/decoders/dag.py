@@ -70,10 +70,6 @@ class DAGDecoder(Decoder):
         self.link_key = nn.Linear(2 * d, d)
         self.link_gate = nn.Linear(2 * d, cfg.n_heads)  # per vertex, how much each link head counts
 
-    @classmethod
-    def validation_strategy(cls, options) -> dict:
-        return {"name": "dag-lookahead"}
-
     @property
     def max_target_length(self) -> None:
         return None  # a target takes no positions: the vertices come from the source (the loss leaves out a longer one)
