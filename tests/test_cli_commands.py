@@ -228,3 +228,16 @@ def test_option_name_is_refused_for_it_changed_the_strategy_silently():
         strategy_options(args)
     assert strategy_options(argparse.Namespace(strategy="greedy", beam=None, iterations=None, option=["max_len_b=3"])) \
         == {"max_len_b": 3}
+
+
+def test_data_prepare_takes_plugins_after_its_subcommand_too(tmp_path, capsys):
+    """`atnat data prepare GRID --plugins M` (how every other command takes it) was refused as an unrecognised
+    argument; the module is imported first, as with `atnat data --plugins M prepare GRID`."""
+    from atnat.experiments.cli.commands import main
+
+    config = tmp_path / "run.yaml"
+    config.write_text("name: x\ntask: {name: copy, vocab: 6}\ndecoder: at\n")
+    for argv in (["data", "prepare", str(config), "--plugins", "no_such_plugin_mod"],
+                 ["data", "--plugins", "no_such_plugin_mod", "prepare", str(config)]):
+        assert main(argv) == 2
+        assert "cannot import plugin 'no_such_plugin_mod'" in capsys.readouterr().err

@@ -866,6 +866,8 @@ def parser() -> argparse.ArgumentParser:
                                         "of memory-mapped splits ($ATNAT_CACHE/prepared), which every run then maps")
     d.add_argument("config", metavar="CONFIG", help="a run config or a grid file")
     d.add_argument("--threads", type=int, help="encoding threads (default: every core)")
+    d.add_argument("--plugins", action="append", dest="plugins_after", metavar="MODULE[,MODULE]",
+                   help="import these modules first (their tasks); the same as `atnat data --plugins M prepare`")
     d.set_defaults(fn=cmd_data_prepare)
     d = data.add_parser("wmt14-en-de", help="WMT14 English-German (4.5 M training pairs, newstest2013/2014) from the "
                                             "Stanford NLP release, resumable, each file checked by its sha256")
@@ -915,7 +917,7 @@ def main(argv: list[str] | None = None) -> int:
         from atnat.experiments.config.plugins import load_env_plugins, load_plugins  # lazy: start-up
 
         load_env_plugins()  # a worker of `atnat run`: what its parent named
-        load_plugins(getattr(args, "plugins", None))
+        load_plugins([*(getattr(args, "plugins", None) or []), *(getattr(args, "plugins_after", None) or [])] or None)
         check_results_root(args)
         code = args.fn(args) or 0
         sys.stdout.flush()  # a closed pipe shows here, not at exit
