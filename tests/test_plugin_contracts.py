@@ -255,3 +255,19 @@ def test_a_decoder_gets_a_validation_strategy_for_each_built_in_capability_and_a
     odd = type("OddDecoder", (Decoder,), {"capabilities": frozenset({"tree"})})
     with pytest.raises(AtnatError, match=r"OddDecoder .*capabilities tree.*override validation_strategy"):
         odd.validation_strategy(None)
+
+
+def test_a_run_of_a_decoder_without_a_default_validation_strategy_says_to_override_it_or_name_strategies():
+    """The grid/train path fell back to greedy and then said "strategy 'greedy' cannot drive decoder ...",
+    hiding why."""
+    from atnat.experiments.config.run import ConfigError, run_config_from_dict
+    from atnat.models.decoders.base import DECODERS, Decoder
+
+    odd = type("TreeDecoder", (Decoder,), {"capabilities": frozenset({"tree"}), "loss": lambda self, *a, **k: {}})
+    DECODERS.register("tree-test")(odd)
+    try:
+        with pytest.raises(ConfigError, match=r"run\.yaml: no eval\.strategies given, and decoder TreeDecoder "
+                                              r"\(capabilities tree\).*override validation_strategy.*or name eval\.strategies"):
+            run_config_from_dict({"name": "x", "task": {"name": "copy"}, "decoder": "tree-test"}, "run.yaml")
+    finally:
+        DECODERS.unregister("tree-test")

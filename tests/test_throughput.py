@@ -46,13 +46,24 @@ def test_validation_time_is_left_out_of_the_loop(tmp_path, monkeypatch):
         return validate(self, batch, batch_idx)
 
     monkeypatch.setattr(Seq2SeqModule, "validation_step", slow)
+    monkeypatch.setattr(throughput, "WARM_STEPS", 3)
     raw = {**TINY["base"], "name": "slow", "decoder": {"name": "at"}}
+    raw["train"] = {**raw["train"], "max_steps": 12, "val_every_steps": 2}  # validations at 2 (in the first 3 steps), ..., 12
+    train(run_config_from_dict(raw, "test"), tmp_path / "run")
+    record = json.loads((tmp_path / "run" / "train.json").read_text())["throughput"]
+    assert record["validation_s"] >= 3.0  # six validations of at least one batch each
+    assert record["loop_s"] < 1.0 < record["validation_s"]
+    # the steady part takes off the five validations after step 3, not the one before: 9 tiny steps, not 9 steps
+    # plus 2.5 s of validation (none taken off), nor minus 0.5 s (all taken off)
+    assert 0 < record["steady"]["loop_s"] < 1.0
+
+
+def test_a_short_run_has_no_steady_part(tmp_path):
+    raw = {**TINY["base"], "name": "short", "decoder": {"name": "at"}}
     raw["train"] = {**raw["train"], "max_steps": 4, "val_every_steps": 2}
     train(run_config_from_dict(raw, "test"), tmp_path / "run")
     record = json.loads((tmp_path / "run" / "train.json").read_text())["throughput"]
-    assert record["validation_s"] >= 1.0  # two validations of at least one batch each
-    assert record["loop_s"] < record["validation_s"]
-    assert "steady" not in record  # 4 steps: none after the first 10
+    assert record["steps"] == 4 and "steady" not in record  # none after the first 10
 
 
 def tiny_cpu_grid(tmp_path):
@@ -84,6 +95,9 @@ def test_the_real_run_script_trains_the_cell_as_the_grid_gives_it_but_for_its_st
         script().cell_config(str(grid), "nat-s1", 14, "eager")
     with pytest.raises(SystemExit, match="cmlm-kd-s1 learns from a teacher"):
         script().cell_config(str(grid), "cmlm-kd-s1", 14, "eager")
+    with pytest.raises(SystemExit, match="STEPS: more than 10 .*got 10"):
+        script().main(str(tmp_path / "x.csv"), str(grid), "at-s1", "10")
+    assert [script().bench_precision(p) for p in ("bf16-mixed", "32-true", "16-mixed")] == ["bf16", "fp32", None]
 
 
 @pytest.mark.slow
@@ -108,6 +122,7 @@ def test_the_real_run_script_times_a_grid_cell_in_each_form_beside_the_bare_step
     assert (table["bare_target_tokens_per_s"] > 0).all()
     assert (abs(table["share_of_bare"] - table["steady_target_tokens_per_s"] / table["bare_target_tokens_per_s"])
             < 1e-9).all()
+    assert (table["threads"] == 1).all() and (table["steady_target_tokens_per_step"] > 0).all()
 
 
 def test_a_grids_results_and_report_carry_each_cells_training_speed(tmp_path, monkeypatch):
@@ -130,6 +145,37 @@ def test_a_grids_results_and_report_carry_each_cells_training_speed(tmp_path, mo
     # read back as untrusted: anything but a positive number is no speed
     for record in ({}, {"throughput": None}, {"throughput": {"steps": 4}}, {"throughput": {"steady": {"target_tokens_per_s": "9"}}},
                    {"throughput": {"steady": {"target_tokens_per_s": True}}}, {"throughput": {"steady": {"target_tokens_per_s": -1}}},
-                   {"throughput": {"steady": {"target_tokens_per_s": float("inf")}}}):
+                   {"throughput": {"steady": {"target_tokens_per_s": float("inf")}}},
+                   {"throughput": {"steady": {"target_tokens_per_s": 10 ** 400}}}):
         assert pd.isna(training_throughput(record)), record
     assert training_throughput({"throughput": {"steady": {"target_tokens_per_s": 512.5}}}) == 512.5
+
+
+def test_under_ddp_the_record_sums_every_ranks_tokens():
+    """Each rank trains on its own share of the batches (and only rank 0 writes train.json): the tokens are
+    summed over the ranks when training ends, before and after the first steps alike."""
+    import types
+
+    import torch
+
+    from atnat.models.batch import Batch
+
+    reduced = []
+
+    def reduce(tensor, reduce_op):
+        reduced.append(reduce_op)
+        return tensor * 2  # two ranks with equal shares
+
+    trainer = types.SimpleNamespace(strategy=types.SimpleNamespace(reduce=reduce), world_size=2)
+    module = types.SimpleNamespace(device=torch.device("cpu"))
+    one = Batch(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 4, dtype=torch.long), torch.tensor([3, 2]),
+                torch.tensor([4, 1]), torch.arange(2))
+    counter = throughput.Throughput()
+    counter.on_train_start(trainer, module)
+    for step in range(throughput.WARM_STEPS + 2):
+        counter.on_train_batch_end(trainer, module, None, one, step)
+    counter.on_train_end(trainer, module)
+    record = counter.record()
+    assert reduced == ["sum", "sum"] and record["world_size"] == 2
+    assert record["target_tokens"] == 2 * 5 * (throughput.WARM_STEPS + 2) and record["source_tokens"] == 2 * 5 * (throughput.WARM_STEPS + 2)
+    assert record["steady"]["target_tokens"] == 2 * 5 * 2

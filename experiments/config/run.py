@@ -389,9 +389,10 @@ def default_strategy(decoder) -> dict:
     try:
         name, opts = named(decoder, "decoder")
         dec_cls = DECODERS.get(name)
-        return dict(dec_cls.validation_strategy(make(dec_cls.Options, opts, "decoder")))
+        options = make(dec_cls.Options, opts, "decoder")
     except (AtnatError, KeyError, TypeError, ValueError):
         return {"name": "greedy"}
+    return dict(dec_cls.validation_strategy(options))  # a decoder with no default says so (Decoder.validation_strategy)
 
 
 def build_strategy(spec) -> tuple[str, Any]:
@@ -459,7 +460,10 @@ def run_config_from_dict(data: Any, where: str, *, recorded: bool = False) -> Ru
             raise ConfigError(f"{where}: eval.strategies must be a non-empty list")
         ev["strategies"] = tuple(ev["strategies"])
     else:  # the decoder's own (greedy drives an AT only); a decoder that cannot be built is refused below
-        ev["strategies"] = (default_strategy(data["decoder"]),)
+        try:
+            ev["strategies"] = (default_strategy(data["decoder"]),)
+        except AtnatError as err:
+            raise ConfigError(f"{where}: no eval.strategies given, and {err}; or name eval.strategies") from None
     data["eval"] = make(EvalSettings, ev, f"{where}: eval")
     if data.get("distill") is not None:
         if isinstance(data["distill"], dict) and data["distill"].get("teacher") is None:

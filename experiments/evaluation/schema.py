@@ -215,8 +215,9 @@ RUN = (
                                        "evaluated weights: where an average lands against the curve"),
     _c("train_time_s", "number", "training wall time of the cell (s), every attempt of a resumed run counted"),
     _c("train_tokens_per_s", "number", "training speed: target tokens a second of the last training attempt's loop "
-                                       "after its first 10 steps, validation left out (train.json throughput; wall "
-                                       "clock, so a paused run's pauses count; empty where not recorded)"),
+                                       "after its first 10 steps (every device's batches), validation left out, "
+                                       "checkpoint writes counted (train.json throughput; wall clock, so a paused "
+                                       "run's pauses count; empty where not recorded)"),
     _c("trained_with", "label", "the code of each training attempt: git commits in order, `+`-joined, `*` where "
                                 "tracked files were edited (train.json attempts; empty where not recorded)"),
     _c("evaluated_with", "label", "the code that evaluated the cell: git commit, `*` where edited (metrics.json)"),

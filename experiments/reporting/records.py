@@ -89,8 +89,13 @@ def training_throughput(trained: dict) -> float:
     before it was, runs of 10 steps or fewer) or is not a positive number."""
     steady = (trained.get("throughput") or {}).get("steady") if isinstance(trained.get("throughput"), dict) else None
     value = steady.get("target_tokens_per_s") if isinstance(steady, dict) else None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    return float(value) if ok else float("nan")
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return float("nan")
+    try:
+        value = float(value)  # an integer too large for a float is no speed either
+    except OverflowError:
+        return float("nan")
+    return value if math.isfinite(value) and value > 0 else float("nan")
 
 
 def cell_status(run_dir: Path) -> str | None:

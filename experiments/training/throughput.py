@@ -1,7 +1,7 @@
 """How fast a real run trains: the tokens of its training batches over the time its training loop took,
-validation left out, written to train.json as `throughput` (this attempt of the run; under DDP this
-process's batches). `atnat bench train` times one bare step; this says how much of that speed a whole
-run keeps (data loading, logging, checkpoints and the callbacks included).
+validation left out, written to train.json as `throughput` (this attempt of the run; under DDP the tokens of
+every process's batches, summed, over rank 0's clock). `atnat bench train` times one bare step; this says how
+much of that speed a whole run keeps (data loading, logging, checkpoint writes and the callbacks included).
 
 Tokens are summed on the device (no host sync per step); the clock is read with the device synchronised
 only where it must be: when training starts, after the first WARM_STEPS steps (so that compiling and the
@@ -36,6 +36,7 @@ class Throughput(pl.Callback):
         self._started = self._warm_at = self._ended = None
         self._validation_s = self._warm_validation_s = 0.0
         self._validation_started: float | None = None
+        self._world_size = 1
 
     def _now(self, module) -> float:
         synchronize(module.device)
@@ -66,8 +67,16 @@ class Throughput(pl.Callback):
             self._validation_started = None
 
     def on_train_end(self, trainer: pl.Trainer, pl_module) -> None:
-        if self._started is not None:
-            self._ended = self._now(pl_module)
+        if self._started is None:
+            return
+        self._ended = self._now(pl_module)
+        # every rank trains on its own share of the batches: the run's tokens are their sum (one collective,
+        # which every rank reaches here; the identity in a single process)
+        reduce = trainer.strategy.reduce
+        self._tokens = reduce(self._tokens, reduce_op="sum")
+        if self._warm_tokens is not None:
+            self._warm_tokens = reduce(self._warm_tokens, reduce_op="sum")
+        self._world_size = trainer.world_size
 
     def record(self) -> dict | None:
         """train.json's `throughput`, or None when no training step ran in this attempt."""
@@ -75,7 +84,7 @@ class Throughput(pl.Callback):
             return None
         src, tgt = (int(v) for v in self._tokens.tolist())
         loop_s = self._ended - self._started - self._validation_s
-        out = {"steps": self._steps, "source_tokens": src, "target_tokens": tgt,
+        out = {"steps": self._steps, "world_size": self._world_size, "source_tokens": src, "target_tokens": tgt,
                "validation_s": round(self._validation_s, 3), "loop_s": round(loop_s, 3),
                "target_tokens_per_s": round(tgt / loop_s, 1) if loop_s > 0 else None}
         if self._warm_at is not None and self._steps > WARM_STEPS:

@@ -8,8 +8,10 @@ train`'s bare step of the same model size and form, timed right after it on the 
 GRID: default experiments/grids/multi30k.yaml; CELL: default at-s1; STEPS: default 300 (the run validates once,
 at its end); FORMS: default eager,compiled; BARE: the bench size to compare with (grid, base, bench, or tiny
 for tests; default grid), or none. The runs' folders go to a temporary folder, removed at the end. Columns: the steady state
-(after the first steps, which compile) and the whole loop, both without validation; `share_of_bare` is the
-steady tokens per second over the bare step's.
+(after the first 10 steps, which compile) and the whole loop, both without validation; the bare step runs on
+as many target tokens a step as the run's steady mean (its sentences of 20 -> 30 tokens, unpadded), in the
+run's precision, on the run's CPU threads; `share_of_bare` is the steady tokens per second over the bare
+step's.
 """
 from __future__ import annotations
 
@@ -49,17 +51,26 @@ def train_only(config: Path, run_dir: Path) -> None:
     train(load_run_config(config), run_dir)
 
 
-def bare_step(size: str, form: str, device: str, precision: str, decoder: str, folder: Path) -> float:
+def bare_step(size: str, form: str, device: str, precision: str, decoder: str, tokens: int, threads: int | None,
+              folder: Path) -> float:
+    """`atnat bench train`'s bare step at `size`, in `form`, on as many target tokens a step as the run's mean."""
     out = folder / f"bare-{form}.csv"
     subprocess.run([sys.executable, "-m", "atnat.experiments.cli", "bench", "train", "--device", device,
                     "--precision", precision, "--forms", form, *(["--tiny"] if size == "tiny" else ["--size", size]),
-                    "--decoders", decoder,
+                    "--decoders", decoder, "--tokens", str(tokens), *(["--threads", str(threads)] if threads else []),
                     "--steps", "10", "--out", str(out)], check=True, cwd=ROOT)
     return float(pd.read_csv(out)["tokens_per_s"].iloc[0])
 
 
+def bench_precision(run_precision: str) -> str | None:
+    """The bench's name for the precision the run trained in; None where the bench has none (fp16)."""
+    return "bf16" if "bf16" in run_precision else "fp32" if run_precision.startswith("32") else None
+
+
 def main(out: str, grid: str = "experiments/grids/multi30k.yaml", cell: str = "at-s1", steps: str = "300",
          forms: str = "eager,compiled", bare: str = "grid") -> None:
+    if not steps.isdigit() or int(steps) <= 10:
+        raise SystemExit(f"STEPS: more than 10 (the first 10 compile and warm up; the steady part comes after), got {steps}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="real-run-forms-") as tmp:
         folder = Path(tmp)
@@ -71,18 +82,23 @@ def main(out: str, grid: str = "experiments/grids/multi30k.yaml", cell: str = "a
             subprocess.run([sys.executable, __file__, "--train-only", str(config), str(run_dir)], check=True, cwd=ROOT)
             info = json.loads((run_dir / "train.json").read_text())
             speed, steady = info["throughput"], info["throughput"].get("steady") or {}
+            cuda = info["accelerator"] == "CUDAAccelerator"
+            threads = None if cuda else raw["train"].get("num_threads")
+            per_step = round(steady["target_tokens"] / steady["steps"])
             row = {"grid": grid, "cell": cell, "form": form, "decoder": raw["decoder"]["name"],
-                   "accelerator": info["accelerator"], "precision": info["precision"], "steps": speed["steps"],
-                   "steady_after_steps": steady.get("after_steps"), "steady_s_per_step": steady.get("s_per_step"),
+                   "accelerator": info["accelerator"], "precision": info["precision"], "threads": threads,
+                   "steps": speed["steps"], "steady_after_steps": steady["after_steps"],
+                   "steady_target_tokens_per_step": per_step, "steady_s_per_step": steady.get("s_per_step"),
                    "steady_target_tokens_per_s": steady.get("target_tokens_per_s"),
                    "loop_target_tokens_per_s": speed["target_tokens_per_s"], "loop_s": speed["loop_s"],
                    "validation_s": speed["validation_s"], "target_tokens": speed["target_tokens"]}
-            if bare != "none":
-                cuda = info["accelerator"] == "CUDAAccelerator"
-                precision = "bf16" if "bf16" in info["precision"] else "fp32"
+            precision = bench_precision(info["precision"])
+            if bare != "none" and precision is None:
+                print(f"{form}: no bare step in {info['precision']} (the bench times fp32 and bf16)", flush=True)
+            elif bare != "none":
                 row["bare_size"] = bare
                 row["bare_target_tokens_per_s"] = bare_step(bare, form, "cuda" if cuda else "cpu", precision,
-                                                            row["decoder"], folder)
+                                                            row["decoder"], per_step, threads, folder)
                 row["share_of_bare"] = row["steady_target_tokens_per_s"] / row["bare_target_tokens_per_s"]
             rows.append(row)
             print(pd.DataFrame([row]).to_string(index=False), flush=True)
