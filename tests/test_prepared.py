@@ -373,3 +373,14 @@ def test_an_entry_with_ids_beyond_the_vocabulary_is_set_aside_and_encoded_again(
 def meta_folder(cache: Path) -> str:
     (folder,) = [p.name for p in (cache / "prepared").iterdir() if p.is_dir()]
     return folder
+
+
+def test_text_that_spells_a_special_symbol_is_text_not_that_symbol(tmp_path):
+    """`<mask>` and `<blank>` were sentencepiece user-defined symbols, which the encoder extracts wherever the text
+    spells them: a line with the literal `<blank>` trained a CTC model on its own blank, and decoding dropped it."""
+    lines = [f"a <mask> b <blank> c {w} dog sat on the mat, 2 < 3 > 1, kite" for w in ("red", "big", "old", "new")] * 40
+    tok = SentencePieceTokenizer.train(lines, vocab_size=40, cache_dir=tmp_path)
+    assert [tok.sp.id_to_piece(i) for i in range(6)] == ["<pad>", "<s>", "</s>", "<unk>", "<mask>", "<blank>"]
+    ids = tok.encode("a <mask> b <blank> c")
+    assert not {4, 5} & set(ids)
+    assert tok.decode(ids) == "a <mask> b <blank> c"

@@ -88,7 +88,9 @@ class SentencePieceTokenizer:
         lines = [t for t in texts if t.strip()]
         if not lines:
             raise AtnatError(f"{what}: only blank lines, no text to train the sentencepiece vocabulary on")
-        key = hashlib.sha256("\n".join(lines).encode() + f"|{vocab_size}|{model_type}".encode()).hexdigest()[:16]
+        # "control": the special symbols are sentencepiece control symbols (text that spells `<mask>` stays text);
+        # models cached before, with user-defined ones, are not reused
+        key = hashlib.sha256("\n".join(lines).encode() + f"|{vocab_size}|{model_type}|control".encode()).hexdigest()[:16]
         cache_dir.mkdir(parents=True, exist_ok=True)
         path = cache_dir / f"spm-{key}.model"
         with FileLock(path.with_suffix(".lock")):  # cells started at once by parallel workers: one trains
@@ -131,7 +133,7 @@ class SentencePieceTokenizer:
             spm.SentencePieceTrainer.train(
                 sentence_iterator=iter(lines), model_writer=buf, vocab_size=vocab_size,
                 model_type=model_type, character_coverage=1.0, pad_id=0, bos_id=1, eos_id=2, unk_id=3,
-                user_defined_symbols=list(SPECIAL_SYMBOLS[4:]), minloglevel=2,
+                control_symbols=list(SPECIAL_SYMBOLS[4:]), minloglevel=2,
                 hard_vocab_limit=False, num_threads=2)
         except RuntimeError as err:
             raise AtnatError(f"sentencepiece training failed (vocab_size={vocab_size}): {err}") from err
