@@ -384,3 +384,35 @@ def test_text_that_spells_a_special_symbol_is_text_not_that_symbol(tmp_path):
     ids = tok.encode("a <mask> b <blank> c")
     assert not {4, 5} & set(ids)
     assert tok.decode(ids) == "a <mask> b <blank> c"
+
+
+def test_a_full_disk_while_encoding_names_the_cache_entry_and_leaves_nothing_half_written(tmp_path, monkeypatch):
+    """The write's bare OSError reached the user as "No space left on device", naming no file and no remedy."""
+    import builtins
+    import errno
+
+    from atnat.experiments.files import UnwritableError
+
+    src, tgt = corpus(100)
+    tok = SymbolTokenizer(WORDS)
+
+    class Full:
+        def __init__(self, path, mode):
+            self.file, self.name = builtins.open(path, mode), str(path)
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self):
+            self.file.close()
+
+    def full_disk(path, mode="r", *args, **kwargs):
+        return Full(path, mode) if "w" in mode else builtins.open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(prep, "open", full_disk, raising=False)
+    with pytest.raises(UnwritableError, match=r"cannot write .*prepared/.*\.tmp-\d+/src\.ids: the disk is full: free "
+                                              r"space and run the same command again"):
+        prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path)
+    assert [p.name for p in (tmp_path / "prepared").iterdir() if p.is_dir()] == []  # no entry, whole or half
+    monkeypatch.undo()
+    assert prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path).n == 100

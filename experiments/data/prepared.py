@@ -30,7 +30,7 @@ from filelock import FileLock
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.data.tokenize import SPECIAL
-from atnat.experiments.files import atomic_write_bytes, check_readable, sha256
+from atnat.experiments.files import atomic_write_bytes, check_readable, sha256, unwritable
 from atnat.models.batch import Batch
 
 FORMAT = 1
@@ -258,9 +258,18 @@ def _encode(folder: Path, src: SideText, tgt: SideText, tokenizer, total: int, *
     for left in folder.parent.glob(f"{folder.name}.tmp-*"):  # a killed encoder's (the key's lock is held here)
         shutil.rmtree(left, ignore_errors=True)
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    tmp.mkdir()
+
+    def writing(what: Path, step: Callable[[], None]) -> None:  # a failed write names the cache entry being written
+        try:
+            step()
+        except OSError as err:
+            raise unwritable(what, err) from err
+
+    writing(tmp, tmp.mkdir)
+    outs: dict = {}
     try:
-        outs = {f"{side}.{part}": open(tmp / f"{side}.{part}", "wb") for side in SIDES for part in ("ids", "lengths")}
+        for file in (f"{side}.{part}" for side in SIDES for part in ("ids", "lengths")):
+            writing(tmp / file, lambda file=file: outs.__setitem__(file, open(tmp / file, "wb")))
         done = 0
         try:
             for chunk_src, chunk_tgt in _chunks(src, tgt, name):
@@ -268,14 +277,15 @@ def _encode(folder: Path, src: SideText, tgt: SideText, tokenizer, total: int, *
                     encoded = encode_lines(tokenizer, lines, threads)
                     lengths = np.fromiter(map(len, encoded), dtype=np.uint32, count=len(encoded))
                     ids = np.fromiter((i for seq in encoded for i in seq), dtype=dtype, count=int(lengths.sum()))
-                    outs[f"{side}.ids"].write(ids.tobytes())
-                    outs[f"{side}.lengths"].write(lengths.tobytes())
+                    writing(tmp / f"{side}.ids", lambda f=outs[f"{side}.ids"], b=ids.tobytes(): f.write(b))
+                    writing(tmp / f"{side}.lengths", lambda f=outs[f"{side}.lengths"], b=lengths.tobytes(): f.write(b))
                 done += len(chunk_src)
                 if on_chunk:
                     on_chunk(done, total)
-        finally:
-            for f in outs.values():
-                f.close()
+        except BaseException:
+            _close_all(outs.values(), quiet=True)  # the error that stopped the encoding is the one to tell
+            raise
+        _close_all(outs.values())
         if done != total:
             raise AtnatError(f"split {name!r}: read {done} pairs where {total} lines were counted; a file changed "
                              "while it was read")
@@ -286,15 +296,32 @@ def _encode(folder: Path, src: SideText, tgt: SideText, tokenizer, total: int, *
         files = {file: {"bytes": (tmp / file).stat().st_size, "sha256": sha256(tmp / file)} for file in outs}
         meta = {"format": FORMAT, "pairs": done, "dtype": dtype.name, "split": name, "files": files,
                 "vocab_size": tokenizer.vocab_size}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        writing(tmp / "meta.json", lambda: (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8"))
         for file in tmp.iterdir():
-            with open(file, "rb") as f:
-                os.fsync(f.fileno())
+            writing(file, lambda file=file: _fsync(file))
         if folder.exists():  # set aside by _open, or left by a kill between rename and lock release
             shutil.rmtree(folder)
-        os.rename(tmp, folder)
+        writing(folder, lambda: os.rename(tmp, folder))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _close_all(files, quiet: bool = False) -> None:
+    """Close every file, whatever another's close raises (a full disk can show at close, when the last buffer is
+    written); then, unless `quiet`, the first failure as one error naming its file."""
+    failed = None
+    for f in files:
+        try:
+            f.close()
+        except OSError as err:
+            failed = failed or (Path(f.name), err)
+    if failed and not quiet:
+        raise unwritable(*failed) from failed[1]
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
 
 
 def encode_lines(tokenizer, lines: list[str], threads: int = 1) -> list[list[int]]:
