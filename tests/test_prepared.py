@@ -416,3 +416,37 @@ def test_a_full_disk_while_encoding_names_the_cache_entry_and_leaves_nothing_hal
     assert [p.name for p in (tmp_path / "prepared").iterdir() if p.is_dir()] == []  # no entry, whole or half
     monkeypatch.undo()
     assert prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path).n == 100
+
+
+def test_a_tokenizer_cached_in_another_format_is_not_reused_through_its_memo(tmp_path, monkeypatch):
+    """The memo that maps a training text to its cached model did not name how the model was made: a model
+    cached with user-defined special symbols would have been found again after they became control symbols."""
+    from atnat.experiments.data import tasks, tokenize
+
+    for name, text in {"train.en": "w1 w2 w3\nw3 w2\n" * 30, "train.de": "w3 w2 w1\nw2 w3\n" * 30,
+                       "val.en": "w1\n", "val.de": "w1\n", "test2016.en": "w2\n", "test2016.de": "w2\n"}.items():
+        (tmp_path / name).write_text(text)
+    options = ParallelOptions(data_dir=str(tmp_path), vocab_size=20)
+    first = ParallelTask(options, cache_dir=tmp_path / "spm").load().tokenizer
+    assert ParallelTask(options, cache_dir=tmp_path / "spm").load().tokenizer.cache_path == first.cache_path
+    monkeypatch.setattr(tokenize, "SPM_FORMAT", "next")
+    monkeypatch.setattr(tasks, "SPM_FORMAT", "next")
+    assert ParallelTask(options, cache_dir=tmp_path / "spm").load().tokenizer.cache_path != first.cache_path
+
+
+def test_a_cached_tokenizer_is_read_under_the_lock_its_writer_holds(tmp_path):
+    """Workers started at once read the cached model without the lock `train` writes it under: one could set
+    aside a model another was still recording, or fail setting aside one the other had already moved."""
+    import threading
+
+    from filelock import FileLock
+
+    tok = SentencePieceTokenizer.train([f"w{i} w{i + 1} w{i + 2}" for i in range(60)], vocab_size=30, cache_dir=tmp_path)
+    path, got = tok.cache_path, []
+    with FileLock(path.with_suffix(".lock")):  # a writer at work
+        reader = threading.Thread(target=lambda: got.append(SentencePieceTokenizer.load_cached(path)))
+        reader.start()
+        reader.join(0.5)
+        assert reader.is_alive() and not got  # waits for the writer
+    reader.join(10)
+    assert got and got[0].proto == tok.proto and got[0].cache_path == path

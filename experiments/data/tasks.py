@@ -20,7 +20,7 @@ from atnat.core.errors import AtnatError
 from atnat.core.options import require_at_least, require_optional_at_least
 from atnat.core.registry import Registry
 from atnat.experiments.data.prepared import SideText
-from atnat.experiments.data.tokenize import MIN_SENTENCEPIECE_VOCAB, SentencePieceTokenizer, SymbolTokenizer
+from atnat.experiments.data.tokenize import MIN_SENTENCEPIECE_VOCAB, SPM_FORMAT, SentencePieceTokenizer, SymbolTokenizer
 from atnat.experiments.files import check_readable, read_utf8, write_json_atomic
 
 SPLITS = ("train", "valid", "test")
@@ -375,11 +375,11 @@ class ParallelTask(Task):
                              "need equal line counts")
         what = f"train split ({src.path}, {tgt.path})"
         settings = {"src": src_sha, "tgt": tgt_sha, "vocab_size": o.vocab_size, "sample": min(o.tokenizer_sample, n_src),
-                    "seed": TOKENIZER_SAMPLE_SEED}
+                    "seed": TOKENIZER_SAMPLE_SEED, "format": SPM_FORMAT}
         memo = self.cache_dir / f"corpus-{hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]}.json"
         model = _memo_model(memo, self.cache_dir)
         if model is not None:
-            cached = SentencePieceTokenizer._cached(model)
+            cached = SentencePieceTokenizer.load_cached(model)
             if cached is not None:
                 return cached
         if n_src <= o.tokenizer_sample:

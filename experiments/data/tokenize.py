@@ -21,6 +21,9 @@ from atnat.experiments.files import atomic_write_bytes
 SPECIAL_SYMBOLS = ("<pad>", "<s>", "</s>", "<unk>", "<mask>", "<blank>")
 MIN_SENTENCEPIECE_VOCAB = len(SPECIAL_SYMBOLS) + 2  # the special symbols and at least two pieces
 SPECIAL = SpecialTokens()
+# how cached sentencepiece models are made, in their cache keys: "control" = the special symbols are control
+# symbols (text that spells `<mask>` stays text); models cached before, with user-defined symbols, are not reused
+SPM_FORMAT = "control"
 CACHE_DIR = Path(os.environ.get("ATNAT_CACHE") or Path.home() / ".cache" / "atnat").expanduser().absolute()
 # sentencepiece models, prepared splits, digests. An empty $ATNAT_CACHE (set from an unset variable) is no folder,
 # not the current one; `~/c` is the home's, not a folder named `~` here
@@ -88,9 +91,7 @@ class SentencePieceTokenizer:
         lines = [t for t in texts if t.strip()]
         if not lines:
             raise AtnatError(f"{what}: only blank lines, no text to train the sentencepiece vocabulary on")
-        # "control": the special symbols are sentencepiece control symbols (text that spells `<mask>` stays text);
-        # models cached before, with user-defined ones, are not reused
-        key = hashlib.sha256("\n".join(lines).encode() + f"|{vocab_size}|{model_type}|control".encode()).hexdigest()[:16]
+        key = hashlib.sha256("\n".join(lines).encode() + f"|{vocab_size}|{model_type}|{SPM_FORMAT}".encode()).hexdigest()[:16]
         cache_dir.mkdir(parents=True, exist_ok=True)
         path = cache_dir / f"spm-{key}.model"
         with FileLock(path.with_suffix(".lock")):  # cells started at once by parallel workers: one trains
@@ -99,6 +100,16 @@ class SentencePieceTokenizer:
                 cls._train_to(path, lines, vocab_size, model_type)
                 tokenizer = cls(path.read_bytes())
             tokenizer.cache_path = path
+            return tokenizer
+
+    @classmethod
+    def load_cached(cls, path: Path) -> "SentencePieceTokenizer | None":
+        """The cached model at `path` (verified), or None; under the model's lock, as `train` writes it, so that
+        processes started at once neither read it half-recorded nor set it aside twice."""
+        with FileLock(path.with_suffix(".lock")):
+            tokenizer = cls._cached(path)
+            if tokenizer is not None:
+                tokenizer.cache_path = path
             return tokenizer
 
     @classmethod
