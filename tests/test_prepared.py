@@ -450,3 +450,13 @@ def test_a_cached_tokenizer_is_read_under_the_lock_its_writer_holds(tmp_path):
         assert reader.is_alive() and not got  # waits for the writer
     reader.join(10)
     assert got and got[0].proto == tok.proto and got[0].cache_path == path
+
+
+def test_a_byte_order_mark_is_dropped_from_streamed_text_as_from_read_lines(tmp_path):
+    """read_lines dropped a UTF-8 byte-order mark, but the training text streamed into the tokenizer and the
+    prepared arrays kept it on the first line."""
+    from atnat.experiments.data.tasks import read_lines
+
+    path = tmp_path / "train.en"
+    path.write_bytes("\ufeffw1 w2\r\nw3\n".encode())
+    assert list(SideText(path=path, what="train source")) == read_lines(path, "train source") == ["w1 w2", "w3"]

@@ -76,7 +76,8 @@ class SideText:
         return self._digest
 
     def __iter__(self) -> Iterator[str]:
-        """The lines, as `read_lines` gives them (split on newlines, a trailing carriage return cut)."""
+        """The lines, as `read_lines` gives them (split on newlines, a trailing carriage return cut, a UTF-8
+        byte-order mark at the start of the file dropped)."""
         if self.path is None:
             yield from (self.lines[: self.limit] if self.limit else self.lines)
             return
@@ -93,6 +94,8 @@ class SideText:
                 except UnicodeDecodeError as err:
                     raise AtnatError(f"{self.what}: {self.path} line {number} is not valid UTF-8 ({err.reason}); "
                                      "save it as UTF-8") from None
+                if number == 1:
+                    line = line.removeprefix("\ufeff")
                 yield line[:-1].rstrip("\r") if line.endswith("\n") else line.rstrip("\r")
         self.read_digest = read.hexdigest(), number
 
