@@ -236,3 +236,31 @@ def test_a_folder_where_a_file_goes_is_named_before_anything_is_downloaded(serve
     with pytest.raises(AtnatError, match=f"{tmp_path / 'd' / FILES[1]} is a folder where {FILES[1]} goes: move it"):
         download_wmt14(tmp_path / "d", base_url=url, log=lambda _: None)
     assert not list((tmp_path / "d").glob("*.part"))
+
+
+def test_every_download_is_on_disk_before_it_is_renamed_into_place(server, tmp_path, monkeypatch):
+    """A download was renamed from its .part without an fsync (and SHA256SUMS likewise): after a crash the rename
+    could survive the data, and the next run found a short file under the release's name and recorded its sum."""
+    import os
+
+    from atnat.experiments import files
+    from atnat.experiments.data import wmt14
+
+    _, url = server
+    synced, events = set(), []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        synced.add(os.path.realpath(f"/proc/self/fd/{fd}"))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        events.append((os.path.realpath(src) in synced, os.path.basename(dst)))
+        return real_replace(src, dst)
+
+    for module in (wmt14.os, files.os):
+        monkeypatch.setattr(module, "fsync", fsync)
+        monkeypatch.setattr(module, "replace", replace)
+    download_wmt14(tmp_path / "wmt14", base_url=url)
+    assert {name for _, name in events} == {*FILES, "SHA256SUMS"}
+    assert all(synced_first for synced_first, _ in events), events

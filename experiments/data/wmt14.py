@@ -23,7 +23,7 @@ from typing import Callable
 from filelock import FileLock, Timeout
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.files import sha256
+from atnat.experiments.files import sha256, write_text_atomic
 
 BASE_URL = "https://nlp.stanford.edu/projects/nmt/data/wmt14.en-de"
 URL_ENV = "ATNAT_WMT14_URL"  # another address of the same files (a mirror, a local copy)
@@ -93,6 +93,8 @@ def _stream(url: str, part: Path, timeout: float, again: bool = True, probe: boo
         with open(part, mode) as f:
             for block in iter(lambda: response.read(BLOCK), b""):
                 f.write(block)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before it is renamed into place: a crash never leaves a short target
     size = part.stat().st_size
     if total is not None and size != total:
         raise ValueError(f"the connection ended at {size:,} of its {total:,} bytes")
@@ -155,10 +157,7 @@ def _download(out: Path, base_url: str | None, given: dict | None, sums_file: st
                              f"{sums_file or recorded_path}); move it aside and run the command again to fetch it anew")
         if recorded.get(name) != found:  # a first download, or a file that passed the sums given with --sha256
             recorded[name] = found  # (a wrong first record is replaced; without them a mismatch raised above)
-            text = "".join(f"{digest}  {file}\n" for file, digest in recorded.items())
-            tmp = recorded_path.with_suffix(".tmp")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, recorded_path)
+            write_text_atomic(recorded_path, "".join(f"{digest}  {file}\n" for file, digest in recorded.items()))
         log(f"{target}: {target.stat().st_size:,} bytes, sha256 {found[:16]}..."
             + (" checks" if expected else f" recorded in {SUMS} (first download: not checked against a pinned sum)"))
     return [out / name for name in FILES]
