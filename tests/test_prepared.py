@@ -460,3 +460,14 @@ def test_a_byte_order_mark_is_dropped_from_streamed_text_as_from_read_lines(tmp_
     path = tmp_path / "train.en"
     path.write_bytes("\ufeffw1 w2\r\nw3\n".encode())
     assert list(SideText(path=path, what="train source")) == read_lines(path, "train source") == ["w1 w2", "w3"]
+
+
+def test_arrays_that_do_not_verify_right_after_they_were_written_are_not_said_to_be_encoded_again(tmp_path, monkeypatch,
+                                                                                                 capsys):
+    src, tgt = corpus(50)
+    monkeypatch.setattr(prep, "_open", lambda folder, vocab, just_written=False, real_open=prep._open:
+                        real_open(folder, vocab + 1 if just_written else vocab, just_written))  # the check disagrees
+    with pytest.raises(AtnatError, match=r"split 'train': the prepared arrays written to .* do not verify"):
+        prepare(SideText(lines=src), SideText(lines=tgt), SymbolTokenizer(WORDS), name="train", cache_dir=tmp_path)
+    said = capsys.readouterr().err
+    assert "is damaged (meta.json's vocab_size" in said and "kept for a look" in said and "encoded again" not in said

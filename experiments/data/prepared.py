@@ -195,15 +195,16 @@ def prepare(src: SideText, tgt: SideText, tokenizer, *, name: str, cache_dir: Pa
         arrays = _open(folder, tokenizer.vocab_size)
         if arrays is None:
             _encode(folder, src, tgt, tokenizer, n_src, name=name, threads=threads, on_chunk=on_chunk)
-            arrays = _open(folder, tokenizer.vocab_size)
+            arrays = _open(folder, tokenizer.vocab_size, just_written=True)
             if arrays is None:
                 raise AtnatError(f"split {name!r}: the prepared arrays written to {folder} do not verify")
     return arrays
 
 
-def _open(folder: Path, vocab_size: int) -> Arrays | None:
+def _open(folder: Path, vocab_size: int, just_written: bool = False) -> Arrays | None:
     """The verified entry of a tokenizer of `vocab_size` ids, or None where there is none; a damaged one is set
-    aside with a message. An id beyond the vocabulary (an entry rewritten, its sha256 too) would fail mid-training."""
+    aside with a message (`just_written`: by the encoding that wrote it, which then fails: not encoded again). An
+    id beyond the vocabulary (an entry rewritten, its sha256 too) would fail mid-training."""
     if not folder.exists():
         return None
     try:
@@ -246,7 +247,8 @@ def _open(folder: Path, vocab_size: int) -> Arrays | None:
         aside = folder.with_name(f"{folder.name}.damaged-{time.time_ns()}")
         os.replace(folder, aside)
         removed = f"; the one set aside before ({', '.join(p.name for p in earlier)}) removed" if earlier else ""
-        print(f"atnat: the prepared split {folder} is damaged ({err}); set aside as {aside.name} and encoded again"
+        then = "kept for a look (the disk may be failing)" if just_written else "encoded again"
+        print(f"atnat: the prepared split {folder} is damaged ({err}); set aside as {aside.name} and {then}"
               f"{removed}", file=sys.stderr)
         return None
     except OSError as err:  # the machine's trouble, not the entry's (a failing disk, too many open files, a memory
