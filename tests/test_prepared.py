@@ -471,3 +471,21 @@ def test_arrays_that_do_not_verify_right_after_they_were_written_are_not_said_to
         prepare(SideText(lines=src), SideText(lines=tgt), SymbolTokenizer(WORDS), name="train", cache_dir=tmp_path)
     said = capsys.readouterr().err
     assert "is damaged (meta.json's vocab_size" in said and "kept for a look" in said and "encoded again" not in said
+
+
+def test_a_remembered_digest_that_does_not_match_the_file_is_forgotten_so_that_running_again_works(tmp_path):
+    """A stale or planted digest memo made every run fail with "changed after it was first read; run again"."""
+    src, tgt = corpus(100)
+    (tmp_path / "train.en").write_text("\n".join(src) + "\n")
+    (tmp_path / "train.de").write_text("\n".join(tgt) + "\n")
+    SideText(path=tmp_path / "train.de").digest()  # remembered
+    (memo,) = [p for p in (CACHE_DIR / "digests").glob("*.json")
+               if json.loads(p.read_text())["identity"]["path"] == str((tmp_path / "train.de").resolve())]
+    planted = json.loads(memo.read_text())
+    memo.write_text(json.dumps({**planted, "sha256": "0" * 64}))  # the same file, another text's digest
+
+    def sides():
+        return SideText(path=tmp_path / "train.en"), SideText(path=tmp_path / "train.de")
+    with pytest.raises(AtnatError, match=r"train.de changed after it was first read .*run again"):
+        prepare(*sides(), SymbolTokenizer(WORDS), name="train", cache_dir=tmp_path / "cache")
+    assert prepare(*sides(), SymbolTokenizer(WORDS), name="train", cache_dir=tmp_path / "cache").n == 100  # run again

@@ -100,16 +100,29 @@ class SideText:
         self.read_digest = read.hexdigest(), number
 
 
-def _remembered_digest(path: Path, limit: int | None) -> tuple[str, int]:
-    """The file's digest, hashed once per version of the file: remembered in the cache under its path,
-    size, modification time and inode (as make and git tell a changed file), so that a multi-GB corpus is
-    not read whole by every process. What the digest keys (a prepared split) is itself verified on open."""
+def _digest_memo(path: Path, limit: int | None) -> tuple[dict, Path]:
+    """The file's identity as it is now, and where the digest of that version is remembered."""
     from atnat.experiments.data.tokenize import CACHE_DIR
 
     stat = path.stat()
     identity = {"path": str(path.resolve()), "limit": limit, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
                 "ctime_ns": stat.st_ctime_ns, "inode": stat.st_ino}  # ctime: no one sets it back (cp -p, touch -r)
-    memo = CACHE_DIR / "digests" / f"{hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]}.json"
+    return identity, CACHE_DIR / "digests" / f"{hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]}.json"
+
+
+def _forget_digest(path: Path, limit: int | None) -> None:
+    """Drop the remembered digest of the file as it is now (it did not match what was read): the next run hashes it."""
+    try:
+        _digest_memo(path, limit)[1].unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _remembered_digest(path: Path, limit: int | None) -> tuple[str, int]:
+    """The file's digest, hashed once per version of the file: remembered in the cache under its path,
+    size, modification time and inode (as make and git tell a changed file), so that a multi-GB corpus is
+    not read whole by every process. What the digest keys (a prepared split) is itself verified on open."""
+    identity, memo = _digest_memo(path, limit)
     try:
         known = json.loads(memo.read_text(encoding="utf-8"))
         if known["identity"] == identity and isinstance(known["lines"], int) and \
@@ -296,6 +309,7 @@ def _encode(folder: Path, src: SideText, tgt: SideText, tokenizer, total: int, *
                              "while it was read")
         for side in (src, tgt):  # the entry is stored under the digests of the text: it must hold that text's ids
             if side.path is not None and side.read_digest != side.digest():
+                _forget_digest(side.path, side.limit)  # (a remembered digest of another text: rehashed next time)
                 raise AtnatError(f"split {name!r}: {side.path} changed after it was first read (its sha256 now "
                                  f"differs); nothing was stored for it: run again")
         files = {file: {"bytes": (tmp / file).stat().st_size, "sha256": sha256(tmp / file)} for file in outs}
