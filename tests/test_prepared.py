@@ -489,3 +489,23 @@ def test_a_remembered_digest_that_does_not_match_the_file_is_forgotten_so_that_r
     with pytest.raises(AtnatError, match=r"train.de changed after it was first read .*run again"):
         prepare(*sides(), SymbolTokenizer(WORDS), name="train", cache_dir=tmp_path / "cache")
     assert prepare(*sides(), SymbolTokenizer(WORDS), name="train", cache_dir=tmp_path / "cache").n == 100  # run again
+
+
+def test_a_cached_tokenizer_that_cannot_be_read_is_left_as_it_is_and_an_empty_record_is_damage(tmp_path, monkeypatch):
+    """Any OSError reading a cached model set it aside as damaged (a failing disk, no permission: a good model moved
+    away); an empty .sha256 record raised IndexError."""
+    lines = [f"w{i} w{i + 1} w{i + 2}" for i in range(60)]
+    path = SentencePieceTokenizer.train(lines, vocab_size=30, cache_dir=tmp_path).cache_path
+    real = Path.read_bytes
+
+    def failing(self):
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+    monkeypatch.setattr(Path, "read_bytes", failing)
+    with pytest.raises(AtnatError, match=r"cached sentencepiece model .* cannot be read .*Permission denied.*left as it is"):
+        SentencePieceTokenizer.load_cached(path)
+    monkeypatch.undo()
+    assert path.is_file() and not list(tmp_path.glob("*.damaged-*"))
+    path.with_name(path.name + ".sha256").write_text("")
+    assert SentencePieceTokenizer.load_cached(path) is None and list(tmp_path.glob("*.damaged-*"))

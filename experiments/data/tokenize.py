@@ -119,11 +119,16 @@ class SentencePieceTokenizer:
         if not path.exists():
             return None
         recorded = path.with_name(path.name + ".sha256")
-        try:
+        try:  # the machine's trouble (a failing disk, no permission) is not the model's: it is left as it is
             data = path.read_bytes()
-            if not recorded.is_file():  # (killed between the two writes, or replaced by hand)
+            record = recorded.read_text(encoding="utf-8", errors="replace") if recorded.is_file() else None
+        except OSError as err:
+            raise AtnatError(f"the cached sentencepiece model {path} cannot be read ({err}); it is left as it is: fix "
+                             "the cause and run again") from None
+        try:
+            if record is None:  # (killed between the two writes, or replaced by hand)
                 raise ValueError(f"no sha256 recorded for it in {recorded.name}")
-            if recorded.read_text().split()[0] != hashlib.sha256(data).hexdigest():
+            if (record.split() or [""])[0] != hashlib.sha256(data).hexdigest():
                 raise ValueError("it does not match the sha256 recorded when it was written")
             return cls(data)
         except Exception as err:  # noqa: BLE001 - sentencepiece raises RuntimeError/OSError on a bad proto
