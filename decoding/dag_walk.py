@@ -165,15 +165,15 @@ class DAGViterbi(DAGWalk):
             finals.append(final)
         totals = torch.stack(totals, 1)  # (B, K)
         k_best = totals.argmax(1)  # (B,) 0-based: k_best + 1 middle vertices
-        k_list, final_list = k_best.tolist(), torch.stack(finals, 1).gather(1, k_best[:, None]).squeeze(1).tolist()
-        back_rows = [b.tolist() for b in backs]  # per k >= 2: (B, L) predecessor
-        paths = []
-        for b in range(B):
-            if last[b] <= 1:  # a graph of two vertices: nothing between bos and eos
-                paths.append([0, last[b]] if last[b] > 0 else [0])
-                continue
-            path = [final_list[b]]
-            for k in range(k_list[b], 0, -1):  # k_list[b] + 1 middle vertices; backs[k - 1] is step k + 1
-                path.append(back_rows[k - 1][b][path[-1]])
-            paths.append([0] + path[::-1] + [last[b]])
-        return paths
+        cur = torch.stack(finals, 1).gather(1, k_best[:, None]).squeeze(1)  # (B,) each row's last middle vertex
+        # the walk back on the device, all rows at once: step i's vertex is backs[i - 1] at step i + 1's, for the
+        # rows with more than i middle vertices (a row with fewer keeps its last vertex until its own top step)
+        middle = torch.zeros(B, len(finals), dtype=torch.long, device=links.device)  # (B, K) the path's vertices
+        middle[torch.arange(B, device=links.device), k_best] = cur
+        for i in range(len(backs), 0, -1):
+            step = backs[i - 1].gather(1, cur[:, None]).squeeze(1)
+            cur = torch.where(k_best >= i, step, cur)
+            middle[:, i - 1] = cur
+        rows, counts = middle.tolist(), (k_best + 1).tolist()  # one copy to the host
+        return [([0, last[b]] if last[b] > 0 else [0]) if last[b] <= 1  # two vertices: nothing between bos and eos
+                else [0, *rows[b][: counts[b]], last[b]] for b in range(B)]

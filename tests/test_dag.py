@@ -355,3 +355,30 @@ def test_learns_copy():
     hyps, refs, passes = decode_split(model, task, DAGLookahead())
     kept = [(h, r) for h, r in zip(hyps, refs) if all(a != b for a, b in zip(r, r[1:]))]
     assert sum(h == r for h, r in kept) / len(kept) >= 0.8
+
+
+def test_joint_viterbi_equals_brute_force_over_every_path_and_length_in_a_padded_batch():
+    """Every increasing path from vertex 0 to a row's last vertex, scored links + middle tokens, over K^beta."""
+    import itertools
+
+    torch.manual_seed(11)
+    B, L = 5, 8
+    last = [7, 5, 2, 3, 1]  # rows of 8, 6, 3, 4 and 2 vertices (the rest padding)
+    padding_mask = torch.arange(L)[None, :] > torch.tensor(last)[:, None]
+    links = torch.randn(B, L, L).masked_fill(~torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+    links = links.masked_fill(padding_mask[:, None, :] | padding_mask[:, :, None], float("-inf"))
+    ahead = torch.randn(B, L)
+    for beta in (0.0, 1.0, 2.5):
+        paths = DAGViterbi(beta=beta).choose(links, ahead, padding_mask, last)
+        for b in range(B):
+            if last[b] <= 1:
+                assert paths[b] == [0, last[b]]
+                continue
+            best = max((sum(links[b, i, j].item() for i, j in zip(p, p[1:])) + sum(ahead[b, v].item() for v in p[1:-1]))
+                       / (len(p) - 2) ** beta for p in ([0, *mid, last[b]] for k in range(1, last[b])
+                                                         for mid in itertools.combinations(range(1, last[b]), k)))
+            got = paths[b]
+            score = (sum(links[b, i, j].item() for i, j in zip(got, got[1:])) + sum(ahead[b, v].item() for v in got[1:-1])) \
+                / (len(got) - 2) ** beta
+            assert got[0] == 0 and got[-1] == last[b] and got == sorted(set(got)), (beta, b, got)
+            assert score == pytest.approx(best, abs=1e-4), (beta, b, got)
