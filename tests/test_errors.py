@@ -251,10 +251,12 @@ def test_cut_sources_and_dropped_training_pairs_are_said(capsys):
 
     tok = SymbolTokenizer(["a", "b"])
     train = encode_split(tok, ["a b a b", "a", "b"], ["a", "a b a b a", "a"], name="train-x", max_len=3, drop_long=True)
-    test = encode_split(tok, ["a b a b", "a"], ["a", "b"], name="test-x", max_len=3)
-    assert len(train.src) == 1 and [len(s) for s in test.src] == [3, 1]
+    test = encode_split(tok, ["a b a b", "a"], ["a", "b a b a b"], name="test-x", max_len=3)
+    assert len(train.src) == 1 and [len(s) for s in test.src] == [3, 1] and [len(t) for t in test.tgt] == [1, 3]
     err = capsys.readouterr().err
     assert "split 'train-x': 2 of 3 pairs longer than max_len=3 tokens on a side were left out (train.max_len)" in err
     assert "split 'test-x': 1 of 2 sources longer than max_len=3 tokens were cut to it" in err
-    encode_split(tok, ["a b a b", "a"], ["a", "b"], name="test-x", max_len=3)  # said once per process
+    assert "split 'test-x': 1 of 2 targets longer than max_len=3 tokens were cut to it (train.max_len): its loss and " \
+        "the metrics over token ids see the cut target; BLEU and chrF score the whole reference text" in err  # was unsaid
+    encode_split(tok, ["a b a b", "a"], ["a", "b a b a b"], name="test-x", max_len=3)  # said once per process
     assert capsys.readouterr().err == ""

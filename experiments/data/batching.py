@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import Sampler
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.data.prepared import PreparedSplit, say_once
+from atnat.experiments.data.prepared import PreparedSplit, cut_targets_note, say_once
 from atnat.experiments.data.tokenize import SPECIAL
 from atnat.models.batch import Batch
 
@@ -54,6 +54,8 @@ def encode_split(tokenizer, sources: list[str], targets: list[str], *, name: str
             long = sum(1 for s in src if len(s) > max_len)
             say_once(f"split {name!r}: {long} of {len(src)} sources longer than max_len={max_len} tokens were cut to "
                       "it (train.max_len); their outputs see only the cut source", long)
+            say_once(cut_targets_note(name, sum(1 for t in tgt if len(t) > max_len), len(tgt), max_len),
+                     sum(1 for t in tgt if len(t) > max_len))
             src, tgt = [s[:max_len] for s in src], [t[:max_len] for t in tgt]
     if not src:
         raise AtnatError(f"split {name!r} has no usable sentence pairs: all {len(sources)} are empty on one side"

@@ -41,6 +41,12 @@ SIDES = ("src", "tgt")
 _SAID: set[str] = set()
 
 
+def cut_targets_note(name: str, long: int, total: int, max_len: int) -> str:
+    return (f"split {name!r}: {long} of {total} targets longer than max_len={max_len} tokens were cut to it "
+            "(train.max_len): its loss and the metrics over token ids see the cut target; BLEU and chrF score the whole "
+            "reference text")
+
+
 def say_once(text: str, count: int) -> None:
     """A note on stderr when `count` > 0, once per process (a split is encoded again by later phases)."""
     if count and text not in _SAID:
@@ -395,6 +401,8 @@ class PreparedSplit:
             long = int((src_len > max_len).sum())
             say_once(f"split {name!r}: {long} of {arrays.n} sources longer than max_len={max_len} tokens were cut to "
                      "it (train.max_len); their outputs see only the cut source", long)
+            long_targets = int((tgt_len > max_len).sum())
+            say_once(cut_targets_note(name, long_targets, arrays.n, max_len), long_targets)
         if len(self) == 0:
             raise AtnatError(f"split {name!r} has no usable sentence pairs: all {arrays.n} are empty on one side"
                              + (f" or longer than max_len={max_len} tokens" if max_len else ""))
