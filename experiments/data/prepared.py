@@ -283,9 +283,9 @@ def _encode(folder: Path, src: SideText, tgt: SideText, tokenizer, total: int, *
         shutil.rmtree(left, ignore_errors=True)
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
 
-    def writing(what: Path, step: Callable[[], None]) -> None:  # a failed write names the cache entry being written
+    def writing(what: Path, step: Callable):  # step's result; a failed write names the cache entry's file
         try:
-            step()
+            return step()
         except OSError as err:
             raise unwritable(what, err) from err
 
@@ -293,7 +293,7 @@ def _encode(folder: Path, src: SideText, tgt: SideText, tokenizer, total: int, *
     outs: dict = {}
     try:
         for file in (f"{side}.{part}" for side in SIDES for part in ("ids", "lengths")):
-            writing(tmp / file, lambda file=file: outs.__setitem__(file, open(tmp / file, "wb")))
+            outs[file] = writing(tmp / file, lambda file=file: open(tmp / file, "wb"))
         done = 0
         try:
             for chunk_src, chunk_tgt in _chunks(src, tgt, name):
