@@ -167,6 +167,19 @@ def read_utf8(path: Path, what: str) -> str:
                          "save it as UTF-8") from None
 
 
+def read_json_object(path: Path, max_bytes: int = 64 << 20) -> dict | None:
+    """A JSON object read back from a file written earlier (untrusted: it may be missing, a link, huge,
+    garbled or another kind of value): the dict, or None."""
+    path = Path(path)
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > max_bytes:
+            return None
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def sha256(path: Path) -> str:
     """The sha256 of a file's bytes, in hex."""
     digest = hashlib.sha256()

@@ -87,3 +87,41 @@ def test_a_dag_run_whose_targets_mostly_do_not_fit_its_graph_fails_instead_of_fi
         run_cell(run_config_from_dict(raw, "test"), tmp_path / "run")
     fits = {**raw, "decoder": {"name": "dag", "upsample": 4.0}, "train": {**raw["train"], "max_steps": 25}}
     assert run_cell(run_config_from_dict(fits, "test"), tmp_path / "fits") is not None
+
+
+class _Strategy:
+    """A stand-in for a multi-device run's strategy: the other process says whether it stops."""
+
+    def __init__(self, other_stops: bool):
+        self.other_stops, self.asked = other_stops, []
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:  # noqa: A002 (Lightning's name)
+        self.asked.append((decision, all))
+        return (decision or self.other_stops) if not all else (decision and self.other_stops)
+
+
+@pytest.mark.parametrize("share, other_stops, raises", [(0.4, False, None), (0.4, True, "another process"),
+                                                        (0.6, False, "left out 60%")])
+def test_every_process_of_a_multi_device_run_stops_when_one_finds_its_targets_unfit(share, other_stops, raises):
+    """Each process judges its own batches' share of left-out targets; one that stops alone would leave the
+    others waiting for it in the next gradient exchange."""
+    import torch
+
+    from atnat.core.errors import AtnatError
+    from atnat.experiments.training.divergence import UNFIT_WINDOW, UnfitGuard
+
+    class Trainer:
+        strategy = _Strategy(other_stops)
+        callback_metrics = {"train/unfit": torch.tensor(share)}
+        global_step = UNFIT_WINDOW
+
+    guard, trainer = UnfitGuard(), Trainer()
+    for _ in range(UNFIT_WINDOW - 1):
+        guard.on_train_batch_end(trainer, None, None, None, 0)
+    assert trainer.strategy.asked == []  # one look a window
+    if raises is None:
+        guard.on_train_batch_end(trainer, None, None, None, 0)
+    else:
+        with pytest.raises(AtnatError, match=raises):
+            guard.on_train_batch_end(trainer, None, None, None, 0)
+    assert trainer.strategy.asked == [(share >= 0.5, False)]

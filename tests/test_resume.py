@@ -466,3 +466,41 @@ def test_the_validation_loss_does_not_depend_on_eval_max_tokens(tmp_path):
         log = pd.read_csv(tmp_path / str(budget) / "logs" / "metrics.csv")
         losses.append(log["val/loss"].dropna().tolist())
     assert losses[0] == losses[1] and len(losses[0]) == 1
+
+
+def test_only_the_first_process_of_a_multi_device_run_counts_the_attempt(tmp_path, monkeypatch):
+    """Every process builds the loggers; the extra ones of a DDP run must not count an attempt of their own."""
+    from atnat.experiments.training import logs
+
+    first = logs.AppendingCSVLogger(tmp_path)
+    monkeypatch.setattr(logs, "helper_rank", lambda: True)
+    logs.AppendingCSVLogger(tmp_path)  # its count is its own: an extra process logs nothing
+    assert first.attempt == 1 and (tmp_path / "logs" / "attempts").read_text() == "1"
+
+
+def test_a_garbled_attempt_count_or_settings_record_is_one_error_naming_the_file(tmp_path):
+    from types import SimpleNamespace
+
+    from atnat.experiments.training import logs
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "attempts").write_text("x")
+    with pytest.raises(AtnatError, match=r"logs/attempts holds 'x', not a count"):
+        logs.AppendingCSVLogger(tmp_path)
+    (tmp_path / "settings_changes.json").write_text("{}")
+    with pytest.raises(AtnatError, match=r"settings_changes.json holds a dict, not the run's list"):
+        train_module.record_change(tmp_path, SimpleNamespace(training=[("optim.lr", 1, 2)]), 7)
+    (tmp_path / "settings_changes.json").write_text("[")
+    with pytest.raises(AtnatError, match=r"settings_changes.json cannot be read"):
+        train_module.record_change(tmp_path, SimpleNamespace(training=[("optim.lr", 1, 2)]), 7)
+    (tmp_path / "settings_changes.json").write_text("[]")
+    train_module.record_change(tmp_path, SimpleNamespace(training=[("optim.lr", 1, 2)]), 7)
+    assert json.loads((tmp_path / "settings_changes.json").read_text())[0]["changes"] == [
+        {"key": "optim.lr", "was": 1, "now": 2}]
+
+
+@pytest.mark.parametrize("seconds", ["3600", True, None, -1.0, float("inf"), [1]])
+def test_a_train_time_read_back_that_is_no_number_of_seconds_is_no_time(tmp_path, seconds):
+    from atnat.experiments.reporting.records import whole_train_time
+
+    assert math.isnan(whole_train_time(tmp_path, {"train_time_s": seconds, "train_time_this_attempt_s": 1.0}, 5.0))

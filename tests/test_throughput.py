@@ -66,6 +66,32 @@ def test_a_short_run_has_no_steady_part(tmp_path):
     assert record["steps"] == 4 and "steady" not in record  # none after the first 10
 
 
+def test_a_resume_that_finds_training_finished_keeps_the_runs_measured_speed(tmp_path, monkeypatch):
+    """A run trained again once finished (its averaging changed, say) trains no step in its next attempt: its
+    train.json keeps the speed the attempt that trained measured, and names that attempt."""
+    monkeypatch.setattr(throughput, "WARM_STEPS", 3)
+    raw = {**TINY["base"], "name": "again", "decoder": {"name": "at"}}
+    raw["train"] = {**raw["train"], "max_steps": 8, "val_every_steps": 4}
+    cfg = run_config_from_dict(raw, "test")
+    train(cfg, tmp_path / "run")
+    first = json.loads((tmp_path / "run" / "train.json").read_text())["throughput"]
+    assert first["attempt"] == 1 and first["step"] == "eager" and first["steady"]["steps"] == 5
+    train(cfg, tmp_path / "run")  # resumes from last.ckpt at max_steps: Lightning skips its training loop
+    info = json.loads((tmp_path / "run" / "train.json").read_text())
+    assert len(info["attempts"]) == 2 and info["throughput"] == first
+
+
+def test_an_attempt_without_a_steady_state_keeps_the_last_one_of_its_own_step_form():
+    ours = {"steps": 0, "target_tokens": 0}
+    earlier = {"throughput": {"steps": 40, "step": "eager", "steady": {"target_tokens_per_s": 9.0}, "attempt": 1}}
+    assert throughput.run_record(None, earlier, attempt=2, form="eager") == earlier["throughput"]
+    assert throughput.run_record(ours, earlier, attempt=2, form="compiled") == {**ours, "attempt": 2, "step": "compiled"}
+    assert throughput.run_record(None, {"throughput": "fast"}, attempt=2, form="eager") is None  # read back: untrusted
+    assert throughput.run_record(None, None, attempt=1, form="eager") is None
+    steady = {**ours, "steady": {"target_tokens_per_s": 3.0}}
+    assert throughput.run_record(steady, earlier, attempt=3, form="eager")["steady"] == steady["steady"]
+
+
 def tiny_cpu_grid(tmp_path):
     import yaml
 
@@ -91,6 +117,7 @@ def test_the_real_run_script_trains_the_cell_as_the_grid_gives_it_but_for_its_st
     assert raw["decoder"] == {"name": "at"} and raw["model"] == TINY["base"]["model"]
     assert raw["train"]["max_steps"] == raw["train"]["val_every_steps"] == 14 and raw["train"]["step"] == "fused"
     assert raw["train"]["max_time_s"] is None and raw["train"]["max_tokens"] == TINY["base"]["train"]["max_tokens"]
+    assert raw["train"]["devices"] == 1  # the bare step is one device's; a multi-device cell's tokens are summed
     with pytest.raises(SystemExit, match="no cell 'nat-s1'; cells: at-s1, cmlm-kd-s1"):
         script().cell_config(str(grid), "nat-s1", 14, "eager")
     with pytest.raises(SystemExit, match="cmlm-kd-s1 learns from a teacher"):

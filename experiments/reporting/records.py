@@ -78,9 +78,15 @@ def whole_train_time(run_dir: Path, trained: dict, fallback: float = float("nan"
     report sums part of a resumed run's time as if it were all of it."""
     if "train_time_s" not in trained:
         return fallback
+    seconds = trained["train_time_s"]  # read back: a number of seconds, or no time at all
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 <= seconds < math.inf:
+        return float("nan")
     attempts = run_dir / "logs" / "attempts"
-    single = attempts.is_file() and attempts.read_text().strip() in ("", "1")
-    return trained["train_time_s"] if "train_time_this_attempt_s" in trained or single else float("nan")
+    try:
+        single = attempts.is_file() and attempts.read_text().strip() in ("", "1")
+    except (OSError, UnicodeDecodeError):
+        single = False
+    return float(seconds) if "train_time_this_attempt_s" in trained or single else float("nan")
 
 
 def training_throughput(trained: dict) -> float:

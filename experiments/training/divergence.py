@@ -105,9 +105,15 @@ class UnfitGuard(pl.Callback):
             return
         share = float(torch.stack(self._window).mean())
         self._window = []
-        if share >= UNFIT_LIMIT:
-            raise AtnatError(
-                f"step {trainer.global_step}: the decoder's loss left out {share:.0%} of the training targets over the "
-                f"last {UNFIT_WINDOW} steps (train/unfit): they are longer than it can emit from their sources (a "
-                "DA-Transformer's graph has floor(upsample x S) + 2 vertices); raise decoder.upsample, or distil from a "
-                "teacher whose outputs fit")
+        # each process judges its own batches; all stop when one does (else the others would wait for it in
+        # the next gradient exchange until the collective times out)
+        if not trainer.strategy.reduce_boolean_decision(share >= UNFIT_LIMIT, all=False):
+            return
+        if share < UNFIT_LIMIT:
+            raise AtnatError(f"step {trainer.global_step}: another process of this multi-device run found most of "
+                             "its training targets left out by the decoder's loss (train/unfit); see its message")
+        raise AtnatError(
+            f"step {trainer.global_step}: the decoder's loss left out {share:.0%} of the training targets over the "
+            f"last {UNFIT_WINDOW} steps (train/unfit): they are longer than it can emit from their sources (a "
+            "DA-Transformer's graph has floor(upsample x S) + 2 vertices); raise decoder.upsample, or distil from a "
+            "teacher whose outputs fit")

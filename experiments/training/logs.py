@@ -15,6 +15,8 @@ from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 
 from atnat.core.errors import AtnatError
+from atnat.experiments.config.devices import helper_rank
+from atnat.experiments.files import write_text_atomic
 
 
 class _AppendingWriter(ExperimentWriter):
@@ -46,16 +48,29 @@ class _AppendingWriter(ExperimentWriter):
         os.replace(tmp, path)
 
 
+def attempts_so_far(path: Path) -> int:
+    """The attempts logs/attempts counts (0 when absent). Read back: a file that holds no count is named."""
+    try:
+        text = path.read_text(encoding="utf-8").strip() if path.is_file() else ""
+    except (OSError, UnicodeDecodeError) as err:
+        raise AtnatError(f"{path} cannot be read ({err}); it counts the run's training attempts: "
+                         "delete it to count from 1 again") from None
+    if text and not text.isdigit():
+        raise AtnatError(f"{path} holds {text[:40]!r}, not a count of training attempts; delete it to count from 1 again")
+    return int(text or 0)
+
+
 class AppendingCSVLogger(CSVLogger):
     """CSVLogger writing <run>/logs/metrics.csv, appending across resumes (see module docstring)."""
 
     def __init__(self, run_dir: Path):
         super().__init__(run_dir, name="logs", version="")
         attempts = Path(self.log_dir) / "attempts"
-        previous = int(attempts.read_text() or 0) if attempts.is_file() else 0
-        self.attempt = previous + 1
+        self.attempt = attempts_so_far(attempts) + 1
+        if helper_rank():  # the extra processes of a multi-device run log nothing: only the first counts attempts
+            return
         os.makedirs(self.log_dir, exist_ok=True)
-        attempts.write_text(str(self.attempt))
+        write_text_atomic(attempts, str(self.attempt))
 
     @property
     def experiment(self) -> _AppendingWriter:

@@ -96,3 +96,18 @@ class Throughput(pl.Callback):
                              "s_per_step": round(steady_s / (self._steps - WARM_STEPS), 5),
                              "target_tokens_per_s": round(steady_tgt / steady_s, 1) if steady_s > 0 else None}
         return out
+
+
+def run_record(record: dict | None, previous: object, *, attempt: int, form: str) -> dict | None:
+    """train.json's `throughput` for the run: this attempt's `record`, named by its attempt and step form;
+    when this attempt has no steady state to tell (a resume that found training finished, or 10 steps or
+    fewer), the steady measurement of the previous train.json (`previous`, read back: untrusted) where it
+    was made in the same step form, with the attempt that made it."""
+    if record is not None:
+        record = {**record, "attempt": attempt, "step": form}
+        if "steady" in record:
+            return record
+    old = previous.get("throughput") if isinstance(previous, dict) else None
+    if isinstance(old, dict) and isinstance(old.get("steady"), dict) and old.get("step", "eager") == form:
+        return old
+    return record

@@ -27,7 +27,7 @@ from atnat.experiments.data.batching import check_budget, longest_pair, make_loa
 from atnat.experiments.data.prepared import PreparedSplit, prepared_split
 from atnat.experiments.data.tasks import TaskData
 from atnat.experiments.evaluation.assemble import validation_search
-from atnat.experiments.files import path_part, write_json_atomic
+from atnat.experiments.files import path_part, read_json_object, write_json_atomic
 from atnat.experiments.modelfiles.checkpoints import (
     average_checkpoints,
     checkpoint_step,
@@ -41,7 +41,7 @@ from atnat.experiments.training.divergence import DivergenceGuard, UnfitGuard
 from atnat.experiments.training.logs import make_loggers
 from atnat.experiments.training.progress_reporter import ProgressReporter
 from atnat.experiments.training.resume import AtomicCheckpointIO, ResumeState, RunCheckpoint, SaveLast, resume_point
-from atnat.experiments.training.throughput import Throughput
+from atnat.experiments.training.throughput import Throughput, run_record
 from atnat.models.decoders.base import LossConfig
 from atnat.models.seq2seq import Seq2SeqModule
 
@@ -257,7 +257,14 @@ class SettingsChanged(AtnatError):
 def record_change(run_dir: Path, change, step: int) -> None:
     """Append an accepted change of settings, with the step from which it holds, to settings_changes.json."""
     path = run_dir / "settings_changes.json"
-    history = json.loads(path.read_text()) if path.is_file() else []
+    try:
+        history = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    except (OSError, ValueError) as err:
+        raise AtnatError(f"{path} cannot be read as the run's list of settings changes ({err}); move it aside "
+                         "to start the list again") from None
+    if not isinstance(history, list):
+        raise AtnatError(f"{path} holds a {type(history).__name__}, not the run's list of settings changes; "
+                         "move it aside to start the list again")
     history.append({"step": step, "time": datetime.datetime.now().isoformat(timespec="seconds"),
                     "changes": [{"key": k, "was": a, "now": b} for k, a, b in change.training]})
     write_json_atomic(path, history)
@@ -355,7 +362,8 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
             "evaluated_checkpoint": chosen.name, "averaged_steps": averaged_steps, "train_time_s": timer.time_elapsed("train"),
             "train_time_this_attempt_s": train_time, "attempts": attempts_of(run_dir),
             "averaged_final_alone": final_alone}  # every checkpoint preceded the averaging window
-    speed = next(c for c in trainer.callbacks if isinstance(c, Throughput)).record()
+    speed = run_record(next(c for c in trainer.callbacks if isinstance(c, Throughput)).record(),
+                       read_json_object(run_dir / "train.json"), attempt=len(info["attempts"]), form=t.step)
     if speed is not None:
         info["throughput"] = speed
     if initialised:

@@ -38,7 +38,8 @@ def cell_config(grid: str, cell: str, steps: int, form: str) -> dict:
         raise SystemExit(f"{grid}: {cell} learns from a teacher; time a cell without one (an AT)")
     raw = json.loads(json.dumps(cells[cell].raw))
     raw["train"] = {**raw.get("train", {}), "max_steps": steps, "val_every_steps": steps, "max_time_s": None,
-                    "step": form, "early_stop_patience": None}
+                    "step": form, "early_stop_patience": None,
+                    "devices": 1}  # the bare step is one device's: the run trains on one too (its tokens, its clock)
     raw["name"] = f"{cell}-{form}"
     return raw
 
@@ -81,7 +82,11 @@ def main(out: str, grid: str = "experiments/grids/multi30k.yaml", cell: str = "a
             run_dir = folder / form
             subprocess.run([sys.executable, __file__, "--train-only", str(config), str(run_dir)], check=True, cwd=ROOT)
             info = json.loads((run_dir / "train.json").read_text())
-            speed, steady = info["throughput"], info["throughput"].get("steady") or {}
+            speed = info.get("throughput") or {}
+            steady = speed.get("steady") or {}
+            if not steady or speed.get("world_size", 1) != 1:
+                raise SystemExit(f"{form}: the run recorded no one-device steady speed in {run_dir / 'train.json'} "
+                                 f"(throughput: {json.dumps(speed)[:200]})")
             cuda = info["accelerator"] == "CUDAAccelerator"
             threads = None if cuda else raw["train"].get("num_threads")
             per_step = round(steady["target_tokens"] / steady["steps"])
