@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from atnat.core.errors import AtnatError
-from atnat.core.options import require_between, require_positive
+from atnat.core.options import MAX_SEARCH, require_between
 from atnat.core.special import MAX_LEN_B, NEG_INF, SpecialTokens, check_length_rule
 from atnat.decoding.base import BlockVerifier, Hypotheses, Strategy, register_strategy
 from atnat.decoding.candidates import best_tokens, predicted_lengths
@@ -70,7 +70,7 @@ class Speculative(Strategy):
 
     def __post_init__(self) -> None:
         owner = f"strategy {self.registered_name!r}"
-        require_positive(owner, block=self.block)
+        require_between(self.block, 1, MAX_SEARCH, owner, "block")
         require_between(self.max_len_cap, 1, MAX_LEN_B, owner, "max_len_cap")
         check_length_rule(self.max_len_a, self.max_len_b, owner, "max_len", CAPPED)
 

@@ -145,7 +145,7 @@ def test_the_timing_phase_checks_its_tokens_against_the_evaluated_hypotheses():
     assert table.loc["at"].timed_equals_evaluated == 1.0 and table.loc["other"].timed_equals_evaluated == 0.5
 
 
-@pytest.mark.parametrize("kind", ["embedding", "attention", "layer", "step"])
+@pytest.mark.parametrize("kind", ["embedding", "attention", "layer", "step", "cross"])
 def test_speculative_decoding_refuses_a_verifier_its_block_pass_would_not_reproduce(kind):
     """The block pass is written against atnat's own parts, as the static step is: with a plugin's part or
     step it would verify with other arithmetic than the AT's greedy, and the output would not be lossless."""

@@ -219,6 +219,18 @@ def test_evaluate_refuses_a_strategy_asked_twice_or_one_without_its_teacher_befo
     out = capsys.readouterr()
     assert "--strategy: strategy speculative-k5 runs an AT teacher: give --teacher RUN" in out.err and out.out == ""
     assert sys.stdin.read() == "a b\n"  # not read
+    # a teacher that cannot verify in one block pass: refused before any strategy decodes (it was refused at the
+    # speculative strategy's first batch, after --strategy's whole decode)
+    import atnat.experiments.evaluation.assemble as assemble
+    import atnat.experiments.evaluation.evaluate as evaluate
+
+    with monkeypatch.context() as patched:
+        patched.setattr(assemble, "block_verify_problem", lambda decoder: "its own reasons")
+        patched.setattr(evaluate, "decode_split", lambda *a, **k: pytest.fail("decoded before the teacher was checked"))
+        assert main(["evaluate", "--checkpoint", str(cmlm), "--src", "src.txt", "--ref", "src.txt", "--no-speed",
+                     "--also", "speculative", "--teacher", str(run)]) == 2
+        assert (f"--teacher {run}: speculative decoding cannot verify with this AT teacher in one block pass: its own "
+                "reasons") in capsys.readouterr().err
     for command in (["translate", "--checkpoint", str(cmlm), "--strategy", "speculative"],
                     ["translate", "--checkpoint", str(cmlm), "--strategy", "npd"],
                     ["evaluate", "--checkpoint", str(cmlm), "--src", "src.txt", "--ref", "src.txt", "--no-speed",

@@ -109,3 +109,25 @@ def test_an_extra_test_of_a_task_that_names_its_files_is_read_from_a_data_dir_gi
         run_config_from_dict({**spec, "task": task, "name": "r", "decoder": "at"}, "r")
     given = run_config_from_dict({**spec, "task": task | {"data_dir": str(mine)}, "name": "r", "decoder": "at"}, "r")
     assert extra_test_split(given, "test2") == (["mine"], ["mine"])
+
+
+def test_a_speculative_system_is_checked_lossless_on_every_test_set_and_a_miss_is_a_caution(tmp_path, monkeypatch):
+    """The share of outputs equal to the verifier's greedy output was measured on the test split only, while the
+    report gives speculative decoding's BLEU on the further test sets too."""
+    from atnat.experiments.reporting.headline import cautions
+
+    data, spec = tiny_grid_dir(tmp_path, monkeypatch, ["test2"])
+    for side in ("xx", "yy"):
+        shutil.copy(data / f"valid.{side}", data / f"test2.{side}")
+    spec["cells"]["cmlm"] = {"decoder": "cmlm", "teacher": "at", "distill": {"targets": False},
+                             "eval": {"strategies": [{"name": "speculative", "block": 3}]}}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", str(tmp_path / "g.yaml"), "--results", "res"]) == 0
+    extra = pd.read_csv(tmp_path / "res" / "two-tests" / "extra_tests.csv")
+    spec_rows = extra[extra.strategy == "speculative-k3"]
+    assert len(spec_rows) == 1 and (spec_rows.verifier_greedy_match == 1.0).all()
+    assert extra[extra.strategy != "speculative-k3"].verifier_greedy_match.isna().all()
+    said = cautions(pd.DataFrame(columns=["task", "family", "strategy", "seed"]),
+                    extra.assign(verifier_greedy_match=[0.75 if s == "speculative-k3" else None for s in extra.strategy]))
+    assert said == ["Caution (parallel, test2): `cmlm-s1 / speculative-k3` is not lossless: its output differs from its AT "
+                    "verifier's greedy output in some test2 sentences (verifier_greedy_match 75.0%)."]

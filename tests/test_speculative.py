@@ -153,6 +153,9 @@ def test_a_block_beyond_the_output_budget_drafts_no_more_than_the_budget():
 def test_refusals():
     with pytest.raises(AtnatError, match="needs an AT verifier"):
         Speculative().search(Script(lambda j: 6), None, src_lengths=torch.tensor([3]), special=SP)
+    for block in (2.5, 3.0, 0, True):  # built in Python, not from a config (which checks types): one error, not a
+        with pytest.raises(AtnatError, match="strategy 'speculative': block"):  # dtype error mid-search
+            Speculative(block=block)
     with pytest.raises(TypeError, match="min_len"):
         Speculative(min_len=2)  # not an option: greedy with a minimum length has no speculative counterpart
     with pytest.raises(ConfigError, match="runs an AT teacher beside the decoder"):
@@ -205,3 +208,20 @@ def test_outputs_that_run_to_the_positional_table_s_end_stay_exact(block):
                               **needs_teacher(Speculative(block=block), at, src))
     assert greedy.lengths[:, 0].tolist() == [31, 20]  # the long one runs to the table's end
     assert spec.sequences(SP) == greedy.sequences(SP)
+
+
+def test_a_timed_speculative_call_checks_its_verifier_once_not_at_every_repeat(monkeypatch):
+    """The timing phase calls a system's decode many times; the check that the teacher can verify walks its
+    modules, so it is made when the call is built, and each timed search only builds the verifier."""
+    import atnat.experiments.evaluation.assemble as assemble
+    from atnat.experiments.evaluation.timing import System
+
+    at, cmlm, task = trained()
+    checks = []
+    check = assemble.block_verify_problem
+    monkeypatch.setattr(assemble, "block_verify_problem", lambda decoder: checks.append(1) or check(decoder))
+    src, _ = task.splits["test"]
+    sources = [task.tokenizer.encode(s) for s in src[:2]]
+    call = System("cmlm", "speculative-k4", cmlm, Speculative(block=4), sources, teacher=at).call([0, 1])
+    first, second = call(), call()
+    assert len(checks) == 1 and first.sequences(SP) == second.sequences(SP)

@@ -143,16 +143,18 @@ def refuse_unused_teacher(strategies: dict[str, object], teacher: str | None) ->
                          "a teacher serves npd and speculative: name one of those, or drop --teacher")
 
 
-def load_teacher(path: str | None, tokenizer, device):
+def load_teacher(path: str | None, tokenizer, device, strategies):
     """The --teacher model (npd's scorer, speculative's verifier), refused unless it reads and writes the same
-    tokens as the model: its ids index another vocabulary (an IndexError mid-way, or silently other words)."""
+    tokens as the model: its ids index another vocabulary (an IndexError mid-way, or silently other words); and,
+    where one of `strategies` verifies with it, unless its block pass computes its own step's arithmetic."""
     from atnat.experiments.evaluation.assemble import check_teacher  # lazy: start-up
     from atnat.experiments.modelfiles.loading import load_module  # lazy: start-up
 
     if not path:
         return None
     teacher, teacher_tokenizer = load_module(path, map_location=device)
-    check_teacher(teacher, teacher_tokenizer, tokenizer, f"--teacher {path}")
+    check_teacher(teacher, teacher_tokenizer, tokenizer, f"--teacher {path}",
+                  verifies=any(s.needs_verifier for s in strategies))
     return teacher
 
 
@@ -176,7 +178,7 @@ def cmd_translate(args) -> int:
     refuse_incompatible(module, strategy, "--strategy")  # before reading any input
     refuse_without_teacher(strategy, label, args.teacher, "--strategy")
     refuse_unused_teacher({label: strategy}, args.teacher)  # before the teacher is loaded
-    teacher = load_teacher(args.teacher, tokenizer, device)
+    teacher = load_teacher(args.teacher, tokenizer, device, [strategy])
     if teacher is not None:
         use_engine(teacher, engine, single_sentences=args.batch_size == 1)
     if args.compile:
@@ -434,7 +436,7 @@ def cmd_evaluate(args) -> None:
             raise AtnatError(f"{flag}: strategy {label} is asked for twice (also by {labels[label]})")
         labels[label] = flag
     refuse_unused_teacher(built, args.teacher)  # before the teacher is loaded
-    teacher = load_teacher(args.teacher, tokenizer, device)
+    teacher = load_teacher(args.teacher, tokenizer, device, built.values())
     if teacher is not None:
         use_engine(teacher, engine, single_sentences=not args.no_speed)
     speed = None if args.no_speed else SpeedSettings(latency_sentences=args.latency_sentences,

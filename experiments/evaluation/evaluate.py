@@ -125,7 +125,8 @@ def evaluate_extra_test(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, r
                         teacher: Seq2SeqModule | None = None) -> list[dict]:
     """Every strategy of the run on a further test split (eval.extra_tests): hypotheses in
     `hyps/<label>@<name>.txt` (references in `references@<name>.txt`, for the report's paired
-    comparisons), sacreBLEU with its interval, chrF and tokenised BLEU per strategy."""
+    comparisons), sacreBLEU with its interval, chrF and tokenised BLEU per strategy (and a speculative one's share
+    of outputs equal to its verifier's greedy output, as on the test split)."""
     src, tgt = extra_test_split(cfg, name)
     write_text_atomic(run_dir / f"references@{name}.txt", "\n".join(tgt) + "\n")
     split = encode_split(task.tokenizer, src, tgt, name=name, max_len=cfg.train.max_len)
@@ -138,7 +139,8 @@ def evaluate_extra_test(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, r
         q = corpus_quality(hyps, [tgt], tokenize=task.bleu_tokenize, n_bootstrap=cfg.eval.n_bootstrap)
         out.append({"strategy": label, "test_set": name, "sentences": len(src), "bleu": q.bleu,
                     "bleu_ci_low": q.bleu_ci_low, "bleu_ci_high": q.bleu_ci_high, "chrf": q.chrf,
-                    "bleu_tok": tokenized_bleu(hyps, [tgt], lang=task.lang, compound_split=cfg.eval.compound_split)})
+                    "bleu_tok": tokenized_bleu(hyps, [tgt], lang=task.lang, compound_split=cfg.eval.compound_split),
+                    **verifier_agreement(strategy, decoded, split, teacher, cfg.eval.max_tokens)})
     return out
 
 

@@ -79,9 +79,14 @@ class System:
         batch = collate([(i, self.sources[i], []) for i in indices])
         src, lengths = batch.src.to(dev), batch.src_lengths.to(dev)
 
+        # a verifier is checked here, once, and built inside each timed search (its encoder is the strategy's time);
+        # a scorer runs its teacher's encoder when it is made: inside each timed call
+        verifier = needs_teacher(self.search, self.teacher, src) if getattr(self.search, "needs_verifier", False) else None
+
         def run():
             with torch.inference_mode():
-                return self.module.decode(src, lengths, self.search, **needs_teacher(self.search, self.teacher, src))
+                teacher = verifier if verifier is not None else needs_teacher(self.search, self.teacher, src)
+                return self.module.decode(src, lengths, self.search, **teacher)
         return run
 
 

@@ -311,10 +311,11 @@ def speculation(g: GridResults, task: str, part: pd.DataFrame) -> list[str]:
     return out
 
 
-def cautions(ok: pd.DataFrame) -> list[str]:
+def cautions(ok: pd.DataFrame, extra: pd.DataFrame | None = None) -> list[str]:
     """Sentences for the first screen where a run did not do what its numbers assume: a speculative system
-    whose output differs from its AT verifier's greedy output, a system whose timed computation did not
-    reproduce the hypotheses scored for it. Per task, seed by seed (a mean would hide one bad seed)."""
+    whose output differs from its AT verifier's greedy output (on the test split, or on a further test set of
+    `extra`, extra_tests.csv), a system whose timed computation did not reproduce the hypotheses scored for
+    it. Per task, seed by seed (a mean would hide one bad seed)."""
     out = []
     for col, what in (("verifier_greedy_match", "is not lossless: its output differs from its AT verifier's greedy "
                                                 "output in some test sentences"),
@@ -328,6 +329,12 @@ def cautions(ok: pd.DataFrame) -> list[str]:
             shares = ", ".join((f"seed {int(r['seed'])}: " if pd.notna(r.get("seed")) else "") + f"{100 * float(r[col]):.1f}%"
                                for _, r in rows.iterrows())
             out.append(f"Caution ({task}): `{family} / {strategy}` {what} ({col} {shares}).")
+    if extra is not None and "verifier_greedy_match" in extra and not extra.empty:
+        bad = extra[pd.to_numeric(extra["verifier_greedy_match"], errors="coerce") < 1.0]
+        for (task, cell, strategy, test_set), rows in bad.groupby(["task", "cell", "strategy", "test_set"], sort=False):
+            shares = ", ".join(f"{100 * float(v):.1f}%" for v in rows["verifier_greedy_match"])
+            out.append(f"Caution ({task}, {test_set}): `{cell} / {strategy}` is not lossless: its output differs from "
+                       f"its AT verifier's greedy output in some {test_set} sentences (verifier_greedy_match {shares}).")
     return out
 
 
@@ -349,7 +356,7 @@ def headline_blocks(g: GridResults, threads: str) -> tuple[list[Block], list[Blo
         return [Block("heading", "Verdict", 2), Block("para", "No cell has finished: nothing to compare yet.")], []
     tasks = list(ok.groupby("task", sort=False))
     blocks = [Block("heading", "Verdict", 2), *[Block("para", verdict(g, task, part, threads)) for task, part in tasks]]
-    blocks += [Block("para", text) for text in cautions(ok)]
+    blocks += [Block("para", text) for text in cautions(ok, g.extra_tests)]
     blocks += [Block("para", text) for task, part in tasks for text in speculation(g, task, part)]
     tables = [headline_table(g, task, part)[0].assign(Task=task) for task, part in tasks]
     table = pd.concat(tables, ignore_index=True).fillna("–")

@@ -64,7 +64,8 @@ def add_significance(df: pd.DataFrame, runs: Path, *, method: str = "bs", n: int
 
 
 EXTRA_COLUMNS = ("cell", "family", "task", "decoder", "seed", "strategy", "test_set", "sentences", "bleu",
-                 "bleu_ci_low", "bleu_ci_high", "chrf", "bleu_tok")  # extra_tests.csv: eval.extra_tests' scores
+                 "bleu_ci_low", "bleu_ci_high", "chrf", "bleu_tok",
+                 "verifier_greedy_match")  # extra_tests.csv: eval.extra_tests' scores
 COMPARISON_COLUMNS = ("task", "test_set", "system", "against", "n_seeds", "bleu_diff", "diff_ci_low", "diff_ci_high",
                       "method", "diff_seed_se", "diff_sentence_se")  # the standard errors: the verdict's interval for
 # the best of several NATs is widened from them (headline.py); a comparisons.csv from before has none

@@ -19,18 +19,21 @@ from atnat.models.encoder import EncoderOut
 def block_verify_problem(decoder) -> str | None:
     """Why BlockVerifier would not compute what the decoder's own `step` computes after each prefix, or
     None. It is written against atnat's own parts (as the static step is: static_cache.foreign_part), so a
-    decoder with its own `step`, or a plugin's embedding, layer or attention, would be verified by other
-    arithmetic; and int8 layers that scale their activations per call would make a kept position depend on
-    the rejected draft tokens of its block. A decoder that knows the block pass is exact for it declares
-    `block_verify_exact = True`."""
+    decoder with its own `step`, or overriding a method its step calls (its cross-attention, say), or with a
+    plugin's embedding, layer or attention, would be verified by other arithmetic; and int8 layers that
+    scale their activations per call would make a kept position depend on the rejected draft tokens of its
+    block. A decoder that knows the block pass is exact for it declares `block_verify_exact = True`."""
     from atnat.models.decoders.autoregressive import AutoregressiveDecoder
-    from atnat.models.decoders.static_cache import foreign_part
+    from atnat.models.decoders.static_cache import EAGER_STEP_PARTS, foreign_part
 
     cls = type(decoder)
     if getattr(cls, "block_verify_exact", False):
         return None
     if not isinstance(decoder, AutoregressiveDecoder) or cls.step is not AutoregressiveDecoder.step:
         return f"{cls.__module__}.{cls.__qualname__} has its own step"
+    for name in (*EAGER_STEP_PARTS, "init_state"):  # what its own step calls and the block pass does not
+        if getattr(cls, name) is not getattr(AutoregressiveDecoder, name):
+            return f"{cls.__module__}.{cls.__qualname__} overrides {name}, which the block pass does not call"
     foreign = foreign_part(decoder)
     if foreign:
         return foreign
