@@ -69,3 +69,22 @@ def test_a_cell_timed_whose_run_folder_is_gone_is_not_run_not_a_row_without_bleu
     table = pd.read_csv(out / "interim" / "results.csv")
     assert table.loc[table.cell == "at-s1", "status"].tolist() == ["not run"]
     assert table.loc[table.status == "ok", "bleu"].notna().all()
+
+
+def test_a_regenerated_interim_report_shows_no_goals_the_grid_no_longer_sets(tmp_path, monkeypatch, capsys):
+    """goals.json was written where the grid had goals and left where it had none: the report then judged goals
+    the grid file no longer states."""
+    from tests.test_grid import write_grid
+
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path)  # a grid without goals
+    out = tmp_path / "res" / "tiny"
+    (out / "runs" / "at-s1").mkdir(parents=True)
+    (out / "runs" / "at-s1" / "metrics.json").write_text(json.dumps(
+        {"status": "ok", "rows": [{"strategy": "greedy", "strategy_name": "greedy", "bleu": 30.0}]}))
+    (out / "interim").mkdir()
+    (out / "interim" / "goals.json").write_text(json.dumps([{"goal": "AT greedy reaches 99", "system": "at / greedy",
+                                                             "at_least": 99}]))
+    assert main(["report", "--interim", str(grid), "--results", "res"]) == 0, capsys.readouterr().err
+    assert not (out / "interim" / "goals.json").exists()
+    assert "AT greedy reaches 99" not in (out / "interim" / "report.md").read_text()

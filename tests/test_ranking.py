@@ -165,8 +165,10 @@ def test_the_report_shows_each_asked_pair_on_its_test_sets_together(tmp_path):
     df, extra, runs = results(tmp_path)
     ranking = rank_systems(df, extra, runs, margin=1.0, n=100,
                            compare=[("a / greedy", "good / greedy"), ("b / greedy", "a / greedy")])
-    heading, _, table = _compare_section(SimpleNamespace(ranking=ranking, equivalence_margin=1.0))
+    heading, para, table = _compare_section(SimpleNamespace(ranking=ranking, equivalence_margin=1.0))
     assert heading.text == "Comparisons the grid asks for"
+    # a pair the headline holds back (the Holm-corrected test) reads "behind" here: the paragraph says why
+    assert "so a pair here may read ahead or behind where the headline says not resolved (with its Holm p)" in para.text
     frame = table.frame
     main = "main test set"  # these runs have no config.json naming their test split
     assert list(zip(frame["System"], frame["Test set"])) == [("a / greedy", main), ("a / greedy", "t2"),

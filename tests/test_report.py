@@ -804,3 +804,27 @@ def test_the_speed_note_names_the_weight_shapes_auto_packed():
     note = speed_note(part)
     assert "`auto`'s weight shapes on oneDNN's packed product (the rows' timing_engine_packed): 256->8000 from 64 rows / none" in note
     assert "packed" not in speed_note(part.drop(columns="timing_engine_packed"))
+
+
+def test_tables_no_cell_has_data_for_any_more_are_removed_not_drawn_again(tmp_path):
+    """A curve or sample table was written when some cell had data and never removed: a cell that failed or left
+    the grid since was still drawn in the figures (and its samples shown)."""
+    import json
+
+    from atnat.experiments.reporting.table import tabulate
+
+    run = tmp_path / "runs" / "at-s1"
+    (run / "curves").mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps(
+        {"status": "ok", "rows": [{"strategy": "greedy", "strategy_name": "greedy", "bleu": 30.0}]}))
+    pd.DataFrame({"position": [0, 1], "accuracy": [0.9, 0.8], "strategy": "greedy"}).to_csv(
+        run / "curves" / "position_accuracy.csv", index=False)
+    pd.DataFrame({"strategy": ["greedy"], "source": ["a"], "reference": ["b"], "hypothesis": ["c"]}).to_csv(
+        run / "samples.csv", index=False)
+    cells = [{"cell": "at-s1", "family": "at", "variant": "at", "task": "t", "decoder": "at", "autoregressive": True,
+              "seed": 1, "layers": "1+1", "distilled": False, "guided_attention": False, "options": "", "teacher": ""}]
+    tabulate(cells, tmp_path, n_bootstrap=10)
+    assert (tmp_path / "curves" / "position_accuracy.csv").is_file() and (tmp_path / "samples.csv").is_file()
+    (run / "metrics.json").write_text(json.dumps({"status": "failed", "error": "boom", "rows": []}))
+    tabulate(cells, tmp_path, n_bootstrap=10)
+    assert not (tmp_path / "curves" / "position_accuracy.csv").exists() and not (tmp_path / "samples.csv").exists()

@@ -208,8 +208,8 @@ def _mean_on_shared_seeds(part: pd.DataFrame, reference: pd.Series, other: pd.Se
 def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
     """At most three sentences: the best NAT against the AT reference (its paired difference and verdict,
     its batch-1 speed-up over AT greedy, and the NATs within reach of it: the best of noisy means is not a
-    winner by itself); the fastest system the AT reference does not beat beyond noise (and those whose
-    speed interval reaches its own); the best NAT against the greedy of speed.reference_at's AT (a
+    winner by itself); the fastest system the AT reference does not beat beyond noise, by the corrected test
+    nor by its paired interval alone, with that interval (and those whose speed interval reaches its own); the best NAT against the greedy of speed.reference_at's AT (a
     deep-encoder/shallow-decoder AT), if timed."""
     agg, comparisons, reference = _task(g, task, part)
     if reference is None:
@@ -266,8 +266,13 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
         fewer = f" ({scored} of {max(seeds, int(best['n_seeds']))} seeds)" if scored < max(seeds, int(best["n_seeds"])) else ""
         sentences.append(f"the best NAT by mean BLEU is {names[best['system']]} at {best['bleu']:.2f} BLEU{fewer}{gap}"
                          f"{speed}{reach}.")
+    def behind_on_its_interval(r: pd.Series) -> bool:  # the interval alone, even where the corrected test holds back
+        diff = diff_of(r["system"])
+        return diff is not None and pd.notna(diff["diff_ci_high"]) and diff["diff_ci_high"] < 0
+
     level = [r for _, r in agg.iterrows() if r["system"] != reference["system"] and word(r) not in ("behind", "–")
-             and pd.notna(r.get("speedup_vs_at")) and not is_engine_twin(pd.DataFrame([r])).iloc[0]]
+             and not behind_on_its_interval(r) and pd.notna(r.get("speedup_vs_at"))
+             and not is_engine_twin(pd.DataFrame([r])).iloc[0]]
     if level:
         fast = max(level, key=lambda r: r["speedup_vs_at"])
         low = interval(fast, "speedup_vs_at")[0]
@@ -276,8 +281,10 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
         overlap = "" if not rivals else (f" (on the mean: the speed interval of {_listing(rivals)} reaches its own)"
                                          if len(rivals) == 1 else
                                          f" (on the mean: the speed intervals of {_listing(rivals)} reach its own)")
-        sentences.append(f"The fastest system not behind {ref_name} beyond noise is {names[fast['system']]}, at "
-                         f"{_interval_text(fast, 'speedup_vs_at', suffix='×')} AT greedy's batch-1 speed{overlap}.")
+        fast_diff = diff_of(fast["system"])
+        fast_gap = "" if fast_diff is None else f" ({_diff_text(fast_diff, g.equivalence_margin)} against it)"
+        sentences.append(f"The fastest system not behind {ref_name} beyond noise is {names[fast['system']]}{fast_gap}, "
+                         f"at {_interval_text(fast, 'speedup_vs_at', suffix='×')} AT greedy's batch-1 speed{overlap}.")
     if len(nats) and "speedup_vs_ref_at" in agg and pd.notna(best.get("speedup_vs_ref_at")):
         cell = str(best.get("ref_at_baseline", "")).split(" / ")[0]
         ref_at = names.get(f"{re.sub(r'-s[0-9]+$', '', cell)} / greedy", f"{re.sub(r'-s[0-9]+$', '', cell)} AT greedy")
@@ -338,6 +345,18 @@ def cautions(ok: pd.DataFrame, extra: pd.DataFrame | None = None) -> list[str]:
     return out
 
 
+def left_out(table: pd.DataFrame) -> str:
+    """A first-screen sentence naming the cells the verdict does not stand on: failed, or with no result yet
+    ('' when every cell finished)."""
+    cells = table.drop_duplicates("cell")
+    failed = cells.loc[~cells["status"].isin(["ok", "not run"]), "cell"].astype(str).tolist()
+    not_run = cells.loc[cells["status"] == "not run", "cell"].astype(str).tolist()
+    parts = ([f"{len(failed)} failed cell{'s' if len(failed) != 1 else ''} ({_listing([f'`{c}`' for c in failed])})"]
+             if failed else []) + ([f"{len(not_run)} cell{'s' if len(not_run) != 1 else ''} with no result yet "
+                                    f"({_listing([f'`{c}`' for c in not_run])})"] if not_run else [])
+    return f"Not in this verdict: {' and '.join(parts)}; the Overview lists them." if parts else ""
+
+
 def _listing(names: list[str], shown: int = 3) -> str:
     """'A', 'A and B', 'A; B; C' (names hold commas), or the first `shown` and how many more: a reader is told
     which systems, not only how many."""
@@ -345,6 +364,27 @@ def _listing(names: list[str], shown: int = 3) -> str:
         return " and ".join(names)
     more = len(names) - shown
     return "; ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def column_names(g: GridResults, tasks: list[tuple[str, pd.DataFrame]]) -> dict[str, str]:
+    """The headline columns that compare with a system, named by that system where every task has the same one
+    (AT 3+3 beam 5, AT 3+3 greedy, AT 5+1 greedy: "AT reference" beside "reference AT" told a reader neither)."""
+    seen: dict[str, set[str]] = {}
+    for task, part in tasks:
+        agg, _, reference = _task(g, task, part)
+        if reference is None:
+            return {}
+        names = plain_names(agg)
+        seen.setdefault("Δ BLEU vs AT reference [95%]", set()).add(f"Δ BLEU vs {names[reference['system']]} [95%]")
+        greedy = names.get(f"{reference['family']} / greedy")
+        for column in ("× AT greedy, batch 1", "× AT greedy, throughput"):
+            seen.setdefault(column, set()).add(column.replace("AT greedy", greedy) if greedy else column)
+        cells = {str(v).split(" / ")[0] for v in agg.get("ref_at_baseline", pd.Series(dtype=str)).dropna() if str(v)}
+        family = {re.sub(r"-s[0-9]+$", "", c) for c in cells if c != "nan"}
+        ref_at = names.get(f"{family.pop()} / greedy") if len(family) == 1 else None
+        seen.setdefault("× reference AT greedy, batch 1", set()).add(f"× {ref_at}, batch 1" if ref_at else
+                                                                    "× reference AT greedy, batch 1")
+    return {column: names_.pop() for column, names_ in seen.items() if len(names_) == 1}
 
 
 def headline_blocks(g: GridResults, threads: str) -> tuple[list[Block], list[Block]]:
@@ -357,11 +397,14 @@ def headline_blocks(g: GridResults, threads: str) -> tuple[list[Block], list[Blo
     tasks = list(ok.groupby("task", sort=False))
     blocks = [Block("heading", "Verdict", 2), *[Block("para", verdict(g, task, part, threads)) for task, part in tasks]]
     blocks += [Block("para", text) for text in cautions(ok, g.extra_tests)]
+    if (absent := left_out(g.table)):
+        blocks.append(Block("para", absent))
     blocks += [Block("para", text) for task, part in tasks for text in speculation(g, task, part)]
     tables = [headline_table(g, task, part)[0].assign(Task=task) for task, part in tasks]
     table = pd.concat(tables, ignore_index=True).fillna("–")
     order = (["Task"] if len(tasks) > 1 else []) + [c for c in HEADLINE_COLUMNS if any(c in t for t in tables)]
-    blocks.append(Block("table", frame=table[[c for c in order if c in table]]))
+    named = column_names(g, tasks)
+    blocks.append(Block("table", frame=table[[c for c in order if c in table]].rename(columns=named)))
     note = Block("note", "Headline table: intervals are 95%: Student's t over the seeds with the test-sentence variance "
                          "added (one seed: the test sentences resampled only). Δ BLEU is paired with the AT "
                          "reference, sentence by sentence and seed by seed; the verdict says ahead or behind "
@@ -374,7 +417,7 @@ def headline_blocks(g: GridResults, threads: str) -> tuple[list[Block], list[Blo
                          "its interval is widened to 1 - 0.05/m (Bonferroni, as the goals table does for a best of "
                          "several); behind or not resolved stand at 95%, as in the table. Speed-ups are paired "
                          "ratios of the same sentences' times, widened to "
-                         "the A/A noise floor; × reference AT greedy is over the greedy search of the grid's "
+                         "the A/A noise floor; the last speed-up is over the greedy search of the grid's "
                          "speed.reference_at (the AT the verdict names last). Every system, every strategy: the "
                          "overview below.")
     return blocks, [note]

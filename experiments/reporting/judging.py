@@ -183,8 +183,7 @@ def _task_summary(task: str, part: pd.DataFrame, comparisons: pd.DataFrame | Non
         family_of = dict(zip(part["cell"], part["family"].fillna(part["cell"]))) if "family" in part else {}
         text += ", " + _verdict(nat, at, _comparison(comparisons, task, nat, at), margin, family_of)
         text += _other_test_sets(comparisons, task, nat, at)
-    threads = f"{int(nat['timing_threads'])} CPU thread{'s' if nat['timing_threads'] != 1 else ''}" \
-        if pd.notna(nat.get("timing_threads")) else timing
+    threads = _threads(part, nat) or timing
     speed = _speed(nat, threads)
     text += f". It runs {speed}" if speed else ""
     text += _within_reach(agg[nat_rows], nat, ranking)
@@ -274,3 +273,16 @@ REACH_NAMED = 3  # other NAT systems within reach that the summary names
 FRONT_NAMED = 4  # systems of the front the summary names before it points to the figure
 _SPEEDS = (("speedup_vs_at", "the batch-1 speed"), ("throughput_speedup_vs_at", "the large-batch throughput"),
            ("speedup_vs_ct2", "the batch-1 speed"), ("throughput_speedup_vs_ct2", "the large-batch throughput"))
+
+
+def _threads(part: pd.DataFrame, system: pd.Series) -> str:
+    """The CPU threads the system's seeds were timed with ('1 CPU thread', '1 to 2 CPU threads'); '' when not
+    recorded. From the seeds' rows, not their mean (seeds timed at 1, 2 and 2 threads are no '1 CPU thread')."""
+    if "timing_threads" not in part:
+        return ""
+    rows = part[(part["family"].astype(str) == str(system["family"])) & (part["strategy"].astype(str) == str(system["strategy"]))]
+    counts = sorted({int(t) for t in pd.to_numeric(rows["timing_threads"], errors="coerce").dropna()})
+    if not counts:
+        return ""
+    return (f"{counts[0]} CPU thread{'s' if counts[0] != 1 else ''}" if len(counts) == 1 else
+            f"{counts[0]} to {counts[-1]} CPU threads (by seed)")

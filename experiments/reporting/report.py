@@ -262,8 +262,8 @@ def _goals(g: GridResults) -> list[Block]:
                                **{"Speed-up vs AT greedy": checked["Speed-up vs AT greedy"].map(
                                    lambda v: DASH if pd.isna(v) else f"{v:.2f}×")},
                                **{"Over target": over, "Beyond noise": checked["Beyond noise"].replace("", DASH),
-                                  "Result": [f"{r} on the mean, not beyond noise" if r in ("met", "missed") and b == "no"
-                                             else r for r, b in zip(checked["Result"], checked["Beyond noise"])]})
+                                  "Result": [_result_shown(r, b) for r, b in zip(checked["Result"],
+                                                                                 checked["Beyond noise"])]})
         frame = frame.drop(columns=["Over low", "Over high"])
         blocks += [Block("heading", "Goals", 2),  # goals.json keeps met / missed; the table says when only on the mean
                    Block("para", f"Of the grid file's {len(checked)} goals, on {over_seeds}: {met} met ({sure} beyond "
@@ -659,7 +659,10 @@ def _compare_section(g: GridResults) -> list[Block]:
         "Each pair of the grid file's `compare:`: BLEU of the system minus the other's, the mean over seeds of "
         f"the paired difference with its 95% interval ({INTERVAL}), "
         "on every test set. ahead / behind: the interval excludes 0 (\"by less than\" the margin when it also lies "
-        f"inside it); equivalent: it lies within ±{g.equivalence_margin:g} BLEU; not resolved: neither."
+        f"inside it); equivalent: it lies within ±{g.equivalence_margin:g} BLEU; not resolved: neither. Each pair is "
+        "judged by its own interval, as ranking.csv judges it; the headline table's verdict against the AT reference "
+        "also asks the paired test, Holm-corrected over all the systems compared with it, so a pair here may read "
+        "ahead or behind where the headline says not resolved (with its Holm p)."
         + _one_seed_caveat(asked, "ahead / behind")
         + (" " + _not_compared(wanted, done) if _not_compared(wanted, done) else ""))),
         Block("table", frame=frame)]
@@ -801,3 +804,13 @@ def write_report(results_dir: Path, figures: bool = True) -> tuple[Path, Path]:
     write_text_atomic(md_path, render_markdown(blocks))
     write_text_atomic(html_path, render_html(blocks, grid.root, f"Grid report: {grid.name}"))
     return md_path, html_path
+
+
+def _result_shown(result: str, beyond_noise: object) -> str:
+    """A goal's Result as the table shows it: met / missed with how firmly - beyond noise (as is), on the mean only,
+    or with no interval to judge noise by (a bare "met" would read as a sure one)."""
+    if result not in ("met", "missed") or beyond_noise == "yes":
+        return result
+    if beyond_noise == "no":
+        return f"{result} on the mean, not beyond noise"
+    return f"{result} on the mean (no interval)"

@@ -242,9 +242,18 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
     out.mkdir(parents=True, exist_ok=True)
     write_csv(df, out / "results.csv")
     (out / "curves").mkdir(exist_ok=True)
-    for curve, frames in curves.items():
+    for curve, frames in curves.items():  # a table no cell has data for now is removed: it would be drawn again
         if frames:
             write_csv(pd.concat(frames, ignore_index=True), out / "curves" / f"{curve}.csv")
+        else:
+            _remove(out / "curves" / f"{curve}.csv")
     if samples:
         write_csv(pd.concat(samples, ignore_index=True), out / "samples.csv")
+    else:
+        _remove(out / "samples.csv")
     return df
+
+
+def _remove(path: Path) -> None:
+    if path.is_file() or path.is_symlink():
+        path.unlink()

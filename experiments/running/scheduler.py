@@ -265,8 +265,7 @@ def _interim(grid, path, runs: Path, interim: Path, source: str | None, final: b
                              "no timing phase yet") + (f"; read from {source}" if source else ""))
     env.pop("wall_time_s")
     write_json_atomic(interim / "environment.json", env)
-    if grid.goals:
-        write_json_atomic(interim / "goals.json", grid.goals)
+    write_goals(interim, grid.goals)
     write_report(interim, figures and grid.report.figures)
     return interim
 
@@ -297,8 +296,7 @@ def write_restat(path, *, results_root: Path = Path("results"), smoke: bool = Fa
         env |= {"restat": {k: now[k] for k in ("command", "git_commit", "git_dirty", "started") if k in now},
                 **_judged_by(grid), "results_rows": len(table), "tables": tables_written(out)}
         write_json_atomic(out / "environment.json", env)
-        if grid.goals:  # judged as the grid states them now, as ranking.csv's goal pairs are
-            write_json_atomic(out / "goals.json", grid.goals)
+        write_goals(out, grid.goals)  # judged as the grid states them now, as ranking.csv's goal pairs are
         write_report(out, figures and grid.report.figures)
     return out, damaged
 
@@ -350,12 +348,18 @@ def write_outputs(grid, out: Path, path, started: float, run_info: dict, timed_b
     write_json_atomic(out / "environment.json", env)
     # the grid file as run: the report tells a reader when the file has changed since (its settings differ)
     atomic_write_bytes(out / "grid-as-run.yaml", grid.source or Path(grid.path).read_bytes())
-    if grid.goals:
-        write_json_atomic(out / "goals.json", grid.goals)
-    elif (out / "goals.json").exists():  # the grid no longer sets goals: the report must not show old ones
-        (out / "goals.json").unlink()
+    write_goals(out, grid.goals)
     write_report(out, grid.report.figures)
     print(f"results: {out / 'results.csv'} ({len(table)} rows); report: {out / 'report.md'}")
+
+
+def write_goals(out: Path, goals: list) -> None:
+    """goals.json for the report: the grid's goals as it states them now; none where it sets none (an old file
+    left behind would show goals the grid no longer has)."""
+    if goals:
+        write_json_atomic(out / "goals.json", goals)
+    elif (out / "goals.json").exists() or (out / "goals.json").is_symlink():
+        (out / "goals.json").unlink()
 
 
 def where_cells_resume(cells: list[Cell]) -> str:
