@@ -209,8 +209,8 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
     """At most three sentences: the best NAT against the AT reference (its paired difference and verdict,
     its batch-1 speed-up over AT greedy, and the NATs within reach of it: the best of noisy means is not a
     winner by itself); the fastest system the AT reference does not beat beyond noise, by the corrected test
-    nor by its paired interval alone, with that interval (and those whose speed interval reaches its own); the best NAT against the greedy of speed.reference_at's AT (a
-    deep-encoder/shallow-decoder AT), if timed."""
+    nor by its paired interval alone, with that interval (and those whose speed interval reaches its own); the
+    best NAT against the greedy of speed.reference_at's AT (a deep-encoder/shallow-decoder AT), if timed."""
     agg, comparisons, reference = _task(g, task, part)
     if reference is None:
         return f"{task}: no finished AT system to compare with."
