@@ -74,6 +74,27 @@ def test_the_fused_optimizer_step_equals_eager_over_20_steps(decoder, options):
     assert_equal_to_eager(decoder, options, "fused")
 
 
+@pytest.mark.parametrize("schedule", ["linear", "exponential", "inverse_sigmoid"])
+def test_a_schedule_by_step_compiles_once_not_at_every_step(schedule):
+    """A compiled training step reads the training step (scheduled sampling, GLAT's annealing): where a schedule
+    made dynamo specialise on its value, every step compiled again, until the recompile limit sent the step back to
+    eager mode without a word (the inverse sigmoid's math.exp did)."""
+    from atnat.models.decoders.autoregressive import sampling_probability
+    from atnat.models.decoders.glancing import GlancingOptions, glancing_ratio
+
+    def scaled(x, step):
+        p = sampling_probability(schedule, step, 500.0, 0.25)
+        return x * (1 - p) * glancing_ratio(GlancingOptions(glat_anneal_steps=300), step)
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    step_fn, x = torch.compile(scaled), torch.ones(3)
+    for step in range(0, 1200, 100):
+        assert torch.allclose(step_fn(x, step), scaled(x, step), rtol=1e-6)
+    frames = torch._dynamo.utils.counters["frames"]
+    assert frames["total"] == frames["ok"] <= 2  # static, then dynamic in the step: two compiles, none left to eager
+
+
 @pytest.mark.slow  # compiling takes a minute or more per decoder on a CPU
 @pytest.mark.parametrize("decoder,options", DECODERS, ids=[d for d, _ in DECODERS])
 def test_the_compiled_step_equals_eager_over_20_steps(decoder, options):

@@ -21,6 +21,8 @@ def test_a_run_records_the_tokens_it_trained_on_and_its_loop_time_without_valida
 
     monkeypatch.setattr(Seq2SeqModule, "training_step", spy)
     monkeypatch.setattr(throughput, "WARM_STEPS", 3)
+    compiles = iter([5, 7, 10])  # torch.compile's graphs so far: at the start, after the warm steps, at the end
+    monkeypatch.setattr(throughput, "graphs_compiled", lambda: next(compiles))
     raw = {**TINY["base"], "name": "speed", "decoder": {"name": "at"}}
     raw["train"] = {**raw["train"], "max_steps": 12, "val_every_steps": 4}
     train(run_config_from_dict(raw, "test"), tmp_path / "run")
@@ -33,6 +35,7 @@ def test_a_run_records_the_tokens_it_trained_on_and_its_loop_time_without_valida
     assert steady["after_steps"] == 3 and steady["steps"] == 9
     assert steady["target_tokens"] == sum(t for _, t in seen[3:])
     assert 0 < steady["loop_s"] <= record["loop_s"]
+    assert record["graphs_compiled"] == 5 and steady["graphs_compiled"] == 3  # compiling after the warm steps shows
 
 
 def test_validation_time_is_left_out_of_the_loop(tmp_path, monkeypatch):

@@ -18,6 +18,16 @@ import torch
 WARM_STEPS = 10  # steps of this attempt before the steady-state clock starts
 
 
+def graphs_compiled() -> int:
+    """Graphs torch.compile has made in this process so far (its dynamo counters; 0 where there are none): a
+    compiled step that compiles again after its first steps spends part of its steady state compiling."""
+    try:
+        from torch._dynamo.utils import counters
+        return int(counters["stats"]["unique_graphs"])
+    except (ImportError, AttributeError, KeyError, TypeError, ValueError):
+        return 0
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -37,6 +47,7 @@ class Throughput(pl.Callback):
         self._validation_s = self._warm_validation_s = 0.0
         self._validation_started: float | None = None
         self._world_size = 1
+        self._graphs: list[int] = []
 
     def _now(self, module) -> float:
         synchronize(module.device)
@@ -44,6 +55,7 @@ class Throughput(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module) -> None:
         self._tokens = torch.zeros(2, dtype=torch.long, device=pl_module.device)
+        self._graphs = [graphs_compiled()]  # at the start, after the warm steps, at the end
         self._started = self._now(pl_module)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
@@ -56,6 +68,7 @@ class Throughput(pl.Callback):
             self._warm_tokens = self._tokens.clone()
             self._warm_at = self._now(pl_module)
             self._warm_validation_s = self._validation_s
+            self._graphs.append(graphs_compiled())
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module) -> None:
         if self._started is not None and self._ended is None:  # a validation inside fit's training loop
@@ -70,6 +83,7 @@ class Throughput(pl.Callback):
         if self._started is None:
             return
         self._ended = self._now(pl_module)
+        self._graphs.append(graphs_compiled())
         # every rank trains on its own share of the batches: the run's tokens are their sum (one collective,
         # which every rank reaches here; the identity in a single process)
         reduce = trainer.strategy.reduce
@@ -86,7 +100,8 @@ class Throughput(pl.Callback):
         loop_s = self._ended - self._started - self._validation_s
         out = {"steps": self._steps, "world_size": self._world_size, "source_tokens": src, "target_tokens": tgt,
                "validation_s": round(self._validation_s, 3), "loop_s": round(loop_s, 3),
-               "target_tokens_per_s": round(tgt / loop_s, 1) if loop_s > 0 else None}
+               "target_tokens_per_s": round(tgt / loop_s, 1) if loop_s > 0 else None,
+               "graphs_compiled": self._graphs[-1] - self._graphs[0]}
         if self._warm_at is not None and self._steps > WARM_STEPS:
             warm_src, warm_tgt = (int(v) for v in self._warm_tokens.tolist())
             steady_s = self._ended - self._warm_at - (self._validation_s - self._warm_validation_s)
@@ -94,7 +109,8 @@ class Throughput(pl.Callback):
             out["steady"] = {"after_steps": WARM_STEPS, "steps": self._steps - WARM_STEPS,
                              "target_tokens": steady_tgt, "loop_s": round(steady_s, 3),
                              "s_per_step": round(steady_s / (self._steps - WARM_STEPS), 5),
-                             "target_tokens_per_s": round(steady_tgt / steady_s, 1) if steady_s > 0 else None}
+                             "target_tokens_per_s": round(steady_tgt / steady_s, 1) if steady_s > 0 else None,
+                             "graphs_compiled": self._graphs[-1] - self._graphs[1]}
         return out
 
 

@@ -44,8 +44,8 @@ def sampling_probability(schedule: str, step: int, k: float, cap: float) -> floa
         gold = 1.0 - step / max(k, 1.0)
     elif schedule == "exponential":
         gold = (1.0 - 1.0 / max(k, 1.0)) ** step
-    else:  # inverse sigmoid: gold = k / (k + exp(step / k))
-        gold = k / (k + math.exp(min(step / k, 700.0)))
+    else:  # inverse sigmoid: gold = k / (k + exp(step / k)); e ** x, not math.exp, stays symbolic under
+        gold = k / (k + math.e ** min(step / k, 700.0))  # torch.compile (exp made a compiled step recompile each step)
     return min(cap, max(0.0, 1.0 - gold))
 
 

@@ -95,6 +95,7 @@ def main(out: str, grid: str = "experiments/grids/multi30k.yaml", cell: str = "a
                    "steps": speed["steps"], "steady_after_steps": steady["after_steps"],
                    "steady_target_tokens_per_step": per_step, "steady_s_per_step": steady.get("s_per_step"),
                    "steady_target_tokens_per_s": steady.get("target_tokens_per_s"),
+                   "steady_graphs_compiled": steady.get("graphs_compiled"),  # > 0: compiling inside the steady part
                    "loop_target_tokens_per_s": speed["target_tokens_per_s"], "loop_s": speed["loop_s"],
                    "validation_s": speed["validation_s"], "target_tokens": speed["target_tokens"]}
             precision = bench_precision(info["precision"])
