@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from atnat.core.errors import AtnatError
 from atnat.core.options import require_number_between
 from atnat.core.special import NEG_INF, SpecialTokens
 from atnat.decoding.base import Hypotheses, Strategy, register_strategy
@@ -32,11 +33,15 @@ def vertex_tokens(log_probs: Tensor, special: SpecialTokens) -> tuple[Tensor, Te
 
 
 def walk(next_vertex: list[list[int]], last: list[int]) -> list[list[int]]:
-    """Per row, the vertices from 0 following next_vertex (B lists of L) until the row's last vertex."""
+    """Per row, the vertices from 0 following next_vertex (B lists of L) until the row's last vertex. Every link
+    leads to a later vertex; one that does not (scores gone NaN pick any vertex) is one error, not an endless walk."""
     paths = []
-    for step, end in zip(next_vertex, last):
+    for row, (step, end) in enumerate(zip(next_vertex, last)):
         path = [0]
         while path[-1] < end:
+            if step[path[-1]] <= path[-1]:
+                raise AtnatError(f"DAG decoding, row {row}: vertex {path[-1]} links to vertex {step[path[-1]]}, not a later "
+                                 "one: the model's scores are not finite (NaN weights?)")
             path.append(step[path[-1]])
         paths.append(path)
     return paths

@@ -382,3 +382,32 @@ def test_joint_viterbi_equals_brute_force_over_every_path_and_length_in_a_padded
                 / (len(got) - 2) ** beta
             assert got[0] == 0 and got[-1] == last[b] and got == sorted(set(got)), (beta, b, got)
             assert score == pytest.approx(best, abs=1e-4), (beta, b, got)
+
+
+def test_a_nan_model_is_a_non_finite_loss_not_targets_that_do_not_fit(monkeypatch):
+    """A row whose likelihood was NaN counted as a target too long for its graph: its loss became 0, the divergence
+    guard saw nothing, and the unfit guard stopped the run saying to raise upsample."""
+    from atnat.models.decoders.dag import DAGDecoder
+
+    module = Seq2SeqModule(vocab_size=V, decoder="dag", model=TINY_MODEL, decoder_options={"upsample": 2.0}).eval()
+    monkeypatch.setattr(DAGDecoder, "emissions", staticmethod(
+        lambda logits, targets: torch.full((logits.size(0), targets.size(1), logits.size(1)), float("nan"))))
+    batch = batch_of([[A, B, C]], [[A, B, 0]])
+    parts = module.decoder.loss(batch, module.encode(batch.src))
+    assert not torch.isfinite(parts["tokens"].value) and parts["unfit"].value.item() == 0
+
+
+def test_a_walk_along_links_that_do_not_advance_is_one_error_not_an_endless_loop():
+    from atnat.decoding.dag_walk import walk
+
+    assert walk([[2, 0, 4, 0, 0]], [4]) == [[0, 2, 4]]
+    with pytest.raises(AtnatError, match="row 0: vertex 2 links to vertex 2, not a later one"):
+        walk([[2, 2, 2, 4, 0]], [4])
+
+
+@pytest.mark.parametrize("upsample", [float("inf"), float("nan"), 65.0, 0.5])
+def test_upsample_is_a_finite_number_of_vertices_per_source_token(upsample):
+    from atnat.models.decoders.dag import DAGOptions
+
+    with pytest.raises(AtnatError, match="upsample must be a number from 1 to 64"):
+        DAGOptions(upsample=upsample)

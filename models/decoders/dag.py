@@ -25,10 +25,12 @@ from torch import Tensor, nn
 from atnat.core.options import require
 from atnat.models.batch import Batch
 from atnat.models.decoders.base import Decoder, register_decoder
-from atnat.models.decoders.dag_paths import dag_best_alignment, dag_log_likelihood
+from atnat.models.decoders.dag_paths import dag_best_alignment, dag_log_likelihood, target_fits
 from atnat.models.decoders.glancing import GlancingOptions, feed_tokens, glance_positions, glancing_ratio
 from atnat.models.encoder import EncoderOut
 from atnat.models.losses import Loss
+
+MAX_UPSAMPLE = 64  # vertices per source token, at most (the paper's 8; links grow as the square of the graph)
 
 MASKED = -1e9  # a finite score for links that may not be taken, before the final -inf (keeps gradients finite)
 
@@ -37,13 +39,14 @@ MASKED = -1e9  # a finite score for links that may not be taken, before the fina
 class DAGOptions(GlancingOptions):
     """Options of the DAG decoder (plus the glat_* fields of GlancingOptions; glancing on by default)."""
 
-    upsample: float = 8.0  # lambda: vertices per source token (L = floor(lambda * S) + 2; the paper's 8)
+    upsample: float = 8.0  # lambda: vertices per source token (L = floor(lambda * S) + 2; the paper's 8), taken as the
+    # nearest fraction with a denominator up to 1000
     glat: bool = True  # glancing on the best path of the reference (the paper's training)
 
     def __post_init__(self):
         super().__post_init__()
-        require(self.upsample >= 1.0, "decoder options", "upsample", "a number >= 1 (vertices per source token)",
-                self.upsample)
+        require(math.isfinite(self.upsample) and 1.0 <= self.upsample <= MAX_UPSAMPLE, "decoder options", "upsample",
+                f"a number from 1 to {MAX_UPSAMPLE} (vertices per source token)", self.upsample)
 
 
 def graph_size(src_length, upsample: float):
@@ -174,7 +177,9 @@ class DAGDecoder(Decoder):
         logits, links, attns = self.decode_graph(memory, padding_mask, tokens, glanced,
                                                  need_weights=self.wants_attention)
         likelihood = dag_log_likelihood(self.emissions(logits, targets), links, sizes, lengths)  # (B,)
-        fits = torch.isfinite(likelihood)  # a target longer than its graph is left out, and counted
+        # a target longer than its graph is left out, and counted; a non-finite likelihood of one that fits stays in
+        # the loss (the run diverged: the divergence guard says so, not "targets too long")
+        fits = target_fits(sizes, lengths)
         per_token = (likelihood / lengths.float()).masked_fill(~fits, 0.0)
         parts = {"tokens": Loss(-per_token.sum() / fits.sum().clamp(min=1)),
                  "unfit": Loss((~fits).float().mean().detach(), 0.0)}

@@ -22,7 +22,7 @@ def _first_vertex(match_0: Tensor) -> Tensor:
     return match_0.masked_fill(~first, float("-inf"))
 
 
-def _fits(graph_lengths: Tensor, target_lengths: Tensor) -> Tensor:
+def target_fits(graph_lengths: Tensor, target_lengths: Tensor) -> Tensor:
     """(B,) True where a path exists: one token on a one-vertex graph, or 2 <= M_b <= L_b (first != last)."""
     return (target_lengths <= graph_lengths) & (target_lengths >= 1) & ((target_lengths >= 2) | (graph_lengths == 1))
 
@@ -94,7 +94,7 @@ def dag_log_likelihood(match: Tensor, links: Tensor, graph_lengths: Tensor, targ
             if still.any():
                 again = torch.where(still, _log_space_forward(*part), again)
             answer = answer.index_put((rows,), again.float())
-        fits = _fits(graph_lengths, target_lengths)
+        fits = target_fits(graph_lengths, target_lengths)
         return answer.masked_fill(~fits, float("-inf"))
 
 
@@ -124,5 +124,5 @@ def dag_best_alignment(match: Tensor, links: Tensor, graph_lengths: Tensor,
             path[:, m] = torch.where(on, vertex, -1)
             if m > 0:
                 vertex = torch.where(on, back[m, rows, vertex], vertex)
-        fits = _fits(graph_lengths, target_lengths)
+        fits = target_fits(graph_lengths, target_lengths)
         return path.masked_fill(~fits[:, None], -1), best.masked_fill(~fits, float("-inf"))
