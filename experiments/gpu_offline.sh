@@ -50,7 +50,7 @@ install() {
   [ -f "$results/.installed" ] && return 0
   python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl \
     || { echo "start: installing the carried wheels failed (carry .whl: bash experiments/gpu_offline.sh pack)" >&2; return 1; }
-  python3 -m pip install --quiet --no-deps --no-build-isolation -e . \
+  python3 -m pip install --quiet --no-index --disable-pip-version-check --no-deps --no-build-isolation -e . \
     || { echo "start: pip install -e . failed" >&2; return 1; }
   # the grid files read ../shared/data/multi30k: point it at the carried copy
   [ -f .data/multi30k/train.en ] || { echo "start: no .data/multi30k (carry .data)" >&2; return 1; }
@@ -160,7 +160,7 @@ bench() {
   finish
 }
 
-checks() {  # the newest GPU code's checks and measurements, most wanted first, in one step of about 9 minutes (its time limits add up to 560 s)
+checks() {  # the newest GPU code's checks and measurements, most wanted first, in one step of about 9 minutes (its time limits add up to 520 s)
   install || return 1
   machine
   ! grid_running || { echo "checks: the grid is still running; time nothing beside it" >&2; return 1; }
@@ -168,7 +168,7 @@ checks() {  # the newest GPU code's checks and measurements, most wanted first, 
     -k "graph or step_counters or validation" --junitxml="$out/gpu-checks.xml" 2>&1 | tee "$out/gpu-checks.log" | tail -n 15
   note "${PIPESTATUS[0]}" "the GPU tier's graph, step-counter and validation tests"
   # a whole run's speed against the bare step's, eager and compiled: the GPU grid's AT cell, 300 steps each
-  timeout 300 python3 results/bench/real_run_forms.py "$out/real_run_forms_gpu.csv" 2>&1 | tail -n 8
+  timeout 260 python3 results/bench/real_run_forms.py "$out/real_run_forms_gpu.csv" 2>&1 | tail -n 8
   note "${PIPESTATUS[0]}" "a real run's speed in each step form"
   timeout 80 python3 results/multi30k-families/speculative_bounds.py "$out/speculative_bounds_auto_gpu.csv" auto 3 cuda bounds \
     2>&1 | tail -n 6

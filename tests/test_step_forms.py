@@ -190,3 +190,30 @@ def test_the_train_bench_trains_the_hugging_face_peer_on_the_same_batch():
     assert 0.5 * df.params["at"] < df.params["hf-marian"] < 2 * df.params["at"]
     # both start near the loss of a uniform guess over the vocabulary, label smoothing included
     assert abs(df.last_loss["hf-marian"] - df.last_loss["at"]) < 0.25 * df.last_loss["at"]
+
+
+def test_the_alignments_and_the_dag_likelihood_are_not_compiled_once_per_length():
+    """CTC's Viterbi alignment (GLAT) and the DA-Transformer's dynamic programmes loop over slots and target positions
+    in Python: inside a compiled training step, every new length compiled them again, until the recompile limit sent
+    the step to eager mode. They run eagerly inside it; the step around them compiles for dynamic shapes."""
+    from atnat.models.decoders.dag_paths import dag_best_alignment, dag_log_likelihood
+    from atnat.models.decoders.glancing import ctc_viterbi
+
+    def both(log_probs, targets, links):
+        B, T, _ = log_probs.shape
+        lengths, target_lengths = torch.full((B,), T), torch.full((B,), targets.size(1))
+        aligned, _ = ctc_viterbi(log_probs, lengths, targets, target_lengths, blank=4)
+        match = log_probs.gather(2, targets[:, None, :].expand(B, T, -1)).transpose(1, 2)  # (B, M, L)
+        path, _ = dag_best_alignment(match, links, lengths, target_lengths)
+        return aligned.sum() + path.sum() + dag_log_likelihood(match, links, lengths, target_lengths).sum()
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    step_fn, gen = torch.compile(both), torch.Generator().manual_seed(0)
+    for T in (6, 9, 7, 12, 8, 10, 11, 13, 14, 15):
+        log_probs = torch.randn(2, T, 8, generator=gen).log_softmax(-1)
+        targets = torch.randint(5, 8, (2, T // 3), generator=gen)
+        links = torch.randn(2, T, T, generator=gen).triu(1).masked_fill(torch.ones(T, T, dtype=torch.bool).tril(), -1e9)
+        assert torch.allclose(step_fn(log_probs, targets, links), both(log_probs, targets, links))
+    frames = torch._dynamo.utils.counters["frames"]
+    assert frames["total"] == frames["ok"] and torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 8  # static, then dynamic

@@ -209,3 +209,34 @@ def test_under_ddp_the_record_sums_every_ranks_tokens():
     assert reduced == ["sum", "sum"] and record["world_size"] == 2
     assert record["target_tokens"] == 2 * 5 * (throughput.WARM_STEPS + 2) and record["source_tokens"] == 2 * 5 * (throughput.WARM_STEPS + 2)
     assert record["steady"]["target_tokens"] == 2 * 5 * 2
+
+
+def test_the_real_run_script_keeps_each_forms_row_when_a_later_form_fails(tmp_path, monkeypatch):
+    """The CSV was written after the last form only: a time limit hit while `compiled` compiled lost eager's row."""
+    import subprocess
+    from pathlib import Path
+
+    import pandas as pd
+
+    module = script()
+    grid = tiny_cpu_grid(tmp_path)
+
+    def run(argv, **kwargs):
+        if "--train-only" in argv:
+            if argv[-2].endswith("compiled.yaml"):
+                raise subprocess.CalledProcessError(124, argv)
+            steady = {"after_steps": 10, "steps": 4, "target_tokens": 400, "s_per_step": 0.1, "target_tokens_per_s": 1000.0}
+            Path(argv[-1]).mkdir(parents=True)
+            Path(argv[-1], "train.json").write_text(json.dumps({
+                "accelerator": "CPUAccelerator", "precision": "32-true", "throughput": {
+                    "steps": 14, "world_size": 1, "target_tokens_per_s": 900.0, "loop_s": 1.0, "validation_s": 0.1,
+                    "target_tokens": 900, "steady": steady}}))
+        else:  # the bare step's bench
+            pd.DataFrame({"tokens_per_s": [2000.0]}).to_csv(argv[argv.index("--out") + 1], index=False)
+
+    monkeypatch.setattr(module.subprocess, "run", run)
+    out = tmp_path / "forms.csv"
+    with pytest.raises(subprocess.CalledProcessError):
+        module.main(str(out), str(grid), "at-s1", "14", "eager,compiled", "tiny")
+    table = pd.read_csv(out)
+    assert list(table["form"]) == ["eager"] and table["share_of_bare"].iloc[0] == 0.5

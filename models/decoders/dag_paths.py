@@ -75,6 +75,7 @@ def _log_space_forward(match: Tensor, links: Tensor, graph_lengths: Tensor, targ
     return answer
 
 
+@torch.compiler.disable  # loops over target positions (and a host check): compiled, each new length compiled again
 def dag_log_likelihood(match: Tensor, links: Tensor, graph_lengths: Tensor, target_lengths: Tensor) -> Tensor:
     """log P(y | x) summed over every path that emits y: (B,), -inf where the target does not fit.
 
@@ -98,6 +99,7 @@ def dag_log_likelihood(match: Tensor, links: Tensor, graph_lengths: Tensor, targ
         return answer.masked_fill(~fits, float("-inf"))
 
 
+@torch.compiler.disable  # as dag_log_likelihood
 @torch.no_grad()
 def dag_best_alignment(match: Tensor, links: Tensor, graph_lengths: Tensor,
                        target_lengths: Tensor) -> tuple[Tensor, Tensor]:

@@ -71,6 +71,7 @@ def feed_tokens(vectors: Tensor, tokens: Tensor, where: Tensor, embed: TokenEmbe
     return torch.where(where.unsqueeze(-1), token_vectors, vectors)
 
 
+@torch.compiler.disable  # a loop over the slots: compiled, every new length would compile it again
 def ctc_viterbi(log_probs: Tensor, input_lengths: Tensor, targets: Tensor, target_lengths: Tensor,
                 blank: int) -> tuple[Tensor, Tensor]:
     """The most likely CTC alignment of each target.
