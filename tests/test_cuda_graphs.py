@@ -135,6 +135,17 @@ def test_auto_on_a_gpu_graphs_every_nat_pass_and_says_so(monkeypatch):
     assert apply_engine(batch, "auto", step_rows=0).label == "auto=eager" and "forward" not in vars(batch.encoder)
 
 
+def test_auto_on_a_gpu_times_the_at_steps_first_call_where_it_compiles(monkeypatch):
+    """The CPU's compiled step recorded its first call (the compile) in the engine's records; the GPU's did not, so
+    a bench row said it compiled nothing and counted the compile in its first call."""
+    from atnat.experiments.modelfiles.engines import FirstCallTimer
+
+    monkeypatch.setattr(Seq2SeqModule, "device", property(lambda self: torch.device("cuda")))
+    model = at_model()
+    info = apply_engine(model, "auto")
+    assert isinstance(model.decoder._static_impl, FirstCallTimer) and model.decoder._static_impl.records is info.records
+
+
 def test_auto_replays_single_sentence_decodes_only_and_a_batch_runs_eager(monkeypatch):
     """A decode of more sentences than step_rows runs eager in every pass, the decoder's too (its rows,
     a few sentences' length candidates, could be within AUTO_GRAPH_ROWS)."""

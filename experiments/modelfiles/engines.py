@@ -210,6 +210,9 @@ def _apply_auto(module, info: EngineInfo, cache: PackageCache | None, step_rows:
         graphs = module.device.type == "cuda" and step_rows > 0 and not is_quantized(module)
         if graphs and "step" in decoder.capabilities and not info.eager_step:
             decoder.use_static_cache(True, "reduce-overhead", max_rows=step_rows)
+            # its first call per group size compiles and records the graphs: timed into the engine's records
+            decoder._static_impl = FirstCallTimer(decoder._static_impl, info.records,
+                                                  "at step under torch.compile, CUDA graphs")
         if graphs:
             _graph_passes(module, step_rows)
             info.cuda_graphs = True
