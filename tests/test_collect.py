@@ -97,18 +97,26 @@ def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, m
     shutil.rmtree(tmp_path / "res")
     (tmp_path / "res-lost").rename(tmp_path / "res")
     # the cell's weights change (trained again): its copied timing, of the old weights, is removed
-    checksum = checksum_path(evaluation_checkpoint(run))
-    recorded = checksum.read_text()
-    checksum.write_text("0" * 64 + "\n")
+    weights = evaluation_checkpoint(run)
+    checksum = checksum_path(weights)
+    original, recorded = weights.read_bytes(), checksum.read_text()
+    weights.write_bytes(original + b"other weights")  # other bytes, their own checksum: as a cell trained again
+    write_checksum(weights)
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
     out = capsys.readouterr().out  # the copy's weights record follows the weights; the old timing goes
     assert "at-s1 (1 file)" in out and "at-s1 (2)" in out and not (tmp_path / "kept" / "at-s1" / "timing.csv").exists()
+    weights.write_bytes(original)
     checksum.write_text(recorded)
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
     assert "at-s1 (3 files)" in capsys.readouterr().out  # timing.csv, timing.json and weights.json
 
     assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0  # again: nothing to do
     assert "already current: 1 cell" in capsys.readouterr().out
+    # the grid's timing moved away (as `atnat time` asks, to time a seed anew): a copy of these weights keeps its speed
+    (tmp_path / "res" / "two-tests" / "timing.csv").rename(tmp_path / "timing-away.csv")
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 0
+    assert (tmp_path / "kept" / "at-s1" / "timing.csv").is_file() and (tmp_path / "kept" / "at-s1" / "timing.json").is_file()
+    (tmp_path / "timing-away.csv").rename(tmp_path / "res" / "two-tests" / "timing.csv")
 
     # the cell evaluated again: a changed file is updated, a file it no longer has is removed
     metrics = json.loads((run / "metrics.json").read_text())
@@ -140,7 +148,8 @@ def test_collect_copies_finished_results_only_and_keeps_them_current(tmp_path, m
     (tmp_path / "kept" / "at-s1" / "timing.json").unlink()  # a link among the copies is refused
     os.symlink(secret, tmp_path / "kept" / "at-s1" / "timing.json")
     assert main(["report", "--interim", "g.yaml", "--results", "res", "--collected", "kept"]) == 2
-    assert "a link or not a regular file; refused" in capsys.readouterr().err
+    err = capsys.readouterr().err  # refused, naming the file: as changed since it was collected (a manifest check)
+    assert "refused kept/at-s1" in err and "timing.json" in err
 
     # atnat time on a finished seed whose weights are gone, never timed: a failure, named
     (tmp_path / "res" / "two-tests" / "timing.csv").unlink()
@@ -358,6 +367,9 @@ def test_the_grids_own_report_from_collected_cells_needs_every_cell_and_matches_
     assert "--collected and --restat exclude each other" in capsys.readouterr().err
     (kept_timing := tmp_path / "kept" / "nat-s1" / "timing.csv").unlink()  # a cell whose speed was never collected
     (tmp_path / "kept" / "nat-s1" / "timing.json").unlink()
+    from atnat.experiments.running.collect import write_manifest
+
+    write_manifest(tmp_path / "kept" / "nat-s1")  # as a collect that found no timing would have written it
     assert main(["report", "g.yaml", "--results", "res", "--collected", "kept"]) == 0
     assert "no speed was collected for nat-s1" in json.loads((out / "environment.json").read_text())["collected_from"]
     assert pd.read_csv(out / "results.csv").query("cell == 'nat-s1'").speedup_vs_at.isna().all()
@@ -366,9 +378,14 @@ def test_the_grids_own_report_from_collected_cells_needs_every_cell_and_matches_
     hyps.write_text("".join(hyps.read_text().splitlines(keepends=True)[:-2]))
     capsys.readouterr()
     assert main(["report", "g.yaml", "--results", "res", "--collected", "kept"]) == 2
+    assert "refused kept/nat-s1: not as collected (changed since it was collected: hyps/parallel.txt)" in (
+        capsys.readouterr().err)
+    write_manifest(tmp_path / "kept" / "nat-s1")  # collected so (the manifest agrees): the count is checked too
+    assert main(["report", "g.yaml", "--results", "res", "--collected", "kept"]) == 2
     err = capsys.readouterr().err
     assert "kept/nat-s1/hyps/parallel.txt: 10 hypotheses for the 12 sentences of test (cut short" in err
     hyps.unlink()  # a strategy scored in metrics.json whose hypotheses are gone
+    write_manifest(tmp_path / "kept" / "nat-s1")
     assert main(["report", "g.yaml", "--results", "res", "--collected", "kept"]) == 2
     assert "kept/nat-s1/hyps/parallel.txt: missing; kept/nat-s1/metrics.json scored the strategy 'parallel'" in (
         capsys.readouterr().err)

@@ -298,16 +298,20 @@ def collect_timing(timing: tuple[pd.DataFrame | None, bytes], cell, target: Path
     """The cell's rows of the grid's timing (read_grid_timing: its systems, their CTranslate2 and A/A
     twins) timed on its present weights, with the timing's settings, into target/timing.csv and
     timing.json: a seed timed by `atnat time` keeps its speed when the machine goes. Rows of other
-    weights (the cell was trained again since) are not copied, and an earlier copy is then removed.
-    -> (files written, files removed)."""
+    weights (the cell was trained again since) are not copied, and an earlier copy of other weights is then
+    removed; an earlier copy of the present weights stays where the grid's timing has no rows for the cell
+    (timing.csv moved away, or another seed timed alone since). -> (files written, files removed)."""
     table, settings = timing
     rows = None
+    run_dir = Path(cell.config.output_dir)
+    weights = checkpoint_stamp(run_dir) if evaluation_checkpoint(run_dir).is_file() else None
     if table is not None:
         rows = table[table["cell"].astype(str) == cell.name]
-        run_dir = Path(cell.config.output_dir)
-        if evaluation_checkpoint(run_dir).is_file():  # weights gone: their earlier timing is all there is
-            rows = rows[rows["fingerprint"].astype(str) == checkpoint_stamp(run_dir)]
+        if weights is not None:  # weights gone: their earlier timing is all there is
+            rows = rows[rows["fingerprint"].astype(str) == weights]
     if rows is None or rows.empty:
+        if _timed_weights(target / TIMING_CSV) in ({weights}, set()) or weights is None:
+            return 0, 0  # the copy's timing is of these weights (or none can be told): kept
         removed = 0
         for name in (TIMING_CSV, TIMING_JSON):
             if (target / name).is_file() or (target / name).is_symlink():
@@ -322,6 +326,19 @@ def collect_timing(timing: tuple[pd.DataFrame | None, bytes], cell, target: Path
             atomic_write_bytes(copy, content)
             written += 1
     return written, 0
+
+
+def _timed_weights(path: Path) -> set[str] | None:
+    """The weights (fingerprints) a copy's timing.csv was timed on; set() when there is no copy; None when it
+    cannot be read (a link, garbled): then it is removed, as one of other weights."""
+    if not path.exists() and not path.is_symlink():
+        return set()
+    try:
+        if path.is_symlink() or path.stat().st_size > MAX_BYTES:
+            return None
+        return set(read_timing(path)["fingerprint"].astype(str))
+    except (OSError, ValueError, KeyError, UnicodeDecodeError):
+        return None
 
 
 def summary(done: Collected, dest: Path) -> str:
