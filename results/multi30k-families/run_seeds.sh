@@ -9,6 +9,9 @@
 # (its own .venv; the grid file is WORKTREE's, the one the cells ran from) on a copy of the seed's run folders
 # (RESULTS-retimed; last.ckpt left out), collected into COLLECTED-retimed: a timing by newer code than trained
 # the cells, made while their weights are at hand.
+# A seed whose run, collect (and retiming, with RETIME=) have all ended well is marked RESULTS/seed-N.done and not
+# run again at a restart (its run's timing phase would time the next seed's finished cells apart from the rest of
+# their seed); remove the mark to run it again.
 # SEEDS (default "1 2 3") and SMOKE=1 (the grid's smoke run) try the chain out at small scale.
 set -uo pipefail
 shopt -s nullglob
@@ -30,13 +33,20 @@ if [ -n "$wait_for" ]; then
   echo "$(date -u +%FT%TZ) run $wait_for ended" >> "$log"
 fi
 for s in ${SEEDS:-1 2 3}; do
+  seed_done=$results/seed-$s.done
+  if [ -f "$seed_done" ]; then
+    echo "$(date -u +%FT%TZ) seed $s: done before ($seed_done)" >> "$log"
+    continue
+  fi
   echo "$(date -u +%FT%TZ) seed $s: run" >> "$log"
   .venv/bin/atnat run "$grid" $smoke --workers 2 --only "*-s$s" --results "$results" >> "$results/run-chain-s$s.log" 2>&1
   rc=$?
   echo "$(date -u +%FT%TZ) seed $s: run rc=$rc" >> "$log"
   [ $rc -eq 0 ] || exit $rc
   .venv/bin/atnat collect "$grid" $smoke --results "$results" --to "$collected" >> "$log" 2>&1
-  echo "$(date -u +%FT%TZ) seed $s: collected rc=$?" >> "$log"
+  rc=$?
+  echo "$(date -u +%FT%TZ) seed $s: collected rc=$rc" >> "$log"
+  [ $rc -eq 0 ] || exit $rc  # a copy held back or refused: the seed is not safe elsewhere yet
   done_marker=$retimed/$name/seed-$s.retimed
   if [ -n "${RETIME:-}" ] && [ ! -f "$done_marker" ]; then
     runs=("$results/$name/runs/"*-s$s)
@@ -61,4 +71,5 @@ for s in ${SEEDS:-1 2 3}; do
     [ $rc -eq 0 ] || exit $rc
     touch "$done_marker"
   fi
+  touch "$seed_done"
 done
