@@ -190,7 +190,7 @@ def test_cells_that_failed_or_have_no_result_are_named_on_the_first_screen(tmp_p
     frame.loc[(frame["variant"] == "dat") & (frame["seed"] == 3), "status"] = "not run"
     screen = first_screen(folder(tmp_path, frame))
     assert ("Not in this verdict: 3 failed cells (`en-de-ctc-glat-kd-s1`; `en-de-ctc-glat-kd-s2`; "
-            "`en-de-ctc-glat-kd-s3`) and 1 cell with no result yet (`en-de-dat-s3`); the Overview lists them.") in screen
+            "`en-de-ctc-glat-kd-s3`) and 1 cell with no result yet (`en-de-dat-s3`).") in screen
     assert "Not in this verdict" not in first_screen(folder(tmp_path / "b", table()))
 
 

@@ -142,10 +142,12 @@ def test_a_wrong_draft_still_gains_the_verifiers_token_each_round():
 
 
 def test_a_block_beyond_the_output_budget_drafts_no_more_than_the_budget():
-    """block = 100000 allocated the verifier's block pass for 100,001 positions (gigabytes on a real model): no round can
-    keep more than the output budget, so none drafts more; the output is the same."""
+    """block = 100000 allocated the verifier's block pass for 100,001 positions (gigabytes on a real model; now refused
+    past MAX_SEARCH): no round can keep more than the output budget, so none drafts more; the output is the same."""
+    from atnat.core.options import MAX_SEARCH
+
     budget = Speculative().max_len_a * 5 + Speculative().max_len_b  # src_lengths 5: this strategy's output budget
-    out, script = run_script(lambda j: [6, 7, 8, 9][j] if j < 4 else 6, block=100000)
+    out, script = run_script(lambda j: [6, 7, 8, 9][j] if j < 4 else 6, block=MAX_SEARCH)
     assert out.sequences(SP)[0] == [6, 7, 8, 9]
     assert script.blocks and all(len(tokens) <= budget + 1 for tokens, _ in script.blocks)
 

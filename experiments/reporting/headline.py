@@ -354,7 +354,7 @@ def left_out(table: pd.DataFrame) -> str:
     parts = ([f"{len(failed)} failed cell{'s' if len(failed) != 1 else ''} ({_listing([f'`{c}`' for c in failed])})"]
              if failed else []) + ([f"{len(not_run)} cell{'s' if len(not_run) != 1 else ''} with no result yet "
                                     f"({_listing([f'`{c}`' for c in not_run])})"] if not_run else [])
-    return f"Not in this verdict: {' and '.join(parts)}; the Overview lists them." if parts else ""
+    return f"Not in this verdict: {' and '.join(parts)}." if parts else ""  # the Overview lists them
 
 
 def _listing(names: list[str], shown: int = 3) -> str:
@@ -395,10 +395,11 @@ def headline_blocks(g: GridResults, threads: str) -> tuple[list[Block], list[Blo
     if ok.empty:
         return [Block("heading", "Verdict", 2), Block("para", "No cell has finished: nothing to compare yet.")], []
     tasks = list(ok.groupby("task", sort=False))
-    blocks = [Block("heading", "Verdict", 2), *[Block("para", verdict(g, task, part, threads)) for task, part in tasks]]
+    said = [verdict(g, task, part, threads) for task, part in tasks]
+    if (absent := left_out(g.table)):  # within the last verdict's paragraph: the first screen has no line to spare
+        said[-1] += " " + absent
+    blocks = [Block("heading", "Verdict", 2), *[Block("para", text) for text in said]]
     blocks += [Block("para", text) for text in cautions(ok, g.extra_tests)]
-    if (absent := left_out(g.table)):
-        blocks.append(Block("para", absent))
     blocks += [Block("para", text) for task, part in tasks for text in speculation(g, task, part)]
     tables = [headline_table(g, task, part)[0].assign(Task=task) for task, part in tasks]
     table = pd.concat(tables, ignore_index=True).fillna("–")
