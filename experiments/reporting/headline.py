@@ -205,6 +205,11 @@ def _mean_on_shared_seeds(part: pd.DataFrame, reference: pd.Series, other: pd.Se
     return float(ref.loc[shared].mean()) if len(shared) else None
 
 
+def baseline_family(system: object) -> str:
+    """The family of a recorded baseline, e.g. "en-de-at-deep-s1 / greedy" -> "en-de-at-deep"."""
+    return re.sub(r"-s[0-9]+$", "", str(system).split(" / ")[0])
+
+
 def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
     """At most three sentences: the best NAT against the AT reference (its paired difference and verdict,
     its batch-1 speed-up over AT greedy, and the NATs within reach of it: the best of noisy means is not a
@@ -286,8 +291,8 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
         sentences.append(f"The fastest system not behind {ref_name} beyond noise is {names[fast['system']]}{fast_gap}, "
                          f"at {_interval_text(fast, 'speedup_vs_at', suffix='×')} AT greedy's batch-1 speed{overlap}.")
     if len(nats) and "speedup_vs_ref_at" in agg and pd.notna(best.get("speedup_vs_ref_at")):
-        cell = str(best.get("ref_at_baseline", "")).split(" / ")[0]
-        ref_at = names.get(f"{re.sub(r'-s[0-9]+$', '', cell)} / greedy", f"{re.sub(r'-s[0-9]+$', '', cell)} AT greedy")
+        family = baseline_family(best.get("ref_at_baseline", ""))
+        ref_at = names.get(f"{family} / greedy", f"{family} AT greedy")
         sentences.append(f"Against {ref_at}, {names[best['system']]} runs at "
                          f"{_interval_text(best, 'speedup_vs_ref_at', suffix='×')} at batch 1.")
     if len(sentences) == 1:  # no NAT, and no other system to name
@@ -379,8 +384,7 @@ def column_names(g: GridResults, tasks: list[tuple[str, pd.DataFrame]]) -> dict[
         greedy = names.get(f"{reference['family']} / greedy")
         for column in ("× AT greedy, batch 1", "× AT greedy, throughput"):
             seen.setdefault(column, set()).add(column.replace("AT greedy", greedy) if greedy else column)
-        cells = {str(v).split(" / ")[0] for v in agg.get("ref_at_baseline", pd.Series(dtype=str)).dropna() if str(v)}
-        family = {re.sub(r"-s[0-9]+$", "", c) for c in cells if c != "nan"}
+        family = {baseline_family(v) for v in agg.get("ref_at_baseline", pd.Series(dtype=str)).dropna() if str(v)}
         ref_at = names.get(f"{family.pop()} / greedy") if len(family) == 1 else None
         seen.setdefault("× reference AT greedy, batch 1", set()).add(f"× {ref_at}, batch 1" if ref_at else
                                                                     "× reference AT greedy, batch 1")

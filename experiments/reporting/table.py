@@ -2,7 +2,6 @@
 comparisons against each task's AT baseline (speed-up, paired significance)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -14,7 +13,7 @@ from atnat.experiments.evaluation.exported import exported_rows
 from atnat.experiments.evaluation.metrics import holm, paired_significance
 from atnat.experiments.evaluation.metrics.quality import bleu_difference
 from atnat.experiments.evaluation.references import read_references
-from atnat.experiments.files import write_csv
+from atnat.experiments.files import read_json_object, write_csv
 from atnat.experiments.modelfiles.loading import checkpoint_stamps, evaluation_checkpoint
 from atnat.experiments.provenance import label
 from atnat.experiments.reporting.ranking import MAIN, rank_systems, references_of
@@ -152,15 +151,6 @@ def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None, runs: Path | None 
     return pd.concat([merged, extra[extra.cell.isin(info.index)]], ignore_index=True)
 
 
-def _read_json(path: Path) -> dict | None:
-    """A run's JSON record (train.json), or None when absent or unreadable (it only refines a column)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def read_hyps(path: Path) -> list[str] | None:
     return path.read_text(encoding="utf-8").split("\n")[:-1] if path.exists() else None
 
@@ -201,7 +191,7 @@ def tabulate(cells: list[dict], out: Path, *, significance: str = "bs", n_bootst
         if status != "ok" or not meta.get("rows"):
             rows.append(info | {"status": status, "error": meta.get("error", "")})
             continue
-        trained = _read_json(run_dir / "train.json")
+        trained = read_json_object(run_dir / "train.json")  # it only refines a column
         if trained is not None:  # the whole training time, or NaN where only part of it was recorded
             meta["rows"] = [r | {"train_time_s": whole_train_time(run_dir, trained, r.get("train_time_s", float("nan"))),
                                  "train_tokens_per_s": training_throughput(trained)} for r in meta["rows"]]
