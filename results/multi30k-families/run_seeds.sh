@@ -12,6 +12,9 @@
 # A seed whose run, collect (and retiming, with RETIME=) have all ended well is marked RESULTS/seed-N.done and not
 # run again at a restart (its run's timing phase would time the next seed's finished cells apart from the rest of
 # their seed); remove the mark to run it again.
+# With RETIME= a seed's cells train one by one (`atnat cell`, two at a time, the teacher ATs first) instead of
+# through `atnat run`, whose own timing phase would time the seed once more by the older code: the retiming is
+# the seed's one timing.
 # SEEDS (default "1 2 3") and SMOKE=1 (the grid's smoke run) try the chain out at small scale.
 set -uo pipefail
 shopt -s nullglob
@@ -26,6 +29,22 @@ if [ -n "${RETIME:-}" ]; then
   RETIME=$(absolute "$RETIME")
   [ -x "$RETIME/.venv/bin/atnat" ] || { echo "RETIME=$RETIME: no .venv/bin/atnat there (bash experiments/env.sh true)" >&2; exit 2; }
 fi
+# The grid's cells, in the order `atnat cell` needs them: the ATs (the students' teacher and the 5+1), then the students.
+first_cells="at at-deep" student_cells="dat-kd dat ctc-glat-kd cmlm-kd"
+train_cell() {  # SEED CELL: one cell trained and evaluated, its output in its own log
+  .venv/bin/atnat cell "$grid" $smoke --results "$results" "en-de-$2-s$1" >> "$results/run-chain-s$1-$2.log" 2>&1
+  local rc=$?
+  echo "$(date -u +%FT%TZ) seed $1: cell en-de-$2-s$1 rc=$rc" >> "$log"
+  return $rc
+}
+train_cells() {  # SEED: its ATs side by side, then its students two at a time; 1 when a cell failed
+  local pids=() failed=0 cell pid
+  for cell in $first_cells; do train_cell "$1" "$cell" & pids+=($!); done
+  for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+  [ $failed -eq 0 ] || return 1
+  export -f train_cell; export grid smoke results log
+  printf '%s\n' $student_cells | xargs -P 2 -I{} bash -c 'train_cell "$0" "$1"' "$1" {} || return 1
+}
 mkdir -p "$results"
 cd "$worktree" || exit 1
 if [ -n "$wait_for" ]; then
@@ -39,7 +58,11 @@ for s in ${SEEDS:-1 2 3}; do
     continue
   fi
   echo "$(date -u +%FT%TZ) seed $s: run" >> "$log"
-  .venv/bin/atnat run "$grid" $smoke --workers 2 --only "*-s$s" --results "$results" >> "$results/run-chain-s$s.log" 2>&1
+  if [ -n "${RETIME:-}" ]; then
+    train_cells "$s"
+  else
+    .venv/bin/atnat run "$grid" $smoke --workers 2 --only "*-s$s" --results "$results" >> "$results/run-chain-s$s.log" 2>&1
+  fi
   rc=$?
   echo "$(date -u +%FT%TZ) seed $s: run rc=$rc" >> "$log"
   [ $rc -eq 0 ] || exit $rc
