@@ -32,7 +32,8 @@ fi
 # The grid's cells, in the order `atnat cell` needs them: the ATs (the students' teacher and the 5+1), then the students.
 first_cells="at at-deep" student_cells="dat-kd dat ctc-glat-kd cmlm-kd"
 train_cell() {  # SEED CELL: one cell trained and evaluated, its output in its own log
-  .venv/bin/atnat cell "$grid" $smoke --results "$results" "en-de-$2-s$1" >> "$results/run-chain-s$1-$2.log" 2>&1
+  OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 .venv/bin/atnat cell "$grid" $smoke --results "$results" "en-de-$2-s$1" \
+    >> "$results/run-chain-s$1-$2.log" 2>&1  # one thread each, as `atnat run`'s two workers on two cores
   local rc=$?
   echo "$(date -u +%FT%TZ) seed $1: cell en-de-$2-s$1 rc=$rc" >> "$log"
   return $rc
