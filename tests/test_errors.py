@@ -1,4 +1,6 @@
 """Every user mistake gets one clear error naming what and where (and nothing is lost)."""
+import re
+
 import pytest
 
 import atnat.decoding  # noqa: F401
@@ -223,9 +225,35 @@ def test_a_utf8_byte_order_mark_is_not_part_of_the_first_sentence(tmp_path):
 
 
 def test_unknown_file_key(tmp_path):
-    task = ParallelTask(ParallelOptions(files={"training_src": "x"}), cache_dir=tmp_path)
     with pytest.raises(AtnatError, match=r"task.files: unknown key\(s\) \['training_src'\]; valid: train_src"):
-        task.load()
+        ParallelOptions(files={"training_src": "x"})
+
+
+def test_files_that_leave_out_a_split_are_refused_unless_a_data_dir_is_given(tmp_path):
+    """task.files naming the training and validation files only read the test split from the default data_dir
+    (Multi30k) without a word: a run on the user's data scored on another data set."""
+    named = {k: str(tmp_path / k) for k in ("train_src", "train_tgt", "valid_src", "valid_tgt")}
+    with pytest.raises(AtnatError, match=r"task.files names some split files but not test_src, test_tgt: name every "
+                                         r"file, or give task.data_dir"):
+        ParallelOptions(files=named)
+    task = ParallelTask(ParallelOptions(files=named, data_dir=str(tmp_path / "mine"), test="t"), cache_dir=tmp_path)
+    assert task.path("test", "src") == tmp_path / "mine" / "t.en"  # a data_dir given: the others read from there
+
+
+@pytest.mark.parametrize("value", [None, 5, "", "  "])
+def test_a_file_that_is_not_a_path_is_named(value):
+    """A null or a number in task.files gave a bare TypeError from Path()."""
+    files = {f"{s}_{side}": "x" for s in ("train", "valid", "test") for side in ("src", "tgt")} | {"valid_tgt": value}
+    with pytest.raises(AtnatError, match=rf"task.files.valid_tgt: expected a file path, got {re.escape(repr(value))}"):
+        ParallelOptions(files=files)
+
+
+def test_a_missing_named_file_gets_no_hint_to_fetch_the_default_data_set(tmp_path):
+    """A file named in task.files that does not exist was told to fetch Multi30k into the default data_dir."""
+    task = parallel_task(tmp_path, **all_files())
+    (tmp_path / "test_src").unlink()
+    with pytest.raises(AtnatError, match=r"test source: .*test_src does not exist$"):
+        task.check_files()
 
 
 def test_registries_list_builtins():

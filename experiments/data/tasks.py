@@ -261,7 +261,7 @@ class ParallelOptions:
     train: str = "train"  # split names (file stems)
     valid: str = "val"
     test: str = "test2016"
-    files: dict | None = None  # explicit paths {train_src, train_tgt, valid_src, ...}; override data_dir
+    files: dict | None = None  # explicit paths {train_src, train_tgt, valid_src, ...}; the rest from a data_dir given
     vocab_size: int = 8000  # joint sentencepiece vocabulary size
     max_train: int | None = None  # use only the first N training pairs (smoke runs)
     max_eval: int | None = None  # use only the first N valid/test pairs (smoke runs)
@@ -272,6 +272,27 @@ class ParallelOptions:
         require_at_least(self.tokenizer_sample, 1, "task", "tokenizer_sample")
         require_optional_at_least(self.max_train, 1, "task", "max_train")
         require_optional_at_least(self.max_eval, 1, "task", "max_eval")
+        if self.files is not None:
+            self._check_files_option()
+
+    def _check_files_option(self) -> None:
+        """task.files: known keys, each a path; a split file it leaves out is read from data_dir only where
+        data_dir is given (the default folder holds another data set: a test split from there would be scored
+        without a word)."""
+        if not isinstance(self.files, dict):
+            raise AtnatError(f"task.files: expected a mapping of {', '.join(ParallelTask.FILE_KEYS)} to paths, "
+                             f"got {self.files!r}")
+        unknown = sorted(set(self.files) - set(ParallelTask.FILE_KEYS))
+        if unknown:
+            raise AtnatError(f"task.files: unknown key(s) {unknown}; valid: {', '.join(ParallelTask.FILE_KEYS)}")
+        for key, value in self.files.items():
+            if not isinstance(value, str) or not value.strip():
+                raise AtnatError(f"task.files.{key}: expected a file path, got {value!r}")
+        missing = [k for k in ParallelTask.FILE_KEYS if k not in self.files]
+        if missing and self.data_dir == DEFAULT_DATA_DIR:
+            raise AtnatError(f"task.files names some split files but not {', '.join(missing)}: name every file, or "
+                             f"give task.data_dir, the folder the others are read from (the default, "
+                             f"{DEFAULT_DATA_DIR}, holds another data set)")
 
 
 def read_lines(path: Path, what: str) -> list[str]:
@@ -299,10 +320,7 @@ class ParallelTask(Task):
 
     def path(self, split: str, side: str) -> Path:
         o = self.options
-        files = o.files or {}
-        unknown = sorted(set(files) - set(self.FILE_KEYS))
-        if unknown:
-            raise AtnatError(f"task.files: unknown key(s) {unknown}; valid: {', '.join(self.FILE_KEYS)}")
+        files = o.files or {}  # keys and values checked with the options
         if f"{split}_{side}" in files:
             return Path(files[f"{split}_{side}"]).expanduser()
         stem = {"train": o.train, "valid": o.valid, "test": o.test}[split]
@@ -315,7 +333,8 @@ class ParallelTask(Task):
                 try:
                     check_readable(path, f"task: {split} {'source' if side == 'src' else 'target'}")
                 except AtnatError as err:
-                    fetch = FETCHABLE.get(Path(self.options.data_dir).name) if not path.exists() else None
+                    named = f"{split}_{side}" in (self.options.files or {})  # not from data_dir: nothing to fetch there
+                    fetch = FETCHABLE.get(Path(self.options.data_dir).name) if not path.exists() and not named else None
                     if fetch is None:
                         raise
                     raise AtnatError(f"{err}; fetch the data set there first: atnat data {fetch} "
