@@ -64,6 +64,7 @@ def train_and_evaluate(cfg: RunConfig, run_dir: Path, speed: SpeedSettings | Non
     targets, teacher, distill_meta = None, None, None
     done = None if helper_rank() else finished_training(run_dir, cfg)  # only evaluated again
     refuse_another_teacher(cfg, run_dir)
+    refuse_another_tokenizer(cfg, run_dir, task, done)
     if done is not None and (run_dir / "distill.json").is_file():
         distill_meta = json.loads((run_dir / "distill.json").read_text())
     beside = [strategy for _, strategy in map(build_strategy, cfg.eval.strategies) if strategy.uses_teacher]
@@ -119,6 +120,27 @@ def refuse_another_teacher(cfg: RunConfig, run_dir: Path) -> None:
         raise AtnatError(f"run {cfg.name} ({run_dir}): its teacher {teacher} has other weights now than those it "
                          f"learnt from (distill.json, train.json): going on would mix two teachers in one run. Train "
                          f"it again from the start: `atnat run GRID --stale rerun`, or move {run_dir} aside")
+
+
+def refuse_another_tokenizer(cfg: RunConfig, run_dir: Path, task, done: Path | None) -> None:
+    """A run goes on (resumed, or evaluated again) only with the tokenizer its checkpoint holds: the task's
+    training files changed since give another tokenizer, under which the test sentences would be encoded into
+    other ids than the weights learnt (a score of nonsense), or training would go on over other tokens. Its
+    settings alone cannot tell: they name the files, not what is in them."""
+    checkpoint = done or run_dir / "checkpoints" / "last.ckpt"
+    if not checkpoint.is_file():
+        return
+    try:
+        own = load_module(checkpoint)[1]
+    except AtnatError:  # a damaged last.ckpt: training sets it aside and resumes from another one
+        if done is not None:
+            raise
+        return
+    if own.to_state() != task.tokenizer.to_state():
+        raise AtnatError(f"run {cfg.name} ({run_dir}): its checkpoint {checkpoint.name} holds another tokenizer than the "
+                         f"task's files give now ({own.vocab_size} and {task.tokenizer.vocab_size} pieces): the training "
+                         "files changed since it trained. Restore the files it trained on, or move the run folder aside "
+                         "to train it anew")
 
 
 def time_own_strategies(cfg: RunConfig, run_dir: Path, module, teacher, speed: SpeedSettings,
