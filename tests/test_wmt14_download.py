@@ -28,12 +28,16 @@ class Ranged(http.server.SimpleHTTPRequestHandler):
 
     def do_GET(self):
         name = self.path.rsplit("/", 1)[-1]
-        self.server.requested.append((name, self.headers.get("Range")))
+        if_range = self.headers.get("If-Range")
+        self.server.requested.append((name, self.headers.get("Range") + (f" if-range {if_range}" if if_range else "")
+                                      if self.headers.get("Range") else None))
         body = FAKE.get(name)
         if body is None:
             self.send_error(404)
             return
         start = int(self.headers["Range"][6:-1]) if self.headers.get("Range") and self.server.ranges else 0
+        if if_range is not None and if_range != self.server.etag:  # another version now: the whole file
+            start = 0
         if start >= len(body):
             self.send_response(416)
             self.send_header("Content-Range", f"bytes */{len(body)}")
@@ -41,6 +45,8 @@ class Ranged(http.server.SimpleHTTPRequestHandler):
             self.end_headers()
             return
         self.send_response(206 if start else 200)
+        if self.server.etag:
+            self.send_header("ETag", self.server.etag)
         if start or self.server.lengths:  # `lengths` False: a 200 without its length, ended by closing
             self.send_header("Content-Length", str(len(body) - start))
         if start:
@@ -52,7 +58,7 @@ class Ranged(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture
 def server():
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Ranged))
-    httpd.requested, httpd.ranges, httpd.cut, httpd.lengths = [], True, {}, True
+    httpd.requested, httpd.ranges, httpd.cut, httpd.lengths, httpd.etag = [], True, {}, True, None
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield httpd, f"http://127.0.0.1:{httpd.server_address[1]}/wmt14"
     httpd.shutdown()
@@ -92,9 +98,14 @@ def test_sums_given_by_the_user_are_checked_and_a_failed_download_keeps_what_it_
     httpd, url = server
     trusted = tmp_path / "sums"
     trusted.write_text(sums(wrong="train.de"))
-    with pytest.raises(AtnatError, match=r"train.de: sha256 .*, expected 0{64}"):
+    with pytest.raises(AtnatError, match=r"train.de: the file downloaded from .* has sha256 .*, expected 0{64} "
+                                         r".*set aside as .*train.de.bad, nothing put in place"):
         download_wmt14(tmp_path / "d", base_url=url, sums_file=trusted, log=lambda _: None)
     assert (tmp_path / "d" / "train.en").read_bytes() == FAKE["train.en"]  # the file before it is kept
+    # not in place under its name, where a run without the sums would record it as a first download
+    assert not (tmp_path / "d" / "train.de").exists() and (tmp_path / "d" / "train.de.bad").read_bytes() == FAKE["train.de"]
+    download_wmt14(tmp_path / "d", base_url=url, log=lambda _: None)  # without the sums: fetched anew
+    assert (tmp_path / "d" / "train.de").read_bytes() == FAKE["train.de"]
     with pytest.raises(AtnatError, match=r"train.en: could not download http://127.0.0.1:9/x/train.en .* run the same "
                                          r"command again to resume"):
         download_wmt14(tmp_path / "e", base_url="http://127.0.0.1:9/x", log=lambda _: None)
@@ -178,7 +189,7 @@ def test_given_sums_name_files_with_their_folders_and_must_list_every_file(serve
     httpd, url = server
     trusted = tmp_path / "sums"
     trusted.write_text(sums(wrong="train.de", folder="wmt/"))
-    with pytest.raises(AtnatError, match=r"train.de: sha256 .*, expected 0{64}"):
+    with pytest.raises(AtnatError, match=r"train.de: the file downloaded from .* has sha256 .*, expected 0{64}"):
         download_wmt14(tmp_path / "d", base_url=url, sums_file=trusted, log=lambda _: None)
     trusted.write_text(f"{hashlib.sha256(FAKE['train.en']).hexdigest()}  train.en\n")
     with pytest.raises(AtnatError, match=r"sums gives no sum for train.de, newstest2013.en, .*must list every file"):
@@ -262,5 +273,22 @@ def test_every_download_is_on_disk_before_it_is_renamed_into_place(server, tmp_p
         monkeypatch.setattr(module, "fsync", fsync)
         monkeypatch.setattr(module, "replace", replace)
     download_wmt14(tmp_path / "wmt14", base_url=url)
-    assert {name for _, name in events} == {*FILES, "SHA256SUMS"}
+    assert {name for _, name in events} == {*FILES, "SHA256SUMS", *(f"{n}.part.json" for n in FILES)}
     assert all(synced_first for synced_first, _ in events), events
+
+
+def test_a_part_from_another_address_or_of_another_version_is_not_resumed(server, tmp_path):
+    """A part file was resumed whatever it came from: the rest of one file appended to the beginning of another
+    (another mirror, or the file changed on the server since), kept where no sums check it."""
+    httpd, url = server
+    out = tmp_path / "d"
+    out.mkdir()
+    (out / "train.en.part").write_bytes(b"x" * 100)  # begun from another address
+    (out / "train.en.part.json").write_text('{"url": "http://elsewhere.example/train.en"}')
+    (out / "train.de.part").write_bytes(b"y" * 100)  # begun from here, when the file was another version
+    (out / "train.de.part.json").write_text(f'{{"url": "{url}/train.de", "version": "\\"v1\\""}}')
+    httpd.etag = '"v2"'
+    download_wmt14(out, base_url=url, log=lambda _: None)
+    assert (out / "train.en").read_bytes() == FAKE["train.en"] and (out / "train.de").read_bytes() == FAKE["train.de"]
+    assert ("train.en", None) in httpd.requested and ("train.de", 'bytes=100- if-range "v1"') in httpd.requested
+    assert not list(out.glob("*.part*"))

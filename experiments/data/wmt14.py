@@ -4,7 +4,10 @@ Commentary, Moses-tokenised), newstest2013 for validation and newstest2014 for t
 
 Files: `DIR/{train,newstest2013,newstest2014}.{en,de}`, as the release names them. Each is streamed into
 `NAME.part` and renamed into place once whole, so a stopped download resumes where it stopped (an HTTP
-range request; a server without ranges sends it again from the start). atnat does not pin the release's
+range request, made only to the address the part came from and, where the server named the file's version,
+only while it is still that version: `NAME.part.json`; otherwise the file is fetched again from the start). A
+file that fails the sums it is checked against is never put in place: it is set aside as `NAME.bad`.
+atnat does not pin the release's
 sha256 (it has not fetched it from a machine with network): the first whole download of each file is
 recorded in `DIR/SHA256SUMS`, every later run checks the files against it, and `--sha256 FILE` checks
 them against sums you trust instead. A second download into the same folder waits for the first
@@ -14,6 +17,7 @@ have no stable public address with published checksums; distil with the grid's t
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import urllib.error
 import urllib.request
@@ -23,7 +27,7 @@ from typing import Callable
 from filelock import FileLock, Timeout
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.files import sha256, write_text_atomic
+from atnat.experiments.files import sha256, write_json_atomic, write_text_atomic
 
 BASE_URL = "https://nlp.stanford.edu/projects/nmt/data/wmt14.en-de"
 URL_ENV = "ATNAT_WMT14_URL"  # another address of the same files (a mirror, a local copy)
@@ -60,14 +64,35 @@ def _content_range(header: str | None) -> tuple[int | None, int | None]:
     return (int(start) if start.isdigit() else None), (int(total) if total.isdigit() else None)
 
 
+def _part_origin(part: Path) -> Path:
+    """Where a part file's address and version are kept (NAME.part.json): a part is resumed only from them."""
+    return part.with_name(part.name + ".json")
+
+
+def _read_origin(part: Path) -> dict:
+    try:
+        origin = json.loads(_part_origin(part).read_text())
+    except (OSError, ValueError):
+        return {}
+    return origin if isinstance(origin, dict) else {}
+
+
 def _stream(url: str, part: Path, timeout: float, again: bool = True, probe: bool = False) -> int | None:
     """Append the rest of `url` to `part` (a range request from its size; from the start where the
-    server ignores ranges); ValueError where the part does not end up as long as the server said the file is
+    server ignores ranges, or where the file changed since the part began: If-Range with the version the
+    server named then); ValueError where the part does not end up as long as the server said the file is
     (a connection closed early: the part is kept, a later run resumes it). -> the file's size where the
     server said it, else None. With `probe` (after a download of unsaid size) only a server that answers
-    the range request can go on; ValueError where it ignores it (it cannot tell a whole file from a cut one)."""
+    the range request can go on; ValueError where it ignores it (it cannot tell a whole file from a cut one).
+    A part begun from another address (NAME.part.json) is not this file's beginning: it starts over."""
+    origin = _read_origin(part)
+    if part.exists() and origin.get("url") not in (None, url):
+        part.unlink()
     have = part.stat().st_size if part.exists() else 0
-    request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    headers = {"Range": f"bytes={have}-"} if have else {}
+    if have and origin.get("version"):
+        headers["If-Range"] = origin["version"]  # the server sends the whole file where it is another version now
+    request = urllib.request.Request(url, headers=headers)
     try:
         response = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310  (http(s) of a release)
     except urllib.error.HTTPError as err:
@@ -90,6 +115,8 @@ def _stream(url: str, part: Path, timeout: float, again: bool = True, probe: boo
         else:
             length = response.headers.get("Content-Length")
             total, mode = (int(length) if length and length.isdigit() else None), "wb"
+            version = response.headers.get("ETag") or response.headers.get("Last-Modified")
+            write_json_atomic(_part_origin(part), {"url": url, **({"version": version} if version else {})})
         with open(part, mode) as f:
             for block in iter(lambda: response.read(BLOCK), b""):
                 f.write(block)
@@ -139,6 +166,7 @@ def _download(out: Path, base_url: str | None, given: dict | None, sums_file: st
             raise AtnatError(f"{in_the_way[0]} is a folder where {in_the_way[0].name} goes: move it aside")
     for name in FILES:
         target, part = out / name, out / f"{name}.part"
+        found = None  # its sha256, where it was downloaded now
         if not target.is_file():
             url = f"{base}/{name}"
             log(f"{name}: downloading {url}" + (f" (resuming at {part.stat().st_size:,} bytes)" if part.exists() else ""))
@@ -149,8 +177,17 @@ def _download(out: Path, base_url: str | None, given: dict | None, sums_file: st
                 reason = getattr(err, "reason", None) or err
                 raise AtnatError(f"{name}: could not download {url} ({reason}); what was downloaded is kept: run the "
                                  f"same command again to resume (another address: --base-url or ${URL_ENV})") from None
+            found, expected = sha256(part), trusted.get(name)
+            if expected is not None and found != expected:  # never put in place, where a later run would record it
+                bad = out / f"{name}.bad"
+                os.replace(part, bad)
+                _part_origin(part).unlink(missing_ok=True)
+                raise AtnatError(f"{name}: the file downloaded from {url} has sha256 {found}, expected {expected} ("
+                                 f"{sums_file or recorded_path}); set aside as {bad}, nothing put in place. Run the "
+                                 "command again to fetch it anew, or check the sums and the address")
             os.replace(part, target)
-        found = sha256(target)
+            _part_origin(part).unlink(missing_ok=True)
+        found = found or sha256(target)
         expected = trusted.get(name)
         if expected is not None and found != expected:
             raise AtnatError(f"{target}: sha256 {found}, expected {expected} ("
