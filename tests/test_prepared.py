@@ -509,3 +509,21 @@ def test_a_cached_tokenizer_that_cannot_be_read_is_left_as_it_is_and_an_empty_re
     assert path.is_file() and not list(tmp_path.glob("*.damaged-*"))
     path.with_name(path.name + ".sha256").write_text("")
     assert SentencePieceTokenizer.load_cached(path) is None and list(tmp_path.glob("*.damaged-*"))
+
+
+def test_a_half_written_entry_of_another_key_is_removed_unless_it_is_being_written(tmp_path):
+    """A preparation killed before its data (or tokenizer, or limit) changed left its temporary folder for good:
+    only the same key's encoding removed it, and that key never came again (gigabytes at WMT14's size)."""
+    from filelock import FileLock
+
+    src, tgt = corpus(50)
+    tok = SymbolTokenizer(WORDS)
+    root = tmp_path / "prepared"
+    root.mkdir()
+    abandoned, busy = root / ("a" * 24 + ".tmp-123"), root / ("b" * 24 + ".tmp-456")
+    for left in (abandoned, busy):
+        left.mkdir()
+        (left / "src.ids").write_bytes(b"half")
+    with FileLock(root / f"{'b' * 24}.lock"):  # another encoder writing its entry now
+        entry = prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path).folder
+    assert entry.is_dir() and not abandoned.exists() and busy.is_dir()

@@ -26,7 +26,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.data.tokenize import SPECIAL
@@ -276,11 +276,31 @@ def _open(folder: Path, vocab_size: int, just_written: bool = False) -> Arrays |
                          "and run again") from None
 
 
+def _remove_abandoned(root: Path, key: str) -> None:
+    """Half-written entries of other keys (an encoder killed before its data, tokenizer or limit changed, so that
+    its key never comes again: gigabytes at WMT14's size), each removed where its key's lock is free (no encoder
+    of that key at work, here or on another machine sharing the cache)."""
+    for left in root.glob("*.tmp-*"):
+        other = left.name.partition(".tmp-")[0]
+        if other == key or not left.is_dir() or left.is_symlink():
+            continue
+        lock = FileLock(root / f"{other}.lock")
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:  # being written now
+            continue
+        try:
+            shutil.rmtree(left, ignore_errors=True)
+        finally:
+            lock.release()
+
+
 def _encode(folder: Path, src: SideText, tgt: SideText, tokenizer, total: int, *, name: str, threads: int,
             on_chunk) -> None:
     dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32)
     for left in folder.parent.glob(f"{folder.name}.tmp-*"):  # a killed encoder's (the key's lock is held here)
         shutil.rmtree(left, ignore_errors=True)
+    _remove_abandoned(folder.parent, folder.name)
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
 
     def writing(what: Path, step: Callable):  # step's result; a failed write names the cache entry's file
