@@ -460,3 +460,53 @@ def test_no_output_of_evaluate_or_distill_goes_among_a_models_files(run, tmp_pat
     assert {p: p.read_bytes() for p in [*out.iterdir(), *(run / "checkpoints").iterdir()]} == before
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "sentencepiece.model"]
     assert load_module(out)[0] is not None
+
+
+def test_an_export_through_a_link_is_not_written_inside_another_export(run, tmp_path, capsys):
+    """The check looked at the path as named; the export was written where the link leads: inside an export,
+    which then refused to load (a planted folder)."""
+    out = export_safetensors(load_module(run)[0], tmp_path / "exp")
+    (out / "inner").mkdir()
+    (tmp_path / "link").symlink_to(out / "inner")
+    (out / "inner").rmdir()
+    assert main(["export", str(run), str(tmp_path / "link")]) == 2
+    assert f"{tmp_path / 'link'} is inside the export {out}" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "sentencepiece.model"]
+
+
+def test_an_export_stopped_between_its_two_renames_keeps_the_previous_export(run, tmp_path, monkeypatch):
+    """The previous export was moved aside before the new one went in: a failure of the second rename lost it, and
+    a kill there left it hidden, where the next export's clean-up deleted it (and with it the last copy)."""
+    import os
+
+    from atnat.experiments.modelfiles import export as export_module
+
+    module = load_module(run)[0]
+    target = export_safetensors(module, tmp_path / "a")
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    real = os.replace
+
+    def second_rename_fails(src, dst):
+        if str(dst) == str(target) and not str(src).endswith("-old"):  # the new export into place
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(export_module.os, "replace", second_rename_fails)
+    with pytest.raises(OSError, match="No space left"):
+        export_safetensors(module, target)
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    os.replace(target, tmp_path / ".a.staged-999-old")  # what a kill between the two renames leaves
+    monkeypatch.setattr(export_module, "atomic_write_bytes", lambda path, data: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):  # the next export fails too: the previous one is back in place
+        export_safetensors(module, target)
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    assert not list(tmp_path.glob(".a.staged-*"))
+
+
+def test_an_export_name_with_wildcards_leaves_other_targets_staging_folders_alone(run, tmp_path):
+    """`.{name}.staged-*` was a glob pattern: exporting to `m?` removed `.m1.staged-99999`, another export's."""
+    other = tmp_path / ".m1.staged-99999"
+    other.mkdir()
+    export_safetensors(load_module(run)[0], tmp_path / "m?")
+    assert other.is_dir() and (tmp_path / "m?" / "config.json").is_file()

@@ -133,17 +133,26 @@ def staged(out: Path, marker: str = CONFIG) -> Iterator[Path]:
                          "replaces its target folder whole; give a folder outside it (e.g. ./model)")
     out.parent.mkdir(parents=True, exist_ok=True)
     with held(out.parent / f".{out.name}.export.lock", f"export target {out}", remove=True):
+        prefix = f".{out.name}.staged-"  # compared as text: a name's * or ? must not reach other targets' folders
+        for stale in sorted(p for p in out.parent.iterdir() if p.name.startswith(prefix)):  # a killed export's
+            if stale.name.endswith("-old") and not out.exists() and stale.is_dir() and not stale.is_symlink():
+                os.replace(stale, out)  # killed between its two renames: the previous export, put back
+            else:
+                _remove(stale)
         check_target(out, marker)
-        for stale in out.parent.glob(f".{out.name}.staged-*"):  # a killed export's (we hold the lock)
-            _remove(stale)
-        stage = out.parent / f".{out.name}.staged-{os.getpid()}"
+        stage = out.parent / f"{prefix}{os.getpid()}"
         stage.mkdir()
         try:
             yield stage
-            old = out.parent / f".{out.name}.staged-{os.getpid()}-old"
+            old = out.parent / f"{prefix}{os.getpid()}-old"
             if out.exists():
                 os.replace(out, old)
-            os.replace(stage, out)
+            try:
+                os.replace(stage, out)
+            except BaseException:
+                if old.exists() and not out.exists():
+                    os.replace(old, out)  # the previous export stays in place
+                raise
             _remove(old)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
@@ -214,7 +223,8 @@ def export_safetensors(module: Seq2SeqModule, out: str | Path) -> Path:
 def refuse_export_inside_export(out: Path) -> None:
     """An export written inside another (`atnat export RUN EXPORT/inner`) would be a file the outer one does not
     hold (refused when it is loaded), and the outer could no longer be replaced."""
-    for parent in Path(os.path.abspath(out)).parents:
+    named, written = Path(os.path.abspath(out)), Path(out).resolve()  # the folder a link leads to is written
+    for parent in dict.fromkeys([*named.parents, *written.parents]):
         if is_export_dir(parent) or is_ct2_export_dir(parent):
             raise AtnatError(f"{out} is inside the export {parent}: give a folder outside it")
 
