@@ -510,3 +510,23 @@ def test_an_export_name_with_wildcards_leaves_other_targets_staging_folders_alon
     other.mkdir()
     export_safetensors(load_module(run)[0], tmp_path / "m?")
     assert other.is_dir() and (tmp_path / "m?" / "config.json").is_file()
+
+
+def test_evaluate_writes_no_output_over_a_checkpoints_own_sha256(run, tmp_path, capsys):
+    """A checkpoint file outside a run's checkpoints/ folder: only the file itself was guarded, and `--json
+    CKPT.sha256` replaced its checksum, after which the checkpoint was refused."""
+    import shutil
+
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    best = next(p for p in (run / "checkpoints").iterdir() if p.suffix == ".ckpt")
+    for path in (best, best.with_name(best.name + ".sha256")):
+        shutil.copy(path, folder / path.name)
+    src = tmp_path / "src.txt"
+    src.write_text("the cat\n")
+    checksum = folder / (best.name + ".sha256")
+    before = checksum.read_bytes()
+    assert main(["evaluate", "--checkpoint", str(folder / best.name), "--src", str(src), "--ref", str(src),
+                 "--no-speed", "--json", str(checksum)]) == 2
+    assert "is a file of the model given to --checkpoint" in capsys.readouterr().err
+    assert checksum.read_bytes() == before and load_module(folder / best.name)[0] is not None

@@ -43,7 +43,9 @@ def test_a_damaged_results_record_is_named_by_restat_and_status_and_evaluated_ag
     good = json.loads(record.read_text())
     damages = {"no strategy name": lambda m: [r.pop("strategy") for r in m["rows"]],
                "wrong kind": lambda m: [r.update(bleu="high") for r in m["rows"]],
-               "no strategy name ": lambda m: m.update(rows=[{"x": 1}])}
+               "no strategy name ": lambda m: m.update(rows=[{"x": 1}]),
+               # a path read as a name: the report read another cell's hypotheses (hyps/<strategy>.txt) for its p-value
+               "cannot name a folder or file": lambda m: [r.update(strategy="../../other-s1/hyps/beam5") for r in m["rows"]]}
     for expected, damage in damages.items():
         meta = json.loads(json.dumps(good))
         damage(meta)

@@ -222,6 +222,7 @@ def refuse_writing_into_models(outputs: dict[str, str | None], models: dict[str,
     """An output path among a model's own files (a run's config.json, metrics.json, checkpoints and logs; a
     checkpoint file itself) would replace them, and any path inside an export would be a file planted there
     (the export then refuses to load): one error naming both. A new file beside a run's own is allowed."""
+    from atnat.experiments.modelfiles.checkpoints import checksum_path  # lazy: start-up
     from atnat.experiments.modelfiles.export import is_ct2_export_dir, is_export_dir  # lazy: start-up
 
     for out_flag, out in outputs.items():
@@ -234,8 +235,8 @@ def refuse_writing_into_models(outputs: dict[str, str | None], models: dict[str,
             model = Path(given).resolve()
             if model.is_file() and model.parent.name == "checkpoints":
                 model = model.parent.parent  # a run's checkpoint: the run is the model's folder
-            if model.is_file():
-                own = target == model
+            if model.is_file():  # the checkpoint, or the sha256 beside it (which then refuses the checkpoint)
+                own = target in (model, checksum_path(model))
             else:
                 try:
                     first = target.relative_to(model).parts[0]

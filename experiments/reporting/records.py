@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.files import write_json_atomic
+from atnat.experiments.files import path_part, write_json_atomic
 from atnat.experiments.provenance import stamp
 
 MAX_BYTES = 64 * 1024 * 1024  # a results file larger than this is not a result (a misplaced checkpoint, say)
@@ -62,6 +62,10 @@ def row_problem(index: int, row: dict) -> str | None:
     strategy = row.get("strategy")
     if not isinstance(strategy, str) or not strategy:
         return f"row {index} has no strategy name (got {strategy!r})"
+    try:  # it names the run's hypothesis files (hyps/<strategy>.txt): one file in that folder, never a path
+        path_part(strategy, f"row {index} strategy")
+    except AtnatError as err:
+        return str(err)
     from atnat.experiments.evaluation.columns import by_name  # here: it loads the metric registry
 
     known = by_name()
