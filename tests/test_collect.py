@@ -570,3 +570,21 @@ def test_a_report_from_collected_copies_checks_each_against_its_manifest(tmp_pat
     assert "1 of the copies were collected before collect recorded the sha256" in text and "`at-s1`" in text
     environment = text.split("## Environment")[1]  # whose machine the Environment table describes
     assert "not of the machines that trained and timed the collected cells" in environment
+
+
+def test_a_cell_whose_checkpoint_is_damaged_is_kept_back_and_the_others_are_collected(tmp_path, monkeypatch, capsys):
+    """A damaged checkpoint stopped the collect at that cell (exit 2): every later cell went uncollected, though
+    the command's rule is that a cell held back is named and the rest still collected (exit 1)."""
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    spec["seeds"] = [1, 2]
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    for cell in ("at-s1", "at-s2"):
+        assert main(["cell", "g.yaml", cell, "--results", "res"]) == 0
+    best = evaluation_checkpoint(tmp_path / "res" / "two-tests" / "runs" / "at-s1")
+    with open(best, "ab") as f:
+        f.write(b"x")
+    capsys.readouterr()
+    assert main(["collect", "g.yaml", "--results", "res", "--to", "kept"]) == 1
+    out = capsys.readouterr()
+    assert "at-s1: " in out.out + out.err and "does not match the sha256" in out.out + out.err
+    assert (tmp_path / "kept" / "at-s2" / "metrics.json").is_file() and not (tmp_path / "kept" / "at-s1").exists()

@@ -55,6 +55,7 @@ from atnat.experiments.files import (
     write_json_atomic,
     write_text_atomic,
 )
+from atnat.experiments.modelfiles.checkpoints import CheckpointDamaged
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, checkpoint_stamps, evaluation_checkpoint
 from atnat.experiments.reporting.records import MAX_BYTES, cell_status, teacher_stamps
 from atnat.experiments.running.grid import load_grid_into
@@ -166,8 +167,13 @@ def collect(grid_path, *, results_root: Path, dest: Path, smoke: bool = False) -
             done.not_finished.append(cell.name)
             filed[cell.name] = recorded_weights(target)
             continue
-        stamps = checkpoint_stamps(run_dir) if evaluation_checkpoint(run_dir).is_file() else set()
-        stamp = checkpoint_stamp(run_dir) if stamps else None
+        try:
+            stamps = checkpoint_stamps(run_dir) if evaluation_checkpoint(run_dir).is_file() else set()
+            stamp = checkpoint_stamp(run_dir) if stamps else None
+        except CheckpointDamaged as err:  # this cell's weights cannot be named: the others are still collected
+            done.kept_back.append(f"{cell.name}: {err}; its copy in {dest} is left as it was")
+            filed[cell.name] = recorded_weights(target)  # its students are held to the weights filed there
+            continue
         others = sorted(student for student, recorded in learnt.get(cell.name, {}).items() if not stamps & recorded)
         if stamps and others:
             done.kept_back.append(
