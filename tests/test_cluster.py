@@ -302,3 +302,22 @@ def test_a_cell_whose_job_ended_is_not_running_because_its_killed_holder_left_a_
     (run / "job.json").write_text(json.dumps({"launcher": "slurm", "executor": "slurm", "job_id": "4242"}))
     monkeypatch.setattr(status, "job_state", lambda job, handle=None: "NODE_FAIL")
     assert status.folder_state(run)["state"] == "ended (node_fail)"
+
+
+def test_status_of_a_cell_whose_records_are_cut_short(tmp_path):
+    """A metrics.csv row without its step (cut short, or read while it is written) gave a bare ValueError from
+    int(NaN), and one damaged train.json an error instead of the whole table."""
+    from atnat.experiments.running.status import cell_state
+
+    cut = tmp_path / "cut"
+    (cut / "logs").mkdir(parents=True)
+    (cut / "logs" / "metrics.csv").write_text("attempt,epoch,step,train/loss\n1,0,,\n")
+    assert cell_state(cut)["last_step"] is None
+    (cut / "logs" / "metrics.csv").write_text("attempt,epoch,step,train/loss\n1,0,49,2.0\n1,0,,\n")
+    assert cell_state(cut)["last_step"] == 49
+    bad = tmp_path / "bad"
+    (bad / "checkpoints").mkdir(parents=True)
+    (bad / "checkpoints" / "last.ckpt").write_text("x")
+    (bad / "train.json").write_text('{"global_step": 1')
+    row = cell_state(bad)
+    assert row["state"] == "record damaged" and "train.json: not a finished run's record" in row["error"]

@@ -3,9 +3,9 @@
 State: done / failed (metrics.json), queued / running (job.json, asked of submitit; or the cell's
 lock, held by whoever trains it; what a running cell does now from its progress.json), ended (a job
 that ended without a result: cancelled, timed out for good), record damaged (a metrics.json cut short
-or hand-edited: the next run evaluates the cell again), interrupted (no result, and a checkpoint
-to resume from, or training logged and lost with no checkpoint: it starts again; what stopped it, where the
-run could write that down: Ctrl-C, a signal, an error), not started; with
+or hand-edited: the next run evaluates the cell again; or an unfinished cell's train.json), interrupted (no
+result, and a checkpoint to resume from, or training logged and lost with no checkpoint: it starts again;
+what stopped it, where the run could write that down: Ctrl-C, a signal, an error), not started; with
 `--collected DEST`, collected: no run here, but a finished copy in DEST (`atnat collect` copied it before
 its machine was lost). Then, per task and seed, how many of its cells are done (collected
 copies named) and whether it has been timed (`atnat time`, or the timing phase; a copy's own timing.csv
@@ -15,6 +15,7 @@ for a collected cell). Under a cluster launcher, a last line gives the state of 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from rich.table import Table
@@ -51,7 +52,16 @@ def last_step(run_dir: Path) -> int | None:
         steps = pd.read_csv(log, usecols=["step"])["step"]
     except (ValueError, pd.errors.EmptyDataError):
         return None
+    steps = pd.to_numeric(steps, errors="coerce").dropna()  # a row cut short, or one being written
     return int(steps.max()) if len(steps) else None
+
+
+def step_or_problem(run_dir: Path) -> tuple[int | None, str]:
+    """last_step, or None and what is wrong with the record it reads (one damaged train.json hides no other cell)."""
+    try:
+        return last_step(run_dir), ""
+    except AtnatError as err:
+        return None, str(err).replace(f"{run_dir}{os.sep}", "")
 
 
 def cell_state(run_dir: Path, stops_early: bool | None = None) -> dict:
@@ -78,8 +88,9 @@ def folder_state(run_dir: Path) -> dict:
         return {"state": "blocked", "job": "", "launcher": "", "last_step": "", "now": "",
                 "error": f"a file is where its run folder goes ({run_dir}): move or remove it"}
     job = read_job(run_dir) or {}
+    step, bad_record = step_or_problem(run_dir)
     row = {"state": "not started", "job": job.get("job_id", ""), "launcher": job.get("launcher", ""),
-           "last_step": last_step(run_dir), "error": "", "now": ""}
+           "last_step": step, "error": "", "now": ""}
     try:
         meta, damaged = read_metrics(run_dir), ""
     except AtnatError as err:  # cut short or hand-edited: the next run evaluates the cell again
@@ -93,6 +104,9 @@ def folder_state(run_dir: Path) -> dict:
         return row
     if damaged and not held and not (job and is_active(job_state(job))):
         row |= {"state": "record damaged", "error": f"the next run evaluates it again; {damaged}"[:140]}
+        return row
+    if bad_record and not held:
+        row |= {"state": "record damaged", "error": bad_record[:140]}
         return row
     if job:
         state = job_state(job)
@@ -121,7 +135,7 @@ def status_rows(grid, collected: Path | None = None) -> list[dict]:
             copy = collected / row["cell"]
             if row["state"] == "not started" and cell_status(copy) == "ok" and not (copy / UNDER_WAY).exists():
                 problem = verify_copy(copy)  # as the report checks it: a copy changed since is not a result
-                row |= {"state": "collected", "last_step": last_step(copy)} if problem in (None, UNVERIFIED) else \
+                row |= {"state": "collected", "last_step": step_or_problem(copy)[0]} if problem in (None, UNVERIFIED) else \
                     {"state": "copy damaged", "now": f"{problem}: collect it again"}
     return rows
 
