@@ -60,6 +60,8 @@ def test_a_damaged_results_record_is_named_by_restat_and_status_and_evaluated_ag
     record.write_text(record.read_text()[:50])  # cut short
     assert main(["report", "--restat", str(tmp_path / "g.yaml"), "--results", "res"]) == 1
     assert "not a readable results record" in capsys.readouterr().err
+    assert main(["report", "--interim", str(tmp_path / "g.yaml"), "--results", "res"]) == 1  # was 0, and silent
+    assert "not a readable results record" in capsys.readouterr().err
     assert main(["status", str(tmp_path / "g.yaml"), "--results", "res"]) == 0
     out = capsys.readouterr().out
     assert "record damaged" in out and "interrupted" not in out and "the next run evaluates it again" in out

@@ -604,22 +604,27 @@ def cmd_report(args) -> int | None:
         folder, damaged = write_restat(args.results_dir, results_root=Path(args.results), smoke=args.smoke,
                                        figures=not args.no_figures)
         print(f"recomputed the tables and wrote {folder / 'report.md'} and report.html")
-        for problem in damaged:
-            print(f"atnat: {problem}; the tables show the cell as failed (`atnat run` evaluates it again)",
-                  file=sys.stderr)
-        return 1 if damaged else 0
+        return name_damaged(damaged)
     if args.interim:
         from atnat.experiments.running.scheduler import write_interim  # lazy: start-up
 
-        folder = write_interim(args.results_dir, results_root=Path(args.results), smoke=args.smoke,
-                               collected=Path(args.collected) if args.collected else None, figures=not args.no_figures)
+        folder, damaged = write_interim(args.results_dir, results_root=Path(args.results), smoke=args.smoke,
+                                        collected=Path(args.collected) if args.collected else None,
+                                        figures=not args.no_figures)
         print(f"wrote the interim report {folder / 'report.md'} and report.html")
-        return
+        return name_damaged(damaged)
     from atnat.experiments.reporting.report import write_report  # lazy: start-up
 
     refuse_a_grid_file(Path(args.results_dir))
     md, html = write_report(Path(args.results_dir), figures=not args.no_figures)
     print(f"wrote {md} and {html}")
+
+
+def name_damaged(damaged: list[str]) -> int:
+    """Each damaged results record named on stderr; 1 where there is one (the report was written all the same)."""
+    for problem in damaged:
+        print(f"atnat: {problem}; the tables show the cell as failed (`atnat run` evaluates it again)", file=sys.stderr)
+    return 1 if damaged else 0
 
 
 def refuse_a_grid_file(path: Path) -> None:

@@ -181,14 +181,15 @@ def _tabulate(grid, path, out: Path, runs: Path | None = None) -> pd.DataFrame:
 
 
 def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = False,
-                  collected: Path | None = None, figures: bool = True) -> Path:
+                  collected: Path | None = None, figures: bool = True) -> tuple[Path, list[str]]:
     """An interim report of a grid whose cells are not all done (a run of days, still running or
     paused): its finished cells tabulated into <results>/<grid>/interim/ - tables, goals, ranking and
     report, with speed only for the tasks and seeds timed so far (`atnat time`) - without touching the
     runner's own folder or taking its lock; the
     final `atnat run` writes the real report. With `collected` (the DEST of `atnat collect`), the
     cells are those collected there rather than the run folders, so that cells whose machine is
-    gone are still reported (collect.py stage_collected). Returns the interim folder."""
+    gone are still reported (collect.py stage_collected). Returns the interim folder and the problems of
+    the cells whose metrics.json is damaged (tabulated as failed)."""
     grid, out = load_grid_into(path, results_root, smoke)
     if collected is not None:
         with tempfile.TemporaryDirectory(prefix="atnat-collected-") as tmp:
@@ -196,11 +197,24 @@ def write_interim(path, *, results_root: Path = Path("results"), smoke: bool = F
             unverified: list[str] = []
             if not stage_collected(staged_grid, collected, staged / "runs", unverified):
                 raise AtnatError(f"--collected {collected}: no collected cell of {path} there: nothing to report")
+            damaged = [problem.replace(str(staged / "runs"), str(collected)) for problem in damaged_records(staged_grid)]
             return _interim(staged_grid, path, staged / "runs", out / "interim", f"the cells collected in {collected}",
-                            figures=figures, unverified=unverified)
+                            figures=figures, unverified=unverified), damaged
     if not (out / "runs").is_dir():
         raise AtnatError(f"{out / 'runs'}: no run folders yet: nothing to report for {path}")
-    return _interim(grid, path, out / "runs", out / "interim", None, figures=figures)
+    return _interim(grid, path, out / "runs", out / "interim", None, figures=figures), damaged_records(grid)
+
+
+def damaged_records(grid) -> list[str]:
+    """What is wrong with each cell's metrics.json that cannot be read as a results record (the tables show
+    the cell as failed)."""
+    damaged = []
+    for cell in grid.cells:
+        try:
+            read_metrics(Path(cell.config.output_dir))
+        except AtnatError as err:
+            damaged.append(str(err))
+    return damaged
 
 
 def write_collected(path, *, results_root: Path = Path("results"), smoke: bool = False, collected: Path,
@@ -281,12 +295,7 @@ def write_restat(path, *, results_root: Path = Path("results"), smoke: bool = Fa
     if not (out / "runs").is_dir() or not (out / "environment.json").is_file():
         raise AtnatError(f"{out}: --restat needs a finished run's folder with its runs/ and environment.json")
     _refuse_lost_results(grid, out)
-    damaged = []
-    for cell in grid.cells:
-        try:
-            read_metrics(Path(cell.config.output_dir))
-        except AtnatError as err:
-            damaged.append(str(err))
+    damaged = damaged_records(grid)
     with held(folder_lock(out), f"results folder {out}"):  # not under a runner writing the same tables
         table = _tabulate(grid, path, out)
         env = json.loads((out / "environment.json").read_text(encoding="utf-8"))
