@@ -76,7 +76,7 @@ def test_export_round_trip_decodes_identically(run, tmp_path):
     out = export_safetensors(module, tmp_path / "exp")
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "sentencepiece.model"]
     config = json.loads((out / "config.json").read_text())
-    assert config["format_version"] == 3 and config["hyper_parameters"]["decoder"] == "at"
+    assert config["format_version"] == 4 and config["hyper_parameters"]["decoder"] == "at"
     assert config["bleu_tokenize"] == "13a" and len(config["weights"]["sha256"]) == 64
     again, tok2 = load_module(out)
     assert is_export_dir(out) and tok2.proto == tokenizer.proto
@@ -328,8 +328,11 @@ def resealed(out, change):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda c: c.update(format_version=1), r"config.json says format version 1, its weights \(model.safetensors\) "
-                                           r"were written as version 3"),  # turned the check off: edits loaded
+                                           r"were written as version 4"),  # turned the check off: edits loaded
     (lambda c: c.update(format_version=2), "says format version 2"),
+    (lambda c: c.update(format_version=3), "says format version 3"),
+    (lambda c: c.update(target_lang="fr"), "is not what the weights"),
+    (lambda c: c.update(target_lang="../x"), r"target_lang '\.\./x' is not a language code"),
     (lambda c: c.update(bleu_tokenize="char"), r"config.json: what it says of the model .* is not what the weights "
                                                r"\(model.safetensors\) were exported with"),  # BLEU 2.75 for 1.31
     (lambda c: c.update(plugins=["evil"]), "is not what the weights"),
@@ -339,7 +342,7 @@ def test_an_export_config_edited_outside_its_hyper_parameters_is_refused(run, tm
     one-token outputs); bleu_tokenize, the plugins and the tokenizer's record were protected by config.json
     alone. The weights now record all of it, and their own format version."""
     out = export_safetensors(load_module(run)[0], tmp_path / "exp")
-    assert json.loads((out / "config.json").read_text())["format_version"] == 3
+    assert json.loads((out / "config.json").read_text())["format_version"] == 4
     rewrite_config(out, edit)
     with pytest.raises(AtnatError, match=message):
         load_module(out)
@@ -530,3 +533,23 @@ def test_evaluate_writes_no_output_over_a_checkpoints_own_sha256(run, tmp_path, 
                  "--no-speed", "--json", str(checksum)]) == 2
     assert "is a file of the model given to --checkpoint" in capsys.readouterr().err
     assert checksum.read_bytes() == before and load_module(folder / best.name)[0] is not None
+
+
+def test_an_export_keeps_the_target_language_its_bleu_is_tokenised_for(run, tmp_path):
+    """An export did not record the model's target language: `evaluate` on an export scored tokenised BLEU with
+    English rules for a German model (70.16 where the run scored 76.92 on the same sentences)."""
+    module = load_module(run)[0]
+    module.target_lang = "de"
+    out = export_safetensors(module, tmp_path / "exp")
+    assert json.loads((out / "config.json").read_text())["target_lang"] == "de"
+    assert load_module(out)[0].target_lang == "de"
+
+
+def test_a_format_3_export_without_a_target_language_still_loads(run, tmp_path, monkeypatch):
+    from atnat.experiments.modelfiles import export as export_module
+
+    monkeypatch.setattr(export_module, "FORMAT_VERSION", 3)  # as the version before wrote it: no target_lang
+    out = export_safetensors(load_module(run)[0], tmp_path / "exp")
+    rewrite_config(out, lambda c: c.pop("target_lang"))
+    monkeypatch.undo()
+    assert load_module(out)[0].target_lang == "en"

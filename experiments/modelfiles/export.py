@@ -33,9 +33,11 @@ if TYPE_CHECKING:
     from atnat.models.seq2seq import Seq2SeqModule
 
 FORMAT = "atnat-export"
-FORMAT_VERSION = 3  # 2: the weights' metadata records the sha256 of the hyper-parameters; 3: of all config.json
-READABLE_VERSIONS = (1, 2, 3)  # says of the model (RECORDED: hyper-parameters, BLEU tokenizer, plugins, tokenizer file)
-RECORDED = ("hyper_parameters", "bleu_tokenize", "plugins", "tokenizer")
+FORMAT_VERSION = 4  # 2: the weights' metadata records the sha256 of the hyper-parameters; 3: of all config.json
+READABLE_VERSIONS = (1, 2, 3, 4)  # says of the model (RECORDED: hyper-parameters, BLEU tokenizer, plugins, tokenizer
+RECORDED = ("hyper_parameters", "bleu_tokenize", "plugins", "tokenizer", "target_lang")  # file; 4: target language)
+RECORDED_BY = {3: RECORDED[:4], 4: RECORDED}  # what each version's record_sha256 covers
+TARGET_LANG = re.compile(r"[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8})*")  # a language code (Moses tokenisation of BLEU)
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 CT2_MARKER = "model.bin"  # the file a CTranslate2 model folder is known by (ct2.py writes it)
@@ -188,9 +190,11 @@ def hyper_parameters_sha256(hyper_parameters: dict) -> str:
 
 
 def record_sha256(config: dict) -> str:
-    """sha256 of the canonical JSON of what config.json says of the model (RECORDED): what the weights file
-    records of its config (format 3), so that neither can change without the other noticing."""
-    return hashlib.sha256(json.dumps({k: config.get(k) for k in RECORDED}, sort_keys=True).encode()).hexdigest()
+    """sha256 of the canonical JSON of what config.json says of the model (RECORDED, as its format version has
+    it): what the weights file records of its config (format 3 on), so that neither can change without the
+    other noticing."""
+    keys = RECORDED_BY.get(config.get("format_version"), RECORDED)
+    return hashlib.sha256(json.dumps({k: config.get(k) for k in keys}, sort_keys=True).encode()).hexdigest()
 
 
 def export_safetensors(module: Seq2SeqModule, out: str | Path) -> Path:
@@ -210,6 +214,7 @@ def export_safetensors(module: Seq2SeqModule, out: str | Path) -> Path:
         atomic_write_bytes(stage / name, data)
         config = {"format": FORMAT, "format_version": FORMAT_VERSION, "hyper_parameters": hyper,
                   "bleu_tokenize": module.bleu_tokenize, "plugins": list(getattr(module, "plugins", [])),
+                  "target_lang": module.target_lang,
                   "tokenizer": {"kind": module.tokenizer_state["kind"], "file": name, "sha256": sha256(stage / name)}}
         save_model(module, str(stage / WEIGHTS), metadata={
             "format": FORMAT, "format_version": str(FORMAT_VERSION), "record_sha256": record_sha256(config)})
@@ -288,6 +293,7 @@ def load_export(directory: str | Path, map_location: str = "cpu") -> Seq2SeqModu
         refuse_planted_files(directory, config)  # (after the names are known to be files inside it)
         missing_plugins(str(config["hyper_parameters"]["decoder"]), config.get("plugins"), str(directory / CONFIG))
         bleu_tokenize = checked_bleu_tokenize(config.get("bleu_tokenize", "13a"), directory / CONFIG)
+        target_lang = checked_target_lang(config.get("target_lang", "en"), directory / CONFIG)  # (before format 4: en)
         check_against_weights(config, weights, directory / CONFIG)  # before any tensor is allocated
         module = Seq2SeqModule(**config["hyper_parameters"])
     except (KeyError, TypeError) as err:
@@ -298,8 +304,15 @@ def load_export(directory: str | Path, map_location: str = "cpu") -> Seq2SeqModu
         raise AtnatError(f"{weights}: cannot load the weights ({err})") from err
     module.tokenizer_state = tokenizer_state_from_file(tok_path, tok_kind)
     module.bleu_tokenize = bleu_tokenize
+    module.target_lang = target_lang
     module.plugins = [str(p) for p in config.get("plugins") or []]
     return module.to(map_location)
+
+
+def checked_target_lang(value, where: Path) -> str:
+    if not isinstance(value, str) or not TARGET_LANG.fullmatch(value):
+        raise AtnatError(f"{where}: target_lang {value!r} is not a language code (e.g. de, en, pt-BR)")
+    return value
 
 
 def checked_bleu_tokenize(value, where: Path) -> str:
