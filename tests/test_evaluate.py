@@ -71,7 +71,10 @@ def test_atnat_evaluate_scores_any_files(tmp_path, monkeypatch, capsys):
     assert "--compile and --engine aoti: give one" in capsys.readouterr().err
     (tmp_path / "short.txt").write_text("w1\n")
     assert main(["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "short.txt", "--no-speed"]) == 2
-    assert "reference file 1 has 1 lines but the source has" in capsys.readouterr().err
+    assert "--ref short.txt has 1 lines but --src src.txt has" in capsys.readouterr().err  # it named neither file
+    with pytest.raises(SystemExit) as refused:  # by argparse, before the model loads, naming its flag
+        main(["evaluate", "--checkpoint", str(run), "--src", "src.txt", "--ref", "src.txt", "--latency-sentences", "-3"])
+    assert refused.value.code == 2 and "--latency-sentences" in capsys.readouterr().err
     # --json records the engine that ran, not the one asked for (here the static step refused for a stated reason)
     monkeypatch.setattr("atnat.experiments.modelfiles.engines.static_step_problem", lambda decoder: "a reason")
     assert main(args[:-6] + ["--no-speed", "--json", "static.json", "--engine", "static"]) == 0

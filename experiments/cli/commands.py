@@ -413,11 +413,15 @@ def cmd_evaluate(args) -> None:
         raise AtnatError(f"--threads {args.threads}: expected a positive number of CPU threads")
     torch.set_num_threads(args.threads)  # decoding and timing alike; recorded with every row
     device = decode_device(args.device, args.quantize, note=lambda text: print(text, file=sys.stderr))
+    sources = read_lines(Path(args.src), "--src")  # before the model loads: a file's mistake named at once
+    references = [read_lines(Path(r), f"--ref {r}") for r in args.ref]
+    for given, stream in zip(args.ref, references):
+        if len(stream) != len(sources):
+            raise AtnatError(f"--ref {given} has {len(stream)} lines but --src {args.src} has {len(sources)}: a "
+                             "reference file holds one line for each source line")
     module, tokenizer = load_module(args.checkpoint, map_location=device)
     module = maybe_quantize(module, args.quantize)
     use_engine(module, engine, single_sentences=not args.no_speed)  # the latency timing decodes one at a time
-    sources = read_lines(Path(args.src), "--src")
-    references = [read_lines(Path(r), f"--ref {r}") for r in args.ref]
     specs = [strategy_spec(args, module)] + [_spec(s) for s in args.also or []]
     outputs = {flag: given for flag, given in (("--hyps", args.hyps), ("--json", args.json)) if given}
     for flag, given in outputs.items():  # before hours of decoding: a path no file can be written to
@@ -767,8 +771,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compound-split", action="store_true", help="tokenised BLEU splits hyphenated compounds (##AT##)")
     p.add_argument("--n-bootstrap", type=positive_int, default=1000, help="resamples of the BLEU confidence interval")
     p.add_argument("--no-speed", action="store_true", help="skip the timing")
-    p.add_argument("--latency-sentences", type=int, default=100, help="sentences timed one at a time")
-    p.add_argument("--repeats", type=int, default=3, help="timed repeats of every call")
+    p.add_argument("--latency-sentences", type=positive_int, default=100, help="sentences timed one at a time")
+    p.add_argument("--repeats", type=positive_int, default=3, help="timed repeats of every call")
     p.add_argument("--threads", type=int, default=1, help="CPU threads for decoding and timing (default 1, as a "
                                                          "grid's timing phase; recorded in the JSON)")
     p.add_argument("--hyps", help="write the first strategy's translations here")
