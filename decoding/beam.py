@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from atnat.core.options import MAX_SEARCH, require, require_between, require_choice, require_non_negative
+from atnat.core.options import MAX_SEARCH, require, require_between, require_choice, require_number_between
 from atnat.core.special import NEG_INF, SpecialTokens
 from atnat.decoding.base import Hypotheses, StepModel, Strategy, register_strategy
 from atnat.decoding.lengths import LengthLimits, step_budget
@@ -38,6 +38,7 @@ from atnat.decoding.processors import apply_processors_, at_processors
 
 LENGTH_NORMS = ("none", "length", "gnmt")
 STOPPING = ("heuristic", "exact", "fairseq")
+MAX_ALPHA = 10.0  # ((5 + 1024) / 6) ** 10 ~ 2e22: scores stay apart in float32 (GNMT uses 0.6-1)
 
 
 @dataclass
@@ -85,7 +86,8 @@ class Beam(LengthLimits, Strategy):
         owner = f"strategy {self.registered_name!r}"
         require_choice(self.length_norm, LENGTH_NORMS, owner, "length_norm")
         require_choice(self.stopping, STOPPING, owner, "stopping")
-        require_non_negative(owner, alpha=self.alpha)  # a negative one shrinks lp with length: "exact"'s bound fails
+        require_number_between(self.alpha, 0, MAX_ALPHA, owner, "alpha",  # a negative one shrinks lp with length:
+                               "beyond, the GNMT normaliser leaves float32 range")  # "exact"'s bound fails
         require_between(self.beam_size, 1, MAX_SEARCH, owner, "beam_size")
         require(isinstance(self.n_best, int) and 1 <= self.n_best <= self.beam_size, owner, "n_best",
                 f"an integer in 1..beam_size ({self.beam_size})", self.n_best)

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from atnat.core.errors import AtnatError
-from atnat.core.options import MAX_SEARCH, require_between, require_positive
+from atnat.core.options import MAX_SEARCH, require_between, require_number_between
 from atnat.core.special import SpecialTokens
 from atnat.decoding.base import Hypotheses, Strategy, register_strategy
 from atnat.decoding.candidates import (
@@ -27,6 +27,7 @@ from atnat.decoding.candidates import (
 
 # tokens (C, T), padding_mask (C, T), sentence_index (C,) -> (C,) total teacher log-prob incl. EOS
 Scorer = Callable[[Tensor, Tensor, Tensor], Tensor]
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-6, 1e6  # near 0: the best token of each slot; large: near uniform
 
 
 def sample_tokens(log_probs: Tensor, padding_mask: Tensor, n: int, *, temperature: float,
@@ -70,7 +71,8 @@ class NoisyParallel(Strategy):
 
     def __post_init__(self) -> None:
         owner = f"strategy {self.registered_name!r}"
-        require_positive(owner, temperature=self.temperature)
+        require_number_between(self.temperature, MIN_TEMPERATURE, MAX_TEMPERATURE, owner, "temperature",
+                               "nearer 0, float32 division by it gives NaN probabilities")
         require_between(self.length_beam, 1, MAX_SEARCH, owner, "length_beam")
         require_between(self.samples_per_length, 0, MAX_SEARCH, owner, "samples_per_length")
         require_between(self.seed, 0, 2**63 - 1, owner, "seed")

@@ -75,7 +75,7 @@ def test_registered_and_validated():
     with pytest.raises(AtnatError, match="stopping.*heuristic, exact, fairseq"):
         Beam(stopping="never")
     for alpha in (-0.5, float("nan")):
-        with pytest.raises(AtnatError, match="alpha must be a finite number >= 0"):
+        with pytest.raises(AtnatError, match="alpha must be a finite number from 0 to 10"):
             Beam(alpha=alpha)
 
 

@@ -443,3 +443,14 @@ def test_npd_ranks_a_candidate_longer_than_its_teacher_writes_last_instead_of_fa
         hyps = cmlm.decode(src, torch.tensor([15]), strategy, **needs_teacher(strategy, teacher, src))
     assert hyps.lengths[0].tolist() == [15, 16]  # the one the teacher can score first, the 16-token one last
     assert math.isfinite(float(hyps.scores[0, 0])) and hyps.scores[0, 1] == float("-inf")
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda: __import__("atnat.decoding.beam", fromlist=["Beam"]).Beam(beam_size=4, length_norm="gnmt", alpha=60),
+     "alpha"),  # every finished hypothesis scored -0.0: the ranking and the stopping were arbitrary ties
+    (lambda: __import__("atnat.decoding.npd", fromlist=["NoisyParallel"]).NoisyParallel(temperature=1e-46),
+     "temperature"),  # 0.0 in float32: NaN probabilities, then a bare RuntimeError from multinomial
+])
+def test_options_beyond_float32_range_are_refused(make, field):
+    with pytest.raises(AtnatError, match=field):
+        make()
