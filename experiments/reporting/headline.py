@@ -288,7 +288,8 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
                                          f" (on the mean: the speed intervals of {_listing(rivals)} reach its own)")
         fast_diff = diff_of(fast["system"])
         fast_gap = "" if fast_diff is None else f" ({_diff_text(fast_diff, g.equivalence_margin)} against it)"
-        sentences.append(f"The fastest system not behind {ref_name} beyond noise is {names[fast['system']]}{fast_gap}, "
+        sentences.append(f"The fastest system whose paired BLEU interval against {ref_name} does not lie below 0 is "
+                         f"{names[fast['system']]}{fast_gap}, "
                          f"at {_interval_text(fast, 'speedup_vs_at', suffix='×')} AT greedy's batch-1 speed{overlap}.")
     if len(nats) and "speedup_vs_ref_at" in agg and pd.notna(best.get("speedup_vs_ref_at")):
         family = baseline_family(best.get("ref_at_baseline", ""))
