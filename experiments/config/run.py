@@ -228,7 +228,7 @@ class EvalSettings:
 class DistillSettings:
     """Sequence-level knowledge distillation (Kim & Rush 2016) from a teacher run."""
 
-    teacher: str  # run directory (or checkpoint file) of the AT teacher
+    teacher: str  # the AT teacher: its run directory, a checkpoint file or an export (`atnat export`)
     targets: bool = True  # train on the teacher's outputs; false: train on the references (the teacher then
     # only serves train.init_from: teacher and npd re-ranking: the no-distillation control of a grid)
     strategy: dict | str = field(default_factory=lambda: {"name": "beam", "beam_size": 5})  # teacher decoding
