@@ -1,6 +1,7 @@
 """A run whose training files changed after it trained is neither evaluated again nor resumed under the new
 tokenizer those files give: its checkpoint's tokenizer is not the task's any more, and the test sentences would be
 encoded into ids its weights never learnt (the run's settings name the files, not what is in them)."""
+import pytest
 import yaml
 
 from atnat.experiments.cli.commands import main
@@ -27,7 +28,8 @@ def test_a_finished_run_whose_training_files_changed_is_not_evaluated_again(tmp_
     assert (run / "hyps" / "greedy.txt").read_text() == hyps  # what it wrote before is kept
 
 
-def test_a_run_whose_training_files_changed_is_not_resumed_over_other_tokens(tmp_path, monkeypatch):
+@pytest.mark.parametrize("last_damaged", [False, True])
+def test_a_run_whose_training_files_changed_is_not_resumed_over_other_tokens(tmp_path, monkeypatch, last_damaged):
     data, spec = tiny_grid_dir(tmp_path, monkeypatch)
     (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
     grid = str(tmp_path / "g.yaml")
@@ -36,7 +38,11 @@ def test_a_run_whose_training_files_changed_is_not_resumed_over_other_tokens(tmp
     assert (run / "checkpoints" / "last.ckpt").is_file()
     for record in ("train.json", "metrics.json"):  # training not finished: the next start resumes from last.ckpt
         (run / record).unlink()
+    if last_damaged:  # training would resume from best.ckpt instead: that one is compared
+        with open(run / "checkpoints" / "last.ckpt", "ab") as f:
+            f.write(b"x")
     for side in ("xx", "yy"):
         (data / f"train.{side}").write_text("".join(f"{OTHER_WORDS} {i}\n" for i in range(300)))
     assert main(["cell", grid, "at-s1", "--results", "res"]) == 1
-    assert "its checkpoint last.ckpt holds another tokenizer" in (run / "error.log").read_text()
+    which = "best.ckpt" if last_damaged else "last.ckpt"
+    assert f"its checkpoint {which} holds another tokenizer" in (run / "error.log").read_text()

@@ -8,11 +8,12 @@ process that trains it (locks.py): a second process on one cell is refused. `atn
 """
 from __future__ import annotations
 
+import io
 import json
 import sys
 import time
 import traceback
-from contextlib import nullcontext
+from contextlib import nullcontext, redirect_stderr
 from pathlib import Path
 
 import torch
@@ -34,6 +35,7 @@ from atnat.experiments.running.grid import Cell, load_grid_into
 from atnat.experiments.running.stale import teacher_changed
 from atnat.experiments.training.distill import distilled_targets
 from atnat.experiments.training.progress import counting_phase, record_end, write_progress
+from atnat.experiments.training.resume import resume_point
 from atnat.experiments.training.train import finished_training, prepare_data, train
 
 
@@ -127,17 +129,14 @@ def refuse_another_tokenizer(cfg: RunConfig, run_dir: Path, task, done: Path | N
     training files changed since give another tokenizer, under which the test sentences would be encoded into
     other ids than the weights learnt (a score of nonsense), or training would go on over other tokens. Its
     settings alone cannot tell: they name the files, not what is in them."""
-    checkpoint = done or run_dir / "checkpoints" / "last.ckpt"
-    if not checkpoint.is_file():
+    if done is None:
+        with redirect_stderr(io.StringIO()):  # training names a damaged checkpoint itself, as it sets it aside
+            done = resume_point(run_dir / "checkpoints", set_aside=False)  # the one training would resume from
+    if done is None:
         return
-    try:
-        own = load_module(checkpoint)[1]
-    except AtnatError:  # a damaged last.ckpt: training sets it aside and resumes from another one
-        if done is not None:
-            raise
-        return
+    own = load_module(done)[1]
     if own.to_state() != task.tokenizer.to_state():
-        raise AtnatError(f"run {cfg.name} ({run_dir}): its checkpoint {checkpoint.name} holds another tokenizer than the "
+        raise AtnatError(f"run {cfg.name} ({run_dir}): its checkpoint {done.name} holds another tokenizer than the "
                          f"task's files give now ({own.vocab_size} and {task.tokenizer.vocab_size} pieces): the training "
                          "files changed since it trained. Restore the files it trained on, or move the run folder aside "
                          "to train it anew")
