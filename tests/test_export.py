@@ -332,7 +332,7 @@ def resealed(out, change):
     (lambda c: c.update(format_version=2), "says format version 2"),
     (lambda c: c.update(format_version=3), "says format version 3"),
     (lambda c: c.update(target_lang="fr"), "is not what the weights"),
-    (lambda c: c.update(target_lang="../x"), r"target_lang '\.\./x' is not a language code"),
+    (lambda c: c.update(target_lang="../x"), r"target_lang '\.\./x' is not a target language's name"),
     (lambda c: c.update(bleu_tokenize="char"), r"config.json: what it says of the model .* is not what the weights "
                                                r"\(model.safetensors\) were exported with"),  # BLEU 2.75 for 1.31
     (lambda c: c.update(plugins=["evil"]), "is not what the weights"),
@@ -543,6 +543,8 @@ def test_an_export_keeps_the_target_language_its_bleu_is_tokenised_for(run, tmp_
     out = export_safetensors(module, tmp_path / "exp")
     assert json.loads((out / "config.json").read_text())["target_lang"] == "de"
     assert load_module(out)[0].target_lang == "de"
+    module.target_lang = "target"  # a task's target suffix that is no language code (train.source / train.target)
+    assert load_module(export_safetensors(module, tmp_path / "exp2"))[0].target_lang == "target"
 
 
 def test_a_format_3_export_without_a_target_language_still_loads(run, tmp_path, monkeypatch):

@@ -37,7 +37,7 @@ FORMAT_VERSION = 4  # 2: the weights' metadata records the sha256 of the hyper-p
 READABLE_VERSIONS = (1, 2, 3, 4)  # says of the model (RECORDED: hyper-parameters, BLEU tokenizer, plugins, tokenizer
 RECORDED = ("hyper_parameters", "bleu_tokenize", "plugins", "tokenizer", "target_lang")  # file; 4: target language)
 RECORDED_BY = {3: RECORDED[:4], 4: RECORDED}  # what each version's record_sha256 covers
-TARGET_LANG = re.compile(r"[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8})*")  # a language code (Moses tokenisation of BLEU)
+TARGET_LANG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,31}")  # the task's target suffix (de, pt-BR, target, de.tok)
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 CT2_MARKER = "model.bin"  # the file a CTranslate2 model folder is known by (ct2.py writes it)
@@ -208,6 +208,7 @@ def export_safetensors(module: Seq2SeqModule, out: str | Path) -> Path:
     if module.tokenizer_state is None:
         raise AtnatError("the module carries no tokenizer: export needs one (a module from atnat train)")
     hyper = _plain(dict(module.hparams))
+    checked_target_lang(module.target_lang, Path(out) / CONFIG)  # never an export that no reader would load
     refuse_export_inside_export(out)
     with staged(out) as stage:
         name, data = tokenizer_file(module.tokenizer_state)
@@ -311,7 +312,8 @@ def load_export(directory: str | Path, map_location: str = "cpu") -> Seq2SeqModu
 
 def checked_target_lang(value, where: Path) -> str:
     if not isinstance(value, str) or not TARGET_LANG.fullmatch(value):
-        raise AtnatError(f"{where}: target_lang {value!r} is not a language code (e.g. de, en, pt-BR)")
+        raise AtnatError(f"{where}: target_lang {value!r} is not a target language's name (up to 32 letters, "
+                         "digits, '.', '_' or '-', e.g. de, pt-BR)")
     return value
 
 
