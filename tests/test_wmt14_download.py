@@ -4,6 +4,7 @@ SHA256SUMS and checked on every later run."""
 import functools
 import hashlib
 import http.server
+import json
 import threading
 
 import pytest
@@ -89,6 +90,7 @@ def test_a_stopped_download_resumes_from_its_part_file(server, tmp_path, ranges)
     out = tmp_path / "d"
     out.mkdir()
     (out / "train.en.part").write_bytes(FAKE["train.en"][:100])  # a download that stopped at 100 bytes
+    (out / "train.en.part.json").write_text(json.dumps({"url": f"{url}/train.en"}))
     download_wmt14(out, base_url=url, log=lambda _: None)
     assert (out / "train.en").read_bytes() == FAKE["train.en"] and not (out / "train.en.part").exists()
     assert ("train.en", "bytes=100-") in httpd.requested
@@ -144,6 +146,8 @@ def test_a_part_longer_than_the_file_is_fetched_again_and_a_whole_one_is_kept(se
     out.mkdir()
     (out / "newstest2014.de.part").write_bytes(b"x" * (len(FAKE["newstest2014.de"]) + 500))  # not this file
     (out / "newstest2014.en.part").write_bytes(FAKE["newstest2014.en"])  # whole, not yet renamed
+    for name in ("newstest2014.de", "newstest2014.en"):  # both begun from this address
+        (out / f"{name}.part.json").write_text(json.dumps({"url": f"{url}/{name}"}))
     download_wmt14(out, base_url=url, log=lambda _: None)
     assert (out / "newstest2014.de").read_bytes() == FAKE["newstest2014.de"]
     assert (out / "newstest2014.en").read_bytes() == FAKE["newstest2014.en"]
@@ -287,8 +291,21 @@ def test_a_part_from_another_address_or_of_another_version_is_not_resumed(server
     (out / "train.en.part.json").write_text('{"url": "http://elsewhere.example/train.en"}')
     (out / "train.de.part").write_bytes(b"y" * 100)  # begun from here, when the file was another version
     (out / "train.de.part.json").write_text(f'{{"url": "{url}/train.de", "version": "\\"v1\\""}}')
+    (out / "newstest2013.en.part").write_bytes(b"z" * 100)  # of no recorded origin (its .json lost)
     httpd.etag = '"v2"'
     download_wmt14(out, base_url=url, log=lambda _: None)
-    assert (out / "train.en").read_bytes() == FAKE["train.en"] and (out / "train.de").read_bytes() == FAKE["train.de"]
+    assert all((out / name).read_bytes() == FAKE[name] for name in FILES)
     assert ("train.en", None) in httpd.requested and ("train.de", 'bytes=100- if-range "v1"') in httpd.requested
+    assert ("newstest2013.en", None) in httpd.requested
     assert not list(out.glob("*.part*"))
+
+
+def test_a_weak_etag_is_not_sent_in_if_range(server, tmp_path):
+    """A weak ETag (W/"...") may not be sent in If-Range; a server then always sends the whole file again."""
+    httpd, url = server
+    httpd.etag, httpd.cut["train.en"] = 'W/"v1"', 300
+    with pytest.raises(AtnatError, match="run the same command again to resume"):
+        download_wmt14(tmp_path / "d", base_url=url, log=lambda _: None)
+    httpd.requested.clear()
+    download_wmt14(tmp_path / "d", base_url=url, log=lambda _: None)
+    assert ("train.en", "bytes=300-") in httpd.requested  # resumed, with no If-Range

@@ -84,9 +84,10 @@ def _stream(url: str, part: Path, timeout: float, again: bool = True, probe: boo
     (a connection closed early: the part is kept, a later run resumes it). -> the file's size where the
     server said it, else None. With `probe` (after a download of unsaid size) only a server that answers
     the range request can go on; ValueError where it ignores it (it cannot tell a whole file from a cut one).
-    A part begun from another address (NAME.part.json) is not this file's beginning: it starts over."""
+    A part begun from another address, or of no recorded address (NAME.part.json), is not known to be this
+    file's beginning: it starts over."""
     origin = _read_origin(part)
-    if part.exists() and origin.get("url") not in (None, url):
+    if part.exists() and origin.get("url") != url:  # from elsewhere, or of unknown origin: not resumed
         part.unlink()
     have = part.stat().st_size if part.exists() else 0
     headers = {"Range": f"bytes={have}-"} if have else {}
@@ -115,7 +116,8 @@ def _stream(url: str, part: Path, timeout: float, again: bool = True, probe: boo
         else:
             length = response.headers.get("Content-Length")
             total, mode = (int(length) if length and length.isdigit() else None), "wb"
-            version = response.headers.get("ETag") or response.headers.get("Last-Modified")
+            etag = response.headers.get("ETag")  # a weak one may not be sent in If-Range (RFC 9110)
+            version = (etag if etag and not etag.startswith("W/") else None) or response.headers.get("Last-Modified")
             write_json_atomic(_part_origin(part), {"url": url, **({"version": version} if version else {})})
         with open(part, mode) as f:
             for block in iter(lambda: response.read(BLOCK), b""):
