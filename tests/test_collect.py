@@ -588,3 +588,19 @@ def test_a_cell_whose_checkpoint_is_damaged_is_kept_back_and_the_others_are_coll
     out = capsys.readouterr()
     assert "at-s1: " in out.out + out.err and "does not match the sha256" in out.out + out.err
     assert (tmp_path / "kept" / "at-s2" / "metrics.json").is_file() and not (tmp_path / "kept" / "at-s1").exists()
+
+
+def test_an_interim_report_leaves_out_the_speed_of_a_cell_whose_checkpoint_is_damaged(tmp_path, monkeypatch, capsys):
+    """One damaged checkpoint stopped the interim report (exit 2, no report): the check of which weights a timing
+    row was measured on raised for it."""
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", "g.yaml", "--results", "res"]) == 0
+    with open(evaluation_checkpoint(tmp_path / "res" / "two-tests" / "runs" / "at-s1"), "ab") as f:
+        f.write(b"x")
+    capsys.readouterr()
+    assert main(["report", "--interim", "g.yaml", "--results", "res"]) == 0
+    err = capsys.readouterr().err
+    assert "at-s1: " in err and "does not match the sha256" in err and "its speed is left out of the tables" in err
+    table = pd.read_csv(tmp_path / "res" / "two-tests" / "interim" / "results.csv")
+    assert table.latency_ms_b1.isna().all()

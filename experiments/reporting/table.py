@@ -2,6 +2,7 @@
 comparisons against each task's AT baseline (speed-up, paired significance)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +15,7 @@ from atnat.experiments.evaluation.metrics import holm, paired_significance
 from atnat.experiments.evaluation.metrics.quality import bleu_difference
 from atnat.experiments.evaluation.references import read_references
 from atnat.experiments.files import read_json_object, write_csv
+from atnat.experiments.modelfiles.checkpoints import CheckpointDamaged
 from atnat.experiments.modelfiles.loading import checkpoint_stamps, evaluation_checkpoint
 from atnat.experiments.provenance import label
 from atnat.experiments.reporting.ranking import MAIN, rank_systems, references_of
@@ -114,8 +116,12 @@ def _same_weights(runs: Path, cells: pd.Series, fingerprints: pd.Series) -> list
     """Per timing row: was it measured on the weights its cell is evaluated with now? (True where that
     cannot be checked: no evaluated checkpoint here, or a row from before fingerprints.) One checksum per cell."""
     stamps: dict[str, set[str] | None] = {}
-    for cell in set(cells.astype(str)):
-        stamps[cell] = checkpoint_stamps(runs / cell) if evaluation_checkpoint(runs / cell).is_file() else None
+    for cell in sorted(set(cells.astype(str))):
+        try:
+            stamps[cell] = checkpoint_stamps(runs / cell) if evaluation_checkpoint(runs / cell).is_file() else None
+        except CheckpointDamaged as err:  # the weights it was timed on cannot be checked: its speed left out
+            print(f"atnat: {cell}: {err}; its speed is left out of the tables", file=sys.stderr)
+            stamps[cell] = set()
     return [not mark or mark == "nan" or stamps[cell] is None or mark in stamps[cell]
             for cell, mark in zip(cells.astype(str), fingerprints.astype(str))]
 
