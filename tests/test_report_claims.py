@@ -217,3 +217,14 @@ def test_the_summary_gives_the_threads_each_seed_was_timed_with_not_their_mean(t
     frame.loc[frame["seed"].isin([2, 3]), "timing_threads"] = 2.0
     said = summary(folder(tmp_path, frame))
     assert "1 to 2 CPU threads (by seed)" in said and "1 CPU thread" not in said
+
+
+def test_without_paired_intervals_the_fastest_system_is_named_by_the_rule_it_was_picked_by(tmp_path):
+    """A results folder with no paired differences (an older one, or hypotheses gone) picks the fastest system by
+    the two systems' own intervals: the sentence said "whose paired BLEU interval ... does not lie below 0"."""
+    none_paired = comparisons({"en-de-at / greedy": 0.0}).iloc[0:0]
+    frame = table()
+    text = verdict(folder(tmp_path, frame, none_paired), "en-de", ok_rows(frame), "1 CPU thread")
+    assert "paired BLEU interval" not in text
+    assert ("not behind AT 3+3 beam 5 beyond both systems' 95% intervals (the results folder holds no paired "
+            "interval) is") in text

@@ -288,8 +288,10 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
                                          f" (on the mean: the speed intervals of {_listing(rivals)} reach its own)")
         fast_diff = diff_of(fast["system"])
         fast_gap = "" if fast_diff is None else f" ({_diff_text(fast_diff, g.equivalence_margin)} against it)"
-        sentences.append(f"The fastest system whose paired BLEU interval against {ref_name} does not lie below 0 is "
-                         f"{names[fast['system']]}{fast_gap}, "
+        which = (f"whose paired BLEU interval against {ref_name} does not lie below 0" if fast_diff is not None else
+                 f"not behind {ref_name} beyond both systems' 95% intervals (the results folder holds no paired "
+                 "interval)")
+        sentences.append(f"The fastest system {which} is {names[fast['system']]}{fast_gap}, "
                          f"at {_interval_text(fast, 'speedup_vs_at', suffix='×')} AT greedy's batch-1 speed{overlap}.")
     if len(nats) and "speedup_vs_ref_at" in agg and pd.notna(best.get("speedup_vs_ref_at")):
         family = baseline_family(best.get("ref_at_baseline", ""))
