@@ -238,6 +238,7 @@ def test_files_that_leave_out_a_split_are_refused_unless_a_data_dir_is_given(tmp
         ParallelOptions(files=named)
     task = ParallelTask(ParallelOptions(files=named, data_dir=str(tmp_path / "mine"), test="t"), cache_dir=tmp_path)
     assert task.path("test", "src") == tmp_path / "mine" / "t.en"  # a data_dir given: the others read from there
+    assert ParallelOptions(files={}).files == {}  # an empty mapping names nothing: as none, not refused
 
 
 @pytest.mark.parametrize("value", [None, 5, "", "  "])

@@ -272,7 +272,7 @@ class ParallelOptions:
         require_at_least(self.tokenizer_sample, 1, "task", "tokenizer_sample")
         require_optional_at_least(self.max_train, 1, "task", "max_train")
         require_optional_at_least(self.max_eval, 1, "task", "max_eval")
-        if self.files is not None:
+        if self.files is not None and (self.files != {} or not isinstance(self.files, dict)):  # {}: as none
             self._check_files_option()
 
     def _check_files_option(self) -> None:
@@ -291,8 +291,8 @@ class ParallelOptions:
         missing = [k for k in ParallelTask.FILE_KEYS if k not in self.files]
         if missing and self.data_dir == DEFAULT_DATA_DIR:
             raise AtnatError(f"task.files names some split files but not {', '.join(missing)}: name every file, or "
-                             f"give task.data_dir, the folder the others are read from (the default, "
-                             f"{DEFAULT_DATA_DIR}, holds another data set)")
+                             f"give task.data_dir, the folder the others are read from (other than the default, "
+                             f"{DEFAULT_DATA_DIR}, which holds another data set)")
 
 
 def read_lines(path: Path, what: str) -> list[str]:
