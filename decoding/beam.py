@@ -38,7 +38,7 @@ from atnat.decoding.processors import apply_processors_, at_processors
 
 LENGTH_NORMS = ("none", "length", "gnmt")
 STOPPING = ("heuristic", "exact", "fairseq")
-MAX_ALPHA = 10.0  # ((5 + 1024) / 6) ** 10 ~ 2e22: scores stay apart in float32 (GNMT uses 0.6-1)
+MAX_ALPHA = 10.0  # ((5 + 1024) / 6) ** 10 ~ 2e22, well inside float32 (it overflows near 17; GNMT uses 0.6-1)
 
 
 @dataclass
@@ -87,7 +87,8 @@ class Beam(LengthLimits, Strategy):
         require_choice(self.length_norm, LENGTH_NORMS, owner, "length_norm")
         require_choice(self.stopping, STOPPING, owner, "stopping")
         require_number_between(self.alpha, 0, MAX_ALPHA, owner, "alpha",  # a negative one shrinks lp with length:
-                               "beyond, the GNMT normaliser leaves float32 range")  # "exact"'s bound fails
+                               "a safe limit: far beyond, the GNMT normaliser leaves float32 range and every "
+                               "score ties at 0")  # "exact"'s bound fails
         require_between(self.beam_size, 1, MAX_SEARCH, owner, "beam_size")
         require(isinstance(self.n_best, int) and 1 <= self.n_best <= self.beam_size, owner, "n_best",
                 f"an integer in 1..beam_size ({self.beam_size})", self.n_best)

@@ -72,7 +72,7 @@ class NoisyParallel(Strategy):
     def __post_init__(self) -> None:
         owner = f"strategy {self.registered_name!r}"
         require_number_between(self.temperature, MIN_TEMPERATURE, MAX_TEMPERATURE, owner, "temperature",
-                               "nearer 0, float32 division by it gives NaN probabilities")
+                               "safe limits: at 0 in float32 the division gives NaN probabilities")
         require_between(self.length_beam, 1, MAX_SEARCH, owner, "length_beam")
         require_between(self.samples_per_length, 0, MAX_SEARCH, owner, "samples_per_length")
         require_between(self.seed, 0, 2**63 - 1, owner, "seed")
