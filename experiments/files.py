@@ -167,6 +167,13 @@ def read_utf8(path: Path, what: str) -> str:
                          "save it as UTF-8") from None
 
 
+def written_lines(path: Path) -> list[str]:
+    """The lines of a text file atnat wrote ("\n".join(lines) + "\n": hypotheses, references, distilled targets),
+    exactly: split at "\n" only (Path.read_text would also split a line at a "\r" it holds, as universal newlines
+    do, so that hypotheses and references no longer pair up)."""
+    return path.read_bytes().decode("utf-8").split("\n")[:-1]
+
+
 def read_json_object(path: Path, max_bytes: int = 64 << 20) -> dict | None:
     """A JSON object read back from a file written earlier (untrusted: it may be missing, a link, huge,
     garbled or another kind of value): the dict, or None."""

@@ -193,3 +193,16 @@ def test_an_export_never_replaces_a_folder_that_holds_more_than_an_export(tmp_pa
         assert main(["export", str(ckpt), str(target)]) == 2
         assert "holds other things than an export" in capsys.readouterr().err
         assert sorted(str(p) for p in target.rglob("*")) == before
+
+
+def test_a_line_holding_a_carriage_return_reads_back_as_one_line(tmp_path):
+    """read_lines keeps a "\\r" inside a line, but references, hypotheses and distilled targets were read back with
+    universal newlines, which split that line in two: hypotheses and references then no longer paired up (every
+    paired p-value NaN, or "80 hypotheses vs 81 references")."""
+    from atnat.experiments.evaluation.references import read_references, write_references
+    from atnat.experiments.files import write_lines_atomic, written_lines
+
+    write_references(tmp_path, [["a\rb", "c d"], ["x", "y\r z"]])
+    assert read_references(tmp_path) == [["a\rb", "c d"], ["x", "y\r z"]]
+    write_lines_atomic(tmp_path / "hyps.txt", ["one\rtwo", "three"])
+    assert written_lines(tmp_path / "hyps.txt") == ["one\rtwo", "three"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from atnat.experiments.files import write_text_atomic
+from atnat.experiments.files import write_text_atomic, written_lines
 
 
 def write_references(run_dir: Path, streams: list[list[str]]) -> None:
@@ -21,4 +21,4 @@ def read_references(run_dir: Path) -> list[list[str]] | None:
     if not first.exists():
         return None
     paths = [first] + sorted(run_dir.glob("references-*.txt"), key=lambda p: int(p.stem.split("-")[1]))
-    return [p.read_text(encoding="utf-8").split("\n")[:-1] for p in paths]
+    return [written_lines(p) for p in paths]

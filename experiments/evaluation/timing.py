@@ -48,7 +48,7 @@ from atnat.experiments.evaluation.baseline import (
 from atnat.experiments.evaluation.columns import read_timing
 from atnat.experiments.evaluation.metrics.speed import _synchronize, current_rss_mb, peak_memory_mb, reset_peak
 from atnat.experiments.evaluation.schema import SPEED
-from atnat.experiments.files import write_csv, write_json_atomic
+from atnat.experiments.files import write_csv, write_json_atomic, written_lines
 from atnat.experiments.modelfiles import ct2
 from atnat.experiments.modelfiles.engines import apply_engine
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, evaluation_checkpoint, load_module
@@ -377,7 +377,7 @@ def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, b
         for spec in cfg.eval.strategies:
             label, strategy = build_strategy(spec)
             hyps = run_dir / "hyps" / f"{label}.txt"
-            expected = hyps.read_text(encoding="utf-8").split("\n")[:-1] if hyps.is_file() else None
+            expected = written_lines(hyps) if hyps.is_file() else None
             systems.append(System(cell.name, label, module, strategy, sources, teacher,
                                   checkpoint_stamp(run_dir), expected))
             if speed is not None and speed.ct2_baseline and exportable(cell):

@@ -27,6 +27,7 @@ import pandas as pd
 from atnat.experiments.evaluation.baseline import is_nat_rows
 from atnat.experiments.evaluation.metrics.quality import bleu_difference, relevel
 from atnat.experiments.evaluation.references import read_references
+from atnat.experiments.files import written_lines
 
 MAIN = "main"  # ranking.csv's test_set of the task's own test split (its name in `split_name`)
 RANKING_COLUMNS = ("task", "test_set", "split_name", "relation", "system", "against", "system_bleu", "against_bleu",
@@ -78,11 +79,11 @@ def references_of(run_dir: Path, test_set: str) -> list[list[str]] | None:
     if test_set == MAIN:
         return read_references(run_dir)
     path = run_dir / f"references@{test_set}.txt"
-    return [path.read_text(encoding="utf-8").split("\n")[:-1]] if path.is_file() else None
+    return [written_lines(path)] if path.is_file() else None
 
 
 def _read(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").split("\n")[:-1]
+    return written_lines(path)
 
 
 def _pair(a: str, b: str, files: dict[str, dict[int, Path]], refs, tokenize: str, n: int) -> dict | None:

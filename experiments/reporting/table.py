@@ -14,7 +14,7 @@ from atnat.experiments.evaluation.exported import exported_rows
 from atnat.experiments.evaluation.metrics import holm, paired_significance
 from atnat.experiments.evaluation.metrics.quality import bleu_difference
 from atnat.experiments.evaluation.references import read_references
-from atnat.experiments.files import read_json_object, write_csv
+from atnat.experiments.files import read_json_object, write_csv, written_lines
 from atnat.experiments.modelfiles.checkpoints import CheckpointDamaged
 from atnat.experiments.modelfiles.loading import checkpoint_stamps, evaluation_checkpoint
 from atnat.experiments.provenance import label
@@ -158,7 +158,7 @@ def add_timing(df: pd.DataFrame, timing: pd.DataFrame | None, runs: Path | None 
 
 
 def read_hyps(path: Path) -> list[str] | None:
-    return path.read_text(encoding="utf-8").split("\n")[:-1] if path.exists() else None
+    return written_lines(path) if path.exists() else None
 
 
 def validation_curve(log: Path) -> pd.DataFrame | None:

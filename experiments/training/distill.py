@@ -20,7 +20,7 @@ from atnat.experiments.data.tokenize import CACHE_DIR
 from atnat.experiments.evaluation.decode import decode_split
 from atnat.experiments.evaluation.metrics.quality import bleu_metric
 from atnat.experiments.evaluation.translate import check_source_lengths
-from atnat.experiments.files import write_json_atomic, write_lines_atomic
+from atnat.experiments.files import write_json_atomic, write_lines_atomic, written_lines
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, checkpoint_stamps, load_module
 
 
@@ -114,7 +114,7 @@ def _cached_or_decoded(teacher_path, cache: Path, described: tuple[str, dict], s
     stamp, (label, options), digest = checkpoint_stamp(teacher_path), described, _digest(sources)
     if text_path.exists() and meta_path.exists():  # reuse only for the same teacher weights
         try:
-            lines = text_path.read_text(encoding="utf-8").split("\n")[:-1]
+            lines = written_lines(text_path)
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
             if not isinstance(meta, dict) or not isinstance(meta.get("checkpoint"), str):
                 raise ValueError("meta.json is no record of a distillation")
@@ -159,7 +159,7 @@ def _in_chunks(cache: Path, identity: dict, sources: list[str], decode, on_batch
         try:
             recorded = json.loads(meta.read_text(encoding="utf-8"))
             if isinstance(recorded, dict) and {k: v for k, v in recorded.items() if k != "targets_sha256"} == key:
-                done = text.read_text(encoding="utf-8").split("\n")[:-1]
+                done = written_lines(text)
                 if recorded.get("targets_sha256") != _digest(done):  # cut short or edited since
                     done = None
         except (OSError, ValueError):
