@@ -228,3 +228,18 @@ def test_without_paired_intervals_the_fastest_system_is_named_by_the_rule_it_was
     assert "paired BLEU interval" not in text
     assert ("not behind AT 3+3 beam 5 beyond both systems' 95% intervals (the results folder holds no paired "
             "interval) is") in text
+
+
+def test_the_summary_widens_the_best_nats_interval_as_the_verdict_does(tmp_path):
+    """The verdict widens the picked best NAT's interval (Bonferroni over the NATs) before calling it ahead; the
+    summary on the same page called it ahead on the 95% interval ("+2.55 [-0.20, +5.30]: not resolved" above,
+    "2.55 BLEU ahead of it" below)."""
+    diffs = comparisons({**DIFFS, "en-de-dat-kd / dag-viterbi": 1.0}, half_width=0.9)  # [+0.10, +1.90] at 95%
+    frame = table()
+    frame.loc[frame["variant"] == "dat-kd", "bleu"] += 2.0  # the best NAT, ahead of the AT on its 95% interval
+    g = folder(tmp_path, frame, diffs)
+    said = summary(g)
+    assert "the best NAT system is `en-de-dat-kd / dag-viterbi`" in said
+    assert "ahead of it" not in said and "not resolved" in said
+    assert "simultaneous over the NAT systems it is the best of" in said
+    assert "not resolved" in first_screen(g)  # the verdict says the same

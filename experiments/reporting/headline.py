@@ -12,10 +12,9 @@ import re
 import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_engine_twin, is_nat_rows, reference_at_rows
-from atnat.experiments.evaluation.metrics.quality import relevel
 from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, interval, seeds_of, significant
 from atnat.experiments.reporting.blocks import Block
-from atnat.experiments.reporting.judging import REACH_NAMED, tested_against, within_reach
+from atnat.experiments.reporting.judging import REACH_NAMED, picked, tested_against, within_reach
 from atnat.experiments.reporting.names import plain_names
 from atnat.experiments.reporting.ranking import shown, within_margin
 from atnat.experiments.reporting.ranking import verdict as ranking_verdict
@@ -156,22 +155,6 @@ def headline_table(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.Da
                      if "speedup_vs_ref_at" in r else "–"})
     table = pd.DataFrame(rows)
     return table.loc[:, [c for c in table.columns if not (table[c] == "–").all()]], words
-
-
-def picked(diff: pd.Series, m: int) -> pd.Series:
-    """The paired difference of the best of m systems (picked by their means on the same sentences) with its
-    interval widened to 1 - 0.05/m (Bonferroni, as a goal's best of several): the pick favours a lucky system,
-    so a 95% interval would claim too much for it (ahead, or equivalent). Exact from the standard errors
-    comparisons.csv keeps; from a table without them, each side scaled by the quantiles' ratio
-    (quality.relevel). `level` holds the confidence."""
-    level = 0.95 if m <= 1 else 1 - 0.05 / m
-    k = int(diff["n_seeds"]) if pd.notna(diff.get("n_seeds")) else 1
-    low, high = relevel(float(diff["bleu_diff"]), float(diff["diff_ci_low"]), float(diff["diff_ci_high"]), level, k=k,
-                        seed_se=float(diff.get("diff_seed_se", float("nan"))),
-                        sentence_se=float(diff.get("diff_sentence_se", float("nan"))))
-    widened = diff.copy()
-    widened["diff_ci_low"], widened["diff_ci_high"], widened["level"] = low, high, level
-    return widened
 
 
 def _on_other_test_sets(g: GridResults, task: str, system: str) -> str:
