@@ -79,3 +79,15 @@ def test_a_real_cmlm_with_a_length_beam_and_a_trained_at_go_through_the_probe():
         for strategy in strategies:
             out = injected_error_drop(module, test, strategy, n=6, bootstrap=20)
             assert out["error_propagation_n"] > 0 and -1.0 <= out["error_propagation"] <= 1.0
+
+
+def test_the_drop_is_measured_against_the_reference_closest_to_the_clean_output():
+    """On a task of several correct variants the drop was measured against the first stream only: an output of
+    another variant scored near 0 clean and hurt alike, which hid the error's effect."""
+    module = fake(tables.TableModel(chain), {"step"})
+    output = [tables.A, tables.B, tables.C, tables.D, tables.A, tables.B]
+    elsewhere = [tables.D] * 6
+    alone = injected_error_drop(module, split(4, [elsewhere] * 4), Greedy(), n=4, bootstrap=50)
+    both = injected_error_drop(module, split(4, [elsewhere] * 4), Greedy(), n=4, bootstrap=50,
+                               references=[[elsewhere] * 4, [output] * 4])
+    assert both["error_propagation"] > 0.5 > abs(alone["error_propagation"])

@@ -91,7 +91,7 @@ def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Pat
         row.update(verifier_agreement(strategy, decoded, split, teacher, cfg.eval.max_tokens))
         if cfg.eval.probe_sentences:
             row.update(injected_error_drop(module, split, strategy, teacher=teacher, n=cfg.eval.probe_sentences,
-                                           bootstrap=cfg.eval.n_bootstrap))
+                                           bootstrap=cfg.eval.n_bootstrap, references=refs_ids))
         rows.append(row)
         first = first if first is not None else decoded.hyps
         write_text_atomic(run_dir / "hyps" / f"{label}.txt", "\n".join(hyp_txt) + "\n")
@@ -101,7 +101,7 @@ def evaluate(module: Seq2SeqModule, task: TaskData, cfg: RunConfig, run_dir: Pat
             curves["iterations"].append(iteration_bleu(decoded.history, refs_txt, task).assign(strategy=label))
         samples += sample_rows(label, task.splits[cfg.eval.split][0], refs_txt[0], hyp_txt, n_samples)
     frames = {k: pd.concat(v, ignore_index=True) for k, v in curves.items() if v}
-    frames.update(run_probes(module, split, free_running=first, strategy=rows[0]["strategy"]))
+    frames.update(run_probes(module, split, free_running=first, strategy=rows[0]["strategy"], references=refs_ids))
     extra = [score for name in cfg.eval.extra_tests
              for score in evaluate_extra_test(module, task, cfg, run_dir, name, teacher=teacher)]
     return EvalResult(rows, frames, pd.DataFrame(samples), extra)  # the runner writes metrics.json last

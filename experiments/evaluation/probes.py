@@ -17,6 +17,7 @@ import torch
 from atnat.experiments.data.batching import EncodedSplit, collate, make_loader
 from atnat.experiments.evaluation.assemble import needs_teacher
 from atnat.experiments.evaluation.metrics import accuracy_by_position, corruption_effect
+from atnat.experiments.evaluation.metrics.error_propagation import closest_references
 from atnat.models.batch import Batch
 from atnat.models.encoder import lengths_to_padding_mask
 
@@ -104,10 +105,12 @@ def attention_map(module: Seq2SeqModule, split: EncodedSplit, index: int = 0) ->
 
 
 def run_probes(module: Seq2SeqModule, split: EncodedSplit, *, free_running: list[list[int]] | None,
-               strategy: str, max_tokens: int = 4000) -> dict[str, pd.DataFrame]:
+               strategy: str, max_tokens: int = 4000, references: list | None = None) -> dict[str, pd.DataFrame]:
     """All probes of one run, as long-format frames keyed by curve name; `strategy` labels the
     free-running outputs (the run's first strategy). position_accuracy has a `count` column: the
-    sentences each position's accuracy rests on."""
+    sentences each position's accuracy rests on. `references`: every reference stream (ids; default the
+    split's own): free-running outputs are scored against the reference closest to each, as the metrics are
+    (a task of several correct variants would otherwise count a right output of another variant as wrong)."""
     oracle, corr = [], {k: [] for k in CORRUPTED}
     is_at = "step" in module.decoder.capabilities
     for batch in make_loader(split, max_tokens, shuffle=False):
@@ -124,7 +127,8 @@ def run_probes(module: Seq2SeqModule, split: EncodedSplit, *, free_running: list
         oracle.sort()
         frames.append(accuracy_by_position([p for _, p in oracle], split.tgt).assign(mode="teacher_forced"))
     if free_running is not None:
-        frames.append(accuracy_by_position(free_running, split.tgt).assign(mode="free_running"))
+        closest = closest_references(free_running, references or [split.tgt])
+        frames.append(accuracy_by_position(free_running, closest).assign(mode="free_running"))
     if frames:
         out["position_accuracy"] = pd.concat(frames, ignore_index=True).assign(strategy=strategy)
     if is_at:
@@ -202,12 +206,14 @@ def _accuracy(hyp: list[int], ref: list[int], positions) -> float | None:
 
 @torch.inference_mode()
 def injected_error_drop(module: Seq2SeqModule, split: EncodedSplit, strategy, *, teacher=None,
-                        n: int = INJECTED_SENTENCES, bootstrap: int = 1000, seed: int = 0) -> dict:
+                        n: int = INJECTED_SENTENCES, bootstrap: int = 1000, seed: int = 0,
+                        references: list | None = None) -> dict:
     """Error propagation measured causally: each of the first `n` test sentences is decoded twice
     with `strategy`, clean and with one error injected after the first decoder pass (an AT reads a
     wrong token back at output position p = a third of its clean output; an iterative NAT reads a
     wrong token at kept position p in every later pass). The drop in token accuracy against the
-    reference, over the positions after p (AT) or all but p (NAT), is the error's downstream effect:
+    reference (the one closest to the clean output, where there are several), over the positions after p
+    (AT) or all but p (NAT), is the error's downstream effect:
     one-pass NAT and CTC read nothing back, so theirs is 0 by construction (still measured here).
     -> {"error_propagation": mean drop, "_ci_low"/"_ci_high": 95% bootstrap interval, "_n": sentences}."""
     dec, special = module.decoder, module.special
@@ -225,7 +231,7 @@ def injected_error_drop(module: Seq2SeqModule, split: EncodedSplit, strategy, *,
         p = wrapped.position
         downstream = range(p + 1, max(len(clean), len(hurt))) if "step" in dec.capabilities else \
             [j for j in range(max(len(clean), len(hurt))) if j != p]
-        ref = split.tgt[i]
+        ref = closest_references([clean], [[stream[i]] for stream in references or [split.tgt]])[0]  # as the metrics
         a, b = _accuracy(clean, ref, downstream), _accuracy(hurt, ref, downstream)
         if a is not None and b is not None:
             drops.append(a - b)
