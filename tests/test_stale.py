@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from atnat.experiments.cli.commands import main
 from tests.test_grid import TINY, write_grid
@@ -278,3 +279,28 @@ def test_atnat_cell_names_a_finished_cell_the_grid_has_changed_since(tmp_path, m
     capsys.readouterr()
     assert main(["cell", str(grid), "at-s1", "--results", "res"]) == 0  # done: not run again
     assert "cell at-s1 finished with other settings than" in capsys.readouterr().err
+
+
+def test_a_student_started_from_its_teacher_is_not_resumed_after_the_teacher_trained_again(tmp_path, monkeypatch):
+    """A student of `init_from: teacher` on the references (no distill.json) read its teacher again at every
+    resume and recorded those weights as the ones it started from: a teacher trained again meanwhile went unseen,
+    and the finished student said it learnt from weights it never saw."""
+    from tests.test_extra_tests import tiny_grid_dir
+
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    spec["cells"]["ctl"] = {"decoder": "nat", "teacher": "at", "distill": {"targets": False},
+                            "train": {"init_from": "teacher"}, "eval": {"strategies": ["parallel"]}}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    for cell in ("at-s1", "ctl-s1"):
+        assert main(["cell", "g.yaml", cell, "--results", "res"]) == 0
+    runs = tmp_path / "res" / "two-tests" / "runs"
+    first = json.loads((runs / "ctl-s1" / "init.json").read_text())["checkpoint"]
+    for record in ("train.json", "metrics.json"):  # the student's training not finished: it resumes
+        (runs / "ctl-s1" / record).unlink()
+    (runs / "at-s1").rename(tmp_path / "old-at")  # the teacher trained again, to other weights
+    spec["cells"]["at"]["train"] = {"max_steps": 6}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["cell", "g.yaml", "at-s1", "--results", "res"]) == 0
+    assert main(["cell", "g.yaml", "ctl-s1", "--results", "res"]) == 1
+    assert "has other weights now than those it learnt from" in (runs / "ctl-s1" / "error.log").read_text()
+    assert json.loads((runs / "ctl-s1" / "init.json").read_text())["checkpoint"] == first

@@ -121,7 +121,7 @@ def cell_status(run_dir: Path) -> str | None:
 
 def teacher_stamps(folder: Path) -> set[str]:
     """The teacher weights a student's run or copy records having learnt from: the distilled targets'
-    teacher (distill.json) and the weights it started from (train.json initialised_from, when those
+    teacher (distill.json) and the weights it started from (init.json, and train.json initialised_from, when those
     were its teacher's). Files that are links or unreadable record nothing; copies made before these
     records existed (an undistilled student of an older atnat) record nothing and go unchecked."""
     def read(name: str) -> dict:
@@ -135,8 +135,8 @@ def teacher_stamps(folder: Path) -> set[str]:
         return value if isinstance(value, dict) else {}
 
     stamps = {read("distill.json").get("checkpoint")}
-    initialised = read("train.json").get("initialised_from")
     teacher = (read("config.json").get("distill") or {}).get("teacher")
-    if isinstance(initialised, dict) and teacher and initialised.get("source") == str(teacher):
-        stamps.add(initialised.get("checkpoint"))  # started from the teacher's weights, not another model's
+    for initialised in (read("init.json"), read("train.json").get("initialised_from")):  # (init.json: from step 0)
+        if isinstance(initialised, dict) and teacher and initialised.get("source") == str(teacher):
+            stamps.add(initialised.get("checkpoint"))  # started from the teacher's weights, not another model's
     return {s for s in stamps if isinstance(s, str) and s}

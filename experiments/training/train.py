@@ -120,6 +120,23 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", ".*smaller than the logging interval.*")
 
 
+INIT_RECORD = "init.json"  # the weights a run started from (train.init_from), written at its first step
+
+
+def initialised_from(module: Seq2SeqModule, cfg: RunConfig, run_dir: Path, resume: Path | None) -> dict:
+    """The record of the weights the run started from: copied now at a fresh start (and recorded in init.json
+    before its first step), read back at a resume, whose checkpoint replaces them anyway (reading the source
+    again would record what it holds now: a teacher trained again since, whose change then went unseen). A run
+    begun before init.json existed copies them again, as it did."""
+    recorded = read_json_object(run_dir / INIT_RECORD) if resume is not None else None
+    if recorded:
+        return recorded
+    initialised = initialise(module, cfg)
+    if resume is None and not helper_rank():
+        write_json_atomic(run_dir / INIT_RECORD, initialised)
+    return initialised
+
+
 def initialise(module: Seq2SeqModule, cfg: RunConfig) -> dict:
     """Copy train.init_from's weights into `module` wherever a parameter's name and shape match (a
     NAT student of an AT teacher: encoder, embeddings, decoder layers, output projection; not the
@@ -330,7 +347,7 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
         write_json_atomic(run_dir / "config.json", resolved(cfg))  # every setting, defaults included
         record_attempt(run_dir, resume)
     t = cfg.train
-    initialised = initialise(module, cfg) if t.init_from else None
+    initialised = initialised_from(module, cfg, run_dir, resume) if t.init_from else None
     pin = trains_on_gpu(t.accelerator)
     train_loader = make_loader(data.encoded["train"], t.max_tokens, shuffle=True, seed=cfg.seed,
                                max_sentences=t.max_sentences, distributed=True, pin_memory=pin)
