@@ -321,3 +321,25 @@ def test_status_of_a_cell_whose_records_are_cut_short(tmp_path):
     (bad / "train.json").write_text('{"global_step": 1')
     row = cell_state(bad)
     assert row["state"] == "record damaged" and "train.json: not a finished run's record" in row["error"]
+
+
+def test_a_planted_job_file_is_not_taken_for_a_job(tmp_path):
+    """job.json's job id went unchecked into sbatch's --dependency (a planted newline became a line of the batch
+    script), and a submission time in the future kept the cell "submitted" for ever."""
+    import time
+
+    from atnat.experiments.running.launchers.jobs import read_job
+
+    def planted(name, **job):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "job.json").write_text(json.dumps({"executor": "slurm", "submitted_s": 0, **job}))
+        return read_job(tmp_path / name)
+
+    assert planted("a", job_id="123\necho INJECTED #") is None
+    assert planted("b", job_id=["7"]) is None
+    assert planted("c", job_id="7_1")["job_id"] == "7_1"
+    assert planted("d", job_id="8", submitted_s=time.time() + 1e9)["submitted_s"] == 0
+    assert planted("e", job_id="9", submitted_s="soon")["submitted_s"] == 0
+    (tmp_path / "f").mkdir()
+    (tmp_path / "f" / "job.json").write_text("[1, 2]")
+    assert read_job(tmp_path / "f") is None

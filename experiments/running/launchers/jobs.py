@@ -3,7 +3,9 @@ written atomically, and the job's state now, asked of submitit (sacct on SLURM).
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import time
 from pathlib import Path
 
@@ -17,11 +19,25 @@ ACTIVE = {"SUBMITTED", "PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEU
 UNLISTED_GRACE_S = 600  # sacct may not list a job yet for a while after submission
 
 
+JOB_ID = re.compile(r"\d+(_\d+)?")  # SLURM's (an array task: 7_1), or a local job's controller pid
+
+
 def read_job(run_dir: Path) -> dict | None:
+    """The cell's job.json, or None where there is none or it is not one atnat wrote: its job id goes into
+    sbatch's --dependency and a state query, so only a SLURM job id is taken (a planted line there would
+    run in the batch script), and a submission time that is not a past moment counts as none (one in the
+    future kept the cell "submitted" for ever)."""
     try:
-        return json.loads((run_dir / JOB_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
+        job = json.loads((run_dir / JOB_FILE).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
+    if not isinstance(job, dict) or not JOB_ID.fullmatch(str(job.get("job_id", ""))):
+        return None
+    submitted = job.get("submitted_s", 0)
+    if isinstance(submitted, bool) or not isinstance(submitted, (int, float)) or not math.isfinite(submitted) \
+            or submitted > time.time():
+        job["submitted_s"] = 0
+    return job
 
 
 def write_job(run_dir: Path, job: dict) -> None:
