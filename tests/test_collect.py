@@ -604,3 +604,20 @@ def test_an_interim_report_leaves_out_the_speed_of_a_cell_whose_checkpoint_is_da
     assert "at-s1: " in err and "does not match the sha256" in err and "its speed is left out of the tables" in err
     table = pd.read_csv(tmp_path / "res" / "two-tests" / "interim" / "results.csv")
     assert table.latency_ms_b1.isna().all()
+
+
+def test_a_damaged_timing_record_is_named_and_the_run_times_anew(tmp_path, monkeypatch, capsys):
+    """A timing.json cut short ended `atnat run` and `atnat time` with a bare JSONDecodeError naming no file; the
+    run stopped after training, with no results table."""
+    _, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["run", "g.yaml", "--results", "res"]) == 0
+    out = tmp_path / "res" / "two-tests"
+    (out / "timing.json").write_text('{"speed": {"lat')
+    capsys.readouterr()
+    assert main(["time", "g.yaml", "--results", "res", "--only", "at-s1"]) == 2
+    assert "timing.json cannot be read (JSONDecodeError" in capsys.readouterr().err
+    assert main(["run", "g.yaml", "--results", "res"]) == 0
+    err = capsys.readouterr().err
+    assert "timing.json cannot be read (JSONDecodeError" in err and "every system is timed anew" in err
+    assert json.loads((out / "timing.json").read_text())["speed"] and (out / "results.csv").is_file()

@@ -474,8 +474,17 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
     path, settings_path = out / "timing.csv", out / "timing.json"
     settings = {"speed": speed.record(), "device": device, "device_name": device_name(device),
                 **({"baseline": baseline} if baseline else {})}  # another GPU (or CPU) model times anew
-    old = read_timing(path) if path.exists() else None
-    if old is not None and (not settings_path.is_file() or json.loads(settings_path.read_text()) != settings):
+    try:
+        old = read_timing(path) if path.exists() else None
+        recorded = json.loads(settings_path.read_text(encoding="utf-8")) if settings_path.is_file() else None
+    except (OSError, ValueError) as err:  # cut short or hand-edited (json's and pandas' parse errors are ValueErrors)
+        if keep_others:  # a partial timing keeps the other seeds' rows: it cannot go on without them
+            raise AtnatError(f"{path} or {settings_path} cannot be read ({type(err).__name__}: {err}); move both away "
+                             "to time every seed anew") from None
+        print(f"atnat: {path} or {settings_path} cannot be read ({type(err).__name__}: {err}); every system is timed "
+              "anew", file=sys.stderr)
+        old = recorded = None
+    if old is not None and recorded != settings:
         if keep_others:  # a partial timing (`atnat time`) must not wipe the other seeds' rows
             raise AtnatError(f"{path} was timed with other speed settings or on another device than now "
                              f"({settings_path}: {settings_path.read_text() if settings_path.is_file() else 'missing'}; "
