@@ -367,3 +367,36 @@ def test_a_worker_killed_after_an_earlier_failure_is_recorded_with_its_own_end(t
     local.run_parallel(Path("g.yaml"), [cell], [local.Lane(None)], results_root=tmp_path, smoke=False,
                        status=lambda c: cell_status(Path(c.config.output_dir)), mark_failed=lambda c, m: marked.append(m))
     assert marked == [f"worker exited with code -{int(signal.SIGKILL)}; see {run / 'worker.log'}"]
+
+
+def test_a_cell_another_process_trains_is_not_failed_nor_are_its_students(tmp_path):
+    """A worker that found its cell held by another live process exited 2, read as a failure: its students were
+    recorded "teacher cell failed" while the other process went on to finish the teacher."""
+    grid = load_grid(write_grid(tmp_path, {**TINY, "cells": {"at": TINY["cells"]["at"], "nat-kd": STUDENT}}),
+                     results_dir=tmp_path)
+    script = "raise SystemExit(75)"  # the code of a worker whose cell another process holds
+    failures, finished = {}, []
+    original = scheduler.cell_command
+    try:
+        scheduler.cell_command = lambda *a: [sys.executable, "-c", script]
+        run_parallel(grid.path, grid.cells, [Lane(None)], results_root=tmp_path, smoke=False,
+                     status=lambda cell: None, mark_failed=lambda cell, msg: failures.update({cell.name: msg}),
+                     on_finish=lambda cell, state, s: finished.append((cell.name, state)))
+    finally:
+        scheduler.cell_command = original
+    assert failures == {}
+    assert finished == [("at-s1", "trained by another process"),
+                        ("nat-kd-s1", "skipped (its teacher at-s1 is trained by another process)")]
+
+
+def test_a_worker_whose_cell_is_held_exits_with_its_own_code(tmp_path, monkeypatch, capsys):
+    from atnat.experiments.locks import cell_lock, held
+    from atnat.experiments.running.launchers.local import ELSEWHERE
+
+    grid = write_grid(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "res" / "tiny" / "runs" / "at-s1"
+    run_dir.mkdir(parents=True)
+    with held(cell_lock(run_dir), "cell at-s1"):
+        assert main(["cell", str(grid), "at-s1", "--results", "res"]) == ELSEWHERE
+    assert "cell at-s1 not run here" in capsys.readouterr().err and not (run_dir / "metrics.json").exists()

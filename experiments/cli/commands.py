@@ -542,16 +542,21 @@ def cmd_run(args) -> int:
 
 
 def cmd_cell(args) -> int:
-    """Exit 1 when the cell failed."""
+    """Exit 1 when the cell failed, 75 when another process trains it now."""
     from atnat.experiments.config.devices import helper_rank  # lazy: start-up
+    from atnat.experiments.locks import LockHeld  # lazy: start-up
     from atnat.experiments.running.cell import run_named_cell  # lazy: start-up
-    from atnat.experiments.running.launchers.local import die_with_parent  # lazy: start-up
+    from atnat.experiments.running.launchers.local import ELSEWHERE, die_with_parent  # lazy: start-up
     from atnat.experiments.running.stale import note_if_stale  # lazy: start-up
 
     die_with_parent()  # a worker of `atnat run`: ends with it
     if not helper_rank():
         note_if_stale(args.grid, args.cell, results_root=Path(args.results), smoke=args.smoke)
-    status = run_named_cell(args.grid, args.cell, results_root=Path(args.results), smoke=args.smoke)
+    try:
+        status = run_named_cell(args.grid, args.cell, results_root=Path(args.results), smoke=args.smoke)
+    except LockHeld as err:  # another process trains it now: not this one's to record
+        print(f"atnat: cell {args.cell} not run here: {err}", file=sys.stderr)
+        return ELSEWHERE
     return 1 if status not in ("ok", None) else 0
 
 

@@ -98,6 +98,9 @@ def worker_env(lanes: list[Lane], n_lanes_total: int) -> dict[str, str]:
     return env
 
 
+ELSEWHERE = 75  # (EX_TEMPFAIL) a worker's exit code: its cell is trained by another process right now (not a failure)
+
+
 @dataclass
 class Running:
     cell: Cell
@@ -126,6 +129,10 @@ def run_parallel(grid_path: Path, cells: list[Cell], lanes: list[Lane], *, resul
                 running.remove(job)
                 job.log.close()
                 free += job.lanes
+                if job.proc.returncode == ELSEWHERE and status(job.cell) != "ok":  # its owner records its end
+                    state[job.cell.name] = "elsewhere"
+                    on_finish(job.cell, "trained by another process", time.time() - job.started)
+                    continue
                 state[job.cell.name] = status(job.cell)
                 record = Path(job.cell.config.output_dir) / "metrics.json"
                 if state[job.cell.name] == "failed" and record.stat().st_mtime < job.started:  # an earlier attempt's
@@ -137,7 +144,11 @@ def run_parallel(grid_path: Path, cells: list[Cell], lanes: list[Lane], *, resul
                 on_finish(job.cell, state[job.cell.name], time.time() - job.started)
             for cell in list(pending):
                 teacher = state[cell.teacher] if cell.teacher in state else "ok"  # else: not in this run
-                if teacher == "failed":
+                if teacher == "elsewhere":  # not this run's to train after it: left for a run once it has finished
+                    state[cell.name] = "elsewhere"
+                    pending.remove(cell)
+                    on_finish(cell, f"skipped (its teacher {cell.teacher} is trained by another process)", 0.0)
+                elif teacher == "failed":
                     mark_failed(cell, f"teacher cell {cell.teacher} failed")
                     state[cell.name] = "failed"
                     pending.remove(cell)
