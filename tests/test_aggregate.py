@@ -244,3 +244,15 @@ def test_a_speculative_systems_acceptance_length_is_pooled_over_seeds():
     out = aggregate_seeds(rows).iloc[0]
     assert out["acceptance_length"] == pytest.approx(3 * 54.5 / (54.5 + 34.7 + 11.3))
     assert out["acceptance_length"] * out["verifier_passes"] == pytest.approx(54.5)
+
+
+def test_one_seed_without_a_recorded_interval_has_none_not_a_zero_width_one():
+    """One seed and no recorded interval (eval.n_bootstrap: 1): the interval was the value twice, so a NAT at 52.00
+    and an AT at 52.40 were "0.40 BLEU behind it, beyond both systems' 95% intervals"."""
+    from atnat.experiments.reporting.aggregate import interval
+
+    nat = pd.Series({"bleu": 52.0, "n_seeds": 1, "bleu_ci_low": float("nan"), "bleu_ci_high": float("nan")})
+    at = pd.Series({"bleu": 52.4, "n_seeds": 1, "bleu_ci_low": float("nan"), "bleu_ci_high": float("nan")})
+    low, high = interval(nat, "bleu")
+    assert pd.isna(low) and pd.isna(high)
+    assert not beyond_spread(nat, at, "bleu")

@@ -96,10 +96,13 @@ def span(row: pd.Series, col: str) -> tuple[float, float]:
 
 
 def _recorded(row: pd.Series, col: str) -> tuple[float, float]:
-    """A one-seed row's recorded 95% interval in `col` (its value twice when it has none)."""
+    """A one-seed row's recorded 95% interval in `col`; none recorded (eval.n_bootstrap: 1, or a column that
+    records none): NaN, no interval, never a zero-width one (which made any gap "beyond both intervals"). A
+    speed ratio's is its value, which the A/A noise floor then widens (_noise_floor)."""
     lo_col, hi_col = INTERVALS.get(col, (None, None))
-    found = lo_col and pd.notna(row.get(lo_col)) and pd.notna(row.get(hi_col))
-    return (row[lo_col], row[hi_col]) if found else (row[col], row[col])
+    if lo_col and pd.notna(row.get(lo_col)) and pd.notna(row.get(hi_col)):
+        return row[lo_col], row[hi_col]
+    return (row[col], row[col]) if col in NOISE_FLOORS else (float("nan"), float("nan"))
 
 
 def noise_floor(row: pd.Series, col: str) -> tuple[float, float]:
