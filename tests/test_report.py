@@ -828,3 +828,14 @@ def test_tables_no_cell_has_data_for_any_more_are_removed_not_drawn_again(tmp_pa
     (run / "metrics.json").write_text(json.dumps({"status": "failed", "error": "boom", "rows": []}))
     tabulate(cells, tmp_path, n_bootstrap=10)
     assert not (tmp_path / "curves" / "position_accuracy.csv").exists() and not (tmp_path / "samples.csv").exists()
+
+
+def test_an_interval_beside_a_verdict_is_not_rounded_onto_zero():
+    """"+0.35 BLEU [+0.00, +0.70]" beside "ahead": the interval seemed to touch the line its verdict says it stays off."""
+    from atnat.experiments.reporting.judging import _verdict
+
+    nat = pd.Series({"n_seeds": 1, "bleu": 30.35, "p_baseline": "", "strategy": "ctc"})
+    at = pd.Series({"n_seeds": 1, "bleu": 30.0, "strategy": "beam5"})
+    comparison = pd.Series({"bleu_diff": 0.35, "diff_ci_low": 0.004, "diff_ci_high": 0.70, "n_seeds": 1})
+    text = _verdict(nat, at, comparison, 1.0)
+    assert "ahead of it" in text and "[+0.004, +0.70]" in text

@@ -16,7 +16,7 @@ from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread
 from atnat.experiments.reporting.blocks import Block
 from atnat.experiments.reporting.judging import REACH_NAMED, picked, tested_against, within_reach
 from atnat.experiments.reporting.names import plain_names
-from atnat.experiments.reporting.ranking import shown, within_margin
+from atnat.experiments.reporting.ranking import shown, signed, within_margin
 from atnat.experiments.reporting.ranking import verdict as ranking_verdict
 from atnat.experiments.reporting.results import GridResults, ok_rows
 
@@ -30,20 +30,13 @@ def _interval_text(row: pd.Series, col: str, digits: int = 2, suffix: str = "") 
     return f"{row[col]:.{digits}f}{suffix}{inside}" + (f" ({k} of {n} seeds)" if k < n else "")
 
 
-def _signed(x: float, margin: float) -> str:
-    """x to 2 decimals, or 3 where 2 would put it on 0 or on ±margin while it is not there: a shown interval
-    must not seem to touch the line its verdict word says it stays off (or crosses)."""
-    text = f"{x:+.2f}"
-    return f"{x:+.3f}" if round(x, 2) in (0.0, margin, -margin) and x not in (0.0, margin, -margin) else text
-
-
 def _diff_text(diff: pd.Series, margin: float) -> str:
     """A paired difference with its interval, e.g. -1.67 [-2.30, -1.04] (no interval: one seed and no
     bootstrap over the sentences, eval.n_bootstrap < 2)."""
     if pd.isna(diff["diff_ci_low"]) or pd.isna(diff["diff_ci_high"]):
         return f"{diff['bleu_diff']:+.2f} (no interval)"
-    return (f"{diff['bleu_diff']:+.2f} [{_signed(diff['diff_ci_low'], margin)}, "
-            f"{_signed(diff['diff_ci_high'], margin)}]")
+    return (f"{diff['bleu_diff']:+.2f} [{signed(diff['diff_ci_low'], margin)}, "
+            f"{signed(diff['diff_ci_high'], margin)}]")
 
 
 def _paired_on(diff: pd.Series, r: pd.Series) -> str:

@@ -15,7 +15,7 @@ from atnat.experiments.evaluation.baseline import is_at_rows, is_nat_rows, refer
 from atnat.experiments.evaluation.metrics.quality import relevel
 from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, interval, robust_front, seeds_of, significant
 from atnat.experiments.reporting.names import lossy_mark, plain_names
-from atnat.experiments.reporting.ranking import MAIN, paired, within_margin
+from atnat.experiments.reporting.ranking import MAIN, paired, signed, within_margin
 from atnat.experiments.reporting.results import GridResults, ok_rows
 
 
@@ -89,7 +89,7 @@ def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin
         over += f"; paired on the {n} seed{'s' if n != 1 else ''} both have"
     if pd.isna(low) or pd.isna(high):
         return f"not resolved: {d:+.2f} BLEU, with no interval (fewer than 2 test-sentence resamples: eval.n_bootstrap)"
-    interval = f"{d:+.2f} BLEU [{low:+.2f}, {high:+.2f}] ({over})"
+    interval = f"{d:+.2f} BLEU [{signed(low, margin)}, {signed(high, margin)}] ({over})"
     tested = tested_against(nat, at, family_of)
     agrees = significant(nat) if tested else True
     if (low > 0 or high < 0) and agrees:
@@ -174,7 +174,7 @@ def _other_test_sets(comparisons: pd.DataFrame | None, task: str, nat: pd.Series
     rows = comparisons[(comparisons["task"].astype(str) == task) & (comparisons["test_set"].astype(str) != MAIN)
                        & (comparisons["system"] == f"{nat['family']} / {nat['strategy']}")
                        & (comparisons["against"] == f"{at['family']} / {at['strategy']}")]
-    parts = [f"on {r['test_set']} {r['bleu_diff']:+.2f} BLEU [{r['diff_ci_low']:+.2f}, {r['diff_ci_high']:+.2f}] "
+    parts = [f"on {r['test_set']} {r['bleu_diff']:+.2f} BLEU [{signed(r['diff_ci_low'])}, {signed(r['diff_ci_high'])}] "
              f"(paired 95%, {int(r['n_seeds'])} seed{'s' if int(r['n_seeds']) != 1 else ''})" for _, r in rows.iterrows()]
     return f"; {'; '.join(parts)}" if parts else ""
 
@@ -278,7 +278,7 @@ def _within_reach(nats: pd.DataFrame, best: pd.Series, ranking: pd.DataFrame | N
         if pair is not None:
             n = pair["n_seeds"]
             diff, low, high = (v + 0.0 for v in (pair["diff"], pair["low"], pair["high"]))  # no "-0.00"
-            what = (f"{r['bleu']:.2f} BLEU, {diff:+.2f} [{low:+.2f}, {high:+.2f}] against the "
+            what = (f"{r['bleu']:.2f} BLEU, {diff:+.2f} [{signed(low)}, {signed(high)}] against the "
                     f"best NAT, paired on {n} seed{'s' if n != 1 else ''}")
         else:
             what = f"{r['bleu']:.2f} BLEU: not paired with the best NAT; its 95% interval overlaps the best one's"

@@ -38,6 +38,13 @@ RANKING_OPTIONAL = ("diff_seed_se", "diff_sentence_se")
 SYMBOL = {"ahead": ">", "behind": "<", "equivalent": "≈", "not resolved": "?"}
 
 
+def signed(x: float, margin: float | None = None) -> str:
+    """x to 2 decimals, or 3 where 2 would put it on 0 (or on ±margin) while it is not there: an interval
+    shown beside a verdict must not seem to touch the line the verdict says it stays off (or crosses)."""
+    lines = (0.0,) if margin is None else (0.0, margin, -margin)
+    return f"{x:+.3f}" if round(x, 2) in lines and x not in lines else f"{x:+.2f}"
+
+
 def within_margin(low: float, high: float, margin: float) -> bool:
     """The whole interval lies inside ±margin: any difference there is smaller than the margin."""
     return -margin <= low and high <= margin
@@ -240,7 +247,7 @@ def flips(ranking: pd.DataFrame, task: str) -> list[tuple[str, str]]:
                               f"not judged as a flip; {'beyond' if beyond else 'within'} {noise} there{caveat}",
                   "same when paired": f"not a flip: paired on common seeds, the same order beyond {noise} on "
                                       f"{where}{caveat}"}[kind]
-        text = "; ".join(f"{name} {d:+.2f} [{low:+.2f}, {high:+.2f}]" for name, (d, low, high, _) in per_set.items())
+        text = "; ".join(f"{name} {d:+.2f} [{signed(low)}, {signed(high)}]" for name, (d, low, high, _) in per_set.items())
         out.append((kind, f"`{a}` minus `{b}`: {text} ({judged})"))
     return sorted(out, key=lambda k: list(FLIP_KINDS).index(k[0]))
 

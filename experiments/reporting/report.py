@@ -255,7 +255,7 @@ def _goals(g: GridResults) -> list[Block]:
         over_seeds = ("one seed" if seeds == [1] else f"means over {seeds[0]} seeds" if len(seeds) == 1 else
                       f"means over {seeds[0]} to {seeds[-1]} seeds" if seeds else "the results")
         unmeasured = len(checked) - met - missed
-        over = [DASH if pd.isna(o) else f"{o:+.2f}" + ("" if pd.isna(lo) else f" [{lo:+.2f}, {hi:+.2f}]")
+        over = [DASH if pd.isna(o) else f"{o:+.2f}" + ("" if pd.isna(lo) else f" [{ranking.signed(lo)}, {ranking.signed(hi)}]")
                 for o, lo, hi in zip(checked["Over target"], checked["Over low"], checked["Over high"])]
         frame = checked.assign(**{c: checked[c].map(lambda v: DASH if pd.isna(v) else f"{v:.2f}")
                                   for c in ("Value", "Target")},
@@ -602,7 +602,7 @@ def _ranking_section(g: GridResults) -> list[Block]:
                   f" ({r.system_bleu:.2f} vs {r.against_bleu:.2f} on the {int(r.n_seeds)} seed"
                   f"{'s' if r.n_seeds != 1 else ''} paired)")  # the means the difference is of, where they differ
             table[-1] = (r.system, mean.get(r.system, r.system_bleu), str(int(r.n_seeds)),
-                         f"{r.bleu_diff:+.2f} [{r.diff_ci_low:+.2f}, {r.diff_ci_high:+.2f}]{on}",
+                         f"{r.bleu_diff:+.2f} [{ranking.signed(r.diff_ci_low)}, {ranking.signed(r.diff_ci_high)}]{on}",
                          ranking.shown(r.verdict, r.diff_ci_low, r.diff_ci_high, g.equivalence_margin, symbol=True))
             table.append((r.against, mean.get(r.against, r.against_bleu), DASH, DASH, ""))
         frame = pd.DataFrame([(str(i), s, f"{b:.2f}", n, d, v) for i, (s, b, n, d, v) in enumerate(table, 1)],
@@ -651,7 +651,7 @@ def _compare_section(g: GridResults) -> list[Block]:
     frame = pd.DataFrame({
         "System": asked["system"], "Against": asked["against"], "Task": asked["task"].astype(str),
         "Test set": asked["split_name"].astype(str), "Seeds paired": asked["n_seeds"].map(lambda n: str(int(n))),
-        "Difference": [f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]" for d, lo, hi in
+        "Difference": [f"{d:+.2f} [{ranking.signed(lo)}, {ranking.signed(hi)}]" for d, lo, hi in
                        zip(asked["bleu_diff"], asked["diff_ci_low"], asked["diff_ci_high"])],
         "Verdict": [ranking.shown(v, lo, hi, g.equivalence_margin)
                     for v, lo, hi in zip(asked["verdict"], asked["diff_ci_low"], asked["diff_ci_high"])]})
