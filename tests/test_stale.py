@@ -224,6 +224,10 @@ def test_only_checks_the_whole_grid_for_stale_cells_and_the_report_names_those_i
     capsys.readouterr()
     assert main(["run", str(grid), "--results", "res", "--only", "cmlm-kd-s1"]) == 2
     assert "cmlm-kd-s1 (train again): its teacher at-s1 is trained again" in capsys.readouterr().err
+    # told to rerun it alone, it would learn from the old teacher again (then named stale for a false reason)
+    assert main(["run", str(grid), "--results", "res", "--only", "cmlm-kd-s1", "--stale", "rerun"]) == 2
+    assert "is stale as a student of at-s1, which is stale too but not in this run" in capsys.readouterr().err
+    assert not list((tmp_path / "res" / "tiny" / "runs").glob("*.stale-*"))  # nothing moved
     write_grid(tmp_path, edited(**{"cmlm-kd": {"eval": {"strategies": [{"name": "mask-predict", "iterations": 3}]}}}))
     assert main(["run", str(grid), "--results", "res", "--only", "at-s1"]) == 0
     assert "outside --only were run with other settings" in capsys.readouterr().err

@@ -39,6 +39,7 @@ class Stale:
     change: SettingsChange
     retrain: bool  # its weights are stale (own training settings, or a stale teacher's)
     reason: str
+    teacher_retrained: str = ""  # stale only as the student of this teacher, which is trained again
 
 
 def find_stale(grid, cells) -> list[Stale]:
@@ -72,7 +73,7 @@ def find_stale(grid, cells) -> list[Stale]:
             if teacher is not None and teacher.retrain and not (found.get(cell.name) and found[cell.name].retrain):
                 if (Path(by_name[cell.name].config.output_dir) / "config.json").is_file():
                     found[cell.name] = Stale(cell.name, SettingsChange([], []), True,
-                                             f"its teacher {teacher.cell} is trained again")
+                                             f"its teacher {teacher.cell} is trained again", teacher.cell)
                     changed = True
     return [found[c.name] for c in cells if c.name in found]
 
@@ -126,6 +127,13 @@ def handle_stale(grid, cells, policy: str | None, found: list[Stale] | None = No
     if policy not in STALE_CHOICES:
         raise AtnatError(f"--stale {policy!r}: expected one of {', '.join(STALE_CHOICES)}")
     if policy == "rerun":
+        chosen = {c.name for c in cells}
+        for s in stale:  # trained again for its teacher's sake, but that teacher is not trained again in this run
+            if s.teacher_retrained and s.teacher_retrained not in chosen:
+                raise AtnatError(f"--stale rerun: {s.cell} is stale as a student of {s.teacher_retrained}, which is "
+                                 f"stale too but not in this run: trained again now, {s.cell} would learn from the old "
+                                 f"teacher once more. Nothing was moved: run its teacher too (--only "
+                                 f"'{s.teacher_retrained}' --only '{s.cell}'), or without --only")
         by_name = grid.by_name()
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for s in stale:  # all checked before any is moved: a cell in use elsewhere would train on in the old folder
