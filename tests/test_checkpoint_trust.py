@@ -233,6 +233,7 @@ def test_resuming_under_other_settings_is_refused_then_recorded_and_applied_on_r
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "was trained with other settings" in err
+    assert "`atnat run GRID --stale rerun` trains it anew" in err  # a grid's cell: not a flag `atnat run` lacks
     assert "optim.lr: 0.003 -> 0.0001" in err and "model.dropout: 0.0 -> 0.1" in err and "train.max_steps: 8 -> 12" in err
     assert not (run / "settings_changes.json").exists()
     assert json.loads((run / "config.json").read_text())["optim"]["lr"] == 0.003  # the record is untouched

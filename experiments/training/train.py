@@ -337,9 +337,10 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
     if change and change.training and not allow_changes:
         raise SettingsChanged(f"run {cfg.name} ({run_dir}) was trained with other settings than these, and "
                               f"resuming would file its results under settings that did not make them: "
-                              f"{change.describe()}. Give the run another folder (or move {run_dir} aside), or "
-                              "resume with the new settings on purpose: atnat train --allow-settings-change "
-                              "(the change is recorded in settings_changes.json with its step)")
+                              f"{change.describe()}. Give the run another folder (or move {run_dir} aside; a grid's "
+                              "cell: `atnat run GRID --stale rerun` trains it anew, `--stale keep` keeps only "
+                              "finished numbers), or resume one run with the new settings on purpose: atnat train "
+                              "--allow-settings-change (the change is recorded in settings_changes.json with its step)")
     check_lengths_fit(module, data, cfg.train.max_len)
     if not helper_rank():
         if change and change.training:
