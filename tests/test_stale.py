@@ -308,3 +308,28 @@ def test_a_student_started_from_its_teacher_is_not_resumed_after_the_teacher_tra
     assert main(["cell", "g.yaml", "ctl-s1", "--results", "res"]) == 1
     assert "has other weights now than those it learnt from" in (runs / "ctl-s1" / "error.log").read_text()
     assert json.loads((runs / "ctl-s1" / "init.json").read_text())["checkpoint"] == first
+
+
+def test_a_holder_left_on_another_machine_is_named_for_removal_and_an_ended_job_holds_nothing(tmp_path, monkeypatch):
+    """A worker killed on another host leaves cell.lock.json: --stale rerun refused for ever, with no word of the
+    file to remove; one whose cluster job has ended still blocked it."""
+    from atnat.core.errors import AtnatError
+    from atnat.experiments.config.settings import resolved
+    from atnat.experiments.locks import cell_lock, holder_file
+    from atnat.experiments.running.grid import load_grid_into
+    from atnat.experiments.running.stale import handle_stale
+
+    monkeypatch.chdir(tmp_path)
+    grid, _ = load_grid_into(write_grid(tmp_path), tmp_path / "res", False)
+    cell = grid.by_name()["at-s1"]
+    run = Path(cell.config.output_dir)
+    run.mkdir(parents=True)
+    recorded = resolved(cell.config)
+    recorded["optim"]["lr"] = 0.123
+    (run / "config.json").write_text(json.dumps(recorded))
+    holder_file(cell_lock(run)).write_text(json.dumps({"pid": 4242, "host": "node7-gone"}))
+    with pytest.raises(AtnatError, match=r"a holder on another machine that is gone.*cell.lock.json: remove it"):
+        handle_stale(grid, [cell], "rerun")
+    (run / "job.json").write_text(json.dumps({"executor": "local", "job_id": str(2**22 + 1), "submitted_s": 0}))
+    handle_stale(grid, [cell], "rerun")  # its job has ended: the folder is moved aside
+    assert list(run.parent.glob("at-s1.stale-*"))

@@ -21,10 +21,11 @@ from pathlib import Path
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import build_strategy
 from atnat.experiments.config.settings import SettingsChange, settings_change
-from atnat.experiments.locks import cell_lock, describe_holder, holder_alive, is_held
+from atnat.experiments.locks import cell_lock, describe_holder, holder_alive, holder_file, is_held
 from atnat.experiments.modelfiles.export import is_export_dir
 from atnat.experiments.modelfiles.loading import checkpoint_stamps, evaluation_checkpoint
 from atnat.experiments.reporting.records import read_metrics, teacher_stamps
+from atnat.experiments.running.launchers.jobs import is_active, job_state, read_job
 
 STALE_CHOICES = ("rerun", "keep")
 
@@ -137,10 +138,15 @@ def handle_stale(grid, cells, policy: str | None, found: list[Stale] | None = No
         by_name = grid.by_name()
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for s in stale:  # all checked before any is moved: a cell in use elsewhere would train on in the old folder
-            lock = cell_lock(Path(by_name[s.cell].config.output_dir))
-            if is_held(lock) or holder_alive(lock):
+            run_dir = Path(by_name[s.cell].config.output_dir)
+            lock = cell_lock(run_dir)
+            job = read_job(run_dir)
+            ended = job is not None and not is_active(job_state(job))  # a cluster job that ended holds nothing
+            if is_held(lock) or (holder_alive(lock) and not ended):
                 raise AtnatError(f"--stale rerun: cell {s.cell} is in use by {describe_holder(lock)}; nothing was "
-                                 f"moved: wait for it to end or stop it (lock file {lock})")
+                                 f"moved: wait for it to end or stop it (lock file {lock}; a holder on another machine "
+                                 f"that is gone, killed with no chance to clean up, leaves {holder_file(lock)}: remove "
+                                 "it)")
         for s in stale:
             run_dir = Path(by_name[s.cell].config.output_dir)
             if s.retrain:
