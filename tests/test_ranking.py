@@ -377,3 +377,26 @@ def test_a_ctranslate2_twin_is_not_a_test_of_the_holm_family(tmp_path):
     assert with_twin[twin].bleu_p_holm.isna().all() and with_twin[twin].p_baseline.eq("").all()
     assert with_twin[~twin].bleu_p_holm.fillna(-1).tolist() == without.bleu_p_holm.fillna(-1).tolist()
     assert without.bleu_p_holm.notna().sum() == 2  # greedy and parallel against beam 5
+
+
+def test_too_few_resamples_for_the_holm_test_to_call_anything_are_said(tmp_path, capsys):
+    """With n resamples the smallest two-sided bootstrap p is 2/(n+1), and Holm multiplies the smallest by the m
+    systems: at n=100 and m=3 no system could be called ahead or behind, in silence (every verdict 'not resolved')."""
+    import pandas as pd
+
+    from atnat.experiments.reporting.table import add_significance
+
+    refs = [f"w{i} x y z" for i in range(40)]
+    outputs = {("at", "beam5"): refs, **{("nat", s): ["q q q q"] * 40 for s in ("a", "b", "c")}}
+    for (cell, strategy), lines in outputs.items():
+        (tmp_path / cell / "hyps").mkdir(parents=True, exist_ok=True)
+        (tmp_path / cell / "hyps" / f"{strategy}.txt").write_text("".join(f"{x}\n" for x in lines))
+    (tmp_path / "at" / "references.txt").write_text("".join(f"{x}\n" for x in refs))
+    df = pd.DataFrame([{"cell": c, "strategy": s, "task": "t", "seed": 1, "status": "ok", "decoder": c,
+                        "variant": c, "bleu_tokenize": "13a"} for c, s in outputs])
+    out = add_significance(df, tmp_path, n=100, baseline="at")
+    assert (out.bleu_p_holm.dropna() >= 0.05).all()  # far behind, and still not below 0.05
+    err = capsys.readouterr().err
+    assert "no Holm-corrected p can fall below 0.059" in err and "eval.n_bootstrap >= 120 allows it" in err
+    add_significance(df, tmp_path, n=1000, baseline="at")
+    assert "no Holm-corrected p" not in capsys.readouterr().err

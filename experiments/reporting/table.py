@@ -2,6 +2,7 @@
 comparisons against each task's AT baseline (speed-up, paired significance)."""
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -57,6 +58,12 @@ def add_significance(df: pd.DataFrame, runs: Path, *, method: str = "bs", n: int
             continue
         pvals = paired_significance(base_hyps, {str(k): v for k, v in systems.items()}, refs,
                                     tokenize=tokenize, n=n, method=method)
+        floor = len(systems) * (2.0 if method == "bs" else 1.0) / (n + 1)  # the smallest Holm p n resamples allow
+        if floor >= 0.05:
+            print(f"atnat: {task} seed {seed}: with {n} paired-test resamples and {len(systems)} systems against "
+                  f"{base} / {ref_strategy}, no Holm-corrected p can fall below {min(floor, 1.0):.3f}, so no system "
+                  f"can be called ahead or behind it (they read 'not resolved'); eval.n_bootstrap >= "
+                  f"{math.ceil(len(systems) * (2.0 if method == 'bs' else 1.0) / 0.05)} allows it", file=sys.stderr)
         adjusted = holm(pvals)
         for k, p in pvals.items():
             df.loc[int(k), ["bleu_p_vs_at", "bleu_p_holm"]] = p, adjusted[k]
