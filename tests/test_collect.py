@@ -281,7 +281,8 @@ def test_a_teacher_trained_again_with_other_weights_is_never_filed_beside_studen
 
     # the run's student is trained again from the new teacher too: in one pass, the teacher's copy is kept
     # back (the collected student learnt from the old one), so the new student is not filed beside it either
-    for name, keys in (("distill.json", ("checkpoint",)), ("train.json", ("initialised_from", "checkpoint"))):
+    for name, keys in (("distill.json", ("checkpoint",)), ("train.json", ("initialised_from", "checkpoint")),
+                       ("init.json", ("checkpoint",))):
         record = json.loads((run / "nat-s1" / name).read_text())
         (record if len(keys) == 1 else record[keys[0]])[keys[-1]] = new
         (run / "nat-s1" / name).write_text(json.dumps(record))

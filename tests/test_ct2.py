@@ -119,7 +119,9 @@ def test_cli_exports_an_at_run_and_refuses_a_nat_one(tmp_path, capsys):
     assert main(["export", str(tmp_path / "at"), str(tmp_path / "ct2"), "--format", "ctranslate2"]) == 0
     names = {p.name for p in (tmp_path / "ct2").iterdir()}
     assert {"model.bin", "config.json", "shared_vocabulary.json", "symbols.json"} <= names
-    for command in (["translate", "--checkpoint"], ["evaluate", "--src", "s.txt", "--ref", "s.txt", "--checkpoint"]):
+    (tmp_path / "s.txt").write_text("w1 w2\n")
+    src = str(tmp_path / "s.txt")
+    for command in (["translate", "--checkpoint"], ["evaluate", "--src", src, "--ref", src, "--checkpoint"]):
         assert main([*command, str(tmp_path / "ct2")]) == 2  # not "checkpoints/best.ckpt does not exist"
         assert f"{tmp_path / 'ct2'} is a CTranslate2 model folder (model.bin)" in capsys.readouterr().err
     nat = Seq2SeqModule(vocab_size=40, decoder="nat", model=SMALL)
