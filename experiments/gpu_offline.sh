@@ -4,9 +4,11 @@
 # experiments/grids/multi30k.yaml and the CUDA bench rows, in short steps that each leave their results in
 # the folder $OUT names (default: .offline-out/ in the checkout).
 #
-#   here, with network, once:   bash experiments/gpu_offline.sh pack [--no-ct2]
-#       .whl/  wheels of what such a machine usually lacks (sacremoses, submitit, ctranslate2) for its Python;
-#              --no-ct2 leaves out CTranslate2's (41 MB; the grid then times no CTranslate2 baseline)
+#   here, with network, once:   bash experiments/gpu_offline.sh pack [--ct2]
+#       .whl/  wheels of what such a machine usually lacks (sacremoses, submitit) for its Python; --ct2 adds
+#              CTranslate2's (41 MB: with it the copied tree can pass a 64 MiB transfer limit, and its 4.x wheel
+#              needs CUDA 12's cuBLAS, which a CUDA-13-only machine lacks; without it the grid times no
+#              CTranslate2 baseline). pack prints what the checkout, .whl and .data weigh together
 #       .data/ a copy of the Multi30k files the grid reads (git-ignored; never committed)
 #   there (with .whl and .data copied into the checkout; run the steps one after another on the same machine):
 #       bash experiments/gpu_offline.sh start        # install, grid started in the background, then the GPU tier
@@ -16,8 +18,10 @@
 #                                                    # GPU grid's size and Transformer-base's
 #       bash experiments/gpu_offline.sh checks       # one call of ~9 minutes: the GPU tier's CUDA-graph, step-form and
 #                                                    # validation-RNG tests, a whole run's speed in each step form against
-#                                                    # the bare step's, speculative decoding's bounds under auto, the
-#                                                    # DA-Transformer's rows of the decode bench under auto
+#                                                    # the bare step's, the compiled training step of CTC and the
+#                                                    # DA-Transformer, speculative decoding's bounds under auto, the
+#                                                    # DA-Transformer's rows of the decode bench under auto; every
+#                                                    # step's output in one checks.log
 #   here again: tar xzf multi30k.tgz -C results/   (results/multi30k/ without checkpoints or distilled targets)
 #
 # The grid's results live in .offline-results/ on the machine (git-ignored, never copied back), so a later
@@ -31,11 +35,12 @@ out="${OUT:-$root/.offline-out}"  # made by the step that writes into it
 results="${OFFLINE_RESULTS:-$root/.offline-results}"
 grid_log="$results/grid.log"
 grid_rc="$results/grid.rc"  # the grid's exit status, written when it ends
-wheels="sacremoses==0.2.0 submitit==1.5.4 ctranslate2==4.8.5"  # what such a machine lacked, at the versions CI installs
+wheels="sacremoses==0.2.0 submitit==1.5.4"  # what such a machine lacked, at the versions CI installs
+ct2_wheel="ctranslate2==4.8.5"  # only with pack --ct2
 
 pack() {
   local py="${GPU_PYTHON_VERSION:-3.12}" want="$wheels"
-  [ "${1:-}" = "--no-ct2" ] && want="${wheels// ctranslate2==*/}"
+  [ "${1:-}" = "--ct2" ] && want="$wheels $ct2_wheel"
   rm -rf .whl && mkdir -p .whl .data
   python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$py" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
@@ -44,6 +49,10 @@ pack() {
   [ -f "$data/train.en" ] || { echo "pack: no Multi30k in $data (atnat data multi30k DIR fetches it)" >&2; return 1; }
   rm -rf .data/multi30k && cp -r "$data" .data/multi30k
   du -sh .whl .data
+  local tracked; tracked=$(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+  local carried; carried=$(du -sb .whl .data | awk '{s += $1} END {print s + 0}')
+  echo "pack: the checkout's tracked files, .whl and .data weigh $(( (tracked + carried) >> 20 )) MiB together" \
+    "(a transfer limit of 64 MiB: keep below it)"
 }
 
 install() {
@@ -128,53 +137,59 @@ wait_grid() {
   pack_results
 }
 
-train_forms() {  # which training step form is fastest on this GPU (models/step_forms.py), bf16, MFU by name
+train_forms() {  # which training step form is fastest on this GPU (models/step_forms.py), bf16, MFU by name; 530 s
   install || return 1
   machine
   ! grid_running || { echo "train-forms: the grid is still running; time nothing beside it" >&2; return 1; }
   local size peer=()
   python3 -c "import transformers" 2>/dev/null && peer=(--peer) || echo "train-forms: no transformers here: no Marian rows"
   for size in grid base; do  # eager and fused (and the peer) first, compiled apart: a timeout loses one file only
-    timeout 120 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,fused "${peer[@]}" \
+    timeout 110 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,fused "${peer[@]}" \
       --size "$size" --steps 10 --out "$out/train_forms_${size}_gpu.csv" 2>&1 | tail -n 12
     note "${PIPESTATUS[0]}" "bench train, eager and fused, $size size"
-    timeout 170 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,compiled --size "$size" \
+    timeout 155 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,compiled --size "$size" \
       --steps 10 --out "$out/train_compiled_${size}_gpu.csv" 2>&1 | tail -n 6
     note "${PIPESTATUS[0]}" "bench train, compiled, $size size"
   done
   finish
 }
 
-bench() {
+bench() {  # its time limits add up to 530 s, inside a call's 600 with the install
   install || return 1
   machine
   ! grid_running || { echo "bench: the grid is still running; time nothing beside it" >&2; return 1; }
   # CTranslate2's rows are skipped, with the reason, where it cannot decode on the GPU
-  timeout 280 "${atnat[@]}" bench decode --device cuda --compile reduce-overhead --sweep \
+  timeout 250 "${atnat[@]}" bench decode --device cuda --compile reduce-overhead --sweep \
     --strategies greedy,beam5,parallel,mask-predict-4,mask-predict-10,ctc --out "$out/sweep_gpu.csv" 2>&1 | tail -n 30
   note "${PIPESTATUS[0]}" "bench decode sweep"
-  timeout 200 "${atnat[@]}" bench train --device cuda --out "$out/train_gpu.csv" 2>&1 | tail -n 20
+  timeout 150 "${atnat[@]}" bench train --device cuda --out "$out/train_gpu.csv" 2>&1 | tail -n 20
   note "${PIPESTATUS[0]}" "bench train"
-  timeout 150 python3 results/bench/auto_gpu_latency.py "$out/auto_gpu_latency.csv" 50 4 2>&1 | tail -n 8
+  timeout 130 python3 results/bench/auto_gpu_latency.py "$out/auto_gpu_latency.csv" 50 4 2>&1 | tail -n 8
   note "${PIPESTATUS[0]}" "auto's batch-1 latency"
   finish
 }
 
-checks() {  # the newest GPU code's checks and measurements, most wanted first, in one step of about 9 minutes (its time limits add up to 520 s)
+checks() {  # the newest GPU code's checks and measurements, most wanted first, in one step of about 9 minutes (its time
+  # limits add up to 540 s); every step's output goes to one checks.log (a call brings back a few files only)
   install || return 1
   machine
   ! grid_running || { echo "checks: the grid is still running; time nothing beside it" >&2; return 1; }
-  timeout 100 python3 -m pytest -m gpu -p no:cacheprovider -n 0 -q -rs tests/test_gpu.py \
-    -k "graph or step_counters or validation" --junitxml="$out/gpu-checks.xml" 2>&1 | tee "$out/gpu-checks.log" | tail -n 15
+  local log="$out/checks.log"
+  timeout 90 python3 -m pytest -m gpu -p no:cacheprovider -n 0 -q -rs tests/test_gpu.py \
+    -k "graph or step_counters or validation" 2>&1 | tee -a "$log" | tail -n 15
   note "${PIPESTATUS[0]}" "the GPU tier's graph, step-counter and validation tests"
   # a whole run's speed against the bare step's, eager and compiled: the GPU grid's AT cell, 300 steps each
-  timeout 260 python3 results/bench/real_run_forms.py "$out/real_run_forms_gpu.csv" 2>&1 | tail -n 8
+  timeout 250 python3 results/bench/real_run_forms.py "$out/real_run_forms_gpu.csv" 2>&1 | tee -a "$log" | tail -n 8
   note "${PIPESTATUS[0]}" "a real run's speed in each step form"
-  timeout 80 python3 results/multi30k-families/speculative_bounds.py "$out/speculative_bounds_auto_gpu.csv" auto 3 cuda bounds \
-    2>&1 | tail -n 6
+  # CTC's and the DA-Transformer's compiled step, their alignment loops now eager inside it: measured again
+  timeout 110 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,compiled --size base \
+    --decoders ctc,dag --steps 10 --out "$out/train_compiled_base_ctc_dag_gpu.csv" 2>&1 | tee -a "$log" | tail -n 6
+  note "${PIPESTATUS[0]}" "bench train, compiled, CTC and DA-Transformer"
+  timeout 45 python3 results/multi30k-families/speculative_bounds.py "$out/speculative_bounds_auto_gpu.csv" auto 3 cuda bounds \
+    2>&1 | tee -a "$log" | tail -n 6
   note "${PIPESTATUS[0]}" "speculative bounds under auto"
-  timeout 80 "${atnat[@]}" bench decode --device cuda --engine auto --no-hf --no-ct2 --strategies greedy,dag-lookahead,dag-viterbi \
-    --out "$out/decode_auto_dag_gpu.csv" 2>&1 | tail -n 12
+  timeout 45 "${atnat[@]}" bench decode --device cuda --engine auto --no-hf --no-ct2 --strategies greedy,dag-lookahead,dag-viterbi \
+    --out "$out/decode_auto_dag_gpu.csv" 2>&1 | tee -a "$log" | tail -n 12
   note "${PIPESTATUS[0]}" "bench decode, auto, the DA-Transformer's rows"
   finish
 }
