@@ -646,3 +646,33 @@ def test_the_packed_shapes_are_named(measured_products):
     packed_from_rows(d, V, "onednn")  # the output projection pays from 64 rows
     assert packing_summary(model) == f"{d}->{V} from 64 rows"
     assert packing_summary(at_model()) == ""  # no measured layer: not the auto engine
+
+
+class _NoPackages:
+    """A package cache whose every export fails, as a plugin's data-dependent branch makes torch.export fail."""
+
+    def get_or_compile(self, *args, **kwargs):
+        raise RuntimeError("Could not guard on data-dependent expression u0 > 0\nmore lines")
+
+
+def test_a_pass_or_step_that_cannot_be_compiled_runs_eager_and_says_so(capsys):
+    """A plugin NAT whose pass holds a data-dependent branch failed torch.export inside `auto`: evaluate and the
+    timing phase ended in a bare traceback, after training, instead of running that pass eager."""
+    torch.manual_seed(0)
+    module = Seq2SeqModule(vocab_size=40, decoder="nat", model=SMALL).eval()
+    src = torch.randint(4, 40, (3, 6))
+    src[1, -2:] = module.special.pad
+    before = module.encode(src).states
+    info = apply_engine(module, "auto", cache=_NoPackages())
+    after = module.encode(src).states
+    assert torch.equal(before, after)
+    assert "encoder pass eager: RuntimeError: Could not guard on data-dependent expression u0 > 0" in info.label
+    assert "encoder pass could not be compiled" in capsys.readouterr().err
+    module.encode(src)  # tried once only: no second message
+    assert "could not be compiled" not in capsys.readouterr().err
+    plain, at = eos_prone_model(), eos_prone_model()
+    steps = apply_engine(at, "auto", cache=_NoPackages())
+    source = torch.randint(4, 20, (1, 5))
+    want = Greedy().search(plain.decoder, plain.encode(source), src_lengths=torch.tensor([5]), special=plain.special)
+    got = Greedy().search(at.decoder, at.encode(source), src_lengths=torch.tensor([5]), special=at.special)
+    assert torch.equal(got.tokens, want.tokens) and "AT step eager: RuntimeError: Could not guard" in steps.label

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import tempfile
 import time
 import warnings
@@ -121,8 +122,21 @@ class CompiledStep:
         self.decoder, self.cache, self.fields, self.configs = decoder, cache or PACKAGES, fields, configs
         self.runners: dict[int, Callable] = {}
         self.records: list[CompileRecord] = []
+        self.on_fallback: Callable[[str], None] = lambda why: None  # told why a step runs eager instead
 
     def runner(self, group: int) -> Callable:
+        if group not in self.runners:
+            try:
+                self._build(group)
+            except Exception as err:  # noqa: BLE001  (a step export cannot take: the static step, eager, as it was)
+                text = str(err).strip()
+                why = f"{type(err).__name__}: {text.splitlines()[0][:160]}" if text else type(err).__name__
+                print(f"atnat: the AT step could not be compiled ({why}); it runs eager", file=sys.stderr)
+                self.on_fallback(f"AT step eager: {why}")
+                self.runners[group] = lambda *args: self.decoder._static_step(*args, group)
+        return self.runners[group]
+
+    def _build(self, group: int) -> None:
         if group not in self.runners:
             def build() -> Exportable:
                 step = StaticStep(self.decoder, group)
@@ -134,7 +148,6 @@ class CompiledStep:
                                             "dims": StaticStep.DIMS}, build, self.configs)
             self.runners[group] = runner
             self.records.append(record)
-        return self.runners[group]
 
     def __call__(self, tokens: Tensor, pos: Tensor, self_k: Tensor, self_v: Tensor, cross_k: Tensor,
                  cross_v: Tensor, memory_mask: Tensor | None, group: int) -> Tensor:
@@ -253,6 +266,8 @@ class CompiledPass:
         self.kind, self.cache, self.fields, self.configs = kind, cache or PACKAGES, fields, configs
         self.runner_: Callable | None = None
         self.records: list[CompileRecord] = []
+        self.broken = ""  # why the package could not be built: the part's own method runs from then on
+        self.on_fallback: Callable[[str], None] = lambda why: None  # told that reason once
 
     @staticmethod
     def kind_of(part: nn.Module) -> str | None:
@@ -283,6 +298,14 @@ class CompiledPass:
     def __call__(self, *args):
         part = self.module.part
         self.module.refuse_training("compiled")
-        if getattr(part, "record_attention", False) or not self.fits(self.module.sizes(*args)):
+        if self.broken or getattr(part, "record_attention", False) or not self.fits(self.module.sizes(*args)):
             return self.module.method()(part, *args)  # eager: attention maps recorded, or sizes outside the ranges
-        return self.module.outputs(self.runner()(*self.module.tensors(*args)), args)
+        try:
+            runner = self.runner()
+        except Exception as err:  # noqa: BLE001  (a pass export cannot take, e.g. a plugin's data-dependent branch)
+            self.broken = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:160]}" if str(err).strip() else \
+                type(err).__name__
+            print(f"atnat: the {self.kind} pass could not be compiled ({self.broken}); it runs eager", file=sys.stderr)
+            self.on_fallback(f"{self.kind} pass eager: {self.broken}")
+            return self.module.method()(part, *args)
+        return self.module.outputs(runner(*self.module.tensors(*args)), args)

@@ -83,6 +83,7 @@ class EngineInfo:
     cuda_graphs: bool = False  # the auto engine on a GPU: single-sentence decodes replay CUDA graphs
     eager_step: str = ""  # why the AT step stays the decoder's own (eager): the static step would not compute it
     inexact: str = ""  # why this model's tokens may differ from eager's under an exact engine ("": they may not)
+    eager_parts: list[str] = field(default_factory=list)  # compiled parts that could not be built, each with why
 
     @property
     def label(self) -> str:
@@ -91,7 +92,8 @@ class EngineInfo:
         left the step as the decoder's own."""
         base = (f"{self.engine.label}=cudagraphs" if self.cuda_graphs else
                 f"{self.engine.label}=eager" if self.fallback else self.engine.label)
-        return f"{base} (AT step eager: {self.eager_step})" if self.eager_step else base
+        notes = ([f"AT step eager: {self.eager_step}"] if self.eager_step else []) + self.eager_parts
+        return f"{base} ({'; '.join(notes)})" if notes else base
 
     @property
     def exact(self) -> bool:
@@ -185,6 +187,7 @@ def _compile_passes(module, engine: Engine, info: EngineInfo, cache: PackageCach
             continue
         compiled = CompiledPass(part, kind, cache, configs=inductor_configs(engine), fields=package_fields(part, engine))
         compiled.records = info.records  # the engine's report sees each package as it is built
+        compiled.on_fallback = info.eager_parts.append
         compiled.install()
 
 
@@ -281,4 +284,5 @@ def _step(decoder, engine: Engine, info: EngineInfo, cache: PackageCache | None)
         return FirstCallTimer(compiled, info.records, "at step under torch.compile")
     step = CompiledStep(decoder, cache, configs=configs, fields=package_fields(decoder, engine))
     step.records = info.records  # the engine's report sees each package as it is built
+    step.on_fallback = info.eager_parts.append
     return step
