@@ -93,7 +93,8 @@ def plugin_model(kind: str):
     ("attention", "layers.0.self_attn is tests.test_engine_contracts.WarmAttention, not atnat's MultiHeadAttention"),
     ("layer", "layers.1 is tests.test_engine_contracts.GatedLayer, not atnat's DecoderLayer"),
     ("cross", "tests.test_engine_contracts.ScaledCross overrides _cross, which the fixed-shape step does not call"),
-    ("step", None),
+    ("step", "tests.test_engine_contracts.BiasedStep overrides step, which may not read the fixed-shape step's "
+             "state (declare static_step_exact = True where it reaches it through super())"),
 ])
 def test_a_plugin_at_decodes_the_tokens_of_eager_under_the_default_engine(monkeypatch, kind, reason):
     """Trials: an AT with a LayerNorm inside its embedding decoded other tokens under auto than eager on 12 of
@@ -167,3 +168,26 @@ def test_speculative_decoding_verifies_with_the_packed_engine_but_not_with_int8(
     assert "verifier" in teacher_verifier(engined, torch.tensor([[7, 8, 9]]))  # its packed float layers: exact
     with pytest.raises(AtnatError, match="is int8 with activations scaled per call"):
         teacher_verifier(quantize_int8(model), torch.tensor([[7, 8, 9]]))
+
+
+def test_a_plugin_at_with_its_own_step_keeps_it_eager_under_every_engine():
+    """A plugin whose `step` was its own (not through super()) passed the check and ran on the fixed-shape state:
+    under static, a padded greedy batch died on a size mismatch (the buffers keep finished rows)."""
+
+    class OwnStep(AutoregressiveDecoder):
+        def step(self, prev_tokens, state):  # its own arithmetic, written against the growing cache
+            return AutoregressiveDecoder.step(self, prev_tokens, state)
+
+    model = eos_prone_model()
+    model.decoder.__class__ = OwnStep
+    assert "overrides step" in static_step_problem(model.decoder)
+    engined = copy.deepcopy(model.eval())
+    info = apply_engine(engined, "static")
+    assert "overrides step" in info.label and not engined.decoder.static_cache
+    for name, strategy in STRATEGIES.items():
+        for batch, (src, lengths) in batches().items():
+            with torch.inference_mode():
+                ref, out = model.decode(src, lengths, strategy), engined.decode(src, lengths, strategy)
+            assert torch.equal(out.tokens, ref.tokens), f"{name} {batch}"
+    OwnStep.static_step_exact = True  # where the plugin says the static step is exact for it
+    assert static_step_problem(model.decoder) is None

@@ -134,7 +134,8 @@ def static_step_problem(decoder) -> str | None:
     attention or layers are other classes - a plugin's, with their own forward - keeps its eager step,
     unless it declares that the static step is exact for it (`static_step_exact = True` on the decoder or on
     the module's class, as an engine's packed replacements do) or writes its own `_static_step`. So does one
-    that overrides a method only its eager step calls (EAGER_STEP_PARTS)."""
+    that overrides a method only its eager step calls (EAGER_STEP_PARTS), or `step`, `init_state` or
+    `reorder_state` (STATE_METHODS: its own may index the growing cache's tensors in the fixed-shape state)."""
     from atnat.models.decoders.autoregressive import AutoregressiveDecoder
 
     cls = type(decoder)
@@ -144,10 +145,15 @@ def static_step_problem(decoder) -> str | None:
         if getattr(cls, name) is not getattr(AutoregressiveDecoder, name):
             return (f"{cls.__module__}.{cls.__qualname__} overrides {name}, which the fixed-shape step does not "
                     "call")
+    for name in STATE_METHODS:  # written against the growing cache: they may not read the fixed-shape one
+        if getattr(cls, name) is not getattr(AutoregressiveDecoder, name):
+            return (f"{cls.__module__}.{cls.__qualname__} overrides {name}, which may not read the fixed-shape "
+                    "step's state (declare static_step_exact = True where it reaches it through super())")
     return foreign_part(decoder)
 
 
 EAGER_STEP_PARTS = ("_cross", "_window_mask", "_grow")
+STATE_METHODS = ("step", "init_state", "reorder_state")  # a plugin's own may index buffers the fixed-shape step keeps
 
 
 def foreign_part(decoder) -> str | None:
