@@ -71,6 +71,12 @@ class ResumeState(pl.Callback):
         # a run saved after the last batch of an epoch resumes into the next one without
         # on_train_epoch_start (Lightning restarts there as mid-epoch): the sampler follows the trainer
         self.sampler.set_epoch(trainer.current_epoch)
+        # a run whose early stopping had decided (its counters are restored; the decision is not) and that was
+        # stopped before its end was recorded (SIGTERM in that validation, a kill before train.json): it stays
+        # stopped, as the run would have, instead of training past its stop
+        if any(isinstance(c, pl.callbacks.EarlyStopping) and c.patience > 0 and c.wait_count >= c.patience
+               for c in trainer.callbacks):
+            trainer.should_stop = True
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self.sampler.set_epoch(trainer.current_epoch)  # the batches are drawn lazily, after this hook

@@ -1,0 +1,41 @@
+"""A run whose early stopping had decided, stopped before its end was recorded (SIGTERM inside that validation, or
+a kill between the end of training and train.json), stays stopped at its resume: Lightning restores the stopping
+rule's counters but not its decision, and the run trained on past its stop (step 14 -> 21), another best.ckpt."""
+import json
+
+import pytest
+
+from atnat.experiments.config.run import run_config_from_dict
+from atnat.experiments.training import train as train_module
+
+RAW = {"name": "es", "task": {"name": "fertility", "vocab": 8, "min_len": 2, "max_len": 5, "n_train": 160,
+                              "n_valid": 8, "n_test": 8},
+       "decoder": {"name": "at"},
+       "model": {"d_model": 16, "n_heads": 2, "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 1, "dropout": 0.1},
+       "train": {"max_steps": 56, "max_tokens": 96, "val_every_steps": 7, "progress_bar": False, "num_threads": 1,
+                 "early_stop_patience": 1, "early_stop_min_delta": 0.05},
+       "eval": {"n_bootstrap": 10}}
+
+
+def test_an_early_stopped_run_killed_before_its_record_resumes_stopped(tmp_path, monkeypatch):
+    cfg = run_config_from_dict(json.loads(json.dumps(RAW)), "test")
+    whole = tmp_path / "whole"
+    train_module.train(cfg, whole)
+    stopped_at = json.loads((whole / "train.json").read_text())["global_step"]
+    assert stopped_at < 56  # the rule stopped it
+
+    cut = tmp_path / "cut"
+    real = train_module.select_weights
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed after training, before train.json")
+
+    monkeypatch.setattr(train_module, "select_weights", killed)
+    with pytest.raises(KeyboardInterrupt):
+        train_module.train(cfg, cut)
+    monkeypatch.setattr(train_module, "select_weights", real)
+    assert not (cut / "train.json").exists()
+    train_module.train(cfg, cut)  # resumed from last.ckpt
+    resumed = json.loads((cut / "train.json").read_text())
+    assert resumed["global_step"] == stopped_at
+    assert resumed["evaluated_checkpoint"] == json.loads((whole / "train.json").read_text())["evaluated_checkpoint"]
