@@ -65,16 +65,28 @@ def token_accuracy(log_probs: Tensor, target: Tensor, ignore_index: int) -> Tens
     return correct.sum().float() / keep.sum().clamp(min=1)
 
 
+def ctc_fits(input_lengths: Tensor, target: Tensor, target_lengths: Tensor) -> Tensor:
+    """(B,) True where a target can be emitted at all in its input's slots: one slot per token and one blank
+    between each two equal neighbours (CTC collapses repeats), so length + repeats <= slots."""
+    positions = torch.arange(1, target.size(1), device=target.device)[None, :]  # (1, T-1)
+    repeats = ((target[:, 1:] == target[:, :-1]) & (positions < target_lengths[:, None])).sum(1)
+    return input_lengths >= target_lengths + repeats
+
+
 def ctc_loss(log_probs: Tensor, input_mask: Tensor, target: Tensor, target_lengths: Tensor,
-             blank: int) -> Tensor:
-    """CTC (Graves et al. 2006) mean over sentences of per-token-normalised loss.
+             blank: int) -> tuple[Tensor, Tensor]:
+    """CTC (Graves et al. 2006) per-token-normalised loss, the mean over the sentences whose target fits its
+    slots (ctc_fits), and those rows (B,). A target that does not fit has no alignment: it is left out of the
+    mean (counted by the caller), not a zero that dilutes the others' loss.
 
     log_probs (B, T', V), input_mask (B, T') True at padding, target (B, T) padded.
     """
     input_lengths = (~input_mask).sum(1)
+    fits = ctc_fits(input_lengths, target, target_lengths)
     loss = F.ctc_loss(log_probs.transpose(0, 1).float(), target, input_lengths, target_lengths,  # (T', B, V)
                       blank=blank, reduction="none", zero_infinity=True)
-    return (loss / target_lengths.clamp(min=1)).mean()
+    per_token = (loss / target_lengths.clamp(min=1)).masked_fill(~fits, 0.0)
+    return per_token.sum() / fits.sum().clamp(min=1), fits
 
 
 def guided_attention_weights(src_lengths: Tensor, tgt_lengths: Tensor, s_max: int, t_max: int,

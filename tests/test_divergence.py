@@ -125,3 +125,32 @@ def test_every_process_of_a_multi_device_run_stops_when_one_finds_its_targets_un
         with pytest.raises(AtnatError, match=raises):
             guard.on_train_batch_end(trainer, None, None, None, 0)
     assert trainer.strategy.asked == [(share >= 0.5, False)]
+
+
+def test_a_ctc_run_whose_targets_mostly_do_not_fit_its_slots_fails_and_unfit_rows_dilute_nothing(tmp_path):
+    """CTC gave a target longer than its slots zero loss (zero_infinity) and still divided by it: a run whose
+    targets mostly did not fit trained "ok" at loss 0, and a batch half unfit halved its fitting rows' loss."""
+    import torch
+
+    from atnat.core.errors import AtnatError
+    from atnat.experiments.running.cell import run_cell
+    from atnat.models.losses import ctc_fits, ctc_loss
+
+    # one slot per token, and a blank between two equal neighbours
+    target = torch.tensor([[5, 5, 6], [5, 6, 7], [5, 6, 0]])
+    assert ctc_fits(torch.tensor([3, 3, 2]), target, torch.tensor([3, 3, 2])).tolist() == [False, True, True]
+    log_probs = torch.randn(2, 4, 9).log_softmax(-1)
+    mask = torch.tensor([[False] * 4, [False, False, True, True]])  # 4 slots, and 2
+    pair = torch.tensor([[5, 6, 7], [5, 6, 7]])
+    both, fits = ctc_loss(log_probs, mask, pair, torch.tensor([3, 3]), blank=0)
+    alone, _ = ctc_loss(log_probs[:1], mask[:1], pair[:1], torch.tensor([3]), blank=0)
+    assert fits.tolist() == [True, False] and torch.allclose(both, alone)
+
+    base = TINY["base"]
+    raw = {**base, "name": "unfit", "decoder": {"name": "ctc", "upsample": 1},
+           "task": {"name": "fertility", "vocab": 6, "min_len": 4, "max_len": 6, "n_train": 200, "n_valid": 10,
+                    "n_test": 10},
+           "train": {**base["train"], "max_steps": 60, "val_every_steps": 30},
+           "eval": {"n_bootstrap": 10, "strategies": ["ctc"]}}
+    with pytest.raises(AtnatError, match=r"the decoder's loss left out \d+% of the training targets .*a CTC decoder"):
+        run_cell(run_config_from_dict(raw, "test"), tmp_path / "run")

@@ -88,8 +88,8 @@ UNFIT_LIMIT = 0.5  # the share of targets left out beyond which a run learns fro
 
 
 class UnfitGuard(pl.Callback):
-    """Fail a run whose decoder leaves out most training targets: a DA-Transformer's loss skips a target
-    longer than the decoder can emit from its source (logged as train/unfit), so a run whose targets mostly
+    """Fail a run whose decoder leaves out most training targets: a DA-Transformer's or a CTC decoder's loss
+    skips a target longer than the decoder can emit from its source (logged as train/unfit), so a run whose targets mostly
     do not fit trains on almost nothing and would be recorded as "ok". Judged on the mean of UNFIT_WINDOW
     steps, on the device between looks (one host sync every UNFIT_WINDOW steps)."""
 
@@ -115,5 +115,6 @@ class UnfitGuard(pl.Callback):
         raise AtnatError(
             f"step {trainer.global_step}: the decoder's loss left out {share:.0%} of the training targets over the "
             f"last {UNFIT_WINDOW} steps (train/unfit): they are longer than it can emit from their sources (a "
-            "DA-Transformer's graph has floor(upsample x S) + 2 vertices); raise decoder.upsample, or distil from a "
+            "DA-Transformer's graph has floor(upsample x S) + 2 vertices; a CTC decoder's upsample x S slots must hold "
+            "the target and a blank between each two equal neighbours); raise decoder.upsample, or distil from a "
             "teacher whose outputs fit")

@@ -101,7 +101,7 @@ class CTCDecoder(Decoder):
         logits, padding_mask, attns = self.decode_logits(memory, aligned, glanced,
                                                          need_weights=self.wants_attention)
         log_probs = F.log_softmax(logits.float(), -1)  # (B, T', V)
-        tokens = ctc_loss(log_probs, padding_mask, batch.tgt, batch.tgt_lengths, self.special.blank)
-        parts = {"tokens": Loss(tokens)}
+        tokens, fits = ctc_loss(log_probs, padding_mask, batch.tgt, batch.tgt_lengths, self.special.blank)
+        parts = {"tokens": Loss(tokens), "unfit": Loss((~fits).float().mean().detach(), 0.0)}  # (the guard reads it)
         parts.update(self.guided_attention_part(attns, memory, (~padding_mask).sum(1)))
         return parts
