@@ -187,7 +187,7 @@ def test_fixed_length_targets_are_y_then_eos_in_every_slot():
     ("nat", {}, {"tokens", "token_accuracy", "length", "length_accuracy", "guided_attention"}),
     ("nat", dict(glat=True), {"tokens", "token_accuracy", "length", "length_accuracy", "guided_attention"}),
     ("cmlm", {}, {"tokens", "token_accuracy", "length", "length_accuracy", "guided_attention"}),
-    ("ctc", dict(glat=True), {"tokens", "guided_attention"})])
+    ("ctc", dict(glat=True), {"tokens", "unfit", "guided_attention"})])
 def test_loss_parts_and_weights(decoder, options, expected):
     torch.manual_seed(0)
     m = Seq2SeqModule(vocab_size=V, decoder=decoder, model=TINY_MODEL, decoder_options=options,
