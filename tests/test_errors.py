@@ -289,3 +289,12 @@ def test_cut_sources_and_dropped_training_pairs_are_said(capsys):
         "the metrics over token ids see the cut target; BLEU and chrF score the whole reference text" in err  # was unsaid
     encode_split(tok, ["a b a b", "a"], ["a", "b a b a b"], name="test-x", max_len=3)  # said once per process
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("precision", ["bf16-true", "16-true"])
+def test_a_half_precision_at_is_refused_when_its_config_is_read(precision):
+    """bf16-true and 16-true were accepted for an AT, whose first validation decode then died on a dtype mismatch
+    (after training steps had run), with a bare traceback."""
+    with pytest.raises(ConfigError, match=rf"train.precision {precision}: an autoregressive decoder's search keeps"):
+        run_config_from_dict({"name": "x", "task": "copy", "decoder": "at", "train": {"precision": precision}}, "t")
+    run_config_from_dict({"name": "x", "task": "copy", "decoder": "nat", "train": {"precision": precision}}, "t")

@@ -294,6 +294,10 @@ def validate(cfg: RunConfig, where: str) -> RunConfig:
     problem = guided_attention_problem(built["loss"], built["model"])
     if problem:
         raise ConfigError(f"{where}: {problem}")
+    if cfg.train.precision in ("bf16-true", "16-true") and "step" in getattr(dec_cls, "capabilities", ()):
+        raise ConfigError(f"{where}: train.precision {cfg.train.precision}: an autoregressive decoder's search keeps "
+                          "its scores in float32, which a model held in half precision cannot feed (its validation "
+                          "decode fails after the first steps); use bf16-mixed or 16-mixed")
     if cfg.train.init_from == "teacher" and cfg.distill is None:
         raise ConfigError(f"{where}: train.init_from: teacher needs a teacher (distill.teacher, or a grid cell's "
                           "teacher key)")
