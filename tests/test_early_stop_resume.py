@@ -39,3 +39,17 @@ def test_an_early_stopped_run_killed_before_its_record_resumes_stopped(tmp_path,
     resumed = json.loads((cut / "train.json").read_text())
     assert resumed["global_step"] == stopped_at
     assert resumed["evaluated_checkpoint"] == json.loads((whole / "train.json").read_text())["evaluated_checkpoint"]
+
+
+def test_a_patience_changed_at_a_resume_is_the_one_applied(tmp_path):
+    """Lightning restored the checkpoint's patience: a run resumed with patience 1 (the change recorded in
+    settings_changes.json) trained on to its step budget under the old patience of 100."""
+    raw = json.loads(json.dumps(RAW))
+    raw["train"].update(early_stop_patience=100, max_steps=14)
+    run = tmp_path / "run"
+    train_module.train(run_config_from_dict(raw, "test"), run)
+    (run / "train.json").unlink()  # not finished: the next start resumes from last.ckpt
+    raw["train"].update(early_stop_patience=1, early_stop_min_delta=10.0, max_steps=56)
+    train_module.train(run_config_from_dict(raw, "test"), run, allow_changes=True)
+    # stopped at once (its validations had already not improved once) or at the first validation after it
+    assert json.loads((run / "train.json").read_text())["global_step"] <= 21

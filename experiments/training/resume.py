@@ -58,6 +58,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         checksum_path(Path(path)).unlink(missing_ok=True)
 
 
+class PlateauRule(pl.callbacks.EarlyStopping):
+    """Lightning's early stopping, whose resume keeps the patience this run was given: Lightning restored the
+    checkpoint's, so a patience changed at a resume (recorded in settings_changes.json) was ignored."""
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        patience = self.patience
+        super().load_state_dict(state_dict)
+        self.patience = patience
+
+
 class ResumeState(pl.Callback):
     """Saves and restores the RNG states and the position inside the training epoch.
 

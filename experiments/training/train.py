@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, Timer
+from pytorch_lightning.callbacks import ModelCheckpoint, Timer
 from pytorch_lightning.utilities import exceptions as pl_exceptions
 
 from atnat.core.errors import AtnatError
@@ -40,7 +40,14 @@ from atnat.experiments.provenance import stamp
 from atnat.experiments.training.divergence import DivergenceGuard, UnfitGuard
 from atnat.experiments.training.logs import make_loggers
 from atnat.experiments.training.progress_reporter import ProgressReporter
-from atnat.experiments.training.resume import AtomicCheckpointIO, ResumeState, RunCheckpoint, SaveLast, resume_point
+from atnat.experiments.training.resume import (
+    AtomicCheckpointIO,
+    PlateauRule,
+    ResumeState,
+    RunCheckpoint,
+    SaveLast,
+    resume_point,
+)
 from atnat.experiments.training.throughput import Throughput, run_record
 from atnat.models.decoders.base import LossConfig
 from atnat.models.seq2seq import Seq2SeqModule
@@ -217,8 +224,8 @@ def make_trainer(cfg: RunConfig, run_dir: Path, sampler) -> pl.Trainer:
                                        save_top_k=t.keep, enable_version_counter=False,
                                        auto_insert_metric_name=False))
     if t.early_stop_patience:
-        callbacks.append(EarlyStopping(monitor, patience=t.early_stop_patience, mode=mode,
-                                       min_delta=t.early_stop_min_delta))
+        callbacks.append(PlateauRule(monitor, patience=t.early_stop_patience, mode=mode,
+                                     min_delta=t.early_stop_min_delta))
     if t.ema is not None:
         from pytorch_lightning.callbacks.weight_averaging import EMAWeightAveraging
 
