@@ -46,3 +46,26 @@ def test_a_run_whose_training_files_changed_is_not_resumed_over_other_tokens(tmp
     assert main(["cell", grid, "at-s1", "--results", "res"]) == 1
     which = "best.ckpt" if last_damaged else "last.ckpt"
     assert f"its checkpoint {which} holds another tokenizer" in (run / "error.log").read_text()
+
+
+def test_a_run_is_not_started_from_a_model_of_another_vocabulary(tmp_path, monkeypatch):
+    """train.init_from compared parameter names and shapes only: a model of another tokenizer of the same size
+    had its embeddings and output layer copied onto other pieces, recorded as 34 of 34 tensors copied."""
+    data, spec = tiny_grid_dir(tmp_path, monkeypatch)
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["cell", str(tmp_path / "g.yaml"), "at-s1", "--results", "res"]) == 0
+    other = tmp_path / "other"
+    other.mkdir()
+    for path in data.iterdir():
+        other.joinpath(path.name).write_text(path.read_text())
+    for side in ("xx", "yy"):
+        (other / f"train.{side}").write_text("".join(f"{OTHER_WORDS} {i}\n" for i in range(300)))
+    spec["name"] = "elsewhere"
+    spec.pop("goals"), spec.pop("compare")
+    spec["base"]["task"]["data_dir"] = str(other)
+    spec["cells"] = {"nat": {"decoder": "nat", "eval": {"strategies": ["parallel"]},
+                             "train": {"init_from": str(tmp_path / "res" / "two-tests" / "runs" / "at-s1")}}}
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump(spec))
+    assert main(["cell", str(tmp_path / "e.yaml"), "nat-s1", "--results", "res"]) == 1
+    error = (tmp_path / "res" / "elsewhere" / "runs" / "nat-s1" / "error.log").read_text()
+    assert "that model's vocabulary is not this run's" in error

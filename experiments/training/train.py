@@ -153,7 +153,12 @@ def initialise(module: Seq2SeqModule, cfg: RunConfig) -> dict:
         if cfg.distill is None:
             raise AtnatError(f"run {cfg.name}: train.init_from: teacher needs distill.teacher (a grid teacher)")
         source = cfg.distill.teacher
-    other = load_module(source)[0].state_dict()
+    source_module, source_tokenizer = load_module(source)
+    if module.tokenizer_state is not None and source_tokenizer.to_state() != module.tokenizer_state:
+        raise AtnatError(f"train.init_from {source}: that model's vocabulary is not this run's (another tokenizer: "
+                         "another task's files): its embeddings and output layer would land on other pieces. Start "
+                         "from a model of this task")
+    other = source_module.state_dict()
     own = module.state_dict()
     copied = {k: v for k, v in other.items() if k in own and own[k].shape == v.shape}
     if not copied:
