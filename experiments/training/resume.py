@@ -62,6 +62,10 @@ class PlateauRule(pl.callbacks.EarlyStopping):
     """Lightning's early stopping, whose resume keeps the patience this run was given: Lightning restored the
     checkpoint's, so a patience changed at a resume (recorded in settings_changes.json) was ignored."""
 
+    @property
+    def state_key(self) -> str:  # Lightning's own key: checkpoints written before this class resume into it
+        return "EarlyStopping" + super().state_key.removeprefix(type(self).__qualname__)
+
     def load_state_dict(self, state_dict: dict) -> None:
         patience = self.patience
         super().load_state_dict(state_dict)
