@@ -45,7 +45,7 @@ class NoOptions:
 class LossConfig:
     """Loss settings common to all decoders."""
 
-    label_smoothing: float = 0.1  # epsilon of label-smoothed cross-entropy
+    label_smoothing: float = 0.1  # epsilon of label-smoothed cross-entropy (at, nat, cmlm; ctc and dag have none)
     length_weight: float = 0.1  # weight of the length-prediction loss (NAT decoders)
     guided_attention_weight: float = 0.0  # weight of the diagonal-prior cross-attention loss; 0 = off
     guided_attention_sigma: float = 0.2  # width g of the diagonal prior
