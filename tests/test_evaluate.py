@@ -44,6 +44,7 @@ def test_atnat_evaluate_scores_any_files(tmp_path, monkeypatch, capsys):
     assert "atnat evaluate: timing 2 strategies side by side" in err and "1 thread)" in err
     scores = json.loads((tmp_path / "scores.json").read_text())
     assert scores["threads"] == 1 and scores["engine"] == "eager"  # what the speed was measured with
+    assert scores["quantize"] == "none" and scores["rows"][0]["quantize"] == "none"  # int8 rows read "int8"
     rows = {r["strategy"]: r for r in scores["rows"]}
     assert rows["greedy"]["threads"] == 1 and rows["greedy"]["timing_threads"] == 1
     assert set(rows) == {"greedy", "beam2"} and rows["greedy"]["n_refs"] == 2
@@ -56,6 +57,9 @@ def test_atnat_evaluate_scores_any_files(tmp_path, monkeypatch, capsys):
     assert main(args[:-6] + ["--no-speed", "--json", "auto.json", "--hyps", "auto.txt"]) == 0
     auto = {r["strategy"]: r for r in json.loads((tmp_path / "auto.json").read_text())["rows"]}
     assert auto["greedy"]["engine"] == "auto" and auto["beam2"]["bleu"] == rows["beam2"]["bleu"]
+    assert main(args[:-6] + ["--no-speed", "--json", "int8.json", "--quantize", "int8"]) == 0  # recorded as int8
+    int8 = json.loads((tmp_path / "int8.json").read_text())
+    assert int8["quantize"] == "int8" and {r["quantize"] for r in int8["rows"]} == {"int8"}
     assert (tmp_path / "auto.txt").read_text() == (tmp_path / "hyps.txt").read_text()
     outs = []
     for extra in (["--engine", "eager"], [], ["--engine", "static"], ["--engine", "packed"]):

@@ -452,15 +452,17 @@ def cmd_evaluate(args) -> None:
                           speed=speed, say=lambda text: print(f"atnat evaluate: {text}", file=sys.stderr, flush=True),
                           source_name=f"--src {args.src}")
     ran = getattr(module, "engine_info", None)  # what ran: `auto=cudagraphs`, `auto (AT step eager: ...)`
-    for row in rows:
-        row["engine"], row["threads"] = ran.label if ran is not None else engine.label, args.threads
+    for row in rows:  # an int8 model's rows say so (its tokens may differ from the float model's)
+        row["engine"], row["threads"], row["quantize"] = ran.label if ran is not None else engine.label, \
+            args.threads, args.quantize
     clean = [{k: v for k, v in r.items() if k != "hypotheses"} for r in rows]
     failed = []  # each file written on its own, before the table (a closed pipe must not lose them)
     for given, write in ((args.hyps, lambda: write_lines_atomic(Path(args.hyps), rows[0]["hypotheses"])),
                          (args.json, lambda: write_strict_json_atomic(Path(args.json), {
                              "checkpoint": str(args.checkpoint), "teacher": args.teacher and str(args.teacher),
                              "src": args.src, "ref": args.ref,
-                             "engine": clean[0]["engine"], "threads": args.threads, "rows": clean}))):
+                             "engine": clean[0]["engine"], "threads": args.threads, "quantize": args.quantize,
+                             "rows": clean}))):
         if given:
             try:
                 write()
