@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from atnat.core.options import require_at_least
+from atnat.core.options import require_between
 from atnat.models.encoder import EncoderOut
 
 DEFAULT_MAX_OFFSET = 64  # covers targets up to 64 tokens longer/shorter than the source
@@ -27,7 +27,10 @@ class LengthOptions:
     length_max_offset: int = DEFAULT_MAX_OFFSET  # length offsets |T - S| beyond this are clamped
 
     def __post_init__(self):
-        require_at_least(self.length_max_offset, 1, "decoder options", "length_max_offset")
+        require_between(self.length_max_offset, 1, MAX_OFFSET, "decoder options", "length_max_offset")
+
+
+MAX_OFFSET = 4096  # length offsets the predictor's classifier may have (2 x offset + 1 classes)
 
 
 class LengthPredictor(nn.Module):

@@ -298,3 +298,15 @@ def test_a_half_precision_at_is_refused_when_its_config_is_read(precision):
     with pytest.raises(ConfigError, match=rf"train.precision {precision}: an autoregressive decoder's search keeps"):
         run_config_from_dict({"name": "x", "task": "copy", "decoder": "at", "train": {"precision": precision}}, "t")
     run_config_from_dict({"name": "x", "task": "copy", "decoder": "nat", "train": {"precision": precision}}, "t")
+
+
+@pytest.mark.parametrize("decoder, options, field", [
+    ("at", {"scheduled_sampling": "inverse_sigmoid", "sampling_k": 0}, "sampling_k"),  # ZeroDivisionError at step 1
+    ("at", {"input_noise": float("nan")}, "input_noise"),  # trained silently
+    ("at", {"sampling_max": 7}, "sampling_max"),
+    ("ctc", {"upsample": 10**9}, "upsample"),  # a bare allocation error of terabytes
+    ("nat", {"length_max_offset": 10**9}, "length_max_offset"),
+])
+def test_decoder_options_out_of_range_are_refused_when_the_config_is_read(decoder, options, field):
+    with pytest.raises(ConfigError, match=field):
+        run_config_from_dict({"name": "x", "task": "copy", "decoder": {"name": decoder, **options}}, "t")

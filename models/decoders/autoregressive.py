@@ -11,7 +11,7 @@ from torch import Tensor
 
 from atnat.core.compile_cache import private_compile_cache
 from atnat.core.errors import AtnatError
-from atnat.core.options import require_choice
+from atnat.core.options import require_choice, require_number_between
 from atnat.models.batch import Batch
 from atnat.models.decoders.base import Decoder, register_decoder
 from atnat.models.decoders.static_cache import BufferPool, StaticBuffers, place_rows, static_step_problem
@@ -34,6 +34,9 @@ class ATOptions:
 
     def __post_init__(self):
         require_choice(self.scheduled_sampling, SCHEDULES, "decoder options", "scheduled_sampling")
+        for name in ("input_noise", "sampling_max"):  # probabilities
+            require_number_between(getattr(self, name), 0.0, 1.0, "decoder options", name)
+        require_number_between(self.sampling_k, 1.0, 1e9, "decoder options", "sampling_k", "the schedule's speed, in steps")
 
 
 def sampling_probability(schedule: str, step: int, k: float, cap: float) -> float:

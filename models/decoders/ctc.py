@@ -14,12 +14,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from atnat.core.options import require_at_least
+from atnat.core.options import require_between
 from atnat.models.batch import Batch
 from atnat.models.decoders.base import Decoder, register_decoder
 from atnat.models.decoders.glancing import GlancingOptions, ctc_viterbi, feed_tokens, glance_positions, glancing_ratio
 from atnat.models.encoder import EncoderOut
 from atnat.models.losses import Loss, ctc_loss
+
+MAX_UPSAMPLE = 64  # slots per source position, at most (papers use 2-3; its layers run over k S positions)
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class CTCOptions(GlancingOptions):
 
     def __post_init__(self):
         super().__post_init__()
-        require_at_least(self.upsample, 1, "decoder options", "upsample")
+        require_between(self.upsample, 1, MAX_UPSAMPLE, "decoder options", "upsample")
 
 
 @register_decoder("ctc")
