@@ -555,3 +555,12 @@ def test_a_format_3_export_without_a_target_language_still_loads(run, tmp_path, 
     rewrite_config(out, lambda c: c.pop("target_lang"))
     monkeypatch.undo()
     assert load_module(out)[0].target_lang == "en"
+
+
+def test_an_export_config_whose_special_ids_no_model_can_hold_is_one_error(run, tmp_path):
+    """special.pad: 500 beyond the vocabulary gave a bare AssertionError from torch's Embedding."""
+    out = export_safetensors(load_module(run)[0], tmp_path / "exp")
+    rewrite_config(out, lambda c: c["hyper_parameters"].update(special={"pad": 500}))
+    with pytest.raises(AtnatError, match=r"config.json: hyper_parameters describe no model that can be built "
+                                         r"\(AssertionError"):
+        load_module(out)

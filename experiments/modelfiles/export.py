@@ -364,6 +364,9 @@ def check_against_weights(config: dict, weights: Path, where: Path) -> None:
             module = Seq2SeqModule(**hyper)
     except AtnatError as err:  # a value the model refuses (d_model: -4, vocab_size: 1e9): the config is to blame
         raise AtnatError(f"{where}: hyper_parameters: {err}") from err
+    except (AssertionError, ValueError, TypeError, IndexError) as err:  # one torch refuses (special.pad: 500)
+        raise AtnatError(f"{where}: hyper_parameters describe no model that can be built ({type(err).__name__}: "
+                         f"{err}): modified after export?") from err
     version = config.get("format_version", 1)
     if str(version) != metadata.get("format_version", str(version)):  # a config set back to an older format
         raise AtnatError(f"{where} says format version {version}, its weights ({weights.name}) were written as "
