@@ -53,3 +53,18 @@ def test_a_patience_changed_at_a_resume_is_the_one_applied(tmp_path):
     train_module.train(run_config_from_dict(raw, "test"), run, allow_changes=True)
     # stopped at once (its validations had already not improved once) or at the first validation after it
     assert json.loads((run / "train.json").read_text())["global_step"] <= 21
+
+
+def test_a_start_given_only_at_a_resume_is_not_recorded_as_the_runs_start(tmp_path):
+    """train.init_from added when resuming a run that started from scratch: the source's weights were copied (then
+    overwritten by the checkpoint) and train.json said the run was initialised from them."""
+    raw = json.loads(json.dumps(RAW))
+    raw["train"].update(max_steps=7, early_stop_patience=None)
+    source, run = tmp_path / "source", tmp_path / "run"
+    train_module.train(run_config_from_dict(raw, "test"), source)
+    train_module.train(run_config_from_dict(raw, "test"), run)
+    (run / "train.json").unlink()  # not finished: resumed, now told to start from `source`
+    raw["train"].update(max_steps=14, init_from=str(source))
+    train_module.train(run_config_from_dict(raw, "test"), run, allow_changes=True)
+    assert "initialised_from" not in json.loads((run / "train.json").read_text())
+    assert not (run / "init.json").exists()

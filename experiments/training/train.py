@@ -360,7 +360,8 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
         write_json_atomic(run_dir / "config.json", resolved(cfg))  # every setting, defaults included
         record_attempt(run_dir, resume)
     t = cfg.train
-    initialised = initialised_from(module, cfg, run_dir, resume) if t.init_from else None
+    added = bool(change) and any(key == "train.init_from" for key, *_ in change.training)  # given only now
+    initialised = initialised_from(module, cfg, run_dir, resume) if t.init_from and not added else None
     pin = trains_on_gpu(t.accelerator)
     train_loader = make_loader(data.encoded["train"], t.max_tokens, shuffle=True, seed=cfg.seed,
                                max_sentences=t.max_sentences, distributed=True, pin_memory=pin)
