@@ -189,8 +189,8 @@ def test_an_upsample_that_leaves_no_room_names_upsample_and_leaves_no_run_folder
                       f"decoder: {{name: {decoder}, upsample: 10000}}\nmodel: {{d_model: 16, n_heads: 2, ffn_dim: 32}}\n")
     assert main(["train", str(config), "--output-dir", str(tmp_path / "run")]) == 2
     err = " ".join(capsys.readouterr().err.split())
-    # the DAG's option check refuses it first, by its range; CTC's by the longest source it would leave
-    said = "upsample must be a number from 1 to 64" if decoder == "dag" else "decoder.upsample"
+    # each decoder's option check refuses it first, by its range
+    said = "upsample must be a number from 1 to 64" if decoder == "dag" else "upsample must be an integer from 1 to 64"
     assert said in err and "at most 0" not in err, err
     assert not (tmp_path / "run").exists()
 
