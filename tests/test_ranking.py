@@ -344,13 +344,25 @@ def test_a_system_without_a_score_on_another_test_set_is_named_under_its_table()
     assert "No score on t2 for `a / greedy-ct2`: left out of its order." in text.text
 
 
+
+def written_outputs(root, outputs: dict, refs: list[str]):
+    """Each (cell, strategy)'s hypotheses written under root/<cell>/hyps/, the AT cell "at"'s references beside
+    them: their rows of a results table of one task and seed."""
+    import pandas as pd
+
+    for (cell, strategy), lines in outputs.items():
+        (root / cell / "hyps").mkdir(parents=True, exist_ok=True)
+        (root / cell / "hyps" / f"{strategy}.txt").write_text("".join(f"{x}\n" for x in lines))
+    (root / "at" / "references.txt").write_text("".join(f"{x}\n" for x in refs))
+    return pd.DataFrame([{"cell": c, "strategy": s, "task": "t", "seed": 1, "status": "ok", "decoder": c,
+                          "variant": c, "bleu_tokenize": "13a"} for c, s in outputs])
+
+
 def test_a_ctranslate2_twin_is_not_a_test_of_the_holm_family(tmp_path):
     """A twin runs another system's weights and search (its output was byte for byte that system's): counted
     as a test of its own, it raised every Holm p of its task and seed, so the timing phase (which adds the
     twins) could turn a system's 'behind' into 'not resolved'."""
     import random
-
-    import pandas as pd
 
     from atnat.experiments.evaluation.baseline import ENGINE_TWIN
     from atnat.experiments.reporting.table import add_significance
@@ -364,12 +376,7 @@ def test_a_ctranslate2_twin_is_not_a_test_of_the_holm_family(tmp_path):
 
     outputs = {("at", "beam5"): noisy(0.1), ("at", "greedy"): noisy(0.13), ("nat", "parallel"): noisy(0.3)}
     outputs[("at", "greedy" + ENGINE_TWIN)] = outputs[("at", "greedy")]
-    for (cell, strategy), lines in outputs.items():
-        (tmp_path / cell / "hyps").mkdir(parents=True, exist_ok=True)
-        (tmp_path / cell / "hyps" / f"{strategy}.txt").write_text("".join(f"{x}\n" for x in lines))
-    (tmp_path / "at" / "references.txt").write_text("".join(f"{x}\n" for x in refs))
-    df = pd.DataFrame([{"cell": c, "strategy": s, "task": "t", "seed": 1, "status": "ok", "decoder": c,
-                        "variant": c, "bleu_tokenize": "13a"} for c, s in outputs])
+    df = written_outputs(tmp_path, outputs, refs)
     with_twin = add_significance(df, tmp_path, n=200, baseline="at")
     without = add_significance(df[~df.strategy.str.endswith(ENGINE_TWIN)].reset_index(drop=True), tmp_path, n=200,
                                baseline="at")
@@ -382,18 +389,11 @@ def test_a_ctranslate2_twin_is_not_a_test_of_the_holm_family(tmp_path):
 def test_too_few_resamples_for_the_holm_test_to_call_anything_are_said(tmp_path, capsys):
     """With n resamples the smallest two-sided bootstrap p is 2/(n+1), and Holm multiplies the smallest by the m
     systems: at n=100 and m=3 no system could be called ahead or behind, in silence (every verdict 'not resolved')."""
-    import pandas as pd
-
     from atnat.experiments.reporting.table import add_significance
 
     refs = [f"w{i} x y z" for i in range(40)]
     outputs = {("at", "beam5"): refs, **{("nat", s): ["q q q q"] * 40 for s in ("a", "b", "c")}}
-    for (cell, strategy), lines in outputs.items():
-        (tmp_path / cell / "hyps").mkdir(parents=True, exist_ok=True)
-        (tmp_path / cell / "hyps" / f"{strategy}.txt").write_text("".join(f"{x}\n" for x in lines))
-    (tmp_path / "at" / "references.txt").write_text("".join(f"{x}\n" for x in refs))
-    df = pd.DataFrame([{"cell": c, "strategy": s, "task": "t", "seed": 1, "status": "ok", "decoder": c,
-                        "variant": c, "bleu_tokenize": "13a"} for c, s in outputs])
+    df = written_outputs(tmp_path, outputs, refs)
     out = add_significance(df, tmp_path, n=100, baseline="at")
     assert (out.bleu_p_holm.dropna() >= 0.05).all()  # far behind, and still not below 0.05
     err = capsys.readouterr().err

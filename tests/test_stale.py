@@ -69,17 +69,11 @@ def test_only_matches_cell_names_exactly_or_by_glob(tmp_path, monkeypatch, capsy
     assert "cmlm-kd-s1" in capsys.readouterr().out
 
 
-def test_stale_rerun_moves_no_folder_of_a_cell_another_process_trains(tmp_path, monkeypatch):
-    import subprocess
-    import sys
-
-    import pytest as _pytest
-
-    from atnat.core.errors import AtnatError
+def stale_at_cell(tmp_path, monkeypatch):
+    """The tiny grid's at-s1 with a run folder recorded under another learning rate (stale: to train again):
+    (grid, cell, run folder)."""
     from atnat.experiments.config.settings import resolved
-    from atnat.experiments.locks import cell_lock
     from atnat.experiments.running.grid import load_grid_into
-    from atnat.experiments.running.stale import handle_stale
 
     monkeypatch.chdir(tmp_path)
     grid, _ = load_grid_into(write_grid(tmp_path), tmp_path / "res", False)
@@ -87,8 +81,22 @@ def test_stale_rerun_moves_no_folder_of_a_cell_another_process_trains(tmp_path, 
     run = Path(cell.config.output_dir)
     run.mkdir(parents=True)
     recorded = resolved(cell.config)
-    recorded["optim"]["lr"] = 0.123  # trained under other settings: stale, to train again
+    recorded["optim"]["lr"] = 0.123
     (run / "config.json").write_text(json.dumps(recorded))
+    return grid, cell, run
+
+
+def test_stale_rerun_moves_no_folder_of_a_cell_another_process_trains(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    import pytest as _pytest
+
+    from atnat.core.errors import AtnatError
+    from atnat.experiments.locks import cell_lock
+    from atnat.experiments.running.stale import handle_stale
+
+    grid, cell, run = stale_at_cell(tmp_path, monkeypatch)
     holder = subprocess.Popen([sys.executable, "-c", "import time; from pathlib import Path; from atnat.experiments.locks "
                                f"import held\nwith held(Path({str(cell_lock(run))!r}), 'cell at-s1'):\n    print('held', "
                                "flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
@@ -314,19 +322,10 @@ def test_a_holder_left_on_another_machine_is_named_for_removal_and_an_ended_job_
     """A worker killed on another host leaves cell.lock.json: --stale rerun refused for ever, with no word of the
     file to remove; one whose cluster job has ended still blocked it."""
     from atnat.core.errors import AtnatError
-    from atnat.experiments.config.settings import resolved
     from atnat.experiments.locks import cell_lock, holder_file
-    from atnat.experiments.running.grid import load_grid_into
     from atnat.experiments.running.stale import handle_stale
 
-    monkeypatch.chdir(tmp_path)
-    grid, _ = load_grid_into(write_grid(tmp_path), tmp_path / "res", False)
-    cell = grid.by_name()["at-s1"]
-    run = Path(cell.config.output_dir)
-    run.mkdir(parents=True)
-    recorded = resolved(cell.config)
-    recorded["optim"]["lr"] = 0.123
-    (run / "config.json").write_text(json.dumps(recorded))
+    grid, cell, run = stale_at_cell(tmp_path, monkeypatch)
     holder_file(cell_lock(run)).write_text(json.dumps({"pid": 4242, "host": "node7-gone"}))
     with pytest.raises(AtnatError, match=r"a holder on another machine that is gone.*cell.lock.json: remove it"):
         handle_stale(grid, [cell], "rerun")
