@@ -113,6 +113,12 @@ class PackageCache:
 PACKAGES = PackageCache()  # the process's packages
 
 
+def failure_text(err: BaseException) -> str:
+    """An export's or compile's failure in one short line: its type and its message's first line."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0][:160]}" if text else type(err).__name__
+
+
 class CompiledStep:
     """The static step of an AT decoder (its `_static_step` signature) run by one AOTInductor package
     per group size (1: greedy, K: a K-beam), each built on first use. Needs the decoder's static
@@ -129,25 +135,23 @@ class CompiledStep:
             try:
                 self._build(group)
             except Exception as err:  # noqa: BLE001  (a step export cannot take: the static step, eager, as it was)
-                text = str(err).strip()
-                why = f"{type(err).__name__}: {text.splitlines()[0][:160]}" if text else type(err).__name__
+                why = failure_text(err)
                 print(f"atnat: the AT step could not be compiled ({why}); it runs eager", file=sys.stderr)
                 self.on_fallback(f"AT step eager: {why}")
                 self.runners[group] = lambda *args: self.decoder._static_step(*args, group)
         return self.runners[group]
 
     def _build(self, group: int) -> None:
-        if group not in self.runners:
-            def build() -> Exportable:
-                step = StaticStep(self.decoder, group)
-                args, shapes = step.example()
-                return Exportable(step, args, shapes)
-            dtype = self.decoder.output.weight.dtype if hasattr(self.decoder.output, "weight") else None
-            runner, record = self.cache.get_or_compile(
-                f"at step, group {group}", {**self.fields, "group": group, "dtype": str(dtype),
-                                            "dims": StaticStep.DIMS}, build, self.configs)
-            self.runners[group] = runner
-            self.records.append(record)
+        def build() -> Exportable:
+            step = StaticStep(self.decoder, group)
+            args, shapes = step.example()
+            return Exportable(step, args, shapes)
+        dtype = self.decoder.output.weight.dtype if hasattr(self.decoder.output, "weight") else None
+        runner, record = self.cache.get_or_compile(
+            f"at step, group {group}", {**self.fields, "group": group, "dtype": str(dtype),
+                                        "dims": StaticStep.DIMS}, build, self.configs)
+        self.runners[group] = runner
+        self.records.append(record)
 
     def __call__(self, tokens: Tensor, pos: Tensor, self_k: Tensor, self_v: Tensor, cross_k: Tensor,
                  cross_v: Tensor, memory_mask: Tensor | None, group: int) -> Tensor:
@@ -303,8 +307,7 @@ class CompiledPass:
         try:
             runner = self.runner()
         except Exception as err:  # noqa: BLE001  (a pass export cannot take, e.g. a plugin's data-dependent branch)
-            self.broken = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:160]}" if str(err).strip() else \
-                type(err).__name__
+            self.broken = failure_text(err)
             print(f"atnat: the {self.kind} pass could not be compiled ({self.broken}); it runs eager", file=sys.stderr)
             self.on_fallback(f"{self.kind} pass eager: {self.broken}")
             return self.module.method()(part, *args)

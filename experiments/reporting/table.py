@@ -58,12 +58,12 @@ def add_significance(df: pd.DataFrame, runs: Path, *, method: str = "bs", n: int
             continue
         pvals = paired_significance(base_hyps, {str(k): v for k, v in systems.items()}, refs,
                                     tokenize=tokenize, n=n, method=method)
-        floor = len(systems) * (2.0 if method == "bs" else 1.0) / (n + 1)  # the smallest Holm p n resamples allow
-        if floor >= 0.05:
+        smallest = len(systems) * (2.0 if method == "bs" else 1.0)  # x 1/(n+1): the smallest Holm p n resamples allow
+        if smallest / (n + 1) >= 0.05:
             print(f"atnat: {task} seed {seed}: with {n} paired-test resamples and {len(systems)} systems against "
-                  f"{base} / {ref_strategy}, no Holm-corrected p can fall below {min(floor, 1.0):.3f}, so no system "
-                  f"can be called ahead or behind it (they read 'not resolved'); eval.n_bootstrap >= "
-                  f"{math.ceil(len(systems) * (2.0 if method == 'bs' else 1.0) / 0.05)} allows it", file=sys.stderr)
+                  f"{base} / {ref_strategy}, no Holm-corrected p can fall below {min(smallest / (n + 1), 1.0):.3f}, so "
+                  f"no system can be called ahead or behind it (they read 'not resolved'); eval.n_bootstrap >= "
+                  f"{math.ceil(smallest / 0.05)} allows it", file=sys.stderr)
         adjusted = holm(pvals)
         for k, p in pvals.items():
             df.loc[int(k), ["bleu_p_vs_at", "bleu_p_holm"]] = p, adjusted[k]
