@@ -17,7 +17,6 @@ have no stable public address with published checksums; distil with the grid's t
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import urllib.error
 import urllib.request
@@ -27,7 +26,7 @@ from typing import Callable
 from filelock import FileLock, Timeout
 
 from atnat.core.errors import AtnatError
-from atnat.experiments.files import sha256, write_json_atomic, write_text_atomic
+from atnat.experiments.files import read_json_object, sha256, write_json_atomic, write_text_atomic
 
 BASE_URL = "https://nlp.stanford.edu/projects/nmt/data/wmt14.en-de"
 URL_ENV = "ATNAT_WMT14_URL"  # another address of the same files (a mirror, a local copy)
@@ -69,14 +68,6 @@ def _part_origin(part: Path) -> Path:
     return part.with_name(part.name + ".json")
 
 
-def _read_origin(part: Path) -> dict:
-    try:
-        origin = json.loads(_part_origin(part).read_text())
-    except (OSError, ValueError):
-        return {}
-    return origin if isinstance(origin, dict) else {}
-
-
 def _stream(url: str, part: Path, timeout: float, again: bool = True, probe: bool = False) -> int | None:
     """Append the rest of `url` to `part` (a range request from its size; from the start where the
     server ignores ranges, or where the file changed since the part began: If-Range with the version the
@@ -86,7 +77,7 @@ def _stream(url: str, part: Path, timeout: float, again: bool = True, probe: boo
     the range request can go on; ValueError where it ignores it (it cannot tell a whole file from a cut one).
     A part begun from another address, or of no recorded address (NAME.part.json), is not known to be this
     file's beginning: it starts over."""
-    origin = _read_origin(part)
+    origin = read_json_object(_part_origin(part)) or {}
     if part.exists() and origin.get("url") != url:  # from elsewhere, or of unknown origin: not resumed
         part.unlink()
     have = part.stat().st_size if part.exists() else 0

@@ -8,12 +8,11 @@ process that trains it (locks.py): a second process on one cell is refused. `atn
 """
 from __future__ import annotations
 
-import io
 import json
 import sys
 import time
 import traceback
-from contextlib import nullcontext, redirect_stderr
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -129,9 +128,8 @@ def refuse_another_tokenizer(cfg: RunConfig, run_dir: Path, task, done: Path | N
     training files changed since give another tokenizer, under which the test sentences would be encoded into
     other ids than the weights learnt (a score of nonsense), or training would go on over other tokens. Its
     settings alone cannot tell: they name the files, not what is in them."""
-    if done is None:
-        with redirect_stderr(io.StringIO()):  # training names a damaged checkpoint itself, as it sets it aside
-            done = resume_point(run_dir / "checkpoints", set_aside=False)  # the one training would resume from
+    if done is None:  # the one training would resume from (training names a damaged one as it sets it aside)
+        done = resume_point(run_dir / "checkpoints", set_aside=False, quiet=True)
     if done is None:
         return
     own = load_module(done)[1]

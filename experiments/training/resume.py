@@ -193,11 +193,11 @@ def _python_rng_state() -> tuple:
 DAMAGED = (CheckpointDamaged, CheckpointRefused)
 
 
-def resume_point(ckpt_dir: Path, set_aside: bool = True) -> Path | None:
+def resume_point(ckpt_dir: Path, set_aside: bool = True, quiet: bool = False) -> Path | None:
     """The newest checkpoint in `ckpt_dir` that loads (last.ckpt first), or None for a fresh start.
 
     A checkpoint that fails to load is renamed `<name>.damaged-<time>` (never deleted; `set_aside`
-    False: only skipped, as in the helper ranks of a DDP run) and named on stderr. averaged.ckpt is
+    False: only skipped, as in the helper ranks of a DDP run) and named on stderr (`quiet`: not). averaged.ckpt is
     never resumed from: its weights are a mean, not a training state."""
     if not ckpt_dir.is_dir():
         return None
@@ -218,12 +218,12 @@ def resume_point(ckpt_dir: Path, set_aside: bool = True) -> Path | None:
                 os.replace(checksum_path(path), checksum_path(aside))
             print(f"atnat: {err}; set aside as {aside.name}", file=sys.stderr)
     if not good:
-        if damaged:
+        if damaged and not quiet:
             print(f"atnat: no loadable checkpoint left in {ckpt_dir}; training starts afresh", file=sys.stderr)
         return None
     best_step = max(step for step, _ in good)
     chosen = next(path for step, path in good if step == best_step)  # last.ckpt wins a tie
-    if damaged:
+    if damaged and not quiet:
         print(f"atnat: resuming from {chosen} (step {best_step})", file=sys.stderr)
     return chosen
 
