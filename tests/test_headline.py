@@ -303,3 +303,31 @@ def test_a_difference_paired_on_fewer_seeds_than_its_system_has_says_so_in_the_t
     _, table = _first_screen(root)
     row = table[table["System"] == "CMLM, distilled, mask-predict 4"].iloc[0]
     assert row["Seeds"] == "3" and row["Δ BLEU vs AT reference [95%]"].endswith(" (paired on 1 seed)")
+
+
+def test_an_interval_over_the_seeds_alone_says_so():
+    """With several seeds and no per-sentence interval recorded (eval.n_bootstrap: 1, or a metric that records
+    none), the interval is Student's t over the seeds alone, narrower than one with the sentences' noise: the
+    headline and the goals say so beside it."""
+    from atnat.experiments.reporting.aggregate import seeds_alone
+    from atnat.experiments.reporting.goals import check_goals, parse_goals
+    from atnat.experiments.reporting.headline import _interval_text
+
+    bare = pd.Series({"task": "copy", "family": "copy-at", "strategy": "beam5", "system": "copy-at / beam5",
+                      "n_seeds": 3, "bleu": 35.9, "bleu_sd": 0.5, "chrf": 60.0, "chrf_sd": 0.4})
+    assert seeds_alone(bare, "bleu") and seeds_alone(bare, "chrf")
+    assert _interval_text(bare, "bleu").endswith("(over the seeds alone)")
+    full = bare.copy()
+    full["bleu_ci_low"], full["bleu_ci_high"] = 34.9, 36.9
+    assert not seeds_alone(full, "bleu") and "seeds alone" not in _interval_text(full, "bleu")
+    assert not seeds_alone(bare.replace({3: 1}), "bleu")  # one seed: no interval at all, nothing to qualify
+    goals = parse_goals([{"system": "copy-at / beam5", "at_least": 30},
+                         {"system": "copy-at / beam5", "metric": "chrf", "at_least": 50}], "grid.yaml")
+    judged = check_goals(goals, pd.DataFrame([bare]))
+    assert list(judged["Interval"]) == ["95% of the mean (3 seeds, over the seeds alone)"] * 2
+    assert check_goals(goals[:1], pd.DataFrame([full])).loc[0, "Interval"] == "95% of the mean (3 seeds)"
+    from atnat.experiments.reporting.judging import _ratio
+    speed = pd.Series({"n_seeds": 3, "speedup_vs_at": 2.0, "speedup_vs_at_sd": 0.1})
+    assert _ratio(speed, "speedup_vs_at").endswith("; over the seeds alone]")
+    speed["speedup_ci_low"], speed["speedup_ci_high"] = 1.9, 2.1
+    assert "seeds alone" not in _ratio(speed, "speedup_vs_at")

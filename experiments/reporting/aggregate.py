@@ -160,6 +160,16 @@ def interval(row: pd.Series, col: str, level: float = 0.95) -> tuple[float, floa
     return _noise_floor(row, col, low, high)
 
 
+def seeds_alone(row: pd.Series, col: str) -> bool:
+    """True when `interval` of a several-seed mean in `col` is over the seeds alone: no per-sentence (or, for a
+    speed ratio, per-timing) interval recorded to add (eval.n_bootstrap: 1, or a metric that records none), so
+    it leaves out the test sentences' noise and is narrower than one that has it. The report says so beside it."""
+    if seeds_of(row, col) < 2 or pd.isna(row.get(col)):
+        return False
+    lo_col, hi_col = INTERVALS.get(col, (None, None))
+    return not (lo_col and pd.notna(row.get(lo_col)) and pd.notna(row.get(hi_col)))
+
+
 def beyond_spread(a: pd.Series, b: pd.Series, col: str) -> bool:
     """True when a's and b's 95% intervals in `col` (`interval`) do not overlap: a conservative test
     of their difference, for where no paired interval exists."""

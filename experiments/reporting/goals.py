@@ -23,7 +23,7 @@ import pandas as pd
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import ConfigError
-from atnat.experiments.reporting.aggregate import interval, seeds_of
+from atnat.experiments.reporting.aggregate import interval, seeds_alone, seeds_of
 from atnat.experiments.reporting.names import lossy_mark
 from atnat.experiments.reporting.ranking import paired
 
@@ -183,7 +183,8 @@ def _over_target(goal: Goal, system: str, value: float, target: float, row: pd.S
         low, high = interval(row, goal.metric, level)
         low, high = sorted((sign * (low - target), sign * (high - target)))
         k, n = seeds_of(row, goal.metric), int(row.get("n_seeds", 1) or 1)  # a speed may have fewer seeds timed
-        of = f"{k} of {n} seeds" if k < n else f"{n} seeds"
+        alone = ", over the seeds alone" if seeds_alone(row, goal.metric) else ""  # no per-sentence interval to add
+        of = (f"{k} of {n} seeds" if k < n else f"{n} seeds") + alone
         kind = f"{confidence} of the mean ({of})" if k > 1 else f"{confidence} (one seed{f', {k} of {n}' if k < n else ''})"
     if pd.isna(low) or pd.isna(high) or (low == high == over and not paired_sides):
         return {"Over target": over, "Interval": "none recorded", **paired_sides}

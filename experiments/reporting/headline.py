@@ -12,7 +12,14 @@ import re
 import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_engine_twin, is_nat_rows, reference_at_rows
-from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, interval, seeds_of, significant
+from atnat.experiments.reporting.aggregate import (
+    aggregate_seeds,
+    beyond_spread,
+    interval,
+    seeds_alone,
+    seeds_of,
+    significant,
+)
 from atnat.experiments.reporting.blocks import Block
 from atnat.experiments.reporting.judging import REACH_NAMED, picked, tested_against, within_reach
 from atnat.experiments.reporting.names import plain_names
@@ -27,7 +34,8 @@ def _interval_text(row: pd.Series, col: str, digits: int = 2, suffix: str = "") 
     low, high = interval(row, col)
     inside = f" [{low:.{digits}f}, {high:.{digits}f}]" if pd.notna(low) and pd.notna(high) and low != high else ""
     k, n = seeds_of(row, col), int(row.get("n_seeds", 1) or 1)
-    return f"{row[col]:.{digits}f}{suffix}{inside}" + (f" ({k} of {n} seeds)" if k < n else "")
+    return (f"{row[col]:.{digits}f}{suffix}{inside}" + (f" ({k} of {n} seeds)" if k < n else "")
+            + (" (over the seeds alone)" if inside and seeds_alone(row, col) else ""))
 
 
 def _diff_text(diff: pd.Series, margin: float) -> str:

@@ -13,7 +13,15 @@ import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_at_rows, is_nat_rows, reference_at_rows
 from atnat.experiments.evaluation.metrics.quality import relevel
-from atnat.experiments.reporting.aggregate import aggregate_seeds, beyond_spread, interval, robust_front, seeds_of, significant
+from atnat.experiments.reporting.aggregate import (
+    aggregate_seeds,
+    beyond_spread,
+    interval,
+    robust_front,
+    seeds_alone,
+    seeds_of,
+    significant,
+)
 from atnat.experiments.reporting.names import lossy_mark, plain_names
 from atnat.experiments.reporting.ranking import MAIN, paired, signed, within_margin
 from atnat.experiments.reporting.results import GridResults, ok_rows
@@ -234,7 +242,7 @@ def _ratio(row: pd.Series, col: str) -> str:
     tag = (" (slower)" if high < 1 else "" if low > 1 else  # 1x inside: the side of the mean, not beyond noise
            " (faster on the mean, not beyond noise)" if row[col] > 1 else
            " (slower on the mean, not beyond noise)" if row[col] < 1 else " (not different beyond noise)")
-    return f"{row[col]:.2f}× [{low:.2f}, {high:.2f}]{tag}"
+    return f"{row[col]:.2f}× [{low:.2f}, {high:.2f}{'; over the seeds alone' if seeds_alone(row, col) else ''}]{tag}"
 
 
 def _speed(nat: pd.Series, threads: str) -> str:
