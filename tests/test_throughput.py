@@ -221,7 +221,7 @@ def test_the_real_run_script_keeps_each_forms_row_when_a_later_form_fails(tmp_pa
     module = script()
     grid = tiny_cpu_grid(tmp_path)
 
-    def run(argv, **kwargs):
+    def run(argv, limit=None):
         if "--train-only" in argv:
             if argv[-2].endswith("compiled.yaml"):
                 raise subprocess.CalledProcessError(124, argv)
@@ -234,9 +234,35 @@ def test_the_real_run_script_keeps_each_forms_row_when_a_later_form_fails(tmp_pa
         else:  # the bare step's bench
             pd.DataFrame({"tokens_per_s": [2000.0]}).to_csv(argv[argv.index("--out") + 1], index=False)
 
-    monkeypatch.setattr(module.subprocess, "run", run)
+    monkeypatch.setattr(module, "run_limited", run)
     out = tmp_path / "forms.csv"
     with pytest.raises(subprocess.CalledProcessError):
         module.main(str(out), str(grid), "at-s1", "14", "eager,compiled", "tiny")
     table = pd.read_csv(out)
     assert list(table["form"]) == ["eager"] and table["share_of_bare"].iloc[0] == 0.5
+
+
+def test_the_real_run_script_stops_a_form_at_its_own_time_limit_and_goes_on(tmp_path):
+    """On a borrowed GPU the script ran under one `timeout` for all its forms: a slow first form took the
+    time of the next, and the SIGTERM let its run save a checkpoint past the cap. Each form's run (and its
+    bare step) now has its own limit: a form stopped there is a row that says so, the next form still runs,
+    and the script fails (exit 1) after writing the table."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import pandas as pd
+
+    root = Path(__file__).resolve().parents[1]
+    grid = tiny_cpu_grid(tmp_path)
+    out = tmp_path / "forms.csv"
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(root / "results" / "bench" / "real_run_forms.py"), str(out), str(grid),
+                           "at-s1", "14", "eager,fused", "none", "0.5"], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 1 and "eager: stopped at its limit of 0.5 s" in done.stdout + done.stderr
+    assert time.monotonic() - started < 30  # two forms cut at half a second each, not trained to the end
+    table = pd.read_csv(out)
+    assert list(table["form"]) == ["eager", "fused"] and list(table["status"]) == ["stopped at its limit of 0.5 s"] * 2
+    with pytest.raises(SystemExit, match="LIMIT_S: a positive number of seconds, got 'soon'"):
+        script().main(str(tmp_path / "x.csv"), str(grid), "at-s1", "14", "eager", "none", "soon")
