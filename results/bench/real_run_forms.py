@@ -9,8 +9,8 @@ GRID: default experiments/grids/multi30k.yaml; CELL: default at-s1; STEPS: defau
 at its end); FORMS: default eager,compiled; BARE: the bench size to compare with (grid, base, bench, or tiny
 for tests; default grid), or none. LIMIT_S: each form's run, and its bare step, stopped (its process group
 killed, no checkpoint saved) after that many seconds; the form's row then says so, the next form runs, and the
-script exits 1 after writing the table (default: no limit). The runs' folders go to a temporary folder, removed at the end. Columns: the steady state
-(after the first 10 steps, which compile) and the whole loop, both without validation; the bare step runs on
+script exits 1 after writing the table (default: no limit). The runs' folders go to a temporary folder,
+removed at the end. Columns: the steady state (after the first 10 steps, which compile) and the whole loop, both without validation; the bare step runs on
 as many target tokens a step as the run's steady mean (its sentences of 20 -> 30 tokens, unpadded), in the
 run's precision, on the run's CPU threads; `share_of_bare` is the steady tokens per second over the bare
 step's.
