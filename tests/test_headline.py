@@ -331,3 +331,28 @@ def test_an_interval_over_the_seeds_alone_says_so():
     assert _ratio(speed, "speedup_vs_at").endswith("; over the seeds alone]")
     speed["speedup_ci_low"], speed["speedup_ci_high"] = 1.9, 2.1
     assert "seeds alone" not in _ratio(speed, "speedup_vs_at")
+
+
+def test_a_report_of_collected_copies_opens_with_its_verdict_not_its_provenance(tmp_path):
+    """The deep grid's report put two notes before its verdict (made from collected copies; 21 copies unchecked,
+    each named): the first screen was provenance. Only a caveat on every number (an interim report) may come
+    before the verdict; provenance follows the headline table."""
+    from atnat.experiments.reporting.report import write_report
+
+    root = fx.build_results(tmp_path)
+    env_path = root / "environment.json"
+    env = json.loads(env_path.read_text()) if env_path.exists() else {}
+    env |= {"collected_from": "the cells collected in finished-cells", "collected_unverified": ["copy-at-s1"],
+            "p_doubled_on_read": True}
+    env_path.write_text(json.dumps(env))
+    md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
+    before, after = md.split("## Verdict", 1)
+    assert before.strip() == f"# Grid report: {fx.GRID}", before
+    table_end = after.index("\n\n", after.index("| System"))  # the headline table, then the provenance
+    for note in ("Made from the cells collected in", "could not be checked: `copy-at-s1`", "doubles them"):
+        assert table_end < after.index(note), note
+    env["interim"] = "2 of 3 cells finished"
+    env_path.write_text(json.dumps(env))
+    md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
+    before = md.split("## Verdict", 1)[0]
+    assert "Interim report" in before and "Made from" not in before and "could not be checked" not in before

@@ -758,10 +758,19 @@ def build_document(g: GridResults, figures: bool = True) -> list[Block]:
     headline, other_figures = _figures(g, figures)
     first, after_figure = headline_blocks(g, _threads_of((g.environment or {}).get("timing", "")))
     interim = (g.environment or {}).get("interim")
-    head = [Block("heading", f"Grid report: {g.name}", 1),
+    head = [Block("heading", f"Grid report: {g.name}", 1),  # before the verdict only a caveat on every number
             *([Block("note", f"Interim report of a grid still running: {interim}. Cells not finished are listed "
                              "under the overview; the final `atnat run` replaces these numbers.")] if interim else []),
-            *([Block("note", f"Made from {collected}: each cell's results as copied when it finished "
+            *first, *headline, *after_figure, *_provenance(g), Block("toc"), Block("heading", "Summary", 2),
+            Block("para", summary(g)), _reproduce(g), *_code(g), *_compute(g), *_averaged(g)]
+    return (head + _goals(g) + _overview(g) + _ranking_section(g) + _compare_section(g) + _other_tests(g)
+            + _notes(g) + _definitions(g) + other_figures + _samples(g) + _environment(g))
+
+
+def _provenance(g: GridResults) -> list[Block]:
+    """Where the tables came from, shown after the first screen: collected copies, p-values read from an
+    older atnat, copies whose files could not be checked, plugins not imported for this report."""
+    return [*([Block("note", f"Made from {collected}: each cell's results as copied when it finished "
                              "(`atnat collect`), with the speed of the cells timed beside their seed's baseline "
                              "(`atnat time`); the machines that trained them, and their checkpoints, may be gone.")]
               if (collected := (g.environment or {}).get("collected_from")) else []),
@@ -775,11 +784,7 @@ def build_document(g: GridResults, figures: bool = True) -> list[Block]:
             *([Block("note", f"The run was made with the plugin module{'s' * (len(absent) > 1)} "
                              + ", ".join(f"`{m}`" for m in absent) + ", not imported for this report: a metric "
                              "it adds is left out of the tables. To show it: `atnat report ... --plugins "
-                             + ",".join(absent) + "`.")] if (absent := plugins_not_loaded(g.environment)) else []),
-            *first, *headline, *after_figure, Block("toc"), Block("heading", "Summary", 2), Block("para", summary(g)),
-            _reproduce(g), *_code(g), *_compute(g), *_averaged(g)]
-    return (head + _goals(g) + _overview(g) + _ranking_section(g) + _compare_section(g) + _other_tests(g)
-            + _notes(g) + _definitions(g) + other_figures + _samples(g) + _environment(g))
+                             + ",".join(absent) + "`.")] if (absent := plugins_not_loaded(g.environment)) else [])]
 
 
 def plugins_not_loaded(environment: dict | None) -> list[str]:
