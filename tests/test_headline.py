@@ -356,3 +356,38 @@ def test_a_report_of_collected_copies_opens_with_its_verdict_not_its_provenance(
     md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
     before = md.split("## Verdict", 1)[0]
     assert "Interim report" in before and "Made from" not in before and "could not be checked" not in before
+
+
+def test_a_reference_other_than_the_tested_and_timed_baseline_is_named_as_it_is(tmp_path):
+    """The GPU grid names no `baseline:`, so its AT reference was the best AT of any cell (guided attention's
+    beam 5) while speed and the corrected test ran against the plain AT: the speed columns were headed with the
+    guided AT's greedy (itself at 0.98x in that column), the real 1.00x baseline was not in the table, and
+    "behind" was said on the interval alone under a note saying the paired test agreed."""
+    from atnat.experiments.reporting.report import write_report
+
+    root = fx.build_results(tmp_path)
+    frame = pd.read_csv(root / "results.csv")
+    ga = frame[frame["cell"] == "copy-at-s1"].copy()
+    ga["cell"], ga["family"], ga["guided_attention"] = "copy-at-ga-s1", "copy-at-ga", True
+    ga["bleu"] = ga["bleu"] + 1.5  # greedy 38.62, beam5 39.55: the best AT, so the reference
+    ga.loc[ga["strategy"] == "greedy", "speedup_vs_at"] = 0.98
+    ga.loc[ga["strategy"] == "greedy", ["speedup_ci_low", "speedup_ci_high"]] = [0.91, 1.06]
+    pd.concat([frame, ga]).query("task == 'copy'").to_csv(root / "results.csv", index=False)  # one task: named columns
+    comparisons = pd.read_csv(root / "comparisons.csv")
+    comparisons.loc[comparisons["task"] == "copy", ["against", "bleu_diff", "diff_ci_low", "diff_ci_high"]] = \
+        ["copy-at-ga / beam5", -4.05, -5.5, -2.6]  # excludes 0; its corrected test (vs copy-at beam 5) p 0.08
+    comparisons.to_csv(root / "comparisons.csv", index=False)
+    first, _ = headline_blocks(load_results(root), "1 CPU thread")
+    (table,) = [b.frame for b in first if b.kind == "table"]
+    from atnat.experiments.reporting.headline import _task
+    from atnat.experiments.reporting.results import ok_rows
+
+    g = load_results(root)
+    names = plain_names(_task(g, "copy", ok_rows(g.table).query("task == 'copy'"))[0])
+    speed = [c for c in table.columns if c.startswith("× ") and "batch 1" in c]
+    assert speed == [f"× {names['copy-at / greedy']}, batch 1"], (speed, names)
+    copy = table.set_index("System")
+    assert copy.loc[names["copy-at / greedy"], speed[0]].startswith("1.00×")  # the baseline itself is shown
+    assert copy.loc[names["copy-cmlm-kd / mask-predict-4"], "Verdict"] == "behind (interval only)"
+    md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
+    assert "\"interval only\": its corrected test ran against another AT" in md.split("Headline table:")[1]

@@ -97,6 +97,16 @@ def _agrees(r: pd.Series, reference: pd.Series | None, part: pd.DataFrame) -> bo
     return significant(r) if tested_against(r, reference, family_of) else True
 
 
+def _interval_only(r: pd.Series, reference: pd.Series | None, part: pd.DataFrame, word: str) -> str:
+    """' (interval only)' after ahead or behind where r's corrected paired test was run against another system
+    than the reference (a grid without `baseline:` compares with its best AT, tests against its plain AT): the
+    paired interval alone decided, without the correction over the systems compared."""
+    if word not in ("ahead", "behind") or reference is None or r["system"] == reference["system"]:
+        return ""
+    family_of = dict(zip(part["cell"], part["family"].fillna(part["cell"]))) if "family" in part else {}
+    return "" if tested_against(r, reference, family_of) else " (interval only)"
+
+
 def _task(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series | None]:
     """The systems of one task (means over seeds), their paired differences to the task's AT reference
     (comparisons.csv, main test set), and that reference."""
@@ -111,6 +121,15 @@ def _task(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.DataFrame, 
     return agg, comparisons, reference
 
 
+def speed_family(agg: pd.DataFrame, reference: pd.Series | None) -> str | None:
+    """The family whose greedy search a task's speed-ups are over (results.csv `speed_baseline`: the baseline
+    cell, which need not be the AT reference's: a grid without `baseline:` compares with its best AT but times
+    against its plain AT); the reference's family where none is recorded."""
+    recorded = {baseline_family(v) for v in agg.get("speed_baseline", pd.Series(dtype=str)).dropna()
+                if str(v) and str(v) != "nan"}
+    return recorded.pop() if len(recorded) == 1 else None if reference is None else str(reference["family"])
+
+
 def headline_rows(agg: pd.DataFrame, reference: pd.Series | None) -> pd.DataFrame:
     """The systems the headline shows, best BLEU first: the AT reference, AT greedy (the speed baseline),
     each other cell's best strategy by BLEU among its own (not speculative: that is its AT verifier's output,
@@ -120,8 +139,9 @@ def headline_rows(agg: pd.DataFrame, reference: pd.Series | None) -> pd.DataFram
     best = own.sort_values("bleu", ascending=False, kind="stable")
     speculative = best.get("strategy_name", pd.Series("", best.index)).astype(str) == "speculative"
     keep = set(best[~speculative].groupby("family", sort=False).head(1).index) | set(best.index[speculative])
-    keep |= set(own.index[own["strategy"].astype(str) == "greedy"] if reference is None else
-                own.index[(own["family"] == reference["family"]) & (own["strategy"].astype(str) == "greedy")])
+    timed_against = speed_family(agg, reference)
+    keep |= set(own.index[own["strategy"].astype(str) == "greedy"] if timed_against is None else
+                own.index[(own["family"] == timed_against) & (own["strategy"].astype(str) == "greedy")])
     return best.loc[[i for i in best.index if i in keep]]
 
 
@@ -148,7 +168,8 @@ def headline_table(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.Da
                      "Δ BLEU vs AT reference [95%]": "–" if diff is None else _diff_text(diff, g.equivalence_margin)
                      + _paired_on(diff, r),
                      "Verdict": word if diff is None else shown(word, diff["diff_ci_low"], diff["diff_ci_high"],
-                                                                g.equivalence_margin) + _held_back(diff, r, word),
+                                                                g.equivalence_margin) + _held_back(diff, r, word)
+                     + _interval_only(r, reference, part, word),
                      "× AT greedy, batch 1": _interval_text(r, "speedup_vs_at", suffix="×"),
                      "× AT greedy, throughput": _interval_text(r, "throughput_speedup_vs_at", suffix="×"),
                      "× AT beam, batch 1": _interval_text(r, "speedup_vs_at_beam", suffix="×"),
@@ -236,7 +257,8 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
                                                       f"; {on_shared:.2f} on the seed{'s' if paired != 1 else ''} paired")
             gap = (f", {_diff_text(diff, g.equivalence_margin)}{level}{fewer_paired} against {ref_name} "
                    f"({ref_value}): "
-                   f"{shown(judged, diff['diff_ci_low'], diff['diff_ci_high'], g.equivalence_margin)}")
+                   f"{shown(judged, diff['diff_ci_low'], diff['diff_ci_high'], g.equivalence_margin)}"
+                   f"{_interval_only(best, reference, part, judged)}")
         elif best["system"] != reference["system"]:  # no paired interval: the two systems' own intervals
             apart = word(best)
             gap = (f", {best['bleu'] - reference['bleu']:+.2f} against {ref_name} ({reference['bleu']:.2f}): " +
@@ -368,7 +390,7 @@ def column_names(g: GridResults, tasks: list[tuple[str, pd.DataFrame]]) -> dict[
             return {}
         names = plain_names(agg)
         seen.setdefault("Δ BLEU vs AT reference [95%]", set()).add(f"Δ BLEU vs {names[reference['system']]} [95%]")
-        greedy = names.get(f"{reference['family']} / greedy")
+        greedy = names.get(f"{speed_family(agg, reference)} / greedy")
         for column in ("× AT greedy, batch 1", "× AT greedy, throughput"):
             seen.setdefault(column, set()).add(column.replace("AT greedy", greedy) if greedy else column)
         family = {baseline_family(v) for v in agg.get("ref_at_baseline", pd.Series(dtype=str)).dropna() if str(v)}
@@ -403,7 +425,8 @@ def headline_blocks(g: GridResults, threads: str) -> tuple[list[Block], list[Blo
                          "when its interval excludes 0 and the paired test agrees (p < 0.05, Holm-corrected over "
                          "the systems compared with the reference: a row whose interval alone excludes 0 shows that "
                          "p, and ranking.csv, which judges each pair by its interval alone, calls it ahead or "
-                         f"behind), equivalent inside ±{g.equivalence_margin:g} BLEU, not "
+                         "behind; \"interval only\": its corrected test ran against another AT than the reference, "
+                         f"the one its p column names), equivalent inside ±{g.equivalence_margin:g} BLEU, not "
                          "resolved otherwise. The verdict's best NAT is picked by its mean on these same sentences from "
                          "m NAT systems, which favours a lucky one: before the verdict calls it ahead or equivalent, "
                          "its interval is widened to 1 - 0.05/m (Bonferroni, as the goals table does for a best of "
