@@ -391,3 +391,21 @@ def test_a_reference_other_than_the_tested_and_timed_baseline_is_named_as_it_is(
     assert copy.loc[names["copy-cmlm-kd / mask-predict-4"], "Verdict"] == "behind (interval only)"
     md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
     assert "\"interval only\": its corrected test ran against another AT" in md.split("Headline table:")[1]
+
+
+def test_a_report_timed_on_a_gpu_says_where_on_its_first_screen(tmp_path):
+    """A CPU grid's verdict says "speed at 1 CPU thread"; a grid timed on a GPU said nothing, its speed-ups bare."""
+    from atnat.experiments.reporting.report import write_report
+
+    root = fx.build_results(tmp_path)
+    env_path = root / "environment.json"
+    env = json.loads(env_path.read_text()) if env_path.exists() else {}
+    env["timing"] = ("timing phase after training: every system of a task and seed side by side in one process, "
+                     "on cuda:0 (NVIDIA H100 80GB HBM3), engine auto")
+    env_path.write_text(json.dumps(env))
+    md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
+    verdict = md.split("## Verdict", 1)[1].split("| System")[0]
+    assert "speed on cuda:0 (NVIDIA H100 80GB HBM3), engine auto)" in verdict
+    env["timing"] = "timing phase after training: ... on the CPU, 1 CPU thread"
+    env_path.write_text(json.dumps(env))
+    assert "speed at 1 CPU thread)" in write_report(root, figures=False)[0].read_text(encoding="utf-8")

@@ -239,7 +239,8 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
     counts = sorted({int(n) for n in agg.loc[agg["bleu"].notna(), "n_seeds"].dropna()} | {seeds})
     told = f"{counts[0]} seed{'s' if counts[0] != 1 else ''}" if len(counts) == 1 else \
         f"{counts[0]} to {counts[-1]} seeds a system"  # the table's Seeds column says which
-    sentences = [f"{task} ({told}{'; speed at ' + threads if threads else ''}):"]
+    where = "" if not threads else f"; speed {threads}" if threads.startswith("on ") else f"; speed at {threads}"
+    sentences = [f"{task} ({told}{where}):"]
     if len(nats):
         best = nats.loc[nats["bleu"].idxmax()]
         diff = diff_of(best["system"])

@@ -157,9 +157,13 @@ def _capital(text: str) -> str:
 
 
 def _threads_of(timing: str) -> str:
-    """'2 CPU threads' from environment.json's timing text (results folders older than timing_threads)."""
+    """Where the speed was measured, from environment.json's timing text: '2 CPU threads' (results folders older
+    than timing_threads), or on a GPU 'on cuda:0 (NVIDIA H100 80GB HBM3), engine auto'; '' when it says neither."""
     found = re.search(r"(\d+) CPU threads?", timing or "")
-    return found.group(0) if found else ""
+    if found:
+        return found.group(0)
+    gpu = re.search(r"\bon (cuda(?::\d+)?(?: \([^)]*\))?)(?:, engine ([\w-]+))?", timing or "")
+    return f"on {gpu.group(1)}" + (f", engine {gpu.group(2)}" if gpu.group(2) else "") if gpu else ""
 
 
 def _comparison(comparisons: pd.DataFrame | None, task: str, nat: pd.Series, at: pd.Series) -> pd.Series | None:
