@@ -409,3 +409,13 @@ def test_a_report_timed_on_a_gpu_says_where_on_its_first_screen(tmp_path):
     env["timing"] = "timing phase after training: ... on the CPU, 1 CPU thread"
     env_path.write_text(json.dumps(env))
     assert "speed at 1 CPU thread)" in write_report(root, figures=False)[0].read_text(encoding="utf-8")
+
+
+def test_a_held_back_p_near_the_threshold_is_not_rounded_onto_it():
+    """"not resolved (Holm p 0.05)" for p = 0.054: the reason a row is held back read as if it met the threshold."""
+    from atnat.experiments.reporting.headline import _held_back
+
+    diff = pd.Series({"diff_ci_low": -2.0, "diff_ci_high": -0.1})
+    assert _held_back(diff, pd.Series({"bleu_p_holm": 0.053946}), "not resolved") == " (Holm p 0.054)"
+    assert _held_back(diff, pd.Series({"bleu_p_holm": 0.0500001}), "not resolved") == " (Holm p 0.0500)"
+    assert _held_back(diff, pd.Series({"bleu_p_holm": 0.25}), "not resolved") == " (Holm p 0.25)"

@@ -13,6 +13,7 @@ import pandas as pd
 
 from atnat.experiments.evaluation.baseline import is_engine_twin, is_nat_rows, reference_at_rows
 from atnat.experiments.reporting.aggregate import (
+    ALPHA,
     aggregate_seeds,
     beyond_spread,
     interval,
@@ -86,7 +87,15 @@ def _held_back(diff: pd.Series, r: pd.Series, word: str) -> str:
     if word != "not resolved" or pd.isna(low) or pd.isna(high) or not (low > 0 or high < 0):
         return ""
     p = r.get("bleu_p_holm_max", r.get("bleu_p_holm"))
-    return f" (Holm p {p:.2f})" if pd.notna(p) else ""
+    return f" (Holm p {p_text(p)})" if pd.notna(p) else ""
+
+
+def p_text(p: float) -> str:
+    """A p-value at two decimals, more where two would round it onto the threshold (0.054 is no "0.05")."""
+    digits = 2
+    while digits < 4 and f"{p:.{digits}f}" == f"{ALPHA:.{digits}f}" and p != ALPHA:
+        digits += 1
+    return f"{p:.{digits}f}"
 
 
 def _agrees(r: pd.Series, reference: pd.Series | None, part: pd.DataFrame) -> bool:
