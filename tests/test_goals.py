@@ -224,3 +224,15 @@ def test_a_ranking_csv_from_before_the_standard_errors_is_still_read(tmp_path):
     pd.DataFrame([row | {"diff_seed_se": "many"}]).to_csv(root / "ranking.csv", index=False)
     with pytest.raises(Exception, match="column diff_seed_se must be numeric"):
         load_results(root)
+
+
+def test_the_goals_line_counts_the_seeds_of_the_systems_it_judges(tmp_path):
+    """The deep grid's goals line said "on means over 1 to 3 seeds": the 1 was an untouched task's."""
+    root = fx.build_results(tmp_path)
+    table = fx.with_seeds(fx.results_frame(), {2: 1.0, 3: -0.2})
+    table = table[(table["task"] == "copy") | (table["seed"] == 1)]  # dialect: one seed; copy: three
+    table.to_csv(root / "results.csv", index=False)
+    (root / "goals.json").write_text(json.dumps(GOALS[:1]))
+    md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
+    section = md.split("## Goals")[1].split("\n## ")[0]
+    assert "on means over 3 seeds:" in section, section[:300]

@@ -251,7 +251,9 @@ def _goals(g: GridResults) -> list[Block]:
         met, missed = int((checked["Result"] == "met").sum()), int(missing.sum())
         sure = int(((checked["Result"] == "met") & (checked["Over low"] > 0)).sum())  # met, interval clear of 0
         sure_missed = int((missing & (checked["Beyond noise"] == "yes")).sum())
-        seeds = sorted({int(n) for n in agg["n_seeds"].dropna()}) if "n_seeds" in agg else []
+        judged = agg[(agg["family"].astype(str) + " / " + agg["strategy"].astype(str)).isin(checked["System"])]
+        judged = judged if len(judged) else agg  # the seeds of the systems the goals judge, not of every task's
+        seeds = sorted({int(n) for n in judged["n_seeds"].dropna()}) if "n_seeds" in judged else []
         over_seeds = ("one seed" if seeds == [1] else f"means over {seeds[0]} seeds" if len(seeds) == 1 else
                       f"means over {seeds[0]} to {seeds[-1]} seeds" if seeds else "the results")
         unmeasured = len(checked) - met - missed
