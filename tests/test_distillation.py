@@ -195,3 +195,48 @@ def test_a_strategy_that_runs_a_second_model_is_refused_as_distillations_strateg
     assert f"--strategy {strategy}" in err and "distillation decodes with the teacher alone" in err and \
         "pass --teacher" not in err, err
     assert not (tmp_path / "kd.txt").exists()
+
+
+def test_a_tasks_distillation_leaves_out_sources_beyond_the_teachers_reach_and_records_what_it_did(tmp_path,
+                                                                                                 monkeypatch):
+    """Reviews: (1) a teacher that trained fine (pairs over train.max_len dropped) failed to distil its own task
+    at the first source longer than it reads, though the student drops that pair anyway (on WMT14: one line past
+    max_positions, hours into a decode); (2) the device the targets were decoded on was not recorded; (3) a cache
+    reused for other references reported the first caller's BLEU as distill_bleu."""
+    import copy
+
+    from atnat.experiments.config.run import load_task, run_config_from_dict
+    from atnat.experiments.training.distill import distilled_targets
+    from atnat.experiments.training.train import train
+    from tests.test_resume import RUN
+
+    raw = copy.deepcopy(RUN)
+    raw["model"]["max_positions"] = 4
+    raw["train"].update(max_len=3, max_steps=7)
+    cfg = run_config_from_dict(raw, "t")
+    train(cfg, tmp_path / "teacher")
+    src, tgt = (list(side) for side in load_task(cfg).splits["train"])
+    from atnat.experiments.modelfiles.loading import load_module
+
+    module, tokenizer = load_module(tmp_path / "teacher", map_location="cpu")
+    reach = module.decoder.max_source_length
+    beyond = [i for i, s in enumerate(src) if len(tokenizer.encode(s)) > reach]
+    assert beyond and len(beyond) < len(src)
+    lines, meta = distilled_targets(tmp_path / "teacher", src, tgt, "greedy")
+    assert len(lines) == len(src) and all(lines[i] == "" for i in beyond)
+    assert meta["beyond_teacher_reach"] == len(beyond) and meta["device"] == "cpu"
+    from types import SimpleNamespace
+
+    from atnat.experiments.training import distill
+
+    class Count:  # a score that tells references apart (a 7-step teacher's short lines score 0 BLEU on any)
+        def corpus_score(self, hyps, refs):
+            return SimpleNamespace(score=float(sum(len(r) for r in refs[0])))
+
+        def get_signature(self):
+            return "count"
+
+    others = [line + " w7" for line in lines]  # the cache, scored against other references
+    monkeypatch.setattr(distill, "bleu_metric", lambda tokenize: Count())
+    again, other = distilled_targets(tmp_path / "teacher", src, others, "greedy")
+    assert again == lines and other["bleu_vs_references"] == sum(map(len, others))

@@ -19,7 +19,8 @@ from tests.test_grid import TINY
 @pytest.fixture
 def teacher(tmp_path, monkeypatch):
     """A teacher run folder whose decoding is replaced by `outputs` (no model is trained)."""
-    monkeypatch.setattr(distill, "load_module", lambda path, map_location: (types.SimpleNamespace(bleu_tokenize="13a"), None))
+    module = types.SimpleNamespace(bleu_tokenize="13a", decoder=types.SimpleNamespace(max_source_length=100))
+    monkeypatch.setattr(distill, "load_module", lambda path, map_location: (module, types.SimpleNamespace(encode=str.split)))
     run = tmp_path / "teacher"
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "best.ckpt").write_bytes(b"weights")

@@ -19,22 +19,33 @@ from atnat.experiments.data.batching import encode_split
 from atnat.experiments.data.tokenize import CACHE_DIR
 from atnat.experiments.evaluation.decode import decode_split
 from atnat.experiments.evaluation.metrics.quality import bleu_metric
-from atnat.experiments.evaluation.translate import check_source_lengths
+from atnat.experiments.evaluation.translate import check_source_lengths, source_limit
 from atnat.experiments.files import write_json_atomic, write_lines_atomic, written_lines
 from atnat.experiments.modelfiles.loading import checkpoint_stamp, checkpoint_stamps, load_module
 
 
 def distill_sources(teacher, tokenizer, sources: list[str], strategy_spec, *, max_tokens: int = 8000,
-                    on_batch=None) -> list[str]:
+                    on_batch=None, beyond_reach: str = "refuse") -> list[str]:
     """Teacher outputs (detokenised) for `sources`, in order; one line per source, checked.
-    `on_batch(sentences done)` follows the progress."""
+    `on_batch(sentences done)` follows the progress. A source longer than the teacher reads is refused
+    (`beyond_reach="refuse"`: a user's input file), or left undecoded with an empty line (`"skip"`: a task's
+    training split, whose pairs with an empty target the student leaves out, as the teacher left them out)."""
     label, strategy = build_strategy(strategy_spec)
     split = encode_split(tokenizer, sources, sources, name="distillation input")
-    check_source_lengths(teacher, split.src, "distillation input")
-    out = decode_split(teacher, split, strategy, max_tokens=max_tokens, on_batch=on_batch)
-    lines = [tokenizer.decode(h).replace("\n", " ") for h in out.hyps]
-    if len(lines) != len(sources):
-        raise AtnatError(f"distillation produced {len(lines)} lines for {len(sources)} sources")
+    if beyond_reach == "refuse":
+        check_source_lengths(teacher, split.src, "distillation input")
+        within = list(range(len(sources)))
+    else:
+        limit = source_limit(teacher)[0]
+        within = [i for i, ids in enumerate(split.src) if len(ids) <= limit]
+        split = dataclasses.replace(split, src=[split.src[i] for i in within], tgt=[split.tgt[i] for i in within])
+    lines = [""] * len(sources)
+    if within:
+        out = decode_split(teacher, split, strategy, max_tokens=max_tokens, on_batch=on_batch)
+        if len(out.hyps) != len(within):
+            raise AtnatError(f"distillation produced {len(out.hyps)} lines for {len(within)} sources")
+        for i, hyp in zip(within, out.hyps):
+            lines[i] = tokenizer.decode(hyp).replace("\n", " ")
     return lines
 
 
@@ -123,22 +134,34 @@ def _cached_or_decoded(teacher_path, cache: Path, described: tuple[str, dict], s
                 raise ValueError("train.txt does not match its checksum")
             if (len(lines) == len(sources) and meta["checkpoint"] in checkpoint_stamps(teacher_path)
                     and meta.get("options") == options and meta.get("sources_sha256") == digest):
+                if meta.get("references_sha256") != _digest(references):  # scored against another caller's
+                    tokenize = meta.get("bleu_tokenize") or load_module(teacher_path, map_location="cpu")[0].bleu_tokenize
+                    meta = {**meta, **_scored(lines, references, tokenize)}
                 return lines, meta
         except ValueError as err:  # not UTF-8, not JSON: decoded again, and written over
             print(f"atnat: the distillation cache {cache} is damaged ({err}); the teacher decodes again", file=sys.stderr)
     module, tokenizer = load_module(teacher_path, map_location=device)
     lines = _in_chunks(cache, {"checkpoint": stamp, "options": options}, sources,
-                       lambda part, follow: distill_sources(module, tokenizer, part, strategy_spec,
-                                                            max_tokens=max_tokens, on_batch=follow), on_batch)
-    metric = bleu_metric(module.bleu_tokenize)
+                       lambda part, follow: distill_sources(module, tokenizer, part, strategy_spec, max_tokens=max_tokens,
+                                                            on_batch=follow, beyond_reach="skip"), on_batch)
+    limit = source_limit(module)[0]
     meta = {"teacher": str(teacher_path), "checkpoint": stamp, "strategy": label,
             "options": options, "sources_sha256": digest, "lines": len(lines), "targets_sha256": _digest(lines),
-            "bleu_vs_references": metric.corpus_score(lines, [references]).score,
-            "bleu_signature": str(metric.get_signature())}
+            "device": str(device),  # where it decoded (a later caller on another device reuses these lines)
+            "beyond_teacher_reach": sum(1 for ids in map(tokenizer.encode, sources) if len(ids) > limit),
+            **_scored(lines, references, module.bleu_tokenize)}
     write_lines_atomic(text_path, lines)
     write_json_atomic(meta_path, meta)
     shutil.rmtree(cache / "chunks", ignore_errors=True)
     return lines, meta
+
+
+def _scored(lines: list[str], references: list[str], tokenize: str) -> dict:
+    """BLEU of the distilled lines against the training references, and which references they were."""
+    metric = bleu_metric(tokenize)
+    return {"bleu_vs_references": metric.corpus_score(lines, [references]).score,
+            "bleu_signature": str(metric.get_signature()), "bleu_tokenize": tokenize,
+            "references_sha256": _digest(references)}
 
 
 CHUNK = 100_000  # sentences a chunk: what an interrupted distillation decodes again at most
