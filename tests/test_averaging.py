@@ -229,3 +229,13 @@ def test_final_weights_alone_are_recorded_and_reported_as_such(tmp_path, monkeyp
     md = write_report(root, figures=False)[0].read_text(encoding="utf-8")
     assert "`copy-at-s1` its final weights alone (step 28: every checkpoint came before the window)" in md
     assert "`copy-ctc-s1` steps 14, 21, 28" in md
+
+
+def test_the_averaging_window_keeps_its_boundary_step_despite_float_rounding():
+    """(1 - 0.7) * 1000 is 300.00000000000006 in floats: the ceiling left out the step-300 checkpoint, which the
+    documented rule (step >= (1 - window) x the last step) keeps."""
+    from atnat.experiments.training.train import averaging_start
+
+    assert averaging_start(1000, 0.7, 0) == 300 and averaging_start(2000, 0.7, 0) == 600
+    assert averaging_start(1000, 0.7001, 0) == 300 and averaging_start(999, 0.5, 0) == 500
+    assert averaging_start(1000, 0.7, 400) == 400 and averaging_start(28, 0.25, 0) == 21

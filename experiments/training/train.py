@@ -425,7 +425,7 @@ def fit(trainer: pl.Trainer, module, train_loader, val_loader, resume: Path | No
 def averaging_start(last_step: int, window: float, warmup: int) -> int:
     """The first step whose checkpoint may join an average: inside the last `window` of training and past
     the warm-up (a checkpoint from inside it is weights the schedule had not settled yet)."""
-    return max(warmup, math.ceil((1 - window) * last_step))
+    return max(warmup, math.ceil(round((1 - window) * last_step, 9)))  # 300.00000000000006 is step 300
 
 
 def select_weights(trainer: pl.Trainer, t, ckpt_dir: Path, warmup: int = 0) -> tuple[Path, list[int], bool]:
