@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import run_config_from_dict
 from atnat.experiments.training import train as train_module
 
@@ -68,3 +69,21 @@ def test_a_start_given_only_at_a_resume_is_not_recorded_as_the_runs_start(tmp_pa
     train_module.train(run_config_from_dict(raw, "test"), run, allow_changes=True)
     assert "initialised_from" not in json.loads((run / "train.json").read_text())
     assert not (run / "init.json").exists()
+
+
+def test_a_bad_start_is_refused_before_the_run_records_an_attempt_and_a_fresh_start_drops_a_stale_record(tmp_path):
+    """A train.init_from that names nothing was refused only after config.json and attempts.json were written (a
+    later train.json listed an attempt that never trained); and an init.json left by a start killed before its
+    first checkpoint survived a fresh start without init_from, the folder still claiming another model's weights."""
+    raw = json.loads(json.dumps(RAW))
+    raw["train"].update(max_steps=7, early_stop_patience=None, init_from=str(tmp_path / "no-such-model"))
+    run = tmp_path / "run"
+    with pytest.raises(AtnatError, match="no-such-model"):
+        train_module.train(run_config_from_dict(raw, "test"), run)
+    assert not (run / "attempts.json").exists() and not (run / "config.json").exists()
+    run.mkdir(exist_ok=True)
+    (run / "init.json").write_text(json.dumps({"from": "another model"}))  # a start killed before its first step
+    raw["train"]["init_from"] = None
+    train_module.train(run_config_from_dict(raw, "test"), run)
+    assert not (run / "init.json").exists()
+    assert len(json.loads((run / "attempts.json").read_text())) == 1

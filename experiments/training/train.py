@@ -354,14 +354,17 @@ def train(cfg: RunConfig, run_dir: Path, data: PreparedData | None = None, *,
                               "finished numbers), or resume one run with the new settings on purpose: atnat train "
                               "--allow-settings-change (the change is recorded in settings_changes.json with its step)")
     check_lengths_fit(module, data, cfg.train.max_len)
+    t = cfg.train
+    added = bool(change) and any(key == "train.init_from" for key, *_ in change.training)  # given only now
+    # the last refusal (a source missing, of another tokenizer, with nothing that fits): before anything is recorded
+    initialised = initialised_from(module, cfg, run_dir, resume) if t.init_from and not added else None
     if not helper_rank():
         if change and change.training:
             record_change(run_dir, change, checkpoint_step(resume))
         write_json_atomic(run_dir / "config.json", resolved(cfg))  # every setting, defaults included
         record_attempt(run_dir, resume)
-    t = cfg.train
-    added = bool(change) and any(key == "train.init_from" for key, *_ in change.training)  # given only now
-    initialised = initialised_from(module, cfg, run_dir, resume) if t.init_from and not added else None
+        if resume is None and initialised is None:  # a fresh start from scratch: no earlier start's record
+            (run_dir / INIT_RECORD).unlink(missing_ok=True)
     pin = trains_on_gpu(t.accelerator)
     train_loader = make_loader(data.encoded["train"], t.max_tokens, shuffle=True, seed=cfg.seed,
                                max_sentences=t.max_sentences, distributed=True, pin_memory=pin)
