@@ -154,3 +154,29 @@ def test_a_ctc_run_whose_targets_mostly_do_not_fit_its_slots_fails_and_unfit_row
            "eval": {"n_bootstrap": 10, "strategies": ["ctc"]}}
     with pytest.raises(AtnatError, match=r"the decoder's loss left out \d+% of the training targets .*a CTC decoder"):
         run_cell(run_config_from_dict(raw, "test"), tmp_path / "run")
+
+
+def test_the_last_steps_of_a_run_are_judged_for_unfit_targets_too():
+    """The guard judged only full windows of UNFIT_WINDOW steps: a 19-step run whose decoder left out nearly every
+    target finished "ok", and the last steps of any run went unjudged. A partial window is judged at the end."""
+    import torch
+
+    from atnat.core.errors import AtnatError
+    from atnat.experiments.training.divergence import UNFIT_WINDOW, UnfitGuard
+
+    class Trainer:
+        strategy = _Strategy(False)
+        callback_metrics = {"train/unfit": torch.tensor(0.98)}
+        global_step = UNFIT_WINDOW - 1
+
+    guard = UnfitGuard()
+    for i in range(UNFIT_WINDOW - 1):
+        guard.on_train_batch_end(Trainer(), None, None, None, i)
+    with pytest.raises(AtnatError, match=r"left out 98% of the training targets over the last 19 steps"):
+        guard.on_train_end(Trainer(), None)
+    Trainer.callback_metrics = {"train/unfit": torch.tensor(0.1)}
+    fits = UnfitGuard()
+    for i in range(3):
+        fits.on_train_batch_end(Trainer(), None, None, None, i)
+    fits.on_train_end(Trainer(), None)  # a fitting tail passes
+    UnfitGuard().on_train_end(Trainer(), None)  # nothing since the last full window: nothing to judge

@@ -101,8 +101,16 @@ class UnfitGuard(pl.Callback):
         if unfit is None:  # a decoder that fits every target logs none
             return
         self._window.append(unfit.detach().float())
-        if len(self._window) < UNFIT_WINDOW:
-            return
+        if len(self._window) >= UNFIT_WINDOW:
+            self._judge(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module) -> None:
+        """The steps since the last full window (all of a run shorter than one) are judged too."""
+        if self._window:
+            self._judge(trainer)
+
+    def _judge(self, trainer: pl.Trainer) -> None:
+        steps = len(self._window)
         share = float(torch.stack(self._window).mean())
         self._window = []
         # each process judges its own batches; all stop when one does (else the others would wait for it in
@@ -114,7 +122,7 @@ class UnfitGuard(pl.Callback):
                              "its training targets left out by the decoder's loss (train/unfit); see its message")
         raise AtnatError(
             f"step {trainer.global_step}: the decoder's loss left out {share:.0%} of the training targets over the "
-            f"last {UNFIT_WINDOW} steps (train/unfit): they are longer than it can emit from their sources (a "
+            f"last {steps} steps (train/unfit): they are longer than it can emit from their sources (a "
             "DA-Transformer's graph has floor(upsample x S) + 2 vertices; a CTC decoder's upsample x S slots must hold "
             "the target and a blank between each two equal neighbours); raise decoder.upsample, or distil from a "
             "teacher whose outputs fit")
