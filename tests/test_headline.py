@@ -419,3 +419,17 @@ def test_a_held_back_p_near_the_threshold_is_not_rounded_onto_it():
     assert _held_back(diff, pd.Series({"bleu_p_holm": 0.053946}), "not resolved") == " (Holm p 0.054)"
     assert _held_back(diff, pd.Series({"bleu_p_holm": 0.0500001}), "not resolved") == " (Holm p 0.0500)"
     assert _held_back(diff, pd.Series({"bleu_p_holm": 0.25}), "not resolved") == " (Holm p 0.25)"
+
+
+def test_a_verdict_says_when_no_timed_system_keeps_up_with_the_reference(tmp_path):
+    """The deep grid's en-de verdict left out its "fastest system" sentence where every timed system's paired
+    interval lay below 0: a reader could not tell "none qualifies" from "not checked"."""
+    from atnat.experiments.reporting.headline import verdict
+    from atnat.experiments.reporting.results import ok_rows
+
+    g = load_results(fx.build_results(tmp_path))
+    dialect = ok_rows(g.table).query("task == 'dialect'")  # its one NAT: behind, -10.53 [-13.0, -8.1]
+    said = verdict(g, "dialect", dialect, "1 CPU thread")
+    assert "No timed system is level with AT greedy: every one lies behind it." in said
+    copy = verdict(g, "copy", ok_rows(g.table).query("task == 'copy'"), "1 CPU thread")
+    assert "The fastest system" in copy and "No timed system" not in copy

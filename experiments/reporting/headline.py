@@ -291,9 +291,11 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
         diff = diff_of(r["system"])
         return diff is not None and pd.notna(diff["diff_ci_high"]) and diff["diff_ci_high"] < 0
 
-    level = [r for _, r in agg.iterrows() if r["system"] != reference["system"] and word(r) not in ("behind", "–")
-             and not behind_on_its_interval(r) and pd.notna(r.get("speedup_vs_at"))
+    timed = [r for _, r in agg.iterrows() if r["system"] != reference["system"] and pd.notna(r.get("speedup_vs_at"))
              and not is_engine_twin(pd.DataFrame([r])).iloc[0]]
+    level = [r for r in timed if word(r) not in ("behind", "–") and not behind_on_its_interval(r)]
+    if timed and not level and all(word(r) == "behind" or behind_on_its_interval(r) for r in timed):
+        sentences.append(f"No timed system is level with {ref_name}: every one lies behind it.")
     if level:
         fast = max(level, key=lambda r: r["speedup_vs_at"])
         low = interval(fast, "speedup_vs_at")[0]
