@@ -6,7 +6,7 @@
 #
 #   here, with network, once:   bash experiments/gpu_offline.sh pack [--ct2]
 #       .whl/  wheels of what such a machine usually lacks (sacremoses, submitit) for its Python; --ct2 adds
-#              CTranslate2's (41 MB: with it the copied tree can pass a 64 MiB transfer limit, and its 4.x wheel
+#              CTranslate2's (41 MB, which can make the copy too large to send; its 4.x wheel
 #              needs CUDA 12's cuBLAS, which a CUDA-13-only machine lacks; without it the grid times no
 #              CTranslate2 baseline). pack prints what the checkout, .whl and .data weigh together
 #       .data/ a copy of the Multi30k files the grid reads (git-ignored; never committed)
@@ -16,7 +16,7 @@
 #       bash experiments/gpu_offline.sh bench        # bench decode (sweep, CUDA graphs), bench train, auto's batch-1 latency
 #       bash experiments/gpu_offline.sh train-forms  # the training step's forms (eager, fused, compiled), bf16, at the
 #                                                    # GPU grid's size and Transformer-base's
-#       bash experiments/gpu_offline.sh checks       # one call of ~9 minutes: the GPU tier's CUDA-graph, step-form and
+#       bash experiments/gpu_offline.sh checks       # one job of ~9 minutes: the GPU tier's CUDA-graph, step-form and
 #                                                    # validation-RNG tests, a whole run's speed in each step form against
 #                                                    # the bare step's, the compiled training step of CTC and the
 #                                                    # DA-Transformer, speculative decoding's bounds under auto, the
@@ -40,7 +40,11 @@ ct2_wheel="ctranslate2==4.8.5"  # only with pack --ct2
 
 pack() {
   local py="${GPU_PYTHON_VERSION:-3.12}" want="$wheels"
-  [ "${1:-}" = "--ct2" ] && want="$wheels $ct2_wheel"
+  case "${1:-}" in
+    "") ;;
+    --ct2) want="$wheels $ct2_wheel" ;;
+    *) echo "pack: unknown argument '$1' (only --ct2)" >&2; return 2 ;;
+  esac
   rm -rf .whl && mkdir -p .whl .data
   python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$py" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
@@ -52,7 +56,7 @@ pack() {
   local tracked; tracked=$(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
   local carried; carried=$(du -sb .whl .data | awk '{s += $1} END {print s + 0}')
   echo "pack: the checkout's tracked files, .whl and .data weigh $(( (tracked + carried) >> 20 )) MiB together" \
-    "(a transfer limit of 64 MiB: keep below it)"
+    "(what is copied to the GPU machine)"
 }
 
 install() {

@@ -79,8 +79,8 @@ def test_the_checks_step_selects_the_gpu_tests_it_names():
 
 
 def test_pack_leaves_ctranslate2_out_unless_asked(tmp_path):
-    """`pack` by default carries no CTranslate2 wheel (41 MB: with it the copied tree passed a 64 MiB transfer
-    limit, and its wheel cannot decode on a CUDA-13-only machine); `pack --ct2` adds it. A stand-in python3
+    """`pack` by default carries no CTranslate2 wheel (41 MB: with it the copy grew too large to send, and its
+    wheel cannot decode on a CUDA-13-only machine); `pack --ct2` adds it. A stand-in python3
     records the wheels asked of pip."""
     import os
     import shutil
@@ -102,8 +102,11 @@ def test_pack_leaves_ctranslate2_out_unless_asked(tmp_path):
         assert done.returncode == 0, done.stderr
         asked = (tmp_path / "asked").read_text().splitlines()[-1]
         assert "sacremoses==" in asked and "submitit==" in asked and ("ctranslate2==" in asked) == ct2
-        assert "weigh" in done.stdout and "64 MiB" in done.stdout
+        assert "weigh" in done.stdout and "MiB together" in done.stdout
     assert (root / ".data" / "multi30k" / "train.en").read_text() == "a\n"
+    refused = subprocess.run(["bash", str(root / "experiments" / "gpu_offline.sh"), "pack", "--no-ct2"],
+                             capture_output=True, text=True, timeout=60, env={"PATH": f"{stub}:/usr/bin:/bin"})
+    assert refused.returncode == 2 and "pack: unknown argument '--no-ct2' (only --ct2)" in refused.stderr
 
 
 def test_a_step_that_fails_fails_the_call_and_says_which(tmp_path):
