@@ -11,6 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", ROOT / "results" / "README.md", ROOT / "tests" / "README.md",
+        ROOT / "experiments" / "grids" / "REFERENCE.md", *sorted((ROOT / "results").glob("*/README.md")),
         *sorted(p for d in ("models", "decoding", "experiments") for p in (ROOT / d).rglob("README.md"))]
 
 
@@ -30,6 +31,7 @@ def test_the_readme_is_short_and_its_lines_are_readable():
 def test_every_link_resolves_and_no_tracker_number_is_named(doc):
     text = doc.read_text(encoding="utf-8")
     assert not re.search(r"\bissues? \d+", text, re.I), "product text names tracker issues"
+    assert not re.search(r"(?<![\w&/`])#\d{1,4}\b", text), "product text names tracker numbers (#52)"
     for target in re.findall(r"\]\(([^)#\s]*)(#[^)\s]*)?\)", text):
         path, anchor = target
         if path.startswith(("http", "mailto")):

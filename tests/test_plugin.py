@@ -193,6 +193,27 @@ def test_readme_strategy_keeps_the_length_options_it_accepts_and_refuses_a_zero_
         sys.modules.pop("my_plugin_sampling2", None)
 
 
+def test_readme_source_length_strategy_decodes_as_long_as_the_source_plus_its_shift(tmp_path, monkeypatch):
+    """The guide's second strategy, as written: one parallel pass at the source's length plus `shift`."""
+    from atnat.decoding.base import STRATEGIES
+
+    STRATEGIES.unregister("source-length")
+    plugin = load_example(tmp_path, monkeypatch, "my_plugin_source_length", readme_examples("Adding a strategy")[1])
+    try:
+        module, task = fit("nat", "copy", steps=2, vocab=5, n_train=50, n_test=20)
+        src, _ = task.splits["test"]
+        for shift in (0, 2):
+            hyps, _, passes = decode_split(module, task, plugin.SourceLength(shift=shift))
+            assert [len(h) for h in hyps] == [len(task.tokenizer.encode(s)) + shift for s in src]
+        assert plugin.SourceLength(shift=1).label == "source-length-shift=1"
+        cfg = run_config_from_dict({"name": "s", "task": {"name": "copy"}, "decoder": {"name": "nat"},
+                                    "eval": {"strategies": [{"name": "source-length", "shift": 1}]}}, "s.yaml")
+        assert cfg.eval.strategies[0]["shift"] == 1
+    finally:
+        STRATEGIES.unregister("source-length")
+        sys.modules.pop("my_plugin_source_length", None)
+
+
 def test_readme_metric_becomes_a_column_of_the_table_the_report_and_the_cli(tmp_path, monkeypatch):
     import pandas as pd
 

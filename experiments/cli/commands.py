@@ -732,8 +732,9 @@ def parser() -> argparse.ArgumentParser:
                         help="import these modules first (they register decoders, strategies, metrics or tasks); "
                              "installed plugins with entry points need no mention")
     p = sub.add_parser("train", parents=[common], help="train and evaluate one run from a YAML config")
-    p.add_argument("config")
-    p.add_argument("--output-dir")
+    p.add_argument("config", help="a run config (YAML): task, decoder, model, optim, train, eval")
+    p.add_argument("--output-dir", help="the run folder (default: the config's output_dir, else runs/<its name>): "
+                                        "checkpoints, logs, results")
     p.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value")
     p.add_argument("--allow-settings-change", action="store_true",
                    help="resume a run under other settings than it was trained with (recorded, with the step, "
@@ -764,7 +765,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("distill", parents=[common], help="write sequence-level distilled targets with an AT teacher")
     p.add_argument("--teacher", required=True, help="teacher run directory, checkpoint file or export directory")
     p.add_argument("--input", help="source file (default: the teacher run's training sources)")
-    p.add_argument("--output", required=True)
+    p.add_argument("--output", required=True, help="file to write the distilled targets to, one line per source")
     add_strategy_args(p, default="beam (size 5, as the grids distil)")
     p.set_defaults(fn=cmd_distill)
     p = sub.add_parser("evaluate", parents=[common], help="score a trained model on any source/reference files (BLEU, chrF, "
