@@ -34,7 +34,7 @@ def vertex_tokens(log_probs: Tensor, special: SpecialTokens) -> tuple[Tensor, Te
 
 def walk(next_vertex: list[list[int]], last: list[int]) -> list[list[int]]:
     """Per row, the vertices from 0 following next_vertex (B lists of L) until the row's last vertex. Every link
-    leads to a later vertex; one that does not (scores gone NaN pick any vertex) is one error, not an endless walk."""
+    leads to a later vertex; one that does not (a broken model) is one error, not an endless walk."""
     paths = []
     for row, (step, end) in enumerate(zip(next_vertex, last)):
         path = [0]
@@ -104,6 +104,8 @@ class DAGWalk(Strategy):
         ends = (~padding_mask).sum(1) - 1  # (B,) each row's last vertex
         ahead = scores.float().masked_fill(padding_mask, 0.0)  # (B, L) what reaching a vertex emits
         ahead = ahead.scatter(1, ends[:, None], log_probs[:, :, special.eos].float().gather(1, ends[:, None]))
+        if bool(torch.isnan(links).any() | torch.isnan(ahead).any()):  # argmax takes a NaN for the best choice
+            raise AtnatError("DAG decoding: the model's scores are not finite (NaN links or token log-probs: NaN weights?)")
         paths = self.choose(links.float(), ahead, padding_mask, ends.tolist())
         return read_paths(paths, links.float(), scores.float(), tokens, special, dedup=self.dedup)
 
@@ -128,11 +130,11 @@ class DAGLookahead(DAGWalk):
     """From vertex i, the j maximising link(i, j) + beta * (j's best token log-prob)."""
 
     beta: float = 1.0  # weight of the next vertex's token log-prob against the link's
-    MAX_BETA: ClassVar[float] = 50.0  # beyond, beta * log-prob leaves float32 range: every choice -inf
+    MAX_BETA: ClassVar[float] = 50.0  # larger weights leave the links next to no say in the choice
 
     def __post_init__(self) -> None:
         require_number_between(self.beta, 0, self.MAX_BETA, f"strategy {self.registered_name!r}", "beta",
-                               "beta times a log-probability leaves float range beyond")
+                               "larger weights leave the links next to no say")
 
     def choose(self, links, ahead, padding_mask, last):
         return walk((links + self.beta * ahead[:, None, :]).argmax(-1).tolist(), last)

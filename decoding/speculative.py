@@ -37,9 +37,10 @@ from atnat.decoding.processors import forbidden_ids
 
 def draft(model: Any, memory: Any, out: Tensor, accepted: Tensor, lengths: Tensor, block: int,
           special: SpecialTokens) -> Tensor:
-    """One drafter pass: the accepted tokens out (R, T) (the first accepted (R,) of each row), masks up
-    to each row's predicted length (at least accepted + block) -> the next `block` tokens (R, K), EOS
-    from the predicted end on."""
+    """One drafter pass: the accepted tokens out (R, T) (the first accepted (R,) of each row), masks up to
+    each row's predicted length where it lies past them (else accepted + block slots, all proposed from
+    the masks), no more than the model's positions -> the next `block` tokens (R, K); a draft position at
+    or past the sentence's last slot proposes EOS (the verifier keeps it only where it would emit it too)."""
     total = torch.where(lengths > accepted, lengths, accepted + block)  # (R,) slots of the drafter's sentence
     if (slots := getattr(getattr(model, "cfg", None), "max_positions", None)) is not None:  # no more slots than
         total = total.clamp(max=slots)  # its positions: past them it proposes EOS (the verifier still decides)

@@ -411,3 +411,30 @@ def test_upsample_is_a_finite_number_of_vertices_per_source_token(upsample):
 
     with pytest.raises(AtnatError, match="upsample must be a number from 1 to 64"):
         DAGOptions(upsample=upsample)
+
+
+@pytest.mark.parametrize("strategy", [DAGGreedy(), DAGLookahead(), DAGViterbi()], ids=lambda s: s.registered_name)
+@pytest.mark.parametrize("table", ["links", "log_probs"])
+def test_a_graph_with_nan_scores_is_one_error_not_an_output(strategy, table):
+    """A review's finding: argmax over a row of NaN links picks the next vertex, so the walk went on and the guard
+    for a link back never fired; dag-viterbi never walked. Each strategy returned tokens scored NaN, no word said."""
+    graph = HandGraph()
+    broken = getattr(graph, table).clone()
+    broken[0, 1:3] = float("nan")
+    setattr(graph, table, broken)
+    with pytest.raises(AtnatError, match="DAG decoding: the model's scores are not finite"):
+        decode(strategy, graph)
+
+
+def test_ties_go_to_the_lower_vertex_and_joint_viterbi_to_the_shorter_output():
+    """The two tie rules the docs state: the best alignment's lower predecessor vertex, joint Viterbi's fewer tokens."""
+    emit = [vertex({SP.bos: 1.0}), vertex({A: 1.0}), vertex({A: 1.0}), vertex({B: 1.0}), vertex({SP.eos: 1.0})]
+    links = [[0, .5, .5, 0, 0], [0, 0, 0, .5, .5], [0, 0, 0, .5, .5], [0, 0, 0, 0, 1.0], [0] * 5]
+    log_probs, link_lp = torch.tensor([emit]).log(), torch.tensor([links]).log()
+    target = torch.tensor([SP.bos, A, SP.eos])
+    match = log_probs[:, :, target].transpose(1, 2)  # (1, M, L): each target token's log-prob at each vertex
+    path, _ = dag_best_alignment(match, link_lp, torch.tensor([5]), torch.tensor([3]))
+    assert path[0].tolist() == [0, 1, 4]  # 0-1-4 and 0-2-4 score alike
+    graph = HandGraph()
+    graph.log_probs, graph.links = log_probs, link_lp
+    assert decode(DAGViterbi(beta=0.0), graph)[0] == [A]  # K = 1 (0-1-4: .25) against K = 2 (0-1-3-4: .25)

@@ -227,3 +227,25 @@ def test_a_timed_speculative_call_checks_its_verifier_once_not_at_every_repeat(m
     call = System("cmlm", "speculative-k4", cmlm, Speculative(block=4), sources, teacher=at).call([0, 1])
     first, second = call(), call()
     assert len(checks) == 1 and first.sequences(SP) == second.sequences(SP)
+
+
+def test_the_block_verifier_keeps_rows_at_their_own_positions_and_overwrites_what_was_not_kept():
+    """Rows advance by what each keeps: row 0 keeps its 3 tokens, row 1 only its first (the rest junk a
+    drafter proposed), then they read from positions 3 and 1; the junk's keys and values are written over."""
+    torch.manual_seed(0)
+    at = Seq2SeqModule(vocab_size=20, decoder="at", model=TINY_MODEL).eval()
+    memory = at.encode(torch.tensor([[6, 7, 8, 9], [8, 9, 0, 0]]))
+    tokens = torch.tensor([[SP.bos, 6, 7, 8, 9, 10, 11], [SP.bos, 9, 9, 6, 12, 13, 14]])
+    with torch.inference_mode():
+        state, steps = at.decoder.init_state(memory), []
+        for j in range(7):
+            lp, state = at.decoder.step(tokens[:, j], state)
+            steps.append(lp)
+        steps = torch.stack(steps, 1)
+        verifier = BlockVerifier(at.decoder, memory, capacity=2)
+        first = verifier.step_block(torch.tensor([[SP.bos, 6, 7], [SP.bos, 15, 15]]), torch.tensor([0, 0]))
+        second = verifier.step_block(torch.stack([tokens[0, 3:6], tokens[1, 1:4]]), torch.tensor([3, 1]))
+    torch.testing.assert_close(first[0], steps[0, :3], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(first[1, 0], steps[1, 0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(second[0], steps[0, 3:6], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(second[1], steps[1, 1:4], atol=1e-5, rtol=1e-5)

@@ -83,8 +83,9 @@ def dag_log_likelihood(match: Tensor, links: Tensor, graph_lengths: Tensor, targ
     + match(m, j), outside autocast. Each step is one batched product with exp(links) after shifting
     alpha by its row maximum, so memory is O(B M L) rather than O(B M L^2). Float32 holds about e^-69
     of a step's best exactly; a row with a vertex of a completing path below that is computed again in
-    float64 (e^-667), and if still below, in log space (any range): every row's answer is exact to
-    rounding."""
+    float64 (e^-667), and if still below, in log space (any range, O(B M L^2) memory): every row's answer
+    is exact to rounding. On a trained, peaked graph most rows have such a vertex, so the float64 pass is
+    the usual one there; the float32 pass alone serves an untrained, flat graph."""
     with torch.autocast(match.device.type, enabled=False):
         match, links = match.float(), links.float()
         answer, doubtful = _scaled_forward(match, links, graph_lengths, target_lengths)
