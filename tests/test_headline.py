@@ -433,3 +433,18 @@ def test_a_verdict_says_when_no_timed_system_keeps_up_with_the_reference(tmp_pat
     assert "No timed system is level with AT greedy: every one lies behind it." in said
     copy = verdict(g, "copy", ok_rows(g.table).query("task == 'copy'"), "1 CPU thread")
     assert "The fastest system" in copy and "No timed system" not in copy
+
+
+def test_systems_that_differ_in_a_training_setting_are_named_by_it_not_by_their_cell():
+    """The GPU grid's first screen named "AT beam 5 (at-ga)" and "AT greedy (at-ss)": a reader was not told that
+    these are guided attention and scheduled sampling. A setting the row records names them; a cell label only
+    where none does (an fp32 twin, an averaged CMLM)."""
+    agg = pd.DataFrame([row(system="at", family="at", variant="at"),
+                        row(system="ga", family="at-ga", variant="at-ga", guided_attention=True),
+                        row(system="ss", family="at-ss", variant="at-ss",
+                            options="scheduled_sampling=inverse_sigmoid, sampling_k=500, sampling_max=0.25"),
+                        row(system="fp", family="at-fp32", variant="at-fp32")])
+    assert plain_names(agg) == {"at": "AT greedy (at)", "ga": "AT greedy, guided attention",
+                                "ss": "AT greedy, scheduled sampling", "fp": "AT greedy (at-fp32)"}
+    two = agg[agg["system"].isin(["at", "ga"])]
+    assert plain_names(two) == {"at": "AT greedy", "ga": "AT greedy, guided attention"}

@@ -87,18 +87,32 @@ def system_name(row: pd.Series, split_shown: bool = False) -> str:
     return f"{name}, {trained}, {strategy}"
 
 
+def training_setting(row: pd.Series) -> str:
+    """The training settings a results row records that a paper names a system by ("guided attention",
+    "scheduled sampling"); '' where it records none of them."""
+    options = str(row.get("options") or "")
+    said = ["guided attention"] if bool(row.get("guided_attention")) and not pd.isna(row.get("guided_attention")) else []
+    said += [words for key, words in (("scheduled_sampling=", "scheduled sampling"), ("input_noise=", "input noise"))
+             if key in options]
+    return ", ".join(said)
+
+
 def plain_names(agg: pd.DataFrame) -> dict[str, str]:
     """`family / strategy` -> its plain name within one task: layer splits shown where the task's ATs differ
-    in them; a name two systems would share followed by the cell it comes from, e.g. "(at-fp32)"."""
+    in them; a name two systems would share followed by the training setting that differs ("guided attention"),
+    else by the cell it comes from, e.g. "(at-fp32)"."""
     ours = agg[~is_engine_twin(agg)] if len(agg) else agg  # a twin's layers are its system's (often not recorded)
     layers = ours["layers"].dropna().astype(str) if "layers" in ours else pd.Series(dtype=str)
     splits = layers[layers != ""].nunique() > 1
     first = {r["system"]: system_name(r, splits) for _, r in agg.iterrows()}
     taken = pd.Series(list(first.values())).value_counts()
+    told = {r["system"]: first[r["system"]] + (f", {q}" if (q := training_setting(r)) else "") if taken[first[r["system"]]] > 1
+            else first[r["system"]] for _, r in agg.iterrows()}  # a name several share: the setting that differs
+    still = pd.Series(list(told.values())).value_counts()
     out = {}
     for _, r in agg.iterrows():
-        name = first[r["system"]]
-        if taken[name] > 1:
+        name = told[r["system"]]
+        if still[name] > 1:  # no recorded setting tells them apart: the cell they come from
             variant = r.get("variant") if isinstance(r.get("variant"), str) and r.get("variant") else r["family"]
             name += f" ({variant})"
         out[r["system"]] = name
