@@ -206,3 +206,15 @@ def test_a_line_holding_a_carriage_return_reads_back_as_one_line(tmp_path):
     assert read_references(tmp_path) == [["a\rb", "c d"], ["x", "y\r z"]]
     write_lines_atomic(tmp_path / "hyps.txt", ["one\rtwo", "three"])
     assert written_lines(tmp_path / "hyps.txt") == ["one\rtwo", "three"]
+
+
+def test_resuming_passes_over_a_folder_named_like_a_checkpoint_and_names_an_empty_file_as_empty(tmp_path, capsys):
+    """A review's findings: a folder named step-5.ckpt stopped the resume with IsADirectoryError, and a zero-byte
+    last.ckpt was described as beginning with "binary data (b'')"."""
+    checkpoint(tmp_path / "ckpts" / "best.ckpt", step=10)
+    (tmp_path / "ckpts" / "step-5.ckpt").mkdir()
+    (tmp_path / "ckpts" / "last.ckpt").write_bytes(b"")
+    assert resume_point(tmp_path / "ckpts") == tmp_path / "ckpts" / "best.ckpt"
+    err = capsys.readouterr().err
+    assert "last.ckpt is not a PyTorch checkpoint: it is empty (0 bytes" in err and "binary data" not in err
+    assert (tmp_path / "ckpts" / "step-5.ckpt").is_dir()  # not set aside: not ours to move

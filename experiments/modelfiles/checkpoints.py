@@ -105,8 +105,9 @@ def read_checkpoint(path: Path, map_location: Any = "cpu") -> dict:
         head = f.read(4)
     if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):  # a zip archive, or a bare pickle
         kind = "text" if head and all(32 <= b < 127 or b in (9, 10, 13) for b in head) else "binary data"
-        raise CheckpointDamaged(f"checkpoint {path} is not a PyTorch checkpoint: it begins with {kind} ({head!r}; "
-                                "a results table, a checksum or another file given by mistake?)")
+        what = (f"it begins with {kind} ({head!r}; a results table, a checksum or another file given by mistake?)"
+                if head else "it is empty (0 bytes: a write cut short, or a file made by hand?)")
+        raise CheckpointDamaged(f"checkpoint {path} is not a PyTorch checkpoint: {what}")
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:

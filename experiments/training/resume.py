@@ -201,7 +201,7 @@ def resume_point(ckpt_dir: Path, set_aside: bool = True, quiet: bool = False) ->
     never resumed from: its weights are a mean, not a training state."""
     if not ckpt_dir.is_dir():
         return None
-    candidates = sorted((p for p in ckpt_dir.glob("*.ckpt") if p.name != "averaged.ckpt"),
+    candidates = sorted((p for p in ckpt_dir.glob("*.ckpt") if p.name != "averaged.ckpt" and p.is_file()),
                         key=lambda p: (p.name != "last.ckpt", -p.stat().st_mtime))
     good: list[tuple[int, Path]] = []
     damaged = False
