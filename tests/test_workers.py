@@ -210,7 +210,8 @@ def test_students_distilling_at_once_share_one_teacher_decode(tmp_path, monkeypa
         return [s.upper() for s in sources]
 
     monkeypatch.setattr(distill, "distill_sources", slow_decode)
-    monkeypatch.setattr(distill, "load_module", lambda path, map_location: (types.SimpleNamespace(bleu_tokenize="none"), None))
+    module = types.SimpleNamespace(bleu_tokenize="none", decoder=types.SimpleNamespace(max_source_length=100))
+    monkeypatch.setattr(distill, "load_module", lambda path, map_location: (module, types.SimpleNamespace(encode=str.split)))
     teacher = tmp_path / "teacher"
     (teacher / "checkpoints").mkdir(parents=True)
     (teacher / "checkpoints" / "best.ckpt").write_bytes(b"weights")

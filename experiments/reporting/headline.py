@@ -295,8 +295,7 @@ def verdict(g: GridResults, task: str, part: pd.DataFrame, threads: str) -> str:
              and not is_engine_twin(pd.DataFrame([r])).iloc[0]]
     level = [r for r in timed if word(r) not in ("behind", "–") and not behind_on_its_interval(r)]
     if timed and not level and all(word(r) == "behind" or behind_on_its_interval(r) for r in timed):
-        sentences.append(f"No timed system is level with {ref_name}: each lies below it on its BLEU interval "
-                         "(the paired one where there is one).")
+        sentences.append(f"No timed system's BLEU interval against {ref_name} reaches 0.")
     if level:
         fast = max(level, key=lambda r: r["speedup_vs_at"])
         low = interval(fast, "speedup_vs_at")[0]
