@@ -574,3 +574,44 @@ def test_time_systems_itself_times_at_the_speed_settings_threads():
         assert torch.get_num_threads() == 2  # given back
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_runner_never_drops_a_timing_it_cannot_take_again(tmp_path, monkeypatch):
+    """A review's finding: under other speed settings, or only another spelling of the same GPU (`atnat time
+    --devices 0` records cuda:0, the runner cuda), the runner's timing phase threw the whole table away, the rows
+    of cells whose checkpoints were gone with it, after saying that their earlier timings were kept."""
+    from atnat.experiments.evaluation import timing
+
+    monkeypatch.setattr(timing, "device_name", lambda device: "NVIDIA H200" if device.startswith("cuda") else "cpu")
+    cells, timed, _ = fake_timed_cells(tmp_path, monkeypatch, ("at-s1", "nat-s1", "at-s2", "nat-s2"))
+    for c in cells:
+        c.seed = int(c.name[-1])
+    fast = SpeedSettings(aa_control=False, engine="eager", repeats=1)
+    timing.time_grid(cells[:2], tmp_path, fast, "cuda:0", keep_others=True)  # seed 1, while its weights exist
+    for name in ("at-s1", "nat-s1"):
+        (tmp_path / name / "best.ckpt").unlink()
+    table = timing.time_grid(cells, tmp_path, fast, "cuda")  # the same card, spelled as the runner does
+    assert sorted(set(table.cell)) == ["at-s1", "at-s2", "nat-s1", "nat-s2"]
+    with pytest.raises(AtnatError, match=r"(?s)other speed settings .*at-s1, nat-s1 have no checkpoint left"):
+        timing.time_grid(cells, tmp_path, SpeedSettings(aa_control=False, engine="eager", repeats=2), "cuda")
+    assert sorted(set(timing.read_timing(tmp_path / "timing.csv").cell)) == ["at-s1", "at-s2", "nat-s1", "nat-s2"]
+
+
+def test_collected_cells_timed_on_one_gpu_spelled_two_ways_share_one_table(tmp_path):
+    """Copies timed by `atnat time --devices 0` (cuda:0) and by the runner (cuda) on the same GPU model were refused
+    as "timed on different devices" when an interim report joined them."""
+    from atnat.experiments.running.collect import stage_timing
+
+    for cell, device in (("at-s1", "cuda:0"), ("at-s2", "cuda")):
+        (tmp_path / "src" / cell).mkdir(parents=True)
+        pd.DataFrame([{"cell": cell, "strategy": "greedy", "fingerprint": "f"}]).to_csv(tmp_path / "src" / cell / "timing.csv",
+                                                                                       index=False)
+        (tmp_path / "src" / cell / "timing.json").write_text(json.dumps({"speed": {"repeats": 3}, "device": device,
+                                                                          "device_name": "NVIDIA H200"}))
+    (tmp_path / "out").mkdir()
+    stage_timing(tmp_path / "src", ["at-s1", "at-s2"], tmp_path / "out")
+    assert sorted(pd.read_csv(tmp_path / "out" / "timing.csv")["cell"]) == ["at-s1", "at-s2"]
+    (tmp_path / "src" / "at-s2" / "timing.json").write_text(json.dumps({"speed": {"repeats": 3}, "device": "cuda",
+                                                                        "device_name": "NVIDIA H100"}))
+    with pytest.raises(AtnatError, match="different speed settings or on different devices"):
+        stage_timing(tmp_path / "src", ["at-s1", "at-s2"], tmp_path / "out")

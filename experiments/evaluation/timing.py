@@ -453,6 +453,17 @@ def _timed_as_they_are(group: list, old: pd.DataFrame | None, speed: SpeedSettin
     return [c for c in group if rows(c) == system_keys([c], speed, baseline)]
 
 
+def timing_settings_key(settings: dict) -> str:
+    """A timing.json's settings as compared: the device by its kind and model (`cuda:0` and `cuda` on the same
+    GPU model are one device; `atnat time --devices 0` spells it one way, the runner the other), the rest as
+    written."""
+    return json.dumps({**settings, "device": str(settings.get("device", "")).split(":")[0]}, sort_keys=True)
+
+
+def same_timing_settings(recorded: dict | None, now: dict) -> bool:
+    return isinstance(recorded, dict) and timing_settings_key(recorded) == timing_settings_key(now)
+
+
 def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baseline: str | None = None, *,
               keep_others: bool = False, anew: bool = False) -> pd.DataFrame:
     """The timing phase of a grid: the finished cells of each task and seed timed together (timing_group);
@@ -484,7 +495,16 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
         print(f"atnat: {path} or {settings_path} cannot be read ({type(err).__name__}: {err}); every system is timed "
               "anew", file=sys.stderr)
         old = recorded = None
-    if old is not None and recorded != settings:
+    timeable = [c for c in cells if evaluation_checkpoint(Path(c.config.output_dir)).is_file()]
+    gone = [c.name for c in cells if c not in timeable]
+    if old is not None and not same_timing_settings(recorded, settings):
+        lost = sorted(set(old.cell) & set(gone))
+        if lost and not keep_others:  # rows that cannot be taken again: never dropped without a word
+            raise AtnatError(f"{path} was timed with other speed settings or on another device than now "
+                             f"({settings_path}: {settings_path.read_text() if settings_path.is_file() else 'missing'}; "
+                             f"now {json.dumps(settings)}), and {', '.join(lost)} have no checkpoint left to be timed "
+                             "again: timing anew would drop their rows. Time with the recorded settings and device, or "
+                             "move timing.csv away (keeping a copy) to time the others anew")
         if keep_others:  # a partial timing (`atnat time`) must not wipe the other seeds' rows
             raise AtnatError(f"{path} was timed with other speed settings or on another device than now "
                              f"({settings_path}: {settings_path.read_text() if settings_path.is_file() else 'missing'}; "
@@ -492,8 +512,6 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
                              "with the same settings and device (the same --devices as the run), or move timing.csv "
                              "away to time every seed anew")
         old = None  # other speed settings: nothing kept, everything timed anew
-    timeable = [c for c in cells if evaluation_checkpoint(Path(c.config.output_dir)).is_file()]
-    gone = [c.name for c in cells if c not in timeable]
     if gone:
         print(f"atnat: no checkpoint left for {', '.join(gone)}: not timed again (their earlier timings, if "
               "any, are kept)", file=sys.stderr)

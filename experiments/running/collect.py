@@ -481,10 +481,12 @@ def stage_timing(source: Path, cells: list[str], out: Path) -> None:
         settings[cell] = recorded
     if not frames:
         return
-    if len({json.dumps(v, sort_keys=True) for v in settings.values()}) > 1:
+    from atnat.experiments.evaluation.timing import timing_settings_key  # lazy: start-up
+
+    if len({timing_settings_key(v) for v in settings.values()}) > 1:
         by_record: dict[str, list[str]] = {}
         for c, v in sorted(settings.items()):
-            by_record.setdefault(json.dumps(v, sort_keys=True), []).append(c)
+            by_record.setdefault(timing_settings_key(v), []).append(c)
         raise AtnatError(f"--collected {source}: the cells were timed with different speed settings or on different "
                          "devices, and their speed-ups cannot share one table (" + "; ".join(
                              f"{', '.join(cs)}: {record}" for record, cs in by_record.items()) + ")")
