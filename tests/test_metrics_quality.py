@@ -254,3 +254,19 @@ def test_the_interval_over_two_or_three_seeds_covers_95_percent():
                 low, high, _ = t_interval(values.mean(), values.std(ddof=1), k, 0.37 ** 2)
                 hits += low <= 0 <= high
             assert hits / 3000 >= 0.945, (k, seed_sd, hits / 3000)
+
+
+def test_tokenised_bleu_of_text_already_tokenised_and_compound_split_is_that_of_the_raw_text():
+    """A review's finding: the WMT14 release atnat fetches is Moses-tokenised, HTML-escaped and compound-split
+    already; tokenising it again made each `##AT##-##AT##` nine tokens and `&apos;` three, easy matches that
+    raised BLEU (52.87 against 50.92 on three lines). The papers' recipe applied to such text now gives the
+    score of the raw text it came from."""
+    from atnat.experiments.evaluation.metrics.quality import moses_tokenize, tokenized_bleu
+
+    raw_ref = ["Das ist ein Rich-Text-Beispiel , das wir lieben .", "Er sagt : \"Das geht's nicht\" heute ."]
+    raw_hyp = ["Das ist ein Rich-Text-Beispiel , das sie hassen .", "Er sagt : \"Das geht nicht\" morgen ."]
+    stanford = lambda lines: [line.replace("Rich-Text-Beispiel", "Rich ##AT##-##AT## Text ##AT##-##AT## Beispiel")
+                              .replace('"', "&quot;").replace("'", "&apos;") for line in lines]
+    assert moses_tokenize(stanford(raw_ref), "de", compound_split=True) == moses_tokenize(raw_ref, "de", compound_split=True)
+    assert tokenized_bleu(stanford(raw_hyp), stanford(raw_ref), lang="de", compound_split=True) == pytest.approx(
+        tokenized_bleu(raw_hyp, raw_ref, lang="de", compound_split=True))

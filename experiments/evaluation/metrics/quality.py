@@ -186,13 +186,20 @@ def exact_match(hyps: Sequence[str | Sequence[int]], refs: Sequence[str | Sequen
 _COMPOUND = __import__("re").compile(r"(\S)-(\S)")
 
 
+_SPLIT_MARK = __import__("re").compile(r" ?##AT##-##AT## ?")
+
+
 def moses_tokenize(lines: Sequence[str], lang: str, *, compound_split: bool = False) -> list[str]:
     """Moses-tokenised lines (sacremoses, no escaping); with `compound_split`, hyphenated compounds
-    are split as in the WMT en-de evaluations of NAT papers (`a-b` -> `a ##AT##-##AT## b`)."""
+    are split as in the WMT en-de evaluations of NAT papers (`a-b` -> `a ##AT##-##AT## b`). Text tokenised
+    so already (a corpus released that way: HTML-escaped, compounds split) is first taken back to its
+    hyphens and characters, so that it is tokenised once, not twice."""
+    import html
+
     from sacremoses import MosesTokenizer
 
     tok = MosesTokenizer(lang=lang)
-    out = [tok.tokenize(line, escape=False, return_str=True) for line in lines]
+    out = [tok.tokenize(html.unescape(_SPLIT_MARK.sub("-", line)), escape=False, return_str=True) for line in lines]
     if compound_split:
         out = [_COMPOUND.sub(r"\1 ##AT##-##AT## \2", line) for line in out]  # one pass, as the papers' script
     return out
