@@ -465,8 +465,8 @@ def test_a_byte_order_mark_is_dropped_from_streamed_text_as_from_read_lines(tmp_
 def test_arrays_that_do_not_verify_right_after_they_were_written_are_not_said_to_be_encoded_again(tmp_path, monkeypatch,
                                                                                                  capsys):
     src, tgt = corpus(50)
-    monkeypatch.setattr(prep, "_open", lambda folder, vocab, just_written=False, real_open=prep._open:
-                        real_open(folder, vocab + 1 if just_written else vocab, just_written))  # the check disagrees
+    monkeypatch.setattr(prep, "_open", lambda folder, vocab, pairs, just_written=False, real_open=prep._open:
+                        real_open(folder, vocab + 1 if just_written else vocab, pairs, just_written))  # it disagrees
     with pytest.raises(AtnatError, match=r"split 'train': the prepared arrays written to .* do not verify"):
         prepare(SideText(lines=src), SideText(lines=tgt), SymbolTokenizer(WORDS), name="train", cache_dir=tmp_path)
     said = capsys.readouterr().err
@@ -527,3 +527,20 @@ def test_a_half_written_entry_of_another_key_is_removed_unless_it_is_being_writt
     with FileLock(root / f"{'b' * 24}.lock"):  # another encoder writing its entry now
         entry = prepare(SideText(lines=src), SideText(lines=tgt), tok, name="train", cache_dir=tmp_path).folder
     assert entry.is_dir() and not abandoned.exists() and busy.is_dir()
+
+
+def test_an_entry_copied_under_another_splits_key_is_not_that_split(tmp_path, capsys):
+    """A review's finding: an entry verified only against itself; the valid split's 50 pairs copied into the
+    train split's folder were returned as the training data, 50 pairs where the files hold 400."""
+    import shutil
+
+    tok = SymbolTokenizer(WORDS)
+    train_src, train_tgt = corpus(400, seed=1)
+    valid_src, valid_tgt = corpus(50, seed=2)
+    train = prepare(SideText(lines=train_src), SideText(lines=train_tgt), tok, name="train", cache_dir=tmp_path)
+    valid = prepare(SideText(lines=valid_src), SideText(lines=valid_tgt), tok, name="valid", cache_dir=tmp_path)
+    folder = train.folder
+    shutil.rmtree(folder)
+    shutil.copytree(valid.folder, folder)
+    again = prepare(SideText(lines=train_src), SideText(lines=train_tgt), tok, name="train", cache_dir=tmp_path)
+    assert again.n == 400 and "another key's entry" in capsys.readouterr().err

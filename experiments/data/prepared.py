@@ -211,17 +211,18 @@ def prepare(src: SideText, tgt: SideText, tokenizer, *, name: str, cache_dir: Pa
     root.mkdir(parents=True, exist_ok=True)
     folder = root / key
     with FileLock(root / f"{key}.lock"):  # workers that start at once: one encodes, the others map it
-        arrays = _open(folder, tokenizer.vocab_size)
+        arrays = _open(folder, tokenizer.vocab_size, n_src)
         if arrays is None:
             _encode(folder, src, tgt, tokenizer, n_src, name=name, threads=threads, on_chunk=on_chunk)
-            arrays = _open(folder, tokenizer.vocab_size, just_written=True)
+            arrays = _open(folder, tokenizer.vocab_size, n_src, just_written=True)
             if arrays is None:
                 raise AtnatError(f"split {name!r}: the prepared arrays written to {folder} do not verify")
     return arrays
 
 
-def _open(folder: Path, vocab_size: int, just_written: bool = False) -> Arrays | None:
-    """The verified entry of a tokenizer of `vocab_size` ids, or None where there is none; a damaged one is set
+def _open(folder: Path, vocab_size: int, pairs_expected: int, just_written: bool = False) -> Arrays | None:
+    """The verified entry of `pairs_expected` pairs of a tokenizer of `vocab_size` ids, stored under its own key
+    (the folder's name: an entry copied under another key is another split's), or None where there is none; a damaged one is set
     aside with a message (`just_written`: by the encoding that wrote it, which then fails: not encoded again). An
     id beyond the vocabulary (an entry rewritten, its sha256 too) would fail mid-training."""
     if not folder.exists():
@@ -241,6 +242,9 @@ def _open(folder: Path, vocab_size: int, just_written: bool = False) -> Arrays |
         if isinstance(pairs, bool) or not isinstance(pairs, int) or pairs < 0 or \
                 any(int(files[f"{side}.lengths"]["bytes"]) != 4 * pairs for side in SIDES):
             raise ValueError(f"meta.json's pairs ({pairs!r}) does not match its lengths files")
+        if meta.get("key", folder.name) != folder.name or pairs != pairs_expected:  # (no key: older entries)
+            raise ValueError(f"meta.json describes another key's entry ({meta.get('key')!r}, {meta.get('pairs')!r} pairs; "
+                             f"this key's holds {pairs_expected})")
         arrays = Arrays(folder, meta)
         itemsize = np.dtype(meta["dtype"]).itemsize
         for side in SIDES:
@@ -340,7 +344,7 @@ def _encode(folder: Path, src: SideText, tgt: SideText, tokenizer, total: int, *
                                  f"differs); nothing was stored for it: run again")
         files = {file: {"bytes": (tmp / file).stat().st_size, "sha256": sha256(tmp / file)} for file in outs}
         meta = {"format": FORMAT, "pairs": done, "dtype": dtype.name, "split": name, "files": files,
-                "vocab_size": tokenizer.vocab_size}
+                "vocab_size": tokenizer.vocab_size, "key": folder.name}
         writing(tmp / "meta.json", lambda: (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8"))
         for file in tmp.iterdir():
             writing(file, lambda file=file: _fsync(file))
