@@ -448,3 +448,15 @@ def test_systems_that_differ_in_a_training_setting_are_named_by_it_not_by_their_
                                 "ss": "AT greedy, scheduled sampling", "fp": "AT greedy (at-fp32)"}
     two = agg[agg["system"].isin(["at", "ga"])]
     assert plain_names(two) == {"at": "AT greedy", "ga": "AT greedy, guided attention"}
+
+
+def test_bleu_intervals_stay_inside_what_bleu_can_be():
+    """A plugin trial's finding: one seed's recorded interval [90.09, 100.37], and a paired difference over two
+    seeds of [-163.72, +145.09]: numbers BLEU cannot take (a t interval at 1 df)."""
+    from atnat.experiments.reporting.aggregate import interval
+    from atnat.experiments.reporting.headline import _diff_text
+
+    one = pd.Series({"n_seeds": 1, "bleu": 94.58, "bleu_ci_low": 90.09, "bleu_ci_high": 100.37})
+    assert interval(one, "bleu") == pytest.approx((90.09, 100.0))
+    diff = pd.Series({"bleu_diff": -9.31, "diff_ci_low": -163.72, "diff_ci_high": 145.09})
+    assert _diff_text(diff, 1.0) == "-9.31 [-100.00, +100.00]"

@@ -144,6 +144,8 @@ def interval(row: pd.Series, col: str, level: float = 0.95) -> tuple[float, floa
         low, high = _recorded(row, col)
         if pd.notna(row[col]) and pd.notna(low) and pd.notna(high):
             low, high = relevel(float(row[col]), float(low), float(high), level)
+            if col in RANGES:  # a recorded interval too: the metric's range holds it
+                low, high = max(low, RANGES[col][0]), min(high, RANGES[col][1])
         return _noise_floor(row, col, low, high)
     lo_col, hi_col = INTERVALS.get(col, (None, None))
     width = row[hi_col] - row[lo_col] if lo_col and pd.notna(row.get(lo_col)) and pd.notna(row.get(hi_col)) else 0.0

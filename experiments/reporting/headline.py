@@ -44,8 +44,8 @@ def _diff_text(diff: pd.Series, margin: float) -> str:
     bootstrap over the sentences, eval.n_bootstrap < 2)."""
     if pd.isna(diff["diff_ci_low"]) or pd.isna(diff["diff_ci_high"]):
         return f"{diff['bleu_diff']:+.2f} (no interval)"
-    return (f"{diff['bleu_diff']:+.2f} [{signed(diff['diff_ci_low'], margin)}, "
-            f"{signed(diff['diff_ci_high'], margin)}]")
+    low, high = max(diff["diff_ci_low"], -100.0), min(diff["diff_ci_high"], 100.0)  # what two BLEU scores can differ by
+    return f"{diff['bleu_diff']:+.2f} [{signed(low, margin)}, {signed(high, margin)}]"
 
 
 def _paired_on(diff: pd.Series, r: pd.Series) -> str:

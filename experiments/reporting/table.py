@@ -62,7 +62,8 @@ def add_significance(df: pd.DataFrame, runs: Path, *, method: str = "bs", n: int
         if smallest / (n + 1) >= 0.05:
             print(f"atnat: {task} seed {seed}: with {n} paired-test resamples and {len(systems)} systems against "
                   f"{base} / {ref_strategy}, no Holm-corrected p can fall below {min(smallest / (n + 1), 1.0):.3f}, so "
-                  f"no system can be called ahead or behind it (they read 'not resolved'); eval.n_bootstrap >= "
+                  f"no system can be called ahead or behind it by the corrected test (against a reference AT other "
+                  f"than this one, the paired interval alone decides: 'interval only'); eval.n_bootstrap >= "
                   f"{math.ceil(smallest / 0.05)} allows it", file=sys.stderr)
         adjusted = holm(pvals)
         for k, p in pvals.items():
