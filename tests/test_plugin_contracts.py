@@ -271,3 +271,31 @@ def test_a_run_of_a_decoder_without_a_default_validation_strategy_says_to_overri
             run_config_from_dict({"name": "x", "task": {"name": "copy"}, "decoder": "tree-test"}, "run.yaml")
     finally:
         DECODERS.unregister("tree-test")
+
+
+def test_a_decoder_declaring_a_capability_without_its_methods_is_refused_when_registered():
+    """A plugin trial's finding: a Decoder declaring `parallel` without predict_length and reorder_memory registered
+    and trained, then failed at its first validation with a traceback ("Did you mean: 'predicts_length'?")."""
+    import inspect
+
+    from atnat.core.registry import RegistryError
+    from atnat.decoding import base as protocols
+    from atnat.models.decoders.base import CAPABILITY_METHODS, DECODERS, Decoder
+
+    class NoPredict(Decoder):
+        capabilities = frozenset({"parallel"})
+
+        def loss(self, batch, memory, *, step=0):
+            return {}
+
+        def forward_parallel(self, tokens, memory, padding_mask):
+            return tokens
+
+    with pytest.raises(RegistryError, match=r"cannot register .*NoPredict as decoder 'no-predict': it declares the "
+                                            r"capability 'parallel' but does not define predict_length, reorder_memory"):
+        DECODERS.register("no-predict")(NoPredict)
+    assert "no-predict" not in DECODERS.names()
+    for capability, protocol in {"step": protocols.StepModel, "parallel": protocols.ParallelModel,
+                                 "ctc": protocols.CTCModel, "dag": protocols.DAGModel}.items():
+        methods = {n for n, v in vars(protocol).items() if inspect.isfunction(v) and not n.startswith("_")}
+        assert set(CAPABILITY_METHODS[capability]) == methods, capability  # the names follow the protocols

@@ -200,5 +200,22 @@ class Decoder(nn.Module, ABC):
             self.record_attention, self.recorded_attention = False, None
 
 
-DECODERS: Registry[Decoder] = Registry("decoder", Decoder, entry_point_group="atnat.decoders")
+# what each capability's strategies call (the protocols of decoding/base.py, by name: models/ imports nothing of decoding/)
+CAPABILITY_METHODS = {"step": ("init_state", "step", "reorder_state"),
+                      "parallel": ("predict_length", "forward_parallel", "reorder_memory"),
+                      "ctc": ("forward_ctc",), "dag": ("forward_dag",)}
+
+
+def capability_problem(cls: type) -> str | None:
+    """Why a decoder class cannot be registered: a capability it declares whose methods it does not define
+    (a strategy would fail on it mid-decode, after training)."""
+    for capability in sorted(getattr(cls, "capabilities", ())):
+        missing = [m for m in CAPABILITY_METHODS.get(capability, ()) if not callable(getattr(cls, m, None))]
+        if missing:
+            return (f"it declares the capability {capability!r} but does not define {', '.join(missing)} (what the "
+                    "strategies that drive it call: decoding/base.py's protocols)")
+    return None
+
+
+DECODERS: Registry[Decoder] = Registry("decoder", Decoder, entry_point_group="atnat.decoders", check=capability_problem)
 register_decoder = DECODERS.register
