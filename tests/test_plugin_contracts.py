@@ -84,6 +84,24 @@ def test_score_names_the_metric_whose_values_break_the_contract(unregistered):
         score(out)
 
 
+def test_a_metric_whose_compute_raises_is_named_with_its_error(unregistered):
+    """A plugin trial's finding: every cell failed with a bare "ZeroDivisionError: division by zero", the metric
+    named only in the traceback of error.log."""
+    from types import SimpleNamespace
+
+    from atnat.experiments.evaluation.metrics.row import Outputs
+
+    out = Outputs(hyps=[[1, 2]], hyp_txt=["w1 w2"], refs=[[1, 2]], ref_txt=[["w1 w2"]],
+                  task=SimpleNamespace(bleu_tokenize="none", lang="en", token_variant=None), n_bootstrap=10)
+    raising = type("Raiser", (Metric,), {"columns": (Column("ratio", "number", "r"),), "__module__": "my_metrics",
+                                         "compute": lambda self, out: {"ratio": 1 / 0}})
+    unregistered.append((METRICS, "raiser"))
+    METRICS.register("raiser")(raising)
+    with pytest.raises(AtnatError, match=r"metric 'raiser' \(my_metrics.Raiser\): compute\(\) raised "
+                                         r"ZeroDivisionError: division by zero"):
+        score(out)
+
+
 def test_a_strategy_must_be_a_dataclass_that_names_what_it_drives(unregistered):
     class NoDataclass(Strategy):
         requires = "parallel"

@@ -102,7 +102,14 @@ def score(out: Outputs) -> dict[str, Any]:
     row: dict[str, Any] = {}
     for name in METRICS.in_order():
         metric = METRICS.get(name)()
-        row.update(checked_values(name, metric, metric.compute(out)))
+        try:
+            values = metric.compute(out)
+        except AtnatError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a plugin's failure, named (not a bare error in every cell)
+            raise AtnatError(f"metric {name!r} ({type(metric).__module__}.{type(metric).__qualname__}): compute() "
+                             f"raised {type(err).__name__}: {err}") from err
+        row.update(checked_values(name, metric, values))
     return row
 
 
