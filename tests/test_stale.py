@@ -332,3 +332,14 @@ def test_a_holder_left_on_another_machine_is_named_for_removal_and_an_ended_job_
     (run / "job.json").write_text(json.dumps({"executor": "local", "job_id": str(2**22 + 1), "submitted_s": 0}))
     handle_stale(grid, [cell], "rerun")  # its job has ended: the folder is moved aside
     assert list(run.parent.glob("at-s1.stale-*"))
+
+
+def test_a_record_this_atnat_cannot_read_says_why_whole():
+    """A plugin trial's finding: after a grid's plugins changed, the stale message cut the reason to 60 characters
+    (a path), hiding that a recorded plugin was not imported."""
+    from atnat.experiments.config.settings import SettingsChange
+
+    why = ("runs/at-s1/config.json: the run was made with plugins brk.raising_metric, which a record read back does "
+           "not import; name them in your config's plugins: or with --plugins")
+    told = SettingsChange([("config.json", why, "(this atnat's settings)")], []).describe()
+    assert why in told

@@ -105,6 +105,9 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, An
     return [] if old == new else [(prefix, old, new)]
 
 
+UNREADABLE = "config.json"  # the key of a change that is a record this atnat cannot read (its reason, not a value)
+
+
 @dataclass(frozen=True)
 class SettingsChange:
     """How a run's recorded settings differ from the ones asked for now."""
@@ -117,7 +120,8 @@ class SettingsChange:
 
     def describe(self, limit: int = 6) -> str:
         changes = self.training + self.evaluation
-        text = "; ".join("{}: {} -> {}".format(k, *_pair(a, b)) for k, a, b in changes[:limit])
+        text = "; ".join(f"config.json cannot be read as this atnat's settings: {a}" if k == UNREADABLE else
+                         "{}: {} -> {}".format(k, *_pair(a, b)) for k, a, b in changes[:limit])  # (a reason: whole)
         return text + (f"; and {len(changes) - limit} more" if len(changes) > limit else "")
 
 
@@ -153,7 +157,7 @@ def settings_change(run_dir: Path, cfg: RunConfig) -> SettingsChange:
     try:
         old = recorded_settings(run_dir)
     except ConfigError as err:  # e.g. a key this atnat no longer knows: the run cannot be trusted as is
-        return SettingsChange([("config.json", str(err), "(this atnat's settings)")], [])
+        return SettingsChange([(UNREADABLE, str(err), "(this atnat's settings)")], [])
     if old is None:
         return SettingsChange([], [])
     new = resolved(cfg)
