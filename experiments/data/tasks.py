@@ -196,7 +196,8 @@ class SyntheticTask(Task):
 
 @register_task("copy")
 class CopyTask(SyntheticTask):
-    """The target is the source: the easiest task, a sanity check of any decoder."""
+    """The target is the source: the easiest task, a sanity check of training. A NAT that copies its source into
+    its inputs and is given the right length solves it untrained: judge such a decoder on `fertility` or `reverse`."""
 
     def transform(self, src, rng):
         return [f"w{i}" for i in src]
