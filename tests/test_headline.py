@@ -460,3 +460,17 @@ def test_bleu_intervals_stay_inside_what_bleu_can_be():
     assert interval(one, "bleu") == pytest.approx((90.09, 100.0))
     diff = pd.Series({"bleu_diff": -9.31, "diff_ci_low": -163.72, "diff_ci_high": 145.09})
     assert _diff_text(diff, 1.0) == "-9.31 [-100.00, +100.00]"
+
+
+def test_a_student_far_above_the_targets_it_learnt_from_is_a_caution():
+    """A plugin trial's finding: a distilled NAT scored 94.58 on `copy`, its teacher's distilled targets 0.09 BLEU
+    against the training references (an AT trained 40 steps under a 400-step warm-up): the verdict called it ahead
+    with no word that its score could not have come from its teacher (a copying NAT solves `copy` untrained)."""
+    from atnat.experiments.reporting.headline import cautions
+
+    ok = fx.results_frame().query("status == 'ok'").assign(distill_bleu=lambda d: d["distilled"].map({True: 0.09}))
+    said = cautions(ok)
+    assert any("`copy-cmlm-kd / mask-predict-4` scores above the distilled targets it learnt from (their BLEU on the "
+               "training references; seed 1: 35.50 BLEU [34.00, 36.90] against the targets' 0.09)" in s for s in said), said
+    ok["distill_bleu"] = ok["distilled"].map({True: 35.0})  # inside its interval: nothing to say
+    assert not any("distilled targets" in s for s in cautions(ok))

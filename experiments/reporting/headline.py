@@ -362,6 +362,15 @@ def cautions(ok: pd.DataFrame, extra: pd.DataFrame | None = None) -> list[str]:
             shares = ", ".join((f"seed {int(r['seed'])}: " if pd.notna(r.get("seed")) else "") + f"{100 * float(r[col]):.1f}%"
                                for _, r in rows.iterrows())
             out.append(f"Caution ({task}): `{family} / {strategy}` {what} ({col} {shares}).")
+    if {"distill_bleu", "bleu_ci_low"} <= set(ok.columns):  # a score its teacher's outputs cannot explain
+        above = ok[pd.to_numeric(ok["bleu_ci_low"], errors="coerce") > pd.to_numeric(ok["distill_bleu"], errors="coerce")]
+        for (task, family, strategy), rows in above.groupby(["task", "family", "strategy"], sort=False):
+            told = "; ".join((f"seed {int(r['seed'])}: " if pd.notna(r.get("seed")) else "")
+                             + f"{r['bleu']:.2f} BLEU [{r['bleu_ci_low']:.2f}, {r['bleu_ci_high']:.2f}] against the targets' "
+                             f"{r['distill_bleu']:.2f}" for _, r in rows.iterrows())
+            out.append(f"Caution ({task}): `{family} / {strategy}` scores above the distilled targets it learnt from "
+                       f"(their BLEU on the training references; {told}): its score did not come from its teacher (a "
+                       "teacher trained too little? a task it solves untrained?).")
     if extra is not None and "verifier_greedy_match" in extra and not extra.empty:
         bad = extra[pd.to_numeric(extra["verifier_greedy_match"], errors="coerce") < 1.0]
         for (task, cell, strategy, test_set), rows in bad.groupby(["task", "cell", "strategy", "test_set"], sort=False):
