@@ -362,8 +362,9 @@ def cautions(ok: pd.DataFrame, extra: pd.DataFrame | None = None) -> list[str]:
             shares = ", ".join((f"seed {int(r['seed'])}: " if pd.notna(r.get("seed")) else "") + f"{100 * float(r[col]):.1f}%"
                                for _, r in rows.iterrows())
             out.append(f"Caution ({task}): `{family} / {strategy}` {what} ({col} {shares}).")
-    if {"distill_bleu", "bleu_ci_low"} <= set(ok.columns):  # a score its teacher's outputs cannot explain
-        above = ok[pd.to_numeric(ok["bleu_ci_low"], errors="coerce") > pd.to_numeric(ok["distill_bleu"], errors="coerce")]
+    if {"distill_bleu", "bleu_ci_low", "n_refs"} <= set(ok.columns):  # a score its teacher's outputs cannot explain
+        one = ok[pd.to_numeric(ok["n_refs"], errors="coerce") == 1]  # (distill_bleu has one reference: so must the test)
+        above = one[pd.to_numeric(one["bleu_ci_low"], errors="coerce") > pd.to_numeric(one["distill_bleu"], errors="coerce")]
         for (task, family, strategy), rows in above.groupby(["task", "family", "strategy"], sort=False):
             told = "; ".join((f"seed {int(r['seed'])}: " if pd.notna(r.get("seed")) else "")
                              + f"{r['bleu']:.2f} BLEU [{r['bleu_ci_low']:.2f}, {r['bleu_ci_high']:.2f}] against the targets' "
