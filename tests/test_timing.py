@@ -615,3 +615,27 @@ def test_collected_cells_timed_on_one_gpu_spelled_two_ways_share_one_table(tmp_p
                                                                         "device_name": "NVIDIA H100"}))
     with pytest.raises(AtnatError, match="different speed settings or on different devices"):
         stage_timing(tmp_path / "src", ["at-s1", "at-s2"], tmp_path / "out")
+
+
+def test_every_speed_ratio_of_a_seed_is_over_one_baseline_cell(monkeypatch):
+    """A review's finding: with two plain AT cells in a task and no `baseline:`, speedup_vs_at was over the first
+    cell's greedy and speedup_vs_at_beam over the last cell's beam."""
+    from types import SimpleNamespace as NS
+
+    from atnat.experiments.evaluation import timing
+
+    monkeypatch.setattr(timing, "load_module", lambda path, map_location=None: (NS(device="cpu"), NS(encode=lambda s: [5, 6])))
+    monkeypatch.setattr(timing, "evaluation_checkpoint", lambda run: Path(run) / "best.ckpt")
+    monkeypatch.setattr(timing, "checkpoint_stamp", lambda run: "stamp-" + Path(run).name)
+    monkeypatch.setattr(timing, "load_task", lambda cfg: NS(splits={"test": (["a b", "c d"], ["x", "y"])}))
+
+    def cell(name, variant, decoder, strategies):
+        cfg = NS(output_dir=f"/nonexistent/{name}", task_name="t", decoder_name=decoder, decoder={"name": decoder},
+                 distill=None, loss=None, eval=NS(split="test", strategies=strategies), train=NS(max_len=100))
+        return NS(name=name, variant=variant, seed=1, labels={"task": "t"}, config=cfg)
+
+    beam = {"name": "beam", "beam_size": 5}
+    cells = [cell("at-s1", "at", "at", ["greedy", beam]), cell("at-big-s1", "at-big", "at", ["greedy", beam]),
+             cell("nat-s1", "nat", "nat", ["greedy"])]
+    _, baselines, references = timing.grid_systems(cells, "cpu", None, None)
+    assert baselines["nat-s1"][0] == references["at_beam"]["nat-s1"][0] == "at-s1"

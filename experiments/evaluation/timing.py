@@ -393,7 +393,8 @@ def grid_systems(cells: list, device: str, speed: SpeedSettings | None = None, b
                              (cell.name, "greedy" if "greedy" in labels else labels[0], exportable(cell)))
     refs = {timing_group(c): (c.name, "greedy") for c in cells
             if speed is not None and speed.reference_at and c.variant == speed.reference_at}
-    beams = {timing_group(c): (c.name, label) for c in cells if is_baseline_cell(c, baseline)
+    chosen = {key: name for key, (name, _, _) in plain.items()}  # the one baseline cell of each task and seed
+    beams = {timing_group(c): (c.name, label) for c in cells if chosen.get(timing_group(c)) == c.name
              for label, strategy in [next(((lab, st) for lab, st in map(build_strategy, c.config.eval.strategies)
                                            if st.registered_name == "beam"), ("", None))] if strategy is not None}
     baselines, ct2, ref, beam = {}, {}, {}, {}
