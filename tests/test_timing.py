@@ -639,3 +639,21 @@ def test_every_speed_ratio_of_a_seed_is_over_one_baseline_cell(monkeypatch):
              cell("nat-s1", "nat", "nat", ["greedy"])]
     _, baselines, references = timing.grid_systems(cells, "cpu", None, None)
     assert baselines["nat-s1"][0] == references["at_beam"]["nat-s1"][0] == "at-s1"
+
+
+def test_the_runners_timing_phase_says_which_finished_cells_it_left_without_speed(tmp_path, monkeypatch, capsys):
+    """A review's finding: a finished student whose baseline's checkpoint was gone got no timing row, and `atnat run`
+    exited 0 (its cluster path exits 1 for the same grid)."""
+    from types import SimpleNamespace as NS
+
+    from atnat.experiments.running import timing_phase
+
+    cells = [NS(name="at-s1"), NS(name="nat-s1")]
+    grid = NS(speed={}, baseline=None)
+    monkeypatch.setattr(timing_phase, "finished", lambda g: cells)
+    monkeypatch.setattr(timing_phase, "time_grid", lambda done, out, speed, device, baseline: pd.DataFrame({"cell": ["at-s1"]}))
+    monkeypatch.setattr(timing_phase, "score_exported_twins", lambda done, device, speed: None)
+    why = timing_phase.timing_phase(grid, tmp_path, "cpu")
+    assert "no speed for nat-s1" in why and "no speed for nat-s1" in capsys.readouterr().err
+    monkeypatch.setattr(timing_phase, "time_grid", lambda *a: pd.DataFrame({"cell": ["at-s1", "nat-s1"]}))
+    assert timing_phase.timing_phase(grid, tmp_path, "cpu") == ""

@@ -62,7 +62,7 @@ class GridRun:
     # gives (its file edited while it ran): the report names them
     pending: list[str] = field(default_factory=list)  # cells whose cluster job is queued or running (and
     # "timing phase" while the timing phase's cluster job is)
-    timing_failed: str = ""  # why the timing phase's cluster job left systems untimed ("": it did not)
+    timing_failed: str = ""  # why the timing phase (here or as a cluster job) left systems untimed ("": it did not)
 
 
 def run_grid(path, *, results_root: Path = Path("results"),
@@ -156,13 +156,14 @@ def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, de
                     except LockHeld as err:  # trained by another process right now: not this run's
                         progress.console.print(f"cell {cell.name} skipped: {err}")
                 progress.advance(bar)
-    timing_phase(grid, out, timing_device(grid, devices))
+    timing_failed = timing_phase(grid, out, timing_device(grid, devices))
     late = _late_stale(grid, kept_stale, outside)
     write_outputs(grid, out, path, started, {"parallel_cells": len(lanes) if parallel else 1,
                                              "lanes": ", ".join(lane.gpu or "cpu" for lane in lanes),
                                              "stale_cells_kept": kept_stale,
-                                             "stale_cells_interim": outside | {s.cell: s.reason for s in late}})
-    return [], late, ""
+                                             "stale_cells_interim": outside | {s.cell: s.reason for s in late}}
+                  | ({"timing_failed": timing_failed} if timing_failed else {}))
+    return [], late, timing_failed
 
 
 def _late_stale(grid, kept: dict[str, str], outside: dict[str, str]) -> list:

@@ -8,6 +8,7 @@ device's model, so timings taken on another GPU model are taken again.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from atnat.core.errors import AtnatError
@@ -47,15 +48,25 @@ def finished(grid) -> list:
     return [c for c in grid.timed_cells() if cell_status(Path(c.config.output_dir)) == "ok"]
 
 
-def timing_phase(grid, out: Path, device: str | None = None) -> None:
-    """Time every finished cell's strategies side by side (evaluation/timing.py), into out/timing.csv."""
+def timing_phase(grid, out: Path, device: str | None = None) -> str:
+    """Time every finished cell's strategies side by side (evaluation/timing.py), into out/timing.csv.
+    -> why finished cells were left without speed ("" when none was): no checkpoint left to time and no
+    earlier timing, or a baseline with none (the run then fails, as its cluster timing job does)."""
     done = finished(grid)
     if not done:
-        return
+        return ""
     device = device or timing_device(grid)
     with held(out / TIMING_LOCK, f"the timing of {out}"):
-        time_grid(done, out, SpeedSettings(**grid.speed), device, grid.baseline)
+        table = time_grid(done, out, SpeedSettings(**grid.speed), device, grid.baseline)
         score_exported_twins(done, device, SpeedSettings(**grid.speed))  # the CTranslate2 AT's BLEU
+    timed = set(table["cell"].astype(str)) if "cell" in table else set()
+    untimed = sorted(c.name for c in done if c.name not in timed)
+    if not untimed:
+        return ""
+    why = (f"no speed for {', '.join(untimed)}: finished, but with no checkpoint left to time and no earlier "
+           "timing, or beside a baseline with none")
+    print(f"atnat: timing phase: {why}", file=sys.stderr)
+    return why
 
 
 def time_finished_groups(path, *, results_root: Path, smoke: bool = False, devices: list[str] | None = None,
