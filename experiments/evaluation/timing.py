@@ -2,9 +2,9 @@
 
 Speed-ups are ratios, so both sides of a ratio are measured under the same conditions: once every cell of a
 task and seed has finished, all its systems (cell x strategy, its AT baseline among them) decode the same
-sentences interleaved, one system after another per sentence (latency, batch 1) or batch (throughput), the
-order rotating from call to call, each call repeated after warm-up and its median used. Each timed call
-follows an untimed call of the same system, so that no system runs on caches another system's weights
+sentences interleaved, one system after another per sentence (latency, batch 1) or batch (throughput), in a
+seeded random order at every call (no two systems side by side more often than any others), each call repeated
+after warm-up and its median used. Each timed call follows an untimed call of the same system, so that no system runs on caches another system's weights
 warmed (results/quickstart/notes.md measured that bias).
 
 Per system: latency, throughput, decoder passes per sentence (a speculative system's verifier passes and
@@ -152,9 +152,13 @@ def _release_freed_memory() -> None:
         trim(0)
 
 
-def _rotated(items: list, k: int) -> list:
-    k %= len(items)
-    return items[k:] + items[:k]
+def _call_orders(n_sys: int, repeats: int, n_calls: int, seed: int = 0):
+    """The order the systems take turns in, for each repeat and call: a seeded random permutation each time, so
+    that no two systems (the baseline and its A/A twin above all) are timed side by side more often than any
+    other two (a fixed cycle kept the twin next to the baseline, and the A/A floor narrower than the noise)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(repeats * n_calls):
+        yield [int(s) for s in rng.permutation(n_sys)]
 
 
 def _interleaved(calls: list[list], speed: SpeedSettings, device: torch.device, memory: PeakMemory | None = None):
@@ -168,9 +172,10 @@ def _interleaved(calls: list[list], speed: SpeedSettings, device: torch.device, 
                 calls[s][j]()
     raw = np.zeros((n_sys, speed.repeats, n_calls))
     mem = np.zeros(n_sys)
+    orders = _call_orders(n_sys, speed.repeats, n_calls)
     for r in range(speed.repeats):
         for j in range(n_calls):
-            for s in _rotated(list(range(n_sys)), r * n_calls + j):
+            for s in next(orders):
                 calls[s][j]()  # untimed: the timed call then runs on caches its own weights warmed
                 _synchronize(device)
                 start = time.perf_counter()
