@@ -4,8 +4,8 @@ Speed-ups are ratios, so both sides of a ratio are measured under the same condi
 task and seed has finished, all its systems (cell x strategy, its AT baseline among them) decode the same
 sentences interleaved, one system after another per sentence (latency, batch 1) or batch (throughput), in a
 seeded random order at every call (no two systems side by side more often than any others), each call repeated
-after warm-up and its median used. Each timed call follows an untimed call of the same system, so that no system runs on caches another system's weights
-warmed (results/quickstart/notes.md measured that bias).
+after warm-up and its median used. Each timed call follows an untimed call of the same system, so that no
+system runs on caches another system's weights warmed (results/quickstart/notes.md measured that bias).
 
 Per system: latency, throughput, decoder passes per sentence (a speculative system's verifier passes and
 tokens per pass apart), its own decoding memory, whether its timed outputs equal the evaluated hypotheses,
