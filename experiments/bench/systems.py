@@ -200,7 +200,7 @@ def peak_probe(spec: Spec):
 
 
 def timed_call(fn, spec: Spec) -> tuple[float, float]:
-    """One timed call -> seconds, peak memory during it (MiB)."""
+    """One timed call -> seconds, the process's peak memory during it (MiB; every model loaded counts: method.md)."""
     gc.collect(1)  # young generations only: a full collection costs ~0.2 s here
     peak = peak_probe(spec)
     return measure(fn, warmup=0, repeats=1, device=spec.device).median_s, peak()
