@@ -194,14 +194,22 @@ def _interleaved(calls: list[list], speed: SpeedSettings, device: torch.device, 
 
 
 def _ratio_ci(base: np.ndarray, other: np.ndarray, n: int, seed: int = 12345) -> tuple[float, float, float]:
-    """sum(base) / sum(other) and its 95% paired bootstrap interval over the calls."""
+    """sum(base) / sum(other) and its 95% interval over the paired calls: the paired percentile bootstrap, widened
+    to the ratio estimator's Student-t interval (n - 1 degrees of freedom) where that is wider. Over few calls (a
+    throughput's few batches) the bootstrap alone covered the true ratio in about 75% of simulated timings."""
     ratio = float(base.sum() / other.sum())
     if n < 2 or len(base) < 2:
         return ratio, float("nan"), float("nan")
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, len(base), size=(n, len(base)))
     boots = base[idx].sum(axis=1) / other[idx].sum(axis=1)
-    return ratio, float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
+    low, high = float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
+    from scipy.stats import t as student_t  # lazy: start-up
+
+    k = len(base)  # the ratio estimator's standard error: residuals of base against ratio x other
+    se = float(np.sqrt(np.sum((base - ratio * other) ** 2) / (k - 1) / k) / other.mean())
+    half = float(student_t.ppf(0.975, k - 1)) * se
+    return ratio, min(low, ratio - half), max(high, ratio + half)
 
 
 def _mean_ci(values: np.ndarray, n: int, seed: int = 12345) -> tuple[float, float]:
