@@ -20,6 +20,7 @@ import ctypes
 import dataclasses
 import functools
 import json
+import math
 import os
 import statistics
 import sys
@@ -206,10 +207,10 @@ def _ratio_ci(base: np.ndarray, other: np.ndarray, n: int, seed: int = 12345) ->
     low, high = float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
     from scipy.stats import t as student_t  # lazy: start-up
 
-    k = len(base)  # the ratio estimator's standard error: residuals of base against ratio x other
-    se = float(np.sqrt(np.sum((base - ratio * other) ** 2) / (k - 1) / k) / other.mean())
-    half = float(student_t.ppf(0.975, k - 1)) * se
-    return ratio, min(low, ratio - half), max(high, ratio + half)
+    k = len(base)  # the ratio estimator's standard error (residuals of base against ratio x other), on the log
+    se = float(np.sqrt(np.sum((base - ratio * other) ** 2) / (k - 1) / k) / other.mean())  # scale: never below 0x
+    spread = math.exp(float(student_t.ppf(0.975, k - 1)) * se / ratio) if ratio > 0 else float("inf")
+    return ratio, min(low, ratio / spread), max(high, ratio * spread)
 
 
 def _mean_ci(values: np.ndarray, n: int, seed: int = 12345) -> tuple[float, float]:

@@ -1,6 +1,6 @@
 """Coverage of the timing phase's 95% interval of a batch-1 speed-up (evaluation/timing.py _ratio_ci: the
 ratio of summed times, a percentile bootstrap over the timed sentences widened to the ratio estimator's t
-interval where that is wider) when the timed sentences are a sample
+interval, on the log scale, where that is wider) when the timed sentences are a sample
 of the test set and the quantity of interest is the speed-up over all of it. Sentences' lengths are drawn
 from a log-normal (median 16 tokens, clipped to 3-200); an AT sentence takes time in proportion to its
 length, a one-pass NAT a fixed time plus a little per token (so the speed-up grows with length), each call
