@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU work on a GPU machine without network and without a copy of the data (torch installed; jobs with a
-# time limit of some minutes, the machine possibly gone between jobs): the GPU test tier,
+# time limit, the machine possibly gone between jobs): the GPU test tier,
 # experiments/grids/multi30k.yaml and the CUDA bench rows, in short steps that each leave their results in
 # the folder $OUT names (default: .offline-out/ in the checkout).
 #
@@ -16,7 +16,7 @@
 #       bash experiments/gpu_offline.sh bench        # bench decode (sweep, CUDA graphs), bench train, auto's batch-1 latency
 #       bash experiments/gpu_offline.sh train-forms  # the training step's forms (eager, fused, compiled), bf16, at the
 #                                                    # GPU grid's size and Transformer-base's
-#       bash experiments/gpu_offline.sh checks       # one job of ~9 minutes: the GPU tier's CUDA-graph, step-form and
+#       bash experiments/gpu_offline.sh checks       # one step (its caps add up to 540 s): the GPU tier's CUDA-graph, step-form and
 #                                                    # validation-RNG tests, a whole run's speed in each step form against
 #                                                    # the bare step's, the compiled training step of CTC and the
 #                                                    # DA-Transformer, speculative decoding's bounds under auto, the
@@ -173,8 +173,8 @@ bench() {  # its time limits add up to 530 s, inside a call's 600 with the insta
   finish
 }
 
-checks() {  # the newest GPU code's checks and measurements, most wanted first, in one step of about 9 minutes (its time
-  # limits add up to 540 s); every step's output goes to one checks.log (a call brings back a few files only)
+checks() {  # the newest GPU code's checks and measurements, most wanted first, in one step whose time
+  # limits add up to 540 s; every step's output goes to one checks.log (one file to bring back)
   install || return 1
   machine
   ! grid_running || { echo "checks: the grid is still running; time nothing beside it" >&2; return 1; }
@@ -183,9 +183,10 @@ checks() {  # the newest GPU code's checks and measurements, most wanted first, 
     -k "graph or step_counters or validation" 2>&1 | tee -a "$log" | tail -n 15
   note "${PIPESTATUS[0]}" "the GPU tier's graph, step-counter and validation tests"
   # a whole run's speed against the bare step's, eager and compiled: the GPU grid's AT cell, 300 steps each, each
-  # form's run and bare step stopped at 100 s (a slow eager form leaves the compiled one its time)
+  # form's run and its bare step stopped at 60 s (2 forms x 2 x 60 s: within the step's 250 s, a slow eager form
+  # leaves the compiled one its time); a SIGTERM from the timeout stops the run in progress too
   timeout -k 5 250 python3 results/bench/real_run_forms.py "$out/real_run_forms_gpu.csv" experiments/grids/multi30k.yaml \
-    at-s1 300 eager,compiled grid 100 2>&1 | tee -a "$log" | tail -n 8
+    at-s1 300 eager,compiled grid 60 2>&1 | tee -a "$log" | tail -n 8
   note "${PIPESTATUS[0]}" "a real run's speed in each step form"
   # CTC's and the DA-Transformer's compiled step, their alignment loops now eager inside it: measured again
   timeout 110 "${atnat[@]}" bench train --device cuda --precision bf16 --forms eager,compiled --size base \

@@ -266,3 +266,41 @@ def test_the_real_run_script_stops_a_form_at_its_own_time_limit_and_goes_on(tmp_
     assert list(table["form"]) == ["eager", "fused"] and list(table["status"]) == ["stopped at its limit of 0.5 s"] * 2
     with pytest.raises(SystemExit, match="LIMIT_S: a positive number of seconds, got 'soon'"):
         script().main(str(tmp_path / "x.csv"), str(grid), "at-s1", "14", "eager", "none", "soon")
+
+
+def test_the_real_run_script_stopped_by_a_signal_stops_the_run_it_started(tmp_path):
+    """A review's finding: each form's run is a session of its own (so that its process group can be killed at the
+    form's limit); a `timeout` stopping the script left that run training on, past every cap."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    grid = tiny_cpu_grid(tmp_path)
+    script = subprocess.Popen([sys.executable, str(root / "results" / "bench" / "real_run_forms.py"), str(tmp_path / "f.csv"),
+                               str(grid), "at-s1", "5000", "eager", "none"], cwd=root)
+
+    def child() -> int | None:  # the form's run: a child of the script, in a session of its own
+        listed = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout.splitlines()
+        return next((int(line.split()[0]) for line in listed if int(line.split()[1]) == script.pid
+                     and "--train-only" in line), None)
+
+    deadline = time.monotonic() + 60
+    while child() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    run = child()
+    assert run is not None
+    script.send_signal(signal.SIGTERM)
+    assert script.wait(timeout=30) != 0
+    for _ in range(50):
+        try:
+            os.kill(run, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(run, signal.SIGKILL)
+        raise AssertionError("the form's run outlived the script")

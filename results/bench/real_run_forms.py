@@ -165,6 +165,8 @@ def write_rows(rows: list[dict], out: str) -> None:
 
 
 if __name__ == "__main__":
+    # stopped from outside (a `timeout`): SystemExit, so that run_limited kills the form's run it started
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if sys.argv[1:2] == ["--train-only"]:
         train_only(Path(sys.argv[2]), Path(sys.argv[3]))
     else:
