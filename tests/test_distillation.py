@@ -225,6 +225,12 @@ def test_a_tasks_distillation_leaves_out_sources_beyond_the_teachers_reach_and_r
     lines, meta = distilled_targets(tmp_path / "teacher", src, tgt, "greedy")
     assert len(lines) == len(src) and all(lines[i] == "" for i in beyond)
     assert meta["beyond_teacher_reach"] == len(beyond) and meta["device"] == "cpu"
+    assert meta["beyond_teacher_reach_lines"] == beyond and any(lines[i] for i in range(len(src)) if i not in beyond)
+    from atnat.experiments.evaluation.metrics.quality import bleu_metric
+
+    within = [i for i in range(len(src)) if i not in beyond]  # the undecoded sources' empty lines are not scored
+    assert meta["bleu_vs_references"] == pytest.approx(bleu_metric(module.bleu_tokenize).corpus_score(
+        [lines[i] for i in within], [[tgt[i] for i in within]]).score)
     from types import SimpleNamespace
 
     from atnat.experiments.training import distill
@@ -239,4 +245,4 @@ def test_a_tasks_distillation_leaves_out_sources_beyond_the_teachers_reach_and_r
     others = [line + " w7" for line in lines]  # the cache, scored against other references
     monkeypatch.setattr(distill, "bleu_metric", lambda tokenize: Count())
     again, other = distilled_targets(tmp_path / "teacher", src, others, "greedy")
-    assert again == lines and other["bleu_vs_references"] == sum(map(len, others))
+    assert again == lines and other["bleu_vs_references"] == sum(len(others[i]) for i in within)

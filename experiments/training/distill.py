@@ -136,7 +136,7 @@ def _cached_or_decoded(teacher_path, cache: Path, described: tuple[str, dict], s
                     and meta.get("options") == options and meta.get("sources_sha256") == digest):
                 if meta.get("references_sha256") != _digest(references):  # scored against another caller's
                     tokenize = meta.get("bleu_tokenize") or load_module(teacher_path, map_location="cpu")[0].bleu_tokenize
-                    meta = {**meta, **_scored(lines, references, tokenize)}
+                    meta = {**meta, **_scored(lines, references, tokenize, meta.get("beyond_teacher_reach_lines") or [])}
                 return lines, meta
         except ValueError as err:  # not UTF-8, not JSON: decoded again, and written over
             print(f"atnat: the distillation cache {cache} is damaged ({err}); the teacher decodes again", file=sys.stderr)
@@ -145,21 +145,25 @@ def _cached_or_decoded(teacher_path, cache: Path, described: tuple[str, dict], s
                        lambda part, follow: distill_sources(module, tokenizer, part, strategy_spec, max_tokens=max_tokens,
                                                             on_batch=follow, beyond_reach="skip"), on_batch)
     limit = source_limit(module)[0]
+    beyond = [i for i, ids in enumerate(map(tokenizer.encode, sources)) if len(ids) > limit]
     meta = {"teacher": str(teacher_path), "checkpoint": stamp, "strategy": label,
             "options": options, "sources_sha256": digest, "lines": len(lines), "targets_sha256": _digest(lines),
             "device": str(device),  # where it decoded (a later caller on another device reuses these lines)
-            "beyond_teacher_reach": sum(1 for ids in map(tokenizer.encode, sources) if len(ids) > limit),
-            **_scored(lines, references, module.bleu_tokenize)}
+            "beyond_teacher_reach": len(beyond), "beyond_teacher_reach_lines": beyond,  # 0-based, left undecoded
+            **_scored(lines, references, module.bleu_tokenize, beyond)}
     write_lines_atomic(text_path, lines)
     write_json_atomic(meta_path, meta)
     shutil.rmtree(cache / "chunks", ignore_errors=True)
     return lines, meta
 
 
-def _scored(lines: list[str], references: list[str], tokenize: str) -> dict:
-    """BLEU of the distilled lines against the training references, and which references they were."""
+def _scored(lines: list[str], references: list[str], tokenize: str, left_out: list[int] = ()) -> dict:
+    """BLEU of the distilled lines against the training references (the sources left undecoded, beyond the
+    teacher's reach, left out: their empty lines are no output of the teacher), and which references they were."""
     metric = bleu_metric(tokenize)
-    return {"bleu_vs_references": metric.corpus_score(lines, [references]).score,
+    skip = set(left_out)
+    kept = [i for i in range(len(lines)) if i not in skip]
+    return {"bleu_vs_references": metric.corpus_score([lines[i] for i in kept], [[references[i] for i in kept]]).score,
             "bleu_signature": str(metric.get_signature()), "bleu_tokenize": tokenize,
             "references_sha256": _digest(references)}
 
