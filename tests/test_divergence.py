@@ -180,3 +180,10 @@ def test_the_last_steps_of_a_run_are_judged_for_unfit_targets_too():
         fits.on_train_batch_end(Trainer(), None, None, None, i)
     fits.on_train_end(Trainer(), None)  # a fitting tail passes
     UnfitGuard().on_train_end(Trainer(), None)  # nothing since the last full window: nothing to judge
+    judged = UnfitGuard()
+    for i in range(UNFIT_WINDOW):  # a full window that fits, judged
+        judged.on_train_batch_end(Trainer(), None, None, None, i)
+    Trainer.callback_metrics = {"train/unfit": torch.tensor(0.98)}
+    for i in range(3):  # then 3 bad batches: too few to fail a finished run on
+        judged.on_train_batch_end(Trainer(), None, None, None, i)
+    judged.on_train_end(Trainer(), None)

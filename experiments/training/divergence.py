@@ -95,6 +95,7 @@ class UnfitGuard(pl.Callback):
 
     def __init__(self) -> None:
         self._window: list[torch.Tensor] = []
+        self._judged = False  # a full window judged in this process
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         unfit = trainer.callback_metrics.get("train/unfit")
@@ -105,11 +106,13 @@ class UnfitGuard(pl.Callback):
             self._judge(trainer)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module) -> None:
-        """The steps since the last full window (all of a run shorter than one) are judged too."""
-        if self._window:
+        """The steps since the last full window are judged too: all of a run shorter than one, else a tail of at
+        least half a window (a few last batches alone would judge a finished run on little)."""
+        if self._window and (not self._judged or len(self._window) >= UNFIT_WINDOW // 2):
             self._judge(trainer)
 
     def _judge(self, trainer: pl.Trainer) -> None:
+        self._judged = True
         steps = len(self._window)
         share = float(torch.stack(self._window).mean())
         self._window = []
