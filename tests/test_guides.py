@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", ROOT / "results" / "README.md", ROOT / "tests" / "README.md",
+DOCS = list(dict.fromkeys([ROOT / "README.md", ROOT / "results" / "README.md", ROOT / "tests" / "README.md",
         ROOT / "experiments" / "grids" / "REFERENCE.md", *sorted((ROOT / "results").glob("*/README.md")),
-        *sorted(p for d in ("models", "decoding", "experiments") for p in (ROOT / d).rglob("README.md"))]
+        *sorted((ROOT / "results" / "bench").glob("*.md")),
+        *sorted(p for d in ("models", "decoding", "experiments") for p in (ROOT / d).rglob("README.md"))]))
 
 
 def slug(heading: str) -> str:

@@ -135,3 +135,20 @@ def test_a_bleu_no_run_can_write_is_refused(tmp_path, value, message):
     table.loc[0, "bleu"] = 100.00000000000004  # what sacreBLEU gives a perfect output
     table.to_csv(root / "results.csv", index=False)
     load_results(root)
+
+
+def test_atnat_run_fails_when_finished_cells_are_left_without_speed(tmp_path, monkeypatch, capsys):
+    """Finished cells whose weights are gone, never timed: the run's timing phase leaves them without speed, which
+    the run names, records and exits 1 for (it exited 0)."""
+    monkeypatch.chdir(tmp_path)
+    grid = write_grid(tmp_path)
+    runs = tmp_path / "res" / "tiny" / "runs"
+    for cell in ("at-s1", "cmlm-kd-s1"):
+        (runs / cell).mkdir(parents=True)
+        (runs / cell / "metrics.json").write_text(json.dumps({"status": "ok", "rows": [
+            {"strategy": "greedy", "strategy_name": "greedy", "bleu": 10.0}]}))
+    monkeypatch.setattr("atnat.experiments.running.scheduler.run_one", lambda *a: pytest.fail("a finished cell was rerun"))
+    assert main(["run", str(grid), "--results", "res"]) == 1
+    assert "no speed for at-s1, cmlm-kd-s1" in capsys.readouterr().err
+    env = json.loads((tmp_path / "res" / "tiny" / "environment.json").read_text())
+    assert env["timing"].startswith("failed: no speed for at-s1, cmlm-kd-s1")

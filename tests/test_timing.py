@@ -671,6 +671,12 @@ def test_the_aa_twin_is_not_timed_beside_its_baseline_every_time():
     distance = lambda a, b: np.mean([abs(o.index(a) - o.index(b)) for o in orders])
     assert distance(0, 1) > 2.0 and abs(distance(0, 1) - distance(0, 5)) < 1.0  # as far apart as any pair, on average
     assert orders == list(_call_orders(8, repeats=3, n_calls=32))  # the same orders each time (seeded)
+    from atnat.experiments.evaluation.timing import _interleaved
+
+    ran = []  # the timing takes its turns in these orders: each timed call follows its untimed twin
+    calls = [[(lambda s=s: ran.append(s)) for _ in range(4)] for s in range(8)]
+    _interleaved(calls, SpeedSettings(repeats=2, warmup=0), torch.device("cpu"))
+    assert ran[::2] == ran[1::2] == [s for order in _call_orders(8, repeats=2, n_calls=4) for s in order]
 
 
 def test_a_ratio_interval_over_few_calls_still_covers_about_95_percent():

@@ -348,7 +348,8 @@ def cautions(ok: pd.DataFrame, extra: pd.DataFrame | None = None) -> list[str]:
     """Sentences for the first screen where a run did not do what its numbers assume: a speculative system
     whose output differs from its AT verifier's greedy output (on the test split, or on a further test set of
     `extra`, extra_tests.csv), a system whose timed computation did not reproduce the hypotheses scored for
-    it. Per task, seed by seed (a mean would hide one bad seed)."""
+    it, a distilled student scoring above the targets it learnt from (one reference). Per task, seed by seed
+    (a mean would hide one bad seed)."""
     out = []
     for col, what in (("verifier_greedy_match", "is not lossless: its output differs from its AT verifier's greedy "
                                                 "output in some test sentences"),

@@ -116,7 +116,7 @@ def _run_cells(grid, cells, path, out: Path, *, results_root, smoke, workers, de
                kept_stale: dict[str, str], outside: dict[str, str]) -> tuple[list[str], list, str]:
     """Run (or submit) the cells, then write the table and report; returns the cells still pending, those
     that ran with other settings than `grid` (Stale: workers read the grid file again, which may have changed)
-    and why a timing phase run as a cluster job left systems untimed ("" where it did not)."""
+    and why the timing phase (here, or as a cluster job) left systems untimed ("" where it did not)."""
     if cluster is not None:
         from atnat.experiments.running.launchers.slurm import run_on_cluster, time_on_cluster  # submitit: only here
 
