@@ -194,3 +194,11 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def check_no_carriage_return(line: str, what: str, path: Path, number: int) -> None:
+    """One error for a carriage return inside a line (its line end cut): a file with old Mac line ends (\r
+    alone) would otherwise be read as one sentence."""
+    if "\r" in line:
+        raise AtnatError(f"{what}: {path} line {number} holds a carriage return inside it (a file with old Mac line "
+                         "ends, \\r alone?); save it with \\n (or \\r\\n) line ends")

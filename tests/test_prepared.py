@@ -544,3 +544,17 @@ def test_an_entry_copied_under_another_splits_key_is_not_that_split(tmp_path, ca
     shutil.copytree(valid.folder, folder)
     again = prepare(SideText(lines=train_src), SideText(lines=train_tgt), tok, name="train", cache_dir=tmp_path)
     assert again.n == 400 and "another key's entry" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("how", ["streamed", "read whole"])
+def test_a_file_with_carriage_returns_for_line_ends_is_one_clear_error(tmp_path, how):
+    """A review's finding: a test split saved with old Mac line ends (\\r alone) was read as one sentence, and
+    evaluated as a 1-pair test set without a word."""
+    from atnat.experiments.data.tasks import read_lines
+
+    path = tmp_path / "test.de"
+    path.write_bytes(b"ein Hund\rzwei Katzen\rdrei\r")
+    with pytest.raises(AtnatError, match=r"test target: .*test\.de line 1 holds a carriage return inside it .*\\n"):
+        list(SideText(path=path, what="test target")) if how == "streamed" else read_lines(path, "test target")
+    path.write_bytes(b"ein Hund\r\nzwei Katzen\r\n")  # Windows line ends: fine
+    assert list(SideText(path=path, what="test target")) == read_lines(path, "test target") == ["ein Hund", "zwei Katzen"]

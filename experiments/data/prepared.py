@@ -30,7 +30,7 @@ from filelock import FileLock, Timeout
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.data.tokenize import SPECIAL
-from atnat.experiments.files import atomic_write_bytes, check_readable, sha256, unwritable
+from atnat.experiments.files import atomic_write_bytes, check_no_carriage_return, check_readable, sha256, unwritable
 from atnat.models.batch import Batch
 
 FORMAT = 1
@@ -102,7 +102,9 @@ class SideText:
                                      "save it as UTF-8") from None
                 if number == 1:
                     line = line.removeprefix("\ufeff")
-                yield line[:-1].rstrip("\r") if line.endswith("\n") else line.rstrip("\r")
+                line = line[:-1].rstrip("\r") if line.endswith("\n") else line.rstrip("\r")
+                check_no_carriage_return(line, self.what, self.path, number)
+                yield line
         self.read_digest = read.hexdigest(), number
 
 

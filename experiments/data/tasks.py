@@ -21,7 +21,7 @@ from atnat.core.options import require_at_least, require_optional_at_least
 from atnat.core.registry import Registry
 from atnat.experiments.data.prepared import SideText
 from atnat.experiments.data.tokenize import MIN_SENTENCEPIECE_VOCAB, SPM_FORMAT, SentencePieceTokenizer, SymbolTokenizer
-from atnat.experiments.files import check_readable, read_utf8, write_json_atomic
+from atnat.experiments.files import check_no_carriage_return, check_readable, read_utf8, write_json_atomic
 
 SPLITS = ("train", "valid", "test")
 
@@ -305,7 +305,11 @@ def read_lines(path: Path, what: str) -> list[str]:
         lines.pop()
     if not lines:
         raise AtnatError(f"{what}: {path} is empty")
-    return [line.rstrip("\r") for line in lines]
+    lines = [line.rstrip("\r") for line in lines]
+    for number, line in enumerate(lines, 1):
+        check_no_carriage_return(line, what, path, number)
+    return lines
+
 
 
 FETCHABLE = {"multi30k": "multi30k", "wmt14-en-de": "wmt14-en-de"}  # a data_dir's folder name -> `atnat data`
