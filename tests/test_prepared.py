@@ -558,3 +558,26 @@ def test_a_file_with_carriage_returns_for_line_ends_is_one_clear_error(tmp_path,
         list(SideText(path=path, what="test target")) if how == "streamed" else read_lines(path, "test target")
     path.write_bytes(b"ein Hund\r\nzwei Katzen\r\n")  # Windows line ends: fine
     assert list(SideText(path=path, what="test target")) == read_lines(path, "test target") == ["ein Hund", "zwei Katzen"]
+
+
+def test_atnat_data_prepare_encodes_with_the_cores_the_job_may_use(monkeypatch, tmp_path):
+    """A review's finding: the default thread count was every core of the host (os.cpu_count), not the job's: under
+    taskset or a cluster allotment of 1 core it encoded with the host's count, oversubscribed."""
+    import os
+
+    from atnat.core.cores import usable_cores
+    from atnat.experiments.running import data_prepare
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert usable_cores() == 1
+    from types import SimpleNamespace as NS
+
+    threads = []
+    arrays = NS(n=1, src_offsets=[0, 1], tgt_offsets=[0, 1], meta={"dtype": "uint16"}, folder=tmp_path)
+    monkeypatch.setattr(data_prepare, "configs_of", lambda path: [NS(task={"name": "copy"})])
+    monkeypatch.setattr(data_prepare, "load_task", lambda cfg: NS(splits={"train": None}))
+    monkeypatch.setattr(data_prepare, "prepared_split", lambda task, split, **kw: threads.append(kw["threads"])
+                        or NS(arrays=arrays))
+    data_prepare.prepare_configs(tmp_path / "g.yaml", log=lambda text: None)
+    assert threads == [1]

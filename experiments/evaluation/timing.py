@@ -21,7 +21,6 @@ import dataclasses
 import functools
 import json
 import math
-import os
 import statistics
 import sys
 import time
@@ -32,6 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from atnat.core.cores import usable_cores
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.devices import device_name
 from atnat.experiments.config.run import build_strategy, load_task
@@ -232,7 +232,7 @@ def time_systems(systems: list[System], speed: SpeedSettings, baselines: dict[st
         return pd.DataFrame(columns=COLUMNS)
     threads = torch.get_num_threads()
     if speed.threads:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        cores = usable_cores()
         if speed.threads > cores:
             print(f"atnat: timing with speed.threads {speed.threads} where this process may use {cores} CPU core(s): "
                   "the threads take turns, and the speed figures measure that", file=sys.stderr)

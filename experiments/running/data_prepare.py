@@ -5,11 +5,11 @@ prepared when the teacher has written them.)"""
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Callable
 
+from atnat.core.cores import usable_cores
 from atnat.experiments.config.run import load_run_config, load_task, load_yaml
 from atnat.experiments.data.prepared import prepared_split
 
@@ -26,7 +26,7 @@ def configs_of(path: Path) -> list:
 
 def prepare_configs(path: Path, *, threads: int | None = None, log: Callable[[str], None] = print) -> list[dict]:
     """Prepare each distinct task's splits once; -> one summary row per split."""
-    threads = threads or os.cpu_count() or 1
+    threads = threads or usable_cores()  # a job's cores, not the host's
     rows, seen = [], set()
     for cfg in configs_of(path):
         key = json.dumps(cfg.task, sort_keys=True, default=str)

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from atnat.core.cores import usable_cores
 from atnat.experiments.config.run import ConfigError
 from atnat.experiments.running.grid import Cell
 
@@ -94,7 +95,7 @@ def worker_env(lanes: list[Lane], n_lanes_total: int) -> dict[str, str]:
     if lanes[0].gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(dict.fromkeys(lane.gpu for lane in lanes))
     if "OMP_NUM_THREADS" not in os.environ:  # share the CPU cores between the lanes
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) * len(lanes) // n_lanes_total))
+        env["OMP_NUM_THREADS"] = str(max(1, usable_cores() * len(lanes) // n_lanes_total))
     return env
 
 
