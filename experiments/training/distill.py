@@ -15,7 +15,7 @@ from filelock import FileLock
 
 from atnat.core.errors import AtnatError
 from atnat.experiments.config.run import build_strategy
-from atnat.experiments.data.batching import encode_split
+from atnat.experiments.data.batching import EncodedSplit
 from atnat.experiments.data.tokenize import CACHE_DIR
 from atnat.experiments.evaluation.decode import decode_split
 from atnat.experiments.evaluation.metrics.quality import bleu_metric
@@ -31,7 +31,10 @@ def distill_sources(teacher, tokenizer, sources: list[str], strategy_spec, *, ma
     (`beyond_reach="refuse"`: a user's input file), or left undecoded with an empty line (`"skip"`: a task's
     training split, whose pairs with an empty target the student leaves out, as the teacher left them out)."""
     label, strategy = build_strategy(strategy_spec)
-    split = encode_split(tokenizer, sources, sources, name="distillation input")
+    if not sources:
+        raise AtnatError("distillation input: no sentences to distil")
+    ids = [tokenizer.encode(s) for s in sources]  # once: the decode reads no targets (each batch's are empty)
+    split = EncodedSplit(ids, [[] for _ in ids])
     if beyond_reach == "refuse":
         check_source_lengths(teacher, split.src, "distillation input")
         within = list(range(len(sources)))
