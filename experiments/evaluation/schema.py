@@ -109,48 +109,48 @@ SPEED = (
        required=True, header="Throughput sent/s", secondary=True),
     _c("speedup_vs_at", "number", "the baseline's batch-1 time over this system's, on the same sentences", "higher",
        ".2f", required=True, header="Speed-up × vs {speed_base} (b=1)", spread=True),
-    _c("speedup_ci_low", "number", "95% paired bootstrap interval of speedup_vs_at (low)"),
-    _c("speedup_ci_high", "number", "95% paired bootstrap interval of speedup_vs_at (high)"),
+    _c("speedup_ci_low", "number", "95% paired interval of speedup_vs_at (low)"),
+    _c("speedup_ci_high", "number", "95% paired interval of speedup_vs_at (high)"),
     _c("throughput_speedup_vs_at", "number", "this system's large-batch throughput over the baseline's", "higher",
        ".2f", required=True, header="Thr. speed-up ×", spread=True),
-    _c("throughput_speedup_ci_low", "number", "95% paired bootstrap interval of the throughput ratio (low)"),
-    _c("throughput_speedup_ci_high", "number", "95% paired bootstrap interval of the throughput ratio (high)"),
+    _c("throughput_speedup_ci_low", "number", "95% paired interval of the throughput ratio (low)"),
+    _c("throughput_speedup_ci_high", "number", "95% paired interval of the throughput ratio (high)"),
     _c("speed_baseline", "label", "the AT greedy system the speed-ups are against"),
     _c("speedup_vs_ct2", "number", "the plain AT exported to CTranslate2 (greedy)'s batch-1 time over this "
                                    "system's", "higher", ".2f", header="Speed-up × vs CTranslate2 greedy (b=1)",
        spread=True),
-    _c("speedup_vs_ct2_ci_low", "number", "95% paired bootstrap interval of speedup_vs_ct2 (low)"),
-    _c("speedup_vs_ct2_ci_high", "number", "95% paired bootstrap interval of speedup_vs_ct2 (high)"),
+    _c("speedup_vs_ct2_ci_low", "number", "95% paired interval of speedup_vs_ct2 (low)"),
+    _c("speedup_vs_ct2_ci_high", "number", "95% paired interval of speedup_vs_ct2 (high)"),
     _c("throughput_speedup_vs_ct2", "number", "this system's large-batch throughput over the CTranslate2 AT's "
                                               "(greedy)", "higher", ".2f", header="Thr. speed-up × vs CTranslate2",
        spread=True),
-    _c("throughput_speedup_vs_ct2_ci_low", "number", "95% paired bootstrap interval of the throughput ratio to "
+    _c("throughput_speedup_vs_ct2_ci_low", "number", "95% paired interval of the throughput ratio to "
                                                      "CTranslate2 (low)"),
-    _c("throughput_speedup_vs_ct2_ci_high", "number", "95% paired bootstrap interval of the throughput ratio to "
+    _c("throughput_speedup_vs_ct2_ci_high", "number", "95% paired interval of the throughput ratio to "
                                                       "CTranslate2 (high)"),
     _c("speedup_vs_at_beam", "number", "the baseline AT's beam search's batch-1 time over this system's, same "
                                        "sentences (the speed-up over the usual quality reference)", "higher", ".2f",
        header="Speed-up × vs AT beam (b=1)", spread=True, secondary=True),
-    _c("speedup_vs_at_beam_ci_low", "number", "95% paired bootstrap interval of speedup_vs_at_beam (low)"),
-    _c("speedup_vs_at_beam_ci_high", "number", "95% paired bootstrap interval of speedup_vs_at_beam (high)"),
+    _c("speedup_vs_at_beam_ci_low", "number", "95% paired interval of speedup_vs_at_beam (low)"),
+    _c("speedup_vs_at_beam_ci_high", "number", "95% paired interval of speedup_vs_at_beam (high)"),
     _c("throughput_speedup_vs_at_beam", "number", "this system's large-batch throughput over the baseline AT's "
                                                   "beam search's", "higher", ".2f", secondary=True),
-    _c("throughput_speedup_vs_at_beam_ci_low", "number", "95% paired bootstrap interval of "
+    _c("throughput_speedup_vs_at_beam_ci_low", "number", "95% paired interval of "
                                                          "throughput_speedup_vs_at_beam (low)"),
-    _c("throughput_speedup_vs_at_beam_ci_high", "number", "95% paired bootstrap interval of "
+    _c("throughput_speedup_vs_at_beam_ci_high", "number", "95% paired interval of "
                                                           "throughput_speedup_vs_at_beam (high)"),
     _c("at_beam_baseline", "label", "the AT beam system (cell / strategy) of the speedup_vs_at_beam columns"),
     _c("speedup_vs_ref_at", "number", "the reference AT's (speed.reference_at, e.g. a deep-encoder/shallow-decoder "
                                       "AT) greedy batch-1 time over this system's, same sentences", "higher", ".2f",
        header="Speed-up × vs {ref_base} (b=1)", spread=True),
-    _c("speedup_vs_ref_at_ci_low", "number", "95% paired bootstrap interval of speedup_vs_ref_at (low)"),
-    _c("speedup_vs_ref_at_ci_high", "number", "95% paired bootstrap interval of speedup_vs_ref_at (high)"),
+    _c("speedup_vs_ref_at_ci_low", "number", "95% paired interval of speedup_vs_ref_at (low)"),
+    _c("speedup_vs_ref_at_ci_high", "number", "95% paired interval of speedup_vs_ref_at (high)"),
     _c("throughput_speedup_vs_ref_at", "number", "this system's large-batch throughput over the reference AT's "
                                                  "(greedy)", "higher", ".2f", header="Thr. speed-up × vs {ref_base}",
        spread=True),
-    _c("throughput_speedup_vs_ref_at_ci_low", "number", "95% paired bootstrap interval of throughput_speedup_vs_ref_at "
+    _c("throughput_speedup_vs_ref_at_ci_low", "number", "95% paired interval of throughput_speedup_vs_ref_at "
                                                         "(low)"),
-    _c("throughput_speedup_vs_ref_at_ci_high", "number", "95% paired bootstrap interval of "
+    _c("throughput_speedup_vs_ref_at_ci_high", "number", "95% paired interval of "
                                                          "throughput_speedup_vs_ref_at (high)"),
     _c("ref_at_baseline", "label", "the reference AT system (cell / strategy) of the speedup_vs_ref_at columns"),
     _c("speed_noise_low", "number", "the A/A control: the baseline timed twice as two systems, their batch-1 "
@@ -185,7 +185,7 @@ SPEED = (
                                            "hypothesis evaluated for them (1: the timed computation is the scored "
                                            "one)", "higher", ".3f", header="Timed = scored %", scale=100.0,
        secondary=True),
-    _c("timing_spread", "number", "median over calls of (max - min) / median of their repeated timings"),
+    _c("timing_spread", "number", "median over the batch-1 calls of (max - min) / median of their repeated timings"),
     _c("timing_session", "label", "when the timing phase that timed this row ran (UTC): a row's speed-ups were "
                                   "measured beside its task and seed's baseline in that session; rows of different "
                                   "sessions were not timed side by side"),
