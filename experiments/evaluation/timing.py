@@ -11,7 +11,8 @@ Per system: latency, throughput, decoder passes per sentence (a speculative syst
 tokens per pass apart), its own decoding memory, whether its timed outputs equal the evaluated hypotheses,
 and speed-ups over the task's AT greedy baseline and its further references (the CTranslate2 twin, the
 baseline's beam search, `speed.reference_at`), each a ratio of total times of the same sentences with a 95%
-paired bootstrap interval. The A/A control times the baseline twice as two systems: the interval of that
+paired interval (a bootstrap over the calls, widened to the ratio estimator's t interval where wider). The A/A
+control times the baseline twice as two systems: the interval of that
 ratio is the noise floor of the task's speed ratios, one for batch-1 latency and one for throughput.
 """
 from __future__ import annotations

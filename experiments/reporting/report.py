@@ -221,9 +221,10 @@ def _definitions(g: GridResults) -> list[Block]:
         ("Speed", "Measured after training, in sessions of one process each: a system is timed side by side with "
                   "its task and seed's AT baseline in one session (a seed's systems in one session, or in several where "
                   "a note under the table names them): each test sentence (batch 1) or batch is decoded by every system "
-                  "of the session in turn, in rotating order, repeated, median per call. A speed-up is the baseline's "
-                  "total time over the system's on the same sentences in the same session, [95% paired bootstrap "
-                  "interval over sentences] (batches, for throughput)."
+                  "of the session in turn, the order changing from call to call, repeated, median per call. A speed-up "
+                  "is the baseline's total time over the system's on the same sentences in the same session, [95% "
+                  "paired interval over sentences] (batches, for throughput; the code that timed each row: "
+                  "`timed_with` in results.csv)."
                   + (f" {env['timing']}." if env.get("timing") else "")),
         ("Claims", f"The paired test{f' ({method})' if method else ''} is sacrebleu's, on the same sentences. The "
                    "summary calls a system ahead or behind only when the paired 95% interval of the difference "
