@@ -19,12 +19,13 @@ def config(**upd):
 
 
 def test_unknown_top_level_key_names_file_key_and_valid_keys():
-    with pytest.raises(ConfigError, match=r"grid.yaml: unknown key 'trian'; valid keys: name, task"):
+    with pytest.raises(ConfigError, match=r"grid.yaml: unknown key 'trian' \(did you mean 'train'\?\); valid keys: name, task"):
         config(trian={})
 
 
 def test_unknown_nested_key():
-    with pytest.raises(ConfigError, match=r"grid.yaml: train: unknown key 'max_step'.*max_steps"):
+    with pytest.raises(ConfigError, match=r"grid.yaml: train: unknown key 'max_step' \(did you mean 'max_steps'\?\); "
+                                         r"valid keys: .*max_steps"):
         config(train={"max_step": 3})
 
 
@@ -45,7 +46,7 @@ def test_unknown_option_of_a_decoder_task_and_strategy():
         config(decoder={"name": "at", "beam": 3})
     with pytest.raises(ConfigError, match=r"task \(copy\): unknown key 'length'; valid keys: vocab"):
         config(task={"name": "copy", "length": 3})
-    with pytest.raises(ConfigError, match=r"strategies\[0\] \(beam\): unknown key 'beam'; valid keys: .*beam_size"):
+    with pytest.raises(ConfigError, match=r"strategies\[0\] \(beam\): unknown key 'beam' \(did you mean 'beam_size'\?\); valid keys: .*beam_size"):
         config(eval={"strategies": [{"name": "beam", "beam": 3}]})
 
 

@@ -63,11 +63,11 @@ def test_expansion_axes_zip_exclude_seeds_and_teacher_order(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"cels": {}}, r"unknown key 'cels'; valid keys: name, description"),
+    ({"cels": {}}, r"unknown key 'cels' \(did you mean 'cells'\?\); valid keys: name, description"),
     ({"cells": {"x": {"decoder": {"name": "cmlm"}, "teacher": "nobody"}}}, r"teacher names 'nobody'"),
     ({"cells": {"x": {"decoder": {"name": "at"}, "eval": {"strategies": ["ctc"]}}}}, r"cannot drive decoder 'at'"),
     ({"zip": [["task.vocab"]]}, r"zip names axis 'task.vocab', which is not in axes"),
-    ({"speed": {"repeat": 3}}, r"speed: unknown key 'repeat'; valid keys: latency_sentences"),
+    ({"speed": {"repeat": 3}}, r"speed: unknown key 'repeat' \(did you mean 'repeats'\?\); valid keys: latency_sentences"),
     ({"speed": {"engine": "aoti+turbo"}}, r"speed.engine 'aoti\+turbo': unknown option 'turbo'; valid: engines eager, "
                                           r"static, packed, inductor, aoti, auto; options \+autotune"),
     ({"speed": {**TINY["speed"], "reference_at": "nobody"}}, r"speed.reference_at: 'nobody' is not a cell of this grid"),

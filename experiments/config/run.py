@@ -6,6 +6,7 @@ message naming the file, the key and the valid choices.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import re
@@ -54,8 +55,15 @@ def check_keys(cls, data: Any, where: str) -> dict:
     valid = [f.name for f in dataclasses.fields(cls)]
     unknown = [k for k in data if k not in valid]
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(valid) or '(none)'}")
+        raise unknown_key(where, unknown[0], valid)
     return data
+
+
+def unknown_key(where: str, key: Any, valid: list[str] | tuple[str, ...]) -> ConfigError:
+    """The error for a key `where` does not know: the closest valid one suggested, then every valid one."""
+    close = difflib.get_close_matches(str(key), list(valid), n=1)
+    return ConfigError(f"{where}: unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                       + f"; valid keys: {', '.join(valid) or '(none)'}")
 
 
 def checked(cls, data: Any, where: str, *, section: bool = True) -> dict:

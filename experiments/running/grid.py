@@ -37,6 +37,7 @@ from atnat.experiments.config.run import (
     make,
     run_config_from_dict,
     teacher_problem,
+    unknown_key,
 )
 from atnat.experiments.config.speed import SpeedSettings
 from atnat.experiments.evaluation.baseline import autoregressive, is_baseline_cell, task_of
@@ -216,7 +217,7 @@ def load_grid(path: str | Path, *, smoke: bool = False, results_dir: Path | None
         raise ConfigError(f"{where}: a grid must be a mapping with keys {', '.join(GRID_KEYS)}")
     unknown = [k for k in data if k not in GRID_KEYS]
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; valid keys: {', '.join(GRID_KEYS)}")
+        raise unknown_key(where, unknown[0], GRID_KEYS)
     name = checked_part(data.get("name") or path.stem, f"{where}: name")
     plugins = data.get("plugins") or []
     if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
