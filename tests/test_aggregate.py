@@ -256,3 +256,15 @@ def test_one_seed_without_a_recorded_interval_has_none_not_a_zero_width_one():
     low, high = interval(nat, "bleu")
     assert pd.isna(low) and pd.isna(high)
     assert not beyond_spread(nat, at, "bleu")
+
+
+def test_a_speed_interval_wider_than_float_range_is_infinite_not_an_error():
+    """A tiny grid timed over two batches (t at 1 df): its seeds' throughput intervals were so wide that the log-scale
+    interval over seeds overflowed exp() and the whole report failed to draw."""
+    from atnat.experiments.reporting.aggregate import interval
+
+    row = pd.Series({"n_seeds": 2, "throughput_speedup_vs_at": 2.0, "throughput_speedup_vs_at_sd": 0.5,
+                     "throughput_speedup_ci_low": 1e-12, "throughput_speedup_ci_high": 1e12})
+    low, high = interval(row, "throughput_speedup_vs_at")
+    assert low >= 0 and high == float("inf")
+

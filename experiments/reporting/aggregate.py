@@ -130,6 +130,11 @@ def _noise_floor(row: pd.Series, col: str, low: float, high: float) -> tuple[flo
     return low, high
 
 
+def _exp(x: float) -> float:
+    """exp that gives inf past float range (an interval over two timed batches can be that wide), not an error."""
+    return math.exp(x) if x < 709.0 else float("inf")
+
+
 def interval(row: pd.Series, col: str, level: float = 0.95) -> tuple[float, float]:
     """The `level` interval (95% unless said) of a system's mean in one column: with one seed its
     recorded 95% interval (test sentences resampled; another level scales its sides by the normal
@@ -155,7 +160,7 @@ def interval(row: pd.Series, col: str, level: float = 0.95) -> tuple[float, floa
     mean = float(row[col])
     if col in SPEED_RATIOS and mean > 0:  # a ratio: on the log scale (delta method), so never below 0
         low, high, _ = t_interval(0.0, float(sd) / mean, k, (width / mean / (2 * 1.959964)) ** 2, level)
-        return _noise_floor(row, col, mean * math.exp(low), mean * math.exp(high))
+        return _noise_floor(row, col, mean * _exp(low), mean * _exp(high))
     low, high, _ = t_interval(mean, float(sd), k, (width / (2 * 1.959964)) ** 2, level)
     if col in RANGES:  # the mean cannot leave the metric's range: neither can its interval
         low, high = max(low, RANGES[col][0]), min(high, RANGES[col][1])
