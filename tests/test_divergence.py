@@ -100,22 +100,27 @@ class _Strategy:
         return (decision or self.other_stops) if not all else (decision and self.other_stops)
 
 
+def _unfit_trainer(share: float, other_stops: bool = False, step: int | None = None):
+    """A stand-in trainer whose last batch left out `share` of its targets (train/unfit)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from atnat.experiments.training.divergence import UNFIT_WINDOW
+
+    return SimpleNamespace(strategy=_Strategy(other_stops), callback_metrics={"train/unfit": torch.tensor(share)},
+                           global_step=UNFIT_WINDOW if step is None else step)
+
+
 @pytest.mark.parametrize("share, other_stops, raises", [(0.4, False, None), (0.4, True, "another process"),
                                                         (0.6, False, "left out 60%")])
 def test_every_process_of_a_multi_device_run_stops_when_one_finds_its_targets_unfit(share, other_stops, raises):
     """Each process judges its own batches' share of left-out targets; one that stops alone would leave the
     others waiting for it in the next gradient exchange."""
-    import torch
-
     from atnat.core.errors import AtnatError
     from atnat.experiments.training.divergence import UNFIT_WINDOW, UnfitGuard
 
-    class Trainer:
-        strategy = _Strategy(other_stops)
-        callback_metrics = {"train/unfit": torch.tensor(share)}
-        global_step = UNFIT_WINDOW
-
-    guard, trainer = UnfitGuard(), Trainer()
+    guard, trainer = UnfitGuard(), _unfit_trainer(share, other_stops)
     for _ in range(UNFIT_WINDOW - 1):
         guard.on_train_batch_end(trainer, None, None, None, 0)
     assert trainer.strategy.asked == []  # one look a window
@@ -159,31 +164,23 @@ def test_a_ctc_run_whose_targets_mostly_do_not_fit_its_slots_fails_and_unfit_row
 def test_the_last_steps_of_a_run_are_judged_for_unfit_targets_too():
     """The guard judged only full windows of UNFIT_WINDOW steps: a 19-step run whose decoder left out nearly every
     target finished "ok", and the last steps of any run went unjudged. A partial window is judged at the end."""
-    import torch
-
     from atnat.core.errors import AtnatError
     from atnat.experiments.training.divergence import UNFIT_WINDOW, UnfitGuard
 
-    class Trainer:
-        strategy = _Strategy(False)
-        callback_metrics = {"train/unfit": torch.tensor(0.98)}
-        global_step = UNFIT_WINDOW - 1
-
+    bad, good = _unfit_trainer(0.98, step=UNFIT_WINDOW - 1), _unfit_trainer(0.1, step=UNFIT_WINDOW - 1)
     guard = UnfitGuard()
     for i in range(UNFIT_WINDOW - 1):
-        guard.on_train_batch_end(Trainer(), None, None, None, i)
+        guard.on_train_batch_end(bad, None, None, None, i)
     with pytest.raises(AtnatError, match=r"left out 98% of the training targets over the last 19 steps"):
-        guard.on_train_end(Trainer(), None)
-    Trainer.callback_metrics = {"train/unfit": torch.tensor(0.1)}
+        guard.on_train_end(bad, None)
     fits = UnfitGuard()
     for i in range(3):
-        fits.on_train_batch_end(Trainer(), None, None, None, i)
-    fits.on_train_end(Trainer(), None)  # a fitting tail passes
-    UnfitGuard().on_train_end(Trainer(), None)  # nothing since the last full window: nothing to judge
+        fits.on_train_batch_end(good, None, None, None, i)
+    fits.on_train_end(good, None)  # a fitting tail passes
+    UnfitGuard().on_train_end(good, None)  # nothing since the last full window: nothing to judge
     judged = UnfitGuard()
     for i in range(UNFIT_WINDOW):  # a full window that fits, judged
-        judged.on_train_batch_end(Trainer(), None, None, None, i)
-    Trainer.callback_metrics = {"train/unfit": torch.tensor(0.98)}
+        judged.on_train_batch_end(good, None, None, None, i)
     for i in range(3):  # then 3 bad batches: too few to fail a finished run on
-        judged.on_train_batch_end(Trainer(), None, None, None, i)
-    judged.on_train_end(Trainer(), None)
+        judged.on_train_batch_end(bad, None, None, None, i)
+    judged.on_train_end(bad, None)

@@ -1,5 +1,6 @@
 """The guides' examples (models/decoders/README.md and the others), run as written: a decoder defined outside the
 package, registered, trained on copy and decoded; plus entry-point discovery."""
+import contextlib
 import importlib
 import json
 import re
@@ -38,6 +39,20 @@ def load_example(tmp_path, monkeypatch, name: str, code: str):
     (tmp_path / f"{name}.py").write_text(code)
     monkeypatch.syspath_prepend(str(tmp_path))
     return importlib.import_module(name)
+
+
+@contextlib.contextmanager
+def guide_strategy(tmp_path, monkeypatch, module: str, index: int, registered: str):
+    """The decoding guide's `index`-th strategy example imported as `module`, registered as `registered` for the
+    test and taken out after it."""
+    from atnat.decoding.base import STRATEGIES
+
+    STRATEGIES.unregister(registered)
+    try:
+        yield load_example(tmp_path, monkeypatch, module, readme_examples("Adding a strategy")[index])
+    finally:
+        STRATEGIES.unregister(registered)
+        sys.modules.pop(module, None)
 
 
 @pytest.fixture
@@ -151,11 +166,7 @@ def test_options_of_a_parallel_decoder_must_carry_the_length_options():
 
 @pytest.mark.slow
 def test_readme_strategy_samples_and_plugs_into_configs(tmp_path, monkeypatch):
-    from atnat.decoding.base import STRATEGIES
-
-    STRATEGIES.unregister("sample")
-    plugin = load_example(tmp_path, monkeypatch, "my_plugin_sampling", readme_examples("Adding a strategy")[0])
-    try:
+    with guide_strategy(tmp_path, monkeypatch, "my_plugin_sampling", 0, "sample") as plugin:
         module, task = fit("at", "copy", steps=300, lr=2e-3, warmup=60, max_tokens=768, vocab=8, min_len=3,
                            max_len=6, n_train=2000, n_test=60)
         greedy, refs, _ = decode_split(module, task, Greedy())
@@ -167,19 +178,12 @@ def test_readme_strategy_samples_and_plugs_into_configs(tmp_path, monkeypatch):
         cfg = run_config_from_dict({"name": "s", "task": {"name": "copy"}, "decoder": {"name": "at"},
                                     "eval": {"strategies": [{"name": "sample", "temperature": 0.7}]}}, "s.yaml")
         assert cfg.eval.strategies[0]["temperature"] == 0.7
-    finally:
-        STRATEGIES.unregister("sample")
-        sys.modules.pop("my_plugin_sampling", None)
 
 
 def test_readme_strategy_keeps_the_length_options_it_accepts_and_refuses_a_zero_temperature(tmp_path, monkeypatch):
     """A trial's finding: the guide's Sample took min_len and no_repeat_ngram (from LengthLimits) and applied
     neither; temperature 0 divided by zero (NaN probabilities in torch.multinomial)."""
-    from atnat.decoding.base import STRATEGIES
-
-    STRATEGIES.unregister("sample")
-    plugin = load_example(tmp_path, monkeypatch, "my_plugin_sampling2", readme_examples("Adding a strategy")[0])
-    try:
+    with guide_strategy(tmp_path, monkeypatch, "my_plugin_sampling2", 0, "sample") as plugin:
         with pytest.raises(AtnatError, match="temperature"):
             plugin.Sample(temperature=0)
         module, task = fit("at", "copy", steps=2, vocab=5, n_train=50, n_test=20)
@@ -188,30 +192,20 @@ def test_readme_strategy_keeps_the_length_options_it_accepts_and_refuses_a_zero_
             assert all(len(h) >= 6 for h in hyps)  # (id lists) EOS forbidden before 6 content tokens
         hyps, _, _ = decode_split(module, task, plugin.Sample(no_repeat_ngram=1, max_len_a=0, max_len_b=4))
         assert all(len(set(h)) == len(h) for h in hyps)  # no token twice
-    finally:
-        STRATEGIES.unregister("sample")
-        sys.modules.pop("my_plugin_sampling2", None)
 
 
 def test_readme_source_length_strategy_decodes_as_long_as_the_source_plus_its_shift(tmp_path, monkeypatch):
     """The guide's second strategy, as written: one parallel pass at the source's length plus `shift`."""
-    from atnat.decoding.base import STRATEGIES
-
-    STRATEGIES.unregister("source-length")
-    plugin = load_example(tmp_path, monkeypatch, "my_plugin_source_length", readme_examples("Adding a strategy")[1])
-    try:
+    with guide_strategy(tmp_path, monkeypatch, "my_plugin_source_length", 1, "source-length") as plugin:
         module, task = fit("nat", "copy", steps=2, vocab=5, n_train=50, n_test=20)
         src, _ = task.splits["test"]
         for shift in (0, 2):
-            hyps, _, passes = decode_split(module, task, plugin.SourceLength(shift=shift))
+            hyps, _, _ = decode_split(module, task, plugin.SourceLength(shift=shift))
             assert [len(h) for h in hyps] == [len(task.tokenizer.encode(s)) + shift for s in src]
         assert plugin.SourceLength(shift=1).label == "source-length-shift=1"
         cfg = run_config_from_dict({"name": "s", "task": {"name": "copy"}, "decoder": {"name": "nat"},
                                     "eval": {"strategies": [{"name": "source-length", "shift": 1}]}}, "s.yaml")
         assert cfg.eval.strategies[0]["shift"] == 1
-    finally:
-        STRATEGIES.unregister("source-length")
-        sys.modules.pop("my_plugin_source_length", None)
 
 
 def test_readme_metric_becomes_a_column_of_the_table_the_report_and_the_cli(tmp_path, monkeypatch):
