@@ -514,19 +514,15 @@ def time_grid(cells: list, out: Path, speed: SpeedSettings, device: str, baselin
     timeable = [c for c in cells if evaluation_checkpoint(Path(c.config.output_dir)).is_file()]
     gone = [c.name for c in cells if c not in timeable]
     if old is not None and not same_timing_settings(recorded, settings):
-        lost = sorted(set(old.cell) & set(gone))
-        if lost and not keep_others:  # rows that cannot be taken again: never dropped without a word
+        lost = sorted(set(old.cell) & set(gone))  # rows that cannot be taken again: never dropped without a word
+        if keep_others or lost:  # a partial timing (`atnat time`) must not wipe the other seeds' rows either
             raise AtnatError(f"{path} was timed with other speed settings or on another device than now "
                              f"({settings_path}: {settings_path.read_text() if settings_path.is_file() else 'missing'}; "
-                             f"now {json.dumps(settings)}), and {', '.join(lost)} have no checkpoint left to be timed "
-                             "again: timing anew would drop their rows. Time with the recorded settings and device, or "
-                             "move timing.csv away (keeping a copy) to time the others anew")
-        if keep_others:  # a partial timing (`atnat time`) must not wipe the other seeds' rows
-            raise AtnatError(f"{path} was timed with other speed settings or on another device than now "
-                             f"({settings_path}: {settings_path.read_text() if settings_path.is_file() else 'missing'}; "
-                             f"now {json.dumps(settings)}): timing only some seeds would drop the others' rows. Time "
-                             "with the same settings and device (the same --devices as the run), or move timing.csv "
-                             "away to time every seed anew")
+                             f"now {json.dumps(settings)})"
+                             + (f", and {', '.join(lost)} have no checkpoint left to be timed again: timing anew would "
+                                "drop their rows" if lost else ": timing only some seeds would drop the others' rows")
+                             + ". Time with the same settings and device (the same --devices as the run), or move "
+                             "timing.csv away (keeping a copy) to time every seed anew")
         old = None  # other speed settings: nothing kept, everything timed anew
     if gone:
         print(f"atnat: no checkpoint left for {', '.join(gone)}: not timed again (their earlier timings, if "

@@ -34,16 +34,13 @@ def distill_sources(teacher, tokenizer, sources: list[str], strategy_spec, *, ma
     if not sources:
         raise AtnatError("distillation input: no sentences to distil")
     ids = [tokenizer.encode(s) for s in sources]  # once: the decode reads no targets (each batch's are empty)
-    split = EncodedSplit(ids, [[] for _ in ids])
     if beyond_reach == "refuse":
-        check_source_lengths(teacher, split.src, "distillation input")
-        within = list(range(len(sources)))
-    else:
-        limit = source_limit(teacher)[0]
-        within = [i for i, ids in enumerate(split.src) if len(ids) <= limit]
-        split = dataclasses.replace(split, src=[split.src[i] for i in within], tgt=[split.tgt[i] for i in within])
+        check_source_lengths(teacher, ids, "distillation input")
+    limit = source_limit(teacher)[0]
+    within = [i for i, source in enumerate(ids) if len(source) <= limit]  # every one where refused above
     lines = [""] * len(sources)
     if within:
+        split = EncodedSplit([ids[i] for i in within], [[] for _ in within])
         out = decode_split(teacher, split, strategy, max_tokens=max_tokens, on_batch=on_batch)
         if len(out.hyps) != len(within):
             raise AtnatError(f"distillation produced {len(out.hyps)} lines for {len(within)} sources")
