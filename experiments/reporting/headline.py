@@ -22,7 +22,7 @@ from atnat.experiments.reporting.aggregate import (
     significant,
 )
 from atnat.experiments.reporting.blocks import Block
-from atnat.experiments.reporting.judging import REACH_NAMED, picked, tested_against, within_reach
+from atnat.experiments.reporting.judging import REACH_NAMED, families_of, picked, tested_against, within_reach
 from atnat.experiments.reporting.names import plain_names
 from atnat.experiments.reporting.ranking import shown, signed, within_margin
 from atnat.experiments.reporting.ranking import verdict as ranking_verdict
@@ -102,8 +102,7 @@ def _agrees(r: pd.Series, reference: pd.Series | None, part: pd.DataFrame) -> bo
     """Does r's paired test (if it was run against the reference itself) agree in every seed?"""
     if reference is None:
         return True
-    family_of = dict(zip(part["cell"], part["family"].fillna(part["cell"]))) if "family" in part else {}
-    return significant(r) if tested_against(r, reference, family_of) else True
+    return significant(r) if tested_against(r, reference, families_of(part)) else True
 
 
 def _interval_only(r: pd.Series, reference: pd.Series | None, part: pd.DataFrame, word: str) -> str:
@@ -112,8 +111,7 @@ def _interval_only(r: pd.Series, reference: pd.Series | None, part: pd.DataFrame
     paired interval alone decided, without the correction over the systems compared."""
     if word not in ("ahead", "behind") or reference is None or r["system"] == reference["system"]:
         return ""
-    family_of = dict(zip(part["cell"], part["family"].fillna(part["cell"]))) if "family" in part else {}
-    return "" if tested_against(r, reference, family_of) else " (interval only)"
+    return "" if tested_against(r, reference, families_of(part)) else " (interval only)"
 
 
 def _task(g: GridResults, task: str, part: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series | None]:

@@ -114,6 +114,11 @@ def _verdict(nat: pd.Series, at: pd.Series, comparison: pd.Series | None, margin
     return f"not resolved: {interval}; {why}"
 
 
+def families_of(part: pd.DataFrame) -> dict[str, str]:
+    """cell -> its family (the cell itself where none is recorded): what tested_against reads a p_baseline by."""
+    return dict(zip(part["cell"], part["family"].fillna(part["cell"]))) if "family" in part else {}
+
+
 def tested_against(nat: pd.Series, at: pd.Series, family_of: dict[str, str] | None = None) -> bool:
     """Are nat's paired-test p-values (bleu_p_holm, against p_baseline) against this very system (family
     and strategy)? Then a claim of ahead or behind also needs the test to agree (aggregate.significant)."""
@@ -212,7 +217,7 @@ def _task_summary(task: str, part: pd.DataFrame, comparisons: pd.DataFrame | Non
         return text + " and no NAT system."
     text += f"; the best NAT system is {_name(nat, plain)}"
     if at is not None:
-        family_of = dict(zip(part["cell"], part["family"].fillna(part["cell"]))) if "family" in part else {}
+        family_of = families_of(part)
         comparison = _comparison(comparisons, task, nat, at)
         m = int(agg.loc[nat_rows, "bleu"].notna().sum())
         if comparison is not None and m > 1 and pd.notna(comparison["diff_ci_low"]) and (
